@@ -1,0 +1,53 @@
+"""Safe resumption for Microsoft Agent Framework functional workflows.
+
+Core's functional engine (``@workflow``, ``@step``, ``RunContext``) pauses on
+``ctx.request_info(...)`` and replays on ``run(responses=...)``. This package adds continuation
+authority on top (a single-use, rotating ``continuation_token`` on every paused result), one pending
+continuation per instance with explicit abandonment, checkpoint restore as a separate host path,
+and :class:`FunctionalWorkflowAgent`, a drop-in chat agent that carries the token.
+
+``step``, ``RunContext`` and ``get_run_context`` are core's, re-exported unchanged.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+
+from agent_framework import RunContext, get_run_context, step
+
+from ._agent import FunctionalWorkflowAgent
+from ._continuation import FunctionalWorkflowContinuationToken
+from ._errors import (
+    ContinuationAuthorityError,
+    FunctionalWorkflowError,
+    PendingContinuationError,
+    WorkflowRunningError,
+)
+from ._workflow import (
+    FunctionalWorkflow,
+    FunctionalWorkflowDefinition,
+    FunctionalWorkflowRunResult,
+    workflow,
+)
+
+try:
+    __version__ = importlib.metadata.version("agent-framework-functional")
+except importlib.metadata.PackageNotFoundError:  # pragma: no cover - running from a source tree
+    __version__ = "0.0.0"
+
+__all__ = [
+    "ContinuationAuthorityError",
+    "FunctionalWorkflow",
+    "FunctionalWorkflowAgent",
+    "FunctionalWorkflowContinuationToken",
+    "FunctionalWorkflowDefinition",
+    "FunctionalWorkflowError",
+    "FunctionalWorkflowRunResult",
+    "PendingContinuationError",
+    "RunContext",
+    "WorkflowRunningError",
+    "__version__",
+    "get_run_context",
+    "step",
+    "workflow",
+]

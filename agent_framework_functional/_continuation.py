@@ -1,0 +1,111 @@
+"""Continuation tokens: issue, validate and spend, with constant-time comparison.
+
+A token is a JSON-safe mapping ``{"kind": "functional_workflow", "version": "1", "token": <secret>}``.
+The secret is 256 bits from :func:`secrets.token_urlsafe`. Validation never raises anything but
+:class:`~agent_framework_functional.ContinuationAuthorityError`, whatever object it is handed, and
+runs in time bounded by the expected secret length (a 1 MB string is rejected by its length).
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from agent_framework import ContinuationToken, WorkflowEvent
+
+from ._errors import ContinuationAuthorityError
+
+TOKEN_KIND: Literal["functional_workflow"] = "functional_workflow"
+TOKEN_VERSION: Literal["1"] = "1"
+_SECRET_BYTES = 32  # 256 bits
+_SECRET_LENGTH = len(secrets.token_urlsafe(_SECRET_BYTES))
+# Compared against when nothing is pending, so a probe cannot time "is anything pending".
+_DECOY_SECRET = secrets.token_urlsafe(_SECRET_BYTES).encode("ascii")
+
+
+class FunctionalWorkflowContinuationToken(ContinuationToken):
+    """Continuation token of a paused functional workflow run (extends core's ``ContinuationToken``).
+
+    Treat it as opaque: store it (it survives ``json.dumps``/``json.loads``) and hand it back to the
+    same workflow instance (``run(responses=..., continuation_token=token)``) or agent. It is
+    single use: it is spent right before the resumed code runs, and every pause issues a new one.
+    Extra keys are allowed and ignored, so later versions may add fields.
+
+    Attributes:
+        kind: Always ``"functional_workflow"``.
+        version: Token format version, ``"1"``.
+        token: URL-safe random text carrying 256 bits of entropy; the secret itself.
+    """
+
+    kind: Literal["functional_workflow"]
+    version: Literal["1"]
+    token: str
+
+
+@dataclass(slots=True)
+class Continuation:
+    """The pending continuation of one workflow instance (internal).
+
+    Attributes:
+        secret: The current token's secret, ASCII.
+        pending_requests: Request id -> ``request_info`` event of the pause.
+        claimed: True while an accepted resume holds it (before it is spent or handed back).
+    """
+
+    secret: bytes
+    pending_requests: dict[str, WorkflowEvent[Any]] = field(default_factory=dict[str, WorkflowEvent[Any]])
+    claimed: bool = False
+
+    def token(self) -> FunctionalWorkflowContinuationToken:
+        """Return the JSON-safe token mapping for this continuation."""
+        return {"kind": TOKEN_KIND, "version": TOKEN_VERSION, "token": self.secret.decode("ascii")}
+
+
+def issue_continuation(pending_requests: Mapping[str, WorkflowEvent[Any]]) -> Continuation:
+    """Create a continuation with a fresh 256-bit secret for the given pending requests."""
+    return Continuation(secret=secrets.token_urlsafe(_SECRET_BYTES).encode("ascii"), pending_requests=dict(pending_requests))
+
+
+def _presented_secret(presented: object) -> bytes | None:
+    """Extract the secret from a presented token, or None when its shape is wrong in any way."""
+    if not isinstance(presented, Mapping):
+        return None
+    try:
+        mapping: Mapping[Any, Any] = presented  # pyright: ignore[reportUnknownVariableType]
+        kind = mapping.get("kind")
+        version = mapping.get("version")
+        value = mapping.get("token")
+    except Exception:  # hostile __getitem__/__eq__/__hash__: same fixed error, nothing leaks
+        return None
+    if type(kind) is not str or type(version) is not str or type(value) is not str:
+        return None
+    if kind != TOKEN_KIND or version != TOKEN_VERSION:
+        return None
+    if len(value) != _SECRET_LENGTH or not value.isascii():  # also rejects unpaired surrogates
+        return None
+    return value.encode("ascii")
+
+
+def verify_token(presented: object, continuation: Continuation | None) -> Continuation:
+    """Check ``presented`` against the unclaimed pending continuation.
+
+    Args:
+        presented: Whatever the caller passed as ``continuation_token``.
+        continuation: The instance's pending continuation, or None.
+
+    Returns:
+        The continuation the token authorises.
+
+    Raises:
+        ContinuationAuthorityError: When nothing unclaimed is pending, or the token is missing,
+            malformed or wrong. Always the same message.
+    """
+    secret = _presented_secret(presented)
+    expected = continuation.secret if continuation is not None and not continuation.claimed else _DECOY_SECRET
+    matches = hmac.compare_digest(secret if secret is not None else b"", expected)
+    if not matches or secret is None or continuation is None or continuation.claimed:
+        raise ContinuationAuthorityError()
+    return continuation
