@@ -374,6 +374,9 @@ class FunctionalWorkflow:
         response_stream: ResponseStream[WorkflowEvent[Any], FunctionalWorkflowRunResult] = ResponseStream(
             self._drive(run, core_kwargs),
             finalizer=functools.partial(_finalize_events, run=run, include_status_events=include_status_events),
+            # close() (also `async with`) of a stream that never started iterating does not run
+            # _drive's cleanup, and the closed stream may stay referenced: release the run here too.
+            cleanup_hooks=[functools.partial(self._release_dropped_run, run)],
         )
         finalizer = weakref.finalize(response_stream, self._release_dropped_run, run)
         finalizer.atexit = False
@@ -499,7 +502,11 @@ class FunctionalWorkflow:
         run.claimed = None
 
     def _release_dropped_run(self, run: _ActiveRun) -> None:
-        """Weak finalizer of a run's stream: free the instance if that stream died unfinished."""
+        """Free the instance if a run's stream was closed or garbage-collected unfinished.
+
+        Runs as the stream's cleanup hook (``close()``, ``async with``, end of consumption) and as
+        its weak finalizer; a no-op once ``_end_run`` settled the run.
+        """
         if self._active is not run:
             return
         if run.claimed is not None:

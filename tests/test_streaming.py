@@ -242,3 +242,53 @@ async def test_stream_dropped_before_its_token_was_delivered_leaves_nothing_pend
     assert not wf.is_running
     assert not wf.has_pending_continuation
     assert (await wf.run("coffee")).continuation_token is not None
+
+
+# ---------------------------------------------------------------------------- explicitly closed streams
+
+
+async def test_closing_a_never_iterated_resume_stream_hands_the_continuation_back(
+    paused: tuple[FunctionalWorkflow, dict[str, Any]], calls: collections.Counter[str]
+) -> None:
+    wf, token = paused
+    stream = wf.run(responses={"auto::0": "ok"}, continuation_token=token, stream=True)
+    await stream.close()
+    # The closed stream is still referenced: releasing must not wait for garbage collection.
+    assert not wf.is_running
+    assert wf.has_pending_continuation
+    assert wf.pending_request_ids == frozenset({"auto::0"})
+    assert calls["resumed"] == 0
+    done = await wf.run(responses={"auto::0": "ok"}, continuation_token=token)
+    assert done.get_outputs() == ["published: draft about tea (ok)"]
+    assert stream is not None
+
+
+async def test_async_with_a_never_iterated_stream_releases_the_instance(wf: FunctionalWorkflow) -> None:
+    async with wf.run("tea", stream=True) as stream:
+        pass
+    assert not wf.is_running
+    assert not wf.has_pending_continuation
+    paused = await wf.run("tea")
+    assert paused.continuation_token is not None
+    async with wf.run(responses={"auto::0": "ok"}, continuation_token=paused.continuation_token, stream=True):
+        pass
+    assert not wf.is_running
+    assert wf.has_pending_continuation  # never reached user code: still resumable with its token
+    done = await wf.run(responses={"auto::0": "ok"}, continuation_token=paused.continuation_token)
+    assert done.continuation_token is None
+    assert stream is not None
+
+
+async def test_closing_a_resume_stream_mid_run_spends_the_token_and_releases(
+    paused: tuple[FunctionalWorkflow, dict[str, Any]],
+) -> None:
+    wf, token = paused
+    stream = wf.run(responses={"auto::0": "ok"}, continuation_token=token, stream=True)
+    async for _event in stream:
+        break
+    await stream.close()
+    assert not wf.is_running
+    assert not wf.has_pending_continuation
+    with pytest.raises(ContinuationAuthorityError):
+        wf.run(responses={"auto::0": "ok"}, continuation_token=token)
+    assert (await wf.run("tea")).continuation_token is not None
