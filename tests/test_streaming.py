@@ -292,3 +292,19 @@ async def test_closing_a_resume_stream_mid_run_spends_the_token_and_releases(
     with pytest.raises(ContinuationAuthorityError):
         wf.run(responses={"auto::0": "ok"}, continuation_token=token)
     assert (await wf.run("tea")).continuation_token is not None
+
+
+async def test_async_with_full_consumption_keeps_the_pause(wf: FunctionalWorkflow) -> None:
+    async with wf.run("tea", stream=True) as stream:
+        events = [event async for event in stream]
+    assert events[-1].state == WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
+    result = await stream.get_final_response()
+    assert result.continuation_token is not None
+    assert wf.has_pending_continuation
+    assert not wf.is_running
+    async with wf.run(
+        responses={"auto::0": "ok"}, continuation_token=result.continuation_token, stream=True
+    ) as resumed:
+        done = await resumed.get_final_response()
+    assert done.get_outputs() == ["published: draft about tea (ok)"]
+    assert not wf.is_running

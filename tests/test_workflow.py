@@ -314,6 +314,21 @@ async def test_resume_cancelled_before_it_started_keeps_the_continuation(
     await _resume_ok(wf, token)
 
 
+async def test_resume_awaitable_closed_unawaited_keeps_the_continuation(
+    paused: tuple[FunctionalWorkflow, dict[str, Any]], calls: collections.Counter[str]
+) -> None:
+    wf, token = paused
+    awaitable = wf.run(responses={"auto::0": "ok"}, continuation_token=token)
+    assert wf.is_running
+    awaitable.close()  # type: ignore[attr-defined]  # a coroutine the caller decided not to await
+    del awaitable
+    gc.collect()
+    assert not wf.is_running
+    assert wf.has_pending_continuation
+    assert calls["resumed"] == 0
+    await _resume_ok(wf, token)
+
+
 async def test_fresh_run_that_raises_releases_the_instance(
     gated_definition: FunctionalWorkflowDefinition, hooks: dict[str, Any]
 ) -> None:
