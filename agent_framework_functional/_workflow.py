@@ -25,6 +25,7 @@ from agent_framework import (
 )
 from agent_framework import FunctionalWorkflow as _CoreFunctionalWorkflow
 from agent_framework import FunctionalWorkflowDefinition as _CoreFunctionalWorkflowDefinition
+from agent_framework.observability import OBSERVABILITY_SETTINGS
 
 from ._continuation import (
     Continuation,
@@ -562,8 +563,11 @@ class FunctionalWorkflow:
             except Exception as exc:
                 if not saw_failed:
                     # Core raises from its pause handler when saving the pause checkpoint fails,
-                    # without a failed event: give the caller the normal failure surface.
-                    details = WorkflowErrorDetails.from_exception(exc)
+                    # without a failed event: give the caller the normal failure surface. Redact as
+                    # core's own failed event does: message and traceback only with sensitive data on.
+                    details = WorkflowErrorDetails.from_exception(
+                        exc, include_sensitive_data=OBSERVABILITY_SETTINGS.SENSITIVE_DATA_ENABLED
+                    )
                     yield WorkflowEvent("failed", details=details, origin=WorkflowEventSource.FRAMEWORK)
                     yield WorkflowEvent(
                         "status", state=WorkflowRunState.FAILED, origin=WorkflowEventSource.FRAMEWORK

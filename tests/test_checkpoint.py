@@ -209,3 +209,48 @@ async def test_failed_save_on_a_resume_that_pauses_again(
         wf.run(responses={"auto::0": "A"}, continuation_token=token)
     failing_pause_storage.fail = False
     assert (await wf.run("tea")).continuation_token is not None
+
+
+async def _failed_event(wf: FunctionalWorkflow, **run_kwargs: Any) -> Any:
+    events = []
+    with pytest.raises(Exception):  # noqa: B017 - the type depends on the failure under test
+        async for event in wf.run(stream=True, **run_kwargs):
+            events.append(event)
+    (failed,) = [e for e in events if e.type == "failed"]
+    return failed.details
+
+
+@pytest.mark.parametrize("sensitive", [False, True], ids=["default", "sensitive-data-enabled"])
+async def test_failed_pause_save_event_redacts_like_core(
+    review_definition: FunctionalWorkflowDefinition,
+    failing_pause_storage: Any,
+    hooks: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
+    sensitive: bool,
+) -> None:
+    from agent_framework.observability import OBSERVABILITY_SETTINGS
+
+    monkeypatch.setattr(type(OBSERVABILITY_SETTINGS), "SENSITIVE_DATA_ENABLED", property(lambda self: sensitive))
+    ours = await _failed_event(review_definition.build(checkpoint_storage=failing_pause_storage), message="tea")
+
+    # Core's own failure surface for comparison: resumed user code that raises.
+    async def explode(feedback: str) -> None:
+        raise RuntimeError("connection string user:pw@db")
+
+    plain = review_definition.build()
+    token = (await plain.run("tea")).continuation_token
+    hooks["after_feedback"] = explode
+    core = await _failed_event(plain, responses={"auto::0": "x"}, continuation_token=token)
+
+    assert ours.error_type == "OSError"
+    assert core.error_type == "RuntimeError"
+    if sensitive:
+        assert ours.message == "disk full while saving the pause checkpoint"
+        assert core.message == "connection string user:pw@db"
+        assert ours.traceback is not None and core.traceback is not None
+    else:
+        # Without sensitive data enabled, core reports only the type: no message, no traceback.
+        assert core.message == "RuntimeError"
+        assert core.traceback is None
+        assert ours.message == "OSError"
+        assert ours.traceback is None
