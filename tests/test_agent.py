@@ -353,3 +353,26 @@ async def test_run_accepts_what_core_agent_protocol_passes(agent: FunctionalWork
     )
     done = await stream.get_final_response()
     assert done.text == "published: draft about tea (ok)"
+
+
+async def test_agent_checkpoint_restore_needs_no_token(
+    review_definition: FunctionalWorkflowDefinition, pause_checkpoint_id: Any, calls: collections.Counter[str]
+) -> None:
+    from agent_framework import InMemoryCheckpointStorage
+
+    storage = InMemoryCheckpointStorage()
+    first = review_definition.build(checkpoint_storage=storage).as_agent()
+    await first.run("tea")
+    checkpoint_id = await pause_checkpoint_id(storage, first.workflow.name)
+
+    restorer = review_definition.build(checkpoint_storage=storage).as_agent()
+    again = await restorer.run(checkpoint_id=checkpoint_id)
+    assert again.continuation_token is not None
+    _assert_synced(restorer, {"auto::0"})
+    done = await restorer.run(responses={"auto::0": "ok"}, continuation_token=again.continuation_token)
+    assert done.text == "published: draft about tea (ok)"
+    other = review_definition.build(checkpoint_storage=storage).as_agent()
+    finished = await other.run(checkpoint_id=checkpoint_id, responses={"auto::0": "late"})
+    assert finished.text == "published: draft about tea (late)"
+    assert finished.continuation_token is None
+    assert calls["draft"] == 1

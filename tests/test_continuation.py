@@ -7,6 +7,7 @@ leaves the right token able to resume.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import json
 import secrets
@@ -17,11 +18,13 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from agent_framework_functional import (
     ContinuationAuthorityError,
     FunctionalWorkflow,
     FunctionalWorkflowDefinition,
+    PendingContinuationError,
     RunContext,
     workflow,
 )
@@ -335,8 +338,6 @@ async def guarded(topic: str, ctx: RunContext) -> str:
 @pytest.fixture(scope="module")
 def paused_for_property() -> tuple[FunctionalWorkflow, dict[str, Any]]:
     """One paused instance shared by every generated example (rejections change nothing)."""
-    import asyncio
-
     instance = guarded.build()
     token = asyncio.run(instance.run("tea")).continuation_token
     assert token is not None
@@ -375,3 +376,97 @@ def test_no_generated_token_authorises_a_resume(
     _assert_authority_error(info.value, good["token"])
     assert wf.has_pending_continuation
     assert not wf.is_running
+
+
+# ---------------------------------------------------------------------------- property: state machine
+
+
+@workflow(name="machine")
+async def machine_workflow(topic: str, ctx: RunContext) -> str:
+    first = await ctx.request_info({"round": 1}, response_type=str)
+    second = await ctx.request_info({"round": 2}, response_type=str)
+    return f"draft about {topic} [{first}] [{second}]"
+
+
+class AuthorityMachine(RuleBasedStateMachine):
+    """Random sequences of runs, resumes, bad resumes and abandonments keep the invariants.
+
+    The model: at most one outstanding token; it is pending exactly when the model says so; every
+    token handed out earlier is dead; the agent's view equals the workflow's.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wf = machine_workflow.build()
+        self.agent = self.wf.as_agent()
+        self.current: dict[str, Any] | None = None
+        self.dead: list[dict[str, Any]] = []
+        self.answers: dict[str, str] = {}
+
+    def _run(self, **kwargs: Any) -> Any:
+        return asyncio.run(self.wf.run(**kwargs))
+
+    def _issue(self, token: Any) -> None:
+        if self.current is not None:
+            self.dead.append(self.current)
+        self.current = dict(token) if token is not None else None
+
+    @rule(topic=st.sampled_from(["tea", "coffee"]))
+    def fresh_run(self, topic: str) -> None:
+        if self.current is not None:
+            with pytest.raises(PendingContinuationError):
+                self.wf.run(topic)
+            return
+        result = self._run(message=topic)
+        self.answers = {}
+        self._issue(result.continuation_token)
+        assert self.current is not None
+
+    @rule(answer=st.text(min_size=1, max_size=5))
+    def resume(self, answer: str) -> None:
+        if self.current is None:
+            with pytest.raises(ContinuationAuthorityError):
+                self.wf.run(responses={"auto::0": answer}, continuation_token=None)
+            return
+        (pending,) = self.wf.pending_request_ids
+        self.answers[pending] = answer
+        result = self._run(responses=dict(self.answers), continuation_token=self.current)
+        self._issue(result.continuation_token)
+        if result.continuation_token is None:
+            assert result.get_outputs() and result.get_outputs()[0].startswith("draft about")
+
+    @precondition(lambda self: bool(self.dead))
+    @rule(data=st.data())
+    def resume_with_dead_token(self, data: st.DataObject) -> None:
+        token = data.draw(st.sampled_from(self.dead))
+        with pytest.raises(ContinuationAuthorityError):
+            self.wf.run(responses={"auto::0": "x", "auto::1": "y"}, continuation_token=token)
+
+    @rule(forged=st.text(alphabet=string.ascii_letters + string.digits + "-_", min_size=43, max_size=43))
+    def resume_with_forged_token(self, forged: str) -> None:
+        token = {"kind": "functional_workflow", "version": "1", "token": forged}
+        with pytest.raises(ContinuationAuthorityError):
+            self.wf.run(responses={"auto::0": "x", "auto::1": "y"}, continuation_token=token)
+
+    @rule(force=st.booleans())
+    def abandon(self, force: bool) -> None:
+        if force:
+            self.agent.abandon_continuation(force=True)
+        elif self.current is None:
+            with pytest.raises(ContinuationAuthorityError):
+                self.agent.abandon_continuation(None)
+            return
+        else:
+            self.agent.abandon_continuation(self.current)
+        self._issue(None)
+
+    @invariant()
+    def views_match_the_model(self) -> None:
+        assert not self.wf.is_running
+        assert self.wf.has_pending_continuation == (self.current is not None)
+        assert set(self.agent.pending_requests) == set(self.wf.pending_request_ids)
+        assert bool(self.wf.pending_request_ids) == (self.current is not None)
+
+
+TestAuthorityMachine = AuthorityMachine.TestCase
+TestAuthorityMachine.settings = settings(max_examples=25, stateful_step_count=12, deadline=None)
