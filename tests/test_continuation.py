@@ -470,3 +470,34 @@ class AuthorityMachine(RuleBasedStateMachine):
 
 TestAuthorityMachine = AuthorityMachine.TestCase
 TestAuthorityMachine.settings = settings(max_examples=25, stateful_step_count=12, deadline=None)
+
+
+async def test_secrets_are_compared_in_constant_time_even_when_nothing_is_pending(
+    paused: tuple[FunctionalWorkflow, dict[str, Any]],
+    review_definition: FunctionalWorkflowDefinition,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import hmac
+
+    wf, good = paused
+    compared: list[tuple[bytes, bytes]] = []
+    real_compare = hmac.compare_digest
+
+    def spy(a: bytes, b: bytes) -> bool:
+        compared.append((a, b))
+        return real_compare(a, b)
+
+    monkeypatch.setattr(hmac, "compare_digest", spy)
+    wrong = {**good, "token": secrets.token_urlsafe(32)}
+    with pytest.raises(ContinuationAuthorityError):
+        wf.run(responses={"auto::0": ANSWER}, continuation_token=wrong)
+    assert len(compared) == 1
+    assert compared[0][0] == wrong["token"].encode("ascii")
+    # With nothing pending the same comparison runs (against a decoy), so timing reveals nothing.
+    idle = review_definition.build()
+    with pytest.raises(ContinuationAuthorityError):
+        idle.run(responses={"auto::0": ANSWER}, continuation_token=good)
+    assert len(compared) == 2
+    assert len(compared[1][1]) == len(good["token"])
+    monkeypatch.undo()
+    await _resume_ok(wf, good)
