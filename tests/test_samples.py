@@ -117,9 +117,9 @@ def test_agent_hitl_reads_feedback_from_the_prompt() -> None:
 
 def test_benchmark_quick_prints_three_rows() -> None:
     out = assert_ok(run_script(BENCHMARKS / "bench_continuation.py", "--quick", timeout=120))
-    header = re.compile(r"^row\s+core us\s+ours us\s+ours/core$")
+    header = re.compile(r"^row\s+core us\s+ours us\s+ours/core\s+paired$")
     assert any(header.match(line) for line in out.splitlines()), out
     number = r"\d+(?:\.\d+)?"
     for row in ("pause+resume", "pause+resume+ckpt", "plain run"):
-        pattern = rf"^{re.escape(row)}\s+{number}\s+{number}\s+{number}$"
+        pattern = rf"^{re.escape(row)}\s+{number}\s+{number}\s+{number}\s+{number}$"
         assert any(re.match(pattern, line) for line in out.splitlines()), f"row {row!r} missing:\n{out}"
