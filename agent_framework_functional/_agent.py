@@ -25,6 +25,7 @@ from pydantic_core import to_jsonable_python
 
 from ._chat import (
     InputMapper,
+    InputMode,
     answer_contents,
     chat_messages,
     check_authority,
@@ -178,7 +179,9 @@ class FunctionalWorkflowAgent(BaseAgent):
         input_mapper: InputMapper | None = None,
     ) -> None:
         if input_mapper is not None and not callable(input_mapper):
-            raise TypeError("'input_mapper' must be a callable that takes list[Message] and returns the workflow input.")
+            raise TypeError(
+                "'input_mapper' must be a callable that takes list[Message] and returns the workflow input."
+            )
         resolved_name = name or workflow.name
         super().__init__(
             id=id or f"FunctionalWorkflowAgent_{resolved_name}",
@@ -190,7 +193,7 @@ class FunctionalWorkflowAgent(BaseAgent):
         )
         self._workflow = workflow
         self._input_mapper: InputMapper | None = input_mapper
-        self._input_mode = input_mode_for(workflow.definition.func)
+        self._input_mode: InputMode = input_mode_for(workflow.definition.func)
         # Core replays from the top and forgets answers to earlier request_info calls, so a
         # chat-native resume (which carries only the new answers, as orchestrations send them)
         # adds the answers given so far in this run. Valid only with the token they paused with.
@@ -356,7 +359,9 @@ class FunctionalWorkflowAgent(BaseAgent):
             return ResponseStream(self._run_updates(plan, response_id), finalizer=AgentResponse.from_updates)
         return self._respond(plan, response_id)
 
-    def run_stream(self, messages: Any | None = None, **kwargs: Any) -> ResponseStream[AgentResponseUpdate, AgentResponse]:
+    def run_stream(
+        self, messages: Any | None = None, **kwargs: Any
+    ) -> ResponseStream[AgentResponseUpdate, AgentResponse]:
         """Alias of ``run(messages, stream=True, **kwargs)``.
 
         Args:

@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Union
 
 from agent_framework import AgentSession, Content, Message, RunContext, WorkflowEvent, normalize_messages
+
 from ._continuation import verify_token
 from ._core_compat import accepts, coerce_to
 from ._errors import ContinuationAuthorityError
@@ -51,7 +52,7 @@ def is_chat_input(value: Any) -> bool:
     if isinstance(value, (str, Message, Content)):
         return True
     if isinstance(value, (list, tuple)):
-        items: Sequence[Any] = value  # pyright: ignore[reportUnknownVariableType]
+        items = typing.cast(Sequence[Any], value)
         return all(isinstance(item, (str, Message, Content)) for item in items)
     return False
 

@@ -71,7 +71,10 @@ def sse_response(chunks: list[str], *, response_id: str = "resp_1") -> httpx.Res
     text = "".join(chunks)
     events: list[dict[str, Any]] = [
         {"type": "response.created", "response": response_object("", response_id=response_id, status="in_progress")},
-        {"type": "response.in_progress", "response": response_object("", response_id=response_id, status="in_progress")},
+        {
+            "type": "response.in_progress",
+            "response": response_object("", response_id=response_id, status="in_progress"),
+        },
         {
             "type": "response.output_item.added",
             "output_index": 0,

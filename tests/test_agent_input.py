@@ -35,7 +35,7 @@ async def sequence_workflow(conversation: Sequence[Message]) -> str:
 
 
 @workflow(name="raw")
-async def raw_workflow(value) -> str:  # type: ignore[no-untyped-def]  # noqa: ANN001
+async def raw_workflow(value) -> str:  # type: ignore[no-untyped-def]
     return f"{type(value).__name__}:{value if isinstance(value, (str, dict)) else len(value)}"
 
 

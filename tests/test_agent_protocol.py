@@ -19,8 +19,14 @@ from agent_framework import (
     WorkflowAgent,
 )
 
-from agent_framework_functional import FunctionalWorkflowAgent, RunContext, get_run_context, step, workflow
-from agent_framework_functional import _core_compat
+from agent_framework_functional import (
+    FunctionalWorkflowAgent,
+    RunContext,
+    _core_compat,
+    get_run_context,
+    step,
+    workflow,
+)
 
 
 @workflow(name="echo")
@@ -56,13 +62,17 @@ class Recorder(ContextProvider):
         self.responses: list[str | None] = []
         self.options: list[dict[str, Any]] = []
 
-    async def before_run(self, *, agent: Any, session: AgentSession, context: SessionContext, state: dict[str, Any]) -> None:
+    async def before_run(
+        self, *, agent: Any, session: AgentSession, context: SessionContext, state: dict[str, Any]
+    ) -> None:
         self.calls.append("before")
         self.options.append(dict(context.options))
         state["runs"] = state.get("runs", 0) + 1
         context.extend_messages(self, [Message("system", ["from recorder"])])
 
-    async def after_run(self, *, agent: Any, session: AgentSession, context: SessionContext, state: dict[str, Any]) -> None:
+    async def after_run(
+        self, *, agent: Any, session: AgentSession, context: SessionContext, state: dict[str, Any]
+    ) -> None:
         self.calls.append("after")
         self.inputs.append([message.text for message in context.input_messages])
         self.responses.append(context.response.text if context.response is not None else None)
@@ -181,9 +191,7 @@ async def test_tools_and_invocation_kwargs_are_forwarded_to_the_workflow_run() -
     agent = kwargs_workflow.build().as_agent()
 
     plain = await agent.run("x")
-    forwarded = await agent.run(
-        "x", tools=[], function_invocation_kwargs={"a": 1}, client_kwargs={"b": 2}, custom="c"
-    )
+    forwarded = await agent.run("x", tools=[], function_invocation_kwargs={"a": 1}, client_kwargs={"b": 2}, custom="c")
 
     assert plain.text == ""
     assert forwarded.text == "client_kwargs,custom,function_invocation_kwargs,tools"

@@ -103,7 +103,12 @@ async def test_token_lookup_order_argument_then_options_then_session() -> None:
 
     # A wrong argument wins over good options and a good session: first match decides.
     with pytest.raises(ContinuationAuthorityError):
-        agent.run(yes(paused), session=session, continuation_token=wrong, options={"continuation_token": paused.continuation_token})
+        agent.run(
+            yes(paused),
+            session=session,
+            continuation_token=wrong,
+            options={"continuation_token": paused.continuation_token},
+        )
     # Wrong options win over a good session.
     with pytest.raises(ContinuationAuthorityError):
         agent.run(yes(paused), session=session, options={"continuation_token": wrong})
@@ -148,9 +153,7 @@ async def test_a_rejected_call_changes_neither_session_nor_workflow() -> None:
     for call in (
         lambda: agent.run("new text", session=session),
         lambda: agent.run(Message("tool", []), session=session, continuation_token={"kind": "x"}),
-        lambda: agent.run(
-            Message("user", ["extra text", yes(paused).contents[0]]), session=session, stream=True
-        ),
+        lambda: agent.run(Message("user", ["extra text", yes(paused).contents[0]]), session=session, stream=True),
     ):
         with pytest.raises((ValueError, RuntimeError)):
             call()

@@ -113,7 +113,9 @@ async def test_approval_cannot_answer_a_str_request_and_the_continuation_stays()
         (Rating, '{"stars": 5, "comment": "great"}', "answer=Rating(stars=5, comment='great') type=Rating"),
     ],
 )
-async def test_function_result_is_converted_to_the_response_type(response_type: Any, result: Any, expected: str) -> None:
+async def test_function_result_is_converted_to_the_response_type(
+    response_type: Any, result: Any, expected: str
+) -> None:
     agent, paused = await paused_agent(response_type)
 
     done = await agent.run(function_result("auto::0", result), continuation_token=paused.continuation_token)

@@ -14,7 +14,14 @@ from collections.abc import AsyncIterator
 import pytest
 import respx
 from agent_framework import Agent, Message
-from openai_wire import RESPONSES_URL, chat_client, is_streaming_request, json_response, request_input_text, sse_response
+from openai_wire import (
+    RESPONSES_URL,
+    chat_client,
+    is_streaming_request,
+    json_response,
+    request_input_text,
+    sse_response,
+)
 
 from agent_framework_functional import RunContext, step, workflow
 
@@ -27,9 +34,11 @@ def openai_route() -> AsyncIterator[respx.Route]:
     with respx.mock(assert_all_called=True) as mock:
         writer_agent = Agent(client=chat_client(), name="writer", instructions="Write one sentence.")
         yield mock.post(RESPONSES_URL).mock(
-            side_effect=lambda request: sse_response(["Green tea ", "is calm."])
-            if is_streaming_request(request)
-            else json_response("Green tea is calm.")
+            side_effect=lambda request: (
+                sse_response(["Green tea ", "is calm."])
+                if is_streaming_request(request)
+                else json_response("Green tea is calm.")
+            )
         )
     writer_agent = None
 
@@ -98,7 +107,9 @@ async def test_streaming_sse_model_call_runs_once_across_pause_and_resume(openai
     request = paused.user_input_requests[0]
     assert request.function_call.parse_arguments()["data"] == {"draft": "Green tea is calm."}
 
-    resumed = agent.run(Message("user", [request.to_function_approval_response(approved=True)]), session=session, stream=True)
+    resumed = agent.run(
+        Message("user", [request.to_function_approval_response(approved=True)]), session=session, stream=True
+    )
     updates = [update async for update in resumed]
 
     assert "".join(update.text for update in updates) == "Green tea is calm."

@@ -35,9 +35,11 @@ def _reset() -> None:
 def openai_route() -> AsyncIterator[respx.Route]:
     with respx.mock(assert_all_called=True) as mock:
         yield mock.post(RESPONSES_URL).mock(
-            side_effect=lambda request: sse_response(["Tea is ", "a drink."])
-            if is_streaming_request(request)
-            else json_response("Tea is a drink.")
+            side_effect=lambda request: (
+                sse_response(["Tea is ", "a drink."])
+                if is_streaming_request(request)
+                else json_response("Tea is a drink.")
+            )
         )
 
 
