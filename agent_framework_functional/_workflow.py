@@ -25,6 +25,7 @@ from agent_framework import (
 )
 from agent_framework import FunctionalWorkflow as _CoreFunctionalWorkflow
 from agent_framework import FunctionalWorkflowDefinition as _CoreFunctionalWorkflowDefinition
+from agent_framework.observability import OBSERVABILITY_SETTINGS
 
 from ._continuation import (
     Continuation,
@@ -374,6 +375,9 @@ class FunctionalWorkflow:
         response_stream: ResponseStream[WorkflowEvent[Any], FunctionalWorkflowRunResult] = ResponseStream(
             self._drive(run, core_kwargs),
             finalizer=functools.partial(_finalize_events, run=run, include_status_events=include_status_events),
+            # close() (also `async with`) of a stream that never started iterating does not run
+            # _drive's cleanup, and the closed stream may stay referenced: release the run here too.
+            cleanup_hooks=[functools.partial(self._release_dropped_run, run)],
         )
         finalizer = weakref.finalize(response_stream, self._release_dropped_run, run)
         finalizer.atexit = False
@@ -499,7 +503,11 @@ class FunctionalWorkflow:
         run.claimed = None
 
     def _release_dropped_run(self, run: _ActiveRun) -> None:
-        """Weak finalizer of a run's stream: free the instance if that stream died unfinished."""
+        """Free the instance if a run's stream was closed or garbage-collected unfinished.
+
+        Runs as the stream's cleanup hook (``close()``, ``async with``, end of consumption) and as
+        its weak finalizer; a no-op once ``_end_run`` settled the run.
+        """
         if self._active is not run:
             return
         if run.claimed is not None:
@@ -555,8 +563,11 @@ class FunctionalWorkflow:
             except Exception as exc:
                 if not saw_failed:
                     # Core raises from its pause handler when saving the pause checkpoint fails,
-                    # without a failed event: give the caller the normal failure surface.
-                    details = WorkflowErrorDetails.from_exception(exc)
+                    # without a failed event: give the caller the normal failure surface. Redact as
+                    # core's own failed event does: message and traceback only with sensitive data on.
+                    details = WorkflowErrorDetails.from_exception(
+                        exc, include_sensitive_data=OBSERVABILITY_SETTINGS.SENSITIVE_DATA_ENABLED
+                    )
                     yield WorkflowEvent("failed", details=details, origin=WorkflowEventSource.FRAMEWORK)
                     yield WorkflowEvent(
                         "status", state=WorkflowRunState.FAILED, origin=WorkflowEventSource.FRAMEWORK

@@ -1,0 +1,256 @@
+"""Item 7: checkpoint restore is a separate, token-free path; a failed pause save issues no token."""
+
+from __future__ import annotations
+
+import collections
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agent_framework import CheckpointStorage, FileCheckpointStorage, InMemoryCheckpointStorage, WorkflowRunState
+
+from agent_framework_functional import (
+    ContinuationAuthorityError,
+    FunctionalWorkflow,
+    FunctionalWorkflowDefinition,
+)
+
+
+@pytest.fixture(params=["memory", "file"])
+def storage(request: pytest.FixtureRequest, tmp_path: Path) -> CheckpointStorage:
+    if request.param == "memory":
+        return InMemoryCheckpointStorage()
+    return FileCheckpointStorage(tmp_path / "checkpoints")
+
+
+def _build(definition: FunctionalWorkflowDefinition, storage: CheckpointStorage, where: str) -> FunctionalWorkflow:
+    return definition.build(checkpoint_storage=storage) if where == "default" else definition.build()
+
+
+def _run_kwargs(storage: CheckpointStorage, where: str) -> dict[str, Any]:
+    return {} if where == "default" else {"checkpoint_storage": storage}
+
+
+@pytest.mark.parametrize("where", ["default", "per-run"])
+async def test_restore_with_responses_needs_no_token(
+    review_definition: FunctionalWorkflowDefinition,
+    storage: CheckpointStorage,
+    where: str,
+    pause_checkpoint_id: Any,
+    calls: collections.Counter[str],
+) -> None:
+    original = _build(review_definition, storage, where)
+    paused = await original.run("tea", **_run_kwargs(storage, where))
+    assert paused.continuation_token is not None
+    checkpoint_id = await pause_checkpoint_id(storage, original.name)
+
+    # Another instance (a new process, say) restores the pause from storage alone.
+    restorer = _build(review_definition, storage, where)
+    done = await restorer.run(checkpoint_id=checkpoint_id, responses={"auto::0": "ok"}, **_run_kwargs(storage, where))
+    assert done.get_outputs() == ["published: draft about tea (ok)"]
+    assert done.continuation_token is None
+    assert calls["draft"] == 1, "the restored step cache must be used"
+    assert not restorer.has_pending_continuation
+    assert not restorer.is_running
+    # The original instance still holds its own in-memory continuation.
+    assert original.has_pending_continuation
+
+
+@pytest.mark.parametrize("where", ["default", "per-run"])
+async def test_restore_without_responses_pauses_again_with_fresh_token(
+    review_definition: FunctionalWorkflowDefinition,
+    storage: CheckpointStorage,
+    where: str,
+    pause_checkpoint_id: Any,
+    calls: collections.Counter[str],
+) -> None:
+    original = _build(review_definition, storage, where)
+    first_token = (await original.run("tea", **_run_kwargs(storage, where))).continuation_token
+    assert first_token is not None
+    checkpoint_id = await pause_checkpoint_id(storage, original.name)
+
+    restorer = _build(review_definition, storage, where)
+    again = await restorer.run(checkpoint_id=checkpoint_id, **_run_kwargs(storage, where))
+    token = again.continuation_token
+    assert token is not None
+    assert token["token"] != first_token["token"]
+    assert again.get_final_state() == WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
+    assert restorer.pending_request_ids == frozenset({"auto::0"})
+    # The original token belongs to the original instance only.
+    with pytest.raises(ContinuationAuthorityError):
+        restorer.run(responses={"auto::0": "ok"}, continuation_token=first_token)
+
+    done = await restorer.run(responses={"auto::0": "ok"}, continuation_token=token)
+    assert done.get_outputs() == ["published: draft about tea (ok)"]
+    assert calls["draft"] == 1
+    assert not restorer.has_pending_continuation
+
+
+async def test_restored_multi_round_run_pauses_again_and_resumes_in_memory(
+    two_rounds_definition: FunctionalWorkflowDefinition,
+    storage: CheckpointStorage,
+    pause_checkpoint_id: Any,
+) -> None:
+    original = two_rounds_definition.build(checkpoint_storage=storage)
+    await original.run("tea")
+    checkpoint_id = await pause_checkpoint_id(storage, original.name)
+
+    restorer = two_rounds_definition.build(checkpoint_storage=storage)
+    second = await restorer.run(checkpoint_id=checkpoint_id, responses={"auto::0": "A"})
+    token = second.continuation_token
+    assert token is not None
+    assert restorer.pending_request_ids == frozenset({"auto::1"})
+    done = await restorer.run(responses={"auto::0": "A", "auto::1": "B"}, continuation_token=token)
+    assert done.get_outputs() == ["draft about tea [A] [B]"]
+    assert done.continuation_token is None
+
+
+async def test_restore_on_the_same_instance_after_abandon(
+    review_definition: FunctionalWorkflowDefinition, storage: CheckpointStorage, pause_checkpoint_id: Any
+) -> None:
+    wf = review_definition.build(checkpoint_storage=storage)
+    token = (await wf.run("tea")).continuation_token
+    checkpoint_id = await pause_checkpoint_id(storage, wf.name)
+    wf.abandon_continuation(token)
+    done = await wf.run(checkpoint_id=checkpoint_id, responses={"auto::0": "later"})
+    assert done.get_outputs() == ["published: draft about tea (later)"]
+    assert not wf.has_pending_continuation
+
+
+async def test_restore_rejects_a_continuation_token(
+    review_definition: FunctionalWorkflowDefinition, pause_checkpoint_id: Any
+) -> None:
+    storage = InMemoryCheckpointStorage()
+    wf = review_definition.build(checkpoint_storage=storage)
+    token = (await wf.run("tea")).continuation_token
+    checkpoint_id = await pause_checkpoint_id(storage, wf.name)
+    restorer = review_definition.build(checkpoint_storage=storage)
+    with pytest.raises(ValueError) as info:
+        restorer.run(checkpoint_id=checkpoint_id, responses={"auto::0": "x"}, continuation_token=token)
+    assert not isinstance(info.value, ContinuationAuthorityError)
+    assert not restorer.is_running
+    assert (await restorer.run(checkpoint_id=checkpoint_id, responses={"auto::0": "x"})).continuation_token is None
+
+
+async def test_restore_of_unknown_checkpoint_fails_and_releases(
+    review_definition: FunctionalWorkflowDefinition,
+) -> None:
+    wf = review_definition.build(checkpoint_storage=InMemoryCheckpointStorage())
+    with pytest.raises(Exception):  # core's storage error for an unknown id  # noqa: B017
+        await wf.run(checkpoint_id="does-not-exist")
+    assert not wf.is_running
+    assert not wf.has_pending_continuation
+    assert (await wf.run("tea")).continuation_token is not None
+
+
+# ---------------------------------------------------------------------------- failed pause save
+
+
+@pytest.mark.parametrize("where", ["default", "per-run"])
+async def test_failed_pause_save_raises_issues_no_token_and_releases(
+    review_definition: FunctionalWorkflowDefinition,
+    failing_pause_storage: Any,
+    where: str,
+    calls: collections.Counter[str],
+) -> None:
+    wf = _build(review_definition, failing_pause_storage, where)
+    with pytest.raises(OSError, match="disk full"):
+        await wf.run("tea", **_run_kwargs(failing_pause_storage, where))
+    assert failing_pause_storage.failed_saves == 1
+    assert not wf.is_running
+    assert not wf.has_pending_continuation
+    assert wf.pending_request_ids == frozenset()
+    with pytest.raises(ContinuationAuthorityError):
+        wf.run(responses={"auto::0": "ok"}, continuation_token=None)
+
+    failing_pause_storage.fail = False
+    fresh = await wf.run("tea", **_run_kwargs(failing_pause_storage, where))
+    assert fresh.continuation_token is not None
+    done = await wf.run(responses={"auto::0": "ok"}, continuation_token=fresh.continuation_token)
+    assert done.get_outputs() == ["published: draft about tea (ok)"]
+
+
+async def test_failed_pause_save_streams_failed_and_failed_status_before_the_exception(
+    review_definition: FunctionalWorkflowDefinition, failing_pause_storage: Any
+) -> None:
+    wf = review_definition.build(checkpoint_storage=failing_pause_storage)
+    stream = wf.run("tea", stream=True)
+    events = []
+    with pytest.raises(OSError, match="disk full"):
+        async for event in stream:
+            events.append(event)
+    types = [e.type for e in events]
+    assert "failed" in types
+    failed = next(e for e in events if e.type == "failed")
+    assert failed.details is not None
+    assert failed.details.error_type == "OSError"
+    statuses = [e.state for e in events if e.type == "status"]
+    assert statuses[-1] == WorkflowRunState.FAILED
+    assert WorkflowRunState.IDLE_WITH_PENDING_REQUESTS not in statuses
+    assert types.index("failed") < len(types) - 1  # the FAILED status follows the failed event
+    assert not wf.has_pending_continuation
+    assert not wf.is_running
+    failing_pause_storage.fail = False
+    assert (await wf.run("tea")).continuation_token is not None
+
+
+async def test_failed_save_on_a_resume_that_pauses_again(
+    two_rounds_definition: FunctionalWorkflowDefinition, failing_pause_storage: Any
+) -> None:
+    failing_pause_storage.fail = False
+    wf = two_rounds_definition.build(checkpoint_storage=failing_pause_storage)
+    token = (await wf.run("tea")).continuation_token
+    failing_pause_storage.fail = True
+    with pytest.raises(OSError):
+        await wf.run(responses={"auto::0": "A"}, continuation_token=token)
+    assert not wf.has_pending_continuation
+    assert not wf.is_running
+    with pytest.raises(ContinuationAuthorityError):
+        wf.run(responses={"auto::0": "A"}, continuation_token=token)
+    failing_pause_storage.fail = False
+    assert (await wf.run("tea")).continuation_token is not None
+
+
+async def _failed_event(wf: FunctionalWorkflow, **run_kwargs: Any) -> Any:
+    events = []
+    with pytest.raises(Exception):  # noqa: B017 - the type depends on the failure under test
+        async for event in wf.run(stream=True, **run_kwargs):
+            events.append(event)
+    (failed,) = [e for e in events if e.type == "failed"]
+    return failed.details
+
+
+@pytest.mark.parametrize("sensitive", [False, True], ids=["default", "sensitive-data-enabled"])
+async def test_failed_pause_save_event_redacts_like_core(
+    review_definition: FunctionalWorkflowDefinition,
+    failing_pause_storage: Any,
+    hooks: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
+    sensitive: bool,
+) -> None:
+    from agent_framework.observability import OBSERVABILITY_SETTINGS
+
+    monkeypatch.setattr(type(OBSERVABILITY_SETTINGS), "SENSITIVE_DATA_ENABLED", property(lambda self: sensitive))
+    ours = await _failed_event(review_definition.build(checkpoint_storage=failing_pause_storage), message="tea")
+
+    # Core's own failure surface for comparison: resumed user code that raises.
+    async def explode(feedback: str) -> None:
+        raise RuntimeError("connection string user:pw@db")
+
+    plain = review_definition.build()
+    token = (await plain.run("tea")).continuation_token
+    hooks["after_feedback"] = explode
+    core = await _failed_event(plain, responses={"auto::0": "x"}, continuation_token=token)
+
+    assert ours.error_type == "OSError"
+    assert core.error_type == "RuntimeError"
+    if sensitive:
+        assert ours.message == "disk full while saving the pause checkpoint"
+        assert core.message == "connection string user:pw@db"
+        assert ours.traceback is not None and core.traceback is not None
+    else:
+        # Without sensitive data enabled, core reports only the type: no message, no traceback.
+        assert core.message == "RuntimeError"
+        assert core.traceback is None
+        assert ours.message == "OSError"
+        assert ours.traceback is None

@@ -1,0 +1,83 @@
+"""The error hierarchy: builtin compatibility, fixed and helpful messages, pickling."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+
+import pytest
+
+from agent_framework_functional import (
+    ContinuationAuthorityError,
+    FunctionalWorkflowError,
+    PendingContinuationError,
+    WorkflowRunningError,
+)
+
+ERRORS = [ContinuationAuthorityError, PendingContinuationError, WorkflowRunningError]
+
+
+@pytest.mark.parametrize("error_type", ERRORS)
+def test_default_instances_pickle_round_trip(error_type: type[FunctionalWorkflowError]) -> None:
+    error = error_type()
+    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+        clone = pickle.loads(pickle.dumps(error, protocol=protocol))
+        assert type(clone) is error_type
+        assert str(clone) == str(error)
+        assert clone.args == error.args
+
+
+@pytest.mark.parametrize("error_type", [PendingContinuationError, WorkflowRunningError])
+def test_custom_messages_pickle_round_trip(error_type: type[FunctionalWorkflowError]) -> None:
+    error = error_type("custom: wait and retry")
+    clone = pickle.loads(pickle.dumps(error))
+    assert type(clone) is error_type
+    assert str(clone) == "custom: wait and retry"
+    assert str(copy.copy(error)) == "custom: wait and retry"
+
+
+def test_authority_error_message_is_fixed_whatever_is_passed() -> None:
+    fixed = str(ContinuationAuthorityError())
+    leaked = ContinuationAuthorityError("token=s3cret request=auto::0")
+    assert str(leaked) == fixed
+    assert "s3cret" not in repr(leaked)
+    clone = pickle.loads(pickle.dumps(leaked))
+    assert type(clone) is ContinuationAuthorityError
+    assert str(clone) == fixed
+
+
+def test_raised_errors_pickle_with_traceback_context() -> None:
+    try:
+        raise ContinuationAuthorityError()
+    except ContinuationAuthorityError as exc:
+        clone = pickle.loads(pickle.dumps(exc))
+    assert type(clone) is ContinuationAuthorityError
+    assert isinstance(clone, ValueError)
+
+
+@pytest.mark.parametrize(
+    ("error_type", "builtin"),
+    [
+        (ContinuationAuthorityError, ValueError),
+        (PendingContinuationError, RuntimeError),
+        (WorkflowRunningError, RuntimeError),
+    ],
+)
+def test_errors_are_caught_by_the_builtin_and_the_base(
+    error_type: type[FunctionalWorkflowError], builtin: type[Exception]
+) -> None:
+    with pytest.raises(builtin):
+        raise error_type()
+    with pytest.raises(FunctionalWorkflowError):
+        raise error_type()
+    assert issubclass(FunctionalWorkflowError, Exception)
+    assert not issubclass(FunctionalWorkflowError, (ValueError, RuntimeError))
+
+
+def test_messages_say_what_to_do_next() -> None:
+    assert "abandon_continuation" in str(PendingContinuationError())
+    assert "continuation_token" in str(PendingContinuationError())
+    assert "already running" in str(WorkflowRunningError())
+    authority = str(ContinuationAuthorityError())
+    assert "checkpoint_id" in authority
+    assert "new run" in authority

@@ -1,0 +1,125 @@
+"""The samples and the benchmark run end to end as scripts, the way a user runs them.
+
+Each runs in a subprocess with ``sys.executable`` and without ``OPENAI_API_KEY``, so the
+deterministic writer is used and no network is touched.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ROOT / "samples"
+BENCHMARKS = ROOT / "benchmarks"
+FEEDBACK = "Mention the water temperature."
+
+
+def run_script(
+    path: Path, *args: str, stdin: str | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    env = {key: value for key, value in os.environ.items() if key != "OPENAI_API_KEY"}
+    return subprocess.run(
+        [sys.executable, str(path), *args],
+        input=stdin if stdin is not None else "",
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env=env,
+        check=False,
+    )
+
+
+def assert_ok(proc: subprocess.CompletedProcess[str]) -> str:
+    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    return proc.stdout
+
+
+def final_text(stdout: str) -> str:
+    lines = [line for line in stdout.splitlines() if line.startswith("Final text: ")]
+    assert len(lines) == 1, stdout
+    return lines[0].removeprefix("Final text: ")
+
+
+def test_hitl_review_with_feedback_flag() -> None:
+    out = assert_ok(run_script(SAMPLES / "hitl_review.py", "--feedback", FEEDBACK))
+    assert "Writer: deterministic (no OPENAI_API_KEY)" in out
+    assert "Paused: state=IDLE_WITH_PENDING_REQUESTS, request_id=auto::0" in out
+    assert "Token keys: ['kind', 'token', 'version']" in out
+    assert "Token kind='functional_workflow' version='1'" in out
+    assert "Token JSON round trip equal: True" in out
+    assert "Resumed: state=IDLE, continuation_token=None" in out
+    assert FEEDBACK in final_text(out)
+    assert "Replayed token rejected: ContinuationAuthorityError" in out
+    # The draft step ran once: the resume replayed its cached result.
+    assert out.count("[step] write_draft(") == 1
+    assert out.count("[step] revise(") == 1
+
+
+def test_hitl_review_prints_only_a_prefix_of_the_secret() -> None:
+    out = assert_ok(run_script(SAMPLES / "hitl_review.py", "--feedback", FEEDBACK))
+    match = re.search(r"secret=(\S+)\.\.\. \(truncated\)", out)
+    assert match is not None, out
+    prefix = match.group(1)
+    assert len(prefix) == 6
+    # No url-safe run as long as a 256-bit secret (43 characters) appears anywhere in the output.
+    assert re.search(r"[A-Za-z0-9_-]{40,}", out) is None, out
+
+
+def test_hitl_review_reads_feedback_from_the_prompt() -> None:
+    out = assert_ok(run_script(SAMPLES / "hitl_review.py", "--topic", "oolong", stdin="Add a brewing time.\n"))
+    assert "Your feedback: " in out
+    assert "Draft for review:" in out
+    assert "Oolong" in out
+    assert "Add a brewing time." in final_text(out)
+    assert "Replayed token rejected: ContinuationAuthorityError" in out
+
+
+@pytest.mark.parametrize("script", ["hitl_review.py", "agent_hitl.py"])
+def test_sample_without_feedback_abandons_and_fails(script: str) -> None:
+    proc = run_script(SAMPLES / script, stdin="")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "No feedback given" in proc.stderr
+    assert "Final text:" not in proc.stdout
+
+
+def test_agent_hitl_streams_and_resumes() -> None:
+    out = assert_ok(run_script(SAMPLES / "agent_hitl.py", "--feedback", FEEDBACK))
+    update_lines = [line for line in out.splitlines() if line.startswith("update ")]
+    assert update_lines == [
+        "update 1: approval request id=auto::0",
+        "update 2: continuation_token(kind='functional_workflow')",
+    ]
+    assert "Token on the last update: True" in out
+    assert "Token from AgentResponse.from_updates: True" in out
+    assert "Approval request: id=auto::0" in out
+    assert "Pending requests on the agent: ['auto::0']" in out
+    resume_lines = [line for line in out.splitlines() if line.startswith("resume update: ")]
+    assert len(resume_lines) == 1 and FEEDBACK in resume_lines[0]
+    assert "Resumed: continuation_token=None, pending=[]" in out
+    assert FEEDBACK in final_text(out)
+    assert "Replayed token rejected: ContinuationAuthorityError" in out
+    assert out.count("[step] write_draft(") == 1
+
+
+def test_agent_hitl_reads_feedback_from_the_prompt() -> None:
+    out = assert_ok(run_script(SAMPLES / "agent_hitl.py", stdin="Shorter, please.\n"))
+    assert "Your feedback: " in out
+    assert "Shorter, please." in final_text(out)
+    assert "Replayed token rejected: ContinuationAuthorityError" in out
+
+
+def test_benchmark_quick_prints_three_rows() -> None:
+    out = assert_ok(run_script(BENCHMARKS / "bench_continuation.py", "--quick", timeout=120))
+    header = re.compile(r"^row\s+core us\s+ours us\s+ours/core$")
+    assert any(header.match(line) for line in out.splitlines()), out
+    number = r"\d+(?:\.\d+)?"
+    for row in ("pause+resume", "pause+resume+ckpt", "plain run"):
+        pattern = rf"^{re.escape(row)}\s+{number}\s+{number}\s+{number}$"
+        assert any(re.match(pattern, line) for line in out.splitlines()), f"row {row!r} missing:\n{out}"
