@@ -73,8 +73,8 @@ class _RunPlan:
     run_kwargs: dict[str, Any] = field(default_factory=dict[str, Any])
     # Every answer this run gives the workflow, remembered if it pauses again (see _answers_so_far).
     answers: dict[str, Any] = field(default_factory=dict[str, Any])
-    # Resumes and restores start the workflow run at call time (so its checks raise there);
-    # fresh runs start after the context providers, whose messages may be part of the input.
+    # Started at call time (so the workflow's own checks raise there) unless the workflow input
+    # is the conversation, which needs the context providers' messages first.
     workflow_stream: ResponseStream[WorkflowEvent[Any], FunctionalWorkflowRunResult] | None = None
 
 
@@ -445,8 +445,9 @@ class FunctionalWorkflowAgent(BaseAgent):
                 **run_kwargs,
             )
             return plan
-        # Fresh run: it starts after the context providers ran (their messages may be its input),
-        # so apply the workflow's acceptance rules for new input here.
+        # Fresh run. Apply the workflow's acceptance rules for new input here: when the input does
+        # not depend on the context providers the workflow run starts right away (its own checks
+        # raise here too); otherwise it starts after the providers added their messages.
         if messages is None:
             raise ValueError(
                 "Nothing to run: pass messages (a new turn), messages that answer the pending requests, "
@@ -464,6 +465,11 @@ class FunctionalWorkflowAgent(BaseAgent):
         if self._input_mapper is not None and not is_chat_input(messages):
             raise TypeError(
                 "This agent has an input_mapper, which maps chat input: pass str, Message, Content or a list of them."
+            )
+        if self._input_mapper is None and self._input_mode != "messages":
+            workflow_input = map_input(self._input_mode, messages, input_messages, input_messages, None)
+            plan.workflow_stream = self._workflow.run(
+                workflow_input, stream=True, checkpoint_storage=checkpoint_storage, **run_kwargs
             )
         return plan
 

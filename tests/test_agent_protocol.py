@@ -22,6 +22,7 @@ from agent_framework import (
 from agent_framework_functional import (
     FunctionalWorkflowAgent,
     RunContext,
+    WorkflowRunningError,
     _core_compat,
     get_run_context,
     step,
@@ -224,3 +225,16 @@ async def test_explicit_responses_still_resume_with_the_token() -> None:
     done = await agent.run(responses={"auto::0": True}, continuation_token=paused.continuation_token)
 
     assert done.text == "x: yes"
+
+
+async def test_a_second_run_while_one_is_in_progress_is_rejected_at_the_call() -> None:
+    agent = gate.build().as_agent()
+    first = agent.run("x", stream=True)
+
+    with pytest.raises(WorkflowRunningError):
+        agent.run("y")
+    with pytest.raises(WorkflowRunningError):
+        agent.run("y", stream=True)
+
+    paused = await first.get_final_response()
+    assert paused.continuation_token is not None
