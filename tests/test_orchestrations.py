@@ -17,7 +17,15 @@ from typing import Any
 
 import pytest
 import respx
-from agent_framework import Agent, AgentResponse, AgentResponseUpdate, Content, Message, WorkflowEvent
+from agent_framework import (
+    Agent,
+    AgentResponse,
+    AgentResponseUpdate,
+    Content,
+    FileCheckpointStorage,
+    Message,
+    WorkflowEvent,
+)
 from agent_framework.orchestrations import ConcurrentBuilder, GroupChatBuilder, HandoffBuilder, SequentialBuilder
 from openai_wire import RESPONSES_URL, chat_client, is_streaming_request, json_response, sse_response
 
@@ -188,6 +196,25 @@ async def test_group_chat_with_ours_as_a_participant(openai_route: respx.Route, 
         ("writer", "Tea is a drink."),
         ("approver", "published: Tea is a drink."),
     ]
+    assert published == ["Tea is a drink."]
+    assert openai_route.call_count == 1
+
+
+async def test_sequential_restored_from_a_file_checkpoint_resumes_our_participant(
+    openai_route: respx.Route, tmp_path: Any
+) -> None:
+    """The executor checkpoints its session with our token in it (JSON); a new outer instance resumes."""
+    storage = FileCheckpointStorage(str(tmp_path))
+    plain, ours = writer(), approver()
+    outer = SequentialBuilder(participants=[plain, ours], checkpoint_storage=storage).build()
+    paused = await run_outer(outer, False, message="Write about tea.")
+    latest = await storage.get_latest(workflow_name=outer.name)
+    assert latest is not None
+
+    restored = SequentialBuilder(participants=[plain, ours], checkpoint_storage=storage).build()
+    done = await run_outer(restored, False, checkpoint_id=latest.checkpoint_id, responses=approval_answers(paused))
+
+    assert output_text(done) == "published: Tea is a drink."
     assert published == ["Tea is a drink."]
     assert openai_route.call_count == 1
 
