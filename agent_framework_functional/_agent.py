@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+import weakref
 from collections.abc import AsyncIterable, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, overload
@@ -76,6 +77,24 @@ class _RunPlan:
     # Started at call time (so the workflow's own checks raise there) unless the workflow input
     # is the conversation, which needs the context providers' messages first.
     workflow_stream: ResponseStream[WorkflowEvent[Any], FunctionalWorkflowRunResult] | None = None
+
+
+def _drop_workflow_stream(plan: _RunPlan) -> None:
+    """Weak finalizer of an agent stream: let go of the workflow stream it was driving."""
+    plan.workflow_stream = None
+
+
+async def _next_event(plan: _RunPlan) -> WorkflowEvent[Any]:
+    """The next workflow event; returns before the caller yields, so it keeps no reference."""
+    assert plan.workflow_stream is not None
+    return await plan.workflow_stream.__anext__()
+
+
+async def _final_token(plan: _RunPlan) -> Mapping[str, Any] | None:
+    """The finished workflow run's continuation token (None unless it paused)."""
+    assert plan.workflow_stream is not None
+    run_result: FunctionalWorkflowRunResult = await plan.workflow_stream.get_final_response()
+    return run_result.continuation_token
 
 
 class FunctionalWorkflowAgent(BaseAgent):
@@ -356,7 +375,14 @@ class FunctionalWorkflowAgent(BaseAgent):
         )
         response_id = uuid.uuid4().hex
         if stream:
-            return ResponseStream(self._run_updates(plan, response_id), finalizer=AgentResponse.from_updates)
+            agent_stream: ResponseStream[AgentResponseUpdate, AgentResponse] = ResponseStream(
+                self._run_updates(plan, response_id), finalizer=AgentResponse.from_updates
+            )
+            # Only the agent stream keeps the workflow stream alive: dropping it unfinished drops the
+            # workflow stream at once, whose weak finalizer frees the workflow instance (instead of
+            # waiting for the event loop to close the abandoned generator).
+            weakref.finalize(agent_stream, _drop_workflow_stream, plan).atexit = False
+            return agent_stream
         return self._respond(plan, response_id)
 
     def run_stream(
@@ -487,34 +513,38 @@ class FunctionalWorkflowAgent(BaseAgent):
 
         The token update comes last (nothing may follow it: core's ``from_updates`` keeps the last
         update's token), so the after-run providers see the full response before it is yielded.
+        The workflow stream lives only in ``plan`` (no local holds it across a ``yield``), so a
+        dropped agent stream releases the workflow run at once (see :meth:`run`).
         """
-        workflow_stream = plan.workflow_stream
-        plan.workflow_stream = None
         token: Mapping[str, Any] | None = None
         finished = False
         updates: list[AgentResponseUpdate] = []
         try:
             provider_session, context = await self._before_run(plan)
-            if workflow_stream is None:
+            if plan.workflow_stream is None:
                 conversation = context.get_messages(include_input=True)
                 workflow_input = map_input(
                     self._input_mode, plan.raw_input, plan.input_messages, conversation, self._input_mapper
                 )
-                workflow_stream = self._workflow.run(
+                plan.workflow_stream = self._workflow.run(
                     workflow_input, stream=True, checkpoint_storage=plan.checkpoint_storage, **plan.run_kwargs
                 )
-            async for event in workflow_stream:
+            while True:
+                try:
+                    event = await _next_event(plan)
+                except StopAsyncIteration:
+                    break
                 for update in self._event_to_updates(event, response_id):
                     updates.append(update)
                     yield update
-            run_result: FunctionalWorkflowRunResult = await workflow_stream.get_final_response()
-            token = run_result.continuation_token
+            token = await _final_token(plan)
             finished = True
         finally:
+            workflow_stream, plan.workflow_stream = plan.workflow_stream, None
             if workflow_stream is not None and not finished:
                 await workflow_stream.close()
             # Dropping the last reference lets an unstarted run hand its claim back right away.
-            workflow_stream = None
+            del workflow_stream
             self._settle_session(plan.session, token)
             if token is not None:
                 self._answers_so_far, self._answers_token = plan.answers, dict(token)

@@ -238,3 +238,15 @@ async def test_a_second_run_while_one_is_in_progress_is_rejected_at_the_call() -
 
     paused = await first.get_final_response()
     assert paused.continuation_token is not None
+
+
+async def test_breaking_out_of_an_agent_stream_frees_the_workflow_at_once() -> None:
+    agent = gate.build().as_agent()
+
+    async for update in agent.run("x", stream=True):
+        if update.user_input_requests:
+            break
+
+    assert not agent.workflow.is_running  # no wait for the event loop to close the generator
+    assert agent.pending_requests == {}  # the pause never completed: no token was issued
+    assert (await agent.run("y")).continuation_token is not None
