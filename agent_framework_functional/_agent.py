@@ -6,7 +6,7 @@ import uuid
 import weakref
 from collections.abc import AsyncIterable, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, overload
+from typing import Any, Literal, cast, overload
 
 from agent_framework import (
     AgentResponse,
@@ -43,6 +43,7 @@ from ._chat import (
 from ._chat import (
     answers_to_responses as _answers_to_responses,
 )
+from ._continuation import FunctionalWorkflowContinuationToken
 from ._core_compat import set_context_response
 from ._errors import PendingContinuationError, WorkflowRunningError
 from ._workflow import FunctionalWorkflow, FunctionalWorkflowRunResult
@@ -90,7 +91,7 @@ async def _next_event(plan: _RunPlan) -> WorkflowEvent[Any]:
     return await plan.workflow_stream.__anext__()
 
 
-async def _final_token(plan: _RunPlan) -> Mapping[str, Any] | None:
+async def _final_token(plan: _RunPlan) -> FunctionalWorkflowContinuationToken | None:
     """The finished workflow run's continuation token (None unless it paused)."""
     assert plan.workflow_stream is not None
     run_result: FunctionalWorkflowRunResult = await plan.workflow_stream.get_final_response()
@@ -516,7 +517,7 @@ class FunctionalWorkflowAgent(BaseAgent):
         The workflow stream lives only in ``plan`` (no local holds it across a ``yield``), so a
         dropped agent stream releases the workflow run at once (see :meth:`run`).
         """
-        token: Mapping[str, Any] | None = None
+        token: FunctionalWorkflowContinuationToken | None = None
         finished = False
         updates: list[AgentResponseUpdate] = []
         try:
@@ -658,4 +659,4 @@ def _output_contents(data: Any) -> list[Content]:
         return [content for message in data.messages for content in message.contents]  # pyright: ignore[reportUnknownVariableType]
     if isinstance(data, list) and all(isinstance(item, (Message, Content)) for item in data):  # pyright: ignore[reportUnknownVariableType]
         return [c for item in data for c in (item.contents if isinstance(item, Message) else [item])]  # pyright: ignore[reportUnknownVariableType]
-    return [Content.from_text(text=str(data))]
+    return [Content.from_text(text=str(cast(object, data)))]
