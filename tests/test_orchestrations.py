@@ -12,6 +12,7 @@ resume works only because the paused run stored its token in that session.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -127,6 +128,20 @@ async def test_sequential_plain_agent_then_ours_pauses_resumes_once_and_outputs(
     assert published == ["Tea is a drink."]  # the side effect ran exactly once
     assert openai_route.call_count == 1  # the plain agent was not called again on resume
     assert ours.pending_requests == {}
+
+
+async def test_sequential_ours_first_then_the_plain_agent_sees_our_output(openai_route: respx.Route) -> None:
+    outer = SequentialBuilder(participants=[approver(), writer()]).build()
+
+    paused = await run_outer(outer, False, message="Tea notes.")
+    assert openai_route.call_count == 0  # the writer waits for our participant
+    done = await run_outer(outer, False, responses=approval_answers(paused))
+
+    assert output_text(done) == "Tea is a drink."
+    assert published == ["Tea notes."]
+    assert openai_route.call_count == 1
+    sent = json.loads(openai_route.calls.last.request.content)
+    assert "published: Tea notes." in json.dumps(sent["input"])
 
 
 async def test_sequential_rejection_reaches_the_outer_result(openai_route: respx.Route) -> None:
