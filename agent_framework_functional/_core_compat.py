@@ -1,0 +1,39 @@
+"""The few places this package touches core's private API, kept together so they are easy to audit.
+
+Each name here is used by core itself for the same job; ``tests/test_agent_protocol.py`` imports
+every one of them, so an upgrade of core that moves them fails loudly instead of silently.
+
+* ``is_instance_of`` / ``try_coerce_to_type`` (``agent_framework._workflows._typing_utils``): the
+  rules core applies to a ``request_info`` response (``_coerce_request_info_response``). Chat-native
+  answers are converted with the same rules before a resume is accepted, so core cannot reject the
+  value later, after the continuation token was spent.
+* ``SessionContext._response``: core's graph ``WorkflowAgent`` sets it before the after-run
+  providers; ``SessionContext`` has no public setter.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent_framework import AgentResponse, SessionContext
+from agent_framework._workflows._typing_utils import is_instance_of, try_coerce_to_type
+
+
+def set_context_response(context: SessionContext, response: AgentResponse[Any]) -> None:
+    """Give the after-run context providers the run's response, as core's ``WorkflowAgent`` does."""
+    context._response = response  # pyright: ignore[reportPrivateUsage]
+
+
+def coerce_to(value: Any, target_type: Any) -> tuple[bool, Any]:
+    """Coerce ``value`` to ``target_type`` with core's response rules.
+
+    Returns:
+        ``(True, converted)`` when the converted value is an instance of the type, else ``(False, value)``.
+    """
+    converted = try_coerce_to_type(value, target_type)
+    return (True, converted) if is_instance_of(converted, target_type) else (False, value)
+
+
+def accepts(value: Any, target_type: Any) -> bool:
+    """True when ``value`` is an instance of ``target_type`` by core's rules (generics and unions included)."""
+    return is_instance_of(value, target_type)
