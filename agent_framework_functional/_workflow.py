@@ -547,12 +547,12 @@ class FunctionalWorkflow:
             self.abandon_continuation(token, force=force)
             return
         local = self._continuation
-        is_local = durable.names_continuation(token, local)
+        is_local = durable.names_continuation(token, local)  # implies local is not None
+        if (is_local or force) and self._active is not None:
+            raise WorkflowRunningError(
+                "Cannot abandon while a run is in progress. Wait for it to finish or close its stream, then retry."
+            )
         if local is not None and (is_local or force):
-            if self._active is not None:
-                raise WorkflowRunningError(
-                    "Cannot abandon while a run is in progress. Wait for it to finish or close its stream, then retry."
-                )
             guard = _ActiveRun()  # hold the run guard across the store call: no run may start meanwhile
             self._active = guard
             try:
@@ -565,8 +565,8 @@ class FunctionalWorkflow:
                 self._core = self._new_core()
             if not accepted and not force:
                 raise ContinuationAuthorityError()
-            if is_local or token is None:
-                return
+        if is_local or (force and token is None):
+            return
         await durable.abandon_remote(
             token, force=force, workflow_name=self.name, signature_hash=self._core.graph_signature_hash
         )
