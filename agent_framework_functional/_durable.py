@@ -243,6 +243,12 @@ class DurableAuthority:
     # ------------------------------------------------------------------ synchronous checks (in run())
 
     @staticmethod
+    def check_shape(presented: object) -> None:
+        """Raise the authority error unless ``presented`` is a well-shaped token (no store access)."""
+        if presented_secret(presented) is None:
+            raise ContinuationAuthorityError()
+
+    @staticmethod
     def names_continuation(presented: object, continuation: Continuation | None) -> bool:
         """Return True when ``presented`` carries the secret of ``continuation`` (constant-time compare)."""
         secret = presented_secret(presented)

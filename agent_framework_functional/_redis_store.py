@@ -97,7 +97,7 @@ class RedisContinuationStore:
                     "RedisContinuationStore needs the 'redis' package: "
                     "pip install 'agent-framework-functional[durable]'."
                 ) from exc
-            self._client: Any = _Redis.from_url(client)
+            self._client: Any = _Redis.from_url(client)  # pyright: ignore[reportUnknownMemberType]
             self._owns_client = True
         else:
             self._client = client

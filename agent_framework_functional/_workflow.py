@@ -32,7 +32,7 @@ from ._continuation import (
     issue_continuation,
     verify_token,
 )
-from ._durable import ContinuationStore, DurableAuthority, DurableRun, continuation_token_hash
+from ._durable import ContinuationStore, DurableAuthority, DurableRun
 from ._errors import ContinuationAuthorityError, PendingContinuationError, WorkflowRunningError
 
 if TYPE_CHECKING:
@@ -218,8 +218,13 @@ class FunctionalWorkflow:
     * One run at a time; a stream that is dropped (garbage-collected) unfinished releases the
       instance, and a stream that was never iterated leaves the pending continuation intact.
 
-    The token is process-local and in-memory. If the resumed code fails or is cancelled, the token
-    stays spent (at most once); recover with a checkpoint restore or a fresh run.
+    Without a continuation store the token is process-local and in-memory. With one
+    (``build(..., continuation_store=...)``, see :class:`ContinuationStore`) any process sharing the
+    store and the checkpoint storage can resume the pause, and the store's atomic claim right before
+    resumed user code makes exactly one resume run, in memory or elsewhere. If the resumed code
+    fails, is cancelled, or its process is killed after the claim, the token stays spent (at most
+    once: nobody can tell how much of the resumed code ran); recover with a checkpoint restore or a
+    fresh run.
 
     Args:
         definition: The definition this instance runs.
@@ -357,6 +362,15 @@ class FunctionalWorkflow:
         continuation blocks new input and checkpoint restores; at least one response key must
         name a pending request; the instance must not be running.
 
+        With a continuation store, a token this process does not hold (the pause happened in another
+        process, or before a restart) is the one exception to "every check here": ``run`` checks
+        only its shape synchronously, and the store lookup, which is asynchronous, happens inside
+        the run (on the first ``await``, or the first iteration of the stream), still before any
+        user code and in the same order: authority (the same :class:`ContinuationAuthorityError`
+        and fixed message), then the pending conflict, then correlation. A resume that loses the
+        store's claim to another process (or to an abandonment) also fails there, with the
+        authority error; when streaming, that loss follows a ``failed`` event and ``FAILED`` status.
+
         Args:
             message: Input for a fresh run (the workflow function's message parameter).
 
@@ -383,6 +397,8 @@ class FunctionalWorkflow:
                 message for every cause).
             PendingContinuationError: New input or a checkpoint restore while a continuation is pending.
             WorkflowRunningError: The instance is already running.
+            ValueError: With a continuation store, a per-run ``checkpoint_storage`` other than the
+                instance's (every pause must be restorable by every worker).
         """
         claimed = self._accept(message, responses, continuation_token, checkpoint_id)
         run = _ActiveRun(claimed=claimed)
@@ -448,7 +464,7 @@ class FunctionalWorkflow:
         ):
             # Durable hook: a token this process does not hold. Only its shape is checked here (run()
             # must stay synchronous); the store lookup, conflict and correlation happen inside the run.
-            continuation_token_hash(continuation_token)  # type: ignore[arg-type]
+            DurableAuthority.check_shape(continuation_token)
             continuation = None
         elif resume:
             continuation = verify_token(continuation_token, self._continuation)
