@@ -119,6 +119,9 @@ class ContinuationStore(Protocol):
 
         Args:
             token_hash: Hex sha256 of the token's secret.
+
+        Returns:
+            The record, or None when the store has none (never saved, or already deleted).
         """
         ...
 
@@ -127,6 +130,9 @@ class ContinuationStore(Protocol):
 
         Args:
             token_hash: Hex sha256 of the token's secret.
+
+        Returns:
+            True when this call claimed the record; False when it is missing, not ``issued`` or expired.
         """
         ...
 
@@ -138,6 +144,10 @@ class ContinuationStore(Protocol):
 
         Keyword Args:
             force: Also abandon an expired record (owner recovery); otherwise expired records stay.
+
+        Returns:
+            True when this call abandoned the record; False when it is missing, not ``issued``, or
+            expired (without ``force``).
         """
         ...
 

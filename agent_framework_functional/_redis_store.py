@@ -49,6 +49,8 @@ class RedisContinuationStore:
     ``status == "issued"`` and the expiry, so exactly one caller wins however many race. Keys carry
     a Redis TTL of ``ttl + retention``, so Redis deletes old records by itself. Expiry is judged by
     this process's clock (:meth:`now`); keep worker clocks in sync (NTP) when TTLs are short.
+    Each script touches one key, so the store also works on Redis Cluster. Use a store from one
+    event loop: the asyncio client's connections belong to the loop that opened them.
 
     Needs the ``redis`` package (``pip install "agent-framework-functional[durable]"``).
 
