@@ -459,8 +459,10 @@ class FunctionalWorkflow:
                 "'continuation_token' is only used with 'responses' (a response-only resume); a fresh run "
                 "or a checkpoint restore needs none. Drop the token from this call."
             )
-        if resume and self._durable is not None and not self._durable.names_continuation(
-            continuation_token, self._continuation
+        if (
+            resume
+            and self._durable is not None
+            and not self._durable.names_continuation(continuation_token, self._continuation)
         ):
             # Durable hook: a token this process does not hold. Only its shape is checked here (run()
             # must stay synchronous); the store lookup, conflict and correlation happen inside the run.
