@@ -19,7 +19,7 @@ from typing import Any
 import durable_workflows
 import pytest
 from agent_framework import FileCheckpointStorage
-from durable_support import StoreSpec, close_store
+from durable_support import FakeClock, StoreSpec, close_store
 
 from agent_framework_functional import ContinuationStore
 
@@ -121,19 +121,6 @@ def checkpoint_dir(tmp_path: Path) -> Path:
 def storage(checkpoint_dir: Path) -> FileCheckpointStorage:
     """A real FileCheckpointStorage in tmp_path, shared by every "process" of a test."""
     return FileCheckpointStorage(checkpoint_dir)
-
-
-class FakeClock:
-    """A settable clock for expiry tests (the stores take ``clock=``)."""
-
-    def __init__(self) -> None:
-        self.now = time.time()
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 @pytest.fixture

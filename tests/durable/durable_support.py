@@ -91,3 +91,16 @@ def start_race(barrier: Path, count: int) -> None:
 
 def effect_lines(path: Path) -> list[str]:
     return path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+
+
+class FakeClock:
+    """A settable clock for expiry tests (the stores take ``clock=``)."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from agent_framework import FileCheckpointStorage
-from conftest import FakeClock
+from durable_support import FakeClock
 from durable_workflows import EFFECTS, HOOKS, approval, other_approval
 
 from agent_framework_functional import (

@@ -10,8 +10,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from conftest import FakeClock
-from durable_support import StoreSpec
+from durable_support import FakeClock, StoreSpec
 
 from agent_framework_functional import (
     ContinuationRecord,
