@@ -17,12 +17,15 @@ from agent_framework import RunContext, get_run_context, step
 
 from ._agent import FunctionalWorkflowAgent
 from ._continuation import FunctionalWorkflowContinuationToken
+from ._durable import ContinuationRecord, ContinuationStore, continuation_token_hash
 from ._errors import (
     ContinuationAuthorityError,
     FunctionalWorkflowError,
     PendingContinuationError,
     WorkflowRunningError,
 )
+from ._redis_store import RedisContinuationStore
+from ._sqlite_store import SQLiteContinuationStore
 from ._workflow import (
     FunctionalWorkflow,
     FunctionalWorkflowDefinition,
@@ -37,6 +40,8 @@ except importlib.metadata.PackageNotFoundError:  # pragma: no cover - running fr
 
 __all__ = [
     "ContinuationAuthorityError",
+    "ContinuationRecord",
+    "ContinuationStore",
     "FunctionalWorkflow",
     "FunctionalWorkflowAgent",
     "FunctionalWorkflowContinuationToken",
@@ -44,9 +49,12 @@ __all__ = [
     "FunctionalWorkflowError",
     "FunctionalWorkflowRunResult",
     "PendingContinuationError",
+    "RedisContinuationStore",
     "RunContext",
+    "SQLiteContinuationStore",
     "WorkflowRunningError",
     "__version__",
+    "continuation_token_hash",
     "get_run_context",
     "step",
     "workflow",

@@ -260,6 +260,42 @@ class FunctionalWorkflowAgent(BaseAgent):
         if token is None and not force:
             token = session_token(session, self.id)
         self._workflow.abandon_continuation(token, force=force)
+        self._forget_abandoned(session)
+
+    async def abandon_continuation_async(
+        self,
+        token: Mapping[str, Any] | None = None,
+        *,
+        force: bool = False,
+        session: AgentSession | None = None,
+    ) -> None:
+        """Abandon the pending continuation, also in the workflow's continuation store.
+
+        Use this on a workflow built with ``continuation_store=...`` (the synchronous
+        :meth:`abandon_continuation` cannot update a store and raises ``RuntimeError`` there); see
+        :meth:`FunctionalWorkflow.abandon_continuation_async`. Without a store it behaves exactly
+        like :meth:`abandon_continuation`.
+
+        Args:
+            token: The current continuation token. When omitted (and not ``force``), the token
+                stored in ``session`` is used.
+
+        Keyword Args:
+            force: Owner-only recovery without a token; never expose it to untrusted callers.
+            session: The session the paused run was called with; its stored token is removed
+                once the continuation is abandoned.
+
+        Raises:
+            ContinuationAuthorityError: Missing, wrong, spent or expired token without ``force``;
+                nothing changes.
+            WorkflowRunningError: A run is in progress.
+        """
+        if token is None and not force:
+            token = session_token(session, self.id)
+        await self._workflow.abandon_continuation_async(token, force=force)
+        self._forget_abandoned(session)
+
+    def _forget_abandoned(self, session: AgentSession | None) -> None:
         self._answers_so_far, self._answers_token = {}, None
         if session is not None:
             clear_session_token(session, self.id)

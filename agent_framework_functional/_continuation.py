@@ -109,3 +109,12 @@ def verify_token(presented: object, continuation: Continuation | None) -> Contin
     if not matches or secret is None or continuation is None or continuation.claimed:
         raise ContinuationAuthorityError()
     return continuation
+
+
+def presented_secret(presented: object) -> bytes | None:
+    """Return the ASCII secret of a well-shaped token, or None when its shape is wrong in any way.
+
+    Used by the durable path, which checks a token's shape synchronously and its value in the store.
+    Never raises, whatever object it is handed.
+    """
+    return _presented_secret(presented)

@@ -33,7 +33,8 @@ from ._continuation import (
     issue_continuation,
     verify_token,
 )
-from ._errors import PendingContinuationError, WorkflowRunningError
+from ._durable import ContinuationStore, DurableAuthority, DurableRun
+from ._errors import ContinuationAuthorityError, PendingContinuationError, WorkflowRunningError
 
 if TYPE_CHECKING:
     from ._agent import FunctionalWorkflowAgent
@@ -72,6 +73,7 @@ class _ActiveRun:
     core_started: bool = False
     token: FunctionalWorkflowContinuationToken | None = None
     pending_requests: dict[str, WorkflowEvent[Any]] = field(default_factory=dict[str, WorkflowEvent[Any]])
+    durable: DurableRun | None = None  # set only when the instance has a continuation store
 
 
 class FunctionalWorkflowDefinition:
@@ -102,17 +104,30 @@ class FunctionalWorkflowDefinition:
         self.description: str | None = description
         functools.update_wrapper(self, func)  # pyright: ignore[reportArgumentType]
 
-    def build(self, *, checkpoint_storage: CheckpointStorage | None = None) -> FunctionalWorkflow:
+    def build(
+        self,
+        *,
+        checkpoint_storage: CheckpointStorage | None = None,
+        continuation_store: ContinuationStore | None = None,
+    ) -> FunctionalWorkflow:
         """Build a stateful workflow instance for one logical caller or session.
 
         Keyword Args:
             checkpoint_storage: Default core ``CheckpointStorage`` (for example
-                ``InMemoryCheckpointStorage`` or ``FileCheckpointStorage``); a run may override it.
+                ``InMemoryCheckpointStorage`` or ``FileCheckpointStorage``); a run may override it
+                (not with a ``continuation_store``).
+            continuation_store: Makes continuation tokens durable and usable from any process that
+                shares this store and ``checkpoint_storage`` (see :class:`ContinuationStore`).
+                Requires ``checkpoint_storage``.
 
         Returns:
             A new :class:`FunctionalWorkflow` with no pending continuation.
+
+        Raises:
+            ValueError: ``continuation_store`` without ``checkpoint_storage``.
+            TypeError: ``continuation_store`` does not implement :class:`ContinuationStore`.
         """
-        return FunctionalWorkflow(self, checkpoint_storage=checkpoint_storage)
+        return FunctionalWorkflow(self, checkpoint_storage=checkpoint_storage, continuation_store=continuation_store)
 
 
 @overload
@@ -204,8 +219,13 @@ class FunctionalWorkflow:
     * One run at a time; a stream that is dropped (garbage-collected) unfinished releases the
       instance, and a stream that was never iterated leaves the pending continuation intact.
 
-    The token is process-local and in-memory. If the resumed code fails or is cancelled, the token
-    stays spent (at most once); recover with a checkpoint restore or a fresh run.
+    Without a continuation store the token is process-local and in-memory. With one
+    (``build(..., continuation_store=...)``, see :class:`ContinuationStore`) any process sharing the
+    store and the checkpoint storage can resume the pause, and the store's atomic claim right before
+    resumed user code makes exactly one resume run, in memory or elsewhere. If the resumed code
+    fails, is cancelled, or its process is killed after the claim, the token stays spent (at most
+    once: nobody can tell how much of the resumed code ran); recover with a checkpoint restore or a
+    fresh run.
 
     Args:
         definition: The definition this instance runs.
@@ -228,7 +248,12 @@ class FunctionalWorkflow:
         definition: FunctionalWorkflowDefinition,
         *,
         checkpoint_storage: CheckpointStorage | None = None,
+        continuation_store: ContinuationStore | None = None,
     ) -> None:
+        # Durable hook: None keeps the in-memory behaviour exactly; raises on a store without storage.
+        self._durable = (
+            DurableAuthority(continuation_store, checkpoint_storage) if continuation_store is not None else None
+        )
         self._definition = definition
         self._checkpoint_storage = checkpoint_storage
         self._core = self._new_core()
@@ -256,6 +281,11 @@ class FunctionalWorkflow:
     def checkpoint_storage(self) -> CheckpointStorage | None:
         """The default checkpoint storage given to :meth:`FunctionalWorkflowDefinition.build`."""
         return self._checkpoint_storage
+
+    @property
+    def continuation_store(self) -> ContinuationStore | None:
+        """The continuation store given to :meth:`FunctionalWorkflowDefinition.build`, if any."""
+        return self._durable.store if self._durable is not None else None
 
     @property
     def has_pending_continuation(self) -> bool:
@@ -333,6 +363,15 @@ class FunctionalWorkflow:
         continuation blocks new input and checkpoint restores; at least one response key must
         name a pending request; the instance must not be running.
 
+        With a continuation store, a token this process does not hold (the pause happened in another
+        process, or before a restart) is the one exception to "every check here": ``run`` checks
+        only its shape synchronously, and the store lookup, which is asynchronous, happens inside
+        the run (on the first ``await``, or the first iteration of the stream), still before any
+        user code and in the same order: authority (the same :class:`ContinuationAuthorityError`
+        and fixed message), then the pending conflict, then correlation. A resume that loses the
+        store's claim to another process (or to an abandonment) also fails there, with the
+        authority error; when streaming, that loss follows a ``failed`` event and ``FAILED`` status.
+
         Args:
             message: Input for a fresh run (the workflow function's message parameter).
 
@@ -359,9 +398,19 @@ class FunctionalWorkflow:
                 message for every cause).
             PendingContinuationError: New input or a checkpoint restore while a continuation is pending.
             WorkflowRunningError: The instance is already running.
+            ValueError: With a continuation store, a per-run ``checkpoint_storage`` other than the
+                instance's (every pause must be restorable by every worker).
         """
         claimed = self._accept(message, responses, continuation_token, checkpoint_id)
         run = _ActiveRun(claimed=claimed)
+        if self._durable is not None:  # durable hook: a resume not held in memory is checked in the run
+            remote = responses is not None and checkpoint_id is None and claimed is None
+            run.durable = self._durable.start_run(
+                claimed=claimed,
+                remote_token=continuation_token if remote else None,
+                responses=responses,
+                checkpoint_storage=checkpoint_storage,
+            )
         if claimed is not None:
             claimed.claimed = True
         self._active = run
@@ -414,7 +463,16 @@ class FunctionalWorkflow:
                 "'continuation_token' is only used with 'responses' (a response-only resume); a fresh run "
                 "or a checkpoint restore needs none. Drop the token from this call."
             )
-        if resume:
+        if (
+            resume
+            and self._durable is not None
+            and not self._durable.names_continuation(continuation_token, self._continuation)
+        ):
+            # Durable hook: a token this process does not hold. Only its shape is checked here (run()
+            # must stay synchronous); the store lookup, conflict and correlation happen inside the run.
+            DurableAuthority.check_shape(continuation_token)
+            continuation = None
+        elif resume:
             continuation = verify_token(continuation_token, self._continuation)
             assert responses is not None
             if not any(request_id in continuation.pending_requests for request_id in responses):
@@ -455,7 +513,14 @@ class FunctionalWorkflow:
             ContinuationAuthorityError: Without ``force``, when the token is missing or wrong, or
                 nothing is pending. Nothing changes.
             WorkflowRunningError: A run is in progress (including an accepted resume).
+            RuntimeError: The instance has a continuation store: abandoning must also update the
+                store, so use :meth:`abandon_continuation_async`. Nothing changes.
         """
+        if self._durable is not None:  # durable hook: the store can only be updated asynchronously
+            raise RuntimeError(
+                "This workflow instance records continuations in a continuation store, so abandoning must update "
+                "the store too: call `await workflow.abandon_continuation_async(token)` (or force=True) instead."
+            )
         if not force:
             verify_token(token, self._continuation)
         if self._active is not None:
@@ -464,6 +529,69 @@ class FunctionalWorkflow:
             )
         self._continuation = None
         self._core = self._new_core()
+
+    async def abandon_continuation_async(
+        self,
+        token: Mapping[str, Any] | None = None,
+        *,
+        force: bool = False,
+    ) -> None:
+        """Abandon a pending continuation, in this process and in the continuation store.
+
+        Without a continuation store this is :meth:`abandon_continuation`. With one, it works from
+        any process that shares the store: the store marks the record ``abandoned`` atomically, so
+        a concurrent resume (here or in another process) and this call cannot both succeed.
+
+        * ``token`` held by this instance: the store must still accept it (``issued``, not
+          expired); then the local continuation and replay state are cleared. If the store says it
+          is gone (resumed elsewhere, abandoned, expired), the local copy is dropped as stale and
+          the authority error is raised.
+        * ``token`` of a pause this process does not hold: the record must belong to this
+          workflow (name and signature) and be ``issued`` and unexpired; it is marked abandoned.
+          This instance is not changed.
+        * ``force=True`` (owner-only, never expose it to untrusted callers): clears this instance's
+          continuation and marks it abandoned in the store, and also abandons the record of
+          ``token`` if one is given, even if it has expired. Problems are ignored, not raised.
+
+        Args:
+            token: The continuation token. Required unless ``force`` is True.
+
+        Keyword Args:
+            force: Owner recovery without authority (for a lost or expired token).
+
+        Raises:
+            ContinuationAuthorityError: Without ``force``: the token is missing, malformed, unknown,
+                of another workflow, already claimed or abandoned, or expired.
+            WorkflowRunningError: A run of this instance holds the continuation being abandoned.
+        """
+        durable = self._durable
+        if durable is None:
+            self.abandon_continuation(token, force=force)
+            return
+        local = self._continuation
+        is_local = durable.names_continuation(token, local)  # implies local is not None
+        if (is_local or force) and self._active is not None:
+            raise WorkflowRunningError(
+                "Cannot abandon while a run is in progress. Wait for it to finish or close its stream, then retry."
+            )
+        if local is not None and (is_local or force):
+            guard = _ActiveRun()  # hold the run guard across the store call: no run may start meanwhile
+            self._active = guard
+            try:
+                accepted = await durable.abandon_local(local, force=force)
+            finally:
+                if self._active is guard:
+                    self._active = None
+            if self._continuation is local:
+                self._continuation = None
+                self._core = self._new_core()
+            if not accepted and not force:
+                raise ContinuationAuthorityError()
+        if is_local or (force and token is None):
+            return
+        await durable.abandon_remote(
+            token, force=force, workflow_name=self.name, signature_hash=self._core.graph_signature_hash
+        )
 
     # ------------------------------------------------------------------ agent
 
@@ -495,6 +623,36 @@ class FunctionalWorkflow:
 
     def _new_core(self) -> _CoreFunctionalWorkflow:
         return self._definition._core_definition.build(checkpoint_storage=self._checkpoint_storage)  # pyright: ignore[reportPrivateUsage]
+
+    # Durable hooks: no-ops without a continuation store (see _durable.py for the protocol and order).
+
+    async def _durable_before_core(self, run: _ActiveRun, core_kwargs: dict[str, Any]) -> None:
+        """Before core starts: verify a resume this process does not hold; route checkpoints via the recorder."""
+        if self._durable is None or run.durable is None:
+            return
+        await self._durable.before_core(
+            run.durable,
+            core_kwargs,
+            workflow_name=self.name,
+            signature_hash=self._core.graph_signature_hash,
+            has_local_pending=self.has_pending_continuation,
+        )
+
+    async def _claim_in_store(self, run: _ActiveRun) -> None:
+        """Right before resumed user code: claim the pause in the store (exactly one process wins)."""
+        if self._durable is None or run.durable is None or await self._durable.claim(run.durable):
+            return
+        # The store says the pause is gone (claimed elsewhere, abandoned or expired): so is ours.
+        self._spend(run)
+        raise ContinuationAuthorityError()
+
+    async def _record_in_store(self, run: _ActiveRun, continuation: Continuation) -> None:
+        """Record a saved pause in the store before its token is handed out (a failure means no token)."""
+        if self._durable is None or run.durable is None:
+            return
+        await self._durable.record(
+            run.durable, continuation, workflow_name=self.name, signature_hash=self._core.graph_signature_hash
+        )
 
     def _spend(self, run: _ActiveRun) -> None:
         """Spend the claimed continuation: called right before the resumed user code runs."""
@@ -535,6 +693,7 @@ class FunctionalWorkflow:
         """Run core's stream, spend the token before user code, and issue a new one on a saved pause."""
         completed = False
         try:
+            await self._durable_before_core(run, core_kwargs)
             core_stream = self._core.run(stream=True, **core_kwargs)
             run.core_started = True
             held: list[WorkflowEvent[Any]] | None = []
@@ -554,6 +713,7 @@ class FunctionalWorkflow:
                         held.append(event)
                         if event.type != "status":
                             continue
+                        await self._claim_in_store(run)
                         self._spend(run)
                         for early in held:
                             yield early
@@ -577,6 +737,7 @@ class FunctionalWorkflow:
                 await core_stream.close()
             if final_state == WorkflowRunState.IDLE_WITH_PENDING_REQUESTS and self._active is run:
                 continuation = issue_continuation(run.pending_requests)
+                await self._record_in_store(run, continuation)
                 self._continuation = continuation
                 run.token = continuation.token()
             completed = final_state == WorkflowRunState.IDLE or run.token is not None

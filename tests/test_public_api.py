@@ -26,6 +26,8 @@ from agent_framework_functional import (
 
 EXPECTED_ALL = [
     "ContinuationAuthorityError",
+    "ContinuationRecord",
+    "ContinuationStore",
     "FunctionalWorkflow",
     "FunctionalWorkflowAgent",
     "FunctionalWorkflowContinuationToken",
@@ -33,9 +35,12 @@ EXPECTED_ALL = [
     "FunctionalWorkflowError",
     "FunctionalWorkflowRunResult",
     "PendingContinuationError",
+    "RedisContinuationStore",
     "RunContext",
+    "SQLiteContinuationStore",
     "WorkflowRunningError",
     "__version__",
+    "continuation_token_hash",
     "get_run_context",
     "step",
     "workflow",

@@ -1,0 +1,225 @@
+"""SQLiteContinuationStore: the embedded continuation store (one file, several processes, one machine)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, TypeVar, cast
+
+from ._durable import DEFAULT_RETENTION_SECONDS, DEFAULT_TTL_SECONDS, ContinuationRecord, ContinuationStatus
+
+_T = TypeVar("_T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS continuations (
+    token_hash TEXT PRIMARY KEY,
+    workflow_name TEXT NOT NULL,
+    signature_hash TEXT NOT NULL,
+    checkpoint_id TEXT NOT NULL,
+    pending_request_ids TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    expires_at REAL NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('issued', 'claimed', 'abandoned')),
+    updated_at REAL NOT NULL
+) WITHOUT ROWID
+"""
+
+
+def _seconds(value: float | timedelta, name: str) -> float:
+    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    if not seconds > 0:
+        raise ValueError(f"{name} must be a positive number of seconds or a positive timedelta.")
+    return seconds
+
+
+class SQLiteContinuationStore:
+    """A :class:`ContinuationStore` in one SQLite file, safe for several processes on one machine.
+
+    Uses the standard library's ``sqlite3`` in WAL mode. A claim is one
+    ``UPDATE ... WHERE token_hash = ? AND status = 'issued' AND expires_at > ?`` inside an
+    immediate transaction, checked by its row count, so exactly one process wins however many race.
+    Blocking calls run in a worker thread (``asyncio.to_thread``), so the event loop never waits on
+    the file lock. Put the file on a local disk: SQLite's locking is not reliable on network file
+    systems; use :class:`RedisContinuationStore` for several machines. Do not share one store object
+    across ``fork()``: build it in each process.
+
+    Args:
+        path: The database file; created (with its table) if missing.
+
+    Keyword Args:
+        ttl: How long a token is accepted after its pause (seconds or ``timedelta``); default 24 hours.
+        retention: How long a record is kept after it expires, for inspection, before
+            :meth:`purge_expired` deletes it (seconds or ``timedelta``); default 24 hours.
+        busy_timeout: Seconds to wait for another process's write lock before failing.
+        clock: Seconds since the epoch; defaults to ``time.time`` (tests inject a fake clock).
+
+    Raises:
+        ValueError: ``ttl``, ``retention`` or ``busy_timeout`` is not positive.
+        sqlite3.Error: The file cannot be opened or initialised.
+
+    Examples:
+        .. code-block:: python
+
+            store = SQLiteContinuationStore("continuations.db", ttl=timedelta(hours=4))
+            wf = review.build(checkpoint_storage=FileCheckpointStorage("ckpt"), continuation_store=store)
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        ttl: float | timedelta = DEFAULT_TTL_SECONDS,
+        retention: float | timedelta = DEFAULT_RETENTION_SECONDS,
+        busy_timeout: float = 30.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._ttl = _seconds(ttl, "ttl")
+        self._retention = _seconds(retention, "retention")
+        timeout = _seconds(busy_timeout, "busy_timeout")
+        self._clock = clock
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self._conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None, check_same_thread=False)
+        try:
+            self._conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+            self._conn.execute("PRAGMA journal_mode = WAL")
+            self._conn.execute("PRAGMA synchronous = NORMAL")
+            self._conn.execute(_SCHEMA)
+        except BaseException:
+            self._conn.close()
+            raise
+
+    @property
+    def ttl_seconds(self) -> float:
+        """How long an issued token is accepted, in seconds."""
+        return self._ttl
+
+    def now(self) -> float:
+        """Return the store's clock, seconds since the epoch."""
+        return self._clock()
+
+    async def save(self, record: ContinuationRecord) -> None:
+        """Insert a freshly issued record.
+
+        Args:
+            record: The record; its ``token_hash`` must be new.
+
+        Raises:
+            sqlite3.IntegrityError: A record with this hash exists already.
+        """
+        row = (
+            record.token_hash,
+            record.workflow_name,
+            record.signature_hash,
+            record.checkpoint_id,
+            json.dumps(list(record.pending_request_ids)),
+            record.created_at,
+            record.expires_at,
+            record.status,
+            record.created_at,
+        )
+        await self._run(lambda c: c.execute("INSERT INTO continuations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", row))
+
+    async def get(self, token_hash: str) -> ContinuationRecord | None:
+        """Return the record for ``token_hash`` (any status), or None; never mutates.
+
+        Args:
+            token_hash: Hex sha256 of the token's secret.
+
+        Returns:
+            The record, or None.
+        """
+        sql = (
+            "SELECT token_hash, workflow_name, signature_hash, checkpoint_id, pending_request_ids, created_at, "
+            "expires_at, status FROM continuations WHERE token_hash = ?"
+        )
+        row = await self._run(lambda c: cast("tuple[Any, ...] | None", c.execute(sql, (token_hash,)).fetchone()))
+        if row is None:
+            return None
+        return ContinuationRecord(
+            token_hash=row[0],
+            workflow_name=row[1],
+            signature_hash=row[2],
+            checkpoint_id=row[3],
+            pending_request_ids=tuple(json.loads(row[4])),
+            created_at=row[5],
+            expires_at=row[6],
+            status=cast(ContinuationStatus, row[7]),
+        )
+
+    async def claim(self, token_hash: str) -> bool:
+        """Atomically move an ``issued``, unexpired record to ``claimed``.
+
+        Args:
+            token_hash: Hex sha256 of the token's secret.
+
+        Returns:
+            True for the one caller that claimed it; False when it is missing, not ``issued`` or expired.
+        """
+        now = self.now()
+        sql = (
+            "UPDATE continuations SET status = 'claimed', updated_at = ? "
+            "WHERE token_hash = ? AND status = 'issued' AND expires_at > ?"
+        )
+        return await self._transition(sql, (now, token_hash, now))
+
+    async def abandon(self, token_hash: str, *, force: bool = False) -> bool:
+        """Atomically move an ``issued`` record to ``abandoned``.
+
+        Args:
+            token_hash: Hex sha256 of the token's secret.
+
+        Keyword Args:
+            force: Also abandon an expired record.
+
+        Returns:
+            True when this call abandoned it.
+        """
+        now = self.now()
+        horizon = float("-inf") if force else now
+        sql = (
+            "UPDATE continuations SET status = 'abandoned', updated_at = ? "
+            "WHERE token_hash = ? AND status = 'issued' AND expires_at > ?"
+        )
+        return await self._transition(sql, (now, token_hash, horizon))
+
+    async def purge_expired(self) -> int:
+        """Delete records that expired more than ``retention`` ago.
+
+        Returns:
+            How many records were deleted.
+        """
+        cutoff = self.now() - self._retention
+        sql = "DELETE FROM continuations WHERE expires_at < ?"
+        return await self._run(lambda c: c.execute(sql, (cutoff,)).rowcount)
+
+    async def aclose(self) -> None:
+        """Close the database connection; the store cannot be used afterwards."""
+        await self._run(lambda c: c.close())
+
+    async def _transition(self, sql: str, params: tuple[Any, ...]) -> bool:
+        def update(conn: sqlite3.Connection) -> bool:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                changed = conn.execute(sql, params).rowcount == 1
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return changed
+
+        return await self._run(update)
+
+    async def _run(self, operation: Callable[[sqlite3.Connection], _T]) -> _T:
+        def locked() -> _T:
+            with self._lock:
+                return operation(self._conn)
+
+        return await asyncio.to_thread(locked)

@@ -1,0 +1,296 @@
+"""Cost of durable continuations: claim latency per store, and resume throughput across processes.
+
+Two measurements, printed as tables:
+
+* **Claim latency.** ``store.claim(hash)`` on records saved beforehand, one at a time, for
+  ``SQLiteContinuationStore`` (a file in a temporary folder) and ``RedisContinuationStore`` (a
+  ``redis-server`` this script starts on a free loopback port, or ``--redis-url``). Median and
+  99th percentile in microseconds.
+* **Resume throughput.** Pauses are created first (all in this process, checkpointed in one
+  ``FileCheckpointStorage``), then resumed with their tokens, timed from a common start signal to
+  the last resume: by 1, 4 and 8 worker processes that never saw the pauses (the durable remote
+  path: store lookup, checkpoint restore, claim), beside the in-memory path in one process (no
+  store: the token is checked in memory and core replays from memory) and the in-memory fast path
+  with a store (the same, plus the claim in the store). Figures are resumes per second.
+
+The machine this runs on may be small and shared, so each throughput row is the best of
+``--repeat`` runs (the least disturbed one); compare rows of one run, not runs of different days.
+Timing goals live here, never in the tests (the tests only run ``--quick``).
+
+Run it:
+
+.. code-block:: bash
+
+    python benchmarks/bench_durable.py            # about two minutes on 2 cores
+    python benchmarks/bench_durable.py --quick    # a few seconds (1 and 2 processes), for smoke tests
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import secrets
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from agent_framework import FileCheckpointStorage
+
+from agent_framework_functional import (
+    ContinuationRecord,
+    ContinuationStore,
+    FunctionalWorkflow,
+    RedisContinuationStore,
+    RunContext,
+    SQLiteContinuationStore,
+    step,
+    workflow,
+)
+
+# Core says once per use that its functional API is experimental; that is noise in a benchmark.
+warnings.filterwarnings("ignore", message=r"\[FUNCTIONAL_WORKFLOWS\]")
+
+
+@step
+async def draft(topic: str) -> str:
+    return f"draft about {topic}"
+
+
+@step
+async def ship(text: str) -> str:
+    return f"shipped: {text}"
+
+
+@workflow(name="bench_approval")
+async def bench_approval(topic: str, ctx: RunContext) -> str:
+    text = await draft(topic)
+    answer = await ctx.request_info({"draft": text}, response_type=str)
+    return await ship(f"{text} ({answer})")
+
+
+# ---------------------------------------------------------------- stores
+
+
+def open_store(spec: dict[str, str]) -> ContinuationStore:
+    if spec["kind"] == "sqlite":
+        return SQLiteContinuationStore(spec["location"])
+    return RedisContinuationStore(spec["location"], namespace=spec["namespace"])
+
+
+async def close_store(store: ContinuationStore) -> None:
+    await store.aclose()  # type: ignore[attr-defined]
+
+
+def start_redis() -> tuple[subprocess.Popen[bytes], str]:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise SystemExit("redis-server is not installed: run .ci/install-redis.sh, or pass --redis-url.")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5) as conn:
+                conn.sendall(b"PING\r\n")
+                if conn.recv(16).startswith(b"+PONG"):
+                    return proc, f"redis://127.0.0.1:{port}/0"
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise SystemExit("redis-server did not start")
+        time.sleep(0.05)
+
+
+# ---------------------------------------------------------------- claim latency
+
+
+async def claim_latency(spec: dict[str, str], count: int) -> tuple[float, float]:
+    store = open_store(spec)
+    try:
+        hashes: list[str] = []
+        for _ in range(count):
+            now = store.now()
+            record = ContinuationRecord(
+                token_hash=secrets.token_hex(32),
+                workflow_name="bench",
+                signature_hash="0" * 64,
+                checkpoint_id="checkpoint",
+                pending_request_ids=("auto::0",),
+                created_at=now,
+                expires_at=now + store.ttl_seconds,
+            )
+            await store.save(record)
+            hashes.append(record.token_hash)
+        samples: list[float] = []
+        for token_hash in hashes:
+            start = time.perf_counter()
+            won = await store.claim(token_hash)
+            samples.append((time.perf_counter() - start) * 1e6)
+            assert won
+        samples.sort()
+        return statistics.median(samples), samples[min(len(samples) - 1, int(len(samples) * 0.99))]
+    finally:
+        await close_store(store)
+
+
+# ---------------------------------------------------------------- resume throughput
+
+
+async def make_pauses(wf_factory: Callable[[], FunctionalWorkflow], count: int) -> list[dict[str, Any]]:
+    handoffs: list[dict[str, Any]] = []
+    for i in range(count):
+        wf = wf_factory()
+        paused = await wf.run(f"topic {i}")
+        request_id = paused.get_request_info_events()[0].request_id
+        handoffs.append({"token": paused.continuation_token, "request_id": request_id})
+    return handoffs
+
+
+async def in_memory_throughput(count: int, store_spec: dict[str, str] | None, folder: Path) -> float:
+    """One process resumes pauses it holds in memory (no store, or the fast path with a store)."""
+    store = open_store(store_spec) if store_spec is not None else None
+    try:
+        storage = FileCheckpointStorage(folder / "checkpoints-local")
+        instances = [bench_approval.build(checkpoint_storage=storage, continuation_store=store) for _ in range(count)]
+        pauses = []
+        for i, wf in enumerate(instances):
+            paused = await wf.run(f"topic {i}")
+            pauses.append((wf, paused.continuation_token, paused.get_request_info_events()[0].request_id))
+        start = time.perf_counter()
+        for wf, token, request_id in pauses:
+            await wf.run(responses={request_id: "ok"}, continuation_token=token)
+        return count / (time.perf_counter() - start)
+    finally:
+        if store is not None:
+            await close_store(store)
+
+
+def remote_throughput(spec: dict[str, str], handoffs: list[dict[str, Any]], processes: int, folder: Path) -> float:
+    """``processes`` workers resume disjoint slices of ``handoffs`` from a common start signal."""
+    run_dir = Path(tempfile.mkdtemp(dir=folder))
+    workers = []
+    for index in range(processes):
+        chunk = handoffs[index::processes]
+        (run_dir / f"work-{index}.json").write_text(json.dumps(chunk), encoding="utf-8")
+        command = [sys.executable, __file__, "--worker", json.dumps(spec), str(folder / "checkpoints")]
+        workers.append(subprocess.Popen([*command, str(run_dir), str(index)], stdout=subprocess.PIPE, text=True))
+    while len(list(run_dir.glob("ready-*"))) < processes:
+        time.sleep(0.01)
+    (run_dir / "go").write_text("go", encoding="utf-8")
+    go = time.time()
+    ends = []
+    for proc in workers:
+        out, _ = proc.communicate(timeout=600)
+        if proc.returncode != 0:
+            raise SystemExit(f"worker failed: {out}")
+        ends.append(json.loads(out.strip().splitlines()[-1])["end"])
+    return len(handoffs) / (max(ends) - go)
+
+
+def wait_for_go(path: Path) -> None:
+    while not path.exists():
+        time.sleep(0.001)
+
+
+async def worker(spec_json: str, checkpoint_dir: str, run_dir: str, index: str) -> None:
+    spec = json.loads(spec_json)
+    store = open_store(spec)
+    storage = FileCheckpointStorage(checkpoint_dir)
+    chunk = json.loads((Path(run_dir) / f"work-{index}.json").read_text(encoding="utf-8"))
+    wf = bench_approval.build(checkpoint_storage=storage, continuation_store=store)
+    await wf.run("warm-up")  # imports and first-run costs before the start signal
+    await wf.abandon_continuation_async(force=True)
+    (Path(run_dir) / f"ready-{index}").write_text("ready", encoding="utf-8")
+    wait_for_go(Path(run_dir) / "go")  # blocking on purpose: nothing else runs in this worker yet
+    for item in chunk:
+        done = await wf.run(responses={item["request_id"]: "ok"}, continuation_token=item["token"])
+        assert done.get_outputs()
+    print(json.dumps({"end": time.time()}), flush=True)
+    await close_store(store)
+
+
+# ---------------------------------------------------------------- main
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, for smoke tests")
+    parser.add_argument("--redis-url", help="use this Redis instead of starting redis-server")
+    parser.add_argument("--repeat", type=int, help="runs per throughput row; the best is shown (default 3)")
+    args = parser.parse_args()
+    repeat = args.repeat or (1 if args.quick else 3)
+    claims = 100 if args.quick else 2000
+    resumes = 8 if args.quick else 160
+    process_counts = (1, 2) if args.quick else (1, 4, 8)
+    redis_proc = None
+    redis_url = args.redis_url
+    if redis_url is None:
+        redis_proc, redis_url = start_redis()
+    folder = Path(tempfile.mkdtemp(prefix="bench-durable-"))
+    try:
+        specs = {
+            "SQLite": {"kind": "sqlite", "location": str(folder / "continuations.db"), "namespace": ""},
+            "Redis": {"kind": "redis", "location": redis_url, "namespace": f"bench:{os.getpid()}"},
+        }
+        print(
+            f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, claims={claims}, resumes={resumes}, "
+            f"best of {repeat} per throughput row"
+        )
+        print()
+        print(f"{'claim latency':<16}{'median us':>12}{'p99 us':>12}")
+        for name, spec in specs.items():
+            median, p99 = await claim_latency(spec, claims)
+            print(f"{name:<16}{median:>12.1f}{p99:>12.1f}")
+        print()
+        print(f"{'resume throughput':<40}{'resumes/s':>12}")
+        rate = max([await in_memory_throughput(resumes, None, folder) for _ in range(repeat)])
+        print(f"{'in-memory, no store, 1 process':<40}{rate:>12.1f}")
+        for name, spec in specs.items():
+            rate = max([await in_memory_throughput(resumes, spec, folder) for _ in range(repeat)])
+            print(f"{f'in-memory fast path + {name}, 1 process':<40}{rate:>12.1f}")
+        storage = FileCheckpointStorage(folder / "checkpoints")
+        for name, spec in specs.items():
+            for processes in process_counts:
+                rates: list[float] = []
+                for _ in range(repeat):
+                    store = open_store(spec)
+                    try:
+                        handoffs = await make_pauses(
+                            lambda s=store: bench_approval.build(checkpoint_storage=storage, continuation_store=s),
+                            resumes,
+                        )
+                    finally:
+                        await close_store(store)
+                    rates.append(remote_throughput(spec, handoffs, processes, folder))
+                rate = max(rates)
+                label = f"durable {name}, {processes} process{'es' if processes > 1 else ''}"
+                print(f"{label:<40}{rate:>12.1f}")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        if redis_proc is not None:
+            redis_proc.terminate()
+            redis_proc.wait(timeout=10)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 6 and sys.argv[1] == "--worker":
+        asyncio.run(worker(*sys.argv[2:]))
+    else:
+        asyncio.run(main())

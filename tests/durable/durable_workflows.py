@@ -1,0 +1,99 @@
+"""Workflows shared by the durable tests, their worker processes, and nothing else.
+
+Module level, so core checkpoints and replays their steps without a ``replay_key``, and so that a
+worker process importing this module computes the same workflow signature hash as the test process.
+Resumed user code records each run in ``EFFECTS`` and, when ``AFF_DURABLE_EFFECTS`` names a file,
+appends one line to it (the cross-process side-effect counter). ``HOOKS["after_answer"]`` runs
+inside resumed user code; ``AFF_DURABLE_HANG`` (a marker path) makes a worker announce the resumed
+code and then block forever, so a test can SIGKILL it after its claim.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from agent_framework_functional import RunContext, step, workflow
+
+EFFECTS: list[str] = []
+HOOKS: dict[str, Callable[[Any], Awaitable[None]]] = {}
+
+
+def _append_line(path: str, line: str) -> None:
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(line + "\n")
+
+
+async def record_effect(answer: Any) -> None:
+    """The side effect of resumed user code: counted in memory and, if configured, in a file."""
+    EFFECTS.append(str(answer))
+    path = os.environ.get("AFF_DURABLE_EFFECTS")
+    if path:
+        _append_line(path, f"{os.getpid()} {answer}")
+    hook = HOOKS.get("after_answer")
+    if hook is not None:
+        await hook(answer)
+    hang = os.environ.get("AFF_DURABLE_HANG")
+    if hang:
+        _append_line(hang, str(os.getpid()))
+        await asyncio.Event().wait()
+
+
+@step
+async def draft(topic: str) -> str:
+    return f"draft about {topic}"
+
+
+@step
+async def ship(text: str) -> str:
+    return f"shipped: {text}"
+
+
+@workflow(name="approval", description="Draft, wait for approval, ship.")
+async def approval(topic: str, ctx: RunContext) -> str:
+    text = await draft(topic)
+    answer = await ctx.request_info({"draft": text}, response_type=str)
+    await record_effect(answer)
+    return await ship(f"{text} ({answer})")
+
+
+@workflow(name="approval")
+async def approval_v2(topic: str, ctx: RunContext) -> str:
+    """Same name, different code: another version, so another signature hash."""
+    text = await draft(topic.upper())
+    answer = await ctx.request_info({"draft": text}, response_type=str)
+    await record_effect(answer)
+    return await ship(f"{text} [{answer}]")
+
+
+@workflow(name="other_approval")
+async def other_approval(topic: str, ctx: RunContext) -> str:
+    text = await draft(topic)
+    answer = await ctx.request_info({"draft": text}, response_type=str)
+    await record_effect(answer)
+    return await ship(f"{text} ({answer})")
+
+
+@workflow(name="approval_two_rounds")
+async def two_rounds(topic: str, ctx: RunContext) -> str:
+    text = await draft(topic)
+    first = await ctx.request_info({"draft": text, "round": 1}, response_type=str)
+    await record_effect(first)
+    second = await ctx.request_info({"draft": text, "round": 2}, response_type=str)
+    await record_effect(second)
+    return await ship(f"{text} [{first}] [{second}]")
+
+
+@workflow(name="finishes")
+async def finishes(topic: str) -> str:
+    return await ship(topic)
+
+
+DEFINITIONS = {
+    "approval": approval,
+    "approval_v2": approval_v2,
+    "other_approval": other_approval,
+    "two_rounds": two_rounds,
+}

@@ -1,0 +1,38 @@
+"""Item 8: benchmarks/bench_durable.py runs (``--quick``); its figures are read by people, not asserted."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.slow
+
+
+def test_bench_durable_quick_runs_against_the_test_redis(redis_server: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_durable.py"), "--quick", "--redis-url", redis_server],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+        check=False,
+    )
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    rows = {line.rsplit(None, 1)[0].strip() for line in proc.stdout.splitlines() if line and line[-1].isdigit()}
+    for label in (
+        "SQLite",
+        "Redis",
+        "in-memory, no store, 1 process",
+        "in-memory fast path + SQLite, 1 process",
+        "in-memory fast path + Redis, 1 process",
+        "durable SQLite, 1 process",
+        "durable SQLite, 2 processes",
+        "durable Redis, 1 process",
+        "durable Redis, 2 processes",
+    ):
+        assert any(row.startswith(label) for row in rows), (label, proc.stdout)

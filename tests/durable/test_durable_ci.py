@@ -1,0 +1,48 @@
+"""Item 4's CI side: the Redis fixture fails (never skips) without redis-server; the installer is idempotent."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_redis_fixture_fails_with_install_advice_when_the_binary_is_missing(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"  # a PATH with python but without redis-server
+    bin_dir.mkdir()
+    (bin_dir / "python").symlink_to(sys.executable)
+    env = {**os.environ, "PATH": str(bin_dir)}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "tests/durable/test_durable_stores.py::test_redis_rejects_an_empty_namespace",
+            "-p",
+            "no:cacheprovider",
+            "-rA",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env=env,
+        check=False,
+    )
+    assert proc.returncode != 0, proc.stdout
+    assert "redis-server is not installed" in proc.stdout
+    assert "scripts/services/redis.sh" in proc.stdout
+    assert "1 error" in proc.stdout and "skipped" not in proc.stdout
+
+
+def test_install_redis_script_is_a_no_op_when_redis_server_is_present() -> None:
+    assert shutil.which("redis-server"), "run scripts/services/redis.sh first"
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "services" / "redis.sh")], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "" and proc.stderr == ""
