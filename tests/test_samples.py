@@ -1,18 +1,25 @@
 """The samples and the benchmark run end to end as scripts, the way a user runs them.
 
 Each runs in a subprocess with ``sys.executable`` and without ``OPENAI_API_KEY``, so the
-deterministic writer is used and no network is touched.
+deterministic writer is used and no network is touched. The OpenAI writer path of
+``hitl_review.py`` runs in process, against the Responses API faked with respx.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
+import httpx
 import pytest
+import respx
+from agent_framework import Agent
+from openai_wire import MODEL, RESPONSES_URL, chat_client, json_response, request_input_text
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
@@ -123,3 +130,53 @@ def test_benchmark_quick_prints_three_rows() -> None:
     for row in ("pause+resume", "pause+resume+ckpt", "plain run"):
         pattern = rf"^{re.escape(row)}\s+{number}\s+{number}\s+{number}\s+{number}$"
         assert any(re.match(pattern, line) for line in out.splitlines()), f"row {row!r} missing:\n{out}"
+
+
+def load_sample(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"sample_{name}", SAMPLES / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_hitl_review_builds_an_openai_agent_only_with_an_api_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agent_framework.openai import OpenAIChatClient
+
+    sample = load_sample("hitl_review")
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    assert sample._openai_agent() is None
+    assert sample.writer_description() == "deterministic (no OPENAI_API_KEY)"
+    sample._openai_agent.cache_clear()
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.delenv("OPENAI_CHAT_MODEL", raising=False)
+    agent = sample._openai_agent()
+    assert isinstance(agent, Agent)
+    assert isinstance(agent.client, OpenAIChatClient)
+    assert agent.client.model == MODEL
+    assert sample.writer_description() == "OpenAI model"
+
+
+async def test_hitl_review_openai_writer_drafts_once_and_revises_with_the_feedback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sample = load_sample("hitl_review")
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        prompt = request_input_text(request)
+        return json_response("Model revision." if "Reviewer feedback" in prompt else "Model draft.")
+
+    with respx.mock(assert_all_called=True) as mock:
+        route = mock.post(RESPONSES_URL).mock(side_effect=answer)
+        agent = Agent(client=chat_client(), name="writer", instructions="Write short posts.")
+        monkeypatch.setattr(sample, "_openai_agent", lambda: agent)
+        assert await sample.main(["--feedback", FEEDBACK]) == 0
+
+    out = capsys.readouterr().out
+    assert "Writer: OpenAI model" in out
+    # One call for the draft, one for the revision: the resume replays the cached draft.
+    assert route.call_count == 2
+    revision_prompt = request_input_text(route.calls[-1].request)
+    assert "Model draft." in revision_prompt and FEEDBACK in revision_prompt
+    assert final_text(out) == "Model revision."
+    assert "Replayed token rejected: ContinuationAuthorityError" in out
