@@ -13,7 +13,7 @@ What it shows:
 
 The writer is deterministic by default. When ``OPENAI_API_KEY`` is set, the draft and the revision
 come from an OpenAI model through core's ``agent_framework.openai.OpenAIChatClient`` wrapped in a
-core ``Agent`` (needs ``pip install agent-framework-openai``; the model is read from
+core ``Agent`` (``agent-framework-openai`` is a dependency of this package; the model is read from
 ``OPENAI_CHAT_MODEL``, else ``gpt-4o-mini``).
 
 Run it:
