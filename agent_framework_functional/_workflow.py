@@ -35,6 +35,7 @@ from ._continuation import (
 )
 from ._durable import ContinuationStore, DurableAuthority, DurableRun
 from ._errors import ContinuationAuthorityError, PendingContinuationError, WorkflowRunningError
+from ._streaming import stream_live
 
 if TYPE_CHECKING:
     from ._agent import FunctionalWorkflowAgent
@@ -699,8 +700,11 @@ class FunctionalWorkflow:
             held: list[WorkflowEvent[Any]] | None = []
             final_state: WorkflowRunState | None = None
             saw_failed = False
+            # User code runs in a task bound to a live channel, so emit_update() reaches the caller
+            # while the workflow runs, merged in order with core's events (_streaming.stream_live).
+            live_events = stream_live(core_stream, source=self.name)
             try:
-                async for event in core_stream:
+                async for event in live_events:
                     if event.type == "status":
                         final_state = event.state
                     elif event.type == "failed":
@@ -734,6 +738,7 @@ class FunctionalWorkflow:
                     )
                 raise
             finally:
+                await live_events.aclose()  # cancels the workflow task if the stream was abandoned
                 await core_stream.close()
             if final_state == WorkflowRunState.IDLE_WITH_PENDING_REQUESTS and self._active is run:
                 continuation = issue_continuation(run.pending_requests)
