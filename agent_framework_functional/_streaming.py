@@ -466,10 +466,12 @@ async def stream_live(
                     raise error
                 return
     finally:
-        channel.close()
         if not pump.done():
+            # Abandoned: cancel first, so the workflow task sees a cancellation (core cancels it and
+            # its children) rather than a closed channel at its next emit_update().
             pump.cancel()
             await asyncio.wait({pump})
+        channel.close()
         if not pump.cancelled():
             pump.exception()  # retrieved: a failure already reached the caller through the channel
 
