@@ -26,6 +26,7 @@ core's, outside this bound.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Sequence
@@ -214,9 +215,10 @@ def _json_copy(value: Any, depth: int = 0) -> Any:
 def _checked_payload(update: Any) -> Any:
     if isinstance(update, (str, Content, AgentResponseUpdate)):
         return update
+    kind = type(cast(object, update)).__name__
     if isinstance(update, (Message, AgentResponse)):
         raise TypeError(
-            f"emit_update() cannot send a whole {type(update).__name__}: stream its parts instead (its text, "
+            f"emit_update() cannot send a whole {kind}: stream its parts instead (its text, "
             "its contents, or the AgentResponseUpdates of a streaming run; stream_agent() does that)."
         )
     return _json_copy(update)
@@ -238,7 +240,7 @@ async def emit_update(update: str | Content | AgentResponseUpdate | Any) -> None
 
     * Order: updates, ``request_info`` events and outputs reach the caller in the order the code
       produced them; events core collects are never delivered twice.
-    * Backpressure: the live channel holds :data:`LIVE_BUFFER_SIZE` entries. When the consumer is
+    * Backpressure: the live channel holds 64 entries per run. When the consumer is
       slower than the workflow, this call waits until there is room; nothing is dropped or
       buffered beyond that bound.
     * Non-streaming runs carry the same events: ``WorkflowRunResult.get_outputs()`` is unchanged
@@ -358,24 +360,25 @@ async def stream_agent(
     if not isinstance(result, (ResponseStream, AsyncIterable, AgentResponse)) and isinstance(result, Awaitable):
         result = await cast("Awaitable[Any]", result)
     if isinstance(result, AgentResponse):
-        for message in result.messages:
+        whole = cast("AgentResponse[Any]", result)
+        for message in whole.messages:
             await emit_update(
                 AgentResponseUpdate(
                     contents=list(message.contents),
                     role=message.role,
                     author_name=message.author_name,
                     message_id=message.message_id,
-                    response_id=result.response_id,
+                    response_id=whole.response_id,
                 )
             )
-        return result
+        return whole
     if not isinstance(result, AsyncIterable):
         raise TypeError(
             f"{type(agent).__name__}.run(stream=True) returned {type(result).__name__}; stream_agent() needs a "
             "ResponseStream or an async iterable of AgentResponseUpdate."
         )
     updates: list[AgentResponseUpdate] = []
-    iterator = cast("AsyncIterator[Any]", aiter(cast("AsyncIterable[Any]", result)))
+    iterator: AsyncIterator[Any] = aiter(cast("AsyncIterable[Any]", result))
     try:
         async for update in iterator:
             if not isinstance(update, AgentResponseUpdate):
@@ -386,16 +389,19 @@ async def stream_agent(
             updates.append(update)
             await emit_update(update)
     except BaseException:
-        await _close_quietly(result)
+        await _close_inner(cast(object, result))
         raise
     if isinstance(result, ResponseStream):
         return await cast("ResponseStream[AgentResponseUpdate, AgentResponse]", result).get_final_response()
     return AgentResponse.from_updates(updates)
 
 
-async def _close_quietly(stream: Any) -> None:
-    close = getattr(stream, "close", None) if isinstance(stream, ResponseStream) else getattr(stream, "aclose", None)
-    if close is not None:
+async def _close_inner(stream: object) -> None:
+    """Close an inner agent's stream after a failure; a failing close must not replace that failure."""
+    close = getattr(stream, "close" if isinstance(stream, ResponseStream) else "aclose", None)
+    if close is None:
+        return
+    with contextlib.suppress(Exception):
         await close()
 
 

@@ -693,6 +693,25 @@ async def test_abandoned_stream_releases_the_instance_for_a_new_run(caplog: pyte
     _assert_no_task_noise(caplog)
 
 
+async def test_cancelled_consumer_cancels_the_workflow(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    wf = gated_emit.build()  # waits on a gate nobody opens
+    stream = wf.run("tea", stream=True)
+    seen: list[str] = []
+
+    async def consume() -> None:
+        async for event in stream:
+            seen.append(event.type)
+
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(consume(), timeout=0.5)
+    assert "intermediate" in seen
+    await _settle()
+    assert not wf.is_running
+    assert (await plain.build().run("x")).get_outputs() == ["plain x"]
+    _assert_no_task_noise(caplog)
+
+
 async def test_exception_reaches_the_caller_after_the_updates_before_it() -> None:
     wf = fails_after_updates.build()
     seen: list[str] = []
