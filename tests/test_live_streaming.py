@@ -320,7 +320,7 @@ async def test_outside_a_workflow_emit_and_stream_agent_raise_runtime_error() ->
 
 
 async def test_under_cores_own_engine_updates_are_collected_like_add_event() -> None:
-    core_wf = agent_framework.workflow(name="core_gated")(streams_then_returns.func).build()
+    core_wf = agent_framework.workflow(name="core_streams")(streams_then_returns.func).build()
     result = await core_wf.run("tea")
     assert result.get_outputs() == ["Hello, world."]
     assert [e.data.text for e in result if e.type == "intermediate"] == ["Hello", ", ", "world", "."]
@@ -755,3 +755,36 @@ async def test_the_bound_also_holds_in_a_non_streaming_run() -> None:
     result = await burst.build().run(total)
     assert [e.data for e in result if e.type == "intermediate"] == list(range(total))
     assert result.get_outputs() == ["burst done"]
+
+
+@step
+async def write_response(topic: str) -> AgentResponse:
+    return await stream_agent(WRITER, f"write about {topic}")
+
+
+@workflow(name="keeps_the_response")
+async def keeps_the_response(topic: str, ctx: RunContext) -> str:
+    response = await write_response(topic)
+    SEEN.append(response)
+    verdict = await ctx.request_info({"draft": response.text}, response_type=str)
+    return f"{response.text} [{verdict}]"
+
+
+@pytest.mark.parametrize("resume", ["token", "checkpoint"])
+async def test_a_step_returning_the_agent_response_replays_it_from_the_cache(resume: str) -> None:
+    WRITER.runs = 0
+    storage = InMemoryCheckpointStorage()
+    wf = keeps_the_response.build(checkpoint_storage=storage)
+    paused = await wf.run("tea")
+    assert [e.data.text for e in paused if e.type == "intermediate"] == ["Hello", ", ", "world", "."]
+    if resume == "token":
+        done = await wf.run(responses={"auto::0": "ok"}, continuation_token=paused.continuation_token)
+    else:
+        wf.abandon_continuation(paused.continuation_token)
+        checkpoint = (await storage.list_checkpoints(workflow_name="keeps_the_response"))[-1]
+        done = await wf.run(checkpoint_id=checkpoint.checkpoint_id, responses={"auto::0": "ok"})
+    assert WRITER.runs == 1
+    assert not any(e.type == "intermediate" for e in done)  # the cached step sends nothing again
+    assert done.get_outputs() == ["Hello, world. [ok]"]
+    first, replayed = SEEN
+    assert isinstance(replayed, AgentResponse) and replayed.text == first.text == "Hello, world."
