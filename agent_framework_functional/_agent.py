@@ -154,6 +154,12 @@ class FunctionalWorkflowAgent(BaseAgent):
     runs them: with a ``session`` and no history provider an ``InMemoryHistoryProvider`` is added,
     history providers load before the run and store the input and the response after it.
 
+    **Live updates** (:func:`~agent_framework_functional.emit_update`,
+    :func:`~agent_framework_functional.stream_agent`) become updates as the workflow sends them, in
+    both run modes. No text twice: an output whose text the run already streamed live (the streamed
+    text ends with it, e.g. ``return response.text`` after ``stream_agent``) adds nothing, so
+    ``get_final_response()`` of a streaming run and a non-streaming run have the same text.
+
     :attr:`pending_requests` is read from the workflow, so it always equals the workflow's pending
     continuation: set when a run pauses, empty from the moment a resume is accepted, untouched by a
     rejected call, empty after a failed or cancelled run and after abandonment.
