@@ -131,6 +131,11 @@ async def progress_then_answer(topic: str) -> str:
     return await write(topic)
 
 
+@workflow(name="returns_the_response")
+async def returns_the_response(topic: str) -> AgentResponse:
+    return await stream_agent(WRITER, topic)
+
+
 @workflow(name="streams_then_summarises")
 async def streams_then_summarises(topic: str) -> str:
     text = await write(topic)
@@ -431,9 +436,10 @@ async def _quiet_write(topic: str) -> str:
     [
         (streams_then_returns, "Hello, world."),
         (progress_then_answer, "Thinking... Hello, world."),
+        (returns_the_response, "Hello, world."),
         (streams_then_summarises, "Hello, world.Summary: 13 characters."),
     ],
-    ids=["returns_what_it_streamed", "progress_then_answer", "different_output"],
+    ids=["returns_what_it_streamed", "progress_then_answer", "returns_the_response", "different_output"],
 )
 async def test_streaming_and_non_streaming_agent_text_agree_without_repeats(definition: Any, expected: str) -> None:
     agent = definition.build().as_agent()
