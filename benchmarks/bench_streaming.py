@@ -15,7 +15,10 @@ Part 2, per-update overhead of the live path. A no-delay emitter sends 100,000 u
 loop calling an empty coroutine instead of ``emit_update`` is the baseline. Both run through our
 workflow stream (and, in a second row, our agent stream) and are fully consumed. Overhead per
 update = (emitter - baseline) / updates, median of interleaved rounds. Target: below 20 us on the
-workflow stream. For reference, a row shows core's ``ctx.add_event`` path (buffered until the end).
+workflow stream (the live path itself). The agent rows add the adapter's conversion: for text, core's
+``Content`` and ``AgentResponseUpdate`` construction, a second ``ResponseStream`` layer and core's
+``AgentResponse.from_updates`` at the end; "updates" sends ready ``AgentResponseUpdate`` objects, as
+``stream_agent`` does. For reference, a row shows core's ``ctx.add_event`` path (buffered until the end).
 
 Run it:
 
@@ -86,6 +89,15 @@ async def emitter(count: int) -> int:
     return count
 
 
+FORWARDED = AgentResponseUpdate(contents=[Content.from_text(text="x")], role="assistant")
+
+
+async def update_emitter(count: int) -> int:
+    for _ in range(count):
+        await emit_update(FORWARDED)  # what stream_agent forwards: updates an inner agent already built
+    return count
+
+
 async def _nothing(update: str) -> None:
     return None
 
@@ -105,6 +117,7 @@ async def core_add_event(count: int, ctx: agent_framework.RunContext) -> int:
 core_chat = agent_framework.workflow(name="chat")(chat)
 our_chat = agent_framework_functional.workflow(name="chat")(chat)
 our_emitter = agent_framework_functional.workflow(name="emitter")(emitter)
+our_update_emitter = agent_framework_functional.workflow(name="update_emitter")(update_emitter)
 our_baseline = agent_framework_functional.workflow(name="baseline")(baseline)
 core_emitter = agent_framework.workflow(name="core_add_event")(core_add_event)
 
@@ -163,7 +176,12 @@ async def _drain_agent(definition: Any, count: int) -> float:
 
 
 async def part_two(rounds: int, count: int) -> bool:
-    rows: dict[str, list[float]] = {"workflow stream": [], "agent stream": [], "core add_event (buffered)": []}
+    rows: dict[str, list[float]] = {
+        "workflow stream": [],
+        "agent stream, text": [],
+        "agent stream, updates": [],
+        "core add_event (buffered)": [],
+    }
     for index in range(rounds):
         pairs: list[tuple[str, Callable[[], Awaitable[float]], Callable[[], Awaitable[float]]]] = [
             (
@@ -171,7 +189,12 @@ async def part_two(rounds: int, count: int) -> bool:
                 lambda: _drain_workflow(our_emitter, count),
                 lambda: _drain_workflow(our_baseline, count),
             ),
-            ("agent stream", lambda: _drain_agent(our_emitter, count), lambda: _drain_agent(our_baseline, count)),
+            ("agent stream, text", lambda: _drain_agent(our_emitter, count), lambda: _drain_agent(our_baseline, count)),
+            (
+                "agent stream, updates",
+                lambda: _drain_agent(our_update_emitter, count),
+                lambda: _drain_agent(our_baseline, count),
+            ),
             (
                 "core add_event (buffered)",
                 lambda: _drain_workflow(core_emitter, count),

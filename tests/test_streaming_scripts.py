@@ -69,7 +69,7 @@ def test_bench_streaming_quick_prints_both_parts() -> None:
     for side in ("core", "ours"):
         assert any(re.match(rf"^{side}\s+{number}\s+{number}\s+{number}$", line) for line in lines), out
     assert any(re.match(r"^path\s+us/update$", line) for line in lines), out
-    for path in ("workflow stream", "agent stream", "core add_event \\(buffered\\)"):
+    for path in ("workflow stream", "agent stream, text", "agent stream, updates", "core add_event \\(buffered\\)"):
         assert any(re.match(rf"^{path}\s+-?{number}$", line) for line in lines), f"{path} missing:\n{out}"
     assert re.search(r"^target: ours first/total <= 0\.05: (met|MISSED)$", out, re.MULTILINE), out
     assert re.search(r"^target: workflow stream < 20 us/update: (met|MISSED)$", out, re.MULTILINE), out
