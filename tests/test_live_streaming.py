@@ -668,6 +668,20 @@ async def test_abandoned_workflow_stream_cancels_the_workflow(how: str, caplog: 
     _assert_no_task_noise(caplog)
 
 
+async def test_stream_closed_before_user_code_never_starts_the_workflow(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    wf = endless.build()
+    stream = wf.run("tick", stream=True)
+    async for event in stream:
+        assert event.type == "started"  # core's first event, before any user code
+        break
+    await stream.close()
+    await _settle()
+    assert not wf.is_running
+    assert CALLS["endless_cancelled"] == 0
+    _assert_no_task_noise(caplog)
+
+
 async def test_abandoned_agent_stream_cancels_the_workflow(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     wf = endless.build()
