@@ -97,7 +97,15 @@ def build_inner_agent(delay: float) -> Any:
     if not os.environ.get("OPENAI_API_KEY"):
         return LocalStreamingAgent(delay=delay)
     from agent_framework import Agent
-    from agent_framework.openai import OpenAIChatClient  # needs: pip install agent-framework-openai
+
+    try:
+        from agent_framework.openai import OpenAIChatClient
+    except ModuleNotFoundError as exc:
+        raise SystemExit(
+            "OPENAI_API_KEY is set, so this sample streams from an OpenAI model, which needs the "
+            "agent-framework-openai package: run `pip install agent-framework-openai`, or unset "
+            "OPENAI_API_KEY to use the deterministic local agent."
+        ) from exc
 
     client = OpenAIChatClient(model=os.environ.get("OPENAI_CHAT_MODEL") or "gpt-4o-mini")
     return Agent(client=client, name="assistant", instructions="Answer in two short sentences.")
