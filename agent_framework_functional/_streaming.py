@@ -497,7 +497,8 @@ def live_update_to_agent_update(
     Text and ``Content`` become contents of an assistant update authored by the agent; an
     ``AgentResponseUpdate`` is copied (contents, role, author, message id, properties; never its
     continuation token or operation state, so the token rule of the last update holds); JSON data
-    becomes an update with no contents and ``additional_properties["data"]``. Other payloads (an
+    becomes an update with no contents and ``additional_properties["data"]``. Merge modes are kept,
+    so core's ``AgentResponse.from_updates`` folds a replace snapshot as the inner agent meant it. Other payloads (an
     ``intermediate`` event a user added by hand with something else) give None.
     """
     if isinstance(data, AgentResponseUpdate):
@@ -509,6 +510,7 @@ def live_update_to_agent_update(
             agent_id=agent_id,
             response_id=response_id,
             message_id=data.message_id,
+            merge_mode=data.merge_mode,
             created_at=data.created_at,
             additional_properties=properties,
             raw_representation=data,
@@ -540,26 +542,63 @@ class LiveText:
     ``output`` adds nothing to the agent's answer when it has text and the text streamed live before
     it ends with exactly that text. This is the common case of a workflow returning what it streamed
     (``return response.text`` after :func:`stream_agent`). Any other output is added as usual.
+
+    The streamed text follows core's merge rules (``AgentResponse.from_updates``): adjacent text
+    contents form a run, a text content with ``merge_mode="replace"`` (the full-text snapshot that
+    core's OpenAI client sends after the deltas) replaces its run, and an update with
+    ``merge_mode="replace"`` clears its message.
     """
 
-    __slots__ = ("_chunks",)
+    __slots__ = ("_author", "_message_id", "_message_start", "_open", "_role", "_runs")
 
     def __init__(self) -> None:
-        self._chunks: list[str] = []
+        self._runs: list[list[str]] = []  # text runs, each a list of chunks (joined only when needed)
+        self._message_start = 0  # index in _runs where the current message begins
+        self._open = False  # the last content was text: the next text chunk joins that run
+        self._author: str | None = None
+        self._message_id: str | None = None
+        self._role: Any = None
 
     def add(self, update: AgentResponseUpdate) -> None:
         """Record the text of a live update."""
-        text = update.text
-        if text:
-            self._chunks.append(text)
+        if not self._runs or self._starts_new_message(update):
+            self._message_start = len(self._runs)
+            self._open = False
+        if update.merge_mode == "replace":
+            del self._runs[self._message_start :]
+            self._open = False
+        for content in update.contents:
+            if content.type != "text":
+                self._open = False
+                continue
+            text = content.text or ""
+            if not self._open:
+                self._runs.append([text])
+                self._open = True
+            elif content.merge_mode == "replace":
+                self._runs[-1] = [text]
+            else:
+                self._runs[-1].append(text)
+        if update.author_name is not None:
+            self._author = update.author_name
+        if update.role is not None:
+            self._role = update.role
+        if update.message_id:
+            self._message_id = update.message_id
+
+    def _starts_new_message(self, update: AgentResponseUpdate) -> bool:
+        """Core's rule in ``_process_update`` for when an update opens a new message."""
+        return bool(
+            (update.message_id and self._message_id and update.message_id != self._message_id)
+            or (update.author_name and self._author and update.author_name != self._author)
+            or (update.role and update.role != self._role)
+        )
 
     def repeats(self, contents: Sequence[Content]) -> bool:
         """True when ``contents`` carry text and the live text so far ends with exactly that text."""
-        if not self._chunks:
+        if not self._runs:
             return False
         text = "".join(content.text or "" for content in contents if content.type == "text")
         if not text:
             return False
-        streamed = "".join(self._chunks)
-        self._chunks = [streamed]
-        return streamed.endswith(text)
+        return "".join("".join(run) for run in self._runs).endswith(text)

@@ -10,7 +10,9 @@ from collections.abc import AsyncIterable, Sequence
 from typing import Any
 
 import agent_framework
+import httpx
 import pytest
+import respx
 from agent_framework import (
     AgentResponse,
     AgentResponseUpdate,
@@ -808,3 +810,86 @@ async def test_a_step_returning_the_agent_response_replays_it_from_the_cache(res
     assert done.get_outputs() == ["Hello, world. [ok]"]
     first, replayed = SEEN
     assert isinstance(replayed, AgentResponse) and replayed.text == first.text == "Hello, world."
+
+
+# ---------------------------------------------------------------------------------------------- core Agent (respx)
+
+
+async def test_stream_agent_forwards_a_core_openai_agent_live() -> None:
+    """A real core ``Agent`` on ``OpenAIChatClient`` (Responses API faked with respx) streams through."""
+    from agent_framework import Agent
+    from openai_wire import RESPONSES_URL, chat_client, is_streaming_request, sse_response
+
+    with respx.mock(assert_all_called=True) as mock:
+        route = mock.post(RESPONSES_URL).mock(
+            side_effect=lambda request: (
+                sse_response(["Green tea ", "is ", "calm."]) if is_streaming_request(request) else httpx.Response(500)
+            )
+        )
+        model_agent = Agent(client=chat_client(), name="writer", instructions="Write one sentence.")
+
+        @step(replay_key=lambda topic: f"draft:{topic}")  # it closes over the model agent
+        async def draft(topic: str) -> str:
+            return (await stream_agent(model_agent, f"Write about {topic}.")).text
+
+        @workflow(name="model_post")
+        async def model_post(topic: str, ctx: RunContext) -> str:
+            text = await draft(topic)
+            approved = await ctx.request_info({"draft": text}, response_type=bool)
+            return text if approved else "(withheld)"
+
+        agent = model_post.build().as_agent(name="poster")
+        paused_updates = [u async for u in agent.run("tea", stream=True)]
+        texts = [(u.text, [c.merge_mode for c in u.contents]) for u in paused_updates if u.text]
+        # Chunk by chunk as the model wrote them, then core's client sends the full text as a replace snapshot.
+        assert texts == [
+            ("Green tea ", ["append"]),
+            ("is ", ["append"]),
+            ("calm.", ["append"]),
+            ("Green tea is calm.", ["replace"]),
+        ]
+        assert AgentResponse.from_updates(paused_updates).text == "Green tea is calm."  # folded once
+        token = paused_updates[-1].continuation_token
+        assert token is not None
+        done = await agent.run(responses={"auto::0": True}, continuation_token=token)
+        assert done.text == "Green tea is calm."
+        assert route.call_count == 1  # the resume replayed the step: no second model call
+
+        # A run that streams the model and returns its text: the answer once, in both modes.
+        @workflow(name="model_answer")
+        async def model_answer(topic: str) -> str:
+            return (await stream_agent(model_agent, topic)).text
+
+        answer_agent = model_answer.build().as_agent()
+        stream = answer_agent.run("tea", stream=True)
+        assert (await stream.get_final_response()).text == "Green tea is calm."
+        assert (await answer_agent.run("tea")).text == "Green tea is calm."
+
+
+def _text_update(text: str, *, mode: str | None = None, update_mode: str | None = None, **fields: Any) -> Any:
+    content = Content.from_text(text=text)
+    content.merge_mode = mode  # type: ignore[assignment]
+    return AgentResponseUpdate(contents=[content], role="assistant", merge_mode=update_mode, **fields)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "updates",
+    [
+        [_text_update("a"), _text_update("b")],
+        [_text_update("Hel"), _text_update("lo"), _text_update("Hello", mode="replace")],
+        [_text_update("x", author_name="p"), _text_update("y", author_name="q"), _text_update("y!", mode="replace")],
+        [_text_update("draft"), _text_update("final", update_mode="replace")],
+        [_text_update("one", message_id="m1"), _text_update("two", message_id="m2")],
+    ],
+    ids=["appends", "content_replace", "authors", "update_replace", "messages"],
+)
+def test_live_text_follows_cores_merge_rules(updates: list[AgentResponseUpdate]) -> None:
+    from agent_framework_functional._streaming import LiveText
+
+    live = LiveText()
+    for update in updates:
+        live.add(update)
+    folded = AgentResponse.from_updates(updates)
+    contents = [content for message in folded.messages for content in message.contents]
+    assert live.repeats(contents)  # the text core folds equals the text LiveText tracked
+    assert not live.repeats([Content.from_text(text=folded.text + "?")])
