@@ -16,9 +16,11 @@ added by hand) go in first, and the stream later skips them when core yields the
 is delivered twice. That one read of core's event list is this package's only touch of a core
 internal for streaming (see :func:`_collected_events`); a test pins it.
 
-Backpressure: the channel is bounded (:data:`LIVE_BUFFER_SIZE` entries). When it is full,
-``await emit_update(...)`` waits until the consumer takes an entry, so a slow consumer slows the
-workflow down instead of making it buffer without bound. Nothing is dropped. Note that core's
+Backpressure (streaming runs): the channel is bounded (:data:`LIVE_BUFFER_SIZE` entries). When it
+is full, ``await emit_update(...)`` waits until the consumer takes an entry, so a slow consumer slows
+the workflow down instead of making it buffer without bound. Nothing is dropped. A non-streaming
+``run()`` has no reader until the function returns, so there the updates are collected with the
+run's other events (as core collects its own) and no pump task is started. Note that core's
 ``ResponseStream`` keeps every update it yielded for ``get_final_response()``; that history is
 core's, outside this bound.
 """
@@ -28,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import sys
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Sequence
 from contextvars import ContextVar
@@ -52,6 +55,7 @@ LIVE_DATA_PROPERTY = "data"
 """Key of ``AgentResponseUpdate.additional_properties`` that carries an emitted JSON value."""
 
 _MAX_JSON_DEPTH = 64
+_UNBOUNDED = sys.maxsize
 
 _LIVE: Literal[0] = 0
 _CORE: Literal[1] = 1
@@ -133,6 +137,14 @@ class _LiveChannel:
     def finish(self, error: BaseException | None) -> None:
         """Enqueue the end of the stream (never waits)."""
         self._append((_END, error))
+
+    def has_items(self) -> bool:
+        """True when an entry is waiting."""
+        return bool(self._items)
+
+    def pop(self) -> _Item:
+        """Take the next entry without waiting (collecting mode: nobody waits for room)."""
+        return self._items.popleft()
 
     async def get(self) -> _Item:
         """Take the next entry, waiting for one."""
@@ -240,10 +252,13 @@ async def emit_update(update: str | Content | AgentResponseUpdate | Any) -> None
 
     * Order: updates, ``request_info`` events and outputs reach the caller in the order the code
       produced them; events core collects are never delivered twice.
-    * Backpressure: the live channel holds 64 entries per run. When the consumer is
-      slower than the workflow, this call waits until there is room; nothing is dropped or
-      buffered beyond that bound.
-    * Non-streaming runs carry the same events: ``WorkflowRunResult.get_outputs()`` is unchanged
+    * Backpressure (streaming runs, ``run(..., stream=True)``, which the agent adapter always
+      uses): the live channel holds 64 entries per run. When the consumer is slower than the
+      workflow, this call waits until there is room; nothing is dropped or buffered beyond that
+      bound.
+    * Non-streaming ``run()`` has no reader before the function returns: the updates are collected
+      with the run's other events (as core collects its own) and the result carries the same events
+      in the same order as a streaming run; ``WorkflowRunResult.get_outputs()`` is unchanged
       (updates are ``intermediate``, not ``output``).
     * Under core's own ``FunctionalWorkflow`` (not this package's), the update is added with core's
       ``ctx.add_event`` and arrives when core yields its collected events, after the function returns.
@@ -430,6 +445,7 @@ async def stream_live(
     core_stream: ResponseStream[WorkflowEvent[Any], Any],
     *,
     source: str | None = None,
+    live: bool = True,
     maxsize: int = LIVE_BUFFER_SIZE,
 ) -> AsyncGenerator[WorkflowEvent[Any], None]:
     """Yield core's events merged, in order, with the live updates the workflow emits (internal).
@@ -439,6 +455,11 @@ async def stream_live(
     the caller can act between the first status and user code (the token is spent there). Closing
     this generator cancels the pump and so the workflow task (core cancels it and its children);
     it returns once the pump has finished.
+
+    With ``live=False`` (a non-streaming run: nobody reads before the function returns) there is
+    no pump: core's stream is pulled here with the channel bound around each pull, the channel
+    collects without a bound (as core collects its own events), and the same merge yields the
+    same events in the same order.
     """
     while True:
         try:
@@ -448,9 +469,34 @@ async def stream_live(
         yield event
         if event.type == "status":
             break
+    forwarded: set[WorkflowEvent[Any]] = set()
+    if not live:
+        collector = _LiveChannel(_UNBOUNDED, source)
+        try:
+            while True:
+                bound = _live_channel.set(collector)  # core's workflow task copies this context
+                try:
+                    pulled: WorkflowEvent[Any] | None = await core_stream.__anext__()
+                except StopAsyncIteration:
+                    pulled = None
+                finally:
+                    _live_channel.reset(bound)
+                while collector.has_items():  # what the function emitted came before this event
+                    item = collector.pop()
+                    for early in item[1]:
+                        forwarded.add(early)
+                        yield early
+                    yield item[2]
+                if pulled is None:
+                    return
+                if pulled in forwarded:
+                    forwarded.discard(pulled)
+                    continue
+                yield pulled
+        finally:
+            collector.close()
     channel = _LiveChannel(maxsize, source)
     pump = asyncio.get_running_loop().create_task(_pump(core_stream, channel))
-    forwarded: set[WorkflowEvent[Any]] = set()
     try:
         while True:
             item = await channel.get()

@@ -734,6 +734,17 @@ async def test_cancelled_consumer_cancels_the_workflow(caplog: pytest.LogCapture
     _assert_no_task_noise(caplog)
 
 
+async def test_cancelled_non_streaming_run_cancels_the_workflow(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    wf = endless.build()
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(wf.run("tick"), timeout=0.5)
+    await _settle()
+    assert CALLS["endless_cancelled"] == 1
+    assert not wf.is_running
+    _assert_no_task_noise(caplog)
+
+
 async def test_exception_reaches_the_caller_after_the_updates_before_it() -> None:
     wf = fails_after_updates.build()
     seen: list[str] = []
@@ -772,11 +783,23 @@ async def test_a_slow_consumer_holds_the_workflow_at_the_buffer_bound() -> None:
     assert [e.data for e in rest if e.type == "output"] == ["burst done"]
 
 
-async def test_the_bound_also_holds_in_a_non_streaming_run() -> None:
-    total = LIVE_BUFFER_SIZE * 3
+async def test_a_non_streaming_run_collects_every_update_in_order() -> None:
+    total = LIVE_BUFFER_SIZE * 3  # more than the streaming bound: nobody reads before the end here
     result = await burst.build().run(total)
     assert [e.data for e in result if e.type == "intermediate"] == list(range(total))
     assert result.get_outputs() == ["burst done"]
+
+
+async def test_non_streaming_and_streaming_runs_give_the_same_events() -> None:
+    def shape(events: Sequence[WorkflowEvent[Any]]) -> list[tuple[str, Any]]:
+        return [(e.type, e.data if e.type == "intermediate" else e.executor_id) for e in events if e.type != "status"]
+
+    streamed = ordered.build().run("tea", stream=True)
+    async for _ in streamed:
+        pass
+    single = await ordered.build().run("tea")
+    assert shape(list(single)) == shape(list(await streamed.get_final_response()))
+    assert ("intermediate", "in step: tea") in shape(list(single))
 
 
 @step
