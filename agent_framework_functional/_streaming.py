@@ -14,7 +14,7 @@ order they entered it. When a live update enters, the events core has collected 
 (its ``add_event``: ``executor_invoked``/``executor_completed`` of steps, ``request_info``, outputs
 added by hand) go in first, and the stream later skips them when core yields them again, so nothing
 is delivered twice. That one read of core's event list is this package's only touch of a core
-internal for streaming (see :func:`_collected_events`); a test pins it.
+internal for streaming (``_core_compat.collected_events``); a test pins it.
 
 Backpressure (streaming runs): the channel is bounded (:data:`LIVE_BUFFER_SIZE` entries). When it
 is full, ``await emit_update(...)`` waits until the consumer takes an entry, so a slow consumer slows
@@ -47,6 +47,8 @@ from agent_framework import (
     WorkflowEvent,
     get_run_context,
 )
+
+from ._core_compat import collected_events
 
 LIVE_BUFFER_SIZE = 64
 """Entries the live channel holds before ``emit_update`` waits for the consumer."""
@@ -176,7 +178,7 @@ class _LiveChannel:
             self.ctx = ctx
         elif ctx is not self.ctx:
             return ()  # a nested core run's context: its events are not this stream's
-        events = _collected_events(ctx)
+        events = collected_events(ctx)
         if events is None or len(events) <= self.core_seen:
             return ()
         taken = tuple(events[self.core_seen :])
@@ -185,17 +187,6 @@ class _LiveChannel:
 
 
 _live_channel: ContextVar[_LiveChannel | None] = ContextVar("agent_framework_functional_live_channel", default=None)
-
-
-def _collected_events(ctx: RunContext) -> list[WorkflowEvent[Any]] | None:
-    """Core's list of events collected so far in this run (``RunContext._events``), or None.
-
-    The only core internal the live path reads. If core renames it, live updates still stream, but
-    core's collected events are no longer moved ahead of later live updates (test_live_streaming pins
-    the attribute so that change fails loudly).
-    """
-    events = getattr(ctx, "_events", None)
-    return cast("list[WorkflowEvent[Any]]", events) if isinstance(events, list) else None
 
 
 def _json_copy(value: Any, depth: int = 0) -> Any:

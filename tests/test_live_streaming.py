@@ -34,7 +34,8 @@ from agent_framework_functional import (
     stream_agent,
     workflow,
 )
-from agent_framework_functional._streaming import LIVE_BUFFER_SIZE, _collected_events
+from agent_framework_functional._core_compat import collected_events
+from agent_framework_functional._streaming import LIVE_BUFFER_SIZE
 
 CALLS: collections.Counter[str] = collections.Counter()
 GATES: dict[str, asyncio.Event] = {}
@@ -356,7 +357,7 @@ async def test_emitting_after_the_run_ended_raises() -> None:
 def test_core_event_list_used_for_ordering_is_still_there() -> None:
     """The live path reads core's RunContext._events (its only core internal); fail loudly if it moves."""
     ctx = agent_framework.RunContext("probe")
-    assert _collected_events(ctx) == []
+    assert collected_events(ctx) == []
     assert get_run_context() is None
 
 
