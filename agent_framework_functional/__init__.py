@@ -26,6 +26,7 @@ from ._errors import (
 )
 from ._redis_store import RedisContinuationStore
 from ._sqlite_store import SQLiteContinuationStore
+from ._streaming import emit_update, stream_agent
 from ._workflow import (
     FunctionalWorkflow,
     FunctionalWorkflowDefinition,
@@ -55,7 +56,9 @@ __all__ = [
     "WorkflowRunningError",
     "__version__",
     "continuation_token_hash",
+    "emit_update",
     "get_run_context",
     "step",
+    "stream_agent",
     "workflow",
 ]

@@ -46,6 +46,7 @@ from ._chat import (
 from ._continuation import FunctionalWorkflowContinuationToken
 from ._core_compat import set_context_response
 from ._errors import PendingContinuationError, WorkflowRunningError
+from ._streaming import LiveText, live_update_to_agent_update
 from ._workflow import FunctionalWorkflow, FunctionalWorkflowRunResult
 
 REQUEST_INFO_FUNCTION_NAME = "request_info"
@@ -152,6 +153,12 @@ class FunctionalWorkflowAgent(BaseAgent):
     **Context providers** run before and after every run the way core's graph ``WorkflowAgent``
     runs them: with a ``session`` and no history provider an ``InMemoryHistoryProvider`` is added,
     history providers load before the run and store the input and the response after it.
+
+    **Live updates** (:func:`~agent_framework_functional.emit_update`,
+    :func:`~agent_framework_functional.stream_agent`) become updates as the workflow sends them, in
+    both run modes. No text twice: an output whose text the run already streamed live (the streamed
+    text ends with it, e.g. ``return response.text`` after ``stream_agent``) adds nothing, so
+    ``get_final_response()`` of a streaming run and a non-streaming run have the same text.
 
     :attr:`pending_requests` is read from the workflow, so it always equals the workflow's pending
     continuation: set when a run pauses, empty from the moment a resume is accepted, untouched by a
@@ -556,6 +563,7 @@ class FunctionalWorkflowAgent(BaseAgent):
         token: FunctionalWorkflowContinuationToken | None = None
         finished = False
         updates: list[AgentResponseUpdate] = []
+        live_text = LiveText()
         try:
             provider_session, context = await self._before_run(plan)
             if plan.workflow_stream is None:
@@ -571,7 +579,7 @@ class FunctionalWorkflowAgent(BaseAgent):
                     event = await _next_event(plan)
                 except StopAsyncIteration:
                     break
-                for update in self._event_to_updates(event, response_id):
+                for update in self._event_to_updates(event, response_id, live_text):
                     updates.append(update)
                     yield update
             token = await _final_token(plan)
@@ -646,10 +654,27 @@ class FunctionalWorkflowAgent(BaseAgent):
 
     # ------------------------------------------------------------------ conversion (shared)
 
-    def _event_to_updates(self, event: WorkflowEvent[Any], response_id: str) -> list[AgentResponseUpdate]:
-        """Convert one workflow event to agent updates; the one conversion both run modes use."""
+    def _event_to_updates(
+        self, event: WorkflowEvent[Any], response_id: str, live_text: LiveText | None = None
+    ) -> list[AgentResponseUpdate]:
+        """Convert one workflow event to agent updates; the one conversion both run modes use.
+
+        ``live_text`` records what the run streamed live, so an output that repeats it adds nothing
+        (no text twice; see ``LiveText``).
+        """
+        if event.type == "intermediate":
+            update = live_update_to_agent_update(
+                event.data, author_name=self.name, agent_id=self.id, response_id=response_id
+            )
+            if update is None:
+                return []
+            if live_text is not None:
+                live_text.add(update)
+            return [update]
         if event.type == "output":
             contents = _output_contents(event.data)
+            if live_text is not None and live_text.repeats(contents):
+                return []
         elif event.type == "request_info" and event.request_id:
             contents = [self._approval_request(event)]
         else:

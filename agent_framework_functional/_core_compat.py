@@ -9,13 +9,16 @@ every one of them, so an upgrade of core that moves them fails loudly instead of
   value later, after the continuation token was spent.
 * ``SessionContext._response``: core's graph ``WorkflowAgent`` sets it before the after-run
   providers; ``SessionContext`` has no public setter.
+* ``RunContext._events``: the events core's functional engine collected so far in a run (it yields
+  them only after the workflow function returns). Live streaming reads it so that those events go
+  out ahead of a later live update, in production order (``tests/test_live_streaming.py`` pins it).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
-from agent_framework import AgentResponse, SessionContext
+from agent_framework import AgentResponse, RunContext, SessionContext, WorkflowEvent
 from agent_framework._workflows._typing_utils import is_instance_of, try_coerce_to_type
 
 
@@ -37,3 +40,13 @@ def coerce_to(value: Any, target_type: Any) -> tuple[bool, Any]:
 def accepts(value: Any, target_type: Any) -> bool:
     """True when ``value`` is an instance of ``target_type`` by core's rules (generics and unions included)."""
     return is_instance_of(value, target_type)
+
+
+def collected_events(ctx: RunContext) -> list[WorkflowEvent[Any]] | None:
+    """Core's list of events collected so far in this run (``RunContext._events``), or None.
+
+    If core renames it, live updates still stream, but core's collected events are no longer moved
+    ahead of later live updates; the pinning test fails first.
+    """
+    events = getattr(ctx, "_events", None)
+    return cast("list[WorkflowEvent[Any]]", events) if isinstance(events, list) else None

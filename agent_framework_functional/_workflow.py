@@ -35,6 +35,7 @@ from ._continuation import (
 )
 from ._durable import ContinuationStore, DurableAuthority, DurableRun
 from ._errors import ContinuationAuthorityError, PendingContinuationError, WorkflowRunningError
+from ._streaming import stream_live
 
 if TYPE_CHECKING:
     from ._agent import FunctionalWorkflowAgent
@@ -422,7 +423,7 @@ class FunctionalWorkflow:
             **kwargs,
         }
         response_stream: ResponseStream[WorkflowEvent[Any], FunctionalWorkflowRunResult] = ResponseStream(
-            self._drive(run, core_kwargs),
+            self._drive(run, core_kwargs, live=stream),
             finalizer=functools.partial(_finalize_events, run=run, include_status_events=include_status_events),
             # close() (also `async with`) of a stream that never started iterating does not run
             # _drive's cleanup, and the closed stream may stay referenced: release the run here too.
@@ -689,7 +690,9 @@ class FunctionalWorkflow:
             self._core = self._new_core()
         self._active = None
 
-    async def _drive(self, run: _ActiveRun, core_kwargs: dict[str, Any]) -> AsyncIterable[WorkflowEvent[Any]]:
+    async def _drive(
+        self, run: _ActiveRun, core_kwargs: dict[str, Any], live: bool = True
+    ) -> AsyncIterable[WorkflowEvent[Any]]:
         """Run core's stream, spend the token before user code, and issue a new one on a saved pause."""
         completed = False
         try:
@@ -699,8 +702,11 @@ class FunctionalWorkflow:
             held: list[WorkflowEvent[Any]] | None = []
             final_state: WorkflowRunState | None = None
             saw_failed = False
+            # User code runs in a task bound to a live channel, so emit_update() reaches the caller
+            # while the workflow runs, merged in order with core's events (_streaming.stream_live).
+            live_events = stream_live(core_stream, source=self.name, live=live)
             try:
-                async for event in core_stream:
+                async for event in live_events:
                     if event.type == "status":
                         final_state = event.state
                     elif event.type == "failed":
@@ -734,6 +740,7 @@ class FunctionalWorkflow:
                     )
                 raise
             finally:
+                await live_events.aclose()  # cancels the workflow task if the stream was abandoned
                 await core_stream.close()
             if final_state == WorkflowRunState.IDLE_WITH_PENDING_REQUESTS and self._active is run:
                 continuation = issue_continuation(run.pending_requests)

@@ -41,8 +41,10 @@ EXPECTED_ALL = [
     "WorkflowRunningError",
     "__version__",
     "continuation_token_hash",
+    "emit_update",
     "get_run_context",
     "step",
+    "stream_agent",
     "workflow",
 ]
 
