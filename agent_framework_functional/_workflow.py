@@ -77,6 +77,12 @@ class _ActiveRun:
     durable: DurableRun | None = None  # set only when the instance has a continuation store
 
 
+class _RunLease:
+    """Weak-reference target that lives exactly as long as a non-streaming run's awaitable (internal)."""
+
+    __slots__ = ("__weakref__",)
+
+
 class FunctionalWorkflowDefinition:
     """Stateless workflow definition produced by :func:`workflow`; call :meth:`build` per caller.
 
@@ -422,18 +428,30 @@ class FunctionalWorkflow:
             "checkpoint_storage": checkpoint_storage,
             **kwargs,
         }
+        if not stream:
+            # Non-streaming: drain _drive directly; a ResponseStream layer would only add cost. The
+            # lease lives only in the coroutine's frame, so an awaitable that is dropped, or closed
+            # without being awaited, releases the run at once.
+            lease = _RunLease()
+            weakref.finalize(lease, self._release_dropped_run, run).atexit = False
+            return self._collect(run, core_kwargs, include_status_events, lease)
         response_stream: ResponseStream[WorkflowEvent[Any], FunctionalWorkflowRunResult] = ResponseStream(
-            self._drive(run, core_kwargs, live=stream),
+            self._drive(run, core_kwargs, live=True),
             finalizer=functools.partial(_finalize_events, run=run, include_status_events=include_status_events),
             # close() (also `async with`) of a stream that never started iterating does not run
             # _drive's cleanup, and the closed stream may stay referenced: release the run here too.
             cleanup_hooks=[functools.partial(self._release_dropped_run, run)],
         )
-        finalizer = weakref.finalize(response_stream, self._release_dropped_run, run)
-        finalizer.atexit = False
-        if stream:
-            return response_stream
-        return response_stream.get_final_response()
+        weakref.finalize(response_stream, self._release_dropped_run, run).atexit = False
+        return response_stream
+
+    async def _collect(
+        self, run: _ActiveRun, core_kwargs: dict[str, Any], include_status_events: bool, lease: _RunLease
+    ) -> FunctionalWorkflowRunResult:
+        """Non-streaming run: drain :meth:`_drive` and build the result, without a ResponseStream."""
+        # ``lease`` stays referenced by this frame until the run ends; never ``del`` it here.
+        events = [event async for event in self._drive(run, core_kwargs, live=False)]
+        return _finalize_events(events, run=run, include_status_events=include_status_events)
 
     def _accept(
         self,
