@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+import weakref
 from collections.abc import AsyncIterable, Awaitable, Mapping, Sequence
 from typing import Any, Literal, overload
 
@@ -194,10 +195,18 @@ class FunctionalWorkflowAgent(BaseAgent):
                 checkpoint_storage=checkpoint_storage,
                 **kwargs,
             )
-            return ResponseStream(
-                self._stream_updates(workflow_stream, response_id),
+            # Only the agent stream owns the workflow stream (the generator reads it through the
+            # holder), so dropping the agent stream drops the workflow stream at once and its weak
+            # finalizer frees the instance. A generator frame holding it would keep it alive until
+            # the event loop gets round to closing the abandoned generator.
+            holder = [workflow_stream]
+            del workflow_stream
+            agent_stream: ResponseStream[AgentResponseUpdate, AgentResponse] = ResponseStream(
+                self._stream_updates(holder, response_id),
                 finalizer=AgentResponse.from_updates,
             )
+            weakref.finalize(agent_stream, holder.clear).atexit = False
+            return agent_stream
         result = self._workflow.run(
             messages,
             responses=responses,
@@ -238,13 +247,23 @@ class FunctionalWorkflowAgent(BaseAgent):
 
     async def _stream_updates(
         self,
-        workflow_stream: ResponseStream[WorkflowEvent[Any], FunctionalWorkflowRunResult],
+        holder: list[ResponseStream[WorkflowEvent[Any], FunctionalWorkflowRunResult]],
         response_id: str,
     ) -> AsyncIterable[AgentResponseUpdate]:
-        async for event in workflow_stream:
-            for update in self._event_to_updates(event, response_id):
-                yield update
-        run_result = await workflow_stream.get_final_response()
+        # No local reference to the workflow stream survives a yield: see run(stream=True).
+        try:
+            while True:
+                try:
+                    event = await holder[0].__anext__()
+                except StopAsyncIteration:
+                    break
+                for update in self._event_to_updates(event, response_id):
+                    yield update
+        except BaseException:
+            if holder:  # closed or failed early while the agent stream is alive: close the run too
+                await holder[0].close()
+            raise
+        run_result = await holder[0].get_final_response()
         if run_result.continuation_token is not None:
             # Last update, nothing after it: core's from_updates keeps the last update's token.
             yield AgentResponseUpdate(
