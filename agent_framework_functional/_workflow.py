@@ -25,6 +25,7 @@ from agent_framework import (
 )
 from agent_framework import FunctionalWorkflow as _CoreFunctionalWorkflow
 from agent_framework import FunctionalWorkflowDefinition as _CoreFunctionalWorkflowDefinition
+from agent_framework.observability import OBSERVABILITY_SETTINGS
 
 from ._continuation import (
     Continuation,
@@ -556,7 +557,10 @@ class FunctionalWorkflow:
                 if not saw_failed:
                     # Core raises from its pause handler when saving the pause checkpoint fails,
                     # without a failed event: give the caller the normal failure surface.
-                    details = WorkflowErrorDetails.from_exception(exc)
+                    # Redacted exactly as core redacts its own failed events.
+                    details = WorkflowErrorDetails.from_exception(
+                        exc, include_sensitive_data=OBSERVABILITY_SETTINGS.SENSITIVE_DATA_ENABLED
+                    )
                     yield WorkflowEvent("failed", details=details, origin=WorkflowEventSource.FRAMEWORK)
                     yield WorkflowEvent(
                         "status", state=WorkflowRunState.FAILED, origin=WorkflowEventSource.FRAMEWORK
