@@ -9,6 +9,7 @@ the very same code (the checkpoint's signature hash depends on it).
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import json
 import subprocess
@@ -249,7 +250,8 @@ async def test_checkpoint_restore_in_another_process_keeps_types(payloads: Modul
     assert pause.pending_request_info_events
     script = tmp_path / "restore.py"
     script.write_text(textwrap.dedent(RESTORE_SCRIPT), encoding="utf-8")
-    completed = subprocess.run(
+    completed = await asyncio.to_thread(
+        subprocess.run,
         [
             sys.executable,
             str(script),
@@ -273,7 +275,10 @@ async def test_checkpoint_restore_in_another_process_keeps_types(payloads: Modul
         }
     )
     assert report["second_request"] == p.describe(
-        {"decision": p.sample_decision(), "ticket": p.sample_ticket().model_copy(update={"tags": ["urgent", "enriched"]})}
+        {
+            "decision": p.sample_decision(),
+            "ticket": p.sample_ticket().model_copy(update={"tags": ["urgent", "enriched"]}),
+        }
     )
     assert report["restored_token"] is True
     assert report["final_token"] is None

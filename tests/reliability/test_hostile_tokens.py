@@ -191,15 +191,12 @@ def near_misses(token: Mapping[str, Any]) -> list[Any]:
 
 
 json_like = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.floats(allow_nan=True)
-    | st.text()
-    | st.binary(),
-    lambda children: st.lists(children, max_size=5)
-    | st.dictionaries(st.text(max_size=10), children, max_size=5)
-    | st.tuples(children, children),
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text() | st.binary(),
+    lambda children: (
+        st.lists(children, max_size=5)
+        | st.dictionaries(st.text(max_size=10), children, max_size=5)
+        | st.tuples(children, children)
+    ),
     max_leaves=20,
 )
 token_shaped = st.fixed_dictionaries(

@@ -190,9 +190,7 @@ async def test_save_failure_when_a_resume_pauses_again(storage: FlakyStorage, hi
     # Recovery: restore the saved pause (no token needed); the new pause issues fresh authority.
     restored = await wf.run(checkpoint_id=pause_checkpoint.checkpoint_id, responses={"auto::0": "a"})
     assert restored.continuation_token is not None
-    done = await wf.run(
-        responses={"auto::0": "a", "auto::1": "b"}, continuation_token=restored.continuation_token
-    )
+    done = await wf.run(responses={"auto::0": "a", "auto::1": "b"}, continuation_token=restored.continuation_token)
     assert done.get_outputs() == ["6:a:b"]
     assert_kept(history, snapshot(storage.storage_path))
 
