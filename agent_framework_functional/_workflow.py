@@ -362,9 +362,7 @@ class FunctionalWorkflow:
         """
         claimed = self._accept(message, responses, continuation_token, checkpoint_id)
         run = _ActiveRun(claimed=claimed)
-        if claimed is not None:
-            claimed.claimed = True
-        self._active = run
+        # Everything that can fail (copying the caller's responses) happens before the state changes.
         core_kwargs: dict[str, Any] = {
             "message": message,
             "responses": dict(responses) if responses is not None else None,
@@ -378,6 +376,9 @@ class FunctionalWorkflow:
         )
         finalizer = weakref.finalize(response_stream, self._release_dropped_run, run)
         finalizer.atexit = False
+        if claimed is not None:
+            claimed.claimed = True
+        self._active = run
         if stream:
             return response_stream
         return response_stream.get_final_response()

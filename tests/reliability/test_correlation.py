@@ -10,6 +10,7 @@ interruption cancels its siblings), so the ids are learned pause by pause.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -145,3 +146,47 @@ async def test_branch_answers_do_not_cross_between_instances() -> None:
     for n, result in enumerate(results):
         outputs = result.get_outputs()[0]
         assert all(f"=i{n}-" in item for item in outputs), outputs
+
+
+class Boom(Exception):
+    pass
+
+
+class UncopyableResponses(Mapping[str, Any]):
+    """Passes the key checks (its keys name the pending request) but cannot be read."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def __getitem__(self, key: str) -> Any:
+        raise Boom(f"getitem {key}")
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(["auto::0"])
+
+    def __len__(self) -> int:
+        return 1
+
+    def keys(self) -> Any:
+        if self.where == "keys":
+            raise Boom("keys")
+        return super().keys()
+
+
+@pytest.mark.parametrize("where", ["getitem", "keys"])
+@pytest.mark.parametrize("surface", ["workflow", "workflow-stream", "agent", "agent-stream"])
+async def test_responses_that_cannot_be_read_leave_the_pause_intact(where: str, surface: str) -> None:
+    wf = ask.build()
+    agent = wf.as_agent()
+    paused = await wf.run("tea")
+    token = paused.continuation_token
+    runner = agent if surface.startswith("agent") else wf
+    with pytest.raises(Boom):
+        runner.run(responses=UncopyableResponses(where), continuation_token=token, stream=surface.endswith("stream"))
+    # The failed call changed nothing: not running, still pending, and the real token resumes.
+    assert not wf.is_running
+    assert wf.has_pending_continuation
+    assert wf.pending_request_ids == {"auto::0"}
+    assert set(agent.pending_requests) == {"auto::0"}
+    done = await wf.run(responses={"auto::0": "ok"}, continuation_token=token)
+    assert done.get_outputs() == ["tea:ok"]
