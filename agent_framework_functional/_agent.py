@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import uuid
 import weakref
 from collections.abc import AsyncIterable, Awaitable, Mapping, Sequence
@@ -204,6 +205,9 @@ class FunctionalWorkflowAgent(BaseAgent):
             agent_stream: ResponseStream[AgentResponseUpdate, AgentResponse] = ResponseStream(
                 self._stream_updates(holder, response_id),
                 finalizer=AgentResponse.from_updates,
+                # Closing, failing or finishing the agent stream closes the workflow stream (also
+                # when the agent stream was never iterated).
+                cleanup_hooks=[functools.partial(_close_held_stream, holder)],
             )
             weakref.finalize(agent_stream, holder.clear).atexit = False
             return agent_stream
@@ -251,18 +255,13 @@ class FunctionalWorkflowAgent(BaseAgent):
         response_id: str,
     ) -> AsyncIterable[AgentResponseUpdate]:
         # No local reference to the workflow stream survives a yield: see run(stream=True).
-        try:
-            while True:
-                try:
-                    event = await holder[0].__anext__()
-                except StopAsyncIteration:
-                    break
-                for update in self._event_to_updates(event, response_id):
-                    yield update
-        except BaseException:
-            if holder:  # closed or failed early while the agent stream is alive: close the run too
-                await holder[0].close()
-            raise
+        while True:
+            try:
+                event = await holder[0].__anext__()
+            except StopAsyncIteration:
+                break
+            for update in self._event_to_updates(event, response_id):
+                yield update
         run_result = await holder[0].get_final_response()
         if run_result.continuation_token is not None:
             # Last update, nothing after it: core's from_updates keeps the last update's token.
@@ -308,6 +307,12 @@ class FunctionalWorkflowAgent(BaseAgent):
             function_call=function_call,
             additional_properties={"request_id": request_id},
         )
+
+
+async def _close_held_stream(holder: list[ResponseStream[WorkflowEvent[Any], FunctionalWorkflowRunResult]]) -> None:
+    """Cleanup hook of an agent stream: close the workflow stream it holds, if it still holds one."""
+    if holder:
+        await holder[0].close()
 
 
 def _output_contents(data: Any) -> list[Content]:

@@ -373,6 +373,8 @@ class FunctionalWorkflow:
         response_stream: ResponseStream[WorkflowEvent[Any], FunctionalWorkflowRunResult] = ResponseStream(
             self._drive(run, core_kwargs),
             finalizer=functools.partial(_finalize_events, run=run, include_status_events=include_status_events),
+            # Runs on close(), also of a stream that was never iterated (its generator never ran).
+            cleanup_hooks=[functools.partial(self._release_dropped_run, run)],
         )
         finalizer = weakref.finalize(response_stream, self._release_dropped_run, run)
         finalizer.atexit = False
@@ -501,7 +503,7 @@ class FunctionalWorkflow:
         run.claimed = None
 
     def _release_dropped_run(self, run: _ActiveRun) -> None:
-        """Weak finalizer of a run's stream: free the instance if that stream died unfinished."""
+        """Weak finalizer and cleanup hook of a run's stream: free the instance if it ended unfinished."""
         if self._active is not run:
             return
         if run.claimed is not None:
@@ -527,6 +529,8 @@ class FunctionalWorkflow:
 
     async def _drive(self, run: _ActiveRun, core_kwargs: dict[str, Any]) -> AsyncIterable[WorkflowEvent[Any]]:
         """Run core's stream, spend the token before user code, and issue a new one on a saved pause."""
+        if self._active is not run:
+            return  # closed before it was iterated: its guard is released, so never call core
         completed = False
         try:
             core_stream = self._core.run(stream=True, **core_kwargs)

@@ -180,3 +180,42 @@ async def test_many_abandoned_streams_in_a_row(clean_loop: Any) -> None:
         "last:ok"
     ]
     clean_loop.check()
+
+
+@pytest.mark.parametrize("surface", ["workflow", "agent"])
+@pytest.mark.parametrize("kind", ["fresh", "resume"])
+async def test_closing_a_stream_before_iterating_releases_the_run(surface: str, kind: str, clean_loop: Any) -> None:
+    wf = ask.build()
+    token = (await wf.run("first")).continuation_token if kind == "resume" else None
+    runner: Any = wf if surface == "workflow" else wf.as_agent()
+    if kind == "resume":
+        stream = runner.run(responses={"auto::0": "closed"}, continuation_token=token, stream=True)
+    else:
+        stream = runner.run("closed", stream=True)
+    assert wf.is_running
+    await stream.close()
+    # Closed while the stream object is still alive: the instance is free at once, and a closed
+    # resume never reached user code, so its continuation is handed back intact.
+    assert not wf.is_running
+    assert wf.has_pending_continuation is (kind == "resume")
+    second = runner.run(responses={"auto::0": "ok"}, continuation_token=token, stream=True) if token else None
+    if second is None:
+        second = runner.run("second", stream=True)
+    iterator = second.__aiter__()
+    await iterator.__anext__()
+    # Iterating the closed stream afterwards runs nothing and leaves the newer run alone.
+    assert [item async for item in stream] == []
+    assert wf.is_running
+    with pytest.raises(WorkflowRunningError):
+        wf.run("third")
+    _rest = [item async for item in iterator]
+    final = await second.get_final_response()
+    assert not wf.is_running
+    if kind == "resume":
+        assert RESUMED == ["first"]
+        assert final.continuation_token is None
+    else:
+        assert RESUMED == []
+        assert final.continuation_token is not None
+    await settle()
+    clean_loop.check()
