@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import uuid
 import weakref
 from collections.abc import AsyncIterable, Awaitable, Callable, Mapping, Sequence
@@ -79,11 +80,21 @@ class _RunPlan:
     # Started at call time (so the workflow's own checks raise there) unless the workflow input
     # is the conversation, which needs the context providers' messages first.
     workflow_stream: ResponseStream[WorkflowEvent[Any], FunctionalWorkflowRunResult] | None = None
+    # Set when the agent stream was closed: iterating it afterwards must run nothing.
+    closed: bool = False
 
 
 def _drop_workflow_stream(plan: _RunPlan) -> None:
     """Weak finalizer of an agent stream: let go of the workflow stream it was driving."""
     plan.workflow_stream = None
+
+
+async def _close_workflow_stream(plan: _RunPlan) -> None:
+    """Cleanup hook of an agent stream: close the workflow stream it holds, if any is left."""
+    plan.closed = True
+    workflow_stream, plan.workflow_stream = plan.workflow_stream, None
+    if workflow_stream is not None:
+        await workflow_stream.close()
 
 
 async def _next_event(plan: _RunPlan) -> WorkflowEvent[Any]:
@@ -420,7 +431,11 @@ class FunctionalWorkflowAgent(BaseAgent):
         response_id = uuid.uuid4().hex
         if stream:
             agent_stream: ResponseStream[AgentResponseUpdate, AgentResponse] = ResponseStream(
-                self._run_updates(plan, response_id), finalizer=AgentResponse.from_updates
+                self._run_updates(plan, response_id),
+                finalizer=AgentResponse.from_updates,
+                # close() of an agent stream that was never iterated closes the workflow stream too,
+                # so the workflow run is released (and an unstarted resume hands its claim back).
+                cleanup_hooks=[functools.partial(_close_workflow_stream, plan)],
             )
             # Only the agent stream keeps the workflow stream alive: dropping it unfinished drops the
             # workflow stream at once, whose weak finalizer frees the workflow instance (instead of
@@ -564,6 +579,8 @@ class FunctionalWorkflowAgent(BaseAgent):
         finished = False
         updates: list[AgentResponseUpdate] = []
         live_text = LiveText()
+        if plan.closed:
+            return  # closed before it was iterated: its run was released, so start nothing
         try:
             provider_session, context = await self._before_run(plan)
             if plan.workflow_stream is None:

@@ -71,14 +71,15 @@ def issue_continuation(pending_requests: Mapping[str, WorkflowEvent[Any]]) -> Co
 
 def _presented_secret(presented: object) -> bytes | None:
     """Extract the secret from a presented token, or None when its shape is wrong in any way."""
-    if not isinstance(presented, Mapping):
-        return None
     try:
+        # isinstance() is inside the guard too: it consults the object's (overridable) __class__.
+        if not isinstance(presented, Mapping):
+            return None
         mapping: Mapping[Any, Any] = presented  # pyright: ignore[reportUnknownVariableType]
         kind = mapping.get("kind")
         version = mapping.get("version")
         value = mapping.get("token")
-    except Exception:  # hostile __getitem__/__eq__/__hash__: same fixed error, nothing leaks
+    except Exception:  # hostile __class__/__getitem__/__eq__/__hash__: same fixed error, nothing leaks
         return None
     if type(kind) is not str or type(version) is not str or type(value) is not str:
         return None

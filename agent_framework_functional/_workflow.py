@@ -410,6 +410,15 @@ class FunctionalWorkflow:
         """
         claimed = self._accept(message, responses, continuation_token, checkpoint_id)
         run = _ActiveRun(claimed=claimed)
+        # Everything that can fail (copying the caller's responses, the store's checks) happens
+        # before this instance's state changes, so a rejected call leaves it exactly as it was.
+        core_kwargs: dict[str, Any] = {
+            "message": message,
+            "responses": dict(responses) if responses is not None else None,
+            "checkpoint_id": checkpoint_id,
+            "checkpoint_storage": checkpoint_storage,
+            **kwargs,
+        }
         if self._durable is not None:  # durable hook: a resume not held in memory is checked in the run
             remote = responses is not None and checkpoint_id is None and claimed is None
             run.durable = self._durable.start_run(
@@ -418,32 +427,27 @@ class FunctionalWorkflow:
                 responses=responses,
                 checkpoint_storage=checkpoint_storage,
             )
-        if claimed is not None:
-            claimed.claimed = True
-        self._active = run
-        core_kwargs: dict[str, Any] = {
-            "message": message,
-            "responses": dict(responses) if responses is not None else None,
-            "checkpoint_id": checkpoint_id,
-            "checkpoint_storage": checkpoint_storage,
-            **kwargs,
-        }
-        if not stream:
+        result: ResponseStream[WorkflowEvent[Any], FunctionalWorkflowRunResult] | Awaitable[FunctionalWorkflowRunResult]
+        if stream:
+            response_stream: ResponseStream[WorkflowEvent[Any], FunctionalWorkflowRunResult] = ResponseStream(
+                self._drive(run, core_kwargs, live=True),
+                finalizer=functools.partial(_finalize_events, run=run, include_status_events=include_status_events),
+                # Runs on close(), also of a stream that was never iterated (its generator never ran).
+                cleanup_hooks=[functools.partial(self._release_dropped_run, run)],
+            )
+            weakref.finalize(response_stream, self._release_dropped_run, run).atexit = False
+            result = response_stream
+        else:
             # Non-streaming: drain _drive directly; a ResponseStream layer would only add cost. The
             # lease lives only in the coroutine's frame, so an awaitable that is dropped, or closed
             # without being awaited, releases the run at once.
             lease = _RunLease()
             weakref.finalize(lease, self._release_dropped_run, run).atexit = False
-            return self._collect(run, core_kwargs, include_status_events, lease)
-        response_stream: ResponseStream[WorkflowEvent[Any], FunctionalWorkflowRunResult] = ResponseStream(
-            self._drive(run, core_kwargs, live=True),
-            finalizer=functools.partial(_finalize_events, run=run, include_status_events=include_status_events),
-            # close() (also `async with`) of a stream that never started iterating does not run
-            # _drive's cleanup, and the closed stream may stay referenced: release the run here too.
-            cleanup_hooks=[functools.partial(self._release_dropped_run, run)],
-        )
-        weakref.finalize(response_stream, self._release_dropped_run, run).atexit = False
-        return response_stream
+            result = self._collect(run, core_kwargs, include_status_events, lease)
+        if claimed is not None:
+            claimed.claimed = True
+        self._active = run
+        return result
 
     async def _collect(
         self, run: _ActiveRun, core_kwargs: dict[str, Any], include_status_events: bool, lease: _RunLease
@@ -712,6 +716,8 @@ class FunctionalWorkflow:
         self, run: _ActiveRun, core_kwargs: dict[str, Any], live: bool = True
     ) -> AsyncIterable[WorkflowEvent[Any]]:
         """Run core's stream, spend the token before user code, and issue a new one on a saved pause."""
+        if self._active is not run:
+            return  # closed before it was iterated: its guard is released, so never call core
         completed = False
         try:
             await self._durable_before_core(run, core_kwargs)
