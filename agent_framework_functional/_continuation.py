@@ -66,7 +66,9 @@ class Continuation:
 
 def issue_continuation(pending_requests: Mapping[str, WorkflowEvent[Any]]) -> Continuation:
     """Create a continuation with a fresh 256-bit secret for the given pending requests."""
-    return Continuation(secret=secrets.token_urlsafe(_SECRET_BYTES).encode("ascii"), pending_requests=dict(pending_requests))
+    return Continuation(
+        secret=secrets.token_urlsafe(_SECRET_BYTES).encode("ascii"), pending_requests=dict(pending_requests)
+    )
 
 
 def _presented_secret(presented: object) -> bytes | None:

@@ -759,9 +759,7 @@ class FunctionalWorkflow:
                         exc, include_sensitive_data=OBSERVABILITY_SETTINGS.SENSITIVE_DATA_ENABLED
                     )
                     yield WorkflowEvent("failed", details=details, origin=WorkflowEventSource.FRAMEWORK)
-                    yield WorkflowEvent(
-                        "status", state=WorkflowRunState.FAILED, origin=WorkflowEventSource.FRAMEWORK
-                    )
+                    yield WorkflowEvent("status", state=WorkflowRunState.FAILED, origin=WorkflowEventSource.FRAMEWORK)
                 raise
             finally:
                 await live_events.aclose()  # cancels the workflow task if the stream was abandoned

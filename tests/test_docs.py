@@ -30,9 +30,7 @@ def test_agents_md_mentions_every_public_name() -> None:
 
 def test_every_public_object_has_a_docstring() -> None:
     undocumented = [
-        name
-        for name in _public_names()
-        if not (getattr(agent_framework_functional, name).__doc__ or "").strip()
+        name for name in _public_names() if not (getattr(agent_framework_functional, name).__doc__ or "").strip()
     ]
     assert not undocumented
 

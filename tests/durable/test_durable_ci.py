@@ -42,7 +42,11 @@ def test_redis_fixture_fails_with_install_advice_when_the_binary_is_missing(tmp_
 def test_install_redis_script_is_a_no_op_when_redis_server_is_present() -> None:
     assert shutil.which("redis-server"), "run scripts/services/redis.sh first"
     proc = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "services" / "redis.sh")], capture_output=True, text=True, timeout=60, check=False
+        ["bash", str(ROOT / "scripts" / "services" / "redis.sh")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "" and proc.stderr == ""
