@@ -408,7 +408,7 @@ class FunctionalWorkflow:
             ValueError: With a continuation store, a per-run ``checkpoint_storage`` other than the
                 instance's (every pause must be restorable by every worker).
         """
-        claimed = self._accept(message, responses, continuation_token, checkpoint_id)
+        claimed = self._accept(message, responses, continuation_token, checkpoint_id, checkpoint_storage)
         run = _ActiveRun(claimed=claimed)
         # Everything that can fail (copying the caller's responses, the store's checks) happens
         # before this instance's state changes, so a rejected call leaves it exactly as it was.
@@ -463,6 +463,7 @@ class FunctionalWorkflow:
         responses: Mapping[str, Any] | None,
         continuation_token: Mapping[str, Any] | None,
         checkpoint_id: str | None,
+        checkpoint_storage: CheckpointStorage | None = None,
     ) -> Continuation | None:
         """Apply the acceptance checks in contract order; return the continuation a resume claims."""
         if message is not None and responses is not None:
@@ -480,6 +481,11 @@ class FunctionalWorkflow:
             raise TypeError("'responses' must be a mapping from request id (str) to the answer for that request.")
         if checkpoint_id is not None and not isinstance(checkpoint_id, str):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError("'checkpoint_id' must be the string id returned by the checkpoint storage.")
+        if checkpoint_id is not None and checkpoint_storage is None and self._checkpoint_storage is None:
+            raise ValueError(
+                "Cannot restore a checkpoint without checkpoint storage. Pass checkpoint_storage=... to build() "
+                "or to this run (the storage that saved the checkpoint)."
+            )
         resume = responses is not None and checkpoint_id is None
         if not resume and continuation_token is not None:
             raise ValueError(

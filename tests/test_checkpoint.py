@@ -143,6 +143,16 @@ async def test_restore_of_unknown_checkpoint_fails_and_releases(
     assert (await wf.run("tea")).continuation_token is not None
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_restore_without_any_checkpoint_storage_is_rejected_at_the_call(
+    review_definition: FunctionalWorkflowDefinition, stream: bool
+) -> None:
+    wf = review_definition.build()
+    with pytest.raises(ValueError, match="without checkpoint storage"):
+        wf.run(checkpoint_id="any", stream=stream)
+    assert not wf.is_running
+
+
 # ---------------------------------------------------------------------------- failed pause save
 
 
