@@ -7,6 +7,9 @@ every one of them, so an upgrade of core that moves them fails loudly instead of
   rules core applies to a ``request_info`` response (``_coerce_request_info_response``). Chat-native
   answers are converted with the same rules before a resume is accepted, so core cannot reject the
   value later, after the continuation token was spent.
+* ``_coerce_request_info_response`` (``agent_framework._workflows._workflow``): core's exact check of
+  a response against its request's ``response_type`` (also turning ``str`` into ``Content``). A
+  response-only resume runs it on every answer to a pending request before the token is claimed.
 * ``SessionContext._response``: core's graph ``WorkflowAgent`` sets it before the after-run
   providers; ``SessionContext`` has no public setter.
 * ``RunContext._events``: the events core's functional engine collected so far in a run (it yields
@@ -20,6 +23,7 @@ from typing import Any, cast
 
 from agent_framework import AgentResponse, RunContext, SessionContext, WorkflowEvent
 from agent_framework._workflows._typing_utils import is_instance_of, try_coerce_to_type
+from agent_framework._workflows._workflow import _coerce_request_info_response  # pyright: ignore[reportPrivateUsage]
 
 
 def set_context_response(context: SessionContext, response: AgentResponse[Any]) -> None:
@@ -35,6 +39,17 @@ def coerce_to(value: Any, target_type: Any) -> tuple[bool, Any]:
     """
     converted = try_coerce_to_type(value, target_type)
     return (True, converted) if is_instance_of(converted, target_type) else (False, value)
+
+
+def response_fits(value: Any, response_type: Any, request_id: str) -> bool:
+    """True when core would accept ``value`` as the response to ``request_id`` (``None`` included, as core allows)."""
+    if value is None:
+        return True
+    try:
+        _coerce_request_info_response(value, response_type, request_id)
+    except Exception:
+        return False
+    return True
 
 
 def accepts(value: Any, target_type: Any) -> bool:

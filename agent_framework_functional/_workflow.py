@@ -33,6 +33,7 @@ from ._continuation import (
     issue_continuation,
     verify_token,
 )
+from ._core_compat import response_fits
 from ._durable import ContinuationStore, DurableAuthority, DurableRun
 from ._errors import ContinuationAuthorityError, PendingContinuationError, WorkflowRunningError
 from ._streaming import stream_live
@@ -504,6 +505,7 @@ class FunctionalWorkflow:
                     "None of the responses answers a pending request. Key each answer by a request id of the "
                     f"pause: {sorted(continuation.pending_requests)!r}. The continuation is still pending."
                 )
+            _check_response_types(responses, continuation.pending_requests)
         elif self.has_pending_continuation:
             raise PendingContinuationError()
         else:
@@ -683,6 +685,13 @@ class FunctionalWorkflow:
             run.durable, continuation, workflow_name=self.name, signature_hash=self._core.graph_signature_hash
         )
 
+    async def _issue(self, run: _ActiveRun) -> None:
+        """Issue the continuation of a saved pause (recorded in the store first, if there is one)."""
+        continuation = issue_continuation(run.pending_requests)
+        await self._record_in_store(run, continuation)
+        self._continuation = continuation
+        run.token = continuation.token()
+
     def _spend(self, run: _ActiveRun) -> None:
         """Spend the claimed continuation: called right before the resumed user code runs."""
         if run.claimed is not None and self._continuation is run.claimed:
@@ -755,6 +764,15 @@ class FunctionalWorkflow:
                             yield early
                         held = None
                         continue
+                    if (
+                        event.type == "status"
+                        and event.state == WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
+                        and self._active is run
+                        and run.token is None
+                    ):
+                        # Core saved the pause (its checkpoint too) before this last status: issue the
+                        # token before the caller sees the pause, so closing the stream on it keeps it.
+                        await self._issue(run)
                     yield event
             except Exception as exc:
                 if not saw_failed:
@@ -770,14 +788,26 @@ class FunctionalWorkflow:
             finally:
                 await live_events.aclose()  # cancels the workflow task if the stream was abandoned
                 await core_stream.close()
-            if final_state == WorkflowRunState.IDLE_WITH_PENDING_REQUESTS and self._active is run:
-                continuation = issue_continuation(run.pending_requests)
-                await self._record_in_store(run, continuation)
-                self._continuation = continuation
-                run.token = continuation.token()
+            if final_state == WorkflowRunState.IDLE_WITH_PENDING_REQUESTS and self._active is run and run.token is None:
+                await self._issue(run)
             completed = final_state == WorkflowRunState.IDLE or run.token is not None
         finally:
             self._end_run(run, completed=completed)
+
+
+def _check_response_types(responses: Mapping[str, Any], pending: Mapping[str, WorkflowEvent[Any]]) -> None:
+    """Reject answers core would refuse after the token is spent (core's own response-type rule).
+
+    Raises:
+        ValueError: An answer to a pending request does not fit that request's ``response_type``.
+    """
+    for request_id, event in pending.items():
+        if request_id in responses and not response_fits(responses[request_id], event.response_type, request_id):
+            type_name = getattr(event.response_type, "__name__", repr(event.response_type))
+            raise ValueError(
+                f"The answer to request {request_id!r} is not a {type_name} and cannot be converted to one. "
+                "Resume again with a value of that type; the continuation is still pending."
+            )
 
 
 def _finalize_events(

@@ -16,7 +16,9 @@ from agent_framework_functional import (
     FunctionalWorkflow,
     FunctionalWorkflowDefinition,
     PendingContinuationError,
+    RunContext,
     WorkflowRunningError,
+    workflow,
 )
 
 
@@ -346,7 +348,7 @@ async def test_fresh_run_that_raises_releases_the_instance(
 
 
 async def test_run_kwargs_are_forwarded_to_core() -> None:
-    from agent_framework_functional import RunContext, workflow
+    from agent_framework_functional import workflow
 
     @workflow
     async def uses_kwargs(topic: str, ctx: RunContext) -> str:
@@ -355,3 +357,42 @@ async def test_run_kwargs_are_forwarded_to_core() -> None:
 
     result = await uses_kwargs.build().run("tea", tenant="t-1")
     assert result.get_outputs() == ["tea:t-1"]
+
+
+# ---------------------------------------------------------------------------- answer types before the claim
+
+
+@workflow(name="count_check")
+async def count_check(topic: str, ctx: RunContext) -> str:
+    """Pauses for an ``int``; code after the pause counts as resumed user code."""
+    count = await ctx.request_info({"topic": topic}, response_type=int)
+    return f"{topic} x{count}"
+
+
+@pytest.mark.parametrize("bad", ["abc", object(), [1]])
+async def test_resume_with_an_answer_of_the_wrong_type_is_rejected_and_keeps_the_token(bad: Any) -> None:
+    wf = count_check.build()
+    paused = await wf.run("tea")
+    token = paused.continuation_token
+    request = paused.get_request_info_events()[0]
+    for stream in (False, True):
+        with pytest.raises(ValueError, match="not a int") as info:
+            wf.run(responses={request.request_id: bad}, continuation_token=token, stream=stream)
+        assert "still pending" in str(info.value)
+        assert wf.has_pending_continuation and not wf.is_running
+    done = await wf.run(responses={request.request_id: 3}, continuation_token=token)
+    assert done.get_outputs() == ["tea x3"]
+
+
+async def test_closing_the_stream_on_the_pause_status_keeps_the_pause(wf: FunctionalWorkflow) -> None:
+    stream = wf.run("tea", stream=True)
+    async for event in stream:
+        if event.type == "status" and event.state == WorkflowRunState.IDLE_WITH_PENDING_REQUESTS:
+            break
+    await stream.close()
+    # The caller saw the pause, so it exists: the token was issued before the last status went out.
+    assert wf.has_pending_continuation and not wf.is_running
+    final = await stream.get_final_response()
+    assert final.continuation_token is not None
+    done = await wf.run(responses={"auto::0": "ok"}, continuation_token=final.continuation_token)
+    assert done.continuation_token is None

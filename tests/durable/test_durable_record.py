@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_framework import FileCheckpointStorage, InMemoryCheckpointStorage, WorkflowCheckpoint
+from agent_framework import FileCheckpointStorage, InMemoryCheckpointStorage, WorkflowCheckpoint, WorkflowRunState
 from durable_support import StoreSpec
 from durable_workflows import approval, finishes
 
@@ -197,3 +197,19 @@ def test_token_hash_of_a_malformed_token_is_the_authority_error(bad: Any) -> Non
     with pytest.raises(ContinuationAuthorityError) as info:
         continuation_token_hash(bad)
     assert str(info.value) == AUTHORITY_ERROR_MESSAGE
+
+
+async def test_failed_record_streams_the_failure_surface_and_never_a_pause(
+    store: ContinuationStore, storage: FileCheckpointStorage
+) -> None:
+    wf = approval.build(checkpoint_storage=storage, continuation_store=_FailingSaveStore(store))
+    seen: list[Any] = []
+    stream = wf.run("tea", stream=True)
+    with pytest.raises(ConnectionError):
+        async for event in stream:
+            seen.append(event)
+    states = [event.state for event in seen if event.type == "status"]
+    assert WorkflowRunState.IDLE_WITH_PENDING_REQUESTS not in states  # no pause was announced
+    assert states[-1] == WorkflowRunState.FAILED
+    assert [event.type for event in seen].count("failed") == 1
+    assert not wf.is_running and not wf.has_pending_continuation
