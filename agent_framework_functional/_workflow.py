@@ -559,11 +559,6 @@ class FunctionalWorkflow:
             raise TypeError("'responses' must be a mapping from request id (str) to the answer for that request.")
         if checkpoint_id is not None and not isinstance(checkpoint_id, str):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError("'checkpoint_id' must be the string id returned by the checkpoint storage.")
-        if checkpoint_id is not None and checkpoint_storage is None and self._checkpoint_storage is None:
-            raise ValueError(
-                "Cannot restore a checkpoint without checkpoint storage. Pass checkpoint_storage=... to build() "
-                "or to this run (the storage that saved the checkpoint)."
-            )
         resume = responses is not None and checkpoint_id is None
         if not resume and continuation_token is not None:
             raise ValueError(
@@ -591,6 +586,11 @@ class FunctionalWorkflow:
             raise PendingContinuationError()
         else:
             continuation = None
+        if checkpoint_id is not None and checkpoint_storage is None and self._checkpoint_storage is None:
+            raise ValueError(
+                "Cannot restore a checkpoint without checkpoint storage. Pass checkpoint_storage=... to build() "
+                "or to this run (the storage that saved the checkpoint)."
+            )
         if self._active is not None:
             raise WorkflowRunningError()
         return continuation

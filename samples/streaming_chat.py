@@ -15,7 +15,7 @@ What it shows:
    workflow returns the text it streamed, and the agent does not repeat it.
 
 When ``OPENAI_API_KEY`` is set, the inner agent is core's ``Agent`` on
-``agent_framework.openai.OpenAIChatClient`` (needs ``pip install agent-framework-openai``; the
+``agent_framework.openai.OpenAIChatClient`` (``agent-framework-openai`` is a dependency of this package; the
 model is read from ``OPENAI_CHAT_MODEL``, else ``gpt-4o-mini``).
 
 Run it:
@@ -23,7 +23,7 @@ Run it:
 .. code-block:: bash
 
     python samples/streaming_chat.py
-    python samples/streaming_chat.py --question "Why do cats purr?" --delay-ms 80
+    python samples/streaming_chat.py --question "Why is the sky blue?" --delay-ms 80
 """
 
 from __future__ import annotations
