@@ -31,6 +31,7 @@ from ._chat import (
     answer_contents,
     chat_messages,
     check_authority,
+    check_authority_async,
     clear_session_token,
     has_other_contents,
     input_mode_for,
@@ -82,6 +83,17 @@ class _RunPlan:
     workflow_stream: ResponseStream[WorkflowEvent[Any], FunctionalWorkflowRunResult] | None = None
     # Set when the agent stream was closed: iterating it afterwards must run nothing.
     closed: bool = False
+    # A chat-native resume whose token this process does not hold: verified in the store in the run.
+    deferred_resume: _DeferredResume | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _DeferredResume:
+    """A chat-native resume to accept inside the run, after the store vouched for its token (internal)."""
+
+    token: Any
+    answers: list[Content]
+    only_answers: bool
 
 
 def _drop_workflow_stream(plan: _RunPlan) -> None:
@@ -153,6 +165,18 @@ class FunctionalWorkflowAgent(BaseAgent):
 
     The token for a resume comes from, first match wins: the ``continuation_token=`` argument,
     ``options={"continuation_token": ...}``, then the session the paused run was called with.
+
+    **Across processes.** When the workflow was built with a ``continuation_store``, any process
+    with the same definition, store and checkpoint storage can resume chat-natively, also one that
+    never saw the pause: send the answers with the token (argument, ``options``, or a session
+    restored with ``AgentSession.from_dict``). The token is then verified in the store and the
+    pause's requests (with their ``response_type``) are loaded from its checkpoint, which is
+    asynchronous, so for a token not held in this process a rejection (authority, pending conflict,
+    an answer that matches no request or cannot be converted) surfaces on the first ``await`` or
+    iteration instead of at ``run(...)``; it still changes nothing. The session's stored token
+    follows the store: removed once spent or abandoned in any process. Answers given in earlier
+    rounds of the same run are only remembered in the process that received them, so a later
+    round resumed elsewhere must send ``responses=`` with all answers so far.
 
     **Rejected calls** raise at ``run(...)`` (also with ``stream=True``) and change nothing (the
     workflow, :attr:`pending_requests`, the session): bad or missing token (one fixed
@@ -406,6 +430,11 @@ class FunctionalWorkflowAgent(BaseAgent):
             ContinuationAuthorityError: A resume without valid authority.
             PendingContinuationError: New input or a checkpoint restore while a continuation is pending.
             WorkflowRunningError: The workflow is already running.
+
+        With a continuation store, a resume whose token this process does not hold raises these
+        (except the argument-shape errors and a malformed token, which still raise here) on the
+        first ``await`` of the result or the first iteration of the stream, not at this call; the
+        rejected call changes nothing.
         """
         plan = self._plan(
             messages,
@@ -494,23 +523,13 @@ class FunctionalWorkflowAgent(BaseAgent):
         if answers and (only_answers or self._workflow.has_pending_continuation):
             # Chat-native resume: authority first, then the answers (nothing leaks without the token).
             token = resolve_token(continuation_token, options, session, self.id)
-            check_authority(self._workflow, token)
-            if not only_answers:
-                raise ValueError(
-                    "While a continuation is pending, send the answers alone: messages whose contents are only "
-                    "function_approval_response / function_result contents for the pending requests. Send new "
-                    "text after the workflow finished. The continuation is still pending."
-                )
-            converted = _answers_to_responses(answers, self._workflow.pending_requests)
-            earlier = self._answers_so_far if self._answers_token == dict(token) else {}
-            plan.answers = {**earlier, **converted}
-            plan.workflow_stream = self._workflow.run(
-                stream=True,
-                responses=plan.answers,
-                continuation_token=token,
-                checkpoint_storage=checkpoint_storage,
-                **run_kwargs,
-            )
+            pending = check_authority(self._workflow, token)
+            if pending is None:
+                # Durable: a pause this process does not hold. The store lookup is asynchronous, so
+                # authority, conflict and the answers are checked in the run, in the same order.
+                plan.deferred_resume = _DeferredResume(token=token, answers=answers, only_answers=only_answers)
+                return plan
+            self._start_chat_resume(plan, token, answers, only_answers, pending)
             return plan
         if responses is not None or checkpoint_id is not None:
             # Explicit resume or checkpoint restore: the workflow runs every check at this call.
@@ -558,6 +577,44 @@ class FunctionalWorkflowAgent(BaseAgent):
             )
         return plan
 
+    def _start_chat_resume(
+        self,
+        plan: _RunPlan,
+        token: Any,
+        answers: Sequence[Content],
+        only_answers: bool,
+        pending: Mapping[str, WorkflowEvent[Any]],
+    ) -> None:
+        """After authority passed: check and convert the answers, then start the workflow's resume."""
+        if not only_answers:
+            raise ValueError(
+                "While a continuation is pending, send the answers alone: messages whose contents are only "
+                "function_approval_response / function_result contents for the pending requests. Send new "
+                "text after the workflow finished. The continuation is still pending."
+            )
+        converted = _answers_to_responses(answers, pending)
+        earlier = self._answers_so_far if self._answers_token == dict(token) else {}
+        answers_so_far = {**earlier, **converted}
+        plan.workflow_stream = self._workflow.run(
+            stream=True,
+            responses=answers_so_far,
+            continuation_token=token,
+            checkpoint_storage=plan.checkpoint_storage,
+            **plan.run_kwargs,
+        )
+        plan.answers = answers_so_far
+
+    async def _accept_deferred_resume(self, plan: _RunPlan, deferred: _DeferredResume) -> None:
+        """Accept a chat-native resume of a pause held elsewhere: store authority, conflict, answers.
+
+        The same order and errors as the synchronous path; a rejection raises before anything ran
+        or changed (the store is only read; the claim happens inside the workflow run).
+        """
+        pending = await check_authority_async(self._workflow, deferred.token)
+        if self._workflow.has_pending_continuation:
+            raise PendingContinuationError()
+        self._start_chat_resume(plan, deferred.token, deferred.answers, deferred.only_answers, pending)
+
     # ------------------------------------------------------------------ run (shared by both modes)
 
     async def _respond(self, plan: _RunPlan, response_id: str) -> AgentResponse:
@@ -581,6 +638,9 @@ class FunctionalWorkflowAgent(BaseAgent):
         live_text = LiveText()
         if plan.closed:
             return  # closed before it was iterated: its run was released, so start nothing
+        if plan.deferred_resume is not None:
+            # A rejection raises here, before providers, the workflow or the session are touched.
+            await self._accept_deferred_resume(plan, plan.deferred_resume)
         try:
             provider_session, context = await self._before_run(plan)
             if plan.workflow_stream is None:
@@ -607,7 +667,7 @@ class FunctionalWorkflowAgent(BaseAgent):
                 await workflow_stream.close()
             # Dropping the last reference lets an unstarted run hand its claim back right away.
             del workflow_stream
-            self._settle_session(plan.session, token)
+            await self._settle_session(plan.session, token)
             if token is not None:
                 self._answers_so_far, self._answers_token = plan.answers, dict(token)
             elif not self._workflow.has_pending_continuation:
@@ -658,15 +718,19 @@ class FunctionalWorkflowAgent(BaseAgent):
             )
         return provider_session, context
 
-    def _settle_session(self, session: AgentSession | None, token: Mapping[str, Any] | None) -> None:
-        """Keep the session's stored token equal to the workflow's live one (stored, or removed once stale)."""
+    async def _settle_session(self, session: AgentSession | None, token: Mapping[str, Any] | None) -> None:
+        """Keep the session's stored token equal to the live one (stored, or removed once stale).
+
+        With a continuation store "live" is the store's view, so a token spent or abandoned in any
+        process is removed, and a token of a pause held by another process is kept while it is valid.
+        """
         if session is None:
             return
         if token is not None:
             store_session_token(session, self.id, token)
             return
         stored = session_token(session, self.id)
-        if stored is not None and not token_is_current(self._workflow, stored):
+        if stored is not None and not await token_is_current(self._workflow, stored):
             clear_session_token(session, self.id)
 
     # ------------------------------------------------------------------ conversion (shared)

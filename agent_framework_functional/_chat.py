@@ -12,9 +12,9 @@ Three jobs, each small and pure enough to test on its own:
 * **Session-stored tokens.** Keep the pending continuation token in ``AgentSession.state`` (JSON-safe)
   so a caller that only has the session, such as an orchestration's ``AgentExecutor``, can resume.
 
-The only reach into this package's internals is :func:`check_authority`, which validates a token
-against the workflow's pending continuation without starting a run (see its docstring); core's
-private helpers are reached only through ``_core_compat``.
+Authority is checked through the workflow's public read-only ``verify_continuation_token`` (in
+memory) and ``verify_continuation_token_async`` (continuation store), never its private state;
+core's private helpers are reached only through ``_core_compat``.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal, Union
 
 from agent_framework import AgentSession, Content, Message, RunContext, WorkflowEvent, normalize_messages
 
-from ._continuation import verify_token
+from ._continuation import presented_secret
 from ._core_compat import accepts, coerce_to
 from ._errors import ContinuationAuthorityError
 
@@ -239,32 +239,62 @@ def _type_name(response_type: Any) -> str:
 # ---------------------------------------------------------------------------------------------- authority
 
 
-def check_authority(workflow: FunctionalWorkflow, token: object) -> None:
-    """Validate ``token`` against the workflow's pending continuation without starting a run.
+def check_authority(workflow: FunctionalWorkflow, token: object) -> Mapping[str, WorkflowEvent[Any]] | None:
+    """Validate ``token`` without starting a run; return the pending requests it authorises answers to.
 
     A chat-native resume must check authority before it looks at the answers (DESIGN.md rule 2:
     nothing about the pending requests may leak to a caller without the token), and the answers
     must be converted before ``run`` accepts the resume (a bad value would otherwise fail after
-    the token is spent). ``FunctionalWorkflow`` has no public "check this token" call yet, so this
-    function is the one place that reads its pending continuation; ``tests/test_chat_resume.py``
-    fails loudly if that attribute changes.
+    the token is spent). Uses the workflow's public, read-only
+    :meth:`~FunctionalWorkflow.verify_continuation_token`.
 
     Args:
         workflow: The workflow instance.
         token: Whatever the caller presented.
 
+    Returns:
+        The pending requests when this process holds the continuation; None when the workflow has
+        a continuation store and ``token`` is a well-shaped token it does not hold here: the caller
+        must then verify it with :func:`check_authority_async` inside the (asynchronous) run.
+
     Raises:
         ContinuationAuthorityError: The token does not authorise a resume (fixed message).
     """
-    verify_token(token, workflow._continuation)  # pyright: ignore[reportPrivateUsage]
-
-
-def token_is_current(workflow: FunctionalWorkflow, token: object) -> bool:
-    """True when ``token`` still authorises a resume of ``workflow``."""
     try:
-        check_authority(workflow, token)
+        return workflow.verify_continuation_token(token)
+    except ContinuationAuthorityError:
+        if workflow.continuation_store is None or presented_secret(token) is None:
+            raise
+    return None
+
+
+async def check_authority_async(workflow: FunctionalWorkflow, token: object) -> Mapping[str, WorkflowEvent[Any]]:
+    """Validate ``token`` in the workflow's continuation store (read-only); see :func:`check_authority`.
+
+    Returns:
+        The pending requests of the pause, loaded from its checkpoint when another process paused.
+
+    Raises:
+        ContinuationAuthorityError: The token does not authorise a resume (fixed message).
+    """
+    return await workflow.verify_continuation_token_async(token)
+
+
+async def token_is_current(workflow: FunctionalWorkflow, token: object) -> bool:
+    """True when ``token`` still authorises a resume of ``workflow`` (asks the store when it has one).
+
+    Read-only. A store or checkpoint that cannot be read counts as current, so a transient outage
+    never drops a token the caller may still need.
+    """
+    try:
+        if workflow.continuation_store is None:
+            workflow.verify_continuation_token(token)
+        else:
+            await workflow.verify_continuation_token_async(token)
     except ContinuationAuthorityError:
         return False
+    except Exception:  # store or checkpoint unreadable: keep the token; a resume re-checks it anyway
+        return True
     return True
 
 

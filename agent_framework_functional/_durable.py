@@ -15,6 +15,10 @@ process with the same workflow definition, checkpoint storage and store can resu
    error and no user code runs. The in-memory fast path claims through the store at the same point,
    so an in-memory resume and a remote resume of one pause cannot both run.
 
+``FunctionalWorkflow.verify_continuation_token_async`` runs step 2's authority checks without
+correlating or claiming (read-only), and loads the pause's ``request_info`` events from its
+checkpoint, so the agent can convert chat answers by ``response_type`` before it starts the resume.
+
 Crash semantics: a process that dies after its claim leaves the record ``claimed``: the token is
 spent (at most once), because no store can tell "claimed, then crashed before user code" from
 "claimed, ran half the side effects, then crashed". The owner recovers with a checkpoint restore of
@@ -30,7 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from agent_framework import CheckpointStorage, WorkflowCheckpoint
+from agent_framework import CheckpointStorage, WorkflowCheckpoint, WorkflowEvent
 
 from ._continuation import Continuation, presented_secret
 from ._errors import ContinuationAuthorityError, PendingContinuationError
@@ -321,14 +325,9 @@ class DurableAuthority:
         core_kwargs["checkpoint_storage"] = run.storage
         if run.remote_hash is None:
             return
-        record = await self.store.get(run.remote_hash)
-        if (
-            record is None
-            or record.workflow_name != workflow_name
-            or record.signature_hash != signature_hash
-            or not record.is_claimable(self.store.now())
-        ):
-            raise ContinuationAuthorityError()
+        record = await self.claimable_record(
+            run.remote_hash, workflow_name=workflow_name, signature_hash=signature_hash
+        )
         if has_local_pending:
             raise PendingContinuationError()
         assert run.responses is not None
@@ -338,6 +337,49 @@ class DurableAuthority:
                 f"pause: {sorted(record.pending_request_ids)!r}. The continuation is still pending."
             )
         core_kwargs["checkpoint_id"] = record.checkpoint_id
+
+    async def claimable_record(self, token_hash: str, *, workflow_name: str, signature_hash: str) -> ContinuationRecord:
+        """Look a token's record up (non-mutating) and check that a resume of this workflow may claim it.
+
+        Raises:
+            ContinuationAuthorityError: No record, another workflow name or signature (version), or
+                the record is claimed, abandoned or expired (fixed message for every cause).
+        """
+        record = await self.store.get(token_hash)
+        if (
+            record is None
+            or record.workflow_name != workflow_name
+            or record.signature_hash != signature_hash
+            or not record.is_claimable(self.store.now())
+        ):
+            raise ContinuationAuthorityError()
+        return record
+
+    async def record_for_token(self, token: object, *, workflow_name: str, signature_hash: str) -> ContinuationRecord:
+        """:meth:`claimable_record` for a presented token (any object); read-only.
+
+        Raises:
+            ContinuationAuthorityError: A malformed token, or any reason of :meth:`claimable_record`.
+        """
+        secret = presented_secret(token)
+        if secret is None:
+            raise ContinuationAuthorityError()
+        return await self.claimable_record(
+            hash_secret(secret), workflow_name=workflow_name, signature_hash=signature_hash
+        )
+
+    async def pending_requests(self, record: ContinuationRecord) -> dict[str, WorkflowEvent[Any]]:
+        """Load the ``request_info`` events of a recorded pause from its checkpoint (non-mutating).
+
+        Returns:
+            Request id -> event, for the record's pending request ids, in the record's order.
+
+        Raises:
+            Exception: Whatever the checkpoint storage raises when the checkpoint cannot be loaded.
+        """
+        checkpoint = await self.checkpoint_storage.load(record.checkpoint_id)
+        events = checkpoint.pending_request_info_events
+        return {request_id: events[request_id] for request_id in record.pending_request_ids if request_id in events}
 
     async def claim(self, run: DurableRun) -> bool:
         """Claim the resumed pause in the store right before user code; True when allowed to run."""

@@ -235,6 +235,10 @@ class FunctionalWorkflow:
     once: nobody can tell how much of the resumed code ran); recover with a checkpoint restore or a
     fresh run.
 
+    To check a token without starting a run (for example before mapping chat answers to
+    ``responses``), use the read-only :meth:`verify_continuation_token` or, for a pause that may be
+    held by another process, :meth:`verify_continuation_token_async`.
+
     Args:
         definition: The definition this instance runs.
 
@@ -320,6 +324,80 @@ class FunctionalWorkflow:
     def is_running(self) -> bool:
         """True while a run holds this instance (from acceptance until its stream ends or is dropped)."""
         return self._active is not None
+
+    # ------------------------------------------------------------------ token checks (read-only)
+
+    def verify_continuation_token(self, token: object) -> Mapping[str, WorkflowEvent[Any]]:
+        """Check that ``token`` authorises a resume of the continuation this instance holds in memory.
+
+        Read-only: nothing is claimed, spent or changed, whatever the outcome. Use it to validate a
+        token before looking at anything that depends on the pause, for example to map chat answers
+        to ``responses`` by each request's ``response_type`` (DESIGN.md rule 2: authority before
+        correlation). Acceptance is decided again by :meth:`run`, which also spends the token.
+
+        With a continuation store this checks only the in-memory copy: a token of a pause this
+        process never held is rejected here (use :meth:`verify_continuation_token_async`), and a
+        held token that another process has already resumed still passes here and is rejected by
+        the store's claim inside :meth:`run`.
+
+        Args:
+            token: Whatever the caller presented as a continuation token.
+
+        Returns:
+            Read-only mapping request id -> ``request_info`` event of the pending continuation.
+
+        Raises:
+            ContinuationAuthorityError: Nothing unclaimed is pending here, or the token is missing,
+                malformed or wrong (one fixed message for every cause; constant-time compare).
+
+        Examples:
+            .. code-block:: python
+
+                pending = wf.verify_continuation_token(token)
+                responses = {request_id: True for request_id in pending}
+                done = await wf.run(responses=responses, continuation_token=token)
+        """
+        continuation = verify_token(token, self._continuation)
+        return MappingProxyType(dict(continuation.pending_requests))
+
+    async def verify_continuation_token_async(self, token: object) -> Mapping[str, WorkflowEvent[Any]]:
+        """Check ``token`` like :meth:`verify_continuation_token`, also for pauses held by other processes.
+
+        Read-only: nothing is claimed, spent or changed, in this process or in the store. Without a
+        continuation store this is :meth:`verify_continuation_token`. With one:
+
+        * a token this instance holds in memory must pass the in-memory check, and the store must
+          still accept it (``issued`` and unexpired), so a pause already resumed elsewhere fails;
+        * any other token is looked up in the store by the hash of its secret and must belong to
+          this workflow (name and signature hash) and be ``issued`` and unexpired; the pause's
+          ``request_info`` events are then loaded from its checkpoint
+          (``checkpoint.pending_request_info_events``), with their ``response_type``.
+
+        The store's claim, right before resumed user code in :meth:`run`, still decides which
+        resume runs: a token that passes here can lose that claim to another process.
+
+        Args:
+            token: Whatever the caller presented as a continuation token.
+
+        Returns:
+            Read-only mapping request id -> ``request_info`` event of the pause the token names.
+
+        Raises:
+            ContinuationAuthorityError: The token is missing, malformed, unknown, of another
+                workflow or version, claimed, abandoned or expired (one fixed message).
+            Exception: Whatever the store or the checkpoint storage raises when it cannot be read
+                (for example when the pause's checkpoint was deleted); nothing changes.
+        """
+        durable = self._durable
+        if durable is None:
+            return self.verify_continuation_token(token)
+        signature_hash = self._core.graph_signature_hash
+        if durable.names_continuation(token, self._continuation):
+            pending = self.verify_continuation_token(token)
+            await durable.record_for_token(token, workflow_name=self.name, signature_hash=signature_hash)
+            return pending
+        record = await durable.record_for_token(token, workflow_name=self.name, signature_hash=signature_hash)
+        return MappingProxyType(await durable.pending_requests(record))
 
     # ------------------------------------------------------------------ run
 

@@ -285,9 +285,15 @@ async def test_multi_round_pause_remembers_earlier_answers() -> None:
     assert done.text == "True/two"
 
 
-def test_check_authority_reads_the_workflow_pending_continuation() -> None:
-    """check_authority reaches into FunctionalWorkflow._continuation; fail loudly if that moves."""
+async def test_check_authority_uses_the_workflow_public_verify() -> None:
+    """check_authority is the workflow's public verify_continuation_token; without a store nothing is deferred."""
     wf = asks(bool).build()
-    assert hasattr(wf, "_continuation")
-    with pytest.raises(ContinuationAuthorityError):
-        check_authority(wf, None)
+    paused = await wf.run("tea")
+    assert dict(check_authority(wf, paused.continuation_token) or {}) == dict(
+        wf.verify_continuation_token(paused.continuation_token)
+    )
+    forged = {**(paused.continuation_token or {}), "token": "A" * 43}
+    for bad in (None, forged):
+        with pytest.raises(ContinuationAuthorityError):
+            check_authority(wf, bad)  # no continuation store: never deferred to the run
+    assert wf.has_pending_continuation

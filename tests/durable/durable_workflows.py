@@ -11,9 +11,12 @@ code and then block forever, so a test can SIGKILL it after its claim.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 from collections.abc import Awaitable, Callable
 from typing import Any
+
+from pydantic import BaseModel
 
 from agent_framework_functional import RunContext, step, workflow
 
@@ -91,9 +94,56 @@ async def finishes(topic: str) -> str:
     return await ship(topic)
 
 
+class Verdict(BaseModel):
+    """A structured answer (pydantic) that a chat ``function_result`` is converted to."""
+
+    approved: bool
+    note: str
+
+
+@dataclasses.dataclass
+class Rating:
+    """A structured answer (dataclass) that a chat ``function_result`` is converted to."""
+
+    stars: int
+    comment: str
+
+
+CHECKPOINT_TYPES = ["durable_workflows:Verdict", "durable_workflows:Rating"]
+"""``allowed_checkpoint_types`` for a ``FileCheckpointStorage`` holding pauses that ask for these types."""
+
+
+@workflow(name="approve_bool")
+async def approve_bool(topic: str, ctx: RunContext) -> str:
+    """Asks for a yes/no approval (``response_type=bool``), as an approval request answers it."""
+    text = await draft(topic)
+    approved = await ctx.request_info({"draft": text}, response_type=bool)
+    await record_effect(approved)
+    return await ship(f"{text} (approved={approved})")
+
+
+@workflow(name="ask_verdict")
+async def ask_verdict(topic: str, ctx: RunContext) -> str:
+    text = await draft(topic)
+    verdict = await ctx.request_info({"draft": text}, response_type=Verdict)
+    await record_effect(repr(verdict))
+    return f"{type(verdict).__name__}: {verdict!r}"
+
+
+@workflow(name="ask_rating")
+async def ask_rating(topic: str, ctx: RunContext) -> str:
+    text = await draft(topic)
+    rating = await ctx.request_info({"draft": text}, response_type=Rating)
+    await record_effect(repr(rating))
+    return f"{type(rating).__name__}: {rating!r}"
+
+
 DEFINITIONS = {
     "approval": approval,
     "approval_v2": approval_v2,
     "other_approval": other_approval,
     "two_rounds": two_rounds,
+    "approve_bool": approve_bool,
+    "ask_verdict": ask_verdict,
+    "ask_rating": ask_rating,
 }
