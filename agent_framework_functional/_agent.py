@@ -101,6 +101,14 @@ def _drop_workflow_stream(plan: _RunPlan) -> None:
     plan.workflow_stream = None
 
 
+_AGENT_PENDING_MESSAGE = (
+    "This agent's workflow has a pending continuation (a run paused on request_info). Answer the pending "
+    "requests first: send a message whose contents are function_approval_response / function_result "
+    "contents for them (on the same session, or with the continuation token), or call "
+    "agent.abandon_continuation(token) / agent.abandon_continuation(session=session) before sending new input."
+)
+
+
 async def _close_workflow_stream(plan: _RunPlan) -> None:
     """Cleanup hook of an agent stream: close the workflow stream it holds, if any is left."""
     plan.closed = True
@@ -563,7 +571,7 @@ class FunctionalWorkflowAgent(BaseAgent):
                 "needs none. Drop the token from this call."
             )
         if self._workflow.has_pending_continuation:
-            raise PendingContinuationError()
+            raise PendingContinuationError(_AGENT_PENDING_MESSAGE)
         if self._workflow.is_running:
             raise WorkflowRunningError()
         if self._input_mapper is not None and not is_chat_input(messages):
@@ -612,7 +620,7 @@ class FunctionalWorkflowAgent(BaseAgent):
         """
         pending = await check_authority_async(self._workflow, deferred.token)
         if self._workflow.has_pending_continuation:
-            raise PendingContinuationError()
+            raise PendingContinuationError(_AGENT_PENDING_MESSAGE)
         self._start_chat_resume(plan, deferred.token, deferred.answers, deferred.only_answers, pending)
 
     # ------------------------------------------------------------------ run (shared by both modes)

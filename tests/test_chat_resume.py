@@ -193,8 +193,11 @@ async def test_authority_is_checked_before_the_answers() -> None:
 async def test_new_text_while_pending_is_the_workflow_conflict_error() -> None:
     agent, paused = await paused_agent(bool)
 
-    with pytest.raises(PendingContinuationError):
+    with pytest.raises(PendingContinuationError) as caught:
         agent.run("something else")
+    # The agent's message names the agent's ways out (answers, or abandoning on the session).
+    assert "agent.abandon_continuation(session=session)" in str(caught.value)
+    assert "function_approval_response" in str(caught.value)
     with pytest.raises(PendingContinuationError):
         agent.run(Message("user", ["something else"]), stream=True)
 
