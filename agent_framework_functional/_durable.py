@@ -32,6 +32,7 @@ import hmac
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from agent_framework import CheckpointStorage, WorkflowCheckpoint, WorkflowEvent
@@ -45,6 +46,35 @@ ContinuationStatus = Literal["issued", "claimed", "abandoned"]
 DEFAULT_TTL_SECONDS = 24 * 60 * 60.0
 _DECOY = secrets.token_urlsafe(32).encode("ascii")
 DEFAULT_RETENTION_SECONDS = 24 * 60 * 60.0
+
+
+MAX_DURATION_SECONDS = 10 * 365 * 24 * 3600.0
+"""Longest ``ttl`` or ``retention`` a store accepts (ten years): Redis expiry times must fit its range."""
+
+
+def duration_seconds(value: float | timedelta, name: str) -> float:
+    """Return ``value`` in seconds, checked for the stores' ``ttl`` / ``retention`` arguments.
+
+    Args:
+        value: Seconds, or a ``timedelta``.
+        name: The argument's name, for the error message.
+
+    Returns:
+        The duration in seconds.
+
+    Raises:
+        ValueError: The duration is not a finite positive number up to :data:`MAX_DURATION_SECONDS`.
+        TypeError: ``value`` is neither a number nor a ``timedelta``.
+    """
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):  # pyright: ignore[reportUnnecessaryIsInstance]
+        seconds = float(value)
+    else:
+        raise TypeError(f"{name} must be a number of seconds or a timedelta, got {type(value).__name__}.")
+    if not 0 < seconds <= MAX_DURATION_SECONDS:
+        raise ValueError(f"{name} must be a positive, finite number of seconds (or timedelta) of at most ten years.")
+    return seconds
 
 
 @dataclass(frozen=True, slots=True)

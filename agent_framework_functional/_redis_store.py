@@ -8,7 +8,13 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
 
-from ._durable import DEFAULT_RETENTION_SECONDS, DEFAULT_TTL_SECONDS, ContinuationRecord, ContinuationStatus
+from ._durable import (
+    DEFAULT_RETENTION_SECONDS,
+    DEFAULT_TTL_SECONDS,
+    ContinuationRecord,
+    ContinuationStatus,
+    duration_seconds,
+)
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -28,13 +34,6 @@ redis.call('HSET', KEYS[1], unpack(ARGV, 2))
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
 return 1
 """
-
-
-def _seconds(value: float | timedelta, name: str) -> float:
-    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
-    if not seconds > 0:
-        raise ValueError(f"{name} must be a positive number of seconds or a positive timedelta.")
-    return seconds
 
 
 def _text(value: Any) -> str:
@@ -67,7 +66,9 @@ class RedisContinuationStore:
 
     Raises:
         ImportError: The ``redis`` package is not installed.
-        ValueError: ``ttl`` or ``retention`` is not positive, or ``namespace`` is empty.
+        ValueError: ``ttl`` or ``retention`` is not a positive duration of at most ten years, or
+            ``namespace`` is empty.
+        TypeError: ``ttl`` or ``retention`` is neither a number nor a ``timedelta``.
 
     Examples:
         .. code-block:: python
@@ -85,8 +86,8 @@ class RedisContinuationStore:
         namespace: str = "agent_framework_functional:continuation",
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._ttl = _seconds(ttl, "ttl")
-        self._retention = _seconds(retention, "retention")
+        self._ttl = duration_seconds(ttl, "ttl")
+        self._retention = duration_seconds(retention, "retention")
         if not namespace:
             raise ValueError("namespace must be a non-empty key prefix, for example 'myapp:continuation'.")
         self.namespace = namespace

@@ -13,7 +13,13 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from ._durable import DEFAULT_RETENTION_SECONDS, DEFAULT_TTL_SECONDS, ContinuationRecord, ContinuationStatus
+from ._durable import (
+    DEFAULT_RETENTION_SECONDS,
+    DEFAULT_TTL_SECONDS,
+    ContinuationRecord,
+    ContinuationStatus,
+    duration_seconds,
+)
 
 _T = TypeVar("_T")
 
@@ -30,13 +36,6 @@ CREATE TABLE IF NOT EXISTS continuations (
     updated_at REAL NOT NULL
 ) WITHOUT ROWID
 """
-
-
-def _seconds(value: float | timedelta, name: str) -> float:
-    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
-    if not seconds > 0:
-        raise ValueError(f"{name} must be a positive number of seconds or a positive timedelta.")
-    return seconds
 
 
 class SQLiteContinuationStore:
@@ -61,7 +60,9 @@ class SQLiteContinuationStore:
         clock: Seconds since the epoch; defaults to ``time.time`` (tests inject a fake clock).
 
     Raises:
-        ValueError: ``ttl``, ``retention`` or ``busy_timeout`` is not positive.
+        ValueError: ``ttl``, ``retention`` or ``busy_timeout`` is not a positive duration of at most
+            ten years.
+        TypeError: One of them is neither a number nor a ``timedelta``.
         sqlite3.Error: The file cannot be opened or initialised.
 
     Examples:
@@ -80,9 +81,9 @@ class SQLiteContinuationStore:
         busy_timeout: float = 30.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._ttl = _seconds(ttl, "ttl")
-        self._retention = _seconds(retention, "retention")
-        timeout = _seconds(busy_timeout, "busy_timeout")
+        self._ttl = duration_seconds(ttl, "ttl")
+        self._retention = duration_seconds(retention, "retention")
+        timeout = duration_seconds(busy_timeout, "busy_timeout")
         self._clock = clock
         self.path = Path(path)
         self._lock = threading.Lock()

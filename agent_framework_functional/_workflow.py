@@ -8,6 +8,7 @@ step caching and checkpointing; this module decides who may resume a pause and w
 from __future__ import annotations
 
 import functools
+import inspect
 import weakref
 from collections.abc import AsyncIterable, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -100,12 +101,13 @@ class FunctionalWorkflowDefinition:
 
     Raises:
         ValueError: If the function declares more than one non-``RunContext`` parameter (core's rule).
-        TypeError: If ``func`` is not callable.
+        TypeError: If ``func`` is not an async function.
     """
 
     def __init__(self, func: WorkflowFunc, *, name: str | None = None, description: str | None = None) -> None:
-        if not callable(func):
-            raise TypeError(f"@workflow needs an async function, got {type(func).__name__}.")
+        if not inspect.iscoroutinefunction(func):
+            shown = getattr(func, "__name__", type(func).__name__)
+            raise TypeError(f"@workflow needs an async function (async def ...), got {shown!r}.")
         self._core_definition = _CoreFunctionalWorkflowDefinition(func, name=name, description=description)
         self.func: WorkflowFunc = func
         self.name: str = self._core_definition.name
@@ -133,7 +135,8 @@ class FunctionalWorkflowDefinition:
 
         Raises:
             ValueError: ``continuation_store`` without ``checkpoint_storage``.
-            TypeError: ``continuation_store`` does not implement :class:`ContinuationStore`.
+            TypeError: ``continuation_store`` does not implement :class:`ContinuationStore`, or
+                ``checkpoint_storage`` is not a core ``CheckpointStorage``.
         """
         return FunctionalWorkflow(self, checkpoint_storage=checkpoint_storage, continuation_store=continuation_store)
 
@@ -262,6 +265,7 @@ class FunctionalWorkflow:
         checkpoint_storage: CheckpointStorage | None = None,
         continuation_store: ContinuationStore | None = None,
     ) -> None:
+        check_checkpoint_storage(checkpoint_storage, "checkpoint_storage")
         # Durable hook: None keeps the in-memory behaviour exactly; raises on a store without storage.
         self._durable = (
             DurableAuthority(continuation_store, checkpoint_storage) if continuation_store is not None else None
@@ -479,7 +483,8 @@ class FunctionalWorkflow:
 
         Raises:
             ValueError: Wrong argument shape (as core), or no response key names a pending request.
-            TypeError: ``responses`` is not a mapping with string keys.
+            TypeError: ``responses`` is not a mapping with string keys, ``checkpoint_id`` is not a
+                string, or ``checkpoint_storage`` is not a core ``CheckpointStorage``.
             ContinuationAuthorityError: A response-only resume without valid authority (one fixed
                 message for every cause).
             PendingContinuationError: New input or a checkpoint restore while a continuation is pending.
@@ -560,6 +565,7 @@ class FunctionalWorkflow:
             raise TypeError("'responses' must be a mapping from request id (str) to the answer for that request.")
         if checkpoint_id is not None and not isinstance(checkpoint_id, str):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError("'checkpoint_id' must be the string id returned by the checkpoint storage.")
+        check_checkpoint_storage(checkpoint_storage, "checkpoint_storage")
         resume = responses is not None and checkpoint_id is None
         if not resume and continuation_token is not None:
             raise ValueError(
@@ -871,6 +877,19 @@ class FunctionalWorkflow:
             completed = final_state == WorkflowRunState.IDLE or run.token is not None
         finally:
             self._end_run(run, completed=completed)
+
+
+def check_checkpoint_storage(storage: object, name: str) -> None:
+    """Reject an argument that is not a core ``CheckpointStorage`` (None is allowed).
+
+    Raises:
+        TypeError: ``storage`` lacks the protocol's ``save``/``load`` methods.
+    """
+    if storage is not None and not all(callable(getattr(storage, method, None)) for method in ("save", "load")):
+        raise TypeError(
+            f"'{name}' must be a core CheckpointStorage (for example InMemoryCheckpointStorage() or "
+            f"FileCheckpointStorage(path)), got {type(storage).__name__}."
+        )
 
 
 def _check_response_types(responses: Mapping[str, Any], pending: Mapping[str, WorkflowEvent[Any]]) -> None:

@@ -396,3 +396,33 @@ async def test_closing_the_stream_on_the_pause_status_keeps_the_pause(wf: Functi
     assert final.continuation_token is not None
     done = await wf.run(responses={"auto::0": "ok"}, continuation_token=final.continuation_token)
     assert done.continuation_token is None
+
+
+# ---------------------------------------------------------------------------- argument types
+
+
+def test_workflow_rejects_a_function_that_is_not_async() -> None:
+    def not_async(topic: str) -> str:
+        return topic
+
+    with pytest.raises(TypeError, match="async function"):
+        workflow(not_async)  # type: ignore[arg-type]
+
+
+def test_build_rejects_something_that_is_not_a_checkpoint_storage(
+    review_definition: FunctionalWorkflowDefinition,
+) -> None:
+    with pytest.raises(TypeError, match="CheckpointStorage"):
+        review_definition.build(checkpoint_storage="checkpoints/")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_run_rejects_a_per_run_storage_that_is_not_a_checkpoint_storage(
+    paused: tuple[FunctionalWorkflow, dict[str, Any]], stream: bool
+) -> None:
+    wf, token = paused
+    with pytest.raises(TypeError, match="CheckpointStorage"):
+        wf.run(responses={"auto::0": "ok"}, continuation_token=token, checkpoint_storage="x", stream=stream)  # type: ignore[call-overload]
+    # Rejected at the call: nothing was claimed or spent.
+    assert wf.has_pending_continuation and not wf.is_running
+    await _resume_ok(wf, token)

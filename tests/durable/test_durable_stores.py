@@ -8,6 +8,7 @@ import sqlite3
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from durable_support import FakeClock, StoreSpec
@@ -183,3 +184,18 @@ async def test_redis_keys_are_namespaced_and_expire(redis_server: str) -> None:
 def test_redis_rejects_an_empty_namespace(redis_server: str) -> None:
     with pytest.raises(ValueError, match="namespace"):
         RedisContinuationStore(redis_server, namespace="")
+
+
+@pytest.mark.parametrize("store_type", [SQLiteContinuationStore, RedisContinuationStore])
+@pytest.mark.parametrize("ttl", [0, -1, float("inf"), float("nan"), 1e20])
+def test_stores_reject_a_ttl_outside_a_positive_finite_range(store_type: Any, ttl: float, tmp_path: Path) -> None:
+    target = str(tmp_path / "c.db") if store_type is SQLiteContinuationStore else "redis://127.0.0.1:1/0"
+    with pytest.raises(ValueError, match="ttl"):
+        store_type(target, ttl=ttl)
+
+
+@pytest.mark.parametrize("store_type", [SQLiteContinuationStore, RedisContinuationStore])
+def test_stores_reject_a_ttl_that_is_not_a_duration(store_type: Any, tmp_path: Path) -> None:
+    target = str(tmp_path / "c.db") if store_type is SQLiteContinuationStore else "redis://127.0.0.1:1/0"
+    with pytest.raises(TypeError, match="ttl"):
+        store_type(target, ttl="1h")
