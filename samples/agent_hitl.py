@@ -34,7 +34,7 @@ from typing import Any
 from agent_framework import AgentResponse, AgentResponseUpdate
 
 # The workflow of samples/hitl_review.py; this script's directory is on sys.path when it runs.
-from hitl_review import hitl_review, writer_description
+from hitl_review import ask_feedback, hitl_review, writer_description
 
 from agent_framework_functional import ContinuationAuthorityError
 
@@ -52,18 +52,6 @@ def _describe(update: AgentResponseUpdate) -> str:
     if update.continuation_token is not None:
         parts.append(f"continuation_token(kind={update.continuation_token['kind']!r})")
     return ", ".join(parts) or "(empty)"
-
-
-async def _ask_feedback(draft: str) -> str:
-    """Read the reviewer's feedback from the terminal (stdin)."""
-    print(f"Draft for review:\n  {draft}")
-    try:
-        answer = await asyncio.to_thread(input, "Your feedback: ")
-    except EOFError:
-        answer = ""
-    if not sys.stdin.isatty():
-        print()  # piped input is not echoed: end the prompt line
-    return answer.strip()
 
 
 async def main(argv: list[str] | None = None) -> int:
@@ -96,7 +84,7 @@ async def main(argv: list[str] | None = None) -> int:
     print(f"Approval request: id={request_id}, draft={draft!r}")
     print(f"Pending requests on the agent: {sorted(agent.pending_requests)}")
 
-    feedback = args.feedback if args.feedback is not None else await _ask_feedback(draft)
+    feedback = args.feedback if args.feedback is not None else await ask_feedback(draft)
     if not feedback:
         print("No feedback given; pass --feedback TEXT or type it at the prompt.", file=sys.stderr)
         agent.abandon_continuation(token)  # the owner drops the pause explicitly

@@ -106,7 +106,7 @@ async def hitl_review(topic: str, ctx: RunContext) -> str:
     return await revise(draft, feedback)
 
 
-async def _ask_feedback(draft: str) -> str:
+async def ask_feedback(draft: str) -> str:
     """Read the reviewer's feedback from the terminal (stdin)."""
     print(f"Draft for review:\n  {draft}")
     try:
@@ -143,7 +143,7 @@ async def main(argv: list[str] | None = None) -> int:
     print(f"Token JSON round trip equal: {restored_token == token}")
 
     # 3. The human reviews the draft.
-    feedback = args.feedback if args.feedback is not None else await _ask_feedback(request.data["draft"])
+    feedback = args.feedback if args.feedback is not None else await ask_feedback(request.data["draft"])
     if not feedback:
         print("No feedback given; pass --feedback TEXT or type it at the prompt.", file=sys.stderr)
         wf.abandon_continuation(restored_token)  # the owner drops the pause explicitly
