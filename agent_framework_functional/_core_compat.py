@@ -43,8 +43,8 @@ def coerce_to(value: Any, target_type: Any) -> tuple[bool, Any]:
 
 def response_fits(value: Any, response_type: Any, request_id: str) -> bool:
     """True when core would accept ``value`` as the response to ``request_id`` (``None`` included, as core allows)."""
-    if value is None:
-        return True
+    if value is None or (isinstance(response_type, type) and type(value) is response_type):
+        return True  # core accepts None, and a value of exactly the type needs no conversion
     try:
         _coerce_request_info_response(value, response_type, request_id)
     except Exception:
