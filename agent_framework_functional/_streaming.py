@@ -463,15 +463,20 @@ async def stream_live(
     forwarded: set[WorkflowEvent[Any]] = set()
     if not live:
         collector = _LiveChannel(_UNBOUNDED, source)
+        # Core runs the whole workflow function inside the first pull after its first status
+        # event; later pulls only hand out what it collected, so only that pull needs the channel.
+        bind = True
         try:
             while True:
-                bound = _live_channel.set(collector)  # core's workflow task copies this context
+                bound = _live_channel.set(collector) if bind else None  # core's workflow task copies it
+                bind = False
                 try:
                     pulled: WorkflowEvent[Any] | None = await core_stream.__anext__()
                 except StopAsyncIteration:
                     pulled = None
                 finally:
-                    _live_channel.reset(bound)
+                    if bound is not None:
+                        _live_channel.reset(bound)
                 while collector.has_items():  # what the function emitted came before this event
                     item = collector.pop()
                     for early in item[1]:
