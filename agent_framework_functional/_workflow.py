@@ -872,8 +872,6 @@ class FunctionalWorkflow:
             finally:
                 await live_events.aclose()  # cancels the workflow task if the stream was abandoned
                 await core_stream.close()
-            if final_state == WorkflowRunState.IDLE_WITH_PENDING_REQUESTS and self._active is run and run.token is None:
-                await self._issue(run)
             completed = final_state == WorkflowRunState.IDLE or run.token is not None
         finally:
             self._end_run(run, completed=completed)
