@@ -19,6 +19,7 @@ every one of them, so an upgrade of core that moves them fails loudly instead of
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, cast
 
 from agent_framework import AgentResponse, RunContext, SessionContext, WorkflowEvent
@@ -65,3 +66,18 @@ def collected_events(ctx: RunContext) -> list[WorkflowEvent[Any]] | None:
     """
     events = getattr(ctx, "_events", None)
     return cast("list[WorkflowEvent[Any]]", events) if isinstance(events, list) else None
+
+
+def check_response_types(responses: Mapping[str, Any], pending: Mapping[str, WorkflowEvent[Any]]) -> None:
+    """Reject answers core would refuse after the token is spent (core's own response-type rule).
+
+    Raises:
+        ValueError: An answer to a pending request does not fit that request's ``response_type``.
+    """
+    for request_id, event in pending.items():
+        if request_id in responses and not response_fits(responses[request_id], event.response_type, request_id):
+            type_name = getattr(event.response_type, "__name__", repr(event.response_type))
+            raise ValueError(
+                f"The answer to request {request_id!r} is not a {type_name} and cannot be converted to one. "
+                "Resume again with a value of that type; the continuation is still pending."
+            )

@@ -38,6 +38,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from agent_framework import CheckpointStorage, WorkflowCheckpoint, WorkflowEvent
 
 from ._continuation import Continuation, presented_secret
+from ._core_compat import check_response_types
 from ._errors import ContinuationAuthorityError, PendingContinuationError
 
 ContinuationStatus = Literal["issued", "claimed", "abandoned"]
@@ -350,7 +351,8 @@ class DurableAuthority:
             ContinuationAuthorityError: The record is missing, of another workflow or version,
                 claimed, abandoned or expired.
             PendingContinuationError: This instance holds another pending continuation.
-            ValueError: No response names a pending request of the pause (the token stays valid).
+            ValueError: No response names a pending request of the pause, or an answer does not fit
+                its request's ``response_type`` (the token stays valid).
         """
         core_kwargs["checkpoint_storage"] = run.storage
         if run.remote_hash is None:
@@ -366,6 +368,9 @@ class DurableAuthority:
                 "None of the responses answers a pending request. Key each answer by a request id of the "
                 f"pause: {sorted(record.pending_request_ids)!r}. The continuation is still pending."
             )
+        # Answers of the wrong type would only fail in the replayed code, after the claim: check them
+        # against the pause's requests (read from its checkpoint) while the token is still unspent.
+        check_response_types(run.responses, await self.pending_requests(record))
         core_kwargs["checkpoint_id"] = record.checkpoint_id
 
     async def claimable_record(self, token_hash: str, *, workflow_name: str, signature_hash: str) -> ContinuationRecord:

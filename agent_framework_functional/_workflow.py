@@ -34,7 +34,7 @@ from ._continuation import (
     issue_continuation,
     verify_token,
 )
-from ._core_compat import response_fits
+from ._core_compat import check_response_types
 from ._durable import ContinuationStore, DurableAuthority, DurableRun
 from ._errors import ContinuationAuthorityError, PendingContinuationError, WorkflowRunningError
 from ._streaming import stream_live
@@ -589,7 +589,7 @@ class FunctionalWorkflow:
                     "None of the responses answers a pending request. Key each answer by a request id of the "
                     f"pause: {sorted(continuation.pending_requests)!r}. The continuation is still pending."
                 )
-            _check_response_types(responses, continuation.pending_requests)
+            check_response_types(responses, continuation.pending_requests)
         elif self.has_pending_continuation:
             raise PendingContinuationError()
         else:
@@ -888,21 +888,6 @@ def check_checkpoint_storage(storage: object, name: str) -> None:
             f"'{name}' must be a core CheckpointStorage (for example InMemoryCheckpointStorage() or "
             f"FileCheckpointStorage(path)), got {type(storage).__name__}."
         )
-
-
-def _check_response_types(responses: Mapping[str, Any], pending: Mapping[str, WorkflowEvent[Any]]) -> None:
-    """Reject answers core would refuse after the token is spent (core's own response-type rule).
-
-    Raises:
-        ValueError: An answer to a pending request does not fit that request's ``response_type``.
-    """
-    for request_id, event in pending.items():
-        if request_id in responses and not response_fits(responses[request_id], event.response_type, request_id):
-            type_name = getattr(event.response_type, "__name__", repr(event.response_type))
-            raise ValueError(
-                f"The answer to request {request_id!r} is not a {type_name} and cannot be converted to one. "
-                "Resume again with a value of that type; the continuation is still pending."
-            )
 
 
 def _finalize_events(

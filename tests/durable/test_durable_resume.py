@@ -170,6 +170,25 @@ async def test_uncorrelated_responses_do_not_spend_the_token(build: Callable[...
     assert done.get_outputs() == ["shipped: draft about tea (approved)"]
 
 
+@pytest.mark.parametrize("stream", [False, True])
+async def test_remote_answer_of_the_wrong_type_does_not_spend_the_token(
+    build: Callable[..., FunctionalWorkflow], stream: bool
+) -> None:
+    _, token, request_id = await _pause(build())
+    worker = build()
+    with pytest.raises(ValueError, match="not a str") as info:
+        if stream:
+            async for _ in worker.run(responses={request_id: 5}, continuation_token=token, stream=True):
+                pass
+        else:
+            await worker.run(responses={request_id: 5}, continuation_token=token)
+    assert "still pending" in str(info.value)
+    assert await _status(worker.continuation_store, token) == "issued"  # type: ignore[arg-type]
+    assert EFFECTS == []
+    done = await worker.run(responses={request_id: "approved"}, continuation_token=token)
+    assert done.get_outputs() == ["shipped: draft about tea (approved)"]
+
+
 async def test_pending_conflict_on_the_resuming_process(build: Callable[..., FunctionalWorkflow]) -> None:
     _, token, request_id = await _pause(build())
     busy, own_token, _ = await _pause(build(), "coffee")
