@@ -52,22 +52,34 @@ class Continuation:
     Attributes:
         secret: The current token's secret, ASCII.
         pending_requests: Request id -> ``request_info`` event of the pause.
+        earlier_requests: Requests of earlier pauses of the same run chain (already answered); a
+            resume passes their answers again (core replays from the top), so they are checked too.
         claimed: True while an accepted resume holds it (before it is spent or handed back).
     """
 
     secret: bytes
     pending_requests: dict[str, WorkflowEvent[Any]] = field(default_factory=dict[str, WorkflowEvent[Any]])
+    earlier_requests: dict[str, WorkflowEvent[Any]] = field(default_factory=dict[str, WorkflowEvent[Any]])
     claimed: bool = False
+
+    def known_requests(self) -> dict[str, WorkflowEvent[Any]]:
+        """Every request of the run chain up to this pause: earlier ones, then the pending ones."""
+        return {**self.earlier_requests, **self.pending_requests}
 
     def token(self) -> FunctionalWorkflowContinuationToken:
         """Return the JSON-safe token mapping for this continuation."""
         return {"kind": TOKEN_KIND, "version": TOKEN_VERSION, "token": self.secret.decode("ascii")}
 
 
-def issue_continuation(pending_requests: Mapping[str, WorkflowEvent[Any]]) -> Continuation:
-    """Create a continuation with a fresh 256-bit secret for the given pending requests."""
+def issue_continuation(
+    pending_requests: Mapping[str, WorkflowEvent[Any]],
+    earlier_requests: Mapping[str, WorkflowEvent[Any]] | None = None,
+) -> Continuation:
+    """Create a continuation with a fresh 256-bit secret for the given pending (and earlier) requests."""
     return Continuation(
-        secret=secrets.token_urlsafe(_SECRET_BYTES).encode("ascii"), pending_requests=dict(pending_requests)
+        secret=secrets.token_urlsafe(_SECRET_BYTES).encode("ascii"),
+        pending_requests=dict(pending_requests),
+        earlier_requests={k: v for k, v in (earlier_requests or {}).items() if k not in pending_requests},
     )
 
 

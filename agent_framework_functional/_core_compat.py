@@ -68,13 +68,18 @@ def collected_events(ctx: RunContext) -> list[WorkflowEvent[Any]] | None:
     return cast("list[WorkflowEvent[Any]]", events) if isinstance(events, list) else None
 
 
-def check_response_types(responses: Mapping[str, Any], pending: Mapping[str, WorkflowEvent[Any]]) -> None:
+def check_response_types(responses: Mapping[str, Any], requests: Mapping[str, WorkflowEvent[Any]]) -> None:
     """Reject answers core would refuse after the token is spent (core's own response-type rule).
 
+    Args:
+        responses: The caller's answers by request id.
+        requests: The requests whose ``response_type`` is known: the pending ones and those of
+            earlier pauses of the same run chain (their answers are passed again on a replay).
+
     Raises:
-        ValueError: An answer to a pending request does not fit that request's ``response_type``.
+        ValueError: An answer does not fit its request's ``response_type``.
     """
-    for request_id, event in pending.items():
+    for request_id, event in requests.items():
         if request_id in responses and not response_fits(responses[request_id], event.response_type, request_id):
             type_name = getattr(event.response_type, "__name__", repr(event.response_type))
             raise ValueError(

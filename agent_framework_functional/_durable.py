@@ -30,7 +30,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -339,7 +339,8 @@ class DurableAuthority:
         *,
         workflow_name: str,
         signature_hash: str,
-        has_local_pending: bool,
+        local_pending: Continuation | None,
+        drop_stale: Callable[[Continuation], None],
     ) -> None:
         """Before core starts: route checkpoints through the recorder; verify a remote resume.
 
@@ -350,7 +351,8 @@ class DurableAuthority:
         Raises:
             ContinuationAuthorityError: The record is missing, of another workflow or version,
                 claimed, abandoned or expired.
-            PendingContinuationError: This instance holds another pending continuation.
+            PendingContinuationError: This instance holds another pending continuation that the store
+                still has ``issued`` (a stale local copy is dropped instead).
             ValueError: No response names a pending request of the pause, or an answer does not fit
                 its request's ``response_type`` (the token stays valid).
         """
@@ -360,8 +362,10 @@ class DurableAuthority:
         record = await self.claimable_record(
             run.remote_hash, workflow_name=workflow_name, signature_hash=signature_hash
         )
-        if has_local_pending:
-            raise PendingContinuationError()
+        if local_pending is not None:
+            if await self.is_live(local_pending):
+                raise PendingContinuationError()
+            drop_stale(local_pending)  # resumed or abandoned elsewhere, or expired: not a conflict
         assert run.responses is not None
         if not any(request_id in record.pending_request_ids for request_id in run.responses):
             raise ValueError(
@@ -490,6 +494,11 @@ class DurableAuthority:
             raise ContinuationAuthorityError()
         if not await self.store.abandon(token_hash, force=force) and not force:
             raise ContinuationAuthorityError()
+
+    async def is_live(self, continuation: Continuation) -> bool:
+        """True while the store still has this in-memory continuation ``issued`` and unexpired (read-only)."""
+        record = await self.store.get(hash_secret(continuation.secret))
+        return record is not None and record.is_claimable(self.store.now())
 
     async def abandon_local(self, continuation: Continuation, *, force: bool) -> bool:
         """Mark the in-memory continuation abandoned in the store; True when the store agreed."""

@@ -76,6 +76,8 @@ class _ActiveRun:
     core_started: bool = False
     token: FunctionalWorkflowContinuationToken | None = None
     pending_requests: dict[str, WorkflowEvent[Any]] = field(default_factory=dict[str, WorkflowEvent[Any]])
+    # Requests of the pauses this run resumed (the chain so far): kept on the next continuation.
+    earlier_requests: dict[str, WorkflowEvent[Any]] = field(default_factory=dict[str, WorkflowEvent[Any]])
     durable: DurableRun | None = None  # set only when the instance has a continuation store
 
 
@@ -589,7 +591,8 @@ class FunctionalWorkflow:
                     "None of the responses answers a pending request. Key each answer by a request id of the "
                     f"pause: {sorted(continuation.pending_requests)!r}. The continuation is still pending."
                 )
-            check_response_types(responses, continuation.pending_requests)
+            # Earlier rounds' answers too: core replays from the top and checks every answer it reaches.
+            check_response_types(responses, continuation.known_requests())
         elif self.has_pending_continuation:
             raise PendingContinuationError()
         else:
@@ -750,8 +753,15 @@ class FunctionalWorkflow:
             core_kwargs,
             workflow_name=self.name,
             signature_hash=self._core.graph_signature_hash,
-            has_local_pending=self.has_pending_continuation,
+            local_pending=self._continuation if self.has_pending_continuation else None,
+            drop_stale=self._drop_stale_continuation,
         )
+
+    def _drop_stale_continuation(self, continuation: Continuation) -> None:
+        """Forget a local continuation the store says is gone (resumed or abandoned elsewhere, expired)."""
+        if self._continuation is continuation and not continuation.claimed:
+            self._continuation = None
+            self._core = self._new_core()
 
     async def _claim_in_store(self, run: _ActiveRun) -> None:
         """Right before resumed user code: claim the pause in the store (exactly one process wins)."""
@@ -771,15 +781,17 @@ class FunctionalWorkflow:
 
     async def _issue(self, run: _ActiveRun) -> None:
         """Issue the continuation of a saved pause (recorded in the store first, if there is one)."""
-        continuation = issue_continuation(run.pending_requests)
+        continuation = issue_continuation(run.pending_requests, run.earlier_requests)
         await self._record_in_store(run, continuation)
         self._continuation = continuation
         run.token = continuation.token()
 
     def _spend(self, run: _ActiveRun) -> None:
         """Spend the claimed continuation: called right before the resumed user code runs."""
-        if run.claimed is not None and self._continuation is run.claimed:
-            self._continuation = None
+        if run.claimed is not None:
+            run.earlier_requests = run.claimed.known_requests()
+            if self._continuation is run.claimed:
+                self._continuation = None
         run.claimed = None
 
     def _release_dropped_run(self, run: _ActiveRun) -> None:

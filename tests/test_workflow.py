@@ -426,3 +426,26 @@ async def test_run_rejects_a_per_run_storage_that_is_not_a_checkpoint_storage(
     # Rejected at the call: nothing was claimed or spent.
     assert wf.has_pending_continuation and not wf.is_running
     await _resume_ok(wf, token)
+
+
+@workflow(name="typed_rounds")
+async def typed_rounds(topic: str, ctx: RunContext) -> str:
+    """Two pauses outside any step: core replays both and checks both answers on the last resume."""
+    approved = await ctx.request_info({"topic": topic}, response_type=bool)
+    copies = await ctx.request_info({"topic": topic}, response_type=int)
+    return f"{topic} approved={approved} copies={copies}"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_wrongly_typed_earlier_answer_is_rejected_and_keeps_the_token(stream: bool) -> None:
+    wf = typed_rounds.build()
+    first = await wf.run("tea")
+    second = await wf.run(responses={"auto::0": True}, continuation_token=first.continuation_token)
+    token = second.continuation_token
+    assert token is not None and wf.pending_request_ids == {"auto::1"}
+    # The caller passes all answers so far; the earlier one has the wrong type.
+    with pytest.raises(ValueError, match="'auto::0' is not a bool"):
+        wf.run(responses={"auto::0": "definitely", "auto::1": 5}, continuation_token=token, stream=stream)
+    assert wf.has_pending_continuation and not wf.is_running
+    done = await wf.run(responses={"auto::0": True, "auto::1": 5}, continuation_token=token)
+    assert done.get_outputs() == ["tea approved=True copies=5"]

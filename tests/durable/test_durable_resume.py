@@ -242,6 +242,33 @@ async def test_rotation_across_processes(build: Callable[..., FunctionalWorkflow
         await first.run(responses={"auto::0": "one"}, continuation_token=token1)
 
 
+async def test_round_two_comes_back_to_the_worker_that_paused_round_one(
+    build: Callable[..., FunctionalWorkflow],
+) -> None:
+    first, token1, _ = await _pause(build(two_rounds))
+    paused = await build(two_rounds).run(responses={"auto::0": "one"}, continuation_token=token1)
+    token2 = paused.continuation_token
+    assert token2 is not None
+    # The first worker still holds round one in memory, but the store says it was claimed: that stale
+    # copy is not a pending conflict, it is dropped, and round two resumes here.
+    assert first.has_pending_continuation
+    done = await first.run(responses={"auto::0": "one", "auto::1": "two"}, continuation_token=token2)
+    assert done.get_outputs() == ["shipped: draft about tea [one] [two]"]
+    assert not first.has_pending_continuation
+
+
+async def test_a_live_local_pause_still_conflicts_with_a_remote_resume(
+    build: Callable[..., FunctionalWorkflow],
+) -> None:
+    _, other_token, other_request = await _pause(build())
+    local, local_token, _ = await _pause(build())
+    with pytest.raises(PendingContinuationError):
+        await local.run(responses={other_request: "x"}, continuation_token=other_token)
+    assert local.has_pending_continuation
+    assert await _status(local.continuation_store, local_token) == "issued"  # type: ignore[arg-type]
+    assert await _status(local.continuation_store, other_token) == "issued"  # type: ignore[arg-type]
+
+
 async def test_agent_resumes_a_remote_pause(build: Callable[..., FunctionalWorkflow]) -> None:
     owner_agent = build().as_agent(name="owner")
     paused = await owner_agent.run("tea")
