@@ -16,23 +16,24 @@ import importlib.metadata
 from agent_framework import RunContext, get_run_context, step
 
 from ._agent import FunctionalWorkflowAgent
-from ._continuation import FunctionalWorkflowContinuationToken
-from ._durable import ContinuationRecord, ContinuationStore, continuation_token_hash
+from ._authority import VerifiedContinuation
+from ._continuation import FunctionalWorkflowContinuationToken, continuation_token_hash
+from ._definition import FunctionalWorkflowDefinition, workflow
+from ._emit import emit_update, stream_agent
 from ._errors import (
     ContinuationAuthorityError,
+    ContinuationStoreAsyncError,
     FunctionalWorkflowError,
+    NotInWorkflowRunError,
+    PauseNotSavedError,
     PendingContinuationError,
+    ResponseMismatchError,
     WorkflowRunningError,
 )
 from ._redis_store import RedisContinuationStore
 from ._sqlite_store import SQLiteContinuationStore
-from ._streaming import emit_update, stream_agent
-from ._workflow import (
-    FunctionalWorkflow,
-    FunctionalWorkflowDefinition,
-    FunctionalWorkflowRunResult,
-    workflow,
-)
+from ._store import ContinuationRecord, ContinuationStore
+from ._workflow import FunctionalWorkflow, FunctionalWorkflowRunResult
 
 try:
     __version__ = importlib.metadata.version("agent-framework-functional")
@@ -43,16 +44,21 @@ __all__ = [
     "ContinuationAuthorityError",
     "ContinuationRecord",
     "ContinuationStore",
+    "ContinuationStoreAsyncError",
     "FunctionalWorkflow",
     "FunctionalWorkflowAgent",
     "FunctionalWorkflowContinuationToken",
     "FunctionalWorkflowDefinition",
     "FunctionalWorkflowError",
     "FunctionalWorkflowRunResult",
+    "NotInWorkflowRunError",
+    "PauseNotSavedError",
     "PendingContinuationError",
     "RedisContinuationStore",
+    "ResponseMismatchError",
     "RunContext",
     "SQLiteContinuationStore",
+    "VerifiedContinuation",
     "WorkflowRunningError",
     "__version__",
     "continuation_token_hash",

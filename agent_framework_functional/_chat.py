@@ -1,6 +1,6 @@
-"""Chat plumbing of the agent adapter: input mapping, chat-native answers, session-stored tokens.
+"""Chat input of the agent adapter: what the workflow receives, and chat-native answers as responses.
 
-Three jobs, each small and pure enough to test on its own:
+Two jobs, each small and pure enough to test on its own:
 
 * **Input mapping.** Decide what the workflow function's message parameter receives when the agent
   is called with chat input (``str``, ``Message``, ``Content`` or a list of them), from the
@@ -9,12 +9,10 @@ Three jobs, each small and pure enough to test on its own:
   incoming messages into ``responses`` for the pending requests, converted to each request's
   ``response_type`` the way core converts responses, so a bad answer is rejected before the
   continuation is touched.
-* **Session-stored tokens.** Keep the pending continuation token in ``AgentSession.state`` (JSON-safe)
-  so a caller that only has the session, such as an orchestration's ``AgentExecutor``, can resume.
 
-Authority is checked through the workflow's public read-only ``verify_continuation_token`` (in
-memory) and ``verify_continuation_token_async`` (continuation store), never its private state;
-core's private helpers are reached only through ``_core_compat``.
+Authority comes first (:func:`check_authority`, the workflow's read-only check), then the answers
+are converted against the verified pause; core's private helpers are reached only through
+``_core_compat``.
 """
 
 from __future__ import annotations
@@ -26,20 +24,18 @@ import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Union
 
-from agent_framework import AgentSession, Content, Message, RunContext, WorkflowEvent, normalize_messages
+from agent_framework import Content, Message, RunContext, WorkflowEvent, normalize_messages
 
-from ._continuation import presented_secret
 from ._core_compat import accepts, coerce_to
-from ._errors import ContinuationAuthorityError
+from ._errors import ResponseMismatchError
+from ._workflow import authority_of
 
 if TYPE_CHECKING:
+    from ._authority import VerifiedContinuation
     from ._workflow import FunctionalWorkflow
 
 InputMode = Literal["text", "message", "messages", "as_given"]
 InputMapper = Callable[[list[Message]], Any]
-
-SESSION_STATE_KEY = "agent_framework_functional"
-"""Key of this package's entry in ``AgentSession.state``: ``{agent_id: {"continuation_token": token}}``."""
 
 ANSWER_CONTENT_TYPES = frozenset({"function_approval_response", "function_result"})
 
@@ -172,21 +168,22 @@ def answers_to_responses(answers: Sequence[Content], pending: Mapping[str, Workf
         Request id -> converted value, ready for ``FunctionalWorkflow.run(responses=...)``.
 
     Raises:
-        ValueError: An answer has no id, matches no pending request, answers a request twice, or
-            cannot be converted to the request's ``response_type``. Nothing has changed.
+        ResponseMismatchError: An answer has no id, matches no pending request, answers a request
+            twice, or cannot be converted to the request's ``response_type`` (also when its JSON
+            nests too deeply to read). Nothing has changed.
     """
     responses: dict[str, Any] = {}
     for answer in answers:
         request_id = answer.id if answer.type == "function_approval_response" else answer.call_id
         key = "id" if answer.type == "function_approval_response" else "call_id"
         if not request_id or request_id not in pending:
-            raise ValueError(
+            raise ResponseMismatchError(
                 f"A {answer.type} content in the input does not answer a pending request (its {key} must be "
                 f"one of {sorted(pending)!r}). The continuation is still pending: resend the answers with "
                 "those ids."
             )
         if request_id in responses:
-            raise ValueError(
+            raise ResponseMismatchError(
                 f"The input answers request {request_id!r} more than once; send one answer per request. "
                 "The continuation is still pending."
             )
@@ -200,7 +197,7 @@ def _answer_value(answer: Content, request_id: str, response_type: Any) -> Any:
             return bool(answer.approved)
         if accepts(answer, response_type):
             return answer
-        raise ValueError(
+        raise ResponseMismatchError(
             f"Request {request_id!r} expects a {_type_name(response_type)}, which an approval cannot give. "
             f"Answer it with a function_result content (call_id={request_id!r}) whose result is the value. "
             "The continuation is still pending."
@@ -209,7 +206,7 @@ def _answer_value(answer: Content, request_id: str, response_type: Any) -> Any:
         return answer
     converted = _convert_result(answer.result, response_type)
     if converted is _UNCONVERTIBLE:
-        raise ValueError(
+        raise ResponseMismatchError(
             f"The function_result for request {request_id!r} cannot be converted to "
             f"{_type_name(response_type)}. Send a result that is valid for that type (JSON for structured "
             "types). The continuation is still pending."
@@ -221,14 +218,14 @@ _UNCONVERTIBLE: Any = object()
 
 
 def _convert_result(result: Any, response_type: Any) -> Any:
-    if accepts(result, response_type):
-        return result
-    if isinstance(result, str):
-        try:
+    try:
+        if accepts(result, response_type):
+            return result
+        if isinstance(result, str):
             result = json.loads(result)
-        except ValueError:
-            return _UNCONVERTIBLE
-    converted, value = coerce_to(result, response_type)
+        converted, value = coerce_to(result, response_type)
+    except (ValueError, TypeError, RecursionError):  # not JSON, or nested too deeply to read: no value
+        return _UNCONVERTIBLE
     return value if converted else _UNCONVERTIBLE
 
 
@@ -236,124 +233,19 @@ def _type_name(response_type: Any) -> str:
     return getattr(response_type, "__name__", None) or repr(response_type)
 
 
-# ---------------------------------------------------------------------------------------------- authority
-
-
-def check_authority(workflow: FunctionalWorkflow, token: object) -> Mapping[str, WorkflowEvent[Any]] | None:
-    """Validate ``token`` without starting a run; return the pending requests it authorises answers to.
-
-    A chat-native resume must check authority before it looks at the answers (DESIGN.md rule 2:
-    nothing about the pending requests may leak to a caller without the token), and the answers
-    must be converted before ``run`` accepts the resume (a bad value would otherwise fail after
-    the token is spent). Uses the workflow's public, read-only
-    :meth:`~FunctionalWorkflow.verify_continuation_token`.
+def check_authority(workflow: FunctionalWorkflow, token: object) -> VerifiedContinuation | None:
+    """Check ``token`` before the answers are read (DESIGN.md rule 2: authority first); read-only.
 
     Args:
         workflow: The workflow instance.
         token: Whatever the caller presented.
 
     Returns:
-        The pending requests when this process holds the continuation; None when the workflow has
-        a continuation store and ``token`` is a well-shaped token it does not hold here: the caller
-        must then verify it with :func:`check_authority_async` inside the (asynchronous) run.
+        The verified pause, or None when only an asynchronous check can decide (a well-shaped token
+        of a pause held in a continuation store): verify it with
+        ``await workflow.verify_continuation_token_async(token)`` inside the run.
 
     Raises:
         ContinuationAuthorityError: The token does not authorise a resume (fixed message).
     """
-    try:
-        return workflow.verify_continuation_token(token)
-    except ContinuationAuthorityError:
-        if workflow.continuation_store is None or presented_secret(token) is None:
-            raise
-    return None
-
-
-async def check_authority_async(workflow: FunctionalWorkflow, token: object) -> Mapping[str, WorkflowEvent[Any]]:
-    """Validate ``token`` in the workflow's continuation store (read-only); see :func:`check_authority`.
-
-    Returns:
-        The pending requests of the pause, loaded from its checkpoint when another process paused.
-
-    Raises:
-        ContinuationAuthorityError: The token does not authorise a resume (fixed message).
-    """
-    return await workflow.verify_continuation_token_async(token)
-
-
-async def token_is_current(workflow: FunctionalWorkflow, token: object) -> bool:
-    """True when ``token`` still authorises a resume of ``workflow`` (asks the store when it has one).
-
-    Read-only. A store or checkpoint that cannot be read counts as current, so a transient outage
-    never drops a token the caller may still need.
-    """
-    try:
-        if workflow.continuation_store is None:
-            workflow.verify_continuation_token(token)
-        else:
-            await workflow.verify_continuation_token_async(token)
-    except ContinuationAuthorityError:
-        return False
-    except Exception:  # store or checkpoint unreadable: keep the token; a resume re-checks it anyway
-        return True
-    return True
-
-
-# ---------------------------------------------------------------------------------------------- session
-
-
-def session_token(session: AgentSession | None, agent_id: str) -> Mapping[str, Any] | None:
-    """The continuation token this agent stored in ``session``, if any."""
-    if session is None:
-        return None
-    entry = session.state.get(SESSION_STATE_KEY)
-    if not isinstance(entry, Mapping):
-        return None
-    agent_entry = typing.cast(Mapping[str, Any], entry).get(agent_id)
-    if not isinstance(agent_entry, Mapping):
-        return None
-    token = typing.cast(Mapping[str, Any], agent_entry).get("continuation_token")
-    return typing.cast(Mapping[str, Any], token) if isinstance(token, Mapping) else None
-
-
-def store_session_token(session: AgentSession, agent_id: str, token: Mapping[str, Any]) -> None:
-    """Store ``token`` (as a plain JSON-safe dict) under this agent's entry of ``session.state``."""
-    entry = session.state.get(SESSION_STATE_KEY)
-    entries: dict[str, Any] = dict(typing.cast(Mapping[str, Any], entry)) if isinstance(entry, Mapping) else {}
-    entries[agent_id] = {"continuation_token": dict(token)}
-    session.state[SESSION_STATE_KEY] = entries
-
-
-def clear_session_token(session: AgentSession, agent_id: str) -> None:
-    """Remove this agent's token from ``session.state`` (and the package entry once it is empty)."""
-    entry = session.state.get(SESSION_STATE_KEY)
-    if not isinstance(entry, Mapping):
-        return
-    entries = dict(typing.cast(Mapping[str, Any], entry))
-    if entries.pop(agent_id, None) is None:
-        return
-    if entries:
-        session.state[SESSION_STATE_KEY] = entries
-    else:
-        del session.state[SESSION_STATE_KEY]
-
-
-def resolve_token(
-    continuation_token: Mapping[str, Any] | None,
-    options: Mapping[str, Any] | None,
-    session: AgentSession | None,
-    agent_id: str,
-) -> Any:
-    """Pick the token for a resume; first match wins.
-
-    Order: the ``continuation_token`` argument; ``options["continuation_token"]`` (core's convention
-    for resumable agents); the token this agent stored in ``session`` when a run with that session
-    paused.
-
-    Returns:
-        The token, or None when no source has one (the resume then fails authority).
-    """
-    if continuation_token is not None:
-        return continuation_token
-    if options is not None and options.get("continuation_token") is not None:
-        return options["continuation_token"]
-    return session_token(session, agent_id)
+    return authority_of(workflow).verify_now(token)

@@ -1,13 +1,17 @@
-"""Continuation tokens: issue, validate and spend, with constant-time comparison.
+"""Continuation tokens: the token type, issuing, and the one constant-time check of a presented token.
 
 A token is a JSON-safe mapping ``{"kind": "functional_workflow", "version": "1", "token": <secret>}``.
-The secret is 256 bits from :func:`secrets.token_urlsafe`. Validation never raises anything but
-:class:`~agent_framework_functional.ContinuationAuthorityError`, whatever object it is handed, and
-runs in time bounded by the expected secret length (a 1 MB string is rejected by its length).
+The secret is 256 bits from :func:`secrets.token_urlsafe`. Reading a presented token never raises
+anything but :class:`~agent_framework_functional.ContinuationAuthorityError`, whatever object it is
+handed, and runs in time bounded by the expected secret length (a 1 MB string is rejected by its
+length). Every comparison of a secret goes through :func:`matches`: one ``hmac.compare_digest``
+against the expected secret, or against one decoy when nothing is pending, so timing does not tell
+whether a continuation exists.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import secrets
 from collections.abc import Mapping
@@ -83,8 +87,12 @@ def issue_continuation(
     )
 
 
-def _presented_secret(presented: object) -> bytes | None:
-    """Extract the secret from a presented token, or None when its shape is wrong in any way."""
+def presented_secret(presented: object) -> bytes | None:
+    """Return the ASCII secret of a well-shaped token, or None when its shape is wrong in any way.
+
+    Never raises, whatever object it is handed (a hostile ``__class__``, ``__getitem__`` or
+    ``__eq__`` gives None).
+    """
     try:
         # isinstance() is inside the guard too: it consults the object's (overridable) __class__.
         if not isinstance(presented, Mapping):
@@ -104,6 +112,18 @@ def _presented_secret(presented: object) -> bytes | None:
     return value.encode("ascii")
 
 
+def matches(presented: object, continuation: Continuation | None) -> bool:
+    """Return True when ``presented`` carries the secret of ``continuation`` (constant-time compare).
+
+    The only secret comparison in the package: with no continuation it compares against a decoy, so
+    the time taken does not reveal whether anything is pending.
+    """
+    secret = presented_secret(presented)
+    expected = continuation.secret if continuation is not None else _DECOY_SECRET
+    equal = hmac.compare_digest(secret if secret is not None else b"", expected)
+    return equal and secret is not None and continuation is not None
+
+
 def verify_token(presented: object, continuation: Continuation | None) -> Continuation:
     """Check ``presented`` against the unclaimed pending continuation.
 
@@ -118,18 +138,35 @@ def verify_token(presented: object, continuation: Continuation | None) -> Contin
         ContinuationAuthorityError: When nothing unclaimed is pending, or the token is missing,
             malformed or wrong. Always the same message.
     """
-    secret = _presented_secret(presented)
-    expected = continuation.secret if continuation is not None and not continuation.claimed else _DECOY_SECRET
-    matches = hmac.compare_digest(secret if secret is not None else b"", expected)
-    if not matches or secret is None or continuation is None or continuation.claimed:
+    candidate = continuation if continuation is not None and not continuation.claimed else None
+    if not matches(presented, candidate):
         raise ContinuationAuthorityError()
-    return continuation
+    assert candidate is not None
+    return candidate
 
 
-def presented_secret(presented: object) -> bytes | None:
-    """Return the ASCII secret of a well-shaped token, or None when its shape is wrong in any way.
+def hash_secret(secret: bytes) -> str:
+    """Return the hex sha256 of a token secret: the only form in which a store sees a token."""
+    return hashlib.sha256(secret).hexdigest()
 
-    Used by the durable path, which checks a token's shape synchronously and its value in the store.
-    Never raises, whatever object it is handed.
+
+def continuation_token_hash(token: Mapping[str, Any]) -> str:
+    """Return the hash under which a :class:`ContinuationStore` records ``token``.
+
+    Hosts use it to inspect a pause, for example to find the checkpoint of a token whose resume
+    crashed after its claim: ``record = await store.get(continuation_token_hash(token))`` and then
+    ``await wf.run(checkpoint_id=record.checkpoint_id, responses=...)``.
+
+    Args:
+        token: A continuation token mapping as returned by a paused run.
+
+    Returns:
+        The hex sha256 of the token's secret.
+
+    Raises:
+        ContinuationAuthorityError: If ``token`` is not a well-shaped continuation token.
     """
-    return _presented_secret(presented)
+    secret = presented_secret(token)
+    if secret is None:
+        raise ContinuationAuthorityError()
+    return hash_secret(secret)

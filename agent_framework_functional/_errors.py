@@ -1,16 +1,24 @@
-"""Exception types raised by agent-framework-functional.
+"""Every exception this package raises on purpose, in one tree.
 
 Every error subclasses both :class:`FunctionalWorkflowError` and the builtin that callers already
 catch, so existing ``except ValueError`` / ``except RuntimeError`` handlers keep working::
 
     Exception
      └── FunctionalWorkflowError
-          ├── ContinuationAuthorityError   (also ValueError)   bad, missing or spent continuation token
-          ├── PendingContinuationError     (also RuntimeError) new input while a continuation is pending
-          └── WorkflowRunningError         (also RuntimeError) the instance is already running
+          ├── ContinuationAuthorityError    (also ValueError)   bad, missing or spent continuation token
+          ├── ResponseMismatchError         (also ValueError)   answers match no pending request, or have the
+          │                                                     wrong type; the continuation stays pending
+          ├── PendingContinuationError      (also RuntimeError) new input while a continuation is pending
+          ├── WorkflowRunningError          (also RuntimeError) the instance is already running
+          ├── ContinuationStoreAsyncError   (also RuntimeError) a synchronous call on an instance with a
+          │                                                     continuation store: use the async method
+          ├── PauseNotSavedError            (also RuntimeError) a pause could not be checkpointed, so it
+          │                                                     cannot be recorded in the continuation store
+          └── NotInWorkflowRunError         (also RuntimeError) emit_update / stream_agent outside a run
 
-All of them pickle (hosts send them across processes) and none of their messages echo a secret,
-a request id or user input.
+All of them pickle (hosts send them across processes) and none of their messages echo a secret or
+the token. Only :class:`ContinuationAuthorityError` has one fixed message; the others say what
+happened and what to do next.
 """
 
 from __future__ import annotations
@@ -18,6 +26,19 @@ from __future__ import annotations
 AUTHORITY_ERROR_MESSAGE = (
     "The continuation token was not accepted. Resume with the continuation_token returned by the "
     "run that paused, restore the pause from its checkpoint (checkpoint_id=...), or start a new run."
+)
+
+PENDING_CONTINUATION_MESSAGE = (
+    "This workflow instance has a pending continuation (a run paused on request_info). "
+    "Resume it with responses=... and its continuation_token, or call "
+    "abandon_continuation(token) before starting new input or restoring a checkpoint."
+)
+
+AGENT_PENDING_CONTINUATION_MESSAGE = (
+    "This agent's workflow has a pending continuation (a run paused on request_info). Answer the pending "
+    "requests first: send a message whose contents are function_approval_response / function_result "
+    "contents for them (on the same session, or with the continuation token), or call "
+    "agent.abandon_continuation(token) / agent.abandon_continuation(session=session) before sending new input."
 )
 
 
@@ -48,25 +69,42 @@ class ContinuationAuthorityError(FunctionalWorkflowError, ValueError):
         super().__init__(AUTHORITY_ERROR_MESSAGE)
 
 
-class PendingContinuationError(FunctionalWorkflowError, RuntimeError):
-    """New input or a checkpoint restore arrived while a continuation is pending.
+class ResponseMismatchError(FunctionalWorkflowError, ValueError):
+    """The answers of an authorised resume do not fit the pause; nothing was spent or changed.
 
-    The pending continuation is left intact and still resumes with its token. Resolve it first:
-    resume with ``responses=...`` and the token, or abandon it with
-    ``abandon_continuation(token)`` (or ``force=True`` as the owner).
+    Raised after authority passed (so the message may name the pause's request ids) when no answer
+    is keyed by a pending request id, a chat-native answer names no pending request or answers one
+    twice, or an answer cannot be converted to its request's ``response_type`` (also when it nests
+    too deeply to be read). The continuation stays pending: fix the answers and resume again with
+    the same token.
 
     Args:
-        message: What happened and what to do next.
+        message: What does not fit and how to fix it.
     """
 
     def __init__(
         self,
         message: str = (
-            "This workflow instance has a pending continuation (a run paused on request_info). "
-            "Resume it with responses=... and its continuation_token, or call "
-            "abandon_continuation(token) before starting new input or restoring a checkpoint."
+            "The answers do not fit the pending requests. Key each answer by a pending request id, with a value "
+            "of the request's response_type; the continuation is still pending."
         ),
     ) -> None:
+        super().__init__(message)
+
+
+class PendingContinuationError(FunctionalWorkflowError, RuntimeError):
+    """New input or a checkpoint restore arrived while a continuation is pending.
+
+    The pending continuation is left intact and still resumes with its token. Resolve it first:
+    resume with ``responses=...`` and the token, or abandon it with
+    ``abandon_continuation(token)`` (or ``force=True`` as the owner). The agent adapter raises it
+    with :data:`AGENT_PENDING_CONTINUATION_MESSAGE`, which says how a chat caller answers.
+
+    Args:
+        message: What happened and what to do next.
+    """
+
+    def __init__(self, message: str = PENDING_CONTINUATION_MESSAGE) -> None:
         super().__init__(message)
 
 
@@ -85,6 +123,67 @@ class WorkflowRunningError(FunctionalWorkflowError, RuntimeError):
         message: str = (
             "This workflow instance is already running; concurrent runs are not allowed. Wait for the "
             "active run to finish or close its stream, or build another instance for another caller."
+        ),
+    ) -> None:
+        super().__init__(message)
+
+
+class ContinuationStoreAsyncError(FunctionalWorkflowError, RuntimeError):
+    """A synchronous method was called on an instance that records continuations in a store.
+
+    The store can only be updated asynchronously, so the synchronous method would leave it out of
+    date. Nothing changed: call the ``..._async`` method named in the message instead.
+
+    Args:
+        message: Which async method to call.
+    """
+
+    def __init__(
+        self,
+        message: str = (
+            "This workflow instance records continuations in a continuation store, so abandoning must update "
+            "the store too: call `await workflow.abandon_continuation_async(token)` (or force=True) instead."
+        ),
+    ) -> None:
+        super().__init__(message)
+
+
+class PauseNotSavedError(FunctionalWorkflowError, RuntimeError):
+    """A run paused but no checkpoint was saved for the pause, so no worker could restore it.
+
+    The run returns no continuation token (the caller sees core's failure surface). Check the
+    checkpoint storage given to ``build()``.
+
+    Args:
+        message: What happened and what to do next.
+    """
+
+    def __init__(
+        self,
+        message: str = (
+            "The pause was not checkpointed, so it cannot be recorded in the continuation store. "
+            "Check the checkpoint storage given to build()."
+        ),
+    ) -> None:
+        super().__init__(message)
+
+
+class NotInWorkflowRunError(FunctionalWorkflowError, RuntimeError):
+    """``emit_update`` or ``stream_agent`` was called outside a running workflow, or after its run ended.
+
+    Outside a run there is no caller to send to, and dropping the update silently would hide the
+    mistake. Call it from a ``@workflow`` function, one of its ``@step`` functions, or a task they
+    await, while the run is in progress.
+
+    Args:
+        message: What happened and what to do next.
+    """
+
+    def __init__(
+        self,
+        message: str = (
+            "This was called outside a running workflow. Call it from a @workflow function, one of its @step "
+            "functions, or a task they await, while the run is in progress."
         ),
     ) -> None:
         super().__init__(message)

@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
 
-from ._durable import (
-    DEFAULT_RETENTION_SECONDS,
-    DEFAULT_TTL_SECONDS,
-    ContinuationRecord,
-    ContinuationStatus,
-    duration_seconds,
-)
+from ._store import DEFAULT_RETENTION_SECONDS, DEFAULT_TTL_SECONDS, ContinuationRecord, duration_seconds
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -129,16 +122,7 @@ class RedisContinuationStore:
         Raises:
             ValueError: A record with this hash exists already.
         """
-        fields = {
-            "workflow_name": record.workflow_name,
-            "signature_hash": record.signature_hash,
-            "checkpoint_id": record.checkpoint_id,
-            "pending_request_ids": json.dumps(list(record.pending_request_ids)),
-            "created_at": repr(record.created_at),
-            "expires_at": repr(record.expires_at),
-            "status": record.status,
-            "updated_at": repr(record.created_at),
-        }
+        fields = {**record.to_fields(), "updated_at": repr(record.created_at)}
         physical_ttl_ms = max(1, int((record.expires_at - self.now() + self._retention) * 1000))
         args: list[str | int] = [physical_ttl_ms]
         for name, value in fields.items():
@@ -159,17 +143,7 @@ class RedisContinuationStore:
         raw = cast("dict[Any, Any]", await self._client.hgetall(self._key(token_hash)))
         if not raw:
             return None
-        data = {_text(key): _text(value) for key, value in raw.items()}
-        return ContinuationRecord(
-            token_hash=token_hash,
-            workflow_name=data["workflow_name"],
-            signature_hash=data["signature_hash"],
-            checkpoint_id=data["checkpoint_id"],
-            pending_request_ids=tuple(json.loads(data["pending_request_ids"])),
-            created_at=float(data["created_at"]),
-            expires_at=float(data["expires_at"]),
-            status=cast(ContinuationStatus, data["status"]),
-        )
+        return ContinuationRecord.from_fields(token_hash, {_text(key): value for key, value in raw.items()})
 
     async def claim(self, token_hash: str) -> bool:
         """Atomically move an ``issued``, unexpired record to ``claimed`` (one Lua script).

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import sqlite3
 import threading
@@ -13,15 +12,20 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from ._durable import (
-    DEFAULT_RETENTION_SECONDS,
-    DEFAULT_TTL_SECONDS,
-    ContinuationRecord,
-    ContinuationStatus,
-    duration_seconds,
-)
+from ._store import DEFAULT_RETENTION_SECONDS, DEFAULT_TTL_SECONDS, ContinuationRecord, duration_seconds
 
 _T = TypeVar("_T")
+
+_RECORD_COLUMNS = (
+    "workflow_name",
+    "signature_hash",
+    "checkpoint_id",
+    "pending_request_ids",
+    "created_at",
+    "expires_at",
+    "status",
+)
+"""Columns in the order of the table and of ``ContinuationRecord.to_fields``; ``updated_at`` follows."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS continuations (
@@ -115,17 +119,8 @@ class SQLiteContinuationStore:
         Raises:
             sqlite3.IntegrityError: A record with this hash exists already.
         """
-        row = (
-            record.token_hash,
-            record.workflow_name,
-            record.signature_hash,
-            record.checkpoint_id,
-            json.dumps(list(record.pending_request_ids)),
-            record.created_at,
-            record.expires_at,
-            record.status,
-            record.created_at,
-        )
+        fields = record.to_fields()
+        row = (record.token_hash, *(fields[name] for name in _RECORD_COLUMNS), record.created_at)
         await self._run(lambda c: c.execute("INSERT INTO continuations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", row))
 
     async def get(self, token_hash: str) -> ContinuationRecord | None:
@@ -137,23 +132,11 @@ class SQLiteContinuationStore:
         Returns:
             The record, or None.
         """
-        sql = (
-            "SELECT token_hash, workflow_name, signature_hash, checkpoint_id, pending_request_ids, created_at, "
-            "expires_at, status FROM continuations WHERE token_hash = ?"
-        )
+        sql = f"SELECT {', '.join(_RECORD_COLUMNS)} FROM continuations WHERE token_hash = ?"
         row = await self._run(lambda c: cast("tuple[Any, ...] | None", c.execute(sql, (token_hash,)).fetchone()))
         if row is None:
             return None
-        return ContinuationRecord(
-            token_hash=row[0],
-            workflow_name=row[1],
-            signature_hash=row[2],
-            checkpoint_id=row[3],
-            pending_request_ids=tuple(json.loads(row[4])),
-            created_at=row[5],
-            expires_at=row[6],
-            status=cast(ContinuationStatus, row[7]),
-        )
+        return ContinuationRecord.from_fields(token_hash, dict(zip(_RECORD_COLUMNS, row, strict=True)))
 
     async def claim(self, token_hash: str) -> bool:
         """Atomically move an ``issued``, unexpired record to ``claimed``.

@@ -15,7 +15,7 @@ from agent_framework_functional import (
     step,
     workflow,
 )
-from agent_framework_functional._chat import SESSION_STATE_KEY
+from agent_framework_functional._session import SESSION_STATE_KEY
 
 published: list[str] = []
 

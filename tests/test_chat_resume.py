@@ -13,6 +13,7 @@ from agent_framework_functional import (
     ContinuationAuthorityError,
     FunctionalWorkflowAgent,
     PendingContinuationError,
+    ResponseMismatchError,
     RunContext,
     step,
     workflow,
@@ -300,3 +301,31 @@ async def test_check_authority_uses_the_workflow_public_verify() -> None:
         with pytest.raises(ContinuationAuthorityError):
             check_authority(wf, bad)  # no continuation store: never deferred to the run
     assert wf.has_pending_continuation
+
+
+@pytest.mark.parametrize("depth", [2_000, 100_000])
+async def test_deeply_nested_json_answer_is_a_response_mismatch_not_a_recursion_error(depth: int) -> None:
+    agent, paused = await paused_agent(list[int])
+    nested = "[" * depth + "]" * depth
+    with pytest.raises(ResponseMismatchError, match="cannot be converted"):
+        agent.run(function_result("auto::0", nested), continuation_token=paused.continuation_token)
+    assert set(agent.pending_requests) == {"auto::0"}  # nothing changed: the continuation is still pending
+
+
+async def test_deeply_nested_response_on_a_workflow_resume_is_a_response_mismatch() -> None:
+    agent, paused = await paused_agent(list[int])
+    nested: list[object] = []
+    for _ in range(5_000):
+        nested = [nested]
+    with pytest.raises(ResponseMismatchError):
+        agent.workflow.run(responses={"auto::0": nested}, continuation_token=paused.continuation_token)
+    assert agent.workflow.has_pending_continuation
+
+
+async def test_answers_that_match_no_request_are_a_response_mismatch_error() -> None:
+    agent, paused = await paused_agent(str)
+    with pytest.raises(ResponseMismatchError):
+        agent.run(function_result("nope", "x"), continuation_token=paused.continuation_token)
+    with pytest.raises(ResponseMismatchError):
+        agent.workflow.run(responses={"nope": "x"}, continuation_token=paused.continuation_token)
+    assert agent.workflow.has_pending_continuation

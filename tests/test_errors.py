@@ -9,8 +9,12 @@ import pytest
 
 from agent_framework_functional import (
     ContinuationAuthorityError,
+    ContinuationStoreAsyncError,
     FunctionalWorkflowError,
+    NotInWorkflowRunError,
+    PauseNotSavedError,
     PendingContinuationError,
+    ResponseMismatchError,
     WorkflowRunningError,
 )
 
@@ -81,3 +85,45 @@ def test_messages_say_what_to_do_next() -> None:
     authority = str(ContinuationAuthorityError())
     assert "checkpoint_id" in authority
     assert "new run" in authority
+
+
+NEW_ERRORS = [
+    (ResponseMismatchError, ValueError),
+    (ContinuationStoreAsyncError, RuntimeError),
+    (PauseNotSavedError, RuntimeError),
+    (NotInWorkflowRunError, RuntimeError),
+]
+
+
+@pytest.mark.parametrize(("error_type", "builtin"), NEW_ERRORS)
+def test_every_error_is_in_the_tree_pickles_and_says_what_to_do(
+    error_type: type[FunctionalWorkflowError], builtin: type[Exception]
+) -> None:
+    assert issubclass(error_type, FunctionalWorkflowError) and issubclass(error_type, builtin)
+    for error in (error_type(), error_type("custom: do this next")):
+        clone = pickle.loads(pickle.dumps(error))
+        assert type(clone) is error_type and str(clone) == str(error)
+    assert str(error_type()).rstrip().endswith(".")
+
+
+def test_errors_module_tree_lists_every_error() -> None:
+    import agent_framework_functional._errors as errors_module
+
+    classes = {
+        name
+        for name, value in vars(errors_module).items()
+        if isinstance(value, type) and issubclass(value, FunctionalWorkflowError)
+    }
+    assert classes == {error.__name__ for error, _ in NEW_ERRORS} | {e.__name__ for e in ERRORS} | {
+        "FunctionalWorkflowError"
+    }
+    tree = errors_module.__doc__ or ""
+    for name in classes:
+        assert name in tree, f"{name} is missing from the tree in _errors.py's docstring"
+
+
+async def test_agent_conflict_message_lives_in_the_errors_module() -> None:
+    from agent_framework_functional._errors import AGENT_PENDING_CONTINUATION_MESSAGE
+
+    assert "function_approval_response" in AGENT_PENDING_CONTINUATION_MESSAGE
+    assert "abandon_continuation" in AGENT_PENDING_CONTINUATION_MESSAGE

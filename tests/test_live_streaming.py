@@ -35,7 +35,7 @@ from agent_framework_functional import (
     workflow,
 )
 from agent_framework_functional._core_compat import collected_events
-from agent_framework_functional._streaming import LIVE_BUFFER_SIZE
+from agent_framework_functional._live import LIVE_BUFFER_SIZE
 
 CALLS: collections.Counter[str] = collections.Counter()
 GATES: dict[str, asyncio.Event] = {}
@@ -908,7 +908,7 @@ def _text_update(text: str, *, mode: str | None = None, update_mode: str | None 
     ids=["appends", "content_replace", "authors", "update_replace", "messages"],
 )
 def test_live_text_follows_cores_merge_rules(updates: list[AgentResponseUpdate]) -> None:
-    from agent_framework_functional._streaming import LiveText
+    from agent_framework_functional._updates import LiveText
 
     live = LiveText()
     for update in updates:

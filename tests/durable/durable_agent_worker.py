@@ -29,7 +29,7 @@ from durable_support import StoreSpec, close_store
 from durable_workflows import CHECKPOINT_TYPES, DEFINITIONS
 
 from agent_framework_functional import ContinuationAuthorityError
-from agent_framework_functional._chat import session_token
+from agent_framework_functional._session import session_token
 
 
 def _write_json(path: str, data: Any) -> None:

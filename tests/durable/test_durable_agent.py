@@ -25,8 +25,8 @@ from agent_framework_functional import (
     PendingContinuationError,
     continuation_token_hash,
 )
-from agent_framework_functional._chat import SESSION_STATE_KEY
 from agent_framework_functional._errors import AUTHORITY_ERROR_MESSAGE
+from agent_framework_functional._session import SESSION_STATE_KEY
 
 MakeAgent = Callable[..., FunctionalWorkflowAgent]
 

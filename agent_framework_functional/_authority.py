@@ -1,0 +1,340 @@
+"""Continuation authority as one strategy: who may resume a pause, decided in memory (this module).
+
+:class:`FunctionalWorkflow` holds one authority object and calls it at five points of every run, in
+this order; it never asks which implementation it holds:
+
+1. ``accept_resume`` / ``accept_new_input`` (synchronous, inside ``run()``): authority, then the
+   pending conflict, then correlation and answer types. Returns a :class:`ResumeTicket`.
+2. ``before_core`` (asynchronous, before core starts): checks that need I/O (a token held in a
+   continuation store), and the checkpoint storage core should use.
+3. ``claim`` (right before resumed user code): spends the token; with a store, its atomic claim.
+4. ``record_pause`` (once core saved a pause): issues the next continuation (with a store, records
+   it there first).
+5. ``abandon`` / ``abandon_async``: drops the pending continuation.
+
+Two implementations: :class:`InMemoryAuthority` (here) and ``_store_authority.StoreAuthority``
+(with a :class:`ContinuationStore`). A check is done once and its result passed on: the read-only
+``verify`` / ``verify_async`` return a :class:`VerifiedContinuation`, which ``run()`` accepts in
+place of the token, so a resume from another worker reads the store and the pause's checkpoint only
+once before its claim.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from agent_framework import CheckpointStorage, WorkflowEvent
+
+from ._continuation import Continuation, issue_continuation, verify_token
+from ._core_compat import response_fits
+from ._errors import ContinuationAuthorityError, PendingContinuationError, ResponseMismatchError
+
+if TYPE_CHECKING:
+    from ._store import ContinuationRecord, ContinuationStore
+
+
+class VerifiedContinuation(Mapping[str, WorkflowEvent[Any]]):
+    """The outcome of a successful token check: the pause's pending requests, and what was checked.
+
+    Returned by :meth:`FunctionalWorkflow.verify_continuation_token` and
+    :meth:`FunctionalWorkflow.verify_continuation_token_async`. It is a read-only mapping request
+    id -> ``request_info`` event of the pending requests (so code that treats the result as that
+    mapping keeps working), and it can be passed to ``run(responses=..., continuation_token=...)``
+    of the same instance in place of the token: the run then trusts this check instead of reading
+    the continuation store again. It is not a credential outside this process (it does not pickle
+    to anything usable, and another instance ignores it), and the run still claims the pause
+    atomically right before user code, so a verdict that went stale meanwhile loses that claim.
+
+    Attributes:
+        token: The continuation token that was checked (a plain dict).
+        record: The store's record of the pause when it was checked in a continuation store, else None.
+    """
+
+    __slots__ = ("_authority", "_continuation", "_requests", "earlier_requests", "record", "token")
+
+    def __init__(
+        self,
+        *,
+        authority: object,
+        token: Mapping[str, Any],
+        requests: Mapping[str, WorkflowEvent[Any]],
+        continuation: Continuation | None = None,
+        record: ContinuationRecord | None = None,
+        earlier_requests: Mapping[str, WorkflowEvent[Any]] | None = None,
+    ) -> None:
+        self._authority = authority
+        self._continuation = continuation
+        self._requests = dict(requests)
+        self.earlier_requests: dict[str, WorkflowEvent[Any]] = dict(earlier_requests or {})
+        self.token: dict[str, Any] = dict(token)
+        self.record: ContinuationRecord | None = record
+
+    def __getitem__(self, request_id: str) -> WorkflowEvent[Any]:
+        return self._requests[request_id]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._requests)
+
+    def __len__(self) -> int:
+        return len(self._requests)
+
+    def __repr__(self) -> str:
+        return f"VerifiedContinuation(requests={sorted(self._requests)!r})"
+
+    def __reduce__(self) -> Any:
+        raise TypeError("A VerifiedContinuation is valid only in the process that checked it; send the token instead.")
+
+    @property
+    def held_here(self) -> bool:
+        """True when the pause was held in this process's memory when it was checked."""
+        return self._continuation is not None
+
+    def known_requests(self) -> dict[str, WorkflowEvent[Any]]:
+        """Every request of the run chain whose ``response_type`` is known: earlier ones, then pending."""
+        return {**self.earlier_requests, **self._requests}
+
+
+@dataclass(eq=False, slots=True)
+class ResumeTicket:
+    """What one accepted run needs from its authority, from ``run()`` to its end (internal).
+
+    Attributes:
+        claimed: The in-memory continuation this run resumes (held ``claimed`` until spent).
+        responses: The run's answers (a resume only).
+        record: The store's record of the pause a remote resume restores.
+        requests: Requests whose answers are checked: pending and earlier ones of the chain.
+        remote_hash: Hash of a presented token this process does not hold, still to look up.
+        claim_hash: Hash the store must claim right before user code (store only).
+        storage: The checkpoint storage handed to core for this run (store only: a recorder).
+    """
+
+    claimed: Continuation | None = None
+    responses: Mapping[str, Any] | None = None
+    record: ContinuationRecord | None = None
+    requests: dict[str, WorkflowEvent[Any]] = field(default_factory=dict[str, WorkflowEvent[Any]])
+    remote_hash: str | None = None
+    claim_hash: str | None = None
+    storage: Any = None
+
+
+def check_answers(
+    responses: Mapping[str, Any],
+    pending_ids: Any,
+    requests: Mapping[str, WorkflowEvent[Any]],
+) -> None:
+    """Correlate answers with the pause, then check each known answer's type with core's rule.
+
+    Args:
+        responses: The caller's answers by request id.
+        pending_ids: The pause's pending request ids (any container of str).
+        requests: Requests whose ``response_type`` is known: earlier rounds and the pending ones
+            (earlier answers are passed again on a replay, and core checks every answer it reaches).
+
+    Raises:
+        ResponseMismatchError: No answer names a pending request, or an answer does not fit its
+            request's ``response_type`` (core would reject it only after the token was spent).
+    """
+    if not any(request_id in pending_ids for request_id in responses):
+        raise ResponseMismatchError(
+            "None of the responses answers a pending request. Key each answer by a request id of the "
+            f"pause: {sorted(pending_ids)!r}. The continuation is still pending."
+        )
+    for request_id, event in requests.items():
+        if request_id in responses and not response_fits(responses[request_id], event.response_type, request_id):
+            type_name = getattr(event.response_type, "__name__", repr(event.response_type))
+            raise ResponseMismatchError(
+                f"The answer to request {request_id!r} is not a {type_name} and cannot be converted to one. "
+                "Resume again with a value of that type; the continuation is still pending."
+            )
+
+
+def raw_token(token: object) -> object:
+    """The token a verdict carries, or ``token`` itself."""
+    return token.token if type(token) is VerifiedContinuation else token
+
+
+def verdict_of(authority: object, token: object) -> VerifiedContinuation | None:
+    """``token`` when it is a verdict issued by ``authority`` (any other object gives None)."""
+    if type(token) is VerifiedContinuation and token._authority is authority:  # pyright: ignore[reportPrivateUsage]
+        return token
+    return None
+
+
+class InMemoryAuthority:
+    """Continuation authority held in this process only: the token is valid on this instance.
+
+    Args:
+        on_reset: Called whenever the pending continuation is dropped for good (abandoned, or found
+            stale), so the workflow can drop core's replay state too.
+    """
+
+    __slots__ = ("_on_reset", "pending")
+
+    store: ContinuationStore | None = None
+    checkpoint_storage: CheckpointStorage | None = None
+
+    def __init__(self, on_reset: Callable[[], None]) -> None:
+        self._on_reset = on_reset
+        self.pending: Continuation | None = None
+
+    # ------------------------------------------------------------------ views
+
+    @property
+    def has_pending(self) -> bool:
+        """True while a pause waits for a resume that no accepted run has claimed yet."""
+        return self.pending is not None and not self.pending.claimed
+
+    def pending_requests(self) -> Mapping[str, WorkflowEvent[Any]]:
+        """The pending requests (empty when nothing unclaimed is pending)."""
+        return self.pending.pending_requests if self.pending is not None and not self.pending.claimed else {}
+
+    # ------------------------------------------------------------------ read-only checks
+
+    def verify(self, token: object) -> VerifiedContinuation:
+        """Check ``token`` against the continuation held here; read-only.
+
+        A :class:`VerifiedContinuation` is checked again by the token it carries.
+
+        Raises:
+            ContinuationAuthorityError: Nothing unclaimed is pending here, or the token is wrong.
+        """
+        continuation = verify_token(raw_token(token), self.pending)
+        return VerifiedContinuation(
+            authority=self,
+            token=continuation.token(),
+            requests=continuation.pending_requests,
+            continuation=continuation,
+            earlier_requests=continuation.earlier_requests,
+        )
+
+    def verify_now(self, token: object) -> VerifiedContinuation | None:
+        """:meth:`verify`, or None when only an asynchronous check can decide (never, in memory).
+
+        Raises:
+            ContinuationAuthorityError: The token does not authorise a resume.
+        """
+        return self.verify(token)
+
+    async def verify_async(self, token: object) -> VerifiedContinuation:
+        """:meth:`verify`; with a store also for pauses held elsewhere (see ``StoreAuthority``)."""
+        return self.verify(token)
+
+    async def is_current(self, token: object) -> bool:
+        """True when ``token`` still authorises a resume (read-only; a cheap check, no checkpoint read)."""
+        try:
+            self.verify(token)
+        except ContinuationAuthorityError:
+            return False
+        return True
+
+    # ------------------------------------------------------------------ 1. acceptance (synchronous)
+
+    def accept_resume(
+        self, token: object, responses: Mapping[str, Any], checkpoint_storage: CheckpointStorage | None
+    ) -> ResumeTicket:
+        """Accept a response-only resume: authority first, then correlation and answer types.
+
+        Raises:
+            ContinuationAuthorityError: The token does not authorise a resume (fixed message).
+            ResponseMismatchError: The answers do not fit the pause (the token stays valid).
+        """
+        del checkpoint_storage
+        continuation = verify_token(raw_token(token), self.pending)
+        check_answers(responses, continuation.pending_requests, continuation.known_requests())
+        return ResumeTicket(claimed=continuation, responses=responses)
+
+    def accept_new_input(self, checkpoint_storage: CheckpointStorage | None) -> ResumeTicket:
+        """Accept a fresh run or a checkpoint restore: nothing may be pending.
+
+        Raises:
+            PendingContinuationError: A continuation is pending (it stays intact).
+        """
+        del checkpoint_storage
+        if self.has_pending:
+            raise PendingContinuationError()
+        return ResumeTicket()
+
+    def begin(self, ticket: ResumeTicket) -> None:
+        """Mark the ticket's continuation claimed: the run that holds it was accepted."""
+        if ticket.claimed is not None:
+            ticket.claimed.claimed = True
+
+    # ------------------------------------------------------------------ 2-4. inside the run
+
+    async def check_conflict(self, verdict: VerifiedContinuation | None = None) -> None:
+        """Refuse a resume of a pause held elsewhere while one is pending here (none exist in memory)."""
+
+    async def before_core(self, ticket: ResumeTicket, core_kwargs: dict[str, Any]) -> None:
+        """Checks that need I/O before core starts (none in memory)."""
+
+    async def claim(self, ticket: ResumeTicket) -> dict[str, WorkflowEvent[Any]] | None:
+        """Spend the resumed continuation right before user code; return the chain's requests so far.
+
+        Returns:
+            The requests of the run chain up to the resumed pause (kept on the next continuation),
+            or None for a run that resumed nothing.
+        """
+        continuation, ticket.claimed = ticket.claimed, None
+        if continuation is None:
+            return None
+        if self.pending is continuation:
+            self.pending = None
+        return continuation.known_requests()
+
+    def release(self, ticket: ResumeTicket) -> bool:
+        """Hand back a continuation whose run ended before user code; True when one was handed back."""
+        continuation, ticket.claimed = ticket.claimed, None
+        if continuation is None:
+            return False
+        continuation.claimed = False
+        return True
+
+    async def record_pause(
+        self,
+        ticket: ResumeTicket,
+        pending_requests: Mapping[str, WorkflowEvent[Any]],
+        earlier_requests: Mapping[str, WorkflowEvent[Any]],
+        *,
+        workflow_name: str,
+        signature_hash: str,
+    ) -> Continuation:
+        """Issue the continuation of a saved pause and make it the pending one.
+
+        Returns:
+            The new continuation (its token goes to the caller).
+        """
+        del ticket, workflow_name, signature_hash
+        continuation = issue_continuation(pending_requests, earlier_requests)
+        self.pending = continuation
+        return continuation
+
+    # ------------------------------------------------------------------ 5. abandonment
+
+    def require_sync(self) -> None:
+        """Allow a synchronous abandonment (in memory nothing else needs updating)."""
+
+    def check_abandon(self, token: object, *, force: bool) -> bool:
+        """Check an abandonment synchronously; True when a local continuation is to be dropped.
+
+        Raises:
+            ContinuationAuthorityError: Without ``force``, a missing or wrong token.
+        """
+        if not force:
+            verify_token(token, self.pending)
+        return True  # the local continuation (or, with force, whatever is there) is what goes
+
+    def abandon(self, token: object, *, force: bool) -> None:
+        """Drop the pending continuation (the caller holds the run guard check)."""
+        del token, force
+        self.drop()
+
+    async def abandon_async(self, token: object, *, force: bool) -> None:
+        """:meth:`abandon`; a store implementation also updates the store."""
+        self.abandon(token, force=force)
+
+    def drop(self) -> None:
+        """Forget the pending continuation and let the workflow drop its replay state."""
+        self.pending = None
+        self._on_reset()

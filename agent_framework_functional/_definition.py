@@ -1,0 +1,151 @@
+"""The workflow definition and the ``@workflow`` decorator (bare or with options).
+
+A :class:`FunctionalWorkflowDefinition` is stateless: it wraps core's definition (which validates
+the function's signature) and builds one :class:`~agent_framework_functional.FunctionalWorkflow`
+instance per caller or session.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, overload
+
+from agent_framework import CheckpointStorage
+from agent_framework import FunctionalWorkflowDefinition as _CoreFunctionalWorkflowDefinition
+
+from ._workflow import FunctionalWorkflow
+
+if TYPE_CHECKING:
+    from ._store import ContinuationStore
+
+WorkflowFunc = Callable[..., Awaitable[Any]]
+
+
+class FunctionalWorkflowDefinition:
+    """Stateless workflow definition produced by :func:`workflow`; call :meth:`build` per caller.
+
+    Wraps core's ``FunctionalWorkflowDefinition`` (which validates the function's signature: at
+    most one parameter besides the ``RunContext``).
+
+    Args:
+        func: The async workflow function. Its first non-``RunContext`` parameter receives the
+            ``message`` of :meth:`FunctionalWorkflow.run`.
+
+    Keyword Args:
+        name: Workflow name; defaults to ``func.__name__``.
+        description: Optional human-readable description.
+
+    Raises:
+        ValueError: If the function declares more than one non-``RunContext`` parameter (core's rule).
+        TypeError: If ``func`` is not an async function.
+    """
+
+    def __init__(self, func: WorkflowFunc, *, name: str | None = None, description: str | None = None) -> None:
+        if not inspect.iscoroutinefunction(func):
+            shown = getattr(func, "__name__", type(func).__name__)
+            raise TypeError(f"@workflow needs an async function (async def ...), got {shown!r}.")
+        self._core_definition = _CoreFunctionalWorkflowDefinition(func, name=name, description=description)
+        self.func: WorkflowFunc = func
+        self.name: str = self._core_definition.name
+        self.description: str | None = description
+        functools.update_wrapper(self, func)  # pyright: ignore[reportArgumentType]
+
+    def build(
+        self,
+        *,
+        checkpoint_storage: CheckpointStorage | None = None,
+        continuation_store: ContinuationStore | None = None,
+    ) -> FunctionalWorkflow:
+        """Build a stateful workflow instance for one logical caller or session.
+
+        Keyword Args:
+            checkpoint_storage: Default core ``CheckpointStorage`` (for example
+                ``InMemoryCheckpointStorage`` or ``FileCheckpointStorage``); a run may override it
+                (not with a ``continuation_store``).
+            continuation_store: Makes continuation tokens durable and usable from any process that
+                shares this store and ``checkpoint_storage`` (see :class:`ContinuationStore`).
+                Requires ``checkpoint_storage``.
+
+        Returns:
+            A new :class:`FunctionalWorkflow` with no pending continuation.
+
+        Raises:
+            ValueError: ``continuation_store`` without ``checkpoint_storage``.
+            TypeError: ``continuation_store`` does not implement :class:`ContinuationStore`, or
+                ``checkpoint_storage`` is not a core ``CheckpointStorage``.
+        """
+        return FunctionalWorkflow(self, checkpoint_storage=checkpoint_storage, continuation_store=continuation_store)
+
+
+@overload
+def workflow(func: WorkflowFunc, /) -> FunctionalWorkflowDefinition: ...
+
+
+@overload
+def workflow(
+    *, name: str | None = None, description: str | None = None
+) -> Callable[[WorkflowFunc], FunctionalWorkflowDefinition]: ...
+
+
+def workflow(
+    func: WorkflowFunc | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+) -> FunctionalWorkflowDefinition | Callable[[WorkflowFunc], FunctionalWorkflowDefinition]:
+    """Turn an async function into a :class:`FunctionalWorkflowDefinition`, bare or with options.
+
+    The function is core's functional workflow: plain Python control flow, ``@step`` for cached
+    and checkpointed work, ``ctx.request_info(...)`` to pause for a human.
+
+    Replay hazard: on resume the function runs again from the top. A ``@step``'s body does not run
+    again (its cached result is returned), but code outside steps does, so keep side effects in
+    steps, and pass all answers so far when a workflow pauses more than once.
+
+    Args:
+        func: The async function (bare ``@workflow`` form).
+
+    Keyword Args:
+        name: Workflow name; defaults to the function's name.
+        description: Optional description (shown by the agent adapter).
+
+    Returns:
+        A definition (bare form) or a decorator that makes one.
+
+    Raises:
+        ValueError: If the function declares more than one non-``RunContext`` parameter.
+
+    Examples:
+        .. code-block:: python
+
+            from agent_framework_functional import RunContext, step, workflow
+
+
+            @step
+            async def draft(topic: str) -> str:
+                return f"A short post about {topic}."
+
+
+            @workflow(name="review")
+            async def review(topic: str, ctx: RunContext) -> str:
+                text = await draft(topic)
+                feedback = await ctx.request_info({"draft": text}, response_type=str)
+                return f"{text} ({feedback})"
+
+
+            wf = review.build()
+            paused = await wf.run("tea")
+            done = await wf.run(
+                responses={"auto::0": "ship it"}, continuation_token=paused.continuation_token
+            )
+    """
+    if func is not None:
+        return FunctionalWorkflowDefinition(func, name=name, description=description)
+
+    def decorator(fn: WorkflowFunc) -> FunctionalWorkflowDefinition:
+        return FunctionalWorkflowDefinition(fn, name=name, description=description)
+
+    return decorator

@@ -1,0 +1,313 @@
+"""The live channel: carries emit_update's updates from a running workflow to its caller, in order.
+
+Core's functional engine collects every event while the workflow function runs and yields them only
+after it returns (core says so in ``FunctionalWorkflow._run_core``). This module adds a side channel
+instead of reimplementing the engine. In a streaming run, :func:`stream_live` runs core's
+``__anext__`` (and so the workflow function) in a pump task bound to a per-run :class:`_LiveChannel`
+through a ``ContextVar``; core creates the workflow task with ``asyncio.create_task`` from that pump
+task, so the task (and every task it spawns) inherits the channel. In a non-streaming run nobody
+reads before the function returns, so :class:`LiveCollector` is bound around the one pull of core's
+stream that runs user code, collects without a bound (as core collects its own events), and no pump
+task is started. ``_emit.emit_update`` puts an ``intermediate`` :class:`WorkflowEvent` on whichever
+is bound.
+
+Ordering (both modes, one merge: :class:`_Merge`): one FIFO carries live updates and the events core
+yields, so the caller sees them in the order they entered it. When a live update enters, the events
+core has collected since the last one (its ``add_event``: ``executor_invoked``/``executor_completed``
+of steps, ``request_info``, outputs added by hand) go in first, and the merge later skips them when
+core yields them again, so nothing is delivered twice. That one read of core's event list is this
+package's only touch of a core internal for streaming (``_core_compat.collected_events``); a test
+pins it.
+
+Backpressure (streaming runs): the channel is bounded (:data:`LIVE_BUFFER_SIZE` entries). When it
+is full, ``await emit_update(...)`` waits until the consumer takes an entry, so a slow consumer slows
+the workflow down instead of making it buffer without bound. Nothing is dropped. Note that core's
+``ResponseStream`` keeps every update it yielded for ``get_final_response()``; that history is
+core's, outside this bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import sys
+from collections import deque
+from collections.abc import AsyncGenerator
+from contextvars import ContextVar
+from typing import Any, Literal
+
+from agent_framework import ResponseStream, RunContext, WorkflowEvent
+
+from ._core_compat import collected_events
+from ._errors import NotInWorkflowRunError
+
+LIVE_BUFFER_SIZE = 64
+"""Entries the live channel holds before ``emit_update`` waits for the consumer."""
+
+_UNBOUNDED = sys.maxsize
+
+_LIVE: Literal[0] = 0
+_CORE: Literal[1] = 1
+_END: Literal[2] = 2
+
+_Item = tuple[Any, ...]
+
+
+class _LiveChannel:
+    """Bounded FIFO from one run's workflow code (any number of tasks) to its stream (one consumer).
+
+    A producer that finds the channel full waits in line; a freed slot is reserved for the first
+    waiting producer, so producers enter in the order they arrived and the bound holds exactly.
+    Terminal entries (end of stream, failure) never wait.
+    """
+
+    __slots__ = ("_closed", "_getter", "_items", "_maxsize", "_putters", "_reserved", "core_seen", "ctx", "source")
+
+    def __init__(self, maxsize: int, source: str | None) -> None:
+        self._items: deque[_Item] = deque()
+        self._maxsize = maxsize
+        self._reserved = 0
+        self._putters: deque[asyncio.Future[None]] = deque()
+        self._getter: asyncio.Future[None] | None = None
+        self._closed = False
+        self.ctx: RunContext | None = None
+        self.core_seen = 0
+        self.source = source
+
+    async def _wait_for_slot(self) -> None:
+        if len(self._items) + self._reserved < self._maxsize and not self._putters:
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._putters.append(waiter)
+        try:
+            await waiter
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():
+                self._reserved -= 1  # a slot was handed to us: pass it on
+                self._wake_putter()
+            elif waiter in self._putters:
+                self._putters.remove(waiter)
+            raise
+        self._reserved -= 1
+
+    def _wake_putter(self) -> None:
+        while self._putters and len(self._items) + self._reserved < self._maxsize:
+            waiter = self._putters.popleft()
+            if not waiter.done():
+                self._reserved += 1
+                waiter.set_result(None)
+
+    def _append(self, item: _Item) -> None:
+        self._items.append(item)
+        getter = self._getter
+        if getter is not None and not getter.done():
+            getter.set_result(None)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise NotInWorkflowRunError(
+                "This workflow run has ended, so its live stream is closed. Emit updates only while the run "
+                "is in progress (from the workflow function, its steps, or tasks they await)."
+            )
+
+    async def put_live(self, event: WorkflowEvent[Any], ctx: RunContext | None) -> None:
+        """Enqueue a live event, preceded by the events core collected since the last entry."""
+        self._check_open()
+        await self._wait_for_slot()
+        self._check_open()
+        # Synchronous from here: the snapshot of core's events and the append are one step.
+        self._append((_LIVE, self._take_collected(ctx), event))
+
+    async def put_core(self, event: WorkflowEvent[Any]) -> None:
+        """Enqueue an event yielded by core's stream."""
+        await self._wait_for_slot()
+        self._append((_CORE, event))
+
+    def finish(self, error: BaseException | None) -> None:
+        """Enqueue the end of the stream (never waits)."""
+        self._append((_END, error))
+
+    def has_items(self) -> bool:
+        """True when an entry is waiting."""
+        return bool(self._items)
+
+    def pop(self) -> _Item:
+        """Take the next entry without waiting (collecting mode: nobody waits for room)."""
+        return self._items.popleft()
+
+    async def get(self) -> _Item:
+        """Take the next entry, waiting for one."""
+        while not self._items:
+            getter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._getter = getter
+            try:
+                await getter
+            finally:
+                self._getter = None
+        item = self._items.popleft()
+        if self._putters:
+            self._wake_putter()
+        return item
+
+    def close(self) -> None:
+        """Refuse new entries and release waiting producers (they raise ``NotInWorkflowRunError``)."""
+        self._closed = True
+        while self._putters:
+            waiter = self._putters.popleft()
+            if not waiter.done():
+                self._reserved += 1
+                waiter.set_result(None)
+
+    def _take_collected(self, ctx: RunContext | None) -> tuple[WorkflowEvent[Any], ...]:
+        if ctx is None:
+            return ()
+        if self.ctx is None:
+            self.ctx = ctx
+        elif ctx is not self.ctx:
+            return ()  # a nested core run's context: its events are not this stream's
+        events = collected_events(ctx)
+        if events is None or len(events) <= self.core_seen:
+            return ()
+        taken = tuple(events[self.core_seen :])
+        self.core_seen = len(events)
+        return taken
+
+
+live_channel: ContextVar[_LiveChannel | None] = ContextVar("agent_framework_functional_live_channel", default=None)
+
+
+class _Merge:
+    """The one merge of live entries and core's events, used by both run modes (internal).
+
+    A live entry brings the events core collected before it (they go out first) and the live event;
+    those core events are remembered and skipped when core's stream yields them again.
+    """
+
+    __slots__ = ("_forwarded",)
+
+    def __init__(self) -> None:
+        self._forwarded: set[WorkflowEvent[Any]] = set()
+
+    def live(self, item: _Item, out: list[WorkflowEvent[Any]]) -> None:
+        """Append a live entry's events to ``out``: core's collected ones, then the live event."""
+        for early in item[1]:
+            self._forwarded.add(early)
+            out.append(early)
+        out.append(item[2])
+
+    def is_new(self, event: WorkflowEvent[Any]) -> bool:
+        """True when core's ``event`` was not already sent ahead of a live update."""
+        if event in self._forwarded:
+            self._forwarded.discard(event)
+            return False
+        return True
+
+
+class LiveCollector:
+    """The live channel of a non-streaming run: bound around core's pull, drained after it (internal).
+
+    Args:
+        source: The workflow name, stamped on live events as ``executor_id``.
+    """
+
+    __slots__ = ("_channel", "_merge")
+
+    def __init__(self, source: str | None) -> None:
+        self._channel = _LiveChannel(_UNBOUNDED, source)
+        self._merge = _Merge()
+
+    def bind(self) -> contextvars.Token[_LiveChannel | None]:
+        """Bind the collector for the code that runs from here (core's workflow task copies it)."""
+        return live_channel.set(self._channel)
+
+    @staticmethod
+    def unbind(token: contextvars.Token[_LiveChannel | None]) -> None:
+        """Undo :meth:`bind`."""
+        live_channel.reset(token)
+
+    def drain(self) -> list[WorkflowEvent[Any]]:
+        """The events emitted since the last drain, each preceded by core's events collected before it."""
+        out: list[WorkflowEvent[Any]] = []
+        while self._channel.has_items():
+            self._merge.live(self._channel.pop(), out)
+        return out
+
+    def is_new(self, event: WorkflowEvent[Any]) -> bool:
+        """True when core's ``event`` was not already drained ahead of a live update."""
+        return self._merge.is_new(event)
+
+    def close(self) -> None:
+        """Refuse further updates (the run ended)."""
+        self._channel.close()
+
+
+async def _pump(core_stream: ResponseStream[WorkflowEvent[Any], Any], channel: _LiveChannel) -> None:
+    """Pull core's stream (running the workflow function) in a task bound to the live channel."""
+    live_channel.set(channel)  # this task's own context copy: the caller's context is untouched
+    try:
+        while True:
+            try:
+                event = await core_stream.__anext__()
+            except StopAsyncIteration:
+                break
+            await channel.put_core(event)
+    except BaseException as exc:
+        channel.finish(exc)
+        if not isinstance(exc, Exception):
+            raise
+        return
+    channel.finish(None)
+
+
+async def stream_live(
+    core_stream: ResponseStream[WorkflowEvent[Any], Any],
+    *,
+    source: str | None = None,
+    maxsize: int = LIVE_BUFFER_SIZE,
+) -> AsyncGenerator[WorkflowEvent[Any], None]:
+    """Yield core's events merged, in order, with the live updates the workflow emits (streaming runs).
+
+    Core yields ``started`` and the first ``status`` before it calls user code; those are pulled
+    directly, and the pump (which runs user code) starts only when the next event is requested, so
+    the caller can act between the first status and user code (the token is spent there). Closing
+    this generator cancels the pump and so the workflow task (core cancels it and its children);
+    it returns once the pump has finished.
+    """
+    while True:
+        try:
+            event = await core_stream.__anext__()
+        except StopAsyncIteration:
+            return
+        yield event
+        if event.type == "status":
+            break
+    merge = _Merge()
+    channel = _LiveChannel(maxsize, source)
+    pump = asyncio.get_running_loop().create_task(_pump(core_stream, channel))
+    out: list[WorkflowEvent[Any]] = []
+    try:
+        while True:
+            item = await channel.get()
+            kind = item[0]
+            if kind == _LIVE:
+                merge.live(item, out)
+                for merged in out:
+                    yield merged
+                out.clear()
+            elif kind == _CORE:
+                if merge.is_new(item[1]):
+                    yield item[1]
+            else:
+                error: BaseException | None = item[1]
+                if error is not None:
+                    raise error
+                return
+    finally:
+        if not pump.done():
+            # Abandoned: cancel first, so the workflow task sees a cancellation (core cancels it and
+            # its children) rather than a closed channel at its next emit_update().
+            pump.cancel()
+            await asyncio.wait({pump})
+        channel.close()
+        if not pump.cancelled():
+            pump.exception()  # retrieved: a failure already reached the caller through the channel

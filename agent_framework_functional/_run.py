@@ -1,0 +1,312 @@
+"""One run of a workflow instance: drives core's stream, spends the token before user code, issues one on a pause.
+
+:class:`WorkflowRun` is the bookkeeping of the run that holds an instance's run guard, and the one
+place that drives core's ``run(stream=True)``, in either mode: :meth:`WorkflowRun.stream` (an async
+generator merged with live updates) or :meth:`WorkflowRun.collect` (one coroutine, no generator
+layer, for non-streaming runs). Both call the same :meth:`WorkflowRun.observe` on every event:
+
+* core yields ``started`` and the first ``status`` before it calls user code; they are held, the
+  authority claims (spends) the token, and only then are they released to the caller;
+* on the ``IDLE_WITH_PENDING_REQUESTS`` status (core saved the pause and its checkpoint) the
+  authority issues the next continuation before that status reaches the caller;
+* when core raises without a ``failed`` event (its pause handler failing to save), the caller gets
+  the normal failure surface (:func:`failure_surface`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from agent_framework import FunctionalWorkflow as _CoreFunctionalWorkflow
+from agent_framework import (
+    WorkflowErrorDetails,
+    WorkflowEvent,
+    WorkflowEventSource,
+    WorkflowRunResult,
+    WorkflowRunState,
+)
+from agent_framework.observability import OBSERVABILITY_SETTINGS
+
+from ._authority import InMemoryAuthority, ResumeTicket
+from ._continuation import FunctionalWorkflowContinuationToken
+from ._live import LiveCollector, stream_live
+
+# What the driving loop does with one event of core's stream (see WorkflowRun.observe).
+_EMIT, _HOLD, _CLAIM, _ISSUE = 0, 1, 2, 3
+_PAUSED = WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
+
+
+class FunctionalWorkflowRunResult(WorkflowRunResult):
+    """Core's ``WorkflowRunResult`` plus the continuation token of a paused run.
+
+    Args:
+        events: Data-plane events of the run, as core collects them.
+        status_events: Status events of the run (core's status timeline).
+
+    Keyword Args:
+        continuation_token: The token that authorises a response-only resume, or None when the
+            run did not end paused (finished, or failed).
+    """
+
+    def __init__(
+        self,
+        events: list[WorkflowEvent[Any]],
+        status_events: list[WorkflowEvent[Any]] | None = None,
+        *,
+        continuation_token: FunctionalWorkflowContinuationToken | None = None,
+    ) -> None:
+        super().__init__(events, status_events)
+        self.continuation_token: FunctionalWorkflowContinuationToken | None = continuation_token
+
+
+@dataclass(eq=False, slots=True)
+class WorkflowRun:
+    """The one run that holds an instance's run guard, and its driving of core (internal).
+
+    Attributes:
+        ticket: What the authority accepted for this run.
+        authority: The instance's authority strategy.
+        core: The core instance this run drives.
+        name: The workflow name (source of live events).
+        is_current: True while this run still holds the instance's guard.
+        settle: Called once when the run's driving ends (the instance settles its state).
+    """
+
+    ticket: ResumeTicket
+    authority: InMemoryAuthority
+    core: _CoreFunctionalWorkflow
+    name: str
+    is_current: Callable[[WorkflowRun], bool]
+    settle: Callable[[WorkflowRun], None]
+    core_started: bool = False
+    token: FunctionalWorkflowContinuationToken | None = None
+    pending_requests: dict[str, WorkflowEvent[Any]] = field(default_factory=dict[str, WorkflowEvent[Any]])
+    # Requests of the pauses this run resumed (the chain so far): kept on the next continuation.
+    earlier_requests: dict[str, WorkflowEvent[Any]] = field(default_factory=dict[str, WorkflowEvent[Any]])
+    # Core yields "started" and "in progress" before it calls user code; they are held until the
+    # token is spent, so no event reaches the caller before that. None once released.
+    held: list[WorkflowEvent[Any]] | None = field(default_factory=list[WorkflowEvent[Any]])
+    final_state: WorkflowRunState | None = None
+    saw_failed: bool = False
+
+    def completed(self) -> bool:
+        """True when the run finished cleanly or ended paused with a token."""
+        return self.final_state == WorkflowRunState.IDLE or self.token is not None
+
+    def release(self, *, dropped: bool) -> bool:
+        """Settle the authority when the run lets go of the guard; True when core's replay state must go.
+
+        A run that never reached user code hands its continuation back untouched. A dropped stream
+        (closed or collected unfinished) whose core run started leaves core mid-run; a run that failed,
+        was cancelled or closed after user code leaves replay state that must not be resumed.
+        """
+        handed_back = self.authority.release(self.ticket)
+        if dropped:
+            return self.core_started
+        return not handed_back and self.core_started and not self.completed()
+
+    def observe(self, event: WorkflowEvent[Any]) -> int:
+        """Record what one core event says about the run; return what the driving loop does with it."""
+        kind = event.type
+        if kind == "status":
+            self.final_state = event.state
+        elif kind == "failed":
+            self.saw_failed = True
+        elif kind == "request_info" and event.request_id:
+            self.pending_requests[event.request_id] = event
+        held = self.held
+        if held is not None:
+            held.append(event)
+            return _CLAIM if kind == "status" else _HOLD
+        if kind == "status" and event.state == _PAUSED and self.token is None and self.is_current(self):
+            # Core saved the pause (its checkpoint too) before this last status: issue the token before
+            # the caller sees the pause, so closing the stream on it keeps the pause.
+            return _ISSUE
+        return _EMIT
+
+    async def claim(self) -> list[WorkflowEvent[Any]]:
+        """Right before user code: spend the token (with a store, claim it); return the held events."""
+        earlier = await self.authority.claim(self.ticket)
+        if earlier is not None:
+            self.earlier_requests = earlier
+        held, self.held = self.held or [], None
+        return held
+
+    async def issue(self) -> None:
+        """Issue the continuation of a saved pause (recorded in the store first, if there is one)."""
+        continuation = await self.authority.record_pause(
+            self.ticket,
+            self.pending_requests,
+            self.earlier_requests,
+            workflow_name=self.name,
+            signature_hash=self.core.graph_signature_hash,
+        )
+        self.token = continuation.token()
+
+    async def stream(self, core_kwargs: dict[str, Any]) -> AsyncIterable[WorkflowEvent[Any]]:
+        """Streaming run: core's events merged with live updates, the token spent before user code."""
+        if not self.is_current(self):
+            return  # closed before it was iterated: its guard is released, so never call core
+        try:
+            await self.authority.before_core(self.ticket, core_kwargs)
+            core_stream = self.core.run(stream=True, **core_kwargs)
+            self.core_started = True
+            # User code runs in a task bound to a live channel, so emit_update() reaches the caller
+            # while the workflow runs, merged in order with core's events (_live.stream_live).
+            live_events = stream_live(core_stream, source=self.name)
+            try:
+                async for event in live_events:
+                    action = self.observe(event)
+                    if action == _HOLD:
+                        continue
+                    if action == _CLAIM:
+                        for early in await self.claim():
+                            yield early
+                        continue
+                    if action == _ISSUE:
+                        await self.issue()
+                    yield event
+            except Exception as exc:
+                if not self.saw_failed:
+                    for failure in failure_surface(exc):
+                        yield failure
+                raise
+            finally:
+                await live_events.aclose()  # cancels the workflow task if the stream was abandoned
+                await core_stream.close()
+        finally:
+            self.settle(self)
+
+    async def collect(
+        self, core_kwargs: dict[str, Any], include_status_events: bool, lease: object
+    ) -> FunctionalWorkflowRunResult:
+        """Non-streaming run: the same steps as :meth:`_drive`, collected into the run result.
+
+        Nobody reads before the function returns, so no pump task: the live collector is bound only
+        around the pull of core's stream that runs user code (core runs the whole function in the
+        first pull after its first status event), and the same merge orders its updates.
+        """
+        # ``lease`` stays referenced by this frame until the run ends; never ``del`` it here.
+        events: list[WorkflowEvent[Any]] = []
+        if not self.is_current(self):
+            return finalize_events(events, run=self, include_status_events=include_status_events)
+        try:
+            await self.authority.before_core(self.ticket, core_kwargs)
+            core_stream = self.core.run(stream=True, **core_kwargs)
+            self.core_started = True
+            pull = core_stream.__anext__
+            collector: LiveCollector | None = None
+            try:
+                while True:
+                    bound = None
+                    if collector is None and self.held is None:
+                        collector = LiveCollector(self.name)
+                        bound = collector.bind()
+                    try:
+                        event: WorkflowEvent[Any] | None = await pull()
+                    except StopAsyncIteration:
+                        event = None
+                    finally:
+                        if bound is not None:
+                            LiveCollector.unbind(bound)
+                    if collector is not None:
+                        for early in collector.drain():  # what the function emitted came before this event
+                            self.observe(early)
+                            events.append(early)
+                        if event is not None and not collector.is_new(event):
+                            continue
+                    if event is None:
+                        break
+                    action = self.observe(event)
+                    if action == _HOLD:
+                        continue
+                    if action == _CLAIM:
+                        events.extend(await self.claim())
+                        continue
+                    if action == _ISSUE:
+                        await self.issue()
+                    events.append(event)
+            except Exception as exc:
+                if not self.saw_failed:
+                    events.extend(failure_surface(exc))
+                raise
+            finally:
+                if collector is not None:
+                    collector.close()
+                await core_stream.close()
+        finally:
+            self.settle(self)
+        return finalize_events(events, run=self, include_status_events=include_status_events)
+
+
+def failure_surface(exc: Exception) -> list[WorkflowEvent[Any]]:
+    """The failed event and FAILED status core omits when saving the pause checkpoint fails.
+
+    Redacted as core's own failed event is: message and traceback only with sensitive data on.
+    """
+    details = WorkflowErrorDetails.from_exception(
+        exc, include_sensitive_data=OBSERVABILITY_SETTINGS.SENSITIVE_DATA_ENABLED
+    )
+    return [
+        WorkflowEvent("failed", details=details, origin=WorkflowEventSource.FRAMEWORK),
+        WorkflowEvent("status", state=WorkflowRunState.FAILED, origin=WorkflowEventSource.FRAMEWORK),
+    ]
+
+
+def finalize_events(
+    events: Sequence[WorkflowEvent[Any]],
+    *,
+    run: WorkflowRun,
+    include_status_events: bool,
+) -> FunctionalWorkflowRunResult:
+    """Build the run result the way core's finalizer does, plus the continuation token."""
+    kept: list[WorkflowEvent[Any]] = []
+    status_events: list[WorkflowEvent[Any]] = []
+    for event in events:
+        if event.type == "started":
+            continue
+        if event.type == "status":
+            status_events.append(event)
+            if not include_status_events:
+                continue
+        kept.append(event)
+    return FunctionalWorkflowRunResult(kept, status_events, continuation_token=run.token)
+
+
+def check_run_arguments(message: Any, responses: Any, checkpoint_id: Any) -> None:
+    """Reject a ``run(...)`` argument shape core would reject, before any authority check.
+
+    Raises:
+        ValueError: ``message`` with ``responses`` or ``checkpoint_id``, or none of the three.
+        TypeError: ``responses`` is not a mapping with ``str`` keys, or ``checkpoint_id`` not a ``str``.
+    """
+    if message is not None and responses is not None:
+        raise ValueError("Cannot provide both 'message' and 'responses'. Use one or the other.")
+    if message is not None and checkpoint_id is not None:
+        raise ValueError("Cannot provide both 'message' and 'checkpoint_id'. Use one or the other.")
+    if message is None and responses is None and checkpoint_id is None:
+        raise ValueError(
+            "Must provide at least one of: 'message' (new run), 'responses' with 'continuation_token' "
+            "(resume a pause), or 'checkpoint_id' (restore a checkpoint)."
+        )
+    if responses is not None and not (
+        isinstance(responses, Mapping) and all(isinstance(key, str) for key in cast("Mapping[Any, Any]", responses))
+    ):
+        raise TypeError("'responses' must be a mapping from request id (str) to the answer for that request.")
+    if checkpoint_id is not None and not isinstance(checkpoint_id, str):
+        raise TypeError("'checkpoint_id' must be the string id returned by the checkpoint storage.")
+
+
+def check_checkpoint_storage(storage: object, name: str) -> None:
+    """Reject an argument that is not a core ``CheckpointStorage`` (None is allowed).
+
+    Raises:
+        TypeError: ``storage`` lacks the protocol's ``save``/``load`` methods.
+    """
+    if storage is not None and not all(callable(getattr(storage, method, None)) for method in ("save", "load")):
+        raise TypeError(
+            f"'{name}' must be a core CheckpointStorage (for example InMemoryCheckpointStorage() or "
+            f"FileCheckpointStorage(path)), got {type(storage).__name__}."
+        )

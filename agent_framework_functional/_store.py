@@ -1,0 +1,224 @@
+"""The continuation store protocol and its record: what a durable store keeps about one pause.
+
+With a :class:`ContinuationStore` given to ``build(..., continuation_store=...)``, every saved pause
+is also recorded in the store (by the sha256 of its token's secret, never the secret), so that any
+process with the same workflow definition, checkpoint storage and store can resume it, exactly once.
+The resume path that uses the store is ``_store_authority.StoreAuthority``; the stores themselves
+are ``_sqlite_store`` and ``_redis_store``. Both build and read records through
+:meth:`ContinuationRecord.to_fields` / :meth:`ContinuationRecord.from_fields`, so a record has one
+serial form.
+
+Crash semantics: a process that dies after its claim leaves the record ``claimed``: the token is
+spent (at most once), because no store can tell "claimed, then crashed before user code" from
+"claimed, ran half the side effects, then crashed". The owner recovers with a checkpoint restore of
+``record.checkpoint_id`` (find it with ``await store.get(continuation_token_hash(token))``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Literal, Protocol, cast, runtime_checkable
+
+ContinuationStatus = Literal["issued", "claimed", "abandoned"]
+"""Lifecycle of a stored continuation: ``issued`` (resumable) -> ``claimed`` or ``abandoned`` (final)."""
+
+DEFAULT_TTL_SECONDS = 24 * 60 * 60.0
+DEFAULT_RETENTION_SECONDS = 24 * 60 * 60.0
+
+
+MAX_DURATION_SECONDS = 10 * 365 * 24 * 3600.0
+"""Longest ``ttl`` or ``retention`` a store accepts (ten years): Redis expiry times must fit its range."""
+
+
+def duration_seconds(value: float | timedelta, name: str) -> float:
+    """Return ``value`` in seconds, checked for the stores' ``ttl`` / ``retention`` arguments.
+
+    Args:
+        value: Seconds, or a ``timedelta``.
+        name: The argument's name, for the error message.
+
+    Returns:
+        The duration in seconds.
+
+    Raises:
+        ValueError: The duration is not a finite positive number up to :data:`MAX_DURATION_SECONDS`.
+        TypeError: ``value`` is neither a number nor a ``timedelta``.
+    """
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):  # pyright: ignore[reportUnnecessaryIsInstance]
+        seconds = float(value)
+    else:
+        raise TypeError(f"{name} must be a number of seconds or a timedelta, got {type(value).__name__}.")
+    if not 0 < seconds <= MAX_DURATION_SECONDS:
+        raise ValueError(f"{name} must be a positive, finite number of seconds (or timedelta) of at most ten years.")
+    return seconds
+
+
+@dataclass(frozen=True, slots=True)
+class ContinuationRecord:
+    """What a :class:`ContinuationStore` keeps about one issued continuation token.
+
+    Attributes:
+        token_hash: Hex sha256 of the token's secret (:func:`continuation_token_hash`). The secret
+            itself is never stored, so a leaked store does not leak usable tokens.
+        workflow_name: Name of the workflow that paused.
+        signature_hash: Core's ``graph_signature_hash`` of that workflow (its code and steps); a
+            process running a different version cannot resume the pause.
+        checkpoint_id: Id of the checkpoint saved at the pause (the last one saved in that run).
+        pending_request_ids: Request ids the pause waits for.
+        created_at: When the token was issued, seconds since the epoch (the store's clock).
+        expires_at: When the token stops being accepted (``created_at`` + the store's TTL).
+        status: ``issued``, ``claimed`` (a resume took it: spent) or ``abandoned``.
+    """
+
+    token_hash: str
+    workflow_name: str
+    signature_hash: str
+    checkpoint_id: str
+    pending_request_ids: tuple[str, ...]
+    created_at: float
+    expires_at: float
+    status: ContinuationStatus = "issued"
+
+    def is_claimable(self, now: float) -> bool:
+        """Return True when the record is ``issued`` and not expired at ``now``.
+
+        Args:
+            now: Seconds since the epoch, from the store's clock.
+
+        Returns:
+            Whether a resume may still claim this continuation.
+        """
+        return self.status == "issued" and now < self.expires_at
+
+    def belongs_to(self, workflow_name: str, signature_hash: str) -> bool:
+        """Return True when the record was issued by this workflow name and version (signature hash).
+
+        Args:
+            workflow_name: The resuming workflow's name.
+            signature_hash: Core's ``graph_signature_hash`` of the resuming workflow.
+
+        Returns:
+            Whether a process running that workflow may act on the record.
+        """
+        return self.workflow_name == workflow_name and self.signature_hash == signature_hash
+
+    def to_fields(self) -> dict[str, str]:
+        """Return the record as text fields (the one serial form both stores write).
+
+        Returns:
+            Field name -> text: every attribute but ``token_hash`` (the key), with
+            ``pending_request_ids`` as a JSON list and times as ``repr`` of the float.
+        """
+        return {
+            "workflow_name": self.workflow_name,
+            "signature_hash": self.signature_hash,
+            "checkpoint_id": self.checkpoint_id,
+            "pending_request_ids": json.dumps(list(self.pending_request_ids)),
+            "created_at": repr(self.created_at),
+            "expires_at": repr(self.expires_at),
+            "status": self.status,
+        }
+
+    @classmethod
+    def from_fields(cls, token_hash: str, fields: Mapping[str, Any]) -> ContinuationRecord:
+        """Build a record from the fields :meth:`to_fields` wrote (text, bytes or native values).
+
+        Args:
+            token_hash: The record's key.
+            fields: Field name -> value, as read back from a store (Redis gives bytes, SQLite
+                native values).
+
+        Returns:
+            The record.
+
+        Raises:
+            KeyError: A field is missing.
+            ValueError: A field cannot be read (for example a corrupt JSON list).
+        """
+        data = {key: value.decode("utf-8") if isinstance(value, bytes) else value for key, value in fields.items()}
+        return cls(
+            token_hash=token_hash,
+            workflow_name=str(data["workflow_name"]),
+            signature_hash=str(data["signature_hash"]),
+            checkpoint_id=str(data["checkpoint_id"]),
+            pending_request_ids=tuple(json.loads(data["pending_request_ids"])),
+            created_at=float(data["created_at"]),
+            expires_at=float(data["expires_at"]),
+            status=cast(ContinuationStatus, str(data["status"])),
+        )
+
+
+@runtime_checkable
+class ContinuationStore(Protocol):
+    """Durable home of continuation tokens shared by several processes (a small async protocol).
+
+    Implementations: :class:`SQLiteContinuationStore` (one file, several processes on one machine)
+    and :class:`RedisContinuationStore` (several machines). Give one to
+    ``FunctionalWorkflowDefinition.build(checkpoint_storage=..., continuation_store=...)``.
+
+    Rules every implementation keeps:
+
+    * ``claim`` and ``abandon`` are atomic compare-and-set operations on ``status == "issued"``:
+      among any number of concurrent callers (in any process) at most one gets True.
+    * ``claimed`` and ``abandoned`` are final; nothing moves a record back to ``issued``.
+    * Expiry is evaluated with :meth:`now`; an expired record is never claimed.
+    """
+
+    @property
+    def ttl_seconds(self) -> float:
+        """How long an issued token is accepted, in seconds."""
+        ...
+
+    def now(self) -> float:
+        """Return the store's clock, seconds since the epoch (used for ``created_at`` and expiry)."""
+        ...
+
+    async def save(self, record: ContinuationRecord) -> None:
+        """Record a freshly issued continuation (status ``issued``).
+
+        Args:
+            record: The record to insert; its ``token_hash`` must be new.
+        """
+        ...
+
+    async def get(self, token_hash: str) -> ContinuationRecord | None:
+        """Return the record for ``token_hash`` (any status), or None. Never mutates.
+
+        Args:
+            token_hash: Hex sha256 of the token's secret.
+
+        Returns:
+            The record, or None when the store has none (never saved, or already deleted).
+        """
+        ...
+
+    async def claim(self, token_hash: str) -> bool:
+        """Atomically move ``issued`` and unexpired -> ``claimed``; True only for the one winner.
+
+        Args:
+            token_hash: Hex sha256 of the token's secret.
+
+        Returns:
+            True when this call claimed the record; False when it is missing, not ``issued`` or expired.
+        """
+        ...
+
+    async def abandon(self, token_hash: str, *, force: bool = False) -> bool:
+        """Atomically move ``issued`` -> ``abandoned``; True when this call changed it.
+
+        Args:
+            token_hash: Hex sha256 of the token's secret.
+
+        Keyword Args:
+            force: Also abandon an expired record (owner recovery); otherwise expired records stay.
+
+        Returns:
+            True when this call abandoned the record; False when it is missing, not ``issued``, or
+            expired (without ``force``).
+        """
+        ...

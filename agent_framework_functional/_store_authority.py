@@ -1,0 +1,396 @@
+"""Continuation authority with a ContinuationStore: resume a pause from any worker, exactly once.
+
+The store implementation of the authority strategy (``_authority``). Every saved pause is recorded
+in the store (by the sha256 of its token's secret) before its token is handed out; then:
+
+1. ``run(responses=..., continuation_token=...)`` with a token this process does not hold checks the
+   token's shape synchronously (the same fixed authority error as in memory). A
+   :class:`VerifiedContinuation` from ``verify_continuation_token_async`` carries the record and
+   the pause's requests instead, so nothing is read again.
+2. Inside the run, before any user code: look the record up by hash (non-mutating, skipped for a
+   verdict), verify the workflow name and signature hash, status ``issued`` and expiry; then the
+   local pending conflict (a local copy the store says is gone is dropped as stale, not a
+   conflict); then correlate the responses and check their types against the pause's requests.
+3. Core restores the pause's checkpoint with the responses (``run(checkpoint_id=..., responses=...)``).
+4. Right before the resumed user code runs, the store claims the record atomically
+   (``issued -> claimed``, exactly one winner). A loser gets the authority error and no user code
+   runs. The in-memory fast path claims through the store at the same point, so an in-memory resume
+   and a remote resume of one pause cannot both run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, cast
+
+from agent_framework import CheckpointStorage, WorkflowCheckpoint, WorkflowEvent
+
+from ._authority import InMemoryAuthority, ResumeTicket, VerifiedContinuation, check_answers, raw_token, verdict_of
+from ._continuation import Continuation, hash_secret, issue_continuation, matches, presented_secret
+from ._errors import (
+    ContinuationAuthorityError,
+    ContinuationStoreAsyncError,
+    PauseNotSavedError,
+    PendingContinuationError,
+)
+from ._store import ContinuationRecord, ContinuationStore
+
+
+class RecordingCheckpointStorage:
+    """Checkpoint storage proxy that remembers the id of the last checkpoint saved through it (internal)."""
+
+    __slots__ = ("inner", "last_saved_id")
+
+    def __init__(self, inner: CheckpointStorage) -> None:
+        self.inner = inner
+        self.last_saved_id: str | None = None
+
+    async def save(self, checkpoint: WorkflowCheckpoint) -> str:
+        checkpoint_id = await self.inner.save(checkpoint)
+        self.last_saved_id = checkpoint_id
+        return checkpoint_id
+
+    async def load(self, checkpoint_id: str) -> WorkflowCheckpoint:
+        return await self.inner.load(checkpoint_id)
+
+    async def list_checkpoints(self, *, workflow_name: str) -> list[WorkflowCheckpoint]:
+        return await self.inner.list_checkpoints(workflow_name=workflow_name)
+
+    async def delete(self, checkpoint_id: str) -> bool:
+        return await self.inner.delete(checkpoint_id)
+
+    async def get_latest(self, *, workflow_name: str) -> WorkflowCheckpoint | None:
+        return await self.inner.get_latest(workflow_name=workflow_name)
+
+    async def list_checkpoint_ids(self, *, workflow_name: str) -> list[str]:
+        return await self.inner.list_checkpoint_ids(workflow_name=workflow_name)
+
+
+class StoreAuthority(InMemoryAuthority):
+    """Continuation authority shared through a :class:`ContinuationStore` (internal).
+
+    Keeps the in-memory fast path for pauses this process holds and adds the store at each hook.
+
+    Args:
+        store: The continuation store.
+        checkpoint_storage: The instance's checkpoint storage (required).
+        on_reset: As for :class:`InMemoryAuthority`.
+        identity: Returns the workflow's ``(name, signature hash)``, which a record must match.
+
+    Raises:
+        TypeError: ``store`` does not implement :class:`ContinuationStore`.
+        ValueError: No checkpoint storage: a durable resume restores the pause's checkpoint.
+    """
+
+    __slots__ = ("_identity", "checkpoint_storage", "store")
+
+    def __init__(
+        self,
+        store: ContinuationStore,
+        checkpoint_storage: CheckpointStorage | None,
+        on_reset: Callable[[], None],
+        identity: Callable[[], tuple[str, str]],
+    ) -> None:
+        if not isinstance(store, ContinuationStore):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(
+                "continuation_store must implement ContinuationStore (ttl_seconds, now, save, get, claim, "
+                "abandon), for example SQLiteContinuationStore or RedisContinuationStore."
+            )
+        if checkpoint_storage is None:
+            raise ValueError(
+                "A continuation_store needs checkpoint_storage as well: a resume in another process restores "
+                "the pause's checkpoint. Pass checkpoint_storage=... (shared by every worker) to build()."
+            )
+        super().__init__(on_reset)
+        self.store: ContinuationStore = store  # pyright: ignore[reportIncompatibleVariableOverride]
+        self.checkpoint_storage: CheckpointStorage = checkpoint_storage  # pyright: ignore[reportIncompatibleVariableOverride]
+        self._identity = identity
+
+    # ------------------------------------------------------------------ read-only checks
+
+    def verify_now(self, token: object) -> VerifiedContinuation | None:
+        """:meth:`verify` for a token held here; None for a well-shaped token only the store can check.
+
+        Raises:
+            ContinuationAuthorityError: A malformed token, or a verdict of another instance.
+        """
+        try:
+            return self.verify(token)
+        except ContinuationAuthorityError:
+            if presented_secret(raw_token(token)) is None:
+                raise
+        return None
+
+    async def verify_async(self, token: object) -> VerifiedContinuation:
+        """Check ``token`` here and in the store; read-only (one store read, one checkpoint read at most).
+
+        A token this instance holds must pass the in-memory check and the store must still accept it
+        (so a pause already resumed elsewhere fails); any other token is looked up in the store and
+        the pause's ``request_info`` events are loaded from its checkpoint.
+
+        Raises:
+            ContinuationAuthorityError: Malformed, unknown, another workflow or version, claimed,
+                abandoned or expired (one fixed message).
+            Exception: Whatever the store or the checkpoint storage raises when it cannot be read.
+        """
+        token = raw_token(token)
+        if matches(token, self.pending):
+            verdict = self.verify(token)
+            verdict.record = await self._claimable_record(token)
+            return verdict
+        record = await self._claimable_record(token)
+        requests = await self._pause_requests(record)
+        return VerifiedContinuation(
+            authority=self, token=cast("Mapping[str, Any]", token), requests=requests, record=record
+        )
+
+    async def is_current(self, token: object) -> bool:
+        """True while the store still has ``token``'s pause ``issued`` and unexpired (no checkpoint read)."""
+        try:
+            await self._claimable_record(token)
+        except ContinuationAuthorityError:
+            return False
+        return True
+
+    async def _claimable_record(self, token: object) -> ContinuationRecord:
+        secret = presented_secret(token)
+        if secret is None:
+            raise ContinuationAuthorityError()
+        return await self._record(hash_secret(secret))
+
+    async def _record(self, token_hash: str, *, allow_expired: bool = False) -> ContinuationRecord:
+        """The record of ``token_hash`` if this workflow may act on it (the one record check).
+
+        Raises:
+            ContinuationAuthorityError: No record, another workflow or version, not ``issued``, or
+                expired (unless ``allow_expired``).
+        """
+        record = await self.store.get(token_hash)
+        name, signature_hash = self._identity()
+        if (
+            record is None
+            or not record.belongs_to(name, signature_hash)
+            or record.status != "issued"
+            or not (allow_expired or record.is_claimable(self.store.now()))
+        ):
+            raise ContinuationAuthorityError()
+        return record
+
+    async def _pause_requests(self, record: ContinuationRecord) -> dict[str, WorkflowEvent[Any]]:
+        """The ``request_info`` events of a recorded pause, loaded from its checkpoint (non-mutating)."""
+        checkpoint = await self.checkpoint_storage.load(record.checkpoint_id)
+        events = checkpoint.pending_request_info_events
+        return {request_id: events[request_id] for request_id in record.pending_request_ids if request_id in events}
+
+    # ------------------------------------------------------------------ 1. acceptance (synchronous)
+
+    def accept_resume(
+        self, token: object, responses: Mapping[str, Any], checkpoint_storage: CheckpointStorage | None
+    ) -> ResumeTicket:
+        """Accept a resume: in memory for a pause held here; else check the shape and defer to the run.
+
+        Raises:
+            ContinuationAuthorityError: A malformed token or a wrong held token.
+            ResponseMismatchError: The answers do not fit a pause held here or named by a verdict.
+            ValueError: A per-run ``checkpoint_storage`` other than the instance's.
+        """
+        storage = self._run_storage(checkpoint_storage)
+        verdict = verdict_of(self, token)
+        if verdict is not None and verdict.record is not None and not verdict.held_here:
+            # Checked in the store by verify_continuation_token_async: its record and requests are reused.
+            token_hash = verdict.record.token_hash
+            ticket = ResumeTicket(
+                responses=responses,
+                record=verdict.record,
+                requests=verdict.known_requests(),
+                remote_hash=token_hash,
+                claim_hash=token_hash,
+            )
+        elif matches(raw_token(token), self.pending):
+            ticket = super().accept_resume(token, responses, None)
+            assert ticket.claimed is not None
+            ticket.claim_hash = hash_secret(ticket.claimed.secret)
+        else:
+            secret = presented_secret(raw_token(token))
+            if secret is None:
+                raise ContinuationAuthorityError()
+            token_hash = hash_secret(secret)
+            ticket = ResumeTicket(responses=responses, remote_hash=token_hash, claim_hash=token_hash)
+        ticket.storage = storage
+        return ticket
+
+    def accept_new_input(self, checkpoint_storage: CheckpointStorage | None) -> ResumeTicket:
+        """As in memory, with the checkpoint recorder every durable run uses.
+
+        Raises:
+            PendingContinuationError: A continuation is pending (it stays intact).
+            ValueError: A per-run ``checkpoint_storage`` other than the instance's.
+        """
+        storage = self._run_storage(checkpoint_storage)
+        ticket = super().accept_new_input(None)
+        ticket.storage = storage
+        return ticket
+
+    def _run_storage(self, checkpoint_storage: CheckpointStorage | None) -> RecordingCheckpointStorage:
+        if checkpoint_storage is not None and checkpoint_storage is not self.checkpoint_storage:
+            raise ValueError(
+                "With a continuation_store every pause must be saved in the checkpoint storage given to build(), "
+                "so that any worker can restore it. Drop checkpoint_storage from this run."
+            )
+        return RecordingCheckpointStorage(self.checkpoint_storage)
+
+    # ------------------------------------------------------------------ 2-4. inside the run
+
+    async def before_core(self, ticket: ResumeTicket, core_kwargs: dict[str, Any]) -> None:
+        """Route checkpoints through the recorder; check a remote resume (authority, conflict, answers).
+
+        Raises:
+            ContinuationAuthorityError: The record is missing, of another workflow or version,
+                claimed, abandoned or expired.
+            PendingContinuationError: This instance holds another pending continuation that the
+                store still has ``issued`` (a stale local copy is dropped instead).
+            ResponseMismatchError: The answers do not fit the pause (the token stays valid).
+        """
+        core_kwargs["checkpoint_storage"] = ticket.storage
+        if ticket.remote_hash is None:
+            return
+        record = ticket.record
+        if record is None:
+            record = await self._record(ticket.remote_hash)
+        await self.check_conflict()
+        requests = ticket.requests if ticket.record is not None else await self._pause_requests(record)
+        assert ticket.responses is not None
+        check_answers(ticket.responses, record.pending_request_ids, requests)
+        ticket.record = record
+        ticket.requests = requests
+        core_kwargs["checkpoint_id"] = record.checkpoint_id
+
+    async def claim(self, ticket: ResumeTicket) -> dict[str, WorkflowEvent[Any]] | None:
+        """Claim the pause in the store right before user code, then spend it here.
+
+        Raises:
+            ContinuationAuthorityError: The store says the pause is gone (claimed elsewhere,
+                abandoned or expired); the local copy, if any, is spent too.
+        """
+        claim_hash, ticket.claim_hash = ticket.claim_hash, None
+        if claim_hash is not None and not await self.store.claim(claim_hash):
+            await super().claim(ticket)
+            raise ContinuationAuthorityError()
+        earlier = await super().claim(ticket)
+        if earlier is None and ticket.record is not None:
+            earlier = dict(ticket.requests)
+        return earlier
+
+    async def record_pause(
+        self,
+        ticket: ResumeTicket,
+        pending_requests: Mapping[str, WorkflowEvent[Any]],
+        earlier_requests: Mapping[str, WorkflowEvent[Any]],
+        *,
+        workflow_name: str,
+        signature_hash: str,
+    ) -> Continuation:
+        """Record a saved pause in the store, then issue its continuation (a failure means no token).
+
+        Raises:
+            PauseNotSavedError: No checkpoint was saved in this run.
+            Exception: Whatever the store raises; the run then returns no token.
+        """
+        checkpoint_id = ticket.storage.last_saved_id if ticket.storage is not None else None
+        if checkpoint_id is None:
+            raise PauseNotSavedError()
+        continuation = issue_continuation(pending_requests, earlier_requests)
+        now = self.store.now()
+        await self.store.save(
+            ContinuationRecord(
+                token_hash=hash_secret(continuation.secret),
+                workflow_name=workflow_name,
+                signature_hash=signature_hash,
+                checkpoint_id=checkpoint_id,
+                pending_request_ids=tuple(continuation.pending_requests),
+                created_at=now,
+                expires_at=now + self.store.ttl_seconds,
+            )
+        )
+        self.pending = continuation
+        return continuation
+
+    async def check_conflict(self, verdict: VerifiedContinuation | None = None) -> None:
+        """Refuse a resume of a pause held elsewhere while this instance holds a live pending one.
+
+        A local copy that the store says is gone (resumed or abandoned elsewhere, expired) is stale:
+        it is dropped, not a conflict. A verdict of a pause held here never conflicts.
+
+        Raises:
+            PendingContinuationError: The local pending continuation is still ``issued`` in the store.
+        """
+        local = self.pending if self.has_pending else None
+        if local is None or (verdict is not None and verdict.held_here):
+            return
+        if await self._is_live(local):
+            raise PendingContinuationError()
+        if self.pending is local:
+            self.drop()
+
+    async def _is_live(self, continuation: Continuation) -> bool:
+        record = await self.store.get(hash_secret(continuation.secret))
+        return record is not None and record.is_claimable(self.store.now())
+
+    # ------------------------------------------------------------------ 5. abandonment
+
+    def require_sync(self) -> None:
+        """Refuse a synchronous abandonment: the store can only be updated asynchronously.
+
+        Raises:
+            ContinuationStoreAsyncError: Always; nothing changes.
+        """
+        raise ContinuationStoreAsyncError()
+
+    def check_abandon(self, token: object, *, force: bool) -> bool:
+        """True when the abandonment concerns the local continuation (token held here, or ``force``)."""
+        return force or matches(token, self.pending)
+
+    async def abandon_async(self, token: object, *, force: bool) -> None:
+        """Abandon in the store and here (a held token), or in the store only (a pause held elsewhere).
+
+        Raises:
+            ContinuationAuthorityError: Without ``force``: the store no longer accepts the token.
+        """
+        local = self.pending
+        is_local = matches(token, local)
+        if local is not None and (is_local or force):
+            accepted = await self.store.abandon(hash_secret(local.secret), force=force)
+            if self.pending is local:
+                self.drop()
+            if not accepted and not force:
+                raise ContinuationAuthorityError()
+        if is_local or (force and token is None):
+            return
+        secret = presented_secret(token)
+        try:
+            if secret is None:
+                raise ContinuationAuthorityError()
+            record = await self._record(hash_secret(secret), allow_expired=force)
+            if not await self.store.abandon(record.token_hash, force=force):
+                raise ContinuationAuthorityError()
+        except ContinuationAuthorityError:
+            if not force:
+                raise
+
+
+def make_authority(
+    store: ContinuationStore | None,
+    checkpoint_storage: CheckpointStorage | None,
+    *,
+    on_reset: Callable[[], None],
+    identity: Callable[[], tuple[str, str]],
+) -> InMemoryAuthority:
+    """The authority strategy for a workflow instance: in memory, or with ``store`` when one is given.
+
+    Raises:
+        TypeError: ``store`` does not implement :class:`ContinuationStore`.
+        ValueError: ``store`` without ``checkpoint_storage``.
+    """
+    if store is None:
+        return InMemoryAuthority(on_reset)
+    return StoreAuthority(store, checkpoint_storage, on_reset, identity)

@@ -1,0 +1,251 @@
+"""Workflow events to agent updates: the one conversion both agent run modes use.
+
+``FunctionalWorkflowAgent`` streams (``run(..., stream=True)``) by yielding what
+:meth:`UpdateConverter.convert` returns for each workflow event, and answers non-streaming runs by
+folding the same updates with core's ``AgentResponse.from_updates``, so both modes give the same
+contents in the same order. The token update (:meth:`UpdateConverter.token_update`) is always the
+last one: core's ``from_updates`` keeps the last update's token, so nothing may follow it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any, cast
+
+from agent_framework import AgentResponse, AgentResponseUpdate, Content, Message, WorkflowEvent
+from pydantic_core import to_jsonable_python
+
+REQUEST_INFO_FUNCTION_NAME = "request_info"
+"""Function name of the ``function_call`` inside each approval request."""
+
+LIVE_DATA_PROPERTY = "data"
+"""Key of ``AgentResponseUpdate.additional_properties`` that carries an emitted JSON value."""
+
+
+def request_data_to_json(data: Any) -> Any:
+    """Return ``data`` as JSON-safe values (pydantic models, dataclasses, datetimes included).
+
+    Args:
+        data: The ``request_info`` payload.
+
+    Returns:
+        A JSON-serialisable value; types pydantic cannot convert become their ``str()``.
+    """
+    return to_jsonable_python(data, fallback=str)
+
+
+class UpdateConverter:
+    """Converts one agent run's workflow events to ``AgentResponseUpdate`` objects (internal).
+
+    Args:
+        author_name: The agent's name (author of its updates).
+        agent_id: The agent's id.
+        response_id: The run's response id.
+    """
+
+    __slots__ = ("_live_text", "agent_id", "author_name", "response_id")
+
+    def __init__(self, *, author_name: str | None, agent_id: str, response_id: str) -> None:
+        self.author_name = author_name
+        self.agent_id = agent_id
+        self.response_id = response_id
+        self._live_text = LiveText()
+
+    def convert(self, event: WorkflowEvent[Any]) -> list[AgentResponseUpdate]:
+        """Convert one workflow event to the updates the caller sees (often none).
+
+        ``intermediate`` events (live updates) pass through; an ``output`` whose text the run already
+        streamed live adds nothing (no text twice; see :class:`LiveText`); a ``request_info`` becomes
+        an approval request.
+        """
+        if event.type == "intermediate":
+            update = live_update_to_agent_update(
+                event.data, author_name=self.author_name, agent_id=self.agent_id, response_id=self.response_id
+            )
+            if update is None:
+                return []
+            self._live_text.add(update)
+            return [update]
+        if event.type == "output":
+            contents = output_contents(event.data)
+            if self._live_text.repeats(contents):
+                return []
+        elif event.type == "request_info" and event.request_id:
+            contents = [approval_request(event)]
+        else:
+            return []
+        if not contents:
+            return []
+        return [
+            AgentResponseUpdate(
+                contents=contents,
+                role="assistant",
+                author_name=self.author_name,
+                agent_id=self.agent_id,
+                response_id=self.response_id,
+                message_id=uuid.uuid4().hex,
+            )
+        ]
+
+    def token_update(self, token: Any) -> AgentResponseUpdate:
+        """The last update of a paused run: no contents, the continuation token."""
+        return AgentResponseUpdate(
+            contents=[],
+            role="assistant",
+            author_name=self.author_name,
+            agent_id=self.agent_id,
+            response_id=self.response_id,
+            continuation_token=token,
+        )
+
+
+def approval_request(event: WorkflowEvent[Any]) -> Content:
+    """The ``function_approval_request`` content of a ``request_info`` event (as core's functional agent)."""
+    request_id = event.request_id
+    function_call = Content.from_function_call(
+        call_id=request_id,
+        name=REQUEST_INFO_FUNCTION_NAME,
+        arguments={"request_id": request_id, "data": request_data_to_json(event.data)},
+    )
+    return Content.from_function_approval_request(
+        id=request_id,
+        function_call=function_call,
+        additional_properties={"request_id": request_id},
+    )
+
+
+def output_contents(data: Any) -> list[Content]:
+    """Contents for a workflow output: text, ``Content``, ``Message`` or agent response as-is."""
+    if data is None:
+        return []
+    if isinstance(data, str):
+        return [Content.from_text(text=data)]
+    if isinstance(data, Content):
+        return [data]
+    if isinstance(data, Message):
+        return list(data.contents)
+    if isinstance(data, AgentResponse):
+        return [content for message in data.messages for content in message.contents]  # pyright: ignore[reportUnknownVariableType]
+    if isinstance(data, list) and all(isinstance(item, (Message, Content)) for item in data):  # pyright: ignore[reportUnknownVariableType]
+        return [c for item in data for c in (item.contents if isinstance(item, Message) else [item])]  # pyright: ignore[reportUnknownVariableType]
+    return [Content.from_text(text=str(cast(object, data)))]
+
+
+def live_update_to_agent_update(
+    data: Any,
+    *,
+    author_name: str | None,
+    agent_id: str,
+    response_id: str,
+) -> AgentResponseUpdate | None:
+    """Convert the payload of an ``intermediate`` event to the agent update the caller sees.
+
+    Text and ``Content`` become contents of an assistant update authored by the agent; an
+    ``AgentResponseUpdate`` is copied (contents, role, author, message id, properties; never its
+    continuation token or operation state, so the token rule of the last update holds); JSON data
+    becomes an update with no contents and ``additional_properties["data"]``. Merge modes are kept,
+    so core's ``AgentResponse.from_updates`` folds a replace snapshot as the inner agent meant it. Other payloads (an
+    ``intermediate`` event a user added by hand with something else) give None.
+    """
+    if isinstance(data, AgentResponseUpdate):
+        properties = dict(data.additional_properties) if data.additional_properties else None
+        return AgentResponseUpdate(
+            contents=list(data.contents),
+            role=data.role or "assistant",
+            author_name=data.author_name or author_name,
+            agent_id=agent_id,
+            response_id=response_id,
+            message_id=data.message_id,
+            merge_mode=data.merge_mode,
+            created_at=data.created_at,
+            additional_properties=properties,
+            raw_representation=data,
+        )
+    if isinstance(data, str):
+        contents = [Content.from_text(text=data)]
+    elif isinstance(data, Content):
+        contents = [data]
+    elif data is None or isinstance(data, (bool, int, float, dict, list)):
+        return AgentResponseUpdate(
+            contents=[],
+            role="assistant",
+            author_name=author_name,
+            agent_id=agent_id,
+            response_id=response_id,
+            additional_properties={LIVE_DATA_PROPERTY: data},
+        )
+    else:
+        return None
+    return AgentResponseUpdate(
+        contents=contents, role="assistant", author_name=author_name, agent_id=agent_id, response_id=response_id
+    )
+
+
+class LiveText:
+    """The text one agent run has streamed live, to keep outputs from repeating it (internal).
+
+    Rule (the same in both run modes, since both convert the same events in the same order): an
+    ``output`` adds nothing to the agent's answer when it has text and the text streamed live before
+    it ends with exactly that text. This is the common case of a workflow returning what it streamed
+    (``return response.text`` after :func:`stream_agent`). Any other output is added as usual.
+
+    The streamed text follows core's merge rules (``AgentResponse.from_updates``): adjacent text
+    contents form a run, a text content with ``merge_mode="replace"`` (the full-text snapshot that
+    core's OpenAI client sends after the deltas) replaces its run, and an update with
+    ``merge_mode="replace"`` clears its message.
+    """
+
+    __slots__ = ("_author", "_message_id", "_message_start", "_open", "_role", "_runs")
+
+    def __init__(self) -> None:
+        self._runs: list[list[str]] = []  # text runs, each a list of chunks (joined only when needed)
+        self._message_start = 0  # index in _runs where the current message begins
+        self._open = False  # the last content was text: the next text chunk joins that run
+        self._author: str | None = None
+        self._message_id: str | None = None
+        self._role: Any = None
+
+    def add(self, update: AgentResponseUpdate) -> None:
+        """Record the text of a live update."""
+        if not self._runs or self._starts_new_message(update):
+            self._message_start = len(self._runs)
+            self._open = False
+        if update.merge_mode == "replace":
+            del self._runs[self._message_start :]
+            self._open = False
+        for content in update.contents:
+            if content.type != "text":
+                self._open = False
+                continue
+            text = content.text or ""
+            if not self._open:
+                self._runs.append([text])
+                self._open = True
+            elif content.merge_mode == "replace":
+                self._runs[-1] = [text]
+            else:
+                self._runs[-1].append(text)
+        if update.author_name is not None:
+            self._author = update.author_name
+        if update.role is not None:
+            self._role = update.role
+        if update.message_id:
+            self._message_id = update.message_id
+
+    def _starts_new_message(self, update: AgentResponseUpdate) -> bool:
+        """Core's rule in ``_process_update`` for when an update opens a new message."""
+        return bool(
+            (update.message_id and self._message_id and update.message_id != self._message_id)
+            or (update.author_name and self._author and update.author_name != self._author)
+            or (update.role and update.role != self._role)
+        )
+
+    def repeats(self, contents: Sequence[Content]) -> bool:
+        """True when ``contents`` carry text and the live text so far ends with exactly that text."""
+        if not self._runs:
+            return False
+        text = "".join(content.text or "" for content in contents if content.type == "text")
+        if not text:
+            return False
+        return "".join("".join(run) for run in self._runs).endswith(text)
