@@ -1,4 +1,4 @@
-"""The samples and the benchmark run end to end as scripts, the way a user runs them.
+"""The samples and the benchmarks run end to end as scripts, the way a user runs them.
 
 Each runs in a subprocess with ``sys.executable`` and without ``OPENAI_API_KEY``, so the
 deterministic writer is used and no network is touched. The OpenAI writer path of
@@ -130,6 +130,33 @@ def test_benchmark_quick_prints_three_rows() -> None:
     for row in ("pause+resume", "pause+resume+ckpt", "plain run"):
         pattern = rf"^{re.escape(row)}\s+{number}\s+{number}\s+{number}\s+{number}$"
         assert any(re.match(pattern, line) for line in out.splitlines()), f"row {row!r} missing:\n{out}"
+
+
+PEER_ROWS = (
+    ("memory", "cpu"),
+    ("memory+ckpt", "cpu"),
+    ("disk same", "cpu"),
+    ("disk same", "wall"),
+    ("disk cold", "cpu"),
+    ("disk cold", "wall"),
+)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("langgraph") is None, reason='needs LangGraph: pip install -e ".[bench]"')
+def test_peers_benchmark_quick_prints_every_row_with_numeric_ratios() -> None:
+    out = assert_ok(run_script(BENCHMARKS / "bench_peers.py", "--quick", timeout=180))
+    lines = out.splitlines()
+    ratios = r"\s+ours/core\s+lg/core\s+ours/lg"
+    header = re.compile(rf"^row\s+clock\s+core us\s+ours us\s+lg us{ratios}{ratios}$")
+    assert any(header.match(line) for line in lines), out
+    number = r"\s+\d+\.\d+"
+    # Three sides' microseconds, then three best-block ratios and three paired ratios.
+    for row, clock in PEER_ROWS:
+        pattern = re.compile(rf"^{re.escape(row)}\s+{clock}{number * 9}$")
+        matching = [line for line in lines if pattern.match(line)]
+        assert len(matching) == 1, f"row {row!r} ({clock}) missing or repeated:\n{out}"
+        values = [float(value) for value in matching[0].removeprefix(row).split()[1:]]
+        assert all(value > 0 for value in values), matching[0]
 
 
 def load_sample(name: str) -> ModuleType:
