@@ -24,7 +24,7 @@ from ._errors import (
     PendingContinuationError,
     WorkflowRunningError,
 )
-from ._redis_store import RedisContinuationStore
+from ._redis_store import ContinuationStoreDurabilityError, RedisContinuationStore
 from ._sqlite_store import SQLiteContinuationStore
 from ._streaming import emit_update, stream_agent
 from ._workflow import (
@@ -43,6 +43,7 @@ __all__ = [
     "ContinuationAuthorityError",
     "ContinuationRecord",
     "ContinuationStore",
+    "ContinuationStoreDurabilityError",
     "FunctionalWorkflow",
     "FunctionalWorkflowAgent",
     "FunctionalWorkflowContinuationToken",

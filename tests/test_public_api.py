@@ -28,6 +28,7 @@ EXPECTED_ALL = [
     "ContinuationAuthorityError",
     "ContinuationRecord",
     "ContinuationStore",
+    "ContinuationStoreDurabilityError",
     "FunctionalWorkflow",
     "FunctionalWorkflowAgent",
     "FunctionalWorkflowContinuationToken",
