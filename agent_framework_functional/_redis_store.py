@@ -26,6 +26,12 @@ RedisDurability = Literal["fsync", "best_effort"]
 RedisDurabilityMode = Literal["appendfsync_always", "waitaof", "best_effort"]
 """How a :class:`RedisContinuationStore` keeps its writes: what its ``check_durability()`` found."""
 
+DEFAULT_MAX_CONNECTIONS = 50
+"""Connections in the pool of a store created from a URL; further operations wait for a free one."""
+
+DEFAULT_POOL_TIMEOUT_SECONDS = 20.0
+"""How long an operation of a store created from a URL waits for a free connection before failing."""
+
 DEFAULT_WAITAOF_TIMEOUT_SECONDS = 5.0
 """How long a store in ``waitaof`` mode waits for Redis to confirm a write reached its disk."""
 
@@ -104,8 +110,9 @@ class RedisContinuationStore:
     Needs the ``redis`` package (``pip install "agent-framework-functional[durable]"``).
 
     Args:
-        client: A ``redis.asyncio.Redis`` client (the caller owns and closes it), or a URL such as
-            ``"redis://localhost:6379/0"`` (the store owns the client; close it with :meth:`aclose`).
+        client: A ``redis.asyncio.Redis`` client (the caller owns and closes it, and chooses its
+            connection pool), or a URL such as ``"redis://localhost:6379/0"`` (the store owns the
+            client, with a blocking connection pool; close it with :meth:`aclose`).
 
     Keyword Args:
         ttl: How long a token is accepted after its pause (seconds or ``timedelta``); default 24 hours.
@@ -116,13 +123,18 @@ class RedisContinuationStore:
         durability: ``"fsync"`` (default): refuse to write unless Redis keeps every acknowledged
             write through a crash (see above). ``"best_effort"``: accept the server's persistence
             as it is.
+        max_connections: With a URL: connections in the store's pool (default 50). More concurrent
+            operations wait for a free connection instead of failing.
+        pool_timeout: With a URL: how long an operation waits for a free connection (seconds or
+            ``timedelta``, default 20 s) before it fails with ``redis.ConnectionError``.
         waitaof_timeout: How long each write waits for Redis to confirm its fsync in ``waitaof``
             mode (seconds or ``timedelta``, default 5 s).
 
     Raises:
         ImportError: The ``redis`` package is not installed.
-        ValueError: ``ttl``, ``retention`` or ``waitaof_timeout`` is not a positive duration of at
-            most ten years, ``namespace`` is empty, or ``durability`` is not one of the names above.
+        ValueError: ``ttl``, ``retention``, ``pool_timeout`` or ``waitaof_timeout`` is not a positive
+            duration of at most ten years, ``namespace`` is empty, ``durability`` is not one of the
+            names above, or ``max_connections`` is not a positive integer.
         TypeError: A duration is neither a number nor a ``timedelta``.
 
     Examples:
@@ -142,6 +154,8 @@ class RedisContinuationStore:
         namespace: str = "agent_framework_functional:continuation",
         clock: Callable[[], float] = time.time,
         durability: RedisDurability = "fsync",
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        pool_timeout: float | timedelta = DEFAULT_POOL_TIMEOUT_SECONDS,
         waitaof_timeout: float | timedelta = DEFAULT_WAITAOF_TIMEOUT_SECONDS,
     ) -> None:
         self._ttl = duration_seconds(ttl, "ttl")
@@ -150,6 +164,9 @@ class RedisContinuationStore:
             raise ValueError("namespace must be a non-empty key prefix, for example 'myapp:continuation'.")
         if durability not in ("fsync", "best_effort"):
             raise ValueError(f"durability must be 'fsync' (the default) or 'best_effort', got {durability!r}.")
+        if isinstance(max_connections, bool) or not isinstance(max_connections, int) or max_connections < 1:  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise ValueError(f"max_connections must be a positive integer, got {max_connections!r}.")
+        pool_wait = duration_seconds(pool_timeout, "pool_timeout")
         self._waitaof_timeout_ms = max(1, int(duration_seconds(waitaof_timeout, "waitaof_timeout") * 1000))
         self.namespace = namespace
         self.durability: RedisDurability = durability
@@ -158,13 +175,15 @@ class RedisContinuationStore:
         self._check_lock = asyncio.Lock()
         if isinstance(client, str):
             try:
+                from redis.asyncio import BlockingConnectionPool
                 from redis.asyncio import Redis as _Redis
             except ImportError as exc:  # pragma: no cover - depends on the environment
                 raise ImportError(
                     "RedisContinuationStore needs the 'redis' package: "
                     "pip install 'agent-framework-functional[durable]'."
                 ) from exc
-            self._client: Any = _Redis.from_url(client)  # pyright: ignore[reportUnknownMemberType]
+            pool = BlockingConnectionPool.from_url(client, max_connections=max_connections, timeout=pool_wait)  # pyright: ignore[reportUnknownMemberType]
+            self._client: Any = _Redis.from_pool(pool)  # pyright: ignore[reportUnknownMemberType]
             self._owns_client = True
         else:
             self._client = client
