@@ -24,6 +24,7 @@ from ._errors import (
     PendingContinuationError,
     WorkflowRunningError,
 )
+from ._redis_checkpoint import RedisCheckpointStorage
 from ._redis_store import ContinuationStoreDurabilityError, RedisContinuationStore
 from ._sqlite_store import SQLiteContinuationStore
 from ._streaming import emit_update, stream_agent
@@ -51,6 +52,7 @@ __all__ = [
     "FunctionalWorkflowError",
     "FunctionalWorkflowRunResult",
     "PendingContinuationError",
+    "RedisCheckpointStorage",
     "RedisContinuationStore",
     "RunContext",
     "SQLiteContinuationStore",

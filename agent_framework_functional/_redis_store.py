@@ -70,7 +70,44 @@ class ContinuationStoreDurabilityError(RuntimeError):
     """
 
 
-def _text(value: Any) -> str:
+def pooled_client(url: str, *, max_connections: int, pool_timeout: float | timedelta, owner: str) -> Any:
+    """Return a ``redis.asyncio.Redis`` client for ``url`` that owns a ``BlockingConnectionPool``.
+
+    Past ``max_connections`` concurrent commands wait for a free connection, for at most
+    ``pool_timeout``, instead of failing; closing the client closes the pool.
+
+    Args:
+        url: A Redis URL (``redis://``, ``rediss://`` or ``unix://``).
+
+    Keyword Args:
+        max_connections: Size of the pool.
+        pool_timeout: Longest wait for a free connection (seconds or ``timedelta``).
+        owner: Class name for error messages.
+
+    Returns:
+        The client (``Any``: redis-py is untyped here).
+
+    Raises:
+        ImportError: The ``redis`` package is not installed.
+        ValueError: ``max_connections`` is not a positive integer, or ``pool_timeout`` is not a
+            positive duration of at most ten years.
+        TypeError: ``pool_timeout`` is neither a number nor a ``timedelta``.
+    """
+    if isinstance(max_connections, bool) or not isinstance(max_connections, int) or max_connections < 1:  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise ValueError(f"max_connections must be a positive integer, got {max_connections!r}.")
+    wait = duration_seconds(pool_timeout, "pool_timeout")
+    try:
+        from redis.asyncio import BlockingConnectionPool, Redis
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            f"{owner} needs the 'redis' package: pip install 'agent-framework-functional[durable]'."
+        ) from exc
+    pool = BlockingConnectionPool.from_url(url, max_connections=max_connections, timeout=wait)  # pyright: ignore[reportUnknownMemberType]
+    return Redis.from_pool(pool)  # pyright: ignore[reportUnknownMemberType]
+
+
+def text(value: Any) -> str:
+    """Return a Redis reply value (``bytes`` or ``str``) as text."""
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
@@ -164,9 +201,6 @@ class RedisContinuationStore:
             raise ValueError("namespace must be a non-empty key prefix, for example 'myapp:continuation'.")
         if durability not in ("fsync", "best_effort"):
             raise ValueError(f"durability must be 'fsync' (the default) or 'best_effort', got {durability!r}.")
-        if isinstance(max_connections, bool) or not isinstance(max_connections, int) or max_connections < 1:  # pyright: ignore[reportUnnecessaryIsInstance]
-            raise ValueError(f"max_connections must be a positive integer, got {max_connections!r}.")
-        pool_wait = duration_seconds(pool_timeout, "pool_timeout")
         self._waitaof_timeout_ms = max(1, int(duration_seconds(waitaof_timeout, "waitaof_timeout") * 1000))
         self.namespace = namespace
         self.durability: RedisDurability = durability
@@ -174,16 +208,9 @@ class RedisContinuationStore:
         self._mode: RedisDurabilityMode | None = "best_effort" if durability == "best_effort" else None
         self._check_lock = asyncio.Lock()
         if isinstance(client, str):
-            try:
-                from redis.asyncio import BlockingConnectionPool
-                from redis.asyncio import Redis as _Redis
-            except ImportError as exc:  # pragma: no cover - depends on the environment
-                raise ImportError(
-                    "RedisContinuationStore needs the 'redis' package: "
-                    "pip install 'agent-framework-functional[durable]'."
-                ) from exc
-            pool = BlockingConnectionPool.from_url(client, max_connections=max_connections, timeout=pool_wait)  # pyright: ignore[reportUnknownMemberType]
-            self._client: Any = _Redis.from_pool(pool)  # pyright: ignore[reportUnknownMemberType]
+            self._client: Any = pooled_client(
+                client, max_connections=max_connections, pool_timeout=pool_timeout, owner="RedisContinuationStore"
+            )
             self._owns_client = True
         else:
             self._client = client
@@ -269,7 +296,7 @@ class RedisContinuationStore:
         raw = cast("dict[Any, Any]", await self._client.hgetall(self._key(token_hash)))
         if not raw:
             return None
-        data = {_text(key): _text(value) for key, value in raw.items()}
+        data = {text(key): text(value) for key, value in raw.items()}
         return ContinuationRecord(
             token_hash=token_hash,
             workflow_name=data["workflow_name"],
@@ -360,7 +387,7 @@ class RedisContinuationStore:
         except ResponseError:  # CONFIG renamed away (unknown command) or denied by an ACL (NOPERM)
             settings: dict[str, str] | None = None
         else:
-            settings = {_text(name): _text(value) for name, value in config.items()}
+            settings = {text(name): text(value) for name, value in config.items()}
         if settings is not None:
             appendonly, appendfsync = settings.get("appendonly"), settings.get("appendfsync")
             if appendonly == "yes" and appendfsync == "always":

@@ -36,6 +36,7 @@ EXPECTED_ALL = [
     "FunctionalWorkflowError",
     "FunctionalWorkflowRunResult",
     "PendingContinuationError",
+    "RedisCheckpointStorage",
     "RedisContinuationStore",
     "RunContext",
     "SQLiteContinuationStore",

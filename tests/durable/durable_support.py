@@ -15,11 +15,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from agent_framework import FileCheckpointStorage
+from agent_framework import CheckpointStorage, FileCheckpointStorage
 from durable_workflows import approval
 
 from agent_framework_functional import (
     ContinuationStore,
+    RedisCheckpointStorage,
     RedisContinuationStore,
     SQLiteContinuationStore,
     continuation_token_hash,
@@ -62,7 +63,15 @@ class StoreSpec:
         return cls(**json.loads(text))
 
 
-async def close_store(store: ContinuationStore) -> None:
+def open_checkpoint_storage(location: str) -> CheckpointStorage:
+    """A folder: ``FileCheckpointStorage``; ``redis://host:port/db#namespace``: ``RedisCheckpointStorage``."""
+    if location.startswith("redis://"):
+        url, _, namespace = location.partition("#")
+        return RedisCheckpointStorage(url, namespace=namespace or "aff-test")
+    return FileCheckpointStorage(location)
+
+
+async def close_store(store: ContinuationStore | CheckpointStorage) -> None:
     closer = getattr(store, "aclose", None)
     if closer is not None:
         await closer()
