@@ -23,6 +23,7 @@ from ._emit import emit_update, stream_agent
 from ._errors import (
     ContinuationAuthorityError,
     ContinuationStoreAsyncError,
+    ContinuationStoreDurabilityError,
     FunctionalWorkflowError,
     NotInWorkflowRunError,
     PauseNotSavedError,
@@ -30,6 +31,7 @@ from ._errors import (
     ResponseMismatchError,
     WorkflowRunningError,
 )
+from ._redis_checkpoint import RedisCheckpointStorage
 from ._redis_store import RedisContinuationStore
 from ._sqlite_store import SQLiteContinuationStore
 from ._store import ContinuationRecord, ContinuationStore
@@ -45,6 +47,7 @@ __all__ = [
     "ContinuationRecord",
     "ContinuationStore",
     "ContinuationStoreAsyncError",
+    "ContinuationStoreDurabilityError",
     "FunctionalWorkflow",
     "FunctionalWorkflowAgent",
     "FunctionalWorkflowContinuationToken",
@@ -54,6 +57,7 @@ __all__ = [
     "NotInWorkflowRunError",
     "PauseNotSavedError",
     "PendingContinuationError",
+    "RedisCheckpointStorage",
     "RedisContinuationStore",
     "ResponseMismatchError",
     "RunContext",

@@ -12,6 +12,7 @@ catch, so existing ``except ValueError`` / ``except RuntimeError`` handlers keep
           ├── WorkflowRunningError          (also RuntimeError) the instance is already running
           ├── ContinuationStoreAsyncError   (also RuntimeError) a synchronous call on an instance with a
           │                                                     continuation store: use the async method
+          ├── ContinuationStoreDurabilityError (also RuntimeError) Redis cannot keep a claim through a crash
           ├── PauseNotSavedError            (also RuntimeError) a pause could not be checkpointed, so it
           │                                                     cannot be recorded in the continuation store
           └── NotInWorkflowRunError         (also RuntimeError) emit_update / stream_agent outside a run
@@ -184,6 +185,28 @@ class NotInWorkflowRunError(FunctionalWorkflowError, RuntimeError):
         message: str = (
             "This was called outside a running workflow. Call it from a @workflow function, one of its @step "
             "functions, or a task they await, while the run is in progress."
+        ),
+    ) -> None:
+        super().__init__(message)
+
+
+class ContinuationStoreDurabilityError(FunctionalWorkflowError, RuntimeError):
+    """Redis cannot keep a claim through a crash, or did not confirm that it kept one.
+
+    Raised by :class:`RedisContinuationStore` (with the default ``durability="fsync"``) before its first
+    write when the server's persistence could lose a write it acknowledged, and after a write in
+    ``waitaof`` mode when Redis does not confirm in time that the write reached its disk. In the
+    second case the operation counts as failed: a claim that raises it runs no resumed code.
+
+    Args:
+        message: What Redis lacks and how to configure it (or opt in to ``durability="best_effort"``).
+    """
+
+    def __init__(
+        self,
+        message: str = (
+            "Redis cannot keep a claim through a crash. Run it with appendonly yes and appendfsync always, or pass "
+            "durability='best_effort' to RedisContinuationStore to accept weaker durability."
         ),
     ) -> None:
         super().__init__(message)

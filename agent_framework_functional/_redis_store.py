@@ -2,15 +2,32 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
+from ._errors import ContinuationStoreDurabilityError
 from ._store import DEFAULT_RETENTION_SECONDS, DEFAULT_TTL_SECONDS, ContinuationRecord, duration_seconds
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
+
+RedisDurability = Literal["fsync", "best_effort"]
+"""What a :class:`RedisContinuationStore` demands of Redis persistence (its ``durability=`` argument)."""
+
+RedisDurabilityMode = Literal["appendfsync_always", "waitaof", "best_effort"]
+"""How a :class:`RedisContinuationStore` keeps its writes: what its ``check_durability()`` found."""
+
+DEFAULT_MAX_CONNECTIONS = 50
+"""Connections in the pool of a store created from a URL; further operations wait for a free one."""
+
+DEFAULT_POOL_TIMEOUT_SECONDS = 20.0
+"""How long an operation of a store created from a URL waits for a free connection before failing."""
+
+DEFAULT_WAITAOF_TIMEOUT_SECONDS = 5.0
+"""How long a store in ``waitaof`` mode waits for Redis to confirm a write reached its disk."""
 
 # KEYS[1] = record key. ARGV = now, new status, expiry horizon. Compare-and-set on status == issued.
 _TRANSITION = """
@@ -28,8 +45,53 @@ redis.call('PEXPIRE', KEYS[1], ARGV[1])
 return 1
 """
 
+_DURABILITY_ADVICE = (
+    "Configure Redis to fsync every write to its append-only file (redis.conf: 'appendonly yes' and "
+    "'appendfsync always', or CONFIG SET appendonly yes / CONFIG SET appendfsync always), or run Redis 7.2 or "
+    "newer with 'appendonly yes' so the store can confirm each write with WAITAOF. To accept that a Redis crash "
+    "can lose claims (a spent token could then resume a second time), pass durability='best_effort' to "
+    "RedisContinuationStore."
+)
 
-def _text(value: Any) -> str:
+
+def pooled_client(url: str, *, max_connections: int, pool_timeout: float | timedelta, owner: str) -> Any:
+    """Return a ``redis.asyncio.Redis`` client for ``url`` that owns a ``BlockingConnectionPool``.
+
+    Past ``max_connections`` concurrent commands wait for a free connection, for at most
+    ``pool_timeout``, instead of failing; closing the client closes the pool.
+
+    Args:
+        url: A Redis URL (``redis://``, ``rediss://`` or ``unix://``).
+
+    Keyword Args:
+        max_connections: Size of the pool.
+        pool_timeout: Longest wait for a free connection (seconds or ``timedelta``).
+        owner: Class name for error messages.
+
+    Returns:
+        The client (``Any``: redis-py is untyped here).
+
+    Raises:
+        ImportError: The ``redis`` package is not installed.
+        ValueError: ``max_connections`` is not a positive integer, or ``pool_timeout`` is not a
+            positive duration of at most ten years.
+        TypeError: ``pool_timeout`` is neither a number nor a ``timedelta``.
+    """
+    if isinstance(max_connections, bool) or not isinstance(max_connections, int) or max_connections < 1:  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise ValueError(f"max_connections must be a positive integer, got {max_connections!r}.")
+    wait = duration_seconds(pool_timeout, "pool_timeout")
+    try:
+        from redis.asyncio import BlockingConnectionPool, Redis
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            f"{owner} needs the 'redis' package: pip install 'agent-framework-functional[durable]'."
+        ) from exc
+    pool = BlockingConnectionPool.from_url(url, max_connections=max_connections, timeout=wait)  # pyright: ignore[reportUnknownMemberType]
+    return Redis.from_pool(pool)  # pyright: ignore[reportUnknownMemberType]
+
+
+def text(value: Any) -> str:
+    """Return a Redis reply value (``bytes`` or ``str``) as text."""
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
@@ -44,11 +106,34 @@ class RedisContinuationStore:
     Each script touches one key, so the store also works on Redis Cluster. Use a store from one
     event loop: the asyncio client's connections belong to the loop that opened them.
 
+    **Durability.** A claim that Redis forgets in a crash makes a spent token resumable again (its
+    side effects could run twice), so by default (``durability="fsync"``) the store checks, once,
+    before its first write (or when the host calls :meth:`check_durability` at start-up), that every
+    acknowledged write is on the server's disk:
+
+    * ``CONFIG GET`` shows ``appendonly yes`` and ``appendfsync always``: Redis fsyncs each write
+      before it replies; nothing more to do per operation.
+    * Otherwise, if AOF may be on but fsyncs lazily, or ``CONFIG`` is disabled or denied: the store
+      asks for ``WAITAOF 1 0 <timeout>`` (Redis 7.2 or newer) after each save, claim and abandon, on
+      the same connection, and raises :class:`ContinuationStoreDurabilityError` when Redis does not
+      confirm the local fsync in time (the operation then counts as failed).
+    * Otherwise (AOF off, as with Redis's default snapshot-only persistence, or WAITAOF unavailable
+      while ``CONFIG`` is hidden) the store refuses every write with
+      :class:`ContinuationStoreDurabilityError`.
+
+    ``durability="best_effort"`` skips the check and keeps whatever the server's persistence keeps:
+    a crash or restart may lose the writes since the last snapshot or fsync, so a claimed token can
+    come back ``issued`` (and resume twice), an abandoned one come back, or an issued one vanish.
+    The check covers one server's restart; a failover to a replica can still lose writes the old
+    primary acknowledged. The check runs once per store object: restart workers after you weaken
+    the server's persistence.
+
     Needs the ``redis`` package (``pip install "agent-framework-functional[durable]"``).
 
     Args:
-        client: A ``redis.asyncio.Redis`` client (the caller owns and closes it), or a URL such as
-            ``"redis://localhost:6379/0"`` (the store owns the client; close it with :meth:`aclose`).
+        client: A ``redis.asyncio.Redis`` client (the caller owns and closes it, and chooses its
+            connection pool), or a URL such as ``"redis://localhost:6379/0"`` (the store owns the
+            client, with a blocking connection pool; close it with :meth:`aclose`).
 
     Keyword Args:
         ttl: How long a token is accepted after its pause (seconds or ``timedelta``); default 24 hours.
@@ -56,17 +141,28 @@ class RedisContinuationStore:
             default 24 hours.
         namespace: Key prefix, so several applications can share one Redis database.
         clock: Seconds since the epoch; defaults to ``time.time``.
+        durability: ``"fsync"`` (default): refuse to write unless Redis keeps every acknowledged
+            write through a crash (see above). ``"best_effort"``: accept the server's persistence
+            as it is.
+        max_connections: With a URL: connections in the store's pool (default 50). More concurrent
+            operations wait for a free connection instead of failing.
+        pool_timeout: With a URL: how long an operation waits for a free connection (seconds or
+            ``timedelta``, default 20 s) before it fails with ``redis.ConnectionError``.
+        waitaof_timeout: How long each write waits for Redis to confirm its fsync in ``waitaof``
+            mode (seconds or ``timedelta``, default 5 s).
 
     Raises:
         ImportError: The ``redis`` package is not installed.
-        ValueError: ``ttl`` or ``retention`` is not a positive duration of at most ten years, or
-            ``namespace`` is empty.
-        TypeError: ``ttl`` or ``retention`` is neither a number nor a ``timedelta``.
+        ValueError: ``ttl``, ``retention``, ``pool_timeout`` or ``waitaof_timeout`` is not a positive
+            duration of at most ten years, ``namespace`` is empty, ``durability`` is not one of the
+            names above, or ``max_connections`` is not a positive integer.
+        TypeError: A duration is neither a number nor a ``timedelta``.
 
     Examples:
         .. code-block:: python
 
             store = RedisContinuationStore("redis://cache:6379/0", ttl=timedelta(hours=4))
+            await store.check_durability()  # at start-up: fail now, not at the first pause
             wf = review.build(checkpoint_storage=shared_storage, continuation_store=store)
     """
 
@@ -78,22 +174,27 @@ class RedisContinuationStore:
         retention: float | timedelta = DEFAULT_RETENTION_SECONDS,
         namespace: str = "agent_framework_functional:continuation",
         clock: Callable[[], float] = time.time,
+        durability: RedisDurability = "fsync",
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        pool_timeout: float | timedelta = DEFAULT_POOL_TIMEOUT_SECONDS,
+        waitaof_timeout: float | timedelta = DEFAULT_WAITAOF_TIMEOUT_SECONDS,
     ) -> None:
         self._ttl = duration_seconds(ttl, "ttl")
         self._retention = duration_seconds(retention, "retention")
         if not namespace:
             raise ValueError("namespace must be a non-empty key prefix, for example 'myapp:continuation'.")
+        if durability not in ("fsync", "best_effort"):
+            raise ValueError(f"durability must be 'fsync' (the default) or 'best_effort', got {durability!r}.")
+        self._waitaof_timeout_ms = max(1, int(duration_seconds(waitaof_timeout, "waitaof_timeout") * 1000))
         self.namespace = namespace
+        self.durability: RedisDurability = durability
         self._clock = clock
+        self._mode: RedisDurabilityMode | None = "best_effort" if durability == "best_effort" else None
+        self._check_lock = asyncio.Lock()
         if isinstance(client, str):
-            try:
-                from redis.asyncio import Redis as _Redis
-            except ImportError as exc:  # pragma: no cover - depends on the environment
-                raise ImportError(
-                    "RedisContinuationStore needs the 'redis' package: "
-                    "pip install 'agent-framework-functional[durable]'."
-                ) from exc
-            self._client: Any = _Redis.from_url(client)  # pyright: ignore[reportUnknownMemberType]
+            self._client: Any = pooled_client(
+                client, max_connections=max_connections, pool_timeout=pool_timeout, owner="RedisContinuationStore"
+            )
             self._owns_client = True
         else:
             self._client = client
@@ -110,6 +211,31 @@ class RedisContinuationStore:
         """Return the store's clock, seconds since the epoch."""
         return self._clock()
 
+    async def check_durability(self) -> RedisDurabilityMode:
+        """Check once that Redis keeps every acknowledged write through a crash; return how.
+
+        Every save, claim and abandon calls it first; the first successful check is remembered for
+        the store's lifetime, a failed one is repeated on the next write (so fixing the server's
+        configuration needs no restart). Call it at start-up to fail early.
+
+        Returns:
+            ``"appendfsync_always"`` (the server fsyncs each write before replying),
+            ``"waitaof"`` (each write is confirmed with ``WAITAOF``), or ``"best_effort"`` (the
+            store was built with ``durability="best_effort"``: nothing was checked).
+
+        Raises:
+            ContinuationStoreDurabilityError: With ``durability="fsync"``: AOF is off, or Redis
+                cannot confirm writes with ``WAITAOF`` (older than 7.2, or AOF off) while ``CONFIG``
+                does not show ``appendfsync always``.
+            redis.RedisError: Redis cannot be reached.
+        """
+        if self._mode is not None:
+            return self._mode
+        async with self._check_lock:
+            if self._mode is None:
+                self._mode = await self._probe_durability()
+            return self._mode
+
     def _key(self, token_hash: str) -> str:
         return f"{self.namespace}:{token_hash}"
 
@@ -121,13 +247,15 @@ class RedisContinuationStore:
 
         Raises:
             ValueError: A record with this hash exists already.
+            ContinuationStoreDurabilityError: Redis cannot keep the record through a crash, or did
+                not confirm it in time (see :meth:`check_durability`); no token should be handed out.
         """
         fields = {**record.to_fields(), "updated_at": repr(record.created_at)}
         physical_ttl_ms = max(1, int((record.expires_at - self.now() + self._retention) * 1000))
         args: list[str | int] = [physical_ttl_ms]
         for name, value in fields.items():
             args.extend((name, value))
-        inserted = await self._insert_script(keys=[self._key(record.token_hash)], args=args)
+        inserted = await self._write(self._insert_script, self._key(record.token_hash), args, "record")
         if not int(inserted):
             raise ValueError("A continuation with this token hash is already recorded; issue a new token.")
 
@@ -143,7 +271,7 @@ class RedisContinuationStore:
         raw = cast("dict[Any, Any]", await self._client.hgetall(self._key(token_hash)))
         if not raw:
             return None
-        return ContinuationRecord.from_fields(token_hash, {_text(key): value for key, value in raw.items()})
+        return ContinuationRecord.from_fields(token_hash, {text(key): value for key, value in raw.items()})
 
     async def claim(self, token_hash: str) -> bool:
         """Atomically move an ``issued``, unexpired record to ``claimed`` (one Lua script).
@@ -153,6 +281,10 @@ class RedisContinuationStore:
 
         Returns:
             True for the one caller that claimed it; False when it is missing, not ``issued`` or expired.
+
+        Raises:
+            ContinuationStoreDurabilityError: Redis cannot keep the claim through a crash, or did not
+                confirm it in time; the resume must not run (the token may stay spent).
         """
         now = self.now()
         return await self._transition(token_hash, "claimed", now, now)
@@ -168,6 +300,10 @@ class RedisContinuationStore:
 
         Returns:
             True when this call abandoned it.
+
+        Raises:
+            ContinuationStoreDurabilityError: Redis cannot keep the change through a crash, or did not
+                confirm it in time; abandon again once Redis is healthy.
         """
         now = self.now()
         return await self._transition(token_hash, "abandoned", now, 0.0 if force else now)
@@ -178,5 +314,67 @@ class RedisContinuationStore:
             await self._client.aclose()
 
     async def _transition(self, token_hash: str, status: str, now: float, horizon: float) -> bool:
-        changed = await self._transition_script(keys=[self._key(token_hash)], args=[repr(now), status, repr(horizon)])
+        args = [repr(now), status, repr(horizon)]
+        changed = await self._write(self._transition_script, self._key(token_hash), args, status)
         return bool(int(changed))
+
+    async def _write(self, script: Any, key: str, args: list[Any], what: str) -> Any:
+        """Run one write script; in ``waitaof`` mode confirm it on the same connection with WAITAOF."""
+        if await self.check_durability() != "waitaof":
+            return await script(keys=[key], args=args)
+        from redis.exceptions import ResponseError
+
+        async with self._client.pipeline(transaction=False) as pipe:
+            await script(keys=[key], args=args, client=pipe)
+            pipe.execute_command("WAITAOF", 1, 0, self._waitaof_timeout_ms)
+            try:
+                result, acknowledged = await pipe.execute()
+            except ResponseError as exc:
+                if "WAITAOF" not in str(exc).upper():
+                    raise
+                raise ContinuationStoreDurabilityError(
+                    f"Redis refused to confirm that the {what} write reached its append-only file ({exc}); "
+                    f"treat it as failed. {_DURABILITY_ADVICE}"
+                ) from exc
+        if int(acknowledged[0]) < 1:
+            raise ContinuationStoreDurabilityError(
+                f"Redis did not confirm within {self._waitaof_timeout_ms} ms that the {what} write reached its "
+                "append-only file, so it could be lost in a crash; the operation counts as failed. Check the "
+                "Redis server's disk, or raise waitaof_timeout."
+            )
+        return result
+
+    async def _probe_durability(self) -> RedisDurabilityMode:
+        from redis.exceptions import ResponseError
+
+        try:
+            config = cast("dict[Any, Any]", await self._client.config_get("append*"))
+        except ResponseError:  # CONFIG renamed away (unknown command) or denied by an ACL (NOPERM)
+            settings: dict[str, str] | None = None
+        else:
+            settings = {text(name): text(value) for name, value in config.items()}
+        if settings is not None:
+            appendonly, appendfsync = settings.get("appendonly"), settings.get("appendfsync")
+            if appendonly == "yes" and appendfsync == "always":
+                return "appendfsync_always"
+            if appendonly != "yes":
+                raise ContinuationStoreDurabilityError(
+                    f"Redis runs with appendonly={appendonly!r}, so it persists writes at best in periodic "
+                    "snapshots: a crash or restart loses every claim since the last one, and a spent token could "
+                    "resume twice. "
+                    f"{_DURABILITY_ADVICE}"
+                )
+        found = "CONFIG is not available to this client" if settings is None else "appendfsync is not 'always'"
+        try:
+            reply = await self._client.execute_command("WAITAOF", 1, 0, self._waitaof_timeout_ms)
+        except ResponseError as exc:
+            raise ContinuationStoreDurabilityError(
+                f"Cannot tell whether Redis keeps writes through a crash ({found}), and WAITAOF failed: {exc}. "
+                f"{_DURABILITY_ADVICE}"
+            ) from exc
+        if int(reply[0]) < 1:
+            raise ContinuationStoreDurabilityError(
+                f"Redis did not confirm a local fsync with WAITAOF within {self._waitaof_timeout_ms} ms ({found}). "
+                f"{_DURABILITY_ADVICE}"
+            )
+        return "waitaof"

@@ -41,6 +41,18 @@ CREATE TABLE IF NOT EXISTS continuations (
 ) WITHOUT ROWID
 """
 
+# Both purge conditions can use an index, so a purge does not scan the table under the write lock.
+_INDEXES = (
+    "CREATE INDEX IF NOT EXISTS continuations_expires_at ON continuations (expires_at)",
+    "CREATE INDEX IF NOT EXISTS continuations_updated_at ON continuations (updated_at)",
+)
+
+# Past retention: expired more than `retention` ago (any status), or finished (claimed, abandoned) that long ago.
+_PURGE = "DELETE FROM continuations WHERE expires_at < :cutoff OR (status != 'issued' AND updated_at < :cutoff)"
+
+DEFAULT_PURGE_INTERVAL_SECONDS = 600.0
+"""How often (at most) a :class:`SQLiteContinuationStore` deletes records past retention on a write."""
+
 
 class SQLiteContinuationStore:
     """A :class:`ContinuationStore` in one SQLite file, safe for several processes on one machine.
@@ -53,19 +65,30 @@ class SQLiteContinuationStore:
     systems; use :class:`RedisContinuationStore` for several machines. Do not share one store object
     across ``fork()``: build it in each process.
 
+    **Bounded storage.** Records past retention are deleted automatically: a record that expired
+    more than ``retention`` ago (whatever its status), and a claimed or abandoned one finished more
+    than ``retention`` ago. The first write (save, claim or abandon) of a store object, and then the
+    first write once ``purge_interval`` has passed since its last purge (by the store's clock),
+    purges before it writes, in its own transaction. Every process purges on its own schedule; the
+    deletes are idempotent. A pending (``issued``, unexpired) record is never deleted.
+
     Args:
         path: The database file; created (with its table) if missing.
 
     Keyword Args:
         ttl: How long a token is accepted after its pause (seconds or ``timedelta``); default 24 hours.
-        retention: How long a record is kept after it expires, for inspection, before
-            :meth:`purge_expired` deletes it (seconds or ``timedelta``); default 24 hours.
+        retention: How long a record is kept after it expires, or after it is claimed or abandoned,
+            for inspection (finding a crashed resume's checkpoint), before it is purged (seconds or
+            ``timedelta``); default 24 hours.
         busy_timeout: Seconds to wait for another process's write lock before failing.
+        purge_interval: Least time between two automatic purges of this store object (seconds or
+            ``timedelta``), default 10 minutes; ``None`` turns the automatic purge off (then call
+            :meth:`purge_expired` yourself, or the file grows without bound).
         clock: Seconds since the epoch; defaults to ``time.time`` (tests inject a fake clock).
 
     Raises:
-        ValueError: ``ttl``, ``retention`` or ``busy_timeout`` is not a positive duration of at most
-            ten years.
+        ValueError: ``ttl``, ``retention``, ``busy_timeout`` or ``purge_interval`` is not a positive
+            duration of at most ten years.
         TypeError: One of them is neither a number nor a ``timedelta``.
         sqlite3.Error: The file cannot be opened or initialised.
 
@@ -84,10 +107,13 @@ class SQLiteContinuationStore:
         retention: float | timedelta = DEFAULT_RETENTION_SECONDS,
         busy_timeout: float = 30.0,
         clock: Callable[[], float] = time.time,
+        purge_interval: float | timedelta | None = DEFAULT_PURGE_INTERVAL_SECONDS,
     ) -> None:
         self._ttl = duration_seconds(ttl, "ttl")
         self._retention = duration_seconds(retention, "retention")
         timeout = duration_seconds(busy_timeout, "busy_timeout")
+        self._purge_interval = None if purge_interval is None else duration_seconds(purge_interval, "purge_interval")
+        self._next_purge = float("-inf")  # the first write purges
         self._clock = clock
         self.path = Path(path)
         self._lock = threading.Lock()
@@ -97,6 +123,8 @@ class SQLiteContinuationStore:
             self._conn.execute("PRAGMA journal_mode = WAL")
             self._conn.execute("PRAGMA synchronous = NORMAL")
             self._conn.execute(_SCHEMA)
+            for index in _INDEXES:
+                self._conn.execute(index)
         except BaseException:
             self._conn.close()
             raise
@@ -121,7 +149,8 @@ class SQLiteContinuationStore:
         """
         fields = record.to_fields()
         row = (record.token_hash, *(fields[name] for name in _RECORD_COLUMNS), record.created_at)
-        await self._run(lambda c: c.execute("INSERT INTO continuations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", row))
+        sql = "INSERT INTO continuations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        await self._run(lambda c: c.execute(sql, row), write=True)
 
     async def get(self, token_hash: str) -> ContinuationRecord | None:
         """Return the record for ``token_hash`` (any status), or None; never mutates.
@@ -175,14 +204,15 @@ class SQLiteContinuationStore:
         return await self._transition(sql, (now, token_hash, horizon))
 
     async def purge_expired(self) -> int:
-        """Delete records that expired more than ``retention`` ago.
+        """Delete the records past retention now (writes also do it, at most once per ``purge_interval``).
+
+        Deletes records that expired more than ``retention`` ago, and claimed or abandoned records
+        finished more than ``retention`` ago; never a pending (``issued``, unexpired) one.
 
         Returns:
             How many records were deleted.
         """
-        cutoff = self.now() - self._retention
-        sql = "DELETE FROM continuations WHERE expires_at < ?"
-        return await self._run(lambda c: c.execute(sql, (cutoff,)).rowcount)
+        return await self._run(lambda c: self._purge(c, self.now()))
 
     async def aclose(self) -> None:
         """Close the database connection; the store cannot be used afterwards."""
@@ -199,11 +229,22 @@ class SQLiteContinuationStore:
             conn.execute("COMMIT")
             return changed
 
-        return await self._run(update)
+        return await self._run(update, write=True)
 
-    async def _run(self, operation: Callable[[sqlite3.Connection], _T]) -> _T:
+    def _purge(self, conn: sqlite3.Connection, now: float) -> int:
+        """Delete the records past retention (called with ``self._lock`` held); return how many."""
+        deleted = conn.execute(_PURGE, {"cutoff": now - self._retention}).rowcount
+        if self._purge_interval is not None:
+            self._next_purge = now + self._purge_interval
+        return deleted
+
+    async def _run(self, operation: Callable[[sqlite3.Connection], _T], *, write: bool = False) -> _T:
         def locked() -> _T:
             with self._lock:
+                if write and self._purge_interval is not None:
+                    now = self.now()
+                    if now >= self._next_purge:
+                        self._purge(self._conn, now)
                 return operation(self._conn)
 
         return await asyncio.to_thread(locked)

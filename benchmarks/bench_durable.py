@@ -4,7 +4,8 @@ Two measurements, printed as tables:
 
 * **Claim latency.** ``store.claim(hash)`` on records saved beforehand, one at a time, for
   ``SQLiteContinuationStore`` (a file in a temporary folder) and ``RedisContinuationStore`` (a
-  ``redis-server`` this script starts on a free loopback port, or ``--redis-url``). Median and
+  ``redis-server`` this script starts on a free loopback port with ``appendfsync always``, as the
+  store's default durability requires, or ``--redis-url``). Median and
   99th percentile in microseconds.
 * **Resume throughput.** Pauses are created first (all in this process, checkpointed in one
   ``FileCheckpointStorage``), then resumed with their tokens, timed from a common start signal to
@@ -91,15 +92,17 @@ async def close_store(store: ContinuationStore) -> None:
     await store.aclose()  # type: ignore[attr-defined]
 
 
-def start_redis() -> tuple[subprocess.Popen[bytes], str]:
+def start_redis(folder: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """Start redis-server with its AOF fsynced on every write (what the store's default durability needs)."""
     binary = shutil.which("redis-server")
     if binary is None:
-        raise SystemExit("redis-server is not installed: run .ci/install-redis.sh, or pass --redis-url.")
+        raise SystemExit("redis-server is not installed: run scripts/services/redis.sh, or pass --redis-url.")
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
+    persistence = ["--save", "", "--dir", str(folder), "--appendonly", "yes", "--appendfsync", "always"]
     proc = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        [binary, "--port", str(port), "--bind", "127.0.0.1", *persistence],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -241,9 +244,9 @@ async def main() -> None:
     process_counts = (1, 2) if args.quick else (1, 4, 8)
     redis_proc = None
     redis_url = args.redis_url
-    if redis_url is None:
-        redis_proc, redis_url = start_redis()
     folder = Path(tempfile.mkdtemp(prefix="bench-durable-"))
+    if redis_url is None:
+        redis_proc, redis_url = start_redis(folder)
     try:
         specs = {
             "SQLite": {"kind": "sqlite", "location": str(folder / "continuations.db"), "namespace": ""},
@@ -283,10 +286,10 @@ async def main() -> None:
                 label = f"durable {name}, {processes} process{'es' if processes > 1 else ''}"
                 print(f"{label:<40}{rate:>12.1f}")
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
         if redis_proc is not None:
             redis_proc.terminate()
             redis_proc.wait(timeout=10)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 if __name__ == "__main__":

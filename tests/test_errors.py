@@ -10,6 +10,7 @@ import pytest
 from agent_framework_functional import (
     ContinuationAuthorityError,
     ContinuationStoreAsyncError,
+    ContinuationStoreDurabilityError,
     FunctionalWorkflowError,
     NotInWorkflowRunError,
     PauseNotSavedError,
@@ -92,6 +93,7 @@ NEW_ERRORS = [
     (ContinuationStoreAsyncError, RuntimeError),
     (PauseNotSavedError, RuntimeError),
     (NotInWorkflowRunError, RuntimeError),
+    (ContinuationStoreDurabilityError, RuntimeError),
 ]
 
 

@@ -1,16 +1,14 @@
 """Fixtures of the durable-continuation tests: a real redis-server, both stores, shared checkpoints.
 
-The ``redis_server`` fixture starts Debian's ``redis-server`` binary on a free loopback port for the
-whole session and stops it afterwards. It fails (never skips) when the binary is missing: run
-``scripts/services/redis.sh`` or ``apt-get install -y redis-server``.
+The ``redis_server`` fixture starts Debian's ``redis-server`` binary on a free loopback port (16400-16499)
+for the whole session, with its append-only file fsynced on every write, and stops it afterwards;
+``redis_servers`` starts private servers that a test can SIGKILL and restart. Both fail (never skip)
+when the binary is missing: run ``scripts/services/redis.sh`` or ``apt-get install -y redis-server``.
 """
 
 from __future__ import annotations
 
 import shutil
-import socket
-import subprocess
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -19,29 +17,14 @@ from typing import Any
 import durable_workflows
 import pytest
 from agent_framework import FileCheckpointStorage
-from durable_support import FakeClock, StoreSpec, close_store
+from durable_support import REDIS_DURABLE_OPTIONS, FakeClock, RedisServer, StoreSpec, close_store
 
 from agent_framework_functional import ContinuationStore
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _ping(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as conn:
-            conn.sendall(b"PING\r\n")
-            return conn.recv(16).startswith(b"+PONG")
-    except OSError:
-        return False
-
-
 @pytest.fixture(scope="session")
-def redis_server() -> Iterator[str]:
-    """A real redis-server on 127.0.0.1 for this test session; yields its URL."""
+def redis_binary() -> str:
+    """Path of Debian's redis-server; fails (never skips) when it is missing."""
     binary = shutil.which("redis-server")
     if binary is None:
         pytest.fail(
@@ -49,29 +32,40 @@ def redis_server() -> Iterator[str]:
             "`bash scripts/services/redis.sh` (or `apt-get install -y redis-server`) and run the tests again.",
             pytrace=False,
         )
-    port = _free_port()
-    process = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    return binary
+
+
+@pytest.fixture(scope="session")
+def redis_server(redis_binary: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real redis-server on 127.0.0.1 for this test session, AOF fsynced on every write; yields its URL.
+
+    ``appendfsync always`` is what the store's default ``durability="fsync"`` asks for, so every
+    Redis test runs against the configuration the README tells hosts to use.
+    """
+    server = RedisServer(redis_binary, tmp_path_factory.mktemp("redis-session"), *REDIS_DURABLE_OPTIONS)
     try:
-        deadline = time.monotonic() + 30
-        while not _ping(port):
-            if process.poll() is not None or time.monotonic() > deadline:
-                err = process.stderr.read().decode(errors="replace") if process.stderr else ""
-                pytest.fail(f"redis-server did not start on port {port}: {err}", pytrace=False)
-            time.sleep(0.02)
-        yield f"redis://127.0.0.1:{port}/0"
+        server.start()
+    except RuntimeError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        yield server.url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        if process.stderr is not None:
-            process.stderr.close()
+        server.stop()
+
+
+@pytest.fixture
+def redis_servers(redis_binary: str, tmp_path: Path) -> Iterator[Callable[..., RedisServer]]:
+    """Start private redis-server processes (``make(*options)``); all are stopped after the test."""
+    started: list[RedisServer] = []
+
+    def make(*options: str, binary: str | None = None) -> RedisServer:
+        server = RedisServer(binary or redis_binary, tmp_path / f"redis-{len(started)}", *options)
+        started.append(server)
+        return server.start()
+
+    yield make
+    for server in started:
+        server.stop()
 
 
 @pytest.fixture(autouse=True)

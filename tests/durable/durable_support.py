@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import random
+import signal
+import socket
 import subprocess
 import sys
 import time
@@ -12,7 +15,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from agent_framework_functional import ContinuationStore, RedisContinuationStore, SQLiteContinuationStore
+from agent_framework import CheckpointStorage, FileCheckpointStorage
+from durable_workflows import approval
+
+from agent_framework_functional import (
+    ContinuationStore,
+    RedisCheckpointStorage,
+    RedisContinuationStore,
+    SQLiteContinuationStore,
+    continuation_token_hash,
+)
 
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "durable_worker.py"
@@ -26,6 +38,8 @@ class StoreSpec:
     location: str  # database file, or redis URL
     namespace: str = "aff-test"
 
+    durability: str = "fsync"  # redis only: RedisContinuationStore(durability=...)
+
     def open(self, *, ttl: float | None = None, clock: Callable[[], float] | None = None) -> ContinuationStore:
         options: dict[str, Any] = {}
         if ttl is not None:
@@ -34,7 +48,12 @@ class StoreSpec:
             options["clock"] = clock
         if self.kind == "sqlite":
             return SQLiteContinuationStore(self.location, **options)
-        return RedisContinuationStore(self.location, namespace=self.namespace, **options)
+        return RedisContinuationStore(
+            self.location,
+            namespace=self.namespace,
+            durability=self.durability,  # type: ignore[arg-type]
+            **options,
+        )
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -44,7 +63,15 @@ class StoreSpec:
         return cls(**json.loads(text))
 
 
-async def close_store(store: ContinuationStore) -> None:
+def open_checkpoint_storage(location: str) -> CheckpointStorage:
+    """A folder: ``FileCheckpointStorage``; ``redis://host:port/db#namespace``: ``RedisCheckpointStorage``."""
+    if location.startswith("redis://"):
+        url, _, namespace = location.partition("#")
+        return RedisCheckpointStorage(url, namespace=namespace or "aff-test")
+    return FileCheckpointStorage(location)
+
+
+async def close_store(store: ContinuationStore | CheckpointStorage) -> None:
     closer = getattr(store, "aclose", None)
     if closer is not None:
         await closer()
@@ -89,6 +116,30 @@ def start_race(barrier: Path, count: int) -> None:
     (barrier / "go").write_text("go", encoding="utf-8")
 
 
+async def pause_here(spec: StoreSpec, checkpoint_dir: Path, state: Path) -> dict[str, Any]:
+    """Pause ``approval`` in the calling process and write the state file the workers read."""
+    store = spec.open()
+    try:
+        wf = approval.build(checkpoint_storage=FileCheckpointStorage(checkpoint_dir), continuation_store=store)
+        paused = await wf.run("tea")
+        request_id = paused.get_request_info_events()[0].request_id
+        data = {"token": paused.continuation_token, "request_id": request_id}
+        state.write_text(json.dumps(data), encoding="utf-8")  # noqa: ASYNC240 - tiny test file
+        return data
+    finally:
+        await close_store(store)
+
+
+async def record_status(spec: StoreSpec, token: dict[str, Any]) -> str | None:
+    """The store's status of ``token``'s record (None when there is none), read through a fresh store."""
+    store = spec.open()
+    try:
+        record = await store.get(continuation_token_hash(token))
+        return record.status if record is not None else None
+    finally:
+        await close_store(store)
+
+
 def effect_lines(path: Path) -> list[str]:
     return path.read_text(encoding="utf-8").splitlines() if path.exists() else []
 
@@ -104,3 +155,101 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
+
+
+# ---------------------------------------------------------------- real redis-server processes
+
+REDIS_PORTS = range(16400, 16500)
+"""Loopback ports the durable tests' Redis servers use (this branch's own range)."""
+
+REDIS_DURABLE_OPTIONS = ("--appendonly", "yes", "--appendfsync", "always", "--save", "")
+"""redis-server options under which the store's default ``durability="fsync"`` accepts the server."""
+
+
+def free_port() -> int:
+    """Return a port of :data:`REDIS_PORTS` that nothing listens on now (start at random: parallel runs)."""
+    ports = list(REDIS_PORTS)
+    start = random.randrange(len(ports))
+    for port in ports[start:] + ports[:start]:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free loopback port in {REDIS_PORTS.start}-{REDIS_PORTS.stop - 1} for redis-server")
+
+
+def ping(port: int) -> bool:
+    """True when a Redis server answers PING on 127.0.0.1:``port``."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as conn:
+            conn.sendall(b"PING\r\n")
+            return conn.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+class RedisServer:
+    """One real redis-server process: start, SIGKILL, and restart on the same port and data folder.
+
+    ``options`` are redis-server command-line options (``"--appendonly", "yes"``, ...). The server
+    keeps its files (RDB snapshot, AOF) in ``directory``, so a restart loads what it persisted.
+    """
+
+    def __init__(self, binary: str, directory: Path, *options: str, port: int | None = None) -> None:
+        self.binary = binary
+        self.directory = directory
+        self.options = options
+        self.port = port if port is not None else free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+        directory.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> RedisServer:
+        log = self.directory / "redis.log"
+        self.process = subprocess.Popen(
+            [
+                self.binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                str(self.directory),
+                "--logfile",
+                str(log),
+                *self.options,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 30
+        while not ping(self.port):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                text = log.read_text(errors="replace") if log.exists() else ""
+                self.stop()
+                raise RuntimeError(f"{self.binary} did not start on port {self.port}:\n{text[-2000:]}")
+            time.sleep(0.02)
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL the server (no shutdown save, no AOF flush beyond what it already did) and reap it."""
+        assert self.process is not None
+        os.kill(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=30)
+        self.process = None
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.process = None

@@ -1,6 +1,8 @@
 """A worker process for the durable tests: pause, resume, abandon or restore one workflow pause.
 
-Usage: ``python durable_worker.py <command> <store spec json> <checkpoint dir> <state file> [barrier dir] [name]``.
+Usage: ``python durable_worker.py <command> <store spec json> <checkpoints> <state file> [barrier dir] [name]``,
+where ``<checkpoints>`` is a folder (``FileCheckpointStorage``) or ``redis://host:port/db#namespace``
+(``RedisCheckpointStorage``: the workers then share nothing but Redis).
 ``pause`` runs ``approval`` until it pauses and writes ``{"token", "request_id"}`` to the state file;
 ``resume`` and ``abandon`` read it, wait at the barrier (``ready-<name>`` then ``go``) so that all
 workers race at once, and act. The last stdout line is a JSON outcome.
@@ -15,8 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent_framework import FileCheckpointStorage
-from durable_support import StoreSpec, close_store
+from durable_support import StoreSpec, close_store, open_checkpoint_storage
 from durable_workflows import approval
 
 from agent_framework_functional import ContinuationAuthorityError
@@ -38,9 +39,10 @@ def _barrier(directory: str, name: str) -> None:
 
 
 async def main(argv: list[str]) -> dict[str, Any]:
-    command, spec_json, checkpoint_dir, state_file = argv[:4]
+    command, spec_json, checkpoints, state_file = argv[:4]
     store = StoreSpec.from_json(spec_json).open()
-    wf = approval.build(checkpoint_storage=FileCheckpointStorage(checkpoint_dir), continuation_store=store)
+    checkpoint_storage = open_checkpoint_storage(checkpoints)
+    wf = approval.build(checkpoint_storage=checkpoint_storage, continuation_store=store)
     try:
         if command == "pause":
             paused = await wf.run("tea")
@@ -65,6 +67,7 @@ async def main(argv: list[str]) -> dict[str, Any]:
         raise SystemExit(f"unknown command {command!r}")
     finally:
         await close_store(store)
+        await close_store(checkpoint_storage)
 
 
 if __name__ == "__main__":

@@ -11,11 +11,20 @@ import json
 import os
 import signal
 from pathlib import Path
-from typing import Any
 
 import pytest
 from agent_framework import FileCheckpointStorage
-from durable_support import StoreSpec, close_store, effect_lines, finish, spawn_worker, start_race, wait_for
+from durable_support import (
+    StoreSpec,
+    close_store,
+    effect_lines,
+    finish,
+    pause_here,
+    record_status,
+    spawn_worker,
+    start_race,
+    wait_for,
+)
 from durable_workflows import approval
 
 from agent_framework_functional import ContinuationAuthorityError, continuation_token_hash
@@ -33,29 +42,6 @@ def effects_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def _args(spec: StoreSpec, checkpoint_dir: Path, state: Path) -> list[str]:
     return [spec.to_json(), str(checkpoint_dir), str(state)]
-
-
-async def _pause_here(spec: StoreSpec, checkpoint_dir: Path, state: Path) -> dict[str, Any]:
-    """Pause in the test process (one more "process") and write the state file the workers read."""
-    store = spec.open()
-    try:
-        wf = approval.build(checkpoint_storage=FileCheckpointStorage(checkpoint_dir), continuation_store=store)
-        paused = await wf.run("tea")
-        request_id = paused.get_request_info_events()[0].request_id
-        data = {"token": paused.continuation_token, "request_id": request_id}
-        state.write_text(json.dumps(data), encoding="utf-8")  # noqa: ASYNC240 - tiny test file
-        return data
-    finally:
-        await close_store(store)
-
-
-async def _status(spec: StoreSpec, token: dict[str, Any]) -> str | None:
-    store = spec.open()
-    try:
-        record = await store.get(continuation_token_hash(token))
-        return record.status if record is not None else None
-    finally:
-        await close_store(store)
 
 
 async def test_eight_processes_race_to_resume_one_pause(
@@ -76,7 +62,7 @@ async def test_eight_processes_race_to_resume_one_pause(
     assert {o["message"] for o in rejected} == {AUTHORITY_ERROR_MESSAGE}
     assert len(effect_lines(effects_file)) == 1  # the resumed code ran exactly once
     token = json.loads(state.read_text(encoding="utf-8"))["token"]
-    assert await _status(store_spec, token) == "claimed"
+    assert await record_status(store_spec, token) == "claimed"
 
 
 async def test_resume_in_a_races_abandon_in_b(
@@ -85,7 +71,7 @@ async def test_resume_in_a_races_abandon_in_b(
     seen: set[tuple[str, str]] = set()
     for round_number in range(3):
         state = tmp_path / f"state-{round_number}.json"
-        data = await _pause_here(store_spec, checkpoint_dir, state)
+        data = await pause_here(store_spec, checkpoint_dir, state)
         barrier = tmp_path / f"barrier-{round_number}"
         barrier.mkdir()
         args = _args(store_spec, checkpoint_dir, state)
@@ -95,7 +81,7 @@ async def test_resume_in_a_races_abandon_in_b(
         resume, abandon = (o["outcome"] for o in finish(workers))
         seen.add((resume, abandon))
         ran = len(effect_lines(effects_file)) - before
-        status = await _status(store_spec, data["token"])
+        status = await record_status(store_spec, data["token"])
         assert (resume, abandon, ran, status) in {
             ("resumed", "rejected", 1, "claimed"),
             ("rejected", "abandoned", 0, "abandoned"),
@@ -107,7 +93,7 @@ async def test_sigkill_after_the_claim_spends_the_token_and_the_owner_restores(
     store_spec: StoreSpec, checkpoint_dir: Path, tmp_path: Path, effects_file: Path
 ) -> None:
     state = tmp_path / "state.json"
-    data = await _pause_here(store_spec, checkpoint_dir, state)
+    data = await pause_here(store_spec, checkpoint_dir, state)
     marker = tmp_path / "in-resumed-code"
     args = _args(store_spec, checkpoint_dir, state)
     victim = spawn_worker("resume", *args, env={"AFF_DURABLE_HANG": str(marker)})
@@ -120,7 +106,7 @@ async def test_sigkill_after_the_claim_spends_the_token_and_the_owner_restores(
     assert len(effect_lines(effects_file)) == 1  # it did run (part of) the resumed code
 
     # The token is spent: at most once, even though the run never finished.
-    assert await _status(store_spec, data["token"]) == "claimed"
+    assert await record_status(store_spec, data["token"]) == "claimed"
     retry = finish([spawn_worker("resume", *args)])
     assert retry == [{"outcome": "rejected", "message": AUTHORITY_ERROR_MESSAGE}]
     assert len(effect_lines(effects_file)) == 1

@@ -1,0 +1,295 @@
+"""RedisCheckpointStorage: core's ``CheckpointStorage`` on Redis, for workers without a shared file system.
+
+Core's private API touched here (on purpose, and only here): ``encode_checkpoint_value`` and
+``decode_checkpoint_value`` from ``agent_framework._workflows._checkpoint_encoding``, the helpers
+core's own ``FileCheckpointStorage`` uses, so a checkpoint is encoded exactly as core encodes it and
+decoded under core's allow-list. They are imported when first used, so a core upgrade that moves
+them breaks only this class; ``tests/durable/test_redis_checkpoint.py`` imports them directly and
+compares the stored body with what ``FileCheckpointStorage`` writes, so such an upgrade fails loudly.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, cast
+
+from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
+
+from ._redis_store import DEFAULT_MAX_CONNECTIONS, DEFAULT_POOL_TIMEOUT_SECONDS, pooled_client, text
+from ._store import duration_seconds
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+
+logger = logging.getLogger(__name__)
+
+# KEYS[1] = workflow index, KEYS[2] = checkpoint key, ARGV[1] = checkpoint id.
+_DROP_STALE = """
+if redis.call('EXISTS', KEYS[2]) == 0 then redis.call('ZREM', KEYS[1], ARGV[1]) end
+return 0
+"""
+
+DEFAULT_CHECKPOINT_TTL = timedelta(days=7)
+"""How long a :class:`RedisCheckpointStorage` keeps a checkpoint after saving it, by default."""
+
+
+def _encode(checkpoint: WorkflowCheckpoint) -> Any:
+    from agent_framework._workflows._checkpoint_encoding import encode_checkpoint_value
+
+    return encode_checkpoint_value(checkpoint.to_dict())
+
+
+def _decode(encoded: Any, allowed_types: frozenset[str]) -> WorkflowCheckpoint:
+    from agent_framework._workflows._checkpoint_encoding import decode_checkpoint_value
+
+    return WorkflowCheckpoint.from_dict(decode_checkpoint_value(encoded, allowed_types=allowed_types))
+
+
+class RedisCheckpointStorage:
+    """Core's ``CheckpointStorage`` protocol on Redis, so workers on several machines share checkpoints.
+
+    A drop-in for ``FileCheckpointStorage`` when the workers share no file system: give every worker
+    the same Redis (and namespace), with a :class:`RedisContinuationStore`, and any of them can
+    resume a pause another one saved. Checkpoints are encoded with core's own checkpoint encoding
+    (JSON, with pickled values for non-JSON types) and decoded under core's allow-list: the
+    built-in safe types, Agent Framework's and OpenAI's types, types registered with
+    ``agent_framework.register_checkpoint_type``, and ``allowed_checkpoint_types``. A checkpoint
+    that would not decode under that list is refused at :meth:`save`, as ``FileCheckpointStorage``
+    does.
+
+    Keys: ``<namespace>:checkpoint:<id>`` (a hash: ``workflow_name``, ``body``) and
+    ``<namespace>:workflow:<name>`` (a sorted set of the workflow's checkpoint ids by save time).
+    Every key expires ``ttl`` after the last save that wrote it, and each save drops index entries
+    older than ``ttl``, so storage stays bounded. Keep ``ttl`` at least as long as the continuation
+    store's ``ttl + retention``, so a pause's checkpoint outlives its token and its recovery window.
+
+    Security: core decodes checkpoints with ``pickle`` (restricted by the allow-list, which is a
+    mitigation, not a boundary), so whoever can write these keys can run code in your workers.
+    Protect the Redis like the continuation store (AUTH/ACLs on the namespace, TLS). Losing a
+    checkpoint in a Redis crash loses its pause (a resume then fails, it never runs twice); use the
+    same persistence as for the continuation store.
+
+    Args:
+        client: A ``redis.asyncio.Redis`` client (the caller owns and closes it), or a URL such as
+            ``"redis://localhost:6379/0"`` (the storage owns the client, with a blocking connection
+            pool; close it with :meth:`aclose`).
+
+    Keyword Args:
+        namespace: Key prefix, so several applications can share one Redis database.
+        allowed_checkpoint_types: Extra ``"module:QualName"`` types that checkpoints may contain
+            (user dataclasses or pydantic models in request data or state), as for
+            ``FileCheckpointStorage``.
+        ttl: How long a checkpoint is kept after it is saved (seconds or ``timedelta``), default 7
+            days; ``None`` keeps checkpoints until :meth:`delete` (storage then grows without bound).
+        max_connections: With a URL: connections in the pool (default 50); more operations wait.
+        pool_timeout: With a URL: how long an operation waits for a free connection (default 20 s).
+
+    Raises:
+        ImportError: The ``redis`` package is not installed.
+        ValueError: ``namespace`` is empty, ``ttl`` or ``pool_timeout`` is not a positive duration
+            of at most ten years, or ``max_connections`` is not a positive integer.
+        TypeError: A duration is neither a number nor a ``timedelta``, or ``allowed_checkpoint_types``
+            is not a list of strings.
+
+    Examples:
+        .. code-block:: python
+
+            url = "redis://cache:6379/0"
+            wf = review.build(
+                checkpoint_storage=RedisCheckpointStorage(url, allowed_checkpoint_types=["my_app.models:Verdict"]),
+                continuation_store=RedisContinuationStore(url),
+            )
+    """
+
+    def __init__(
+        self,
+        client: Redis | str,
+        *,
+        namespace: str = "agent_framework_functional",
+        allowed_checkpoint_types: list[str] | None = None,
+        ttl: float | timedelta | None = DEFAULT_CHECKPOINT_TTL,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        pool_timeout: float | timedelta = DEFAULT_POOL_TIMEOUT_SECONDS,
+    ) -> None:
+        if not namespace:
+            raise ValueError("namespace must be a non-empty key prefix, for example 'myapp'.")
+        types = list(allowed_checkpoint_types or [])
+        if not all(isinstance(name, str) for name in types):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError("allowed_checkpoint_types must be a list of 'module:QualName' strings.")
+        self.namespace = namespace
+        self._allowed_types = frozenset(types)
+        self._ttl_ms = None if ttl is None else max(1, int(duration_seconds(ttl, "ttl") * 1000))
+        if isinstance(client, str):
+            self._client: Any = pooled_client(
+                client, max_connections=max_connections, pool_timeout=pool_timeout, owner="RedisCheckpointStorage"
+            )
+            self._owns_client = True
+        else:
+            self._client = client
+            self._owns_client = False
+        self._drop_stale: Any = self._client.register_script(_DROP_STALE)
+
+    @property
+    def allowed_checkpoint_types(self) -> frozenset[str]:
+        """The extra ``"module:QualName"`` types this storage decodes (besides core's safe set)."""
+        return self._allowed_types
+
+    def _checkpoint_key(self, checkpoint_id: str) -> str:
+        return f"{self.namespace}:checkpoint:{checkpoint_id}"
+
+    def _index_key(self, workflow_name: str) -> str:
+        return f"{self.namespace}:workflow:{workflow_name}"
+
+    async def save(self, checkpoint: WorkflowCheckpoint) -> str:
+        """Store a copy of ``checkpoint`` (replacing one with the same id) and return its id.
+
+        Args:
+            checkpoint: The checkpoint to save.
+
+        Returns:
+            ``checkpoint.checkpoint_id``.
+
+        Raises:
+            WorkflowCheckpointException: The checkpoint cannot be encoded, or would not decode under
+                this storage's allowed types (add the type to ``allowed_checkpoint_types``).
+        """
+        try:
+            encoded = _encode(checkpoint)
+            _decode(encoded, self._allowed_types)  # refuse now what load() would refuse later
+            body = json.dumps(encoded, ensure_ascii=False)
+        except WorkflowCheckpointException:
+            raise
+        except Exception as exc:
+            raise WorkflowCheckpointException(
+                f"Checkpoint {checkpoint.checkpoint_id} cannot be encoded or restored under this storage's allowed "
+                "types; refusing to save. Add its types to allowed_checkpoint_types."
+            ) from exc
+        key = self._checkpoint_key(checkpoint.checkpoint_id)
+        index = self._index_key(checkpoint.workflow_name)
+        now_ms = time.time() * 1000
+        async with self._client.pipeline(transaction=True) as pipe:
+            pipe.delete(key)
+            pipe.hset(key, mapping={"workflow_name": checkpoint.workflow_name, "body": body})
+            pipe.zadd(index, {checkpoint.checkpoint_id: now_ms})
+            if self._ttl_ms is not None:
+                pipe.pexpire(key, self._ttl_ms)
+                pipe.zremrangebyscore(index, "-inf", f"({now_ms - self._ttl_ms}")
+                pipe.pexpire(index, self._ttl_ms)
+            await pipe.execute()
+        return checkpoint.checkpoint_id
+
+    async def load(self, checkpoint_id: str) -> WorkflowCheckpoint:
+        """Load a checkpoint by id.
+
+        Args:
+            checkpoint_id: The id :meth:`save` returned.
+
+        Returns:
+            A new ``WorkflowCheckpoint`` decoded from Redis.
+
+        Raises:
+            WorkflowCheckpointException: No checkpoint has this id (never saved, deleted or expired),
+                its body is not valid JSON, or it contains a type outside the allow-list.
+        """
+        raw = await self._client.hget(self._checkpoint_key(checkpoint_id), "body")
+        if raw is None:
+            raise WorkflowCheckpointException(f"No checkpoint found with ID {checkpoint_id}")
+        return self._parse(checkpoint_id, raw)
+
+    async def list_checkpoints(self, *, workflow_name: str) -> list[WorkflowCheckpoint]:
+        """Return the workflow's checkpoints that still exist and decode, oldest save first.
+
+        A checkpoint that fails to decode (for example a type outside the allow-list) is skipped
+        with a warning, as ``FileCheckpointStorage`` does.
+
+        Keyword Args:
+            workflow_name: The workflow's name.
+
+        Returns:
+            The decoded checkpoints.
+        """
+        checkpoints: list[WorkflowCheckpoint] = []
+        for checkpoint_id, raw in await self._bodies(workflow_name):
+            try:
+                checkpoints.append(self._parse(checkpoint_id, raw))
+            except WorkflowCheckpointException as exc:
+                logger.warning("Skipping checkpoint %s of workflow %s: %s", checkpoint_id, workflow_name, exc)
+        return checkpoints
+
+    async def delete(self, checkpoint_id: str) -> bool:
+        """Delete a checkpoint by id.
+
+        Args:
+            checkpoint_id: The checkpoint's id.
+
+        Returns:
+            True if this call deleted it; False if no checkpoint had this id.
+        """
+        key = self._checkpoint_key(checkpoint_id)
+        name = await self._client.hget(key, "workflow_name")
+        async with self._client.pipeline(transaction=True) as pipe:
+            pipe.delete(key)
+            if name is not None:
+                pipe.zrem(self._index_key(text(name)), checkpoint_id)
+            deleted = (await pipe.execute())[0]
+        return bool(int(deleted))
+
+    async def get_latest(self, *, workflow_name: str) -> WorkflowCheckpoint | None:
+        """Return the workflow's checkpoint with the latest ``timestamp`` (as core's storages order them).
+
+        Keyword Args:
+            workflow_name: The workflow's name.
+
+        Returns:
+            That checkpoint, or None when the workflow has none.
+        """
+        checkpoints = await self.list_checkpoints(workflow_name=workflow_name)
+        if not checkpoints:
+            return None
+        return max(checkpoints, key=lambda checkpoint: datetime.fromisoformat(checkpoint.timestamp))
+
+    async def list_checkpoint_ids(self, *, workflow_name: str) -> list[str]:
+        """Return the ids of the workflow's checkpoints that :meth:`list_checkpoints` returns.
+
+        Keyword Args:
+            workflow_name: The workflow's name.
+
+        Returns:
+            Checkpoint ids, oldest save first; only checkpoints that decode under the allow-list.
+        """
+        return [checkpoint.checkpoint_id for checkpoint in await self.list_checkpoints(workflow_name=workflow_name)]
+
+    async def aclose(self) -> None:
+        """Close the client if the storage created it from a URL; a client passed in is left open."""
+        if self._owns_client:
+            await self._client.aclose()
+
+    async def _bodies(self, workflow_name: str) -> list[tuple[str, Any]]:
+        """Return ``(id, body)`` of the workflow's indexed checkpoints; drop index entries whose key is gone."""
+        index = self._index_key(workflow_name)
+        ids = [text(member) for member in cast("list[Any]", await self._client.zrange(index, 0, -1))]
+        if not ids:
+            return []
+        async with self._client.pipeline(transaction=False) as pipe:
+            for checkpoint_id in ids:
+                pipe.hget(self._checkpoint_key(checkpoint_id), "body")
+            bodies = cast("list[Any]", await pipe.execute())
+        found: list[tuple[str, Any]] = []
+        for checkpoint_id, raw in zip(ids, bodies, strict=True):
+            if raw is None:  # expired or deleted; unless saved again meanwhile, drop it from the index
+                await self._drop_stale(keys=[index, self._checkpoint_key(checkpoint_id)], args=[checkpoint_id])
+            else:
+                found.append((checkpoint_id, raw))
+        return found
+
+    def _parse(self, checkpoint_id: str, raw: Any) -> WorkflowCheckpoint:
+        try:
+            encoded = json.loads(text(raw))
+        except json.JSONDecodeError as exc:
+            raise WorkflowCheckpointException(
+                f"Checkpoint {checkpoint_id} in Redis is not valid JSON and cannot be loaded."
+            ) from exc
+        return _decode(encoded, self._allowed_types)
