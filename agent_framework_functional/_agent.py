@@ -6,6 +6,7 @@ import functools
 import uuid
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, Literal, overload
 
 from agent_framework import (
@@ -117,6 +118,13 @@ class FunctionalWorkflowAgent(BaseAgent):
         additional_properties: Extra properties of the agent.
         input_mapper: Maps the conversation (``list[Message]``) to the workflow input, instead of
             the annotation rule above.
+        text_answers: With a session, a plain text reply answers the one pending ``str`` request
+            (the way a person types the answer in a chat box); False makes such text a new-input
+            conflict (:class:`PendingContinuationError`) as before.
+        continuation_token_on_response: False keeps the token in the session only: responses and
+            updates carry none. Hosts that read a response's ``continuation_token`` as core's
+            "background run still in progress" (Responses hosting) then report the paused turn as
+            ``completed``. Every run must then pass a ``session`` (``ValueError`` otherwise).
 
     Examples:
         .. code-block:: python
@@ -142,6 +150,8 @@ class FunctionalWorkflowAgent(BaseAgent):
         middleware: Sequence[Any] | None = None,
         additional_properties: dict[str, Any] | None = None,
         input_mapper: InputMapper | None = None,
+        text_answers: bool = True,
+        continuation_token_on_response: bool = True,
     ) -> None:
         if input_mapper is not None and not callable(input_mapper):
             raise TypeError(
@@ -158,7 +168,10 @@ class FunctionalWorkflowAgent(BaseAgent):
         )
         self._workflow = workflow
         self._input_mapper: InputMapper | None = input_mapper
-        self._runner = AgentRunner(self, workflow, input_mapper, input_mode_for(workflow.definition.func))
+        self.continuation_token_on_response: bool = continuation_token_on_response
+        self._runner = AgentRunner(
+            self, workflow, input_mapper, input_mode_for(workflow.definition.func), text_answers=text_answers
+        )
 
     @property
     def workflow(self) -> FunctionalWorkflow:
@@ -172,8 +185,37 @@ class FunctionalWorkflowAgent(BaseAgent):
 
     @property
     def pending_requests(self) -> Mapping[str, WorkflowEvent[Any]]:
-        """Read-only mapping request id -> ``request_info`` event, always the workflow's pending view."""
+        """The session-less conversation's pending requests: always :attr:`workflow`'s pending view.
+
+        Each conversation with a session has its own view: :meth:`pending_requests_for`.
+        """
         return self._workflow.pending_requests
+
+    def pending_requests_for(self, session: AgentSession) -> Mapping[str, WorkflowEvent[Any]]:
+        """Read-only mapping request id -> ``request_info`` event of one conversation's pending pause.
+
+        Args:
+            session: The conversation's session.
+
+        Returns:
+            The pending requests of the workflow instance attached to ``session`` (empty when it has
+            none attached, e.g. a session restored in another process: its pause is in the
+            continuation store, see :meth:`FunctionalWorkflow.verify_continuation_token_async`).
+        """
+        workflow = self._runner.workflow_for(session, create=False)
+        return workflow.pending_requests if workflow is not None else MappingProxyType({})
+
+    def workflow_for(self, session: AgentSession | None) -> FunctionalWorkflow | None:
+        """The workflow instance of one conversation: :attr:`workflow` without a session, else the session's.
+
+        Args:
+            session: The conversation's session, or None.
+
+        Returns:
+            The instance attached to ``session`` while it has something pending or running (None
+            when it has none attached).
+        """
+        return self._runner.workflow_for(session, create=False)
 
     def abandon_continuation(
         self,
@@ -197,8 +239,10 @@ class FunctionalWorkflowAgent(BaseAgent):
             ContinuationAuthorityError: Missing or wrong token without ``force``; nothing changes.
             WorkflowRunningError: A run is in progress.
         """
-        self._workflow.abandon_continuation(self._abandon_token(token, force, session), force=force)
-        self._forget_abandoned(session)
+        workflow = self._runner.workflow_for(session)
+        assert workflow is not None
+        workflow.abandon_continuation(self._abandon_token(token, force, session), force=force)
+        self._forget_abandoned(session, workflow)
 
     async def abandon_continuation_async(
         self,
@@ -228,8 +272,10 @@ class FunctionalWorkflowAgent(BaseAgent):
                 nothing changes.
             WorkflowRunningError: A run is in progress.
         """
-        await self._workflow.abandon_continuation_async(self._abandon_token(token, force, session), force=force)
-        self._forget_abandoned(session)
+        workflow = self._runner.workflow_for(session)
+        assert workflow is not None
+        await workflow.abandon_continuation_async(self._abandon_token(token, force, session), force=force)
+        self._forget_abandoned(session, workflow)
 
     def _abandon_token(
         self, token: Mapping[str, Any] | None, force: bool, session: AgentSession | None
@@ -237,10 +283,12 @@ class FunctionalWorkflowAgent(BaseAgent):
         """The token both abandon methods use: the given one, else (without ``force``) the session's."""
         return session_token(session, self.id) if token is None and not force else token
 
-    def _forget_abandoned(self, session: AgentSession | None) -> None:
-        self._runner.forget_answers()
-        if session is not None:
-            clear_session_token(session, self.id)
+    def _forget_abandoned(self, session: AgentSession | None, workflow: FunctionalWorkflow) -> None:
+        if session is None:
+            self._runner.forget_answers()
+            return
+        clear_session_token(session, self.id)
+        self._runner.release(session, workflow)
 
     @overload
     def run(
