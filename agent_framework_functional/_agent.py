@@ -36,7 +36,8 @@ class FunctionalWorkflowAgent(BaseAgent):
     **Input mapping** (fresh runs with chat input: ``str``, ``Message``, ``Content`` or a list of them).
     The workflow function's message parameter decides what it receives:
 
-    * annotated ``str``: the text of the caller's messages, joined by newlines;
+    * annotated ``str``: the text of the caller's last user message (hosts such as AG-UI resend the
+      whole transcript);
     * annotated ``Message``: the caller's last message;
     * annotated ``list[Message]`` or ``Sequence[Message]``: the conversation, that is the messages
       of the context providers (history) followed by the caller's messages, as core's graph
@@ -47,9 +48,17 @@ class FunctionalWorkflowAgent(BaseAgent):
     ``input_mapper=`` overrides the rule: it receives the conversation (``list[Message]``) and
     returns the workflow input.
 
-    **Pauses.** Each pending ``request_info`` surfaces as a ``function_approval_request`` content
-    whose ``id`` (and function call ``call_id``) is the request id and whose arguments carry
-    JSON-safe request data, as core's functional agent does. The token travels in
+    **Conversations.** Without a session the agent is one conversation on :attr:`workflow`. With a
+    session, each conversation has its own workflow instance (same definition, checkpoint storage
+    and continuation store), found by the session's id while it has something pending, with its
+    token and answers so far in ``session.state``: one agent serves any number of conversations, as
+    hosts (DevUI, AG-UI, Responses hosting) need. See :meth:`pending_requests_for`.
+
+    **Pauses.** Each pending ``request_info`` surfaces as a ``function_call`` content (``hosted``,
+    call id = request id) followed by a ``function_approval_request`` content whose ``id`` is the
+    request id and whose arguments carry JSON-safe request data and the expected
+    ``response_type``; they are yielded only once the pause is saved and its token stored in the
+    session, so a caller that stops reading there can still answer. The token travels in
     ``AgentResponse.continuation_token``; when streaming, the last update carries it, so both
     ``AgentResponse.from_updates(updates)`` and ``stream.get_final_response()`` expose it. When the
     paused run had a ``session``, the token is also stored in that session's state (JSON-safe, so
@@ -65,7 +74,9 @@ class FunctionalWorkflowAgent(BaseAgent):
       converted to the ``response_type`` (JSON for pydantic models and dataclasses), or the
       ``Content`` when the type is ``Content``. This is how orchestrations deliver answers. Send
       answers for the pending requests only: when a run pauses more than once, the agent adds the
-      answers given earlier in the run itself (core's replay forgets them otherwise).
+      answers given earlier in the run itself (core's replay forgets them otherwise). Answers may
+      follow resent history: the messages after the last assistant message count. On a session,
+      a plain text reply answers the one pending ``str`` request (``text_answers=False`` turns it off).
 
     The token for a resume comes from, first match wins: the ``continuation_token=`` argument,
     ``options={"continuation_token": ...}``, then the session the paused run was called with.
@@ -79,8 +90,8 @@ class FunctionalWorkflowAgent(BaseAgent):
     an answer that matches no request or cannot be converted) surfaces on the first ``await`` or
     iteration instead of at ``run(...)``; it still changes nothing. The session's stored token
     follows the store: removed once spent or abandoned in any process. Answers given in earlier
-    rounds of the same run are only remembered in the process that received them, so a later
-    round resumed elsewhere must send ``responses=`` with all answers so far.
+    rounds travel in the session, so a later round resumed elsewhere with the session needs only
+    its own answers (without a session, send ``responses=`` with all answers so far).
 
     **Rejected calls** raise at ``run(...)`` (also with ``stream=True``) and change nothing (the
     workflow, :attr:`pending_requests`, the session): bad or missing token (one fixed
@@ -107,7 +118,8 @@ class FunctionalWorkflowAgent(BaseAgent):
     completed do not run again, code outside steps does.
 
     Args:
-        workflow: The workflow instance this agent drives (one agent per instance).
+        workflow: The workflow instance of the session-less conversation; each session gets its own
+            instance of the same definition, with the same checkpoint storage and continuation store.
 
     Keyword Args:
         id: Agent id; defaults to ``FunctionalWorkflowAgent_<name>``.
