@@ -73,6 +73,10 @@ class ContinuationRecord:
         created_at: When the token was issued, seconds since the epoch (the store's clock).
         expires_at: When the token stops being accepted (``created_at`` + the store's TTL).
         status: ``issued``, ``claimed`` (a resume took it: spent) or ``abandoned``.
+        response_types: Request id -> response type as text (``_response_types``) for every request
+            of the pause's run chain so far (earlier rounds and the pending ones), so a worker that
+            never saw the earlier rounds checks every answer before its claim. None in records
+            written before this field existed (then only the pending answers are checked).
     """
 
     token_hash: str
@@ -83,6 +87,7 @@ class ContinuationRecord:
     created_at: float
     expires_at: float
     status: ContinuationStatus = "issued"
+    response_types: Mapping[str, str] | None = None
 
     def is_claimable(self, now: float) -> bool:
         """Return True when the record is ``issued`` and not expired at ``now``.
@@ -112,9 +117,10 @@ class ContinuationRecord:
 
         Returns:
             Field name -> text: every attribute but ``token_hash`` (the key), with
-            ``pending_request_ids`` as a JSON list and times as ``repr`` of the float.
+            ``pending_request_ids`` as a JSON list, times as ``repr`` of the float, and
+            ``response_types`` as a JSON object (left out when None).
         """
-        return {
+        fields = {
             "workflow_name": self.workflow_name,
             "signature_hash": self.signature_hash,
             "checkpoint_id": self.checkpoint_id,
@@ -123,6 +129,9 @@ class ContinuationRecord:
             "expires_at": repr(self.expires_at),
             "status": self.status,
         }
+        if self.response_types is not None:
+            fields["response_types"] = json.dumps(dict(self.response_types), sort_keys=True)
+        return fields
 
     @classmethod
     def from_fields(cls, token_hash: str, fields: Mapping[str, Any]) -> ContinuationRecord:
@@ -141,6 +150,7 @@ class ContinuationRecord:
             ValueError: A field cannot be read (for example a corrupt JSON list).
         """
         data = {key: value.decode("utf-8") if isinstance(value, bytes) else value for key, value in fields.items()}
+        response_types = data.get("response_types")
         return cls(
             token_hash=token_hash,
             workflow_name=str(data["workflow_name"]),
@@ -150,7 +160,14 @@ class ContinuationRecord:
             created_at=float(data["created_at"]),
             expires_at=float(data["expires_at"]),
             status=cast(ContinuationStatus, str(data["status"])),
+            response_types=None if response_types is None else _text_mapping(json.loads(response_types)),
         )
+
+
+def _text_mapping(value: Any) -> dict[str, str]:
+    if not isinstance(value, dict):
+        raise ValueError("response_types must be a JSON object of request id -> type text.")
+    return {str(key): str(item) for key, item in cast("dict[Any, Any]", value).items()}
 
 
 @runtime_checkable

@@ -33,6 +33,7 @@ from ._errors import (
     PauseNotSavedError,
     PendingContinuationError,
 )
+from ._response_types import describe_requests, resolve_type
 from ._store import ContinuationRecord, ContinuationStore
 
 
@@ -141,7 +142,11 @@ class StoreAuthority(InMemoryAuthority):
         record = await self._claimable_record(token)
         requests = await self._pause_requests(record)
         return VerifiedContinuation(
-            authority=self, token=cast("Mapping[str, Any]", token), requests=requests, record=record
+            authority=self,
+            token=cast("Mapping[str, Any]", token),
+            requests=requests,
+            record=record,
+            earlier_requests=earlier_requests(record, requests),
         )
 
     async def is_current(self, token: object) -> bool:
@@ -258,7 +263,11 @@ class StoreAuthority(InMemoryAuthority):
         if record is None:
             record = await self._record(ticket.remote_hash)
         await self.check_conflict()
-        requests = ticket.requests if ticket.record is not None else await self._pause_requests(record)
+        if ticket.record is None:
+            pending = await self._pause_requests(record)
+            requests = {**earlier_requests(record, pending), **pending}
+        else:
+            requests = ticket.requests
         assert ticket.responses is not None
         check_answers(ticket.responses, record.pending_request_ids, requests)
         ticket.record = record
@@ -310,6 +319,7 @@ class StoreAuthority(InMemoryAuthority):
                 pending_request_ids=tuple(continuation.pending_requests),
                 created_at=now,
                 expires_at=now + self.store.ttl_seconds,
+                response_types=describe_requests(continuation.known_requests()),
             )
         )
         self.pending = continuation
@@ -376,6 +386,23 @@ class StoreAuthority(InMemoryAuthority):
         except ContinuationAuthorityError:
             if not force:
                 raise
+
+
+def earlier_requests(
+    record: ContinuationRecord, pending: Mapping[str, WorkflowEvent[Any]]
+) -> dict[str, WorkflowEvent[Any]]:
+    """The earlier rounds' requests a record names, as ``request_info`` events carrying only their type.
+
+    Their answers are checked like the pending ones before the claim (core would check them only
+    on the replay, after the token was spent). A type that does not resolve in this process (its
+    module is not imported) is left to core's check.
+    """
+    events: dict[str, WorkflowEvent[Any]] = {}
+    for request_id, text in (record.response_types or {}).items():
+        response_type = None if request_id in pending else resolve_type(text)
+        if response_type is not None:
+            events[request_id] = WorkflowEvent.request_info(request_id, "", None, response_type)
+    return events
 
 
 def make_authority(
