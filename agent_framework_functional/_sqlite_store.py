@@ -180,21 +180,78 @@ class SQLiteContinuationStore:
         fields = {name: value for name, value in zip(_RECORD_COLUMNS, row, strict=True) if value is not None}
         return ContinuationRecord.from_fields(token_hash, fields)
 
-    async def claim(self, token_hash: str) -> bool:
+    async def claim(self, token_hash: str, *, claimer: str | None = None) -> bool:
         """Atomically move an ``issued``, unexpired record to ``claimed``.
 
         Args:
             token_hash: Hex sha256 of the token's secret.
+
+        Keyword Args:
+            claimer: A secret of the claiming run, kept with the claim so that only it can
+                :meth:`release` the claim.
 
         Returns:
             True for the one caller that claimed it; False when it is missing, not ``issued`` or expired.
         """
         now = self.now()
         sql = (
-            "UPDATE continuations SET status = 'claimed', updated_at = ? "
+            "UPDATE continuations SET status = 'claimed', updated_at = ?, claimed_by = ? "
             "WHERE token_hash = ? AND status = 'issued' AND expires_at > ?"
         )
-        return await self._transition(sql, (now, token_hash, now))
+        return await self._transition(sql, (now, claimer, token_hash, now))
+
+    async def release(self, token_hash: str, claimer: str) -> bool:
+        """Atomically hand a claim back (``claimed`` -> ``issued``) for the run that claimed it.
+
+        Args:
+            token_hash: Hex sha256 of the token's secret.
+            claimer: The ``claimer`` the claim was made with.
+
+        Returns:
+            True when this call handed the claim back; False when the record is not ``claimed`` by
+            ``claimer`` (or is gone).
+        """
+        sql = (
+            "UPDATE continuations SET status = 'issued', updated_at = ?, claimed_by = NULL "
+            "WHERE token_hash = ? AND status = 'claimed' AND claimed_by = ?"
+        )
+        return await self._transition(sql, (self.now(), token_hash, claimer))
+
+    async def supersede(self, checkpoint_id: str, *, since: float) -> bool:
+        """Atomically abandon the ``issued`` record of the pause saved in ``checkpoint_id`` (for its restore).
+
+        Args:
+            checkpoint_id: The checkpoint being restored.
+
+        Keyword Args:
+            since: When the restore started (the store's clock).
+
+        Returns:
+            False when a resume claimed that pause's token at or after ``since`` (the restore lost the
+            race); True otherwise (the issued record, if any, is now ``abandoned``).
+        """
+        now = self.now()
+
+        def supersede(conn: sqlite3.Connection) -> bool:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                lost = conn.execute(
+                    "SELECT 1 FROM continuations WHERE checkpoint_id = ? AND status = 'claimed' AND updated_at >= ?",
+                    (checkpoint_id, since),
+                ).fetchone()
+                if lost is None:
+                    conn.execute(
+                        "UPDATE continuations SET status = 'abandoned', updated_at = ? "
+                        "WHERE checkpoint_id = ? AND status = 'issued'",
+                        (now, checkpoint_id),
+                    )
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return lost is None
+
+        return await self._run(supersede, write=True)
 
     async def abandon(self, token_hash: str, *, force: bool = False) -> bool:
         """Atomically move an ``issued`` record to ``abandoned``.

@@ -180,9 +180,13 @@ class ContinuationStore(Protocol):
 
     Rules every implementation keeps:
 
-    * ``claim`` and ``abandon`` are atomic compare-and-set operations on ``status == "issued"``:
-      among any number of concurrent callers (in any process) at most one gets True.
-    * ``claimed`` and ``abandoned`` are final; nothing moves a record back to ``issued``.
+    * ``claim``, ``abandon`` and ``supersede`` are atomic compare-and-set operations on
+      ``status == "issued"``: among any number of concurrent callers (in any process) at most one
+      gets True.
+    * ``abandoned`` is final. ``claimed`` is final too, except that ``release`` hands a claim back
+      (``claimed`` -> ``issued``) for the one run that made it, identified by its ``claimer``
+      secret: a run cancelled after its claim and before any of its user code ran.
+    * ``supersede`` finds the record by its ``checkpoint_id`` (stores keep an index for it).
     * Expiry is evaluated with :meth:`now`; an expired record is never claimed.
     """
 
@@ -214,14 +218,55 @@ class ContinuationStore(Protocol):
         """
         ...
 
-    async def claim(self, token_hash: str) -> bool:
+    async def claim(self, token_hash: str, *, claimer: str | None = None) -> bool:
         """Atomically move ``issued`` and unexpired -> ``claimed``; True only for the one winner.
 
         Args:
             token_hash: Hex sha256 of the token's secret.
 
+        Keyword Args:
+            claimer: A secret of the claiming run, kept with the claim; only a :meth:`release` with
+                the same secret can hand the claim back.
+
         Returns:
             True when this call claimed the record; False when it is missing, not ``issued`` or expired.
+        """
+        ...
+
+    async def release(self, token_hash: str, claimer: str) -> bool:
+        """Atomically hand a claim back: ``claimed`` by ``claimer`` -> ``issued``.
+
+        Called only by a run that won :meth:`claim` and was cancelled before any of its user code
+        ran, so that the token stays usable instead of spent for nothing.
+
+        Args:
+            token_hash: Hex sha256 of the token's secret.
+            claimer: The ``claimer`` that :meth:`claim` was called with.
+
+        Returns:
+            True when this call moved the record back to ``issued``; False when it is missing or not
+            ``claimed`` by ``claimer``.
+        """
+        ...
+
+    async def supersede(self, checkpoint_id: str, *, since: float) -> bool:
+        """Atomically abandon the ``issued`` record of the pause saved in ``checkpoint_id``.
+
+        A checkpoint restore calls it before it runs, so that the pause's token and the restore
+        cannot both run the pause: whichever of this call and the token's :meth:`claim` comes first
+        wins.
+
+        Args:
+            checkpoint_id: The checkpoint being restored.
+
+        Keyword Args:
+            since: When the restore started, by :meth:`now`.
+
+        Returns:
+            False when the pause's token was claimed at or after ``since`` (a token resume won: the
+            restore must not run); True otherwise: an ``issued`` record of the checkpoint is now
+            ``abandoned``, or none concerned it (never recorded, already abandoned, or claimed before
+            ``since``: restoring a pause whose resume already ended is the owner's recovery path).
         """
         ...
 

@@ -20,7 +20,9 @@ in the store (by the sha256 of its token's secret) before its token is handed ou
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import asyncio
+import secrets
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, cast
 
 from agent_framework import CheckpointStorage, WorkflowCheckpoint, WorkflowEvent
@@ -28,6 +30,7 @@ from agent_framework import CheckpointStorage, WorkflowCheckpoint, WorkflowEvent
 from ._authority import InMemoryAuthority, ResumeTicket, VerifiedContinuation, check_answers, raw_token, verdict_of
 from ._continuation import Continuation, hash_secret, issue_continuation, matches, presented_secret
 from ._errors import (
+    CheckpointRestoreConflictError,
     ContinuationAuthorityError,
     ContinuationStoreAsyncError,
     PauseNotSavedError,
@@ -95,7 +98,7 @@ class StoreAuthority(InMemoryAuthority):
         if not isinstance(store, ContinuationStore):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(
                 "continuation_store must implement ContinuationStore (ttl_seconds, now, save, get, claim, "
-                "abandon), for example SQLiteContinuationStore or RedisContinuationStore."
+                "release, abandon, supersede), for example SQLiteContinuationStore or RedisContinuationStore."
             )
         if checkpoint_storage is None:
             raise ValueError(
@@ -258,6 +261,9 @@ class StoreAuthority(InMemoryAuthority):
         """
         core_kwargs["checkpoint_storage"] = ticket.storage
         if ticket.remote_hash is None:
+            checkpoint_id = core_kwargs.get("checkpoint_id")
+            if checkpoint_id is not None and not await self.store.supersede(checkpoint_id, since=self.store.now()):
+                raise CheckpointRestoreConflictError()
             return
         record = ticket.record
         if record is None:
@@ -282,13 +288,34 @@ class StoreAuthority(InMemoryAuthority):
                 abandoned or expired); the local copy, if any, is spent too.
         """
         claim_hash, ticket.claim_hash = ticket.claim_hash, None
-        if claim_hash is not None and not await self.store.claim(claim_hash):
+        if claim_hash is not None and not await self._claim_or_hand_back(claim_hash):
             await super().claim(ticket)
             raise ContinuationAuthorityError()
         earlier = await super().claim(ticket)
         if earlier is None and ticket.record is not None:
             earlier = dict(ticket.requests)
         return earlier
+
+    async def _claim_or_hand_back(self, claim_hash: str) -> bool:
+        """The store's claim, which cancellation cannot split from its outcome.
+
+        The claim runs shielded: a caller cancelled while it waits (for SQLite's write lock, for
+        Redis's reply) still learns whether it won, and a won claim is handed back atomically
+        (``release``: ``claimed`` -> ``issued``, only for this claimer) before the cancellation
+        goes on, so a cancelled resume never leaves the token spent with no user code run. The
+        local continuation is handed back when the run settles (``release``), so both views agree.
+
+        Raises:
+            asyncio.CancelledError: The caller was cancelled; the claim, if won, was handed back.
+        """
+        claimer = secrets.token_hex(16)
+        claim = asyncio.ensure_future(self.store.claim(claim_hash, claimer=claimer))
+        try:
+            return await asyncio.shield(claim)
+        except asyncio.CancelledError:
+            if await _outcome(claim) is True:
+                await _outcome(asyncio.ensure_future(self.store.release(claim_hash, claimer)))
+            raise
 
     async def record_pause(
         self,
@@ -386,6 +413,22 @@ class StoreAuthority(InMemoryAuthority):
         except ContinuationAuthorityError:
             if not force:
                 raise
+
+
+async def _outcome(operation: Awaitable[bool]) -> bool | None:
+    """Wait for a shielded store operation despite further cancellations; None when it failed.
+
+    A store that fails here cannot be asked again: the token then stays spent (at most once).
+    """
+    task = asyncio.ensure_future(operation)
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            continue
+        except Exception:
+            break
+    return None if task.cancelled() or task.exception() is not None else task.result()
 
 
 def earlier_requests(
