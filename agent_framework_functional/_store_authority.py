@@ -21,6 +21,7 @@ in the store (by the sha256 of its token's secret) before its token is handed ou
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, cast
@@ -43,16 +44,35 @@ from ._store import ContinuationRecord, ContinuationStore
 class RecordingCheckpointStorage:
     """Checkpoint storage proxy that remembers the id of the last checkpoint saved through it (internal)."""
 
-    __slots__ = ("inner", "last_saved_id")
+    __slots__ = ("inner", "last_saved_id", "resumed_checkpoint_id", "saved_ids")
 
     def __init__(self, inner: CheckpointStorage) -> None:
         self.inner = inner
         self.last_saved_id: str | None = None
+        self.saved_ids: list[str] = []
+        # The checkpoint of the pause this run claimed (set by the claim): deleted once the run ends well.
+        self.resumed_checkpoint_id: str | None = None
 
     async def save(self, checkpoint: WorkflowCheckpoint) -> str:
         checkpoint_id = await self.inner.save(checkpoint)
         self.last_saved_id = checkpoint_id
+        self.saved_ids.append(checkpoint_id)
         return checkpoint_id
+
+    async def drop_chain(self, *, keep: str | None) -> None:
+        """Delete the checkpoints this run saved (but ``keep``) and the one of the pause it resumed.
+
+        Called when a run ended well: it paused again (``keep`` is the new pause's checkpoint, which
+        backs the new token) or finished. None of the others backs an issued token any more. A
+        failed delete is ignored: the checkpoint stays until the host deletes it.
+        """
+        doomed = [checkpoint_id for checkpoint_id in self.saved_ids if checkpoint_id != keep]
+        if self.resumed_checkpoint_id is not None and self.resumed_checkpoint_id != keep:
+            doomed.append(self.resumed_checkpoint_id)
+        self.saved_ids, self.resumed_checkpoint_id = [], None
+        for checkpoint_id in doomed:
+            with contextlib.suppress(Exception):  # cleanup must never fail the run
+                await self.inner.delete(checkpoint_id)
 
     async def load(self, checkpoint_id: str) -> WorkflowCheckpoint:
         return await self.inner.load(checkpoint_id)
@@ -86,7 +106,7 @@ class StoreAuthority(InMemoryAuthority):
         ValueError: No checkpoint storage: a durable resume restores the pause's checkpoint.
     """
 
-    __slots__ = ("_identity", "checkpoint_storage", "store")
+    __slots__ = ("_held_checkpoint_id", "_identity", "checkpoint_storage", "store")
 
     def __init__(
         self,
@@ -109,6 +129,7 @@ class StoreAuthority(InMemoryAuthority):
         self.store: ContinuationStore = store  # pyright: ignore[reportIncompatibleVariableOverride]
         self.checkpoint_storage: CheckpointStorage = checkpoint_storage  # pyright: ignore[reportIncompatibleVariableOverride]
         self._identity = identity
+        self._held_checkpoint_id: str | None = None  # the checkpoint of the pause held in memory
 
     # ------------------------------------------------------------------ read-only checks
 
@@ -291,10 +312,19 @@ class StoreAuthority(InMemoryAuthority):
         if claim_hash is not None and not await self._claim_or_hand_back(claim_hash):
             await super().claim(ticket)
             raise ContinuationAuthorityError()
+        held = ticket.claimed is not None
         earlier = await super().claim(ticket)
+        if claim_hash is not None and isinstance(ticket.storage, RecordingCheckpointStorage):
+            resumed = ticket.record.checkpoint_id if ticket.record is not None else None
+            ticket.storage.resumed_checkpoint_id = self._held_checkpoint_id if held else resumed
         if earlier is None and ticket.record is not None:
             earlier = dict(ticket.requests)
         return earlier
+
+    async def finish(self, ticket: ResumeTicket) -> None:
+        """A run finished cleanly: delete the checkpoints of its pause chain (none backs a token any more)."""
+        if isinstance(ticket.storage, RecordingCheckpointStorage):
+            await ticket.storage.drop_chain(keep=None)
 
     async def _claim_or_hand_back(self, claim_hash: str) -> bool:
         """The store's claim, which cancellation cannot split from its outcome.
@@ -350,6 +380,9 @@ class StoreAuthority(InMemoryAuthority):
             )
         )
         self.pending = continuation
+        self._held_checkpoint_id = checkpoint_id
+        if isinstance(ticket.storage, RecordingCheckpointStorage):
+            await ticket.storage.drop_chain(keep=checkpoint_id)
         return continuation
 
     async def check_conflict(self, verdict: VerifiedContinuation | None = None) -> None:
