@@ -44,7 +44,7 @@ from ._store import ContinuationRecord, ContinuationStore
 class RecordingCheckpointStorage:
     """Checkpoint storage proxy that remembers the id of the last checkpoint saved through it (internal)."""
 
-    __slots__ = ("inner", "last_saved_id", "resumed_checkpoint_id", "saved_ids")
+    __slots__ = ("gone", "inner", "last_saved_id", "resumed_checkpoint_id", "saved_ids")
 
     def __init__(self, inner: CheckpointStorage) -> None:
         self.inner = inner
@@ -52,6 +52,8 @@ class RecordingCheckpointStorage:
         self.saved_ids: list[str] = []
         # The checkpoint of the pause this run claimed (set by the claim): deleted once the run ends well.
         self.resumed_checkpoint_id: str | None = None
+        # Set for a remote resume: raises the authority error when the pause was resumed meanwhile.
+        self.gone: Callable[[], Awaitable[None]] | None = None
 
     async def save(self, checkpoint: WorkflowCheckpoint) -> str:
         checkpoint_id = await self.inner.save(checkpoint)
@@ -75,7 +77,12 @@ class RecordingCheckpointStorage:
                 await self.inner.delete(checkpoint_id)
 
     async def load(self, checkpoint_id: str) -> WorkflowCheckpoint:
-        return await self.inner.load(checkpoint_id)
+        try:
+            return await self.inner.load(checkpoint_id)
+        except Exception:
+            if self.gone is not None:
+                await self.gone()  # a winner finished and deleted it: this resume lost (authority error)
+            raise
 
     async def list_checkpoints(self, *, workflow_name: str) -> list[WorkflowCheckpoint]:
         return await self.inner.list_checkpoints(workflow_name=workflow_name)
@@ -206,8 +213,17 @@ class StoreAuthority(InMemoryAuthority):
         return record
 
     async def _pause_requests(self, record: ContinuationRecord) -> dict[str, WorkflowEvent[Any]]:
-        """The ``request_info`` events of a recorded pause, loaded from its checkpoint (non-mutating)."""
-        checkpoint = await self.checkpoint_storage.load(record.checkpoint_id)
+        """The ``request_info`` events of a recorded pause, loaded from its checkpoint (non-mutating).
+
+        Raises:
+            ContinuationAuthorityError: The checkpoint is gone because the pause was resumed (or
+                abandoned) meanwhile: a winner that finished deleted it.
+        """
+        try:
+            checkpoint = await self.checkpoint_storage.load(record.checkpoint_id)
+        except Exception:
+            await self._record(record.token_hash)  # raises the authority error once the pause is gone
+            raise
         events = checkpoint.pending_request_info_events
         return {request_id: events[request_id] for request_id in record.pending_request_ids if request_id in events}
 
@@ -300,6 +316,13 @@ class StoreAuthority(InMemoryAuthority):
         ticket.record = record
         ticket.requests = requests
         core_kwargs["checkpoint_id"] = record.checkpoint_id
+        if isinstance(ticket.storage, RecordingCheckpointStorage):
+            token_hash = record.token_hash
+
+            async def gone() -> None:
+                await self._record(token_hash)
+
+            ticket.storage.gone = gone
 
     async def claim(self, ticket: ResumeTicket) -> dict[str, WorkflowEvent[Any]] | None:
         """Claim the pause in the store right before user code, then spend it here.

@@ -15,7 +15,12 @@ import pytest
 from agent_framework import FileCheckpointStorage
 from durable_workflows import HOOKS, two_rounds
 
-from agent_framework_functional import ContinuationStore, FunctionalWorkflow, continuation_token_hash
+from agent_framework_functional import (
+    ContinuationAuthorityError,
+    ContinuationStore,
+    FunctionalWorkflow,
+    continuation_token_hash,
+)
 
 
 @pytest.fixture
@@ -83,3 +88,19 @@ async def test_an_abandoned_pause_keeps_its_checkpoint(
     first = await _checkpoint_of(owner, paused.continuation_token)
     await owner.abandon_continuation_async(paused.continuation_token)
     assert await _ids(storage) == {first}
+
+
+@pytest.mark.parametrize("verified", [False, True])
+async def test_a_loser_after_the_winner_deleted_the_checkpoint_gets_the_authority_error(
+    build: Callable[[], FunctionalWorkflow], verified: bool
+) -> None:
+    owner = build()
+    paused = await owner.run("tea")
+    token = paused.continuation_token
+    loser = build()
+    # The loser checked the token (a verdict) or read the record before the winner finished and
+    # deleted the checkpoint it is about to restore.
+    presented: Any = await loser.verify_continuation_token_async(token) if verified else token
+    await build().run(responses={"auto::0": "one"}, continuation_token=token)
+    with pytest.raises(ContinuationAuthorityError):
+        await loser.run(responses={"auto::0": "late"}, continuation_token=presented)
