@@ -21,6 +21,7 @@ from ._continuation import FunctionalWorkflowContinuationToken, continuation_tok
 from ._definition import FunctionalWorkflowDefinition, workflow
 from ._emit import emit_update, stream_agent
 from ._errors import (
+    CheckpointRestoreConflictError,
     ContinuationAuthorityError,
     ContinuationStoreAsyncError,
     ContinuationStoreDurabilityError,
@@ -43,6 +44,7 @@ except importlib.metadata.PackageNotFoundError:  # pragma: no cover - running fr
     __version__ = "0.0.0"
 
 __all__ = [
+    "CheckpointRestoreConflictError",
     "ContinuationAuthorityError",
     "ContinuationRecord",
     "ContinuationStore",

@@ -300,6 +300,9 @@ class InMemoryAuthority:
         continuation.claimed = False
         return True
 
+    async def finish(self, ticket: ResumeTicket) -> None:
+        """A run finished cleanly (nothing to clean up in memory; a store deletes spent checkpoints)."""
+
     async def record_pause(
         self,
         ticket: ResumeTicket,

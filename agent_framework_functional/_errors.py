@@ -15,6 +15,8 @@ catch, so existing ``except ValueError`` / ``except RuntimeError`` handlers keep
           ├── ContinuationStoreDurabilityError (also RuntimeError) Redis cannot keep a claim through a crash
           ├── PauseNotSavedError            (also RuntimeError) a pause could not be checkpointed, so it
           │                                                     cannot be recorded in the continuation store
+          ├── CheckpointRestoreConflictError (also RuntimeError) a checkpoint restore lost the race to a
+          │                                                     resume with the pause's continuation token
           └── NotInWorkflowRunError         (also RuntimeError) emit_update / stream_agent outside a run
 
 All of them pickle (hosts send them across processes) and none of their messages echo a secret or
@@ -207,6 +209,29 @@ class ContinuationStoreDurabilityError(FunctionalWorkflowError, RuntimeError):
         message: str = (
             "Redis cannot keep a claim through a crash. Run it with appendonly yes and appendfsync always, or pass "
             "durability='best_effort' to RedisContinuationStore to accept weaker durability."
+        ),
+    ) -> None:
+        super().__init__(message)
+
+
+class CheckpointRestoreConflictError(FunctionalWorkflowError, RuntimeError):
+    """A checkpoint restore lost the race to a resume that presented the pause's continuation token.
+
+    With a continuation store, restoring the checkpoint of a pause whose token is still ``issued``
+    supersedes that token atomically (the token is then refused with the authority error). When a
+    resume claimed the token first (after the restore started), the restore is refused instead, so
+    the pause cannot run twice. Nothing ran and nothing changed.
+
+    Args:
+        message: What happened and what to do next.
+    """
+
+    def __init__(
+        self,
+        message: str = (
+            "This checkpoint's pause was resumed with its continuation token while the restore started, so "
+            "restoring it too could run the resumed code twice; nothing ran. Let that resume finish and continue "
+            "from its result. Restore this checkpoint only once you know that resume failed or its worker died."
         ),
     ) -> None:
         super().__init__(message)

@@ -29,11 +29,34 @@ DEFAULT_POOL_TIMEOUT_SECONDS = 20.0
 DEFAULT_WAITAOF_TIMEOUT_SECONDS = 5.0
 """How long a store in ``waitaof`` mode waits for Redis to confirm a write reached its disk."""
 
-# KEYS[1] = record key. ARGV = now, new status, expiry horizon. Compare-and-set on status == issued.
+# KEYS[1] = record key. ARGV = now, new status, expiry horizon, claimer ('' for none).
+# Compare-and-set on status == issued.
 _TRANSITION = """
 if redis.call('HGET', KEYS[1], 'status') ~= 'issued' then return 0 end
 if tonumber(redis.call('HGET', KEYS[1], 'expires_at')) <= tonumber(ARGV[3]) then return 0 end
-redis.call('HSET', KEYS[1], 'status', ARGV[2], 'updated_at', ARGV[1])
+redis.call('HSET', KEYS[1], 'status', ARGV[2], 'updated_at', ARGV[1], 'claimed_by', ARGV[4])
+return 1
+"""
+
+# KEYS[1] = record key. ARGV = now, claimer. Compare-and-set on status == claimed by this claimer.
+_RELEASE = """
+if redis.call('HGET', KEYS[1], 'status') ~= 'claimed' then return 0 end
+local claimer = redis.call('HGET', KEYS[1], 'claimed_by')
+if not claimer or claimer == '' or claimer ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[1], 'status', 'issued', 'updated_at', ARGV[1], 'claimed_by', '')
+return 1
+"""
+
+# KEYS[1] = record key. ARGV = now, checkpoint id, since. 1: the restore may go on (an issued record
+# was abandoned, or none concerns it); 0: a claim at or after `since` won (the restore lost).
+_SUPERSEDE = """
+if redis.call('HGET', KEYS[1], 'checkpoint_id') ~= ARGV[2] then return 1 end
+local status = redis.call('HGET', KEYS[1], 'status')
+if status == 'issued' then
+  redis.call('HSET', KEYS[1], 'status', 'abandoned', 'updated_at', ARGV[1])
+  return 1
+end
+if status == 'claimed' and tonumber(redis.call('HGET', KEYS[1], 'updated_at')) >= tonumber(ARGV[3]) then return 0 end
 return 1
 """
 
@@ -201,6 +224,8 @@ class RedisContinuationStore:
             self._owns_client = False
         self._transition_script: Any = self._client.register_script(_TRANSITION)
         self._insert_script: Any = self._client.register_script(_INSERT)
+        self._release_script: Any = self._client.register_script(_RELEASE)
+        self._supersede_script: Any = self._client.register_script(_SUPERSEDE)
 
     @property
     def ttl_seconds(self) -> float:
@@ -239,8 +264,15 @@ class RedisContinuationStore:
     def _key(self, token_hash: str) -> str:
         return f"{self.namespace}:{token_hash}"
 
+    def _checkpoint_key(self, checkpoint_id: str) -> str:
+        """The index key: checkpoint id -> token hash of the pause saved in it (expires with the record)."""
+        return f"{self.namespace}:checkpoint:{checkpoint_id}"
+
     async def save(self, record: ContinuationRecord) -> None:
-        """Insert a freshly issued record with a Redis TTL of ``ttl + retention``.
+        """Insert a freshly issued record with a Redis TTL of ``ttl + retention``, and its checkpoint index.
+
+        The index key (checkpoint id -> token hash, same TTL) is written in the same round trip; it
+        is how :meth:`supersede` finds the pause of a checkpoint.
 
         Args:
             record: The record; its ``token_hash`` must be new.
@@ -255,7 +287,8 @@ class RedisContinuationStore:
         args: list[str | int] = [physical_ttl_ms]
         for name, value in fields.items():
             args.extend((name, value))
-        inserted = await self._write(self._insert_script, self._key(record.token_hash), args, "record")
+        index = (self._checkpoint_key(record.checkpoint_id), record.token_hash, physical_ttl_ms)
+        inserted = await self._write(self._insert_script, self._key(record.token_hash), args, "record", index=index)
         if not int(inserted):
             raise ValueError("A continuation with this token hash is already recorded; issue a new token.")
 
@@ -273,11 +306,15 @@ class RedisContinuationStore:
             return None
         return ContinuationRecord.from_fields(token_hash, {text(key): value for key, value in raw.items()})
 
-    async def claim(self, token_hash: str) -> bool:
+    async def claim(self, token_hash: str, *, claimer: str | None = None) -> bool:
         """Atomically move an ``issued``, unexpired record to ``claimed`` (one Lua script).
 
         Args:
             token_hash: Hex sha256 of the token's secret.
+
+        Keyword Args:
+            claimer: A secret of the claiming run, kept with the claim so that only it can
+                :meth:`release` the claim.
 
         Returns:
             True for the one caller that claimed it; False when it is missing, not ``issued`` or expired.
@@ -287,7 +324,47 @@ class RedisContinuationStore:
                 confirm it in time; the resume must not run (the token may stay spent).
         """
         now = self.now()
-        return await self._transition(token_hash, "claimed", now, now)
+        return await self._transition(token_hash, "claimed", now, now, claimer or "")
+
+    async def release(self, token_hash: str, claimer: str) -> bool:
+        """Atomically hand a claim back (``claimed`` -> ``issued``) for the run that claimed it (one Lua script).
+
+        Args:
+            token_hash: Hex sha256 of the token's secret.
+            claimer: The ``claimer`` the claim was made with.
+
+        Returns:
+            True when this call handed the claim back; False when the record is not ``claimed`` by
+            ``claimer`` (or is gone).
+
+        Raises:
+            ContinuationStoreDurabilityError: Redis cannot keep the change through a crash, or did not
+                confirm it in time.
+        """
+        args = [repr(self.now()), claimer]
+        return bool(int(await self._write(self._release_script, self._key(token_hash), args, "release")))
+
+    async def supersede(self, checkpoint_id: str, *, since: float) -> bool:
+        """Atomically abandon the ``issued`` record of the pause saved in ``checkpoint_id`` (for its restore).
+
+        Args:
+            checkpoint_id: The checkpoint being restored.
+
+        Keyword Args:
+            since: When the restore started (the store's clock).
+
+        Returns:
+            False when a resume claimed that pause's token at or after ``since`` (the restore lost the
+            race); True otherwise (the issued record, if any, is now ``abandoned``).
+
+        Raises:
+            ContinuationStoreDurabilityError: Redis cannot keep the change through a crash.
+        """
+        token_hash = await self._client.get(self._checkpoint_key(checkpoint_id))
+        if token_hash is None:
+            return True
+        args = [repr(self.now()), checkpoint_id, repr(since)]
+        return bool(int(await self._write(self._supersede_script, self._key(text(token_hash)), args, "supersede")))
 
     async def abandon(self, token_hash: str, *, force: bool = False) -> bool:
         """Atomically move an ``issued`` record to ``abandoned`` (one Lua script).
@@ -306,29 +383,37 @@ class RedisContinuationStore:
                 confirm it in time; abandon again once Redis is healthy.
         """
         now = self.now()
-        return await self._transition(token_hash, "abandoned", now, 0.0 if force else now)
+        return await self._transition(token_hash, "abandoned", now, 0.0 if force else now, "")
 
     async def aclose(self) -> None:
         """Close the client if the store created it from a URL; a client passed in is left open."""
         if self._owns_client:
             await self._client.aclose()
 
-    async def _transition(self, token_hash: str, status: str, now: float, horizon: float) -> bool:
-        args = [repr(now), status, repr(horizon)]
+    async def _transition(self, token_hash: str, status: str, now: float, horizon: float, claimer: str) -> bool:
+        args = [repr(now), status, repr(horizon), claimer]
         changed = await self._write(self._transition_script, self._key(token_hash), args, status)
         return bool(int(changed))
 
-    async def _write(self, script: Any, key: str, args: list[Any], what: str) -> Any:
-        """Run one write script; in ``waitaof`` mode confirm it on the same connection with WAITAOF."""
-        if await self.check_durability() != "waitaof":
+    async def _write(
+        self, script: Any, key: str, args: list[Any], what: str, *, index: tuple[str, str, int] | None = None
+    ) -> Any:
+        """Run one write script (and an index ``SET``, same round trip); in ``waitaof`` mode confirm with WAITAOF."""
+        waitaof = await self.check_durability() == "waitaof"
+        if not waitaof and index is None:
             return await script(keys=[key], args=args)
         from redis.exceptions import ResponseError
 
         async with self._client.pipeline(transaction=False) as pipe:
             await script(keys=[key], args=args, client=pipe)
+            if index is not None:
+                pipe.set(index[0], index[1], px=index[2])
+            if not waitaof:
+                return (await pipe.execute())[0]
             pipe.execute_command("WAITAOF", 1, 0, self._waitaof_timeout_ms)
             try:
-                result, acknowledged = await pipe.execute()
+                *replies, acknowledged = await pipe.execute()
+                result = replies[0]
             except ResponseError as exc:
                 if "WAITAOF" not in str(exc).upper():
                     raise

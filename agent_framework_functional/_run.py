@@ -168,6 +168,8 @@ class WorkflowRun:
                     if action == _ISSUE:
                         await self.issue()
                     yield event
+                if self.final_state == WorkflowRunState.IDLE:
+                    await self.authority.finish(self.ticket)
             except Exception as exc:
                 if not self.saw_failed:
                     for failure in failure_surface(exc):
@@ -228,6 +230,8 @@ class WorkflowRun:
                     if action == _ISSUE:
                         await self.issue()
                     events.append(event)
+                if self.final_state == WorkflowRunState.IDLE:
+                    await self.authority.finish(self.ticket)
             except Exception as exc:
                 if not self.saw_failed:
                     events.extend(failure_surface(exc))

@@ -24,8 +24,9 @@ _RECORD_COLUMNS = (
     "created_at",
     "expires_at",
     "status",
+    "response_types",
 )
-"""Columns in the order of the table and of ``ContinuationRecord.to_fields``; ``updated_at`` follows."""
+"""The record's columns (``ContinuationRecord.to_fields``); the table also has ``updated_at`` and ``claimed_by``."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS continuations (
@@ -37,14 +38,21 @@ CREATE TABLE IF NOT EXISTS continuations (
     created_at REAL NOT NULL,
     expires_at REAL NOT NULL,
     status TEXT NOT NULL CHECK (status IN ('issued', 'claimed', 'abandoned')),
-    updated_at REAL NOT NULL
+    updated_at REAL NOT NULL,
+    response_types TEXT,
+    claimed_by TEXT
 ) WITHOUT ROWID
 """
+
+# Columns added after the first release: a file written by an older version gains them on open.
+_ADDED_COLUMNS = {"response_types": "TEXT", "claimed_by": "TEXT"}
 
 # Both purge conditions can use an index, so a purge does not scan the table under the write lock.
 _INDEXES = (
     "CREATE INDEX IF NOT EXISTS continuations_expires_at ON continuations (expires_at)",
     "CREATE INDEX IF NOT EXISTS continuations_updated_at ON continuations (updated_at)",
+    # A checkpoint restore finds the pause's record by its checkpoint id (supersede).
+    "CREATE INDEX IF NOT EXISTS continuations_checkpoint_id ON continuations (checkpoint_id)",
 )
 
 # Past retention: expired more than `retention` ago (any status), or finished (claimed, abandoned) that long ago.
@@ -123,6 +131,7 @@ class SQLiteContinuationStore:
             self._conn.execute("PRAGMA journal_mode = WAL")
             self._conn.execute("PRAGMA synchronous = NORMAL")
             self._conn.execute(_SCHEMA)
+            self._add_missing_columns()
             for index in _INDEXES:
                 self._conn.execute(index)
         except BaseException:
@@ -148,8 +157,11 @@ class SQLiteContinuationStore:
             sqlite3.IntegrityError: A record with this hash exists already.
         """
         fields = record.to_fields()
-        row = (record.token_hash, *(fields[name] for name in _RECORD_COLUMNS), record.created_at)
-        sql = "INSERT INTO continuations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        row = (record.token_hash, *(fields.get(name) for name in _RECORD_COLUMNS), record.created_at)
+        sql = (
+            f"INSERT INTO continuations (token_hash, {', '.join(_RECORD_COLUMNS)}, updated_at) "
+            f"VALUES ({', '.join('?' * (len(_RECORD_COLUMNS) + 2))})"
+        )
         await self._run(lambda c: c.execute(sql, row), write=True)
 
     async def get(self, token_hash: str) -> ContinuationRecord | None:
@@ -165,23 +177,81 @@ class SQLiteContinuationStore:
         row = await self._run(lambda c: cast("tuple[Any, ...] | None", c.execute(sql, (token_hash,)).fetchone()))
         if row is None:
             return None
-        return ContinuationRecord.from_fields(token_hash, dict(zip(_RECORD_COLUMNS, row, strict=True)))
+        fields = {name: value for name, value in zip(_RECORD_COLUMNS, row, strict=True) if value is not None}
+        return ContinuationRecord.from_fields(token_hash, fields)
 
-    async def claim(self, token_hash: str) -> bool:
+    async def claim(self, token_hash: str, *, claimer: str | None = None) -> bool:
         """Atomically move an ``issued``, unexpired record to ``claimed``.
 
         Args:
             token_hash: Hex sha256 of the token's secret.
+
+        Keyword Args:
+            claimer: A secret of the claiming run, kept with the claim so that only it can
+                :meth:`release` the claim.
 
         Returns:
             True for the one caller that claimed it; False when it is missing, not ``issued`` or expired.
         """
         now = self.now()
         sql = (
-            "UPDATE continuations SET status = 'claimed', updated_at = ? "
+            "UPDATE continuations SET status = 'claimed', updated_at = ?, claimed_by = ? "
             "WHERE token_hash = ? AND status = 'issued' AND expires_at > ?"
         )
-        return await self._transition(sql, (now, token_hash, now))
+        return await self._transition(sql, (now, claimer, token_hash, now))
+
+    async def release(self, token_hash: str, claimer: str) -> bool:
+        """Atomically hand a claim back (``claimed`` -> ``issued``) for the run that claimed it.
+
+        Args:
+            token_hash: Hex sha256 of the token's secret.
+            claimer: The ``claimer`` the claim was made with.
+
+        Returns:
+            True when this call handed the claim back; False when the record is not ``claimed`` by
+            ``claimer`` (or is gone).
+        """
+        sql = (
+            "UPDATE continuations SET status = 'issued', updated_at = ?, claimed_by = NULL "
+            "WHERE token_hash = ? AND status = 'claimed' AND claimed_by = ?"
+        )
+        return await self._transition(sql, (self.now(), token_hash, claimer))
+
+    async def supersede(self, checkpoint_id: str, *, since: float) -> bool:
+        """Atomically abandon the ``issued`` record of the pause saved in ``checkpoint_id`` (for its restore).
+
+        Args:
+            checkpoint_id: The checkpoint being restored.
+
+        Keyword Args:
+            since: When the restore started (the store's clock).
+
+        Returns:
+            False when a resume claimed that pause's token at or after ``since`` (the restore lost the
+            race); True otherwise (the issued record, if any, is now ``abandoned``).
+        """
+        now = self.now()
+
+        def supersede(conn: sqlite3.Connection) -> bool:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                lost = conn.execute(
+                    "SELECT 1 FROM continuations WHERE checkpoint_id = ? AND status = 'claimed' AND updated_at >= ?",
+                    (checkpoint_id, since),
+                ).fetchone()
+                if lost is None:
+                    conn.execute(
+                        "UPDATE continuations SET status = 'abandoned', updated_at = ? "
+                        "WHERE checkpoint_id = ? AND status = 'issued'",
+                        (now, checkpoint_id),
+                    )
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return lost is None
+
+        return await self._run(supersede, write=True)
 
     async def abandon(self, token_hash: str, *, force: bool = False) -> bool:
         """Atomically move an ``issued`` record to ``abandoned``.
@@ -217,6 +287,17 @@ class SQLiteContinuationStore:
     async def aclose(self) -> None:
         """Close the database connection; the store cannot be used afterwards."""
         await self._run(lambda c: c.close())
+
+    def _add_missing_columns(self) -> None:
+        """Add the columns a file written by an older version lacks (``ALTER TABLE ... ADD COLUMN``)."""
+        present = {row[1] for row in self._conn.execute("PRAGMA table_info(continuations)")}
+        for name, declaration in _ADDED_COLUMNS.items():
+            if name not in present:
+                try:
+                    self._conn.execute(f"ALTER TABLE continuations ADD COLUMN {name} {declaration}")
+                except sqlite3.OperationalError as exc:  # another process added it first
+                    if "duplicate column" not in str(exc):
+                        raise
 
     async def _transition(self, sql: str, params: tuple[Any, ...]) -> bool:
         def update(conn: sqlite3.Connection) -> bool:

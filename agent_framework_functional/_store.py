@@ -73,6 +73,10 @@ class ContinuationRecord:
         created_at: When the token was issued, seconds since the epoch (the store's clock).
         expires_at: When the token stops being accepted (``created_at`` + the store's TTL).
         status: ``issued``, ``claimed`` (a resume took it: spent) or ``abandoned``.
+        response_types: Request id -> response type as text (``_response_types``) for every request
+            of the pause's run chain so far (earlier rounds and the pending ones), so a worker that
+            never saw the earlier rounds checks every answer before its claim. None in records
+            written before this field existed (then only the pending answers are checked).
     """
 
     token_hash: str
@@ -83,6 +87,7 @@ class ContinuationRecord:
     created_at: float
     expires_at: float
     status: ContinuationStatus = "issued"
+    response_types: Mapping[str, str] | None = None
 
     def is_claimable(self, now: float) -> bool:
         """Return True when the record is ``issued`` and not expired at ``now``.
@@ -112,9 +117,10 @@ class ContinuationRecord:
 
         Returns:
             Field name -> text: every attribute but ``token_hash`` (the key), with
-            ``pending_request_ids`` as a JSON list and times as ``repr`` of the float.
+            ``pending_request_ids`` as a JSON list, times as ``repr`` of the float, and
+            ``response_types`` as a JSON object (left out when None).
         """
-        return {
+        fields = {
             "workflow_name": self.workflow_name,
             "signature_hash": self.signature_hash,
             "checkpoint_id": self.checkpoint_id,
@@ -123,6 +129,9 @@ class ContinuationRecord:
             "expires_at": repr(self.expires_at),
             "status": self.status,
         }
+        if self.response_types is not None:
+            fields["response_types"] = json.dumps(dict(self.response_types), sort_keys=True)
+        return fields
 
     @classmethod
     def from_fields(cls, token_hash: str, fields: Mapping[str, Any]) -> ContinuationRecord:
@@ -141,6 +150,7 @@ class ContinuationRecord:
             ValueError: A field cannot be read (for example a corrupt JSON list).
         """
         data = {key: value.decode("utf-8") if isinstance(value, bytes) else value for key, value in fields.items()}
+        response_types = data.get("response_types")
         return cls(
             token_hash=token_hash,
             workflow_name=str(data["workflow_name"]),
@@ -150,7 +160,14 @@ class ContinuationRecord:
             created_at=float(data["created_at"]),
             expires_at=float(data["expires_at"]),
             status=cast(ContinuationStatus, str(data["status"])),
+            response_types=None if response_types is None else _text_mapping(json.loads(response_types)),
         )
+
+
+def _text_mapping(value: Any) -> dict[str, str]:
+    if not isinstance(value, dict):
+        raise ValueError("response_types must be a JSON object of request id -> type text.")
+    return {str(key): str(item) for key, item in cast("dict[Any, Any]", value).items()}
 
 
 @runtime_checkable
@@ -163,9 +180,13 @@ class ContinuationStore(Protocol):
 
     Rules every implementation keeps:
 
-    * ``claim`` and ``abandon`` are atomic compare-and-set operations on ``status == "issued"``:
-      among any number of concurrent callers (in any process) at most one gets True.
-    * ``claimed`` and ``abandoned`` are final; nothing moves a record back to ``issued``.
+    * ``claim``, ``abandon`` and ``supersede`` are atomic compare-and-set operations on
+      ``status == "issued"``: among any number of concurrent callers (in any process) at most one
+      gets True.
+    * ``abandoned`` is final. ``claimed`` is final too, except that ``release`` hands a claim back
+      (``claimed`` -> ``issued``) for the one run that made it, identified by its ``claimer``
+      secret: a run cancelled after its claim and before any of its user code ran.
+    * ``supersede`` finds the record by its ``checkpoint_id`` (stores keep an index for it).
     * Expiry is evaluated with :meth:`now`; an expired record is never claimed.
     """
 
@@ -197,14 +218,55 @@ class ContinuationStore(Protocol):
         """
         ...
 
-    async def claim(self, token_hash: str) -> bool:
+    async def claim(self, token_hash: str, *, claimer: str | None = None) -> bool:
         """Atomically move ``issued`` and unexpired -> ``claimed``; True only for the one winner.
 
         Args:
             token_hash: Hex sha256 of the token's secret.
 
+        Keyword Args:
+            claimer: A secret of the claiming run, kept with the claim; only a :meth:`release` with
+                the same secret can hand the claim back.
+
         Returns:
             True when this call claimed the record; False when it is missing, not ``issued`` or expired.
+        """
+        ...
+
+    async def release(self, token_hash: str, claimer: str) -> bool:
+        """Atomically hand a claim back: ``claimed`` by ``claimer`` -> ``issued``.
+
+        Called only by a run that won :meth:`claim` and was cancelled before any of its user code
+        ran, so that the token stays usable instead of spent for nothing.
+
+        Args:
+            token_hash: Hex sha256 of the token's secret.
+            claimer: The ``claimer`` that :meth:`claim` was called with.
+
+        Returns:
+            True when this call moved the record back to ``issued``; False when it is missing or not
+            ``claimed`` by ``claimer``.
+        """
+        ...
+
+    async def supersede(self, checkpoint_id: str, *, since: float) -> bool:
+        """Atomically abandon the ``issued`` record of the pause saved in ``checkpoint_id``.
+
+        A checkpoint restore calls it before it runs, so that the pause's token and the restore
+        cannot both run the pause: whichever of this call and the token's :meth:`claim` comes first
+        wins.
+
+        Args:
+            checkpoint_id: The checkpoint being restored.
+
+        Keyword Args:
+            since: When the restore started, by :meth:`now`.
+
+        Returns:
+            False when the pause's token was claimed at or after ``since`` (a token resume won: the
+            restore must not run); True otherwise: an ``issued`` record of the checkpoint is now
+            ``abandoned``, or none concerned it (never recorded, already abandoned, or claimed before
+            ``since``: restoring a pause whose resume already ended is the owner's recovery path).
         """
         ...
 

@@ -20,7 +20,10 @@ in the store (by the sha256 of its token's secret) before its token is handed ou
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import asyncio
+import contextlib
+import secrets
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, cast
 
 from agent_framework import CheckpointStorage, WorkflowCheckpoint, WorkflowEvent
@@ -28,30 +31,58 @@ from agent_framework import CheckpointStorage, WorkflowCheckpoint, WorkflowEvent
 from ._authority import InMemoryAuthority, ResumeTicket, VerifiedContinuation, check_answers, raw_token, verdict_of
 from ._continuation import Continuation, hash_secret, issue_continuation, matches, presented_secret
 from ._errors import (
+    CheckpointRestoreConflictError,
     ContinuationAuthorityError,
     ContinuationStoreAsyncError,
     PauseNotSavedError,
     PendingContinuationError,
 )
+from ._response_types import describe_requests, resolve_type
 from ._store import ContinuationRecord, ContinuationStore
 
 
 class RecordingCheckpointStorage:
     """Checkpoint storage proxy that remembers the id of the last checkpoint saved through it (internal)."""
 
-    __slots__ = ("inner", "last_saved_id")
+    __slots__ = ("gone", "inner", "last_saved_id", "resumed_checkpoint_id", "saved_ids")
 
     def __init__(self, inner: CheckpointStorage) -> None:
         self.inner = inner
         self.last_saved_id: str | None = None
+        self.saved_ids: list[str] = []
+        # The checkpoint of the pause this run claimed (set by the claim): deleted once the run ends well.
+        self.resumed_checkpoint_id: str | None = None
+        # Set for a remote resume: raises the authority error when the pause was resumed meanwhile.
+        self.gone: Callable[[], Awaitable[None]] | None = None
 
     async def save(self, checkpoint: WorkflowCheckpoint) -> str:
         checkpoint_id = await self.inner.save(checkpoint)
         self.last_saved_id = checkpoint_id
+        self.saved_ids.append(checkpoint_id)
         return checkpoint_id
 
+    async def drop_chain(self, *, keep: str | None) -> None:
+        """Delete the checkpoints this run saved (but ``keep``) and the one of the pause it resumed.
+
+        Called when a run ended well: it paused again (``keep`` is the new pause's checkpoint, which
+        backs the new token) or finished. None of the others backs an issued token any more. A
+        failed delete is ignored: the checkpoint stays until the host deletes it.
+        """
+        doomed = [checkpoint_id for checkpoint_id in self.saved_ids if checkpoint_id != keep]
+        if self.resumed_checkpoint_id is not None and self.resumed_checkpoint_id != keep:
+            doomed.append(self.resumed_checkpoint_id)
+        self.saved_ids, self.resumed_checkpoint_id = [], None
+        for checkpoint_id in doomed:
+            with contextlib.suppress(Exception):  # cleanup must never fail the run
+                await self.inner.delete(checkpoint_id)
+
     async def load(self, checkpoint_id: str) -> WorkflowCheckpoint:
-        return await self.inner.load(checkpoint_id)
+        try:
+            return await self.inner.load(checkpoint_id)
+        except Exception:
+            if self.gone is not None:
+                await self.gone()  # a winner finished and deleted it: this resume lost (authority error)
+            raise
 
     async def list_checkpoints(self, *, workflow_name: str) -> list[WorkflowCheckpoint]:
         return await self.inner.list_checkpoints(workflow_name=workflow_name)
@@ -82,7 +113,7 @@ class StoreAuthority(InMemoryAuthority):
         ValueError: No checkpoint storage: a durable resume restores the pause's checkpoint.
     """
 
-    __slots__ = ("_identity", "checkpoint_storage", "store")
+    __slots__ = ("_held_checkpoint_id", "_identity", "checkpoint_storage", "store")
 
     def __init__(
         self,
@@ -94,7 +125,7 @@ class StoreAuthority(InMemoryAuthority):
         if not isinstance(store, ContinuationStore):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(
                 "continuation_store must implement ContinuationStore (ttl_seconds, now, save, get, claim, "
-                "abandon), for example SQLiteContinuationStore or RedisContinuationStore."
+                "release, abandon, supersede), for example SQLiteContinuationStore or RedisContinuationStore."
             )
         if checkpoint_storage is None:
             raise ValueError(
@@ -105,6 +136,7 @@ class StoreAuthority(InMemoryAuthority):
         self.store: ContinuationStore = store  # pyright: ignore[reportIncompatibleVariableOverride]
         self.checkpoint_storage: CheckpointStorage = checkpoint_storage  # pyright: ignore[reportIncompatibleVariableOverride]
         self._identity = identity
+        self._held_checkpoint_id: str | None = None  # the checkpoint of the pause held in memory
 
     # ------------------------------------------------------------------ read-only checks
 
@@ -141,7 +173,11 @@ class StoreAuthority(InMemoryAuthority):
         record = await self._claimable_record(token)
         requests = await self._pause_requests(record)
         return VerifiedContinuation(
-            authority=self, token=cast("Mapping[str, Any]", token), requests=requests, record=record
+            authority=self,
+            token=cast("Mapping[str, Any]", token),
+            requests=requests,
+            record=record,
+            earlier_requests=earlier_requests(record, requests),
         )
 
     async def is_stale(self, token: object) -> bool:
@@ -184,8 +220,17 @@ class StoreAuthority(InMemoryAuthority):
         return record
 
     async def _pause_requests(self, record: ContinuationRecord) -> dict[str, WorkflowEvent[Any]]:
-        """The ``request_info`` events of a recorded pause, loaded from its checkpoint (non-mutating)."""
-        checkpoint = await self.checkpoint_storage.load(record.checkpoint_id)
+        """The ``request_info`` events of a recorded pause, loaded from its checkpoint (non-mutating).
+
+        Raises:
+            ContinuationAuthorityError: The checkpoint is gone because the pause was resumed (or
+                abandoned) meanwhile: a winner that finished deleted it.
+        """
+        try:
+            checkpoint = await self.checkpoint_storage.load(record.checkpoint_id)
+        except Exception:
+            await self._record(record.token_hash)  # raises the authority error once the pause is gone
+            raise
         events = checkpoint.pending_request_info_events
         return {request_id: events[request_id] for request_id in record.pending_request_ids if request_id in events}
 
@@ -260,17 +305,31 @@ class StoreAuthority(InMemoryAuthority):
         """
         core_kwargs["checkpoint_storage"] = ticket.storage
         if ticket.remote_hash is None:
+            checkpoint_id = core_kwargs.get("checkpoint_id")
+            if checkpoint_id is not None and not await self.store.supersede(checkpoint_id, since=self.store.now()):
+                raise CheckpointRestoreConflictError()
             return
         record = ticket.record
         if record is None:
             record = await self._record(ticket.remote_hash)
         await self.check_conflict()
-        requests = ticket.requests if ticket.record is not None else await self._pause_requests(record)
+        if ticket.record is None:
+            pending = await self._pause_requests(record)
+            requests = {**earlier_requests(record, pending), **pending}
+        else:
+            requests = ticket.requests
         assert ticket.responses is not None
         check_answers(ticket.responses, record.pending_request_ids, requests)
         ticket.record = record
         ticket.requests = requests
         core_kwargs["checkpoint_id"] = record.checkpoint_id
+        if isinstance(ticket.storage, RecordingCheckpointStorage):
+            token_hash = record.token_hash
+
+            async def gone() -> None:
+                await self._record(token_hash)
+
+            ticket.storage.gone = gone
 
     async def claim(self, ticket: ResumeTicket) -> dict[str, WorkflowEvent[Any]] | None:
         """Claim the pause in the store right before user code, then spend it here.
@@ -280,13 +339,43 @@ class StoreAuthority(InMemoryAuthority):
                 abandoned or expired); the local copy, if any, is spent too.
         """
         claim_hash, ticket.claim_hash = ticket.claim_hash, None
-        if claim_hash is not None and not await self.store.claim(claim_hash):
+        if claim_hash is not None and not await self._claim_or_hand_back(claim_hash):
             await super().claim(ticket)
             raise ContinuationAuthorityError()
+        held = ticket.claimed is not None
         earlier = await super().claim(ticket)
+        if claim_hash is not None and isinstance(ticket.storage, RecordingCheckpointStorage):
+            resumed = ticket.record.checkpoint_id if ticket.record is not None else None
+            ticket.storage.resumed_checkpoint_id = self._held_checkpoint_id if held else resumed
         if earlier is None and ticket.record is not None:
             earlier = dict(ticket.requests)
         return earlier
+
+    async def finish(self, ticket: ResumeTicket) -> None:
+        """A run finished cleanly: delete the checkpoints of its pause chain (none backs a token any more)."""
+        if isinstance(ticket.storage, RecordingCheckpointStorage):
+            await ticket.storage.drop_chain(keep=None)
+
+    async def _claim_or_hand_back(self, claim_hash: str) -> bool:
+        """The store's claim, which cancellation cannot split from its outcome.
+
+        The claim runs shielded: a caller cancelled while it waits (for SQLite's write lock, for
+        Redis's reply) still learns whether it won, and a won claim is handed back atomically
+        (``release``: ``claimed`` -> ``issued``, only for this claimer) before the cancellation
+        goes on, so a cancelled resume never leaves the token spent with no user code run. The
+        local continuation is handed back when the run settles (``release``), so both views agree.
+
+        Raises:
+            asyncio.CancelledError: The caller was cancelled; the claim, if won, was handed back.
+        """
+        claimer = secrets.token_hex(16)
+        claim = asyncio.ensure_future(self.store.claim(claim_hash, claimer=claimer))
+        try:
+            return await asyncio.shield(claim)
+        except asyncio.CancelledError:
+            if await _outcome(claim) is True:
+                await _outcome(asyncio.ensure_future(self.store.release(claim_hash, claimer)))
+            raise
 
     async def record_pause(
         self,
@@ -317,9 +406,13 @@ class StoreAuthority(InMemoryAuthority):
                 pending_request_ids=tuple(continuation.pending_requests),
                 created_at=now,
                 expires_at=now + self.store.ttl_seconds,
+                response_types=describe_requests(continuation.known_requests()),
             )
         )
         self.pending = continuation
+        self._held_checkpoint_id = checkpoint_id
+        if isinstance(ticket.storage, RecordingCheckpointStorage):
+            await ticket.storage.drop_chain(keep=checkpoint_id)
         return continuation
 
     async def check_conflict(self, verdict: VerifiedContinuation | None = None) -> None:
@@ -383,6 +476,39 @@ class StoreAuthority(InMemoryAuthority):
         except ContinuationAuthorityError:
             if not force:
                 raise
+
+
+async def _outcome(operation: Awaitable[bool]) -> bool | None:
+    """Wait for a shielded store operation despite further cancellations; None when it failed.
+
+    A store that fails here cannot be asked again: the token then stays spent (at most once).
+    """
+    task = asyncio.ensure_future(operation)
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            continue
+        except Exception:
+            break
+    return None if task.cancelled() or task.exception() is not None else task.result()
+
+
+def earlier_requests(
+    record: ContinuationRecord, pending: Mapping[str, WorkflowEvent[Any]]
+) -> dict[str, WorkflowEvent[Any]]:
+    """The earlier rounds' requests a record names, as ``request_info`` events carrying only their type.
+
+    Their answers are checked like the pending ones before the claim (core would check them only
+    on the replay, after the token was spent). A type that does not resolve in this process (its
+    module is not imported) is left to core's check.
+    """
+    events: dict[str, WorkflowEvent[Any]] = {}
+    for request_id, text in (record.response_types or {}).items():
+        response_type = None if request_id in pending else resolve_type(text)
+        if response_type is not None:
+            events[request_id] = WorkflowEvent.request_info(request_id, "", None, response_type)
+    return events
 
 
 def make_authority(

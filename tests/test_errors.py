@@ -8,6 +8,7 @@ import pickle
 import pytest
 
 from agent_framework_functional import (
+    CheckpointRestoreConflictError,
     ContinuationAuthorityError,
     ContinuationStoreAsyncError,
     ContinuationStoreDurabilityError,
@@ -92,6 +93,7 @@ NEW_ERRORS = [
     (ResponseMismatchError, ValueError),
     (ContinuationStoreAsyncError, RuntimeError),
     (PauseNotSavedError, RuntimeError),
+    (CheckpointRestoreConflictError, RuntimeError),
     (NotInWorkflowRunError, RuntimeError),
     (ContinuationStoreDurabilityError, RuntimeError),
 ]

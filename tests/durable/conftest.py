@@ -1,6 +1,6 @@
 """Fixtures of the durable-continuation tests: a real redis-server, both stores, shared checkpoints.
 
-The ``redis_server`` fixture starts Debian's ``redis-server`` binary on a free loopback port (16400-16499)
+The ``redis_server`` fixture starts Debian's ``redis-server`` binary on a free loopback port (16600-16699)
 for the whole session, with its append-only file fsynced on every write, and stops it afterwards;
 ``redis_servers`` starts private servers that a test can SIGKILL and restart. Both fail (never skip)
 when the binary is missing: run ``scripts/services/redis.sh`` or ``apt-get install -y redis-server``.

@@ -159,7 +159,7 @@ class FakeClock:
 
 # ---------------------------------------------------------------- real redis-server processes
 
-REDIS_PORTS = range(16400, 16500)
+REDIS_PORTS = range(16600, 16700)
 """Loopback ports the durable tests' Redis servers use (this branch's own range)."""
 
 REDIS_DURABLE_OPTIONS = ("--appendonly", "yes", "--appendfsync", "always", "--save", "")

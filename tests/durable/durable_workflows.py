@@ -89,6 +89,17 @@ async def two_rounds(topic: str, ctx: RunContext) -> str:
     return await ship(f"{text} [{first}] [{second}]")
 
 
+@workflow(name="counts_then_note")
+async def counts_then_note(topic: str, ctx: RunContext) -> str:
+    """Round one asks for a generic type (``list[int]``), round two for text."""
+    text = await draft(topic)
+    counts = await ctx.request_info({"draft": text, "round": 1}, response_type=list[int])
+    await record_effect(counts)
+    note = await ctx.request_info({"draft": text, "round": 2}, response_type=str)
+    await record_effect(note)
+    return await ship(f"{text} {sum(counts)} {note}")
+
+
 @workflow(name="finishes")
 async def finishes(topic: str) -> str:
     return await ship(topic)
@@ -143,6 +154,7 @@ DEFINITIONS = {
     "approval_v2": approval_v2,
     "other_approval": other_approval,
     "two_rounds": two_rounds,
+    "counts_then_note": counts_then_note,
     "approve_bool": approve_bool,
     "ask_verdict": ask_verdict,
     "ask_rating": ask_rating,

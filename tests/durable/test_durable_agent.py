@@ -307,7 +307,9 @@ async def test_a_session_keeps_a_remote_token_while_the_store_accepts_it(make_ag
     owner_session = owner.create_session()
     paused = await pause(owner, owner_session)
     token = paused.continuation_token
-    checkpoint_id = await _pause_checkpoint(owner, paused)
+    other = make_agent()
+    other_paused = await pause(other, other.create_session())
+    checkpoint_id = await _pause_checkpoint(other, other_paused)  # another conversation's pause
     worker = make_agent()
     session = round_trip(owner_session)
 
@@ -321,6 +323,21 @@ async def test_a_session_keeps_a_remote_token_while_the_store_accepts_it(make_ag
     await worker.run(responses={"auto::0": False}, checkpoint_id=checkpoint_id, session=session)
     assert stored_token(session, worker) is None
     assert EFFECTS == ["False", "True", "False"]
+
+
+async def test_restoring_the_pause_checkpoint_supersedes_the_session_token(make_agent: MakeAgent) -> None:
+    owner = make_agent()
+    owner_session = owner.create_session()
+    paused = await pause(owner, owner_session)
+    checkpoint_id = await _pause_checkpoint(owner, paused)
+    worker = make_agent()
+    session = round_trip(owner_session)
+
+    await worker.run(responses={"auto::0": False}, checkpoint_id=checkpoint_id, session=session)
+    assert stored_token(session, worker) is None  # the restore superseded it in the store
+    with pytest.raises(ContinuationAuthorityError):
+        await owner.run(approval_message(paused, True), session=owner_session)
+    assert EFFECTS == ["False"]  # the pause ran once
 
 
 async def _pause_checkpoint(agent: FunctionalWorkflowAgent, paused: AgentResponse) -> str:

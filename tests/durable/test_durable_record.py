@@ -93,6 +93,9 @@ def redis_dump(store_spec: StoreSpec) -> Callable[[str], bytes]:
         try:
             data = b""
             for key in client.scan_iter(f"{namespace}:*"):
+                if client.type(key) == b"string":  # the checkpoint index: checkpoint id -> token hash
+                    data += key + (client.get(key) or b"")  # pyright: ignore[reportOperatorIssue]
+                    continue
                 data += key + b"".join(k + v for k, v in client.hgetall(key).items())  # pyright: ignore[reportUnknownVariableType]
             return data
         finally:
@@ -154,11 +157,17 @@ class _FailingSaveStore:
     async def get(self, token_hash: str) -> ContinuationRecord | None:
         return await self.inner.get(token_hash)
 
-    async def claim(self, token_hash: str) -> bool:
-        return await self.inner.claim(token_hash)
+    async def claim(self, token_hash: str, *, claimer: str | None = None) -> bool:
+        return await self.inner.claim(token_hash, claimer=claimer)
+
+    async def release(self, token_hash: str, claimer: str) -> bool:
+        return await self.inner.release(token_hash, claimer)
 
     async def abandon(self, token_hash: str, *, force: bool = False) -> bool:
         return await self.inner.abandon(token_hash, force=force)
+
+    async def supersede(self, checkpoint_id: str, *, since: float) -> bool:
+        return await self.inner.supersede(checkpoint_id, since=since)
 
 
 async def test_failed_record_gives_no_token_and_frees_the_instance(

@@ -48,13 +48,21 @@ class CountingStore:
         self._count("get")
         return await self.inner.get(token_hash)
 
-    async def claim(self, token_hash: str) -> bool:
+    async def claim(self, token_hash: str, *, claimer: str | None = None) -> bool:
         self._count("claim")
-        return await self.inner.claim(token_hash)
+        return await self.inner.claim(token_hash, claimer=claimer)
+
+    async def release(self, token_hash: str, claimer: str) -> bool:
+        self._count("release")
+        return await self.inner.release(token_hash, claimer)
 
     async def abandon(self, token_hash: str, *, force: bool = False) -> bool:
         self._count("abandon")
         return await self.inner.abandon(token_hash, force=force)
+
+    async def supersede(self, checkpoint_id: str, *, since: float) -> bool:
+        self._count("supersede")
+        return await self.inner.supersede(checkpoint_id, since=since)
 
     def _count(self, name: str) -> None:
         self.calls[name] += 1

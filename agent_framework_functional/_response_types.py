@@ -1,0 +1,143 @@
+"""Response types as text: what a continuation record keeps so any worker can check every answer so far.
+
+A pause's checkpoint holds only its pending ``request_info`` events, but a replay also passes the
+answers to earlier rounds, and core checks each of them against its request's ``response_type``
+only after the token was claimed. So when a pause is recorded, the response type of every request
+of its run chain is written as text (:func:`describe_requests`) and a worker that never saw the
+earlier rounds reads it back (:func:`resolve_type`) to check all answers before its claim.
+
+The text is ``module:QualName`` for a class (``builtins:str``, ``myapp.models:Verdict``), with
+``[arg, ...]`` for a parameterised generic (``builtins:list[builtins:int]``), ``typing:Union[...]``
+for a union (also ``X | Y``), ``typing:Any`` and ``None``. A type that cannot be written so that
+it reads back equal (a ``Literal``, a local class, a pydantic generic model) is not recorded, and
+its answer is left to core's check. Reading never imports a module: only types of modules the
+worker already imported resolve (as core's own ``deserialize_type`` does), so a record cannot make
+a worker import code.
+"""
+
+from __future__ import annotations
+
+import sys
+import typing
+from collections.abc import Mapping
+from types import UnionType
+from typing import Any
+
+from agent_framework import WorkflowEvent
+
+_NONE = "None"
+_ANY = "typing:Any"
+_UNION = "typing:Union"
+
+
+def describe_type(response_type: Any) -> str | None:
+    """Return ``response_type`` as text that :func:`resolve_type` reads back equal, or None.
+
+    Args:
+        response_type: A request's ``response_type``.
+
+    Returns:
+        The text, or None when the type cannot be written so that it reads back equal.
+    """
+    try:
+        text = _describe(response_type)
+    except (TypeError, ValueError, AttributeError):
+        return None
+    return text if text is not None and resolve_type(text) == response_type else None
+
+
+def describe_requests(requests: Mapping[str, WorkflowEvent[Any]]) -> dict[str, str]:
+    """Return request id -> response type text for every request whose type can be written.
+
+    Args:
+        requests: ``request_info`` events by request id.
+
+    Returns:
+        The describable response types by request id.
+    """
+    described: dict[str, str] = {}
+    for request_id, event in requests.items():
+        text = describe_type(event.response_type)
+        if text is not None:
+            described[request_id] = text
+    return described
+
+
+def resolve_type(text: str) -> Any | None:
+    """Read a type written by :func:`describe_type`; None when it does not resolve here.
+
+    Args:
+        text: The recorded text.
+
+    Returns:
+        The type, or None when its module is not imported in this process, a name is missing, or
+        the text is malformed.
+    """
+    try:
+        resolved, rest = _parse(text)
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError):
+        return None
+    return resolved if rest == "" else None
+
+
+def _describe(value: Any) -> str | None:
+    if value is None or value is type(None):
+        return _NONE
+    if value is typing.Any:
+        return _ANY
+    origin = typing.get_origin(value)
+    if origin is not None:
+        args = typing.get_args(value)
+        if not args:
+            return None
+        head = _UNION if origin in (typing.Union, UnionType) else _describe(origin)
+        parts = [_describe(arg) for arg in args]
+        if head is None or any(part is None for part in parts):
+            return None
+        return f"{head}[{', '.join(typing.cast('list[str]', parts))}]"
+    if isinstance(value, type):
+        return f"{value.__module__}:{value.__qualname__}"
+    return None
+
+
+def _parse(text: str) -> tuple[Any, str]:
+    """Parse one type at the start of ``text``; return it and the text after it."""
+    end = len(text)
+    for index, char in enumerate(text):
+        if char in "[],":
+            end = index
+            break
+    name, rest = text[:end].strip(), text[end:]
+    if rest.startswith("["):
+        args: list[Any] = []
+        rest = rest[1:]
+        while True:
+            arg, rest = _parse(rest)
+            args.append(arg)
+            rest = rest.lstrip()
+            if rest.startswith(","):
+                rest = rest[1:]
+                continue
+            if not rest.startswith("]"):
+                raise ValueError("unclosed type arguments")
+            rest = rest[1:]
+            break
+        if name == _UNION:
+            return typing.Union[tuple(args)], rest  # noqa: UP007 - built from recorded arguments
+        origin = _lookup(name)
+        return origin[tuple(args) if len(args) > 1 else args[0]], rest
+    return _lookup(name), rest
+
+
+def _lookup(name: str) -> Any:
+    if name == _NONE:
+        return type(None)
+    if name == _ANY:
+        return typing.Any
+    module_name, _, qualname = name.partition(":")
+    if not qualname:
+        raise ValueError("not module:QualName")
+    value: Any = sys.modules[module_name]  # never import: only modules this process already loaded
+    for part in qualname.split("."):
+        value = getattr(value, part)
+    return value
