@@ -33,6 +33,7 @@ from ._chat import (
     InputMapper,
     InputMode,
     answer_contents,
+    answer_tail,
     chat_messages,
     check_authority,
     has_other_contents,
@@ -253,8 +254,9 @@ class AgentRunner:
         workflow, session, options = plan.workflow, plan.session, plan.options
         # A caller that resends history (AG-UI) adds this turn's part after the last assistant message.
         turn = resume_part(plan.input_messages)
-        answers = answer_contents(turn) if responses is None and checkpoint_id is None else []
-        only_answers = bool(answers) and not has_other_contents(turn)
+        tail = answer_tail(turn)  # answers at the very end resume, whatever text of this turn preceded them
+        answers = answer_contents(tail or turn) if responses is None and checkpoint_id is None else []
+        only_answers = bool(answers) and not has_other_contents(tail or turn)
         stored = session_token(session, self.agent.id) if session is not None else None
         pending_here = workflow.has_pending_continuation
         if answers and (only_answers or pending_here or stored is not None):

@@ -39,6 +39,11 @@ InputMapper = Callable[[list[Message]], Any]
 
 ANSWER_CONTENT_TYPES = frozenset({"function_approval_response", "function_result"})
 
+REJECTED_RESULT = "Error: Tool call invocation was rejected by user."
+"""The ``function_result`` core's ``Agent`` (``_tools.py``) and AG-UI put in place of a declined approval.
+
+A ``bool`` request answered with it is a decline (``False``); ``tests/test_chat_resume.py`` pins core's text."""
+
 
 # ---------------------------------------------------------------------------------------------- input
 
@@ -154,6 +159,21 @@ def resume_part(messages: Sequence[Message]) -> list[Message]:
     return list(messages)
 
 
+def answer_tail(messages: Sequence[Message]) -> list[Message]:
+    """The run of messages at the end that carry nothing but answers (empty when the last one carries more).
+
+    AG-UI sends the new turn's text and then the answer to the pause it caused, after the resent
+    history; the answers at the end are the resume, whatever text came before them.
+    """
+    tail: list[Message] = []
+    for message in reversed(messages):
+        if not answer_contents([message]) or has_other_contents([message]):
+            break
+        tail.append(message)
+    tail.reverse()
+    return tail
+
+
 def text_answer(messages: Sequence[Message], pending: Mapping[str, WorkflowEvent[Any]]) -> dict[str, Any] | None:
     """Plain text as the answer to the one pending ``str`` request, or None when that does not apply.
 
@@ -241,6 +261,8 @@ def _answer_value(answer: Content, request_id: str, response_type: Any) -> Any:
         )
     if response_type is Content:
         return answer
+    if response_type is bool and answer.result == REJECTED_RESULT:
+        return False  # a declined approval, the way core's Agent (and AG-UI for hosted calls) reports it
     converted = _convert_result(answer.result, response_type)
     if converted is _UNCONVERTIBLE:
         raise ResponseMismatchError(

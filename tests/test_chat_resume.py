@@ -329,3 +329,23 @@ async def test_answers_that_match_no_request_are_a_response_mismatch_error() -> 
     with pytest.raises(ResponseMismatchError):
         agent.workflow.run(responses={"nope": "x"}, continuation_token=paused.continuation_token)
     assert agent.workflow.has_pending_continuation
+
+
+async def test_cores_rejection_result_declines_a_bool_request() -> None:
+    import inspect
+
+    import agent_framework._tools as core_tools
+
+    from agent_framework_functional._chat import REJECTED_RESULT
+
+    assert REJECTED_RESULT in inspect.getsource(core_tools)  # core's own text for a declined approval
+    agent, paused = await paused_agent(bool)
+    done = await agent.run(function_result("auto::0", REJECTED_RESULT), continuation_token=paused.continuation_token)
+    assert done.text == "answer=False type=bool"
+
+
+async def test_answers_at_the_end_resume_after_new_text_of_the_same_turn() -> None:
+    agent, paused = await paused_agent(bool)
+    session_less = [Message("user", ["deploy db"]), approval(paused, True)]  # AG-UI: the turn's text, then the answer
+    done = await agent.run(session_less, continuation_token=paused.continuation_token)
+    assert done.text == "answer=True type=bool"
