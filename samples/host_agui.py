@@ -5,8 +5,9 @@ pass ``snapshot_store=``. AG-UI builds a new ``AgentSession`` for every request 
 ``state`` only from the snapshot store; the agent keeps each thread's pause (its token) in that state, so
 without a store a resume cannot find its pause. A pause ends the run with ``RUN_FINISHED`` whose outcome
 is an ``interrupt``; the client answers with a new run on the same thread that resends the transcript and
-``resume: [{"interruptId": ..., "status": "resolved", "payload": {"approved": true}}]`` (``"cancelled"``
-declines), which is what ``@ag-ui/client``'s ``buildResumeArray`` produces. One agent serves many threads.
+``resume: [{"interruptId": ..., "status": "resolved", "payload": {"approved": true}}]``
+(``{"approved": false}`` declines; ``"status": "cancelled"`` never reaches the agent, AG-UI only drops its
+interrupt), which is what ``@ag-ui/client``'s ``buildResumeArray`` produces. One agent serves many threads.
 
 Run it (needs ``pip install "agent-framework-functional[hosting]"``):
 

@@ -6,7 +6,7 @@ answers with an SSE stream of AG-UI events. AG-UI builds a NEW ``AgentSession`` 
 agent keeps each conversation's pause (its token) in ``session.state``, so **the endpoint needs
 ``snapshot_store=``** for a resume to find its pause. A pause ends the run with ``RUN_FINISHED`` whose
 ``outcome`` is an ``interrupt``; the canonical answer is a new run on the same thread that resends the
-transcript with ``resume: [{"interruptId", "status": "resolved" | "cancelled", "payload": {...}}]``.
+transcript with ``resume: [{"interruptId", "status": "resolved", "payload": {"approved": true | false}}]``.
 
 The Python client below checks every stream with :func:`verify_agui_events` (the ``@ag-ui/client`` rules);
 the last tests run the official JS client (``@ag-ui/client`` ``HttpAgent``) with node.
@@ -79,14 +79,16 @@ class Thread:
         return self.run()
 
     def answer(self, approved: bool = True) -> list[dict[str, Any]]:
-        """Answer every open interrupt the canonical way: ``resolved`` + ``{"approved": true}``, or ``cancelled``."""
+        """Answer every open interrupt the canonical way: ``resolved`` with ``{"approved": true | false}``."""
         assert self.interrupts, "nothing to answer"
-        status = "resolved" if approved else "cancelled"
         resume = [
-            {"interruptId": i["id"], "status": status, **({"payload": {"approved": True}} if approved else {})}
-            for i in self.interrupts
+            {"interruptId": i["id"], "status": "resolved", "payload": {"approved": approved}} for i in self.interrupts
         ]
         return self.run(resume=resume)
+
+    def cancel(self) -> list[dict[str, Any]]:
+        assert self.interrupts, "nothing to cancel"
+        return self.run(resume=[{"interruptId": i["id"], "status": "cancelled"} for i in self.interrupts])
 
 
 def text_of(events: list[dict[str, Any]]) -> str:
@@ -130,12 +132,24 @@ def test_approval_round_trip_with_canonical_resume(base: str, http: httpx.Client
     assert thread.interrupts == []
 
 
-def test_decline_with_cancelled_resume(base: str, http: httpx.Client) -> None:
+def test_decline_with_approved_false(base: str, http: httpx.Client) -> None:
+    """``resolved`` + ``{"approved": false}`` declines; AG-UI delivers it to the agent as a rejection."""
     thread = Thread(http, f"{base}/agent")
     thread.say("deploy prod")
     done = thread.answer(approved=False)
     assert not errors(done)
     assert text_of(done) == "not deployed: deploy prod"
+    assert thread.interrupts == []
+
+
+def test_cancelled_resume_never_reaches_the_agent(base: str, http: httpx.Client) -> None:
+    """Host behaviour: ``status: "cancelled"`` makes AG-UI drop its interrupt and finish the run without
+    calling the agent, so the workflow gets no answer (decline with ``{"approved": false}`` instead)."""
+    thread = Thread(http, f"{base}/agent")
+    thread.say("deploy prod")
+    cancelled = thread.cancel()
+    assert [e["type"] for e in cancelled] == ["RUN_STARTED", "RUN_FINISHED"]
+    assert thread.interrupts == []
 
 
 def test_two_approvals_in_one_run(base: str, http: httpx.Client) -> None:

@@ -11,7 +11,6 @@ stream into one JSON response. Every test runs the real ``DevServer`` app on a l
 from __future__ import annotations
 
 import json
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -216,10 +215,10 @@ def test_without_a_conversation_devui_cannot_resume(devui: DevUI) -> None:
     assert completed_text(devui.stream(conversation, approval("auto::0"))) == "deployed: deploy session"
 
 
-def test_devui_page_in_headless_chromium(devui: DevUI) -> None:
+def test_devui_page_in_headless_chromium(devui: DevUI, tmp_path: Path) -> None:
     """The real web page: open it, send a message, click Approve, see the final text (playwright-core)."""
     assert Path(CHROMIUM).exists(), "Chromium is missing: scripts/services/chromium.sh installs it"
-    shots = Path(tempfile.mkdtemp(prefix="devui-browser-"))
+    shots = tmp_path
     proc = run_node("devui_browser.mjs", devui.base, TOKEN, "deploy from browser", str(shots), timeout=180)
     assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
     assert "final text shown: deployed: deploy from browser" in proc.stdout
