@@ -251,3 +251,10 @@ def run_sample_self_check(path: Path, timeout: float = 120) -> str:
     )
     assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
     return proc.stdout
+
+
+@workflow(name="reviewer", description="Asks for free-text feedback, then publishes.")
+async def reviewer(text: str, ctx: RunContext) -> str:
+    """One ``str`` request (``auto::0``): the user's plain text reply on the session answers it."""
+    feedback = await ctx.request_info({"draft": text}, response_type=str)
+    return f"published: {text} ({feedback})"

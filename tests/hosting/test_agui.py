@@ -22,13 +22,23 @@ import httpx
 import pytest
 from agent_framework_ag_ui import InMemoryAGUIThreadSnapshotStore, add_agent_framework_fastapi_endpoint
 from fastapi import FastAPI
-from hosting_support import ROOT, make_agent, parse_sse, releaser, run_node, run_sample_self_check, verify_agui_events
+from hosting_support import (
+    ROOT,
+    make_agent,
+    parse_sse,
+    releaser,
+    reviewer,
+    run_node,
+    run_sample_self_check,
+    verify_agui_events,
+)
 
 from agent_framework_functional import FunctionalWorkflowAgent
 
 
 def build_app(agent: FunctionalWorkflowAgent, second: FunctionalWorkflowAgent | None = None) -> FastAPI:
-    """``/agent``: the documented setup (snapshot store); ``/agent-no-store``: the same agent without one."""
+    """``/agent``: the documented setup (snapshot store); ``/agent-no-store``: the same agent without one;
+    ``/releaser``: ``second`` (two approvals); ``/reviewer``: a workflow with a ``str`` request."""
     app = FastAPI()
     add_agent_framework_fastapi_endpoint(
         app, agent, "/agent", snapshot_store=InMemoryAGUIThreadSnapshotStore(), single_user=True
@@ -38,6 +48,9 @@ def build_app(agent: FunctionalWorkflowAgent, second: FunctionalWorkflowAgent | 
         add_agent_framework_fastapi_endpoint(
             app, second, "/releaser", snapshot_store=InMemoryAGUIThreadSnapshotStore(), single_user=True
         )
+    add_agent_framework_fastapi_endpoint(
+        app, make_agent(reviewer), "/reviewer", snapshot_store=InMemoryAGUIThreadSnapshotStore(), single_user=True
+    )
     return app
 
 
@@ -182,7 +195,22 @@ def test_two_threads_interleaved_on_one_agent(base: str, http: httpx.Client) -> 
     assert not errors(paused_two)
     assert request_data(paused_two) == [{"action": "deploy", "target": "beta"}]
     assert text_of(one.answer(approved=True)) == "deployed: alpha"
-    assert text_of(two.answer(approved=False)) == "not deployed: beta"
+    assert text_of(two.answer(approved=True)) == "deployed: beta"
+
+
+def test_plain_text_reply_to_a_pending_interrupt_is_refused_by_ag_ui(base: str, http: httpx.Client) -> None:
+    """Host behaviour: while an interrupt is open AG-UI itself requires a ``resume`` entry for it and refuses
+    a plain user message (``@ag-ui/client`` refuses it before sending), so on AG-UI a ``str`` request cannot
+    take a typed answer; the request still says which type it expects."""
+    thread = Thread(http, f"{base}/reviewer")
+    paused = thread.say("the post")
+    assert [i["id"] for i in thread.interrupts] == ["auto::0"]
+    (call,) = [e for e in paused if e["type"] == "CUSTOM" and e["name"] == "function_approval_request"]
+    arguments = call["value"]["function_call"]["arguments"]
+    assert (json.loads(arguments) if isinstance(arguments, str) else arguments)["response_type"] == "str"
+    refused = thread.say("ship it")
+    (error,) = errors(refused)
+    assert error["code"] == "APPROVAL_RESUME_REQUIRED"
 
 
 def test_without_a_snapshot_store_the_resume_cannot_find_its_pause(base: str, http: httpx.Client) -> None:

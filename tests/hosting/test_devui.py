@@ -24,6 +24,7 @@ from hosting_support import (
     make_agent,
     parse_sse,
     releaser,
+    reviewer,
     run_node,
     run_sample_self_check,
     sse_data,
@@ -145,6 +146,15 @@ def test_streaming_two_approvals_in_one_run(serve: Any, http: httpx.Client) -> N
     assert second["request_id"] == "auto::1"
     assert second["function_call"]["arguments"]["data"]["gate"] == "release"
     assert completed_text(devui.stream(conversation, approval("auto::1", False))) == "v2: build=True release=False"
+
+
+def test_str_request_answered_by_a_plain_text_reply(serve: Any, http: httpx.Client) -> None:
+    """A ``str`` request: the user just types the answer in the conversation (the request says it wants str)."""
+    devui = start_devui(serve, http, make_agent(reviewer))
+    conversation = devui.conversation()
+    (request,) = approval_requests(devui.stream(conversation, "the post"))
+    assert request["function_call"]["arguments"]["response_type"] == "str"
+    assert completed_text(devui.stream(conversation, "ship it")) == "published: the post (ship it)"
 
 
 def test_non_streaming_approval_round_trip(devui: DevUI) -> None:

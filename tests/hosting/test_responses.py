@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 from agent_framework_hosting_responses import responses_to_run
-from hosting_support import ROOT, parse_sse, releaser, run_sample_self_check, sse_data
+from hosting_support import ROOT, parse_sse, releaser, reviewer, run_sample_self_check, sse_data
 
 from agent_framework_functional import responses_approval_messages, responses_to_run_with_approvals
 
@@ -171,6 +171,16 @@ def test_two_approvals_in_one_run(two_step_client: Responses) -> None:
     assert json.loads(request["arguments"])["data"]["gate"] == "release"
     done = two_step_client.call({"conversation": "conv_two_step", "input": [approve("auto::1")]})
     assert text_of(done) == "v5: build=True release=True"
+
+
+def test_str_request_answered_by_a_plain_text_reply(serve: Any, http: httpx.Client) -> None:
+    agent = reviewer.build().as_agent(name="reviewer", continuation_token_on_response=False)
+    client = Responses(http, serve(SAMPLE.build_app(agent)).base)
+    paused = client.call({"input": "the post"})
+    (request,) = approval_items(paused)
+    assert json.loads(request["arguments"])["response_type"] == "str"
+    done = client.call({"previous_response_id": paused["id"], "input": "ship it"})
+    assert text_of(done) == "published: the post (ship it)"
 
 
 def test_two_conversations_interleaved_on_one_agent(client: Responses) -> None:
