@@ -32,6 +32,8 @@ from hosting_support import (
 
 from agent_framework_functional import FunctionalWorkflowAgent
 
+pytestmark = pytest.mark.usefixtures("no_global_tracer_provider")
+
 TOKEN = "hosting-test-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
