@@ -6,6 +6,7 @@ import functools
 import uuid
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, Literal, overload
 
 from agent_framework import (
@@ -35,7 +36,8 @@ class FunctionalWorkflowAgent(BaseAgent):
     **Input mapping** (fresh runs with chat input: ``str``, ``Message``, ``Content`` or a list of them).
     The workflow function's message parameter decides what it receives:
 
-    * annotated ``str``: the text of the caller's messages, joined by newlines;
+    * annotated ``str``: the text of the caller's last user message (hosts such as AG-UI resend the
+      whole transcript);
     * annotated ``Message``: the caller's last message;
     * annotated ``list[Message]`` or ``Sequence[Message]``: the conversation, that is the messages
       of the context providers (history) followed by the caller's messages, as core's graph
@@ -46,9 +48,17 @@ class FunctionalWorkflowAgent(BaseAgent):
     ``input_mapper=`` overrides the rule: it receives the conversation (``list[Message]``) and
     returns the workflow input.
 
-    **Pauses.** Each pending ``request_info`` surfaces as a ``function_approval_request`` content
-    whose ``id`` (and function call ``call_id``) is the request id and whose arguments carry
-    JSON-safe request data, as core's functional agent does. The token travels in
+    **Conversations.** Without a session the agent is one conversation on :attr:`workflow`. With a
+    session, each conversation has its own workflow instance (same definition, checkpoint storage
+    and continuation store), found by the session's id while it has something pending, with its
+    token and answers so far in ``session.state``: one agent serves any number of conversations, as
+    hosts (DevUI, AG-UI, Responses hosting) need. See :meth:`pending_requests_for`.
+
+    **Pauses.** Each pending ``request_info`` surfaces as a ``function_call`` content (``hosted``,
+    call id = request id) followed by a ``function_approval_request`` content whose ``id`` is the
+    request id and whose arguments carry JSON-safe request data and the expected
+    ``response_type``; they are yielded only once the pause is saved and its token stored in the
+    session, so a caller that stops reading there can still answer. The token travels in
     ``AgentResponse.continuation_token``; when streaming, the last update carries it, so both
     ``AgentResponse.from_updates(updates)`` and ``stream.get_final_response()`` expose it. When the
     paused run had a ``session``, the token is also stored in that session's state (JSON-safe, so
@@ -64,7 +74,9 @@ class FunctionalWorkflowAgent(BaseAgent):
       converted to the ``response_type`` (JSON for pydantic models and dataclasses), or the
       ``Content`` when the type is ``Content``. This is how orchestrations deliver answers. Send
       answers for the pending requests only: when a run pauses more than once, the agent adds the
-      answers given earlier in the run itself (core's replay forgets them otherwise).
+      answers given earlier in the run itself (core's replay forgets them otherwise). Answers may
+      follow resent history: the messages after the last assistant message count. On a session,
+      a plain text reply answers the one pending ``str`` request (``text_answers=False`` turns it off).
 
     The token for a resume comes from, first match wins: the ``continuation_token=`` argument,
     ``options={"continuation_token": ...}``, then the session the paused run was called with.
@@ -78,8 +90,8 @@ class FunctionalWorkflowAgent(BaseAgent):
     an answer that matches no request or cannot be converted) surfaces on the first ``await`` or
     iteration instead of at ``run(...)``; it still changes nothing. The session's stored token
     follows the store: removed once spent or abandoned in any process. Answers given in earlier
-    rounds of the same run are only remembered in the process that received them, so a later
-    round resumed elsewhere must send ``responses=`` with all answers so far.
+    rounds travel in the session, so a later round resumed elsewhere with the session needs only
+    its own answers (without a session, send ``responses=`` with all answers so far).
 
     **Rejected calls** raise at ``run(...)`` (also with ``stream=True``) and change nothing (the
     workflow, :attr:`pending_requests`, the session): bad or missing token (one fixed
@@ -106,7 +118,8 @@ class FunctionalWorkflowAgent(BaseAgent):
     completed do not run again, code outside steps does.
 
     Args:
-        workflow: The workflow instance this agent drives (one agent per instance).
+        workflow: The workflow instance of the session-less conversation; each session gets its own
+            instance of the same definition, with the same checkpoint storage and continuation store.
 
     Keyword Args:
         id: Agent id; defaults to ``FunctionalWorkflowAgent_<name>``.
@@ -117,6 +130,13 @@ class FunctionalWorkflowAgent(BaseAgent):
         additional_properties: Extra properties of the agent.
         input_mapper: Maps the conversation (``list[Message]``) to the workflow input, instead of
             the annotation rule above.
+        text_answers: With a session, a plain text reply answers the one pending ``str`` request
+            (the way a person types the answer in a chat box); False makes such text a new-input
+            conflict (:class:`PendingContinuationError`) as before.
+        continuation_token_on_response: False keeps the token in the session only: responses and
+            updates carry none. Hosts that read a response's ``continuation_token`` as core's
+            "background run still in progress" (Responses hosting) then report the paused turn as
+            ``completed``. Every run must then pass a ``session`` (``ValueError`` otherwise).
 
     Examples:
         .. code-block:: python
@@ -142,6 +162,8 @@ class FunctionalWorkflowAgent(BaseAgent):
         middleware: Sequence[Any] | None = None,
         additional_properties: dict[str, Any] | None = None,
         input_mapper: InputMapper | None = None,
+        text_answers: bool = True,
+        continuation_token_on_response: bool = True,
     ) -> None:
         if input_mapper is not None and not callable(input_mapper):
             raise TypeError(
@@ -158,7 +180,10 @@ class FunctionalWorkflowAgent(BaseAgent):
         )
         self._workflow = workflow
         self._input_mapper: InputMapper | None = input_mapper
-        self._runner = AgentRunner(self, workflow, input_mapper, input_mode_for(workflow.definition.func))
+        self.continuation_token_on_response: bool = continuation_token_on_response
+        self._runner = AgentRunner(
+            self, workflow, input_mapper, input_mode_for(workflow.definition.func), text_answers=text_answers
+        )
 
     @property
     def workflow(self) -> FunctionalWorkflow:
@@ -172,8 +197,37 @@ class FunctionalWorkflowAgent(BaseAgent):
 
     @property
     def pending_requests(self) -> Mapping[str, WorkflowEvent[Any]]:
-        """Read-only mapping request id -> ``request_info`` event, always the workflow's pending view."""
+        """The session-less conversation's pending requests: always :attr:`workflow`'s pending view.
+
+        Each conversation with a session has its own view: :meth:`pending_requests_for`.
+        """
         return self._workflow.pending_requests
+
+    def pending_requests_for(self, session: AgentSession) -> Mapping[str, WorkflowEvent[Any]]:
+        """Read-only mapping request id -> ``request_info`` event of one conversation's pending pause.
+
+        Args:
+            session: The conversation's session.
+
+        Returns:
+            The pending requests of the workflow instance attached to ``session`` (empty when it has
+            none attached, e.g. a session restored in another process: its pause is in the
+            continuation store, see :meth:`FunctionalWorkflow.verify_continuation_token_async`).
+        """
+        workflow = self._runner.workflow_for(session, create=False)
+        return workflow.pending_requests if workflow is not None else MappingProxyType({})
+
+    def workflow_for(self, session: AgentSession | None) -> FunctionalWorkflow | None:
+        """The workflow instance of one conversation: :attr:`workflow` without a session, else the session's.
+
+        Args:
+            session: The conversation's session, or None.
+
+        Returns:
+            The instance attached to ``session`` while it has something pending or running (None
+            when it has none attached).
+        """
+        return self._runner.workflow_for(session, create=False)
 
     def abandon_continuation(
         self,
@@ -197,8 +251,10 @@ class FunctionalWorkflowAgent(BaseAgent):
             ContinuationAuthorityError: Missing or wrong token without ``force``; nothing changes.
             WorkflowRunningError: A run is in progress.
         """
-        self._workflow.abandon_continuation(self._abandon_token(token, force, session), force=force)
-        self._forget_abandoned(session)
+        workflow = self._runner.workflow_for(session)
+        assert workflow is not None
+        workflow.abandon_continuation(self._abandon_token(token, force, session), force=force)
+        self._forget_abandoned(session, workflow)
 
     async def abandon_continuation_async(
         self,
@@ -228,8 +284,10 @@ class FunctionalWorkflowAgent(BaseAgent):
                 nothing changes.
             WorkflowRunningError: A run is in progress.
         """
-        await self._workflow.abandon_continuation_async(self._abandon_token(token, force, session), force=force)
-        self._forget_abandoned(session)
+        workflow = self._runner.workflow_for(session)
+        assert workflow is not None
+        await workflow.abandon_continuation_async(self._abandon_token(token, force, session), force=force)
+        self._forget_abandoned(session, workflow)
 
     def _abandon_token(
         self, token: Mapping[str, Any] | None, force: bool, session: AgentSession | None
@@ -237,10 +295,12 @@ class FunctionalWorkflowAgent(BaseAgent):
         """The token both abandon methods use: the given one, else (without ``force``) the session's."""
         return session_token(session, self.id) if token is None and not force else token
 
-    def _forget_abandoned(self, session: AgentSession | None) -> None:
-        self._runner.forget_answers()
-        if session is not None:
-            clear_session_token(session, self.id)
+    def _forget_abandoned(self, session: AgentSession | None, workflow: FunctionalWorkflow) -> None:
+        if session is None:
+            self._runner.forget_answers()
+            return
+        clear_session_token(session, self.id)
+        self._runner.release(session, workflow)
 
     @overload
     def run(

@@ -38,14 +38,25 @@ from ._chat import (
     has_other_contents,
     is_chat_input,
     map_input,
+    resume_part,
+    text_answer,
 )
 from ._chat import (
     answers_to_responses as _answers_to_responses,
 )
-from ._continuation import FunctionalWorkflowContinuationToken
+from ._continuation import FunctionalWorkflowContinuationToken, presented_secret
 from ._core_compat import set_context_response
 from ._errors import AGENT_PENDING_CONTINUATION_MESSAGE, PendingContinuationError, WorkflowRunningError
-from ._session import clear_session_token, resolve_token, session_token, store_session_token
+from ._session import (
+    attach_workflow,
+    attached_workflow,
+    clear_session_token,
+    detach_workflow,
+    resolve_token,
+    session_answers,
+    session_token,
+    store_session_token,
+)
 from ._updates import UpdateConverter
 from ._workflow import FunctionalWorkflow, FunctionalWorkflowRunResult, authority_of
 
@@ -57,30 +68,40 @@ if TYPE_CHECKING:
 class RunPlan:
     """An accepted agent call (internal): everything the async part needs, decided synchronously."""
 
+    workflow: FunctionalWorkflow
     raw_input: Any
     input_messages: list[Message]
     session: AgentSession | None
     options: dict[str, Any]
     checkpoint_storage: CheckpointStorage | None
     run_kwargs: dict[str, Any] = field(default_factory=dict[str, Any])
-    # Every answer this run gives the workflow, remembered if it pauses again (see _answers_so_far).
+    # Every answer this run gives the workflow, remembered if it pauses again (earlier rounds included).
     answers: dict[str, Any] = field(default_factory=dict[str, Any])
     # Started at call time (so the workflow's own checks raise there) unless the workflow input
     # is the conversation, which needs the context providers' messages first.
     workflow_stream: ResponseStream[WorkflowEvent[Any], FunctionalWorkflowRunResult] | None = None
     # Set when the agent stream was closed: iterating it afterwards must run nothing.
     closed: bool = False
-    # A chat-native resume whose token this process does not hold: verified in the store in the run.
-    deferred_resume: _DeferredResume | None = None
+    # A resume (or new input over a stored token) whose pause this process does not hold: checked
+    # through the continuation store inside the run.
+    deferred: _Deferred | None = None
 
 
 @dataclass(frozen=True, slots=True)
-class _DeferredResume:
-    """A chat-native resume to accept inside the run, after the store vouched for its token (internal)."""
+class _Deferred:
+    """A call to accept inside the run, once the store said whether its token is live (internal).
+
+    Attributes:
+        token: The token the call resumes with (argument, options or session).
+        answers: Chat-native answers of the call (empty for new text).
+        only_answers: The resumed part of the input carries nothing but answers.
+        messages: The part of the input a plain-text answer is read from.
+    """
 
     token: Any
     answers: list[Content]
     only_answers: bool
+    messages: list[Message]
 
 
 def drop_workflow_stream(plan: RunPlan) -> None:
@@ -112,11 +133,18 @@ async def _final_token(plan: RunPlan) -> FunctionalWorkflowContinuationToken | N
 class AgentRunner:
     """The call machinery of one :class:`FunctionalWorkflowAgent` (internal).
 
+    Without a session the agent is one conversation on its own workflow instance. With a session,
+    each conversation has its own instance (built from the same definition, with the same checkpoint
+    storage and continuation store), attached to the session object while it has something pending;
+    its token and the answers so far are in ``session.state``. Nothing about a conversation is kept
+    here, except the session-less conversation's answers so far.
+
     Args:
         agent: The agent it serves (its id, name and context providers).
-        workflow: The workflow instance the agent drives.
+        workflow: The workflow instance of the session-less conversation (and the template of the others).
         input_mapper: The agent's explicit input mapper, if any.
         input_mode: What the workflow function's message parameter receives (``_chat.input_mode_for``).
+        text_answers: A plain text reply answers the one pending ``str`` request.
     """
 
     def __init__(
@@ -125,20 +153,43 @@ class AgentRunner:
         workflow: FunctionalWorkflow,
         input_mapper: InputMapper | None,
         input_mode: InputMode,
+        *,
+        text_answers: bool = True,
     ) -> None:
         self.agent = agent
         self.workflow = workflow
         self.input_mapper = input_mapper
         self.input_mode: InputMode = input_mode
-        # Core replays from the top and forgets answers to earlier request_info calls, so a
-        # chat-native resume (which carries only the new answers, as orchestrations send them)
-        # adds the answers given so far in this run. Valid only with the token they paused with.
+        self.text_answers = text_answers
+        # The session-less conversation's answers so far, valid only with the token they paused with.
         self.answers_so_far: dict[str, Any] = {}
         self.answers_token: dict[str, Any] | None = None
 
     def forget_answers(self) -> None:
-        """Drop the remembered answers (the continuation was abandoned)."""
+        """Drop the session-less conversation's remembered answers (its continuation was abandoned)."""
         self.answers_so_far, self.answers_token = {}, None
+
+    def workflow_for(self, session: AgentSession | None, *, create: bool = True) -> FunctionalWorkflow | None:
+        """The workflow instance of a conversation: the agent's own without a session, else the session's."""
+        if session is None:
+            return self.workflow
+        workflow = attached_workflow(self.workflow, session)
+        if workflow is None and create:
+            template = self.workflow
+            workflow = template.definition.build(
+                checkpoint_storage=template.checkpoint_storage, continuation_store=template.continuation_store
+            )
+            attach_workflow(self.workflow, session, workflow)
+        return workflow
+
+    def _remembered(self, session: AgentSession | None, token: Any) -> dict[str, Any]:
+        """The answers given so far in the run chain whose pause ``token`` names."""
+        secret = presented_secret(token.token if type(token) is VerifiedContinuation else token)
+        if secret is None:
+            return {}  # never raises, whatever the caller passed: the resume fails authority later
+        if session is not None:
+            return session_answers(session, self.agent.id, secret)
+        return dict(self.answers_so_far) if presented_secret(self.answers_token) == secret else {}
 
     # ------------------------------------------------------------------ acceptance (synchronous)
 
@@ -157,8 +208,16 @@ class AgentRunner:
         """Accept or reject the call, in the workflow's contract order, before anything runs."""
         if options is not None and not isinstance(options, Mapping):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError("'options' must be a mapping of run options, for example {'continuation_token': token}.")
+        if session is None and not self.agent.continuation_token_on_response:
+            raise ValueError(
+                "This agent keeps continuation tokens in the session only (continuation_token_on_response=False): "
+                "pass session=... so the token of a pause is not lost."
+            )
         input_messages = chat_messages(messages)
+        workflow = self.workflow_for(session)
+        assert workflow is not None
         plan = RunPlan(
+            workflow=workflow,
             raw_input=messages,
             input_messages=input_messages,
             session=session,
@@ -166,37 +225,56 @@ class AgentRunner:
             checkpoint_storage=checkpoint_storage,
             run_kwargs=run_kwargs,
         )
-        answers = answer_contents(input_messages) if responses is None and checkpoint_id is None else []
-        only_answers = bool(answers) and not has_other_contents(input_messages)
-        if answers and (only_answers or self.workflow.has_pending_continuation):
+        try:
+            self._plan(plan, messages, responses, continuation_token, checkpoint_id)
+        except BaseException:
+            self._release(plan)
+            raise
+        return plan
+
+    def _plan(
+        self,
+        plan: RunPlan,
+        messages: Any,
+        responses: Mapping[str, Any] | None,
+        continuation_token: Mapping[str, Any] | None,
+        checkpoint_id: str | None,
+    ) -> None:
+        workflow, session, options = plan.workflow, plan.session, plan.options
+        # A caller that resends history (AG-UI) adds this turn's part after the last assistant message.
+        turn = resume_part(plan.input_messages)
+        answers = answer_contents(turn) if responses is None and checkpoint_id is None else []
+        only_answers = bool(answers) and not has_other_contents(turn)
+        stored = session_token(session, self.agent.id) if session is not None else None
+        pending_here = workflow.has_pending_continuation
+        if answers and (only_answers or pending_here or stored is not None):
             # Chat-native resume: authority first, then the answers (nothing leaks without the token).
             token = resolve_token(continuation_token, options, session, self.agent.id)
-            verified = check_authority(self.workflow, token)
+            verified = check_authority(workflow, token)
             if verified is None:
                 # A pause held in a continuation store, not here. The store lookup is asynchronous, so
                 # authority, conflict and the answers are checked in the run, in the same order.
-                plan.deferred_resume = _DeferredResume(token=token, answers=answers, only_answers=only_answers)
-                return plan
-            self._start_chat_resume(plan, verified, answers, only_answers)
-            return plan
+                plan.deferred = _Deferred(token, answers, only_answers, turn)
+                return
+            self._start_chat_resume(plan, verified, answers, only_answers, turn)
+            return
         if responses is not None or checkpoint_id is not None:
             # Explicit resume or checkpoint restore: the workflow runs every check at this call.
-            token = (
-                resolve_token(continuation_token, options, session, self.agent.id)
-                if responses is not None and checkpoint_id is None
-                else continuation_token
-            )
-            plan.answers = dict(responses) if isinstance(responses, Mapping) else {}
-            plan.workflow_stream = self.workflow.run(
+            resume = responses is not None and checkpoint_id is None
+            token = resolve_token(continuation_token, options, session, self.agent.id) if resume else continuation_token
+            given = dict(responses) if isinstance(responses, Mapping) else {}
+            # Earlier rounds' answers too, as for chat-native answers (core's replay forgets them).
+            plan.answers = {**self._remembered(session, token), **given} if resume else given
+            plan.workflow_stream = workflow.run(
                 messages,
                 stream=True,
-                responses=responses,
+                responses=plan.answers if resume else responses,
                 continuation_token=token,
                 checkpoint_id=checkpoint_id,
-                checkpoint_storage=checkpoint_storage,
-                **run_kwargs,
+                checkpoint_storage=plan.checkpoint_storage,
+                **plan.run_kwargs,
             )
-            return plan
+            return
         # Fresh run. Apply the workflow's acceptance rules for new input here: when the input does
         # not depend on the context providers the workflow run starts right away (its own checks
         # raise here too); otherwise it starts after the providers added their messages.
@@ -210,20 +288,34 @@ class AgentRunner:
                 "'continuation_token' is only used to resume a pause (with answers or responses=...); a new turn "
                 "needs none. Drop the token from this call."
             )
-        if self.workflow.has_pending_continuation:
+        if pending_here:
+            token = resolve_token(None, options, session, self.agent.id)
+            if self.text_answers and session is not None and token is not None:
+                verified = check_authority(workflow, token)
+                text = text_answer(turn, verified) if verified is not None else None
+                if verified is not None and text is not None:
+                    self._resume(plan, verified, text)
+                    return
             raise PendingContinuationError(AGENT_PENDING_CONTINUATION_MESSAGE)
-        if self.workflow.is_running:
+        if workflow.is_running:
             raise WorkflowRunningError()
         if self.input_mapper is not None and not is_chat_input(messages):
             raise TypeError(
                 "This agent has an input_mapper, which maps chat input: pass str, Message, Content or a list of them."
             )
+        if stored is not None:
+            # A restored session (another worker, a copy) with a token: live in the store means new input
+            # conflicts (or a text reply answers it); stale means a fresh run. Decided inside the run.
+            plan.deferred = _Deferred(stored, [], False, turn)
+            return
+        self._start_fresh(plan)
+
+    def _start_fresh(self, plan: RunPlan) -> None:
         if self.input_mapper is None and self.input_mode != "messages":
-            workflow_input = map_input(self.input_mode, messages, input_messages, input_messages, None)
-            plan.workflow_stream = self.workflow.run(
-                workflow_input, stream=True, checkpoint_storage=checkpoint_storage, **run_kwargs
+            workflow_input = map_input(self.input_mode, plan.raw_input, plan.input_messages, plan.input_messages, None)
+            plan.workflow_stream = plan.workflow.run(
+                workflow_input, stream=True, checkpoint_storage=plan.checkpoint_storage, **plan.run_kwargs
             )
-        return plan
 
     def _start_chat_resume(
         self,
@@ -231,22 +323,26 @@ class AgentRunner:
         verified: VerifiedContinuation,
         answers: Sequence[Content],
         only_answers: bool,
+        turn: Sequence[Message],
     ) -> None:
-        """After authority passed: check and convert the answers, then start the workflow's resume.
-
-        The verified pause goes to the workflow in place of the token, so the workflow does not
-        check it again (with a continuation store: no second store or checkpoint read).
-        """
+        """After authority passed: check and convert the answers, then start the workflow's resume."""
         if not only_answers:
             raise ValueError(
                 "While a continuation is pending, send the answers alone: messages whose contents are only "
                 "function_approval_response / function_result contents for the pending requests. Send new "
                 "text after the workflow finished. The continuation is still pending."
             )
-        converted = _answers_to_responses(answers, verified)
-        earlier = self.answers_so_far if self.answers_token == verified.token else {}
-        answers_so_far = {**earlier, **converted}
-        plan.workflow_stream = self.workflow.run(
+        del turn
+        self._resume(plan, verified, _answers_to_responses(answers, verified))
+
+    def _resume(self, plan: RunPlan, verified: VerifiedContinuation, converted: Mapping[str, Any]) -> None:
+        """Start the workflow's resume with the answers so far and the verified pause.
+
+        The verified pause goes to the workflow in place of the token, so the workflow does not
+        check it again (with a continuation store: no second store or checkpoint read).
+        """
+        answers_so_far = {**self._remembered(plan.session, verified), **converted}
+        plan.workflow_stream = plan.workflow.run(
             stream=True,
             responses=answers_so_far,
             continuation_token=verified,
@@ -255,18 +351,43 @@ class AgentRunner:
         )
         plan.answers = answers_so_far
 
-    async def _accept_deferred_resume(self, plan: RunPlan, deferred: _DeferredResume) -> None:
-        """Accept a chat-native resume of a pause held elsewhere: store authority, conflict, answers.
+    async def _accept_deferred(self, plan: RunPlan, deferred: _Deferred) -> None:
+        """Accept a call whose pause is held elsewhere: store authority, conflict, then the answers.
 
         The same order and errors as the synchronous path; a rejection raises before anything ran
         or changed (the store is only read; the claim happens inside the workflow run).
         """
-        verified = await self.workflow.verify_continuation_token_async(deferred.token)
+        workflow = plan.workflow
+        if not deferred.answers:
+            # New input over a stored token: a live pause conflicts (or takes a text reply); a stale one
+            # is forgotten and the run starts fresh.
+            if plan.session is not None and not await authority_of(workflow).is_current(deferred.token):
+                clear_session_token(plan.session, self.agent.id)
+                self._start_fresh(plan)
+                return
+            verified = await workflow.verify_continuation_token_async(deferred.token)
+            text = text_answer(deferred.messages, verified) if self.text_answers else None
+            if text is None:
+                raise PendingContinuationError(AGENT_PENDING_CONTINUATION_MESSAGE)
+            self._resume(plan, verified, text)
+            return
+        verified = await workflow.verify_continuation_token_async(deferred.token)
         try:
-            await authority_of(self.workflow).check_conflict(verified)
+            await authority_of(workflow).check_conflict(verified)
         except PendingContinuationError:
             raise PendingContinuationError(AGENT_PENDING_CONTINUATION_MESSAGE) from None
-        self._start_chat_resume(plan, verified, deferred.answers, deferred.only_answers)
+        self._start_chat_resume(plan, verified, deferred.answers, deferred.only_answers, deferred.messages)
+
+    def _release(self, plan: RunPlan) -> None:
+        self.release(plan.session, plan.workflow)
+
+    def release(self, session: AgentSession | None, workflow: FunctionalWorkflow) -> None:
+        """Detach a conversation's instance from its session once it holds nothing (memory back to baseline)."""
+        if session is None or workflow is self.workflow:
+            return
+        idle = not workflow.has_pending_continuation and not workflow.is_running
+        if idle and attached_workflow(self.workflow, session) is workflow:
+            detach_workflow(self.workflow, session)
 
     # ------------------------------------------------------------------ run (shared by both modes)
 
@@ -280,20 +401,27 @@ class AgentRunner:
     async def updates(self, plan: RunPlan, response_id: str) -> AsyncIterable[AgentResponseUpdate]:
         """Providers before, the workflow's events as updates, session bookkeeping, providers after.
 
-        The token update comes last (nothing may follow it: core's ``from_updates`` keeps the last
-        update's token), so the after-run providers see the full response before it is yielded.
-        The workflow stream lives only in ``plan`` (no local holds it across a ``yield``), so a
-        dropped agent stream releases the workflow run at once (see :meth:`run`).
+        Approval requests are held until the run ended and its token is stored in the session (the
+        pause is saved before the token is issued), so a caller that stops reading at the approval
+        request can still answer it. The token update comes last (nothing may follow it: core's
+        ``from_updates`` keeps the last update's token), so the after-run providers see the full
+        response before it is yielded. The workflow stream lives only in ``plan`` (no local holds it
+        across a ``yield``), so a dropped agent stream releases the workflow run at once.
         """
         token: FunctionalWorkflowContinuationToken | None = None
         finished = False
         updates: list[AgentResponseUpdate] = []
+        held: list[AgentResponseUpdate] = []
         converter = UpdateConverter(author_name=self.agent.name, agent_id=self.agent.id, response_id=response_id)
         if plan.closed:
             return  # closed before it was iterated: its run was released, so start nothing
-        if plan.deferred_resume is not None:
+        if plan.deferred is not None:
             # A rejection raises here, before providers, the workflow or the session are touched.
-            await self._accept_deferred_resume(plan, plan.deferred_resume)
+            try:
+                await self._accept_deferred(plan, plan.deferred)
+            except BaseException:
+                self._release(plan)
+                raise
         try:
             provider_session, context = await self._before_run(plan)
             if plan.workflow_stream is None:
@@ -301,7 +429,7 @@ class AgentRunner:
                 workflow_input = map_input(
                     self.input_mode, plan.raw_input, plan.input_messages, conversation, self.input_mapper
                 )
-                plan.workflow_stream = self.workflow.run(
+                plan.workflow_stream = plan.workflow.run(
                     workflow_input, stream=True, checkpoint_storage=plan.checkpoint_storage, **plan.run_kwargs
                 )
             while True:
@@ -311,7 +439,10 @@ class AgentRunner:
                     break
                 for update in converter.convert(event):
                     updates.append(update)
-                    yield update
+                    if event.type == "request_info":
+                        held.append(update)
+                    else:
+                        yield update
             token = await _final_token(plan)
             finished = True
         finally:
@@ -320,17 +451,16 @@ class AgentRunner:
                 await workflow_stream.close()
             # Dropping the last reference lets an unstarted run hand its claim back right away.
             del workflow_stream
-            await self._settle_session(plan.session, token)
-            if token is not None:
-                self.answers_so_far, self.answers_token = plan.answers, dict(token)
-            elif not self.workflow.has_pending_continuation:
-                self.answers_so_far, self.answers_token = {}, None
+            await self._settle_session(plan, token)
+            self._release(plan)
         final_update = converter.token_update(token) if token is not None else None
         if final_update is not None:
             updates.append(final_update)
         set_context_response(context, AgentResponse.from_updates(updates))
         await self.agent._run_after_providers(session=provider_session, context=context)  # pyright: ignore[reportPrivateUsage]
-        if final_update is not None:
+        for update in held:
+            yield update
+        if final_update is not None and self.agent.continuation_token_on_response:
             yield final_update
 
     async def _before_run(self, plan: RunPlan) -> tuple[AgentSession | None, SessionContext]:
@@ -360,22 +490,27 @@ class AgentRunner:
             )
         return provider_session, context
 
-    async def _settle_session(self, session: AgentSession | None, token: Mapping[str, Any] | None) -> None:
-        """Keep the session's stored token equal to the live one (stored, or removed once stale).
+    async def _settle_session(self, plan: RunPlan, token: Mapping[str, Any] | None) -> None:
+        """Keep the conversation's stored token and answers equal to the live pause (stored, or removed).
 
         With a continuation store "live" is the store's view, so a token spent or abandoned in any
         process is removed, and a token of a pause held by another process is kept while it is valid.
         """
+        session = plan.session
         if session is None:
+            if token is not None:
+                self.answers_so_far, self.answers_token = plan.answers, dict(token)
+            elif not plan.workflow.has_pending_continuation:
+                self.forget_answers()
             return
         if token is not None:
-            store_session_token(session, self.agent.id, token)
+            store_session_token(session, self.agent.id, token, plan.answers)
             return
         stored = session_token(session, self.agent.id)
         if stored is None:
             return
         try:
-            current = await authority_of(self.workflow).is_current(stored)
+            current = await authority_of(plan.workflow).is_current(stored)
         except Exception:  # store unreadable: keep the token; a resume checks it again anyway
             current = True
         if not current:

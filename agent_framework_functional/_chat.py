@@ -125,13 +125,48 @@ def map_input(
     if not is_chat_input(raw) or mode == "as_given":
         return raw
     if mode == "text":
-        return "\n".join(message.text for message in caller_messages if message.text)
+        return last_user_text(caller_messages)
     if mode == "message":
         return caller_messages[-1] if caller_messages else None
     return conversation
 
 
 # ---------------------------------------------------------------------------------------------- answers
+
+
+def last_user_text(messages: Sequence[Message]) -> str:
+    """The text of the last message with role ``user`` (else of the last message; empty when none)."""
+    for message in reversed(messages):
+        if message.role == "user":
+            return message.text
+    return messages[-1].text if messages else ""
+
+
+def resume_part(messages: Sequence[Message]) -> list[Message]:
+    """The messages after the last assistant message: what a caller that resends history adds this turn.
+
+    Hosts such as AG-UI resend the whole transcript with each turn; the answers to a pause come after
+    the assistant message that asked. Without an assistant message, all messages are new.
+    """
+    for index in range(len(messages) - 1, -1, -1):
+        if messages[index].role == "assistant":
+            return list(messages[index + 1 :])
+    return list(messages)
+
+
+def text_answer(messages: Sequence[Message], pending: Mapping[str, WorkflowEvent[Any]]) -> dict[str, Any] | None:
+    """Plain text as the answer to the one pending ``str`` request, or None when that does not apply.
+
+    Applies when exactly one request is pending, its ``response_type`` is ``str``, and the messages
+    carry text (the last user message's text is the answer).
+    """
+    if len(pending) != 1:
+        return None
+    request_id, event = next(iter(pending.items()))
+    text = last_user_text(messages)
+    if event.response_type is not str or not text:
+        return None
+    return {request_id: text}
 
 
 def answer_contents(messages: Sequence[Message]) -> list[Content]:

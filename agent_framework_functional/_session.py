@@ -1,16 +1,22 @@
-"""Session-stored continuation tokens: the pending token of each agent kept in ``AgentSession.state``.
+"""Per-conversation state of the agent, kept with the session: the token, the answers so far, the live instance.
 
 A caller that only has the session, such as an orchestration's ``AgentExecutor`` or a host that
-serialises sessions between turns, can then resume. Tokens are stored as plain JSON-safe dicts.
+serialises sessions between turns, can then resume. The token and the answers are plain JSON-safe
+values in ``AgentSession.state``; the live workflow instance of a paused conversation is found by the
+session's id and never serialized. Nothing about a conversation is kept on the agent.
 """
 
 from __future__ import annotations
 
 import typing
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
 from agent_framework import AgentSession
+from pydantic_core import to_jsonable_python
+
+from ._continuation import presented_secret
 
 SESSION_STATE_KEY = "agent_framework_functional"
 """Key of this package's entry in ``AgentSession.state``: ``{agent_id: {"continuation_token": token}}``."""
@@ -30,11 +36,25 @@ def session_token(session: AgentSession | None, agent_id: str) -> Mapping[str, A
     return typing.cast(Mapping[str, Any], token) if isinstance(token, Mapping) else None
 
 
-def store_session_token(session: AgentSession, agent_id: str, token: Mapping[str, Any]) -> None:
-    """Store ``token`` (as a plain JSON-safe dict) under this agent's entry of ``session.state``."""
+def store_session_token(
+    session: AgentSession, agent_id: str, token: Mapping[str, Any], answers: Mapping[str, Any] | None = None
+) -> None:
+    """Store ``token`` (a plain JSON-safe dict) and the answers so far under this agent's entry of ``session.state``.
+
+    Args:
+        session: The conversation's session.
+        agent_id: The agent's id (one entry per agent, so several agents can share a session).
+        token: The pause's continuation token.
+        answers: Answers given so far in the run chain (request id -> value), kept JSON-safe
+            (pydantic's ``to_jsonable_python``) so hosts can serialise the session; core converts them
+            back to each request's ``response_type`` when it replays.
+    """
     entry = session.state.get(SESSION_STATE_KEY)
     entries: dict[str, Any] = dict(typing.cast(Mapping[str, Any], entry)) if isinstance(entry, Mapping) else {}
-    entries[agent_id] = {"continuation_token": dict(token)}
+    agent_entry: dict[str, Any] = {"continuation_token": dict(token)}
+    if answers:
+        agent_entry["answers"] = to_jsonable_python(dict(answers), fallback=str)
+    entries[agent_id] = agent_entry
     session.state[SESSION_STATE_KEY] = entries
 
 
@@ -72,3 +92,69 @@ def resolve_token(
     if options is not None and options.get("continuation_token") is not None:
         return options["continuation_token"]
     return session_token(session, agent_id)
+
+
+# ---------------------------------------------------------------------------------------------- answers
+
+
+def session_answers(session: AgentSession, agent_id: str, secret: bytes) -> dict[str, Any]:
+    """The answers given so far in the run chain whose pause has the token ``secret`` (empty when none).
+
+    Core replays from the top and forgets answers to earlier ``request_info`` calls, so a resume adds
+    them again; they are kept next to the token they were given for, and only count for that token.
+    """
+    entry = _agent_entry(session, agent_id)
+    if entry is None or presented_secret(entry.get("continuation_token")) != secret:
+        return {}
+    answers = entry.get("answers")
+    return dict(typing.cast(Mapping[str, Any], answers)) if isinstance(answers, Mapping) else {}
+
+
+def _agent_entry(session: AgentSession, agent_id: str) -> Mapping[str, Any] | None:
+    entry = session.state.get(SESSION_STATE_KEY)
+    if not isinstance(entry, Mapping):
+        return None
+    agent_entry = typing.cast(Mapping[str, Any], entry).get(agent_id)
+    return typing.cast(Mapping[str, Any], agent_entry) if isinstance(agent_entry, Mapping) else None
+
+
+# ---------------------------------------------------------------------------------------------- live instances
+
+
+_LIVE: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
+"""The live workflow instance of each paused conversation in this process: template -> session id -> instance.
+
+The template is the workflow instance an agent was built on (its session-less conversation); each
+conversation with a session gets its own instance of the same definition, found by the session's id, not
+the session object: hosts rebuild session objects between turns (AG-UI), copy them (Responses hosting) or
+restore them from a checkpoint (orchestrations), and the conversation is still the same. An entry exists
+only while its instance has something pending or running, so memory returns to its baseline when the
+conversations finish. It is never serialized: a session restored in another process (or served by
+another template) resumes through the workflow's continuation store. Resuming still needs the token
+(from the session's state, the argument or ``options``); the id only finds the instance holding the pause.
+"""
+
+
+def attached_workflow(template: Any, session: AgentSession) -> Any:
+    """The live workflow instance of ``session``'s conversation on ``template``, or None."""
+    entries = _LIVE.get(template)
+    return entries.get(session.session_id) if entries is not None else None
+
+
+def attach_workflow(template: Any, session: AgentSession, workflow: Any) -> None:
+    """Make ``workflow`` the live instance of ``session``'s conversation on ``template``."""
+    _LIVE.setdefault(template, {})[session.session_id] = workflow
+
+
+def detach_workflow(template: Any, session: AgentSession) -> None:
+    """Forget the live instance of ``session``'s conversation on ``template``."""
+    entries = _LIVE.get(template)
+    if entries is not None:
+        entries.pop(session.session_id, None)
+        if not entries:
+            _LIVE.pop(template, None)
+
+
+def live_conversations(template: Any) -> int:
+    """How many conversations on ``template`` have a live workflow instance (for tests and benchmarks)."""
+    return len(_LIVE.get(template, ()))

@@ -72,7 +72,7 @@ class UpdateConverter:
             if self._live_text.repeats(contents):
                 return []
         elif event.type == "request_info" and event.request_id:
-            contents = [approval_request(event)]
+            contents = approval_request(event)
         else:
             return []
         if not contents:
@@ -100,19 +100,36 @@ class UpdateConverter:
         )
 
 
-def approval_request(event: WorkflowEvent[Any]) -> Content:
-    """The ``function_approval_request`` content of a ``request_info`` event (as core's functional agent)."""
+def response_type_name(response_type: Any) -> str:
+    """A readable name of a request's ``response_type`` (``bool``, ``str``, ``list[int]``, ``Review``)."""
+    if isinstance(response_type, type) and not getattr(response_type, "__args__", None):
+        return response_type.__name__
+    return repr(response_type).replace("typing.", "")
+
+
+def approval_request(event: WorkflowEvent[Any]) -> list[Content]:
+    """The contents of a ``request_info`` event: the call, then its approval request (as core's ``Agent`` does).
+
+    The ``function_call`` (call id = request id, ``hosted=True``: the workflow, not the caller, runs it)
+    comes first, so tool-call-shaped protocols (AG-UI) see a well-formed call before the approval
+    request refers to it. Both say which type the answer must have (``response_type``): a ``bool``
+    request takes a ``function_approval_response``; any other takes a ``function_result`` (or, for a
+    ``str`` request on a session, the user's plain text reply).
+    """
     request_id = event.request_id
+    expects = response_type_name(event.response_type)
     function_call = Content.from_function_call(
         call_id=request_id,
         name=REQUEST_INFO_FUNCTION_NAME,
-        arguments={"request_id": request_id, "data": request_data_to_json(event.data)},
+        arguments={"request_id": request_id, "data": request_data_to_json(event.data), "response_type": expects},
+        hosted=True,
     )
-    return Content.from_function_approval_request(
+    approval = Content.from_function_approval_request(
         id=request_id,
         function_call=function_call,
-        additional_properties={"request_id": request_id},
+        additional_properties={"request_id": request_id, "response_type": expects},
     )
+    return [function_call, approval]
 
 
 def output_contents(data: Any) -> list[Content]:

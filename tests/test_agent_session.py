@@ -113,8 +113,9 @@ async def test_token_lookup_order_argument_then_options_then_session() -> None:
     with pytest.raises(ContinuationAuthorityError):
         agent.run(yes(paused), session=session, options={"continuation_token": wrong})
     assert stored(session, agent) == paused.continuation_token  # rejected calls leave the session alone
-    # Good options, no session.
-    done = await agent.run(yes(paused), options={"continuation_token": paused.continuation_token})
+    # Good options, and a session rebuilt with the same id but no state (as AG-UI does between turns).
+    rebuilt = AgentSession(session_id=session.session_id)
+    done = await agent.run(yes(paused), session=rebuilt, options={"continuation_token": paused.continuation_token})
     assert done.text == "published tea"
 
 
@@ -141,7 +142,8 @@ async def test_another_session_or_no_session_gets_the_authority_error() -> None:
 
     assert other.state == {}
     assert stored(session, agent) == paused.continuation_token
-    assert set(agent.pending_requests) == {"auto::0"}
+    assert set(agent.pending_requests_for(session)) == {"auto::0"}
+    assert agent.pending_requests == {}  # the session-less conversation is another one
 
 
 async def test_a_rejected_call_changes_neither_session_nor_workflow() -> None:
@@ -159,7 +161,8 @@ async def test_a_rejected_call_changes_neither_session_nor_workflow() -> None:
             call()
 
     assert json.dumps(session.to_dict(), sort_keys=True) == before
-    assert set(agent.pending_requests) == {"auto::0"}
+    assert set(agent.pending_requests_for(session)) == {"auto::0"}
+    assert agent.pending_requests == {}  # the session-less conversation is another one
     assert (await agent.run(yes(paused), session=session)).text == "published tea"
 
 
@@ -185,7 +188,7 @@ async def test_failed_resume_spends_the_token_and_removes_it() -> None:
         await agent.run(yes(paused), session=session)
 
     assert SESSION_STATE_KEY not in session.state
-    assert agent.pending_requests == {}
+    assert agent.pending_requests_for(session) == {}
     assert (await agent.run("tea", session=session)).user_input_requests
 
 
@@ -195,12 +198,13 @@ async def test_stream_dropped_before_iteration_keeps_the_token_resumable() -> No
     paused = await agent.run("tea", session=session)
 
     stream = agent.run(yes(paused), session=session, stream=True)
-    assert agent.pending_requests == {}  # accepted: the resume claimed the continuation
+    assert agent.pending_requests_for(session) == {}  # accepted: the resume claimed the continuation
     await stream.close()
     del stream
 
     assert stored(session, agent) == paused.continuation_token
-    assert set(agent.pending_requests) == {"auto::0"}
+    assert set(agent.pending_requests_for(session)) == {"auto::0"}
+    assert agent.pending_requests == {}  # the session-less conversation is another one
     assert (await agent.run(yes(paused), session=session)).text == "published tea"
 
 
@@ -216,7 +220,7 @@ async def test_abandon_with_the_session_token_clears_workflow_and_session() -> N
     agent.abandon_continuation(session=session)
 
     assert SESSION_STATE_KEY not in session.state
-    assert agent.pending_requests == {}
+    assert agent.pending_requests_for(session) == {}
     assert (await agent.run("coffee", session=session)).user_input_requests
     assert published == []
 
@@ -229,14 +233,16 @@ async def test_force_abandon_clears_a_lost_token_from_the_session() -> None:
     agent.abandon_continuation(force=True, session=session)
 
     assert SESSION_STATE_KEY not in session.state
-    assert not agent.workflow.has_pending_continuation
+    assert agent.pending_requests_for(session) == {}
 
 
 async def test_stale_session_token_is_dropped_by_the_next_run_with_that_session() -> None:
     agent = new_agent()
     session = agent.create_session()
     paused = await agent.run("tea", session=session)
-    agent.abandon_continuation(paused.continuation_token)  # abandoned without the session
+    conversation = agent.workflow_for(session)
+    assert conversation is not None
+    conversation.abandon_continuation(paused.continuation_token)  # abandoned without the session
     assert stored(session, agent) == paused.continuation_token
 
     with pytest.raises(ContinuationAuthorityError):

@@ -100,7 +100,7 @@ def test_agent_hitl_streams_and_resumes() -> None:
     out = assert_ok(run_script(SAMPLES / "agent_hitl.py", "--feedback", FEEDBACK))
     update_lines = [line for line in out.splitlines() if line.startswith("update ")]
     assert update_lines == [
-        "update 1: approval request id=auto::0",
+        "update 1: function_call, approval request id=auto::0",
         "update 2: continuation_token(kind='functional_workflow')",
     ]
     assert "Token on the last update: True" in out
