@@ -253,7 +253,10 @@ class FunctionalWorkflowAgent(BaseAgent):
         """
         workflow = self._runner.workflow_for(session)
         assert workflow is not None
-        workflow.abandon_continuation(self._abandon_token(token, force, session), force=force)
+        try:
+            workflow.abandon_continuation(self._abandon_token(token, force, session), force=force)
+        finally:
+            self._runner.release(session, workflow)  # a rejected call leaves no instance behind
         self._forget_abandoned(session, workflow)
 
     async def abandon_continuation_async(
@@ -286,7 +289,10 @@ class FunctionalWorkflowAgent(BaseAgent):
         """
         workflow = self._runner.workflow_for(session)
         assert workflow is not None
-        await workflow.abandon_continuation_async(self._abandon_token(token, force, session), force=force)
+        try:
+            await workflow.abandon_continuation_async(self._abandon_token(token, force, session), force=force)
+        finally:
+            self._runner.release(session, workflow)  # a rejected call leaves no instance behind
         self._forget_abandoned(session, workflow)
 
     def _abandon_token(

@@ -46,7 +46,12 @@ from ._chat import (
 )
 from ._continuation import FunctionalWorkflowContinuationToken, presented_secret
 from ._core_compat import set_context_response
-from ._errors import AGENT_PENDING_CONTINUATION_MESSAGE, PendingContinuationError, WorkflowRunningError
+from ._errors import (
+    AGENT_PENDING_CONTINUATION_MESSAGE,
+    ContinuationAuthorityError,
+    PendingContinuationError,
+    WorkflowRunningError,
+)
 from ._session import (
     attach_workflow,
     attached_workflow,
@@ -85,6 +90,8 @@ class RunPlan:
     # A resume (or new input over a stored token) whose pause this process does not hold: checked
     # through the continuation store inside the run.
     deferred: _Deferred | None = None
+    # The conversation's instance was already live here (so a stored token it does not hold is stale).
+    was_live: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +221,7 @@ class AgentRunner:
                 "pass session=... so the token of a pause is not lost."
             )
         input_messages = chat_messages(messages)
+        was_live = session is not None and self.workflow_for(session, create=False) is not None
         workflow = self.workflow_for(session)
         assert workflow is not None
         plan = RunPlan(
@@ -224,11 +232,13 @@ class AgentRunner:
             options=dict(options or {}),
             checkpoint_storage=checkpoint_storage,
             run_kwargs=run_kwargs,
+            was_live=was_live,
         )
         try:
             self._plan(plan, messages, responses, continuation_token, checkpoint_id)
         except BaseException:
-            self._release(plan)
+            if not was_live:
+                self._release(plan)  # a rejected call leaves behind no instance it created
             raise
         return plan
 
@@ -262,13 +272,14 @@ class AgentRunner:
             # Explicit resume or checkpoint restore: the workflow runs every check at this call.
             resume = responses is not None and checkpoint_id is None
             token = resolve_token(continuation_token, options, session, self.agent.id) if resume else continuation_token
-            given = dict(responses) if isinstance(responses, Mapping) else {}
+            mapping = isinstance(responses, Mapping)
+            given = dict(responses) if mapping else {}  # not a mapping: the workflow's TypeError below
             # Earlier rounds' answers too, as for chat-native answers (core's replay forgets them).
             plan.answers = {**self._remembered(session, token), **given} if resume else given
             plan.workflow_stream = workflow.run(
                 messages,
                 stream=True,
-                responses=plan.answers if resume else responses,
+                responses=plan.answers if resume and mapping else responses,
                 continuation_token=token,
                 checkpoint_id=checkpoint_id,
                 checkpoint_storage=plan.checkpoint_storage,
@@ -359,13 +370,18 @@ class AgentRunner:
         """
         workflow = plan.workflow
         if not deferred.answers:
-            # New input over a stored token: a live pause conflicts (or takes a text reply); a stale one
-            # is forgotten and the run starts fresh.
-            if plan.session is not None and not await authority_of(workflow).is_current(deferred.token):
+            # New input over a stored token: a live pause conflicts (or takes a text reply); one the store
+            # says is spent or abandoned, or that this conversation's live instance does not hold, is
+            # forgotten and the run starts fresh. Otherwise nothing can say it is gone, and a pause must
+            # never be dropped silently: it conflicts (abandon to get out).
+            if plan.session is not None and (plan.was_live or await authority_of(workflow).is_stale(deferred.token)):
                 clear_session_token(plan.session, self.agent.id)
                 self._start_fresh(plan)
                 return
-            verified = await workflow.verify_continuation_token_async(deferred.token)
+            try:
+                verified = await workflow.verify_continuation_token_async(deferred.token)
+            except ContinuationAuthorityError:
+                raise PendingContinuationError(AGENT_PENDING_CONTINUATION_MESSAGE) from None  # held elsewhere
             text = text_answer(deferred.messages, verified) if self.text_answers else None
             if text is None:
                 raise PendingContinuationError(AGENT_PENDING_CONTINUATION_MESSAGE)
@@ -420,7 +436,8 @@ class AgentRunner:
             try:
                 await self._accept_deferred(plan, plan.deferred)
             except BaseException:
-                self._release(plan)
+                if not plan.was_live:
+                    self._release(plan)  # a rejected call leaves behind no instance it created
                 raise
         try:
             provider_session, context = await self._before_run(plan)

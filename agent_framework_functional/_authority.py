@@ -221,6 +221,15 @@ class InMemoryAuthority:
         """:meth:`verify`; with a store also for pauses held elsewhere (see ``StoreAuthority``)."""
         return self.verify(token)
 
+    async def is_stale(self, token: object) -> bool:
+        """True only when ``token`` is known to be spent, abandoned or expired (in memory: never known).
+
+        A token this instance does not hold may be held by another instance in memory, so only a
+        continuation store can say it is gone.
+        """
+        del token
+        return False
+
     async def is_current(self, token: object) -> bool:
         """True when ``token`` still authorises a resume (read-only; a cheap check, no checkpoint read)."""
         try:

@@ -157,14 +157,16 @@ def resume_part(messages: Sequence[Message]) -> list[Message]:
 def text_answer(messages: Sequence[Message], pending: Mapping[str, WorkflowEvent[Any]]) -> dict[str, Any] | None:
     """Plain text as the answer to the one pending ``str`` request, or None when that does not apply.
 
-    Applies when exactly one request is pending, its ``response_type`` is ``str``, and the messages
-    carry text (the last user message's text is the answer).
+    Applies when exactly one request is pending, its ``response_type`` is ``str``, and a message with
+    role ``user`` carries text that is not only whitespace (the last such message's text is the
+    answer): a system or tool message never answers for the person.
     """
     if len(pending) != 1:
         return None
     request_id, event = next(iter(pending.items()))
-    text = last_user_text(messages)
-    if event.response_type is not str or not text:
+    users = [message for message in messages if message.role == "user"]
+    text = users[-1].text if users else ""
+    if event.response_type is not str or not text.strip():
         return None
     return {request_id: text}
 

@@ -144,6 +144,13 @@ class StoreAuthority(InMemoryAuthority):
             authority=self, token=cast("Mapping[str, Any]", token), requests=requests, record=record
         )
 
+    async def is_stale(self, token: object) -> bool:
+        """True when the store no longer has ``token``'s pause ``issued`` (spent, abandoned, expired, unknown).
+
+        A token this process holds in memory is judged by the store too, as any other.
+        """
+        return not await self.is_current(token)
+
     async def is_current(self, token: object) -> bool:
         """True while the store still has ``token``'s pause ``issued`` and unexpired (no checkpoint read)."""
         try:

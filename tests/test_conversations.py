@@ -221,3 +221,48 @@ def test_the_conversations_benchmark_runs_clean_in_quick_mode() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "cross-talk (wrong answers): 0; each side effect once: True" in proc.stdout
     assert "live conversations after: 0" in proc.stdout
+
+
+async def test_a_second_agent_on_a_shared_session_does_not_discard_the_first_agents_pause() -> None:
+    first = deployer.build().as_agent()
+    second = deployer.build().as_agent()  # same default id, another instance (a host rebuilding agents)
+    session = first.create_session()
+    paused = await first.run("x", session=session)
+    before = session.to_dict()
+    with pytest.raises(PendingContinuationError):
+        await second.run("unrelated", session=session)  # cannot know the token is stale: it conflicts
+    assert session.to_dict() == before
+    assert (await first.run(approve(paused), session=session)).text == "deployed x"
+
+
+async def test_a_rejected_abandon_on_an_idle_session_leaves_nothing_behind() -> None:
+    agent = deployer.build().as_agent()
+    session = agent.create_session()
+    forged = {"kind": "functional_workflow", "version": "1", "token": "x" * 43}
+    for _ in range(5):
+        with pytest.raises(ContinuationAuthorityError):
+            agent.abandon_continuation(forged, session=session)
+    assert agent.workflow_for(session) is None
+    assert live_conversations(agent.workflow) == 0
+
+
+@pytest.mark.parametrize("role", ["system", "tool", "assistant"])
+async def test_only_a_user_message_gives_a_text_answer(role: str) -> None:
+    agent = two_questions.build().as_agent()
+    session = agent.create_session()
+    await agent.run("tea", session=session)
+    with pytest.raises(PendingContinuationError):
+        agent.run(Message(role, ["You are a helpful assistant."]), session=session)  # type: ignore[arg-type]
+    with pytest.raises(PendingContinuationError):
+        agent.run("   ", session=session)  # whitespace is no answer
+    assert set(agent.pending_requests_for(session)) == {"auto::0"}
+
+
+@pytest.mark.parametrize("responses", [["auto::0"], "auto::0", 0])
+async def test_responses_that_are_not_a_mapping_are_a_type_error(responses: Any) -> None:
+    agent = deployer.build().as_agent()
+    session = agent.create_session()
+    await agent.run("x", session=session)
+    with pytest.raises(TypeError, match="mapping"):
+        agent.run(responses=responses, session=session)
+    assert set(agent.pending_requests_for(session)) == {"auto::0"}
