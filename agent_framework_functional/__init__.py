@@ -32,6 +32,7 @@ from ._errors import (
     ResponseMismatchError,
     WorkflowRunningError,
 )
+from ._hosting_responses import responses_approval_messages, responses_to_run_with_approvals
 from ._redis_checkpoint import RedisCheckpointStorage
 from ._redis_store import RedisContinuationStore
 from ._sqlite_store import SQLiteContinuationStore
@@ -70,6 +71,8 @@ __all__ = [
     "continuation_token_hash",
     "emit_update",
     "get_run_context",
+    "responses_approval_messages",
+    "responses_to_run_with_approvals",
     "step",
     "stream_agent",
     "workflow",

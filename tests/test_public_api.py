@@ -51,6 +51,8 @@ EXPECTED_ALL = [
     "continuation_token_hash",
     "emit_update",
     "get_run_context",
+    "responses_approval_messages",
+    "responses_to_run_with_approvals",
     "step",
     "stream_agent",
     "workflow",

@@ -1,0 +1,260 @@
+"""Helpers of the host integration tests: the workflows, a real uvicorn server in a thread, SSE and AG-UI checks.
+
+Each host test starts the REAL host (DevUI's ``DevServer``, AG-UI's FastAPI endpoint, a Responses route built
+from ``agent-framework-hosting-responses``) on a loopback socket and drives it over HTTP with the host's own
+protocol. The workflows live at module level so core can checkpoint them without a ``replay_key``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from agent_framework_functional import FunctionalWorkflowAgent, RunContext, workflow
+
+ROOT = Path(__file__).resolve().parents[2]
+JS_DIR = Path(__file__).resolve().parent / "js"
+CHROMIUM = "/usr/bin/chromium"
+
+
+@workflow(name="deployer", description="Asks one bool approval, then answers with text.")
+async def deployer(text: str, ctx: RunContext) -> str:
+    """One pause: ``auto::0`` asks whether to deploy ``text``."""
+    approved = await ctx.request_info({"action": "deploy", "target": text}, response_type=bool)
+    return f"deployed: {text}" if approved else f"not deployed: {text}"
+
+
+@workflow(name="releaser", description="Asks two bool approvals in a row, then answers with text.")
+async def releaser(text: str, ctx: RunContext) -> str:
+    """Two pauses in one run: ``auto::0`` (build) then ``auto::1`` (release)."""
+    build = await ctx.request_info({"gate": "build", "target": text}, response_type=bool)
+    release = await ctx.request_info({"gate": "release", "target": text}, response_type=bool)
+    return f"{text}: build={build} release={release}"
+
+
+def make_agent(definition: Any = deployer, name: str | None = None) -> FunctionalWorkflowAgent:
+    """One workflow instance, one agent: what each host is given and keeps for all conversations."""
+    return definition.build().as_agent(name=name or definition.name)
+
+
+class ServerThread:
+    """A real ``uvicorn.Server`` on 127.0.0.1 (port 0: the OS picks a free one) in a daemon thread.
+
+    The app runs on the server thread's own event loop, as in production; the test talks to it over the
+    socket only. ``start()`` waits until it listens (and the app's lifespan ran).
+    """
+
+    def __init__(self, app: Any) -> None:
+        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, name="uvicorn-test-server", daemon=True)
+        self.port = 0
+
+    def start(self) -> ServerThread:
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the test server did not start")
+            time.sleep(0.02)
+        self.port = self.server.servers[0].sockets[0].getsockname()[1]
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=15)
+        assert not self.thread.is_alive(), "the test server did not stop"
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+def _parse_block(block: str) -> dict[str, Any] | None:
+    name: str | None = None
+    data_lines: list[str] = []
+    for line in block.split("\n"):
+        if line.startswith("event:"):
+            name = line[6:].strip()
+        elif line.startswith("data:"):
+            data_lines.append(line[5:].removeprefix(" "))
+    if not data_lines and name is None:
+        return None  # a comment (keep-alive) block
+    raw = "\n".join(data_lines)
+    try:
+        data: Any = json.loads(raw)
+    except ValueError:
+        data = raw
+    return {"event": name, "data": data}
+
+
+def parse_sse(text: str) -> list[dict[str, Any]]:
+    """Parse a whole SSE body into ``[{"event": name or None, "data": parsed JSON or raw text}]``."""
+    events = []
+    for block in text.replace("\r\n", "\n").split("\n\n"):
+        if block.strip() and (event := _parse_block(block)) is not None:
+            events.append(event)
+    return events
+
+
+def iter_sse(lines: Iterable[str]) -> Iterator[dict[str, Any]]:
+    """Parse SSE incrementally from ``httpx.Response.iter_lines()``: each event as soon as its block ends."""
+    block: list[str] = []
+    for line in lines:
+        if line == "":
+            if block and (event := _parse_block("\n".join(block))) is not None:
+                yield event
+            block = []
+        else:
+            block.append(line)
+    if block and (event := _parse_block("\n".join(block))) is not None:
+        yield event
+
+
+def sse_data(events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The JSON object payloads of parsed SSE events (drops ``[DONE]`` and other raw text)."""
+    return [event["data"] for event in events if isinstance(event["data"], dict)]
+
+
+class AGUIOrderError(AssertionError):
+    """An AG-UI event stream that ``@ag-ui/client``'s ``verifyEvents`` would reject."""
+
+
+def verify_agui_events(events: list[dict[str, Any]]) -> None:
+    """Check AG-UI event order the way ``@ag-ui/client``'s ``verifyEvents`` does (1.0.0), raising on a breach.
+
+    The rules (research report, ``verifyEvents``): the first event is ``RUN_STARTED`` (or ``RUN_ERROR``);
+    after ``RUN_FINISHED`` only ``RUN_STARTED``/``RUN_ERROR``; after ``RUN_ERROR`` only ``RUN_STARTED``; no
+    ``RUN_STARTED`` inside an active run; text message CONTENT/END need an open START with that
+    ``messageId`` and a START may not repeat; tool call ARGS/END the same by ``toolCallId``;
+    ``STEP_FINISHED`` needs its ``STEP_STARTED``; reasoning START/END pair up; ``RUN_FINISHED`` is refused
+    while a text message, tool call, step or reasoning block is open; ``subagentRunId: null`` is refused.
+    """
+    active_run = False
+    finished = False
+    errored = False
+    texts: set[str] = set()
+    tools: set[str] = set()
+    steps: set[str] = set()
+    reasoning: set[str] = set()
+    reasoning_messages: set[str] = set()
+
+    def fail(index: int, event: dict[str, Any], why: str) -> None:
+        raise AGUIOrderError(f"event #{index} {event.get('type')}: {why}; events: {[e.get('type') for e in events]}")
+
+    for index, event in enumerate(events):
+        kind = event.get("type")
+        if "subagentRunId" in event and event["subagentRunId"] is None:
+            fail(index, event, "subagentRunId is null (omit the field instead)")
+        if index == 0 and kind not in ("RUN_STARTED", "RUN_ERROR"):
+            fail(index, event, "the first event must be RUN_STARTED or RUN_ERROR")
+        if errored and kind != "RUN_STARTED":
+            fail(index, event, "only RUN_STARTED may follow RUN_ERROR")
+        if finished and kind not in ("RUN_STARTED", "RUN_ERROR"):
+            fail(index, event, "only RUN_STARTED or RUN_ERROR may follow RUN_FINISHED")
+        if kind == "RUN_STARTED":
+            if active_run:
+                fail(index, event, "RUN_STARTED inside an active run")
+            active_run, finished, errored = True, False, False
+            texts.clear(), tools.clear(), steps.clear(), reasoning.clear(), reasoning_messages.clear()
+        elif kind == "RUN_FINISHED":
+            open_parts = {"text messages": texts, "tool calls": tools, "steps": steps, "reasoning": reasoning}
+            for what, still_open in open_parts.items():
+                if still_open:
+                    fail(index, event, f"RUN_FINISHED while {what} {sorted(still_open)} are open")
+            active_run, finished = False, True
+        elif kind == "RUN_ERROR":
+            active_run, errored = False, True
+        elif kind == "TEXT_MESSAGE_START":
+            if event["messageId"] in texts:
+                fail(index, event, f"text message {event['messageId']} already started")
+            texts.add(event["messageId"])
+        elif kind in ("TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END"):
+            if event["messageId"] not in texts:
+                fail(index, event, f"no open TEXT_MESSAGE_START for {event['messageId']}")
+            if kind == "TEXT_MESSAGE_END":
+                texts.discard(event["messageId"])
+        elif kind == "TOOL_CALL_START":
+            if event["toolCallId"] in tools:
+                fail(index, event, f"tool call {event['toolCallId']} already started")
+            tools.add(event["toolCallId"])
+        elif kind in ("TOOL_CALL_ARGS", "TOOL_CALL_END"):
+            if event["toolCallId"] not in tools:
+                fail(index, event, f"no open TOOL_CALL_START for {event['toolCallId']}")
+            if kind == "TOOL_CALL_END":
+                tools.discard(event["toolCallId"])
+        elif kind == "STEP_STARTED":
+            steps.add(event["stepName"])
+        elif kind == "STEP_FINISHED":
+            if event["stepName"] not in steps:
+                fail(index, event, f"no STEP_STARTED for {event['stepName']}")
+            steps.discard(event["stepName"])
+        elif kind == "REASONING_START":
+            reasoning.add(event["messageId"])
+        elif kind == "REASONING_END":
+            if event["messageId"] not in reasoning:
+                fail(index, event, "REASONING_END without REASONING_START")
+            reasoning.discard(event["messageId"])
+        elif kind == "REASONING_MESSAGE_START":
+            reasoning_messages.add(event["messageId"])
+        elif kind in ("REASONING_MESSAGE_CONTENT", "REASONING_MESSAGE_END"):
+            if event["messageId"] not in reasoning_messages:
+                fail(index, event, "reasoning message content/end without its start")
+            if kind == "REASONING_MESSAGE_END":
+                reasoning_messages.discard(event["messageId"])
+
+
+def node_env() -> dict[str, str]:
+    """The environment for the node scripts: no proxies, so loopback requests stay local."""
+    env = {k: v for k, v in os.environ.items() if k.lower() not in ("http_proxy", "https_proxy", "all_proxy")}
+    env["NO_PROXY"] = "127.0.0.1,localhost"
+    return env
+
+
+def run_node(script: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run ``tests/hosting/js/<script>`` with node (its ``node_modules`` come from scripts/services/node.sh)."""
+    node = shutil.which("node")
+    assert node, "node is not on PATH (scripts/services/node.sh needs it)"
+    assert (JS_DIR / "node_modules").is_dir(), "run scripts/services/node.sh first (npm ci in tests/hosting/js)"
+    return subprocess.run(
+        [node, str(JS_DIR / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=JS_DIR,
+        env=node_env(),
+        check=False,
+    )
+
+
+def run_sample_self_check(path: Path, timeout: float = 120) -> str:
+    """Run ``samples/host_*.py`` as a user would (its default self-check mode); return stdout, exit 0 asserted."""
+    env = {k: v for k, v in node_env().items() if k != "OPENAI_API_KEY"}
+    proc = subprocess.run(
+        [sys.executable, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env=env,
+        check=False,
+    )
+    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    return proc.stdout
+
+
+@workflow(name="reviewer", description="Asks for free-text feedback, then publishes.")
+async def reviewer(text: str, ctx: RunContext) -> str:
+    """One ``str`` request (``auto::0``): the user's plain text reply on the session answers it."""
+    feedback = await ctx.request_info({"draft": text}, response_type=str)
+    return f"published: {text} ({feedback})"

@@ -1,0 +1,243 @@
+"""DevUI (``agent-framework-devui``) serving one FunctionalWorkflowAgent, driven over HTTP like its web page.
+
+The page's protocol: ``POST /v1/conversations`` (DevUI keeps ONE ``AgentSession`` per conversation id), then
+``POST /v1/responses`` with ``metadata.entity_id`` and ``conversation``; a pause arrives as the SSE event
+``response.function_approval.requested`` and is answered with a user message whose content is
+``{"type": "function_approval_response", "request_id", "approved"}``. DevUI always calls
+``agent.run(..., stream=True, session=<the conversation's session>)``; ``stream: false`` aggregates that
+stream into one JSON response. Every test runs the real ``DevServer`` app on a loopback socket.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from agent_framework_devui import DevServer
+from hosting_support import (
+    CHROMIUM,
+    ROOT,
+    iter_sse,
+    make_agent,
+    parse_sse,
+    releaser,
+    reviewer,
+    run_node,
+    run_sample_self_check,
+    sse_data,
+)
+
+from agent_framework_functional import FunctionalWorkflowAgent
+
+pytestmark = pytest.mark.usefixtures("no_global_tracer_provider")
+
+TOKEN = "hosting-test-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+class DevUI:
+    """A started DevUI server and the calls its web page makes."""
+
+    def __init__(self, http: httpx.Client, base: str) -> None:
+        self.http = http
+        self.base = base
+        entities = http.get(f"{base}/v1/entities", headers=AUTH).json()["entities"]
+        assert len(entities) == 1
+        assert entities[0]["type"] == "agent"
+        self.entity_id: str = entities[0]["id"]
+
+    def conversation(self) -> str:
+        reply = self.http.post(
+            f"{self.base}/v1/conversations", json={"metadata": {"agent_id": self.entity_id}}, headers=AUTH
+        )
+        reply.raise_for_status()
+        return reply.json()["id"]
+
+    def body(self, conversation: str | None, input_: Any, *, stream: bool) -> dict[str, Any]:
+        body: dict[str, Any] = {"metadata": {"entity_id": self.entity_id}, "input": input_, "stream": stream}
+        if conversation is not None:
+            body["conversation"] = conversation
+        return body
+
+    def stream(self, conversation: str | None, input_: Any) -> list[dict[str, Any]]:
+        reply = self.http.post(
+            f"{self.base}/v1/responses", json=self.body(conversation, input_, stream=True), headers=AUTH
+        )
+        assert reply.status_code == 200, reply.text
+        assert reply.headers["content-type"].startswith("text/event-stream")
+        return sse_data(parse_sse(reply.text))
+
+    def call(self, conversation: str | None, input_: Any) -> dict[str, Any]:
+        reply = self.http.post(
+            f"{self.base}/v1/responses", json=self.body(conversation, input_, stream=False), headers=AUTH
+        )
+        assert reply.status_code == 200, reply.text
+        return reply.json()
+
+
+def approval(request_id: str, approved: bool = True) -> list[dict[str, Any]]:
+    """The page's answer: one user message with a ``function_approval_response`` content."""
+    content = {"type": "function_approval_response", "request_id": request_id, "approved": approved}
+    return [{"type": "message", "role": "user", "content": [content]}]
+
+
+def approval_requests(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [e for e in events if e.get("type") == "response.function_approval.requested"]
+
+
+def completed_text(events: list[dict[str, Any]]) -> str:
+    """The text of the ``response.completed`` event (fails on ``response.failed`` or an ``error`` event)."""
+    kinds = [e.get("type") for e in events]
+    assert "error" not in kinds and "response.failed" not in kinds, json.dumps(events)[:2000]
+    (done,) = [e for e in events if e.get("type") == "response.completed"]
+    assert done["response"]["status"] == "completed"
+    return output_text(done["response"])
+
+
+def output_text(response: dict[str, Any]) -> str:
+    return "".join(
+        part.get("text", "")
+        for item in response["output"]
+        if item.get("type") == "message"
+        for part in item.get("content", [])
+    )
+
+
+def failure_message(events: list[dict[str, Any]]) -> str:
+    (failed,) = [e for e in events if e.get("type") == "response.failed"]
+    return failed["response"]["error"]["message"]
+
+
+def start_devui(serve: Any, http: httpx.Client, agent: FunctionalWorkflowAgent) -> DevUI:
+    server = DevServer(host="127.0.0.1", auth_enabled=True, auth_token=TOKEN, ui_enabled=True)
+    server.set_pending_entities([agent])
+    return DevUI(http, serve(server.get_app()).base)
+
+
+@pytest.fixture
+def devui(serve: Any, http: httpx.Client) -> DevUI:
+    return start_devui(serve, http, make_agent())
+
+
+def test_streaming_approval_round_trip(devui: DevUI) -> None:
+    conversation = devui.conversation()
+    paused = devui.stream(conversation, "deploy app")
+    (request,) = approval_requests(paused)
+    assert request["request_id"] == "auto::0"
+    assert request["function_call"]["name"] == "request_info"
+    assert request["function_call"]["arguments"]["data"] == {"action": "deploy", "target": "deploy app"}
+    assert completed_text(paused) == ""
+
+    done = devui.stream(conversation, approval(request["request_id"]))
+    assert not approval_requests(done)
+    deltas = "".join(e["delta"] for e in done if e.get("type") == "response.output_text.delta")
+    assert deltas == "deployed: deploy app"
+    assert completed_text(done) == "deployed: deploy app"
+
+
+def test_streaming_two_approvals_in_one_run(serve: Any, http: httpx.Client) -> None:
+    devui = start_devui(serve, http, make_agent(releaser))
+    conversation = devui.conversation()
+    (first,) = approval_requests(devui.stream(conversation, "v2"))
+    assert first["request_id"] == "auto::0"
+    assert first["function_call"]["arguments"]["data"]["gate"] == "build"
+    (second,) = approval_requests(devui.stream(conversation, approval("auto::0", True)))
+    assert second["request_id"] == "auto::1"
+    assert second["function_call"]["arguments"]["data"]["gate"] == "release"
+    assert completed_text(devui.stream(conversation, approval("auto::1", False))) == "v2: build=True release=False"
+
+
+def test_str_request_answered_by_a_plain_text_reply(serve: Any, http: httpx.Client) -> None:
+    """A ``str`` request: the user just types the answer in the conversation (the request says it wants str)."""
+    devui = start_devui(serve, http, make_agent(reviewer))
+    conversation = devui.conversation()
+    (request,) = approval_requests(devui.stream(conversation, "the post"))
+    assert request["function_call"]["arguments"]["response_type"] == "str"
+    assert completed_text(devui.stream(conversation, "ship it")) == "published: the post (ship it)"
+
+
+def test_non_streaming_approval_round_trip(devui: DevUI) -> None:
+    """``stream: false``: DevUI drops its custom approval event when it aggregates, but keeps function calls.
+
+    The agent puts a ``function_call`` content (call id = request id, name ``request_info``) before each
+    approval request, so the aggregated JSON shows the request as a ``function_call`` output item.
+    """
+    conversation = devui.conversation()
+    paused = devui.call(conversation, "deploy web")
+    assert paused["status"] == "completed"
+    calls = [item for item in paused["output"] if item.get("type") == "function_call"]
+    assert [(c["call_id"], c["name"]) for c in calls] == [("auto::0", "request_info")]
+    assert json.loads(calls[0]["arguments"])["data"] == {"action": "deploy", "target": "deploy web"}
+
+    done = devui.call(conversation, approval(calls[0]["call_id"], approved=False))
+    assert done["status"] == "completed"
+    assert output_text(done) == "not deployed: deploy web"
+
+
+def test_two_conversations_interleaved_on_one_agent(devui: DevUI) -> None:
+    conv_a, conv_b = devui.conversation(), devui.conversation()
+    (request_a,) = approval_requests(devui.stream(conv_a, "alpha"))
+    (request_b,) = approval_requests(devui.stream(conv_b, "beta"))  # A still paused
+    # Request ids repeat across workflow runs (auto::0); each conversation's session selects its own pause.
+    assert request_a["request_id"] == request_b["request_id"] == "auto::0"
+    assert request_a["function_call"]["arguments"]["data"]["target"] == "alpha"
+    assert request_b["function_call"]["arguments"]["data"]["target"] == "beta"
+
+    assert completed_text(devui.stream(conv_a, approval("auto::0", True))) == "deployed: alpha"
+    assert completed_text(devui.stream(conv_b, approval("auto::0", False))) == "not deployed: beta"
+    # Both conversations are finished: each takes new input again.
+    assert approval_requests(devui.stream(conv_a, "gamma"))
+    assert approval_requests(devui.stream(conv_b, "delta"))
+
+
+def test_client_that_hangs_up_at_the_approval_request_can_still_answer_it(devui: DevUI) -> None:
+    """The pause is saved before the approval event is sent, so closing the SSE connection there loses nothing."""
+    conversation = devui.conversation()
+    body = devui.body(conversation, "deploy hangup", stream=True)
+    seen: list[str] = []
+    with devui.http.stream("POST", f"{devui.base}/v1/responses", json=body, headers=AUTH) as reply:
+        assert reply.status_code == 200
+        for event in iter_sse(reply.iter_lines()):
+            data = event["data"]
+            kind = data.get("type") if isinstance(data, dict) else data
+            seen.append(kind)
+            if kind == "response.function_approval.requested":
+                break  # hang up: leave the with block without reading the rest
+    assert seen[-1] == "response.function_approval.requested"
+    assert "response.completed" not in seen
+
+    done = devui.stream(conversation, approval("auto::0"))
+    assert completed_text(done) == "deployed: deploy hangup"
+
+
+def test_without_a_conversation_devui_cannot_resume(devui: DevUI) -> None:
+    """Host limitation: with no ``conversation`` DevUI passes ``session=None`` and drops the response's
+    continuation token, so the answer carries no authority and is refused; a conversation is required.
+    Conversations with a session are not affected by that stuck session-less pause.
+    """
+    (request,) = approval_requests(devui.stream(None, "deploy nosession"))
+    refused = devui.stream(None, approval(request["request_id"]))
+    assert "continuation token was not accepted" in failure_message(refused)
+
+    conversation = devui.conversation()
+    assert approval_requests(devui.stream(conversation, "deploy session"))
+    assert completed_text(devui.stream(conversation, approval("auto::0"))) == "deployed: deploy session"
+
+
+def test_devui_page_in_headless_chromium(devui: DevUI, tmp_path: Path) -> None:
+    """The real web page: open it, send a message, click Approve, see the final text (playwright-core)."""
+    assert Path(CHROMIUM).exists(), "Chromium is missing: scripts/services/chromium.sh installs it"
+    shots = tmp_path
+    proc = run_node("devui_browser.mjs", devui.base, TOKEN, "deploy from browser", str(shots), timeout=180)
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    assert "final text shown: deployed: deploy from browser" in proc.stdout
+    assert (shots / "devui_approved.png").stat().st_size > 10_000
+    print(f"screenshot: {shots / 'devui_approved.png'}")
+
+
+def test_host_devui_sample_self_check() -> None:
+    out = run_sample_self_check(ROOT / "samples" / "host_devui.py")
+    assert "self-check passed: deployed: ship it" in out

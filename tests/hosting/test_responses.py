@@ -1,0 +1,220 @@
+"""Responses hosting (``agent-framework-hosting`` + ``agent-framework-hosting-responses``) over HTTP.
+
+The hosting package ships helpers, not a server: the route is ``samples/host_responses.py``'s
+``build_app`` (the package README's route with ``responses_to_run_with_approvals`` and an agent built with
+``continuation_token_on_response=False``), served on a real loopback socket. A pause is the
+``mcp_approval_request`` output item of a ``completed`` response; the answer is an
+``mcp_approval_response`` input item, sent with ``previous_response_id`` (immutable snapshots: ``AgentState``
+deep-copies the session per response id) or ``conversation`` (one mutable head).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from types import ModuleType
+from typing import Any
+
+import httpx
+import pytest
+from agent_framework_hosting_responses import responses_to_run
+from hosting_support import ROOT, parse_sse, releaser, reviewer, run_sample_self_check, sse_data
+
+from agent_framework_functional import responses_approval_messages, responses_to_run_with_approvals
+
+
+def load_sample() -> ModuleType:
+    path = ROOT / "samples" / "host_responses.py"
+    spec = importlib.util.spec_from_file_location("host_responses_sample", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+SAMPLE = load_sample()
+
+
+def approve(request_id: str, approved: bool = True) -> dict[str, Any]:
+    return {"type": "mcp_approval_response", "approval_request_id": request_id, "approve": approved}
+
+
+def approval_items(response: dict[str, Any]) -> list[dict[str, Any]]:
+    return [item for item in response["output"] if item["type"] == "mcp_approval_request"]
+
+
+def text_of(response: dict[str, Any]) -> str:
+    return "".join(part["text"] for item in response["output"] if item["type"] == "message" for part in item["content"])
+
+
+class Responses:
+    """A client of the route: JSON calls and SSE calls (returning the terminal event's response)."""
+
+    def __init__(self, http: httpx.Client, base: str) -> None:
+        self.http = http
+        self.url = f"{base}/responses"
+
+    def post(self, body: dict[str, Any]) -> httpx.Response:
+        return self.http.post(self.url, json=body)
+
+    def call(self, body: dict[str, Any]) -> dict[str, Any]:
+        reply = self.post(body)
+        assert reply.status_code == 200, reply.text
+        return reply.json()
+
+    def stream(self, body: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        reply = self.post({**body, "stream": True})
+        assert reply.status_code == 200, reply.text
+        assert reply.headers["content-type"].startswith("text/event-stream")
+        events = sse_data(parse_sse(reply.text))
+        terminal = [e for e in events if e["type"] in ("response.completed", "response.failed", "response.incomplete")]
+        assert [e["type"] for e in terminal] == ["response.completed"], json.dumps(terminal)[:1500]
+        return events, terminal[0]["response"]
+
+
+@pytest.fixture
+def client(serve: Any, http: httpx.Client) -> Responses:
+    return Responses(http, serve(SAMPLE.build_app(SAMPLE.build_agent())).base)
+
+
+@pytest.fixture
+def two_step_client(serve: Any, http: httpx.Client) -> Responses:
+    agent = releaser.build().as_agent(name="releaser", continuation_token_on_response=False)
+    return Responses(http, serve(SAMPLE.build_app(agent)).base)
+
+
+# The adapter on its own.
+
+
+def test_approval_items_become_function_approval_responses() -> None:
+    body = {"input": [approve("auto::0", True), approve("auto::1", False)]}
+    (message,) = responses_approval_messages(body)
+    assert message.role == "user"
+    assert [(c.type, c.id, c.approved) for c in message.contents] == [
+        ("function_approval_response", "auto::0", True),
+        ("function_approval_response", "auto::1", False),
+    ]
+    assert [c.function_call.call_id for c in message.contents] == ["auto::0", "auto::1"]
+    assert responses_approval_messages({"input": "hello"}) == []
+    assert responses_approval_messages({"input": [{"role": "user", "content": "hi"}]}) == []
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        {"type": "mcp_approval_response", "approve": True},
+        {"type": "mcp_approval_response", "approval_request_id": "", "approve": True},
+        {"type": "mcp_approval_response", "approval_request_id": "auto::0", "approve": "yes"},
+    ],
+)
+def test_malformed_approval_items_are_refused(item: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match="mcp_approval_response"):
+        responses_approval_messages({"input": [item]})
+
+
+def test_run_args_keep_options_and_put_the_approvals_last() -> None:
+    body = {"input": [{"role": "user", "content": "note"}, approve("auto::0")], "stream": True, "temperature": 0.5}
+    run = responses_to_run_with_approvals(body)
+    assert run["stream"] is True
+    assert run["options"] == responses_to_run({**body, "input": "x"})["options"]
+    assert [[c.type for c in m.contents] for m in run["messages"]] == [["text"], ["function_approval_response"]]
+    only = responses_to_run_with_approvals({"previous_response_id": "resp_1", "input": [approve("auto::0")]})
+    assert [[c.type for c in m.contents] for m in only["messages"]] == [["function_approval_response"]]
+    plain = {"input": "hello"}
+    assert responses_to_run_with_approvals(plain)["messages"][0].text == responses_to_run(plain)["messages"][0].text
+
+
+def test_the_unadapted_parser_refuses_the_approval_item() -> None:
+    """Why the adapter exists: the hosting package's own parser rejects the standard answer."""
+    with pytest.raises(ValueError, match="Unsupported Responses input content type"):
+        responses_to_run({"input": [approve("auto::0")]})
+
+
+# The route over HTTP.
+
+
+def test_non_streaming_round_trip_with_previous_response_id(client: Responses) -> None:
+    paused = client.call({"input": "deploy app"})
+    assert paused["status"] == "completed"
+    (request,) = approval_items(paused)
+    assert request["id"] == "auto::0"
+    assert request["name"] == "request_info"
+    assert json.loads(request["arguments"])["data"] == {"action": "deploy", "target": "deploy app"}
+
+    done = client.call({"previous_response_id": paused["id"], "input": [approve(request["id"])]})
+    assert done["status"] == "completed"
+    assert approval_items(done) == []
+    assert text_of(done) == "deployed: deploy app"
+
+
+def test_streaming_round_trip_with_conversation(client: Responses) -> None:
+    conversation = "conv_stream_one"
+    _, paused = client.stream({"input": "deploy web", "conversation": conversation})
+    assert paused["status"] == "completed"
+    (request,) = approval_items(paused)
+    assert request["id"] == "auto::0"
+
+    events, done = client.stream({"conversation": conversation, "input": [approve("auto::0", False)]})
+    deltas = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+    assert deltas == "not deployed: deploy web"
+    assert text_of(done) == "not deployed: deploy web"
+
+
+def test_two_approvals_in_one_run(two_step_client: Responses) -> None:
+    first = two_step_client.call({"input": "v5", "conversation": "conv_two_step"})
+    assert [i["id"] for i in approval_items(first)] == ["auto::0"]
+    second = two_step_client.call({"conversation": "conv_two_step", "input": [approve("auto::0")]})
+    (request,) = approval_items(second)
+    assert request["id"] == "auto::1"
+    assert json.loads(request["arguments"])["data"]["gate"] == "release"
+    done = two_step_client.call({"conversation": "conv_two_step", "input": [approve("auto::1")]})
+    assert text_of(done) == "v5: build=True release=True"
+
+
+def test_str_request_answered_by_a_plain_text_reply(serve: Any, http: httpx.Client) -> None:
+    agent = reviewer.build().as_agent(name="reviewer", continuation_token_on_response=False)
+    client = Responses(http, serve(SAMPLE.build_app(agent)).base)
+    paused = client.call({"input": "the post"})
+    (request,) = approval_items(paused)
+    assert json.loads(request["arguments"])["response_type"] == "str"
+    done = client.call({"previous_response_id": paused["id"], "input": "ship it"})
+    assert text_of(done) == "published: the post (ship it)"
+
+
+def test_two_conversations_interleaved_on_one_agent(client: Responses) -> None:
+    paused_a = client.call({"input": "alpha", "conversation": "conv_A"})
+    paused_b = client.call({"input": "beta", "conversation": "conv_B"})  # A still paused
+    assert [json.loads(i["arguments"])["data"]["target"] for i in approval_items(paused_a)] == ["alpha"]
+    assert [json.loads(i["arguments"])["data"]["target"] for i in approval_items(paused_b)] == ["beta"]
+    assert text_of(client.call({"conversation": "conv_A", "input": [approve("auto::0")]})) == "deployed: alpha"
+    assert text_of(client.call({"conversation": "conv_B", "input": [approve("auto::0", False)]})) == (
+        "not deployed: beta"
+    )
+
+
+def test_replaying_a_spent_branch_is_refused(client: Responses) -> None:
+    """``previous_response_id`` snapshots can branch; the pause's token is single use, so only one branch
+    may answer it: the second answer (approve again, or decline) is refused with 409 and runs nothing."""
+    paused = client.call({"input": "deploy once"})
+    answer = {"previous_response_id": paused["id"], "input": [approve("auto::0")]}
+    assert text_of(client.call(answer)) == "deployed: deploy once"
+    for replay in (answer, {"previous_response_id": paused["id"], "input": [approve("auto::0", False)]}):
+        refused = client.post(replay)
+        assert refused.status_code == 409
+        assert refused.json()["error"]["type"] == "ContinuationAuthorityError"
+
+
+def test_new_input_on_a_paused_conversation_is_a_conflict(client: Responses) -> None:
+    client.call({"input": "deploy first", "conversation": "conv_busy"})
+    refused = client.post({"input": "something else", "conversation": "conv_busy"})
+    assert refused.status_code == 409
+    assert refused.json()["error"]["type"] == "PendingContinuationError"
+    done = client.call({"conversation": "conv_busy", "input": [approve("auto::0")]})
+    assert text_of(done) == "deployed: deploy first"
+
+
+def test_host_responses_sample_self_check() -> None:
+    out = run_sample_self_check(ROOT / "samples" / "host_responses.py")
+    assert "self-check passed: deployed: ship it" in out
