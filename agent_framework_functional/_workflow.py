@@ -41,9 +41,24 @@ if TYPE_CHECKING:
 
 
 class _RunLease:
-    """Weak-reference target that lives exactly as long as a non-streaming run's awaitable (internal)."""
+    """Lives exactly as long as a non-streaming run's awaitable, and frees a run it outlives (internal).
 
-    __slots__ = ("__weakref__",)
+    Only the run's coroutine frame references it, so it goes when that coroutine finishes, or is
+    closed or collected without ever being awaited (its body, and so its ``finally``, never ran).
+    Then ``__del__`` releases the run if it still holds the guard: the same guarantee a
+    ``weakref.finalize`` gives, for one small object and no finalizer registry entry per run.
+    """
+
+    __slots__ = ("_run", "_workflow")
+
+    def __init__(self, workflow: FunctionalWorkflow, run: WorkflowRun) -> None:
+        self._workflow = workflow
+        self._run = run
+
+    def __del__(self) -> None:
+        workflow = self._workflow
+        if workflow._active is self._run:  # pyright: ignore[reportPrivateUsage]
+            workflow._release_dropped_run(self._run)  # pyright: ignore[reportPrivateUsage]
 
 
 class FunctionalWorkflow:
@@ -90,6 +105,9 @@ class FunctionalWorkflow:
             done = await wf.run(responses={request_id: "ok"}, continuation_token=paused.continuation_token)
             assert done.continuation_token is None
     """
+
+    # One instance per session is kept while a pause waits: no per-instance __dict__.
+    __slots__ = ("__weakref__", "_active", "_authority", "_checkpoint_storage", "_core", "_definition")
 
     def __init__(
         self,
@@ -327,8 +345,9 @@ class FunctionalWorkflow:
             "responses": dict(responses) if responses is not None else None,
             "checkpoint_id": checkpoint_id,
             "checkpoint_storage": checkpoint_storage,
-            **kwargs,
         }
+        if kwargs:
+            core_kwargs.update(kwargs)
         result: ResponseStream[WorkflowEvent[Any], FunctionalWorkflowRunResult] | Awaitable[FunctionalWorkflowRunResult]
         if stream:
             response_stream: ResponseStream[WorkflowEvent[Any], FunctionalWorkflowRunResult] = ResponseStream(
@@ -343,9 +362,7 @@ class FunctionalWorkflow:
             # Non-streaming: one coroutine drives core directly (no ResponseStream or generator layer).
             # The lease lives only in the coroutine's frame, so an awaitable that is dropped, or closed
             # without being awaited, releases the run at once.
-            lease = _RunLease()
-            weakref.finalize(lease, self._release_dropped_run, run).atexit = False
-            result = run.collect(core_kwargs, include_status_events, lease)
+            result = run.collect(core_kwargs, include_status_events, _RunLease(self, run))
         self._authority.begin(ticket)
         self._active = run
         return result
@@ -507,7 +524,12 @@ class FunctionalWorkflow:
 
     def _new_run(self, ticket: ResumeTicket) -> WorkflowRun:
         return WorkflowRun(
-            ticket, self._authority, self._core, self.name, is_current=self._holds_guard, settle=self._end_run
+            ticket,
+            self._authority,
+            self._core,
+            self._definition.name,
+            is_current=self._holds_guard,
+            settle=self._end_run,
         )
 
     def _holds_guard(self, run: WorkflowRun) -> bool:
