@@ -41,24 +41,16 @@ if TYPE_CHECKING:
 
 
 class _RunLease:
-    """Lives exactly as long as a non-streaming run's awaitable, and frees a run it outlives (internal).
-
-    Only the run's coroutine frame references it, so it goes when that coroutine finishes, or is
-    closed or collected without ever being awaited (its body, and so its ``finally``, never ran).
-    Then ``__del__`` releases the run if it still holds the guard: the same guarantee a
-    ``weakref.finalize`` gives, for one small object and no finalizer registry entry per run.
-    """
+    """Held only by a non-streaming run's coroutine frame: ``__del__`` frees the run if it never started (internal)."""
 
     __slots__ = ("_run", "_workflow")
 
     def __init__(self, workflow: FunctionalWorkflow, run: WorkflowRun) -> None:
-        self._workflow = workflow
-        self._run = run
+        self._workflow, self._run = workflow, run
 
     def __del__(self) -> None:
-        workflow = self._workflow
-        if workflow._active is self._run:  # pyright: ignore[reportPrivateUsage]
-            workflow._release_dropped_run(self._run)  # pyright: ignore[reportPrivateUsage]
+        if self._workflow._active is self._run:  # pyright: ignore[reportPrivateUsage]
+            self._workflow._release_dropped_run(self._run)  # pyright: ignore[reportPrivateUsage]
 
 
 class FunctionalWorkflow:
@@ -106,7 +98,6 @@ class FunctionalWorkflow:
             assert done.continuation_token is None
     """
 
-    # One instance per session is kept while a pause waits: no per-instance __dict__.
     __slots__ = ("__weakref__", "_active", "_authority", "_checkpoint_storage", "_core", "_definition")
 
     def __init__(
@@ -345,9 +336,8 @@ class FunctionalWorkflow:
             "responses": dict(responses) if responses is not None else None,
             "checkpoint_id": checkpoint_id,
             "checkpoint_storage": checkpoint_storage,
+            **kwargs,
         }
-        if kwargs:
-            core_kwargs.update(kwargs)
         result: ResponseStream[WorkflowEvent[Any], FunctionalWorkflowRunResult] | Awaitable[FunctionalWorkflowRunResult]
         if stream:
             response_stream: ResponseStream[WorkflowEvent[Any], FunctionalWorkflowRunResult] = ResponseStream(
