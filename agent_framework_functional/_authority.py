@@ -96,6 +96,11 @@ class VerifiedContinuation(Mapping[str, WorkflowEvent[Any]]):
         return {**self.earlier_requests, **self._requests}
 
 
+def _no_requests() -> dict[str, WorkflowEvent[Any]]:
+    # A plain function: a ``dict[str, ...]`` alias as default_factory costs ~8x a dict per ticket.
+    return {}
+
+
 @dataclass(eq=False, slots=True)
 class ResumeTicket:
     """What one accepted run needs from its authority, from ``run()`` to its end (internal).
@@ -113,7 +118,7 @@ class ResumeTicket:
     claimed: Continuation | None = None
     responses: Mapping[str, Any] | None = None
     record: ContinuationRecord | None = None
-    requests: dict[str, WorkflowEvent[Any]] = field(default_factory=dict[str, WorkflowEvent[Any]])
+    requests: dict[str, WorkflowEvent[Any]] = field(default_factory=_no_requests)
     remote_hash: str | None = None
     claim_hash: str | None = None
     storage: Any = None

@@ -15,7 +15,7 @@ import hashlib
 import hmac
 import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Literal
 
 from agent_framework import ContinuationToken, WorkflowEvent
@@ -27,7 +27,9 @@ TOKEN_VERSION: Literal["1"] = "1"
 _SECRET_BYTES = 32  # 256 bits
 _SECRET_LENGTH = len(secrets.token_urlsafe(_SECRET_BYTES))
 # Compared against when nothing is pending, so a probe cannot time "is anything pending".
-_DECOY_SECRET = secrets.token_urlsafe(_SECRET_BYTES).encode("ascii")
+_DECOY_SECRET = secrets.token_urlsafe(_SECRET_BYTES)
+# The earlier requests of a continuation that resumed nothing: shared, read-only, never copied.
+_NO_REQUESTS: Mapping[str, WorkflowEvent[Any]] = MappingProxyType({})
 
 
 class FunctionalWorkflowContinuationToken(ContinuationToken):
@@ -49,42 +51,66 @@ class FunctionalWorkflowContinuationToken(ContinuationToken):
     token: str
 
 
-@dataclass(slots=True)
 class Continuation:
     """The pending continuation of one workflow instance (internal).
 
+    Slotted and built without copies: one pause keeps one of these per instance, so its size is the
+    package's memory per paused continuation.
+
     Attributes:
-        secret: The current token's secret, ASCII.
-        pending_requests: Request id -> ``request_info`` event of the pause.
+        secret: The current token's secret (URL-safe ASCII text; the token carries the same string).
+        pending_requests: Request id -> ``request_info`` event of the pause (owned, not a copy).
         earlier_requests: Requests of earlier pauses of the same run chain (already answered); a
             resume passes their answers again (core replays from the top), so they are checked too.
+            A shared empty read-only mapping when there are none.
         claimed: True while an accepted resume holds it (before it is spent or handed back).
     """
 
-    secret: bytes
-    pending_requests: dict[str, WorkflowEvent[Any]] = field(default_factory=dict[str, WorkflowEvent[Any]])
-    earlier_requests: dict[str, WorkflowEvent[Any]] = field(default_factory=dict[str, WorkflowEvent[Any]])
-    claimed: bool = False
+    __slots__ = ("claimed", "earlier_requests", "pending_requests", "secret")
+
+    def __init__(
+        self,
+        secret: str,
+        pending_requests: dict[str, WorkflowEvent[Any]],
+        earlier_requests: Mapping[str, WorkflowEvent[Any]] = _NO_REQUESTS,
+    ) -> None:
+        self.secret = secret
+        self.pending_requests = pending_requests
+        self.earlier_requests = earlier_requests
+        self.claimed = False
 
     def known_requests(self) -> dict[str, WorkflowEvent[Any]]:
-        """Every request of the run chain up to this pause: earlier ones, then the pending ones."""
+        """Every request of the run chain up to this pause: earlier ones, then the pending ones.
+
+        Read-only for the caller: without earlier requests this is ``pending_requests`` itself.
+        """
+        if not self.earlier_requests:
+            return self.pending_requests
         return {**self.earlier_requests, **self.pending_requests}
 
     def token(self) -> FunctionalWorkflowContinuationToken:
-        """Return the JSON-safe token mapping for this continuation."""
-        return {"kind": TOKEN_KIND, "version": TOKEN_VERSION, "token": self.secret.decode("ascii")}
+        """Return the JSON-safe token mapping for this continuation (a new dict sharing the secret string)."""
+        return {"kind": TOKEN_KIND, "version": TOKEN_VERSION, "token": self.secret}
 
 
 def issue_continuation(
     pending_requests: Mapping[str, WorkflowEvent[Any]],
     earlier_requests: Mapping[str, WorkflowEvent[Any]] | None = None,
 ) -> Continuation:
-    """Create a continuation with a fresh 256-bit secret for the given pending (and earlier) requests."""
-    return Continuation(
-        secret=secrets.token_urlsafe(_SECRET_BYTES).encode("ascii"),
-        pending_requests=dict(pending_requests),
-        earlier_requests={k: v for k, v in (earlier_requests or {}).items() if k not in pending_requests},
+    """Create a continuation with a fresh 256-bit secret for the given pending (and earlier) requests.
+
+    A ``dict`` of pending requests is kept as it is, not copied: the caller hands it over (a run's
+    requests are final once core saved the pause). Any other mapping is copied.
+    """
+    pending: dict[str, WorkflowEvent[Any]] = (
+        pending_requests if isinstance(pending_requests, dict) else dict(pending_requests)
     )
+    earlier: Mapping[str, WorkflowEvent[Any]] = _NO_REQUESTS
+    if earlier_requests:
+        kept = {k: v for k, v in earlier_requests.items() if k not in pending}
+        if kept:
+            earlier = kept
+    return Continuation(secrets.token_urlsafe(_SECRET_BYTES), pending, earlier)
 
 
 def presented_secret(presented: object) -> bytes | None:
@@ -119,7 +145,8 @@ def matches(presented: object, continuation: Continuation | None) -> bool:
     the time taken does not reveal whether anything is pending.
     """
     secret = presented_secret(presented)
-    expected = continuation.secret if continuation is not None else _DECOY_SECRET
+    # The same work whether or not anything is pending: pick the text, then encode it.
+    expected = (continuation.secret if continuation is not None else _DECOY_SECRET).encode("ascii")
     equal = hmac.compare_digest(secret if secret is not None else b"", expected)
     return equal and secret is not None and continuation is not None
 
@@ -145,9 +172,9 @@ def verify_token(presented: object, continuation: Continuation | None) -> Contin
     return candidate
 
 
-def hash_secret(secret: bytes) -> str:
-    """Return the hex sha256 of a token secret: the only form in which a store sees a token."""
-    return hashlib.sha256(secret).hexdigest()
+def hash_secret(secret: str | bytes) -> str:
+    """Return the hex sha256 of a token secret (its ASCII text): the only form in which a store sees a token."""
+    return hashlib.sha256(secret.encode("ascii") if isinstance(secret, str) else secret).hexdigest()
 
 
 def continuation_token_hash(token: Mapping[str, Any]) -> str:

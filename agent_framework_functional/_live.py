@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import sys
 from collections import deque
 from collections.abc import AsyncGenerator
 from contextvars import ContextVar
@@ -44,8 +43,6 @@ from ._errors import NotInWorkflowRunError
 LIVE_BUFFER_SIZE = 64
 """Entries the live channel holds before ``emit_update`` waits for the consumer."""
 
-_UNBOUNDED = sys.maxsize
-
 _LIVE: Literal[0] = 0
 _CORE: Literal[1] = 1
 _END: Literal[2] = 2
@@ -53,7 +50,48 @@ _END: Literal[2] = 2
 _Item = tuple[Any, ...]
 
 
-class _LiveChannel:
+class _Channel:
+    """What ``emit_update`` puts live events on, bound through :data:`live_channel` (internal).
+
+    Holds the part both run modes share: the workflow name stamped on live events, and the read of
+    the events core collected since the last live entry (they go out ahead of it).
+    """
+
+    __slots__ = ("_closed", "core_seen", "ctx", "source")
+
+    def __init__(self, source: str | None) -> None:
+        self._closed = False
+        self.ctx: RunContext | None = None
+        self.core_seen = 0
+        self.source = source
+
+    async def put_live(self, event: WorkflowEvent[Any], ctx: RunContext | None) -> None:
+        """Enqueue a live event, preceded by the events core collected since the last entry."""
+        raise NotImplementedError
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise NotInWorkflowRunError(
+                "This workflow run has ended, so its live stream is closed. Emit updates only while the run "
+                "is in progress (from the workflow function, its steps, or tasks they await)."
+            )
+
+    def _take_collected(self, ctx: RunContext | None) -> tuple[WorkflowEvent[Any], ...]:
+        if ctx is None:
+            return ()
+        if self.ctx is None:
+            self.ctx = ctx
+        elif ctx is not self.ctx:
+            return ()  # a nested core run's context: its events are not this stream's
+        events = collected_events(ctx)
+        if events is None or len(events) <= self.core_seen:
+            return ()
+        taken = tuple(events[self.core_seen :])
+        self.core_seen = len(events)
+        return taken
+
+
+class _LiveChannel(_Channel):
     """Bounded FIFO from one run's workflow code (any number of tasks) to its stream (one consumer).
 
     A producer that finds the channel full waits in line; a freed slot is reserved for the first
@@ -61,18 +99,15 @@ class _LiveChannel:
     Terminal entries (end of stream, failure) never wait.
     """
 
-    __slots__ = ("_closed", "_getter", "_items", "_maxsize", "_putters", "_reserved", "core_seen", "ctx", "source")
+    __slots__ = ("_getter", "_items", "_maxsize", "_putters", "_reserved")
 
     def __init__(self, maxsize: int, source: str | None) -> None:
+        super().__init__(source)
         self._items: deque[_Item] = deque()
         self._maxsize = maxsize
         self._reserved = 0
         self._putters: deque[asyncio.Future[None]] = deque()
         self._getter: asyncio.Future[None] | None = None
-        self._closed = False
-        self.ctx: RunContext | None = None
-        self.core_seen = 0
-        self.source = source
 
     async def _wait_for_slot(self) -> None:
         if len(self._items) + self._reserved < self._maxsize and not self._putters:
@@ -103,13 +138,6 @@ class _LiveChannel:
         if getter is not None and not getter.done():
             getter.set_result(None)
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise NotInWorkflowRunError(
-                "This workflow run has ended, so its live stream is closed. Emit updates only while the run "
-                "is in progress (from the workflow function, its steps, or tasks they await)."
-            )
-
     async def put_live(self, event: WorkflowEvent[Any], ctx: RunContext | None) -> None:
         """Enqueue a live event, preceded by the events core collected since the last entry."""
         self._check_open()
@@ -126,14 +154,6 @@ class _LiveChannel:
     def finish(self, error: BaseException | None) -> None:
         """Enqueue the end of the stream (never waits)."""
         self._append((_END, error))
-
-    def has_items(self) -> bool:
-        """True when an entry is waiting."""
-        return bool(self._items)
-
-    def pop(self) -> _Item:
-        """Take the next entry without waiting (collecting mode: nobody waits for room)."""
-        return self._items.popleft()
 
     async def get(self) -> _Item:
         """Take the next entry, waiting for one."""
@@ -158,22 +178,8 @@ class _LiveChannel:
                 self._reserved += 1
                 waiter.set_result(None)
 
-    def _take_collected(self, ctx: RunContext | None) -> tuple[WorkflowEvent[Any], ...]:
-        if ctx is None:
-            return ()
-        if self.ctx is None:
-            self.ctx = ctx
-        elif ctx is not self.ctx:
-            return ()  # a nested core run's context: its events are not this stream's
-        events = collected_events(ctx)
-        if events is None or len(events) <= self.core_seen:
-            return ()
-        taken = tuple(events[self.core_seen :])
-        self.core_seen = len(events)
-        return taken
 
-
-live_channel: ContextVar[_LiveChannel | None] = ContextVar("agent_framework_functional_live_channel", default=None)
+live_channel: ContextVar[_Channel | None] = ContextVar("agent_framework_functional_live_channel", default=None)
 
 
 class _Merge:
@@ -203,42 +209,56 @@ class _Merge:
         return True
 
 
-class LiveCollector:
+class LiveCollector(_Channel):
     """The live channel of a non-streaming run: bound around core's pull, drained after it (internal).
+
+    Nobody reads before the run ends and nobody waits for room, so it is one small object: the live
+    entries (checked with ``if collector.entries:`` after each pull) and the merge, made only once
+    something was emitted.
 
     Args:
         source: The workflow name, stamped on live events as ``executor_id``.
     """
 
-    __slots__ = ("_channel", "_merge")
+    __slots__ = ("entries", "merge")
 
     def __init__(self, source: str | None) -> None:
-        self._channel = _LiveChannel(_UNBOUNDED, source)
-        self._merge = _Merge()
+        super().__init__(source)
+        self.entries: list[_Item] = []
+        self.merge: _Merge | None = None
 
-    def bind(self) -> contextvars.Token[_LiveChannel | None]:
+    async def put_live(self, event: WorkflowEvent[Any], ctx: RunContext | None) -> None:
+        """Collect a live event, preceded by the events core collected since the last entry."""
+        self._check_open()
+        self.entries.append((_LIVE, self._take_collected(ctx), event))
+
+    def bind(self) -> contextvars.Token[_Channel | None]:
         """Bind the collector for the code that runs from here (core's workflow task copies it)."""
-        return live_channel.set(self._channel)
+        return live_channel.set(self)
 
     @staticmethod
-    def unbind(token: contextvars.Token[_LiveChannel | None]) -> None:
+    def unbind(token: contextvars.Token[_Channel | None]) -> None:
         """Undo :meth:`bind`."""
         live_channel.reset(token)
 
     def drain(self) -> list[WorkflowEvent[Any]]:
         """The events emitted since the last drain, each preceded by core's events collected before it."""
+        merge = self.merge
+        if merge is None:
+            merge = self.merge = _Merge()
         out: list[WorkflowEvent[Any]] = []
-        while self._channel.has_items():
-            self._merge.live(self._channel.pop(), out)
+        for item in self.entries:
+            merge.live(item, out)
+        self.entries.clear()
         return out
 
     def is_new(self, event: WorkflowEvent[Any]) -> bool:
         """True when core's ``event`` was not already drained ahead of a live update."""
-        return self._merge.is_new(event)
+        return self.merge is None or self.merge.is_new(event)
 
     def close(self) -> None:
         """Refuse further updates (the run ended)."""
-        self._channel.close()
+        self._closed = True
 
 
 async def _pump(core_stream: ResponseStream[WorkflowEvent[Any], Any], channel: _LiveChannel) -> None:

@@ -16,7 +16,6 @@ layer, for non-streaming runs). Both call the same :meth:`WorkflowRun.observe` o
 from __future__ import annotations
 
 from collections.abc import AsyncIterable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, cast
 
 from agent_framework import FunctionalWorkflow as _CoreFunctionalWorkflow
@@ -61,11 +60,12 @@ class FunctionalWorkflowRunResult(WorkflowRunResult):
         self.continuation_token: FunctionalWorkflowContinuationToken | None = continuation_token
 
 
-@dataclass(eq=False, slots=True)
 class WorkflowRun:
     """The one run that holds an instance's run guard, and its driving of core (internal).
 
-    Attributes:
+    A plain slotted class with no default factories: one is made per run.
+
+    Args:
         ticket: What the authority accepted for this run.
         authority: The instance's authority strategy.
         core: The core instance this run drives.
@@ -74,22 +74,49 @@ class WorkflowRun:
         settle: Called once when the run's driving ends (the instance settles its state).
     """
 
-    ticket: ResumeTicket
-    authority: InMemoryAuthority
-    core: _CoreFunctionalWorkflow
-    name: str
-    is_current: Callable[[WorkflowRun], bool]
-    settle: Callable[[WorkflowRun], None]
-    core_started: bool = False
-    token: FunctionalWorkflowContinuationToken | None = None
-    pending_requests: dict[str, WorkflowEvent[Any]] = field(default_factory=dict[str, WorkflowEvent[Any]])
-    # Requests of the pauses this run resumed (the chain so far): kept on the next continuation.
-    earlier_requests: dict[str, WorkflowEvent[Any]] = field(default_factory=dict[str, WorkflowEvent[Any]])
-    # Core yields "started" and "in progress" before it calls user code; they are held until the
-    # token is spent, so no event reaches the caller before that. None once released.
-    held: list[WorkflowEvent[Any]] | None = field(default_factory=list[WorkflowEvent[Any]])
-    final_state: WorkflowRunState | None = None
-    saw_failed: bool = False
+    __slots__ = (
+        "authority",
+        "core",
+        "core_started",
+        "earlier_requests",
+        "final_state",
+        "held",
+        "is_current",
+        "name",
+        "pending_requests",
+        "saw_failed",
+        "settle",
+        "ticket",
+        "token",
+    )
+
+    def __init__(
+        self,
+        ticket: ResumeTicket,
+        authority: InMemoryAuthority,
+        core: _CoreFunctionalWorkflow,
+        name: str,
+        *,
+        is_current: Callable[[WorkflowRun], bool],
+        settle: Callable[[WorkflowRun], None],
+    ) -> None:
+        self.ticket = ticket
+        self.authority = authority
+        self.core = core
+        self.name = name
+        self.is_current = is_current
+        self.settle = settle
+        self.core_started = False
+        self.token: FunctionalWorkflowContinuationToken | None = None
+        # Requests of this run's pause; handed to its continuation (not copied) when it is issued.
+        self.pending_requests: dict[str, WorkflowEvent[Any]] = {}
+        # Requests of the pauses this run resumed (the chain so far): kept on the next continuation.
+        self.earlier_requests: dict[str, WorkflowEvent[Any]] | None = None
+        # Core yields "started" and "in progress" before it calls user code; they are held until the
+        # token is spent, so no event reaches the caller before that. None once released.
+        self.held: list[WorkflowEvent[Any]] | None = []
+        self.final_state: WorkflowRunState | None = None
+        self.saw_failed = False
 
     def completed(self) -> bool:
         """True when the run finished cleanly or ended paused with a token."""
@@ -110,20 +137,27 @@ class WorkflowRun:
     def observe(self, event: WorkflowEvent[Any]) -> int:
         """Record what one core event says about the run; return what the driving loop does with it."""
         kind = event.type
-        if kind == "status":
-            self.final_state = event.state
-        elif kind == "failed":
-            self.saw_failed = True
-        elif kind == "request_info" and event.request_id:
-            self.pending_requests[event.request_id] = event
         held = self.held
+        if kind == "status":
+            state = event.state
+            self.final_state = state
+            if held is not None:
+                held.append(event)
+                return _CLAIM
+            if state == _PAUSED and self.token is None and self.is_current(self):
+                # Core saved the pause (its checkpoint too) before this last status: issue the token
+                # before the caller sees the pause, so closing the stream on it keeps the pause.
+                return _ISSUE
+            return _EMIT
+        if kind == "failed":
+            self.saw_failed = True
+        elif kind == "request_info":
+            request_id = event.request_id
+            if request_id:
+                self.pending_requests[request_id] = event
         if held is not None:
             held.append(event)
-            return _CLAIM if kind == "status" else _HOLD
-        if kind == "status" and event.state == _PAUSED and self.token is None and self.is_current(self):
-            # Core saved the pause (its checkpoint too) before this last status: issue the token before
-            # the caller sees the pause, so closing the stream on it keeps the pause.
-            return _ISSUE
+            return _HOLD
         return _EMIT
 
     async def claim(self) -> list[WorkflowEvent[Any]]:
@@ -139,7 +173,7 @@ class WorkflowRun:
         continuation = await self.authority.record_pause(
             self.ticket,
             self.pending_requests,
-            self.earlier_requests,
+            self.earlier_requests or {},
             workflow_name=self.name,
             signature_hash=self.core.graph_signature_hash,
         )
@@ -184,11 +218,13 @@ class WorkflowRun:
     async def collect(
         self, core_kwargs: dict[str, Any], include_status_events: bool, lease: object
     ) -> FunctionalWorkflowRunResult:
-        """Non-streaming run: the same steps as :meth:`_drive`, collected into the run result.
+        """Non-streaming run: the same steps as :meth:`stream`, collected into the run result.
 
         Nobody reads before the function returns, so no pump task: the live collector is bound only
         around the pull of core's stream that runs user code (core runs the whole function in the
-        first pull after its first status event), and the same merge orders its updates.
+        first pull after its first status event), and the same merge orders its updates. Core's
+        ``ResponseStream`` closes itself when it ends or raises, so it is closed here only when this
+        loop stops first (a failed claim or issue).
         """
         # ``lease`` stays referenced by this frame until the run ends; never ``del`` it here.
         events: list[WorkflowEvent[Any]] = []
@@ -200,6 +236,7 @@ class WorkflowRun:
             self.core_started = True
             pull = core_stream.__anext__
             collector: LiveCollector | None = None
+            ended = False  # core's stream ended or raised, and so closed itself
             try:
                 while True:
                     bound = None
@@ -210,16 +247,21 @@ class WorkflowRun:
                         event: WorkflowEvent[Any] | None = await pull()
                     except StopAsyncIteration:
                         event = None
+                    except BaseException:
+                        ended = True
+                        raise
                     finally:
                         if bound is not None:
                             LiveCollector.unbind(bound)
                     if collector is not None:
-                        for early in collector.drain():  # what the function emitted came before this event
-                            self.observe(early)
-                            events.append(early)
-                        if event is not None and not collector.is_new(event):
+                        if collector.entries:  # what the function emitted came before this event
+                            for early in collector.drain():
+                                self.observe(early)
+                                events.append(early)
+                        if event is not None and collector.merge is not None and not collector.is_new(event):
                             continue
                     if event is None:
+                        ended = True
                         break
                     action = self.observe(event)
                     if action == _HOLD:
@@ -239,7 +281,8 @@ class WorkflowRun:
             finally:
                 if collector is not None:
                     collector.close()
-                await core_stream.close()
+                if not ended:
+                    await core_stream.close()
         finally:
             self.settle(self)
         return finalize_events(events, run=self, include_status_events=include_status_events)

@@ -41,9 +41,16 @@ if TYPE_CHECKING:
 
 
 class _RunLease:
-    """Weak-reference target that lives exactly as long as a non-streaming run's awaitable (internal)."""
+    """Held only by a non-streaming run's coroutine frame: ``__del__`` frees the run if it never started (internal)."""
 
-    __slots__ = ("__weakref__",)
+    __slots__ = ("_run", "_workflow")
+
+    def __init__(self, workflow: FunctionalWorkflow, run: WorkflowRun) -> None:
+        self._workflow, self._run = workflow, run
+
+    def __del__(self) -> None:
+        if self._workflow._active is self._run:  # pyright: ignore[reportPrivateUsage]
+            self._workflow._release_dropped_run(self._run)  # pyright: ignore[reportPrivateUsage]
 
 
 class FunctionalWorkflow:
@@ -90,6 +97,8 @@ class FunctionalWorkflow:
             done = await wf.run(responses={request_id: "ok"}, continuation_token=paused.continuation_token)
             assert done.continuation_token is None
     """
+
+    __slots__ = ("__weakref__", "_active", "_authority", "_checkpoint_storage", "_core", "_definition")
 
     def __init__(
         self,
@@ -343,9 +352,7 @@ class FunctionalWorkflow:
             # Non-streaming: one coroutine drives core directly (no ResponseStream or generator layer).
             # The lease lives only in the coroutine's frame, so an awaitable that is dropped, or closed
             # without being awaited, releases the run at once.
-            lease = _RunLease()
-            weakref.finalize(lease, self._release_dropped_run, run).atexit = False
-            result = run.collect(core_kwargs, include_status_events, lease)
+            result = run.collect(core_kwargs, include_status_events, _RunLease(self, run))
         self._authority.begin(ticket)
         self._active = run
         return result
@@ -507,7 +514,12 @@ class FunctionalWorkflow:
 
     def _new_run(self, ticket: ResumeTicket) -> WorkflowRun:
         return WorkflowRun(
-            ticket, self._authority, self._core, self.name, is_current=self._holds_guard, settle=self._end_run
+            ticket,
+            self._authority,
+            self._core,
+            self._definition.name,
+            is_current=self._holds_guard,
+            settle=self._end_run,
         )
 
     def _holds_guard(self, run: WorkflowRun) -> bool:

@@ -51,7 +51,7 @@ import agent_framework_functional
 # Core says once per use that its functional API is experimental; that is noise in a benchmark.
 warnings.filterwarnings("ignore", message=r"\[FUNCTIONAL_WORKFLOWS\]")
 
-TARGET_RATIO = 1.10
+TARGET_RATIO = 1.03
 
 
 @step
