@@ -63,3 +63,24 @@ async def test_new_text_on_a_spent_session_token_starts_a_fresh_run(
     fresh = await worker.run("coffee", session=stale)
     assert fresh.continuation_token is not None and fresh.continuation_token != paused.continuation_token
     assert stale.state[SESSION_STATE_KEY][worker.id]["continuation_token"] == fresh.continuation_token
+
+
+async def test_round_two_on_another_worker_needs_only_its_own_answer_with_the_session(
+    make_store: Callable[..., ContinuationStore], checkpoint_dir: Path
+) -> None:
+    """Issue 10 item 6: earlier rounds' answers travel in the session, across workers."""
+    from durable_workflows import two_rounds
+
+    def worker() -> FunctionalWorkflowAgent:
+        storage = FileCheckpointStorage(checkpoint_dir, allowed_checkpoint_types=CHECKPOINT_TYPES)
+        return two_rounds.build(checkpoint_storage=storage, continuation_store=make_store()).as_agent()
+
+    first = worker()
+    session = first.create_session()
+    await first.run("tea", session=session)
+    on_second = restored(session)  # the host hands the conversation to another worker
+    round_two = await worker().run(responses={"auto::0": "one"}, session=on_second)
+    assert round_two.continuation_token is not None
+    on_third = restored(on_second)  # and round two to a third one
+    done = await worker().run(responses={"auto::1": "two"}, session=on_third)  # only round two's answer
+    assert done.text == "shipped: draft about tea [one] [two]"
