@@ -1,6 +1,6 @@
-"""Cost of durable continuations: claim latency per store, and resume throughput across processes.
+"""Cost of durable continuations: claim latency per store, resume throughput, and LangGraph beside it.
 
-Two measurements, printed as tables:
+Four measurements, printed as tables:
 
 * **Claim latency.** ``store.claim(hash)`` on records saved beforehand, one at a time, for
   ``SQLiteContinuationStore`` (a file in a temporary folder) and ``RedisContinuationStore`` (a
@@ -13,6 +13,19 @@ Two measurements, printed as tables:
   path: store lookup, checkpoint restore, claim), beside the in-memory path in one process (no
   store: the token is checked in memory and core replays from memory) and the in-memory fast path
   with a store (the same, plus the claim in the store). Figures are resumes per second.
+* **Claim latency, 64 concurrent.** 64 claims on 64 distinct issued records launched together
+  with ``asyncio.gather``, each timed from its launch to its answer (queueing included), repeated
+  over ``--rounds`` rounds; median and 99th percentile over all claims, per store.
+* **Durable cycles.** The human-in-the-loop cycle of ``bench_peers.py`` (a step, a pause for a
+  string, a step; the pause issues a durable token whose record carries the answer types, and the
+  resume checks them before its claim), in one process: ``same worker`` resumes on the instance
+  that paused, ``fresh worker`` on a new instance with its own store connection and checkpoint
+  storage object (store lookup, answer-type check, checkpoint restore, claim). Median wall-clock
+  cycles per second over blocks, per store.
+* **Beside LangGraph.** ``bench_peers.py``'s ``disk same`` pair, imported from it: ours
+  (``SQLiteContinuationStore`` + ``FileCheckpointStorage``) against LangGraph's functional API
+  with ``AsyncSqliteSaver``, blocks interleaved; the ratio is the median of the paired block
+  ratios ``ours/lg`` by CPU time and by wall time (below 1: ours is faster).
 
 The machine this runs on may be small and shared, so each throughput row is the best of
 ``--repeat`` runs (the least disturbed one); compare rows of one run, not runs of different days.
@@ -22,6 +35,7 @@ Run it:
 
 .. code-block:: bash
 
+    pip install -e ".[bench]"                     # LangGraph, for the last table
     python benchmarks/bench_durable.py            # about two minutes on 2 cores
     python benchmarks/bench_durable.py --quick    # a few seconds (1 and 2 processes), for smoke tests
 """
@@ -41,9 +55,10 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from agent_framework import FileCheckpointStorage
 
@@ -57,6 +72,9 @@ from agent_framework_functional import (
     step,
     workflow,
 )
+
+if TYPE_CHECKING:
+    from bench_peers import Block
 
 # Core says once per use that its functional API is experimental; that is noise in a benchmark.
 warnings.filterwarnings("ignore", message=r"\[FUNCTIONAL_WORKFLOWS\]")
@@ -92,14 +110,26 @@ async def close_store(store: ContinuationStore) -> None:
     await store.aclose()  # type: ignore[attr-defined]
 
 
+REDIS_PORTS = range(16900, 16950)  # loopback ports this benchmark may use
+
+
+def free_port() -> int:
+    for port in REDIS_PORTS:
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise SystemExit(f"no free loopback port in {REDIS_PORTS.start}-{REDIS_PORTS.stop - 1}; pass --redis-url.")
+
+
 def start_redis(folder: Path) -> tuple[subprocess.Popen[bytes], str]:
     """Start redis-server with its AOF fsynced on every write (what the store's default durability needs)."""
     binary = shutil.which("redis-server")
     if binary is None:
         raise SystemExit("redis-server is not installed: run scripts/services/redis.sh, or pass --redis-url.")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     persistence = ["--save", "", "--dir", str(folder), "--appendonly", "yes", "--appendfsync", "always"]
     proc = subprocess.Popen(
         [binary, "--port", str(port), "--bind", "127.0.0.1", *persistence],
@@ -124,31 +154,64 @@ def start_redis(folder: Path) -> tuple[subprocess.Popen[bytes], str]:
 # ---------------------------------------------------------------- claim latency
 
 
+async def issue_records(store: ContinuationStore, count: int) -> list[str]:
+    """Save ``count`` issued records and return their token hashes."""
+    hashes: list[str] = []
+    for _ in range(count):
+        now = store.now()
+        record = ContinuationRecord(
+            token_hash=secrets.token_hex(32),
+            workflow_name="bench",
+            signature_hash="0" * 64,
+            checkpoint_id="checkpoint",
+            pending_request_ids=("auto::0",),
+            created_at=now,
+            expires_at=now + store.ttl_seconds,
+            response_types={"auto::0": "builtins:str"},
+        )
+        await store.save(record)
+        hashes.append(record.token_hash)
+    return hashes
+
+
+def median_p99(samples: list[float]) -> tuple[float, float]:
+    samples = sorted(samples)
+    return statistics.median(samples), samples[min(len(samples) - 1, int(len(samples) * 0.99))]
+
+
 async def claim_latency(spec: dict[str, str], count: int) -> tuple[float, float]:
     store = open_store(spec)
     try:
-        hashes: list[str] = []
-        for _ in range(count):
-            now = store.now()
-            record = ContinuationRecord(
-                token_hash=secrets.token_hex(32),
-                workflow_name="bench",
-                signature_hash="0" * 64,
-                checkpoint_id="checkpoint",
-                pending_request_ids=("auto::0",),
-                created_at=now,
-                expires_at=now + store.ttl_seconds,
-            )
-            await store.save(record)
-            hashes.append(record.token_hash)
+        hashes = await issue_records(store, count)
         samples: list[float] = []
         for token_hash in hashes:
             start = time.perf_counter()
             won = await store.claim(token_hash)
             samples.append((time.perf_counter() - start) * 1e6)
             assert won
-        samples.sort()
-        return statistics.median(samples), samples[min(len(samples) - 1, int(len(samples) * 0.99))]
+        return median_p99(samples)
+    finally:
+        await close_store(store)
+
+
+async def concurrent_claim_latency(spec: dict[str, str], concurrency: int, rounds: int) -> tuple[float, float]:
+    """Median and p99 microseconds of ``concurrency`` claims launched together, over ``rounds`` rounds."""
+    store = open_store(spec)
+    try:
+        samples: list[float] = []
+
+        async def timed_claim(token_hash: str) -> None:
+            start = time.perf_counter()
+            won = await store.claim(token_hash, claimer=secrets.token_hex(16))
+            samples.append((time.perf_counter() - start) * 1e6)
+            assert won
+
+        for _ in range(rounds + 1):  # the first round opens the connections (Redis: its pool) and is not kept
+            hashes = await issue_records(store, concurrency)
+            await asyncio.gather(*(timed_claim(token_hash) for token_hash in hashes))
+        del samples[:concurrency]
+        assert len(samples) == concurrency * rounds
+        return median_p99(samples)
     finally:
         await close_store(store)
 
@@ -229,6 +292,107 @@ async def worker(spec_json: str, checkpoint_dir: str, run_dir: str, index: str) 
     await close_store(store)
 
 
+# ---------------------------------------------------------------- durable cycles (bench_peers.py's cycle)
+
+BlockMaker = Callable[[Path], "Awaitable[Block]"]
+
+
+def peers() -> ModuleType:
+    """``bench_peers.py``, whose cycles these rows reuse, imported on first use.
+
+    Run as a script, this folder is on ``sys.path``. The import needs LangGraph (``pip install -e
+    ".[bench]"``) and takes seconds, so the resume workers, which do not need it, never pay for it.
+    """
+    import bench_peers
+
+    return bench_peers
+
+
+def same_worker(spec: dict[str, str]) -> BlockMaker:
+    """Blocks of cycles that pause and resume on one instance (its store and checkpoint folder fresh)."""
+
+    async def make(folder: Path) -> Block:
+        store = open_store(block_spec(spec, folder))
+        storage = FileCheckpointStorage(folder / "checkpoints")
+        wf = peers().our_review.build(checkpoint_storage=storage, continuation_store=store)
+        return peers().Block(peers()._our_cycle(wf), lambda: close_store(store))
+
+    return make
+
+
+def fresh_worker(spec: dict[str, str]) -> BlockMaker:
+    """Blocks of cycles that pause on one instance and resume on a new one with its own connections."""
+
+    async def make(folder: Path) -> Block:
+        bp = peers()
+        review = bp.our_review
+        pausing_store = open_store(block_spec(spec, folder))
+        resuming_store = open_store(block_spec(spec, folder))
+        pausing = FileCheckpointStorage(folder / "checkpoints")
+        resuming = FileCheckpointStorage(folder / "checkpoints")
+
+        async def cycle() -> None:
+            paused = await review.build(checkpoint_storage=pausing, continuation_store=pausing_store).run(bp.TOPIC)
+            request_id = paused.get_request_info_events()[0].request_id
+            wf = review.build(checkpoint_storage=resuming, continuation_store=resuming_store)
+            done = await wf.run(responses={request_id: bp.ANSWER}, continuation_token=paused.continuation_token)
+            assert done.get_outputs() == [bp.EXPECTED]
+            assert done.continuation_token is None
+
+        async def close() -> None:
+            await close_store(pausing_store)
+            await close_store(resuming_store)
+
+        return bp.Block(cycle, close)
+
+    return make
+
+
+def block_spec(spec: dict[str, str], folder: Path) -> dict[str, str]:
+    """The store of one block: a fresh SQLite file in its folder, or a fresh Redis namespace."""
+    if spec["kind"] == "sqlite":
+        return {**spec, "location": str(folder / "continuations.db")}
+    return {**spec, "namespace": f"{spec['namespace']}:{folder.name}"}
+
+
+async def cycle_rates(
+    makers: dict[str, BlockMaker], *, rounds: int, cycles: int, warmup: int, scratch: Path
+) -> dict[str, float]:
+    """Median wall-clock cycles per second of each maker's blocks, interleaved over ``rounds``."""
+    names = list(makers)
+    for _ in range(warmup):
+        for name in names:
+            await peers()._time_block(makers[name], cycles, scratch)
+    walls: dict[str, list[float]] = {name: [] for name in names}
+    for index in range(rounds):
+        shift = index % len(names)
+        for name in names[shift:] + names[:shift]:
+            _, wall_us = await peers()._time_block(makers[name], cycles, scratch)
+            walls[name].append(wall_us)
+    return {name: 1e6 / statistics.median(values) for name, values in walls.items()}
+
+
+async def beside_langgraph(
+    *, rounds: int, cycles: int, warmup: int, scratch: Path
+) -> dict[str, tuple[float, float, float]]:
+    """``bench_peers.py``'s ``disk same`` pair: clock -> (ours median us, lg median us, paired ours/lg)."""
+    makers = {"ours": peers()._our_disk_same, "lg": peers()._lg_disk_same}
+    for _ in range(warmup):
+        for make in makers.values():
+            await peers()._time_block(make, cycles, scratch)
+    samples: dict[str, list[tuple[float, float]]] = {"ours": [], "lg": []}
+    for index in range(rounds):
+        for name in ("ours", "lg") if index % 2 == 0 else ("lg", "ours"):
+            samples[name].append(await peers()._time_block(makers[name], cycles, scratch))
+    figures: dict[str, tuple[float, float, float]] = {}
+    for position, clock in enumerate(("cpu", "wall")):
+        ours = [sample[position] for sample in samples["ours"]]
+        lg = [sample[position] for sample in samples["lg"]]
+        paired = statistics.median(a / b for a, b in zip(ours, lg, strict=True))
+        figures[clock] = (statistics.median(ours), statistics.median(lg), paired)
+    return figures
+
+
 # ---------------------------------------------------------------- main
 
 
@@ -237,7 +401,13 @@ async def main() -> None:
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for smoke tests")
     parser.add_argument("--redis-url", help="use this Redis instead of starting redis-server")
     parser.add_argument("--repeat", type=int, help="runs per throughput row; the best is shown (default 3)")
+    parser.add_argument("--rounds", type=int, help="rounds of concurrent claims and of cycle blocks (default 15)")
+    parser.add_argument("--cycles", type=int, help="cycles per timed block (default 10)")
     args = parser.parse_args()
+    rounds = args.rounds or (1 if args.quick else 15)
+    cycles = args.cycles or (2 if args.quick else 10)
+    warmup = 0 if args.quick else 1  # warm-up blocks per side (each block's first cycle is untimed anyway)
+    concurrency = 64
     repeat = args.repeat or (1 if args.quick else 3)
     claims = 100 if args.quick else 2000
     resumes = 8 if args.quick else 160
@@ -262,6 +432,11 @@ async def main() -> None:
             median, p99 = await claim_latency(spec, claims)
             print(f"{name:<16}{median:>12.1f}{p99:>12.1f}")
         print()
+        print(f"{f'claim latency, {concurrency} concurrent, {rounds} rounds':<40}{'median us':>12}{'p99 us':>12}")
+        for name, spec in specs.items():
+            median, p99 = await concurrent_claim_latency(spec, concurrency, rounds)
+            print(f"{f'{name}, {concurrency} concurrent':<40}{median:>12.1f}{p99:>12.1f}")
+        print()
         print(f"{'resume throughput':<40}{'resumes/s':>12}")
         rate = max([await in_memory_throughput(resumes, None, folder) for _ in range(repeat)])
         print(f"{'in-memory, no store, 1 process':<40}{rate:>12.1f}")
@@ -285,6 +460,25 @@ async def main() -> None:
                 rate = max(rates)
                 label = f"durable {name}, {processes} process{'es' if processes > 1 else ''}"
                 print(f"{label:<40}{rate:>12.1f}")
+        print()
+        scratch = Path(tempfile.mkdtemp(dir=folder))
+        makers: dict[str, BlockMaker] = {}
+        for name, spec in specs.items():
+            makers[f"durable {name}, same worker"] = same_worker(spec)
+            makers[f"durable {name}, fresh worker"] = fresh_worker(spec)
+        print(f"{f'durable cycles, {rounds} blocks of {cycles}':<40}{'cycles/s':>12}   (pause + resume, median wall)")
+        rates = await cycle_rates(makers, rounds=rounds, cycles=cycles, warmup=warmup, scratch=scratch)
+        for label, rate in rates.items():
+            print(f"{label:<40}{rate:>12.1f}")
+        print()
+        print(
+            f"{f'beside LangGraph, {rounds} paired blocks':<40}{'ours us':>12}{'lg us':>12}{'ours/lg':>10}"
+            "   (disk same of bench_peers.py; medians)"
+        )
+        figures = await beside_langgraph(rounds=rounds, cycles=cycles, warmup=warmup, scratch=scratch)
+        for clock, (ours, lg, paired) in figures.items():
+            label = f"SQLite+file vs AsyncSqliteSaver, {clock}"
+            print(f"{label:<40}{ours:>12.1f}{lg:>12.1f}{paired:>10.3f}")
     finally:
         if redis_proc is not None:
             redis_proc.terminate()

@@ -34,5 +34,13 @@ def test_bench_durable_quick_runs_against_the_test_redis(redis_server: str) -> N
         "durable SQLite, 2 processes",
         "durable Redis, 1 process",
         "durable Redis, 2 processes",
+        "SQLite, 64 concurrent",
+        "Redis, 64 concurrent",
+        "durable SQLite, same worker",
+        "durable SQLite, fresh worker",
+        "durable Redis, same worker",
+        "durable Redis, fresh worker",
+        "SQLite+file vs AsyncSqliteSaver, cpu",
+        "SQLite+file vs AsyncSqliteSaver, wall",
     ):
         assert any(row.startswith(label) for row in rows), (label, proc.stdout)
