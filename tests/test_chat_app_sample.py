@@ -2,25 +2,16 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
+
+from script_runner import env_without_openai, run_script
 
 SAMPLE = Path(__file__).resolve().parent.parent / "samples" / "chat_app.py"
 
 
 def run_sample(script: str) -> list[str]:
-    env = {key: value for key, value in os.environ.items() if not key.startswith("OPENAI_")}
-    completed = subprocess.run(
-        [sys.executable, str(SAMPLE)],
-        input=script,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
+    env = env_without_openai(prefix="OPENAI_")
+    completed = run_script(SAMPLE, stdin=script, timeout=120, cwd=None, env=env)
     assert completed.returncode == 0, completed.stderr
     return completed.stdout.splitlines()
 

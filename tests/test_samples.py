@@ -8,11 +8,7 @@ deterministic writer is used and no network is touched. The OpenAI writer path o
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import httpx
@@ -20,32 +16,11 @@ import pytest
 import respx
 from agent_framework import Agent
 from openai_wire import MODEL, RESPONSES_URL, chat_client, json_response, request_input_text
+from script_runner import ROOT, assert_ok, run_script
 
-ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
 BENCHMARKS = ROOT / "benchmarks"
 FEEDBACK = "Mention the water temperature."
-
-
-def run_script(
-    path: Path, *args: str, stdin: str | None = None, timeout: float = 60
-) -> subprocess.CompletedProcess[str]:
-    env = {key: value for key, value in os.environ.items() if key != "OPENAI_API_KEY"}
-    return subprocess.run(
-        [sys.executable, str(path), *args],
-        input=stdin if stdin is not None else "",
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=ROOT,
-        env=env,
-        check=False,
-    )
-
-
-def assert_ok(proc: subprocess.CompletedProcess[str]) -> str:
-    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
-    return proc.stdout
 
 
 def final_text(stdout: str) -> str:

@@ -6,13 +6,12 @@ streaming agent is used and no network is touched. No timing is asserted (benchm
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+import script_runner
+from script_runner import ROOT, assert_ok
+
 ANSWER = (
     "Sunlight scatters off the molecules in the air, and blue light scatters far more than red, "
     "so blue reaches your eyes from every part of the sky."
@@ -20,19 +19,7 @@ ANSWER = (
 
 
 def run_script(path: Path, *args: str, timeout: float = 120) -> str:
-    env = {key: value for key, value in os.environ.items() if key != "OPENAI_API_KEY"}
-    proc = subprocess.run(
-        [sys.executable, str(path), *args],
-        input="",
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=ROOT,
-        env=env,
-        check=False,
-    )
-    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
-    return proc.stdout
+    return assert_ok(script_runner.run_script(path, *args, timeout=timeout))
 
 
 def line_with(prefix: str, out: str) -> str:

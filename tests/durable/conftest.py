@@ -118,5 +118,13 @@ def storage(checkpoint_dir: Path) -> FileCheckpointStorage:
 
 
 @pytest.fixture
+def effects_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The file that resumed user code (in any process) appends one line to per run: it counts the resumes."""
+    path = tmp_path / "effects.txt"
+    monkeypatch.setenv("AFF_DURABLE_EFFECTS", str(path))
+    return path
+
+
+@pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()

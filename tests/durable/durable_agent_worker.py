@@ -17,34 +17,14 @@ The last stdout line is a JSON outcome: ``resumed`` (with the text), ``rejected`
 
 from __future__ import annotations
 
-import asyncio
-import json
-import sys
-import time
-from pathlib import Path
 from typing import Any
 
-from agent_framework import AgentSession, Content, FileCheckpointStorage, Message
-from durable_support import StoreSpec, close_store
+from agent_framework import AgentSession, Content, Message
+from durable_support import close_store, open_worker_stores, read_json, wait_at_barrier, worker_entry_point, write_json
 from durable_workflows import CHECKPOINT_TYPES, DEFINITIONS
 
 from agent_framework_functional import ContinuationAuthorityError
 from agent_framework_functional._session import session_token
-
-
-def _write_json(path: str, data: Any) -> None:
-    Path(path).write_text(json.dumps(data), encoding="utf-8")
-
-
-def _read_json(path: str) -> Any:
-    return json.loads(Path(path).read_text(encoding="utf-8"))
-
-
-def _barrier(directory: str, name: str) -> None:
-    barrier = Path(directory)
-    (barrier / f"ready-{name}").write_text("ready", encoding="utf-8")
-    while not (barrier / "go").exists():
-        time.sleep(0.001)
 
 
 def _message(request: Content, answer: str) -> Message:
@@ -59,23 +39,22 @@ def _message(request: Content, answer: str) -> Message:
 
 async def main(argv: list[str]) -> dict[str, Any]:
     command, spec_json, checkpoint_dir, state_file, name, answer = argv[:6]
-    store = StoreSpec.from_json(spec_json).open()
-    storage = FileCheckpointStorage(checkpoint_dir, allowed_checkpoint_types=CHECKPOINT_TYPES)
+    store, storage = open_worker_stores(spec_json, checkpoint_dir, allowed_checkpoint_types=CHECKPOINT_TYPES)
     agent = DEFINITIONS[name].build(checkpoint_storage=storage, continuation_store=store).as_agent()
     try:
         if command == "pause":
             session = agent.create_session()
             paused = await agent.run("tea", session=session)
             state = {"session": session.to_dict(), "request": paused.user_input_requests[0].to_dict()}
-            _write_json(state_file, state)
+            write_json(state_file, state)
             return {"outcome": "paused", "token": paused.continuation_token}
         if command != "answer":
             raise SystemExit(f"unknown command {command!r}")
-        state = _read_json(state_file)
+        state = read_json(state_file)
         session = AgentSession.from_dict(state["session"])
         message = _message(Content.from_dict(state["request"]), answer)
         if len(argv) > 7:
-            _barrier(argv[6], argv[7])
+            wait_at_barrier(argv[6], argv[7])
         try:
             done = await agent.run(message, session=session)
         except ContinuationAuthorityError as exc:
@@ -88,7 +67,8 @@ async def main(argv: list[str]) -> dict[str, Any]:
         return outcome
     finally:
         await close_store(store)
+        await close_store(storage)
 
 
 if __name__ == "__main__":
-    print(json.dumps(asyncio.run(main(sys.argv[1:]))), flush=True)
+    worker_entry_point(main)

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import random
+import secrets
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,7 @@ from agent_framework import CheckpointStorage, FileCheckpointStorage
 from durable_workflows import approval
 
 from agent_framework_functional import (
+    ContinuationRecord,
     ContinuationStore,
     RedisCheckpointStorage,
     RedisContinuationStore,
@@ -28,6 +31,7 @@ from agent_framework_functional import (
 
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "durable_worker.py"
+AGENT_WORKER = HERE / "durable_agent_worker.py"
 
 
 @dataclass(frozen=True)
@@ -63,12 +67,21 @@ class StoreSpec:
         return cls(**json.loads(text))
 
 
-def open_checkpoint_storage(location: str) -> CheckpointStorage:
-    """A folder: ``FileCheckpointStorage``; ``redis://host:port/db#namespace``: ``RedisCheckpointStorage``."""
+def open_checkpoint_storage(location: str, **file_options: Any) -> CheckpointStorage:
+    """A folder: ``FileCheckpointStorage(location, **file_options)``; ``redis://host:port/db#namespace``:
+    ``RedisCheckpointStorage``."""
     if location.startswith("redis://"):
         url, _, namespace = location.partition("#")
         return RedisCheckpointStorage(url, namespace=namespace or "aff-test")
-    return FileCheckpointStorage(location)
+    return FileCheckpointStorage(location, **file_options)
+
+
+def open_worker_stores(
+    spec_json: str, checkpoints: str, **file_options: Any
+) -> tuple[ContinuationStore, CheckpointStorage]:
+    """In a worker: the continuation store of ``StoreSpec.to_json()`` text, and the checkpoint storage at
+    ``checkpoints`` (see :func:`open_checkpoint_storage`). Close both with :func:`close_store`."""
+    return StoreSpec.from_json(spec_json).open(), open_checkpoint_storage(checkpoints, **file_options)
 
 
 async def close_store(store: ContinuationStore | CheckpointStorage) -> None:
@@ -77,18 +90,49 @@ async def close_store(store: ContinuationStore | CheckpointStorage) -> None:
         await closer()
 
 
-def spawn_worker(command: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    """Start ``durable_worker.py <command> <args>`` with the test's environment plus ``env``."""
+# ---------------------------------------------------------------- worker processes (both sides)
+
+
+def write_json(path: str | Path, data: Any) -> None:
+    Path(path).write_text(json.dumps(data), encoding="utf-8")
+
+
+def read_json(path: str | Path) -> Any:
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def wait_at_barrier(directory: str, name: str) -> None:
+    """In a worker: announce ``ready-<name>`` in ``directory``, then wait until the test writes ``go``."""
+    barrier = Path(directory)
+    (barrier / f"ready-{name}").write_text("ready", encoding="utf-8")
+    while not (barrier / "go").exists():
+        time.sleep(0.001)
+
+
+def worker_entry_point(main: Callable[[list[str]], Awaitable[dict[str, Any]]]) -> None:
+    """Run a worker's ``main(sys.argv[1:])`` and print its JSON outcome as the last stdout line."""
+    print(json.dumps(asyncio.run(main(sys.argv[1:]))), flush=True)
+
+
+def spawn_worker(
+    command: str, *args: str, env: dict[str, str] | None = None, worker: Path = WORKER
+) -> subprocess.Popen[str]:
+    """Start ``<worker> <command> <args>`` (default ``durable_worker.py``), the test's environment plus ``env``."""
     full_env = dict(os.environ)
     full_env.update(env or {})
     full_env["PYTHONWARNINGS"] = "ignore"
     return subprocess.Popen(
-        [sys.executable, str(WORKER), command, *args],
+        [sys.executable, str(worker), command, *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=full_env,
     )
+
+
+def run_worker(command: str, *args: str, worker: Path = WORKER) -> dict[str, Any]:
+    """Run one worker to its end and return its JSON outcome."""
+    return finish([spawn_worker(command, *args, worker=worker)])[0]
 
 
 def wait_for(predicate: Callable[[], bool], *, timeout: float = 120.0, what: str = "condition") -> None:
@@ -124,7 +168,7 @@ async def pause_here(spec: StoreSpec, checkpoint_dir: Path, state: Path) -> dict
         paused = await wf.run("tea")
         request_id = paused.get_request_info_events()[0].request_id
         data = {"token": paused.continuation_token, "request_id": request_id}
-        state.write_text(json.dumps(data), encoding="utf-8")  # noqa: ASYNC240 - tiny test file
+        write_json(state, data)  # tiny test file
         return data
     finally:
         await close_store(store)
@@ -138,6 +182,20 @@ async def record_status(spec: StoreSpec, token: dict[str, Any]) -> str | None:
         return record.status if record is not None else None
     finally:
         await close_store(store)
+
+
+def new_record(store: ContinuationStore, *, expires_in: float | None = None) -> ContinuationRecord:
+    """A record of ``approval`` under a fresh hash that expires after the store's ttl (or ``expires_in``)."""
+    now = store.now()
+    return ContinuationRecord(
+        token_hash=secrets.token_hex(32),
+        workflow_name="approval",
+        signature_hash="s" * 64,
+        checkpoint_id="checkpoint-1",
+        pending_request_ids=("auto::0",),
+        created_at=now,
+        expires_at=now + (store.ttl_seconds if expires_in is None else expires_in),
+    )
 
 
 def effect_lines(path: Path) -> list[str]:

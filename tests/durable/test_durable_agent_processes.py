@@ -9,52 +9,33 @@ the effects file, so the file counts how often the pause really resumed.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from durable_support import HERE, StoreSpec, close_store, effect_lines, finish, start_race
+from durable_support import (
+    AGENT_WORKER,
+    StoreSpec,
+    effect_lines,
+    finish,
+    record_status,
+    run_worker,
+    spawn_worker,
+    start_race,
+)
 
-from agent_framework_functional import continuation_token_hash
 from agent_framework_functional._errors import AUTHORITY_ERROR_MESSAGE
 
 pytestmark = pytest.mark.slow
 
-AGENT_WORKER = HERE / "durable_agent_worker.py"
-
-
-@pytest.fixture
-def effects_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "effects.txt"
-    monkeypatch.setenv("AFF_DURABLE_EFFECTS", str(path))
-    return path
-
 
 def spawn(command: str, spec: StoreSpec, checkpoint_dir: Path, state: Path, *rest: str) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    return subprocess.Popen(
-        [sys.executable, str(AGENT_WORKER), command, spec.to_json(), str(checkpoint_dir), str(state), *rest],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
+    return spawn_worker(command, spec.to_json(), str(checkpoint_dir), str(state), *rest, worker=AGENT_WORKER)
 
 
 def run_one(command: str, spec: StoreSpec, checkpoint_dir: Path, state: Path, *rest: str) -> dict[str, Any]:
-    return finish([spawn(command, spec, checkpoint_dir, state, *rest)])[0]
-
-
-async def status(spec: StoreSpec, token: Any) -> str | None:
-    store = spec.open()
-    try:
-        record = await store.get(continuation_token_hash(token))
-        return record.status if record is not None else None
-    finally:
-        await close_store(store)
+    return run_worker(command, spec.to_json(), str(checkpoint_dir), str(state), *rest, worker=AGENT_WORKER)
 
 
 @pytest.mark.parametrize(
@@ -91,12 +72,12 @@ async def test_pause_in_one_process_answer_in_another_replay_in_a_third(
     invalid = run_one("answer", store_spec, checkpoint_dir, state, workflow, wrong)
     assert invalid["outcome"] == "invalid" and "still pending" in invalid["message"]
     assert invalid["session_has_token"]
-    assert await status(store_spec, token) == "issued"
+    assert await record_status(store_spec, token) == "issued"
 
     # The right answer in a process that never saw the pause resumes it.
     resumed = run_one("answer", store_spec, checkpoint_dir, state, workflow, right)
     assert resumed == {"outcome": "resumed", "text": text, "token": None, "session_has_token": False}
-    assert await status(store_spec, token) == "claimed"
+    assert await record_status(store_spec, token) == "claimed"
 
     # The same session replayed in a third process: the authority error; the code ran once.
     replay = run_one("answer", store_spec, checkpoint_dir, state, workflow, right)

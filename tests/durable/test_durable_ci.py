@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from script_runner import ROOT, run_command
 
 
 def test_redis_fixture_fails_with_install_advice_when_the_binary_is_missing(tmp_path: Path) -> None:
@@ -16,7 +15,7 @@ def test_redis_fixture_fails_with_install_advice_when_the_binary_is_missing(tmp_
     bin_dir.mkdir()
     (bin_dir / "python").symlink_to(sys.executable)
     env = {**os.environ, "PATH": str(bin_dir)}
-    proc = subprocess.run(
+    proc = run_command(
         [
             sys.executable,
             "-m",
@@ -26,12 +25,9 @@ def test_redis_fixture_fails_with_install_advice_when_the_binary_is_missing(tmp_
             "no:cacheprovider",
             "-rA",
         ],
-        capture_output=True,
-        text=True,
+        stdin=None,
         timeout=300,
-        cwd=ROOT,
         env=env,
-        check=False,
     )
     assert proc.returncode != 0, proc.stdout
     assert "redis-server is not installed" in proc.stdout
@@ -41,12 +37,8 @@ def test_redis_fixture_fails_with_install_advice_when_the_binary_is_missing(tmp_
 
 def test_install_redis_script_is_a_no_op_when_redis_server_is_present() -> None:
     assert shutil.which("redis-server"), "run scripts/services/redis.sh first"
-    proc = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "services" / "redis.sh")],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    proc = run_command(
+        ["bash", str(ROOT / "scripts" / "services" / "redis.sh")], stdin=None, timeout=60, cwd=None, env=os.environ
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "" and proc.stderr == ""

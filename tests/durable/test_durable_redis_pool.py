@@ -3,33 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-import secrets
 import uuid
 
 import pytest
 import redis.asyncio as aioredis
+from durable_support import new_record
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from agent_framework_functional import ContinuationRecord, RedisContinuationStore
-
-
-def _record(store: RedisContinuationStore) -> ContinuationRecord:
-    now = store.now()
-    return ContinuationRecord(
-        token_hash=secrets.token_hex(32),
-        workflow_name="approval",
-        signature_hash="s" * 64,
-        checkpoint_id="checkpoint-1",
-        pending_request_ids=("auto::0",),
-        created_at=now,
-        expires_at=now + store.ttl_seconds,
-    )
+from agent_framework_functional import RedisContinuationStore
 
 
 async def test_300_concurrent_operations_all_succeed_on_a_url_store(redis_server: str) -> None:
     store = RedisContinuationStore(redis_server, namespace=f"aff-test:{uuid.uuid4().hex}")
     try:
-        records = [_record(store) for _ in range(300)]
+        records = [new_record(store) for _ in range(300)]
         await asyncio.gather(*(store.save(record) for record in records))  # 300 at once, 50 connections
         claims = await asyncio.gather(*(store.claim(record.token_hash) for record in records))
         assert claims == [True] * 300
@@ -46,7 +33,7 @@ async def test_the_pool_is_bounded_and_a_wait_past_pool_timeout_fails(redis_serv
     blocker = aioredis.Redis.from_url(redis_server)
     try:
         await store.check_durability()
-        saved = await asyncio.gather(*(store.save(_record(store)) for _ in range(20)))  # waits, never fails
+        saved = await asyncio.gather(*(store.save(new_record(store)) for _ in range(20)))  # waits, never fails
         assert saved == [None] * 20
         # Hold both pooled connections in a blocking command; the next operation waits pool_timeout, then fails.
         held = [asyncio.create_task(store._client.blpop([f"aff-test:never:{i}"], timeout=2)) for i in range(2)]  # pyright: ignore[reportPrivateUsage]

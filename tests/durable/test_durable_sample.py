@@ -2,25 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
+from script_runner import ROOT, run_script
 
 
 def test_multi_worker_approval_sample() -> None:
-    env = {key: value for key, value in os.environ.items() if key != "OPENAI_API_KEY"}
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "samples" / "multi_worker_approval.py")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-        env=env,
-        check=False,
-    )
+    proc = run_script(ROOT / "samples" / "multi_worker_approval.py", stdin=None, timeout=120)
     assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
     assert proc.stdout.splitlines() == [
         "worker one: paused for approval of 'refund 40 EUR for order A-1001'; token handed out",

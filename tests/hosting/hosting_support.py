@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import uvicorn
+from script_runner import assert_ok, env_without_openai, run_command, run_script
 
 from agent_framework_functional import FunctionalWorkflowAgent, RunContext, workflow
 
@@ -226,31 +226,12 @@ def run_node(script: str, *args: str, timeout: float = 120) -> subprocess.Comple
     node = shutil.which("node")
     assert node, "node is not on PATH (scripts/services/node.sh needs it)"
     assert (JS_DIR / "node_modules").is_dir(), "run scripts/services/node.sh first (npm ci in tests/hosting/js)"
-    return subprocess.run(
-        [node, str(JS_DIR / script), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=JS_DIR,
-        env=node_env(),
-        check=False,
-    )
+    return run_command([node, str(JS_DIR / script), *args], stdin=None, timeout=timeout, cwd=JS_DIR, env=node_env())
 
 
 def run_sample_self_check(path: Path, timeout: float = 120) -> str:
     """Run ``samples/host_*.py`` as a user would (its default self-check mode); return stdout, exit 0 asserted."""
-    env = {k: v for k, v in node_env().items() if k != "OPENAI_API_KEY"}
-    proc = subprocess.run(
-        [sys.executable, str(path)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=ROOT,
-        env=env,
-        check=False,
-    )
-    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
-    return proc.stdout
+    return assert_ok(run_script(path, stdin=None, timeout=timeout, env=env_without_openai(node_env())))
 
 
 @workflow(name="reviewer", description="Asks for free-text feedback, then publishes.")
