@@ -19,7 +19,6 @@ every one of them, so an upgrade of core that moves them fails loudly instead of
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, cast
 
 from agent_framework import AgentResponse, RunContext, SessionContext, WorkflowEvent
@@ -66,23 +65,3 @@ def collected_events(ctx: RunContext) -> list[WorkflowEvent[Any]] | None:
     """
     events = getattr(ctx, "_events", None)
     return cast("list[WorkflowEvent[Any]]", events) if isinstance(events, list) else None
-
-
-def check_response_types(responses: Mapping[str, Any], requests: Mapping[str, WorkflowEvent[Any]]) -> None:
-    """Reject answers core would refuse after the token is spent (core's own response-type rule).
-
-    Args:
-        responses: The caller's answers by request id.
-        requests: The requests whose ``response_type`` is known: the pending ones and those of
-            earlier pauses of the same run chain (their answers are passed again on a replay).
-
-    Raises:
-        ValueError: An answer does not fit its request's ``response_type``.
-    """
-    for request_id, event in requests.items():
-        if request_id in responses and not response_fits(responses[request_id], event.response_type, request_id):
-            type_name = getattr(event.response_type, "__name__", repr(event.response_type))
-            raise ValueError(
-                f"The answer to request {request_id!r} is not a {type_name} and cannot be converted to one. "
-                "Resume again with a value of that type; the continuation is still pending."
-            )
