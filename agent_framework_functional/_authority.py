@@ -5,12 +5,17 @@ this order; it never asks which implementation it holds:
 
 1. ``accept_resume`` / ``accept_new_input`` (synchronous, inside ``run()``): authority, then the
    pending conflict, then correlation and answer types. Returns a :class:`ResumeTicket`.
-2. ``before_core`` (asynchronous, before core starts): checks that need I/O (a token held in a
-   continuation store), and the checkpoint storage core should use.
+2. ``before_core`` (before core starts): checks that need I/O (a token held in a continuation
+   store), and the checkpoint storage core should use.
 3. ``claim`` (right before resumed user code): spends the token; with a store, its atomic claim.
 4. ``record_pause`` (once core saved a pause): issues the next continuation (with a store, records
    it there first).
 5. ``abandon`` / ``abandon_async``: drops the pending continuation.
+
+Points 2-4 and ``finish`` follow core's hook convention (``ResponseStream`` awaits a hook's result
+only when it is awaitable): they return None when their work is done, or an awaitable the run must
+await when it needs I/O. In memory nothing needs I/O, so a run in memory awaits nothing of its
+authority. Their outcomes are left on the ticket (``chain``, ``issued``).
 
 Two implementations: :class:`InMemoryAuthority` (here) and ``_store_authority.StoreAuthority``
 (with a :class:`ContinuationStore`). A check is done once and its result passed on: the read-only
@@ -21,8 +26,8 @@ once before its claim.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from agent_framework import CheckpointStorage, WorkflowEvent
@@ -96,14 +101,11 @@ class VerifiedContinuation(Mapping[str, WorkflowEvent[Any]]):
         return {**self.earlier_requests, **self._requests}
 
 
-def _no_requests() -> dict[str, WorkflowEvent[Any]]:
-    # A plain function: a ``dict[str, ...]`` alias as default_factory costs ~8x a dict per ticket.
-    return {}
-
-
-@dataclass(eq=False, slots=True)
 class ResumeTicket:
     """What one accepted run needs from its authority, from ``run()`` to its end (internal).
+
+    A plain class whose fields default on the class, so a ticket costs one small object and only
+    the fields a run uses are set (one is made per run).
 
     Attributes:
         claimed: The in-memory continuation this run resumes (held ``claimed`` until spent).
@@ -113,15 +115,26 @@ class ResumeTicket:
         remote_hash: Hash of a presented token this process does not hold, still to look up.
         claim_hash: Hash the store must claim right before user code (store only).
         storage: The checkpoint storage handed to core for this run (store only: a recorder).
+        chain: Set by ``claim``: the requests of the run chain up to the resumed pause (kept on the
+            next continuation), or None for a run that resumed nothing.
+        issued: Set by ``record_pause``: the continuation of this run's pause.
     """
 
     claimed: Continuation | None = None
     responses: Mapping[str, Any] | None = None
     record: ContinuationRecord | None = None
-    requests: dict[str, WorkflowEvent[Any]] = field(default_factory=_no_requests)
+    requests: Mapping[str, WorkflowEvent[Any]] = MappingProxyType({})
     remote_hash: str | None = None
     claim_hash: str | None = None
     storage: Any = None
+    chain: Mapping[str, WorkflowEvent[Any]] | None = None
+    issued: Continuation | None = None
+
+    def __init__(self, claimed: Continuation | None = None, responses: Mapping[str, Any] | None = None) -> None:
+        if claimed is not None:
+            self.claimed = claimed
+        if responses is not None:
+            self.responses = responses
 
 
 def check_answers(
@@ -257,7 +270,7 @@ class InMemoryAuthority:
         del checkpoint_storage
         continuation = verify_token(raw_token(token), self.pending)
         check_answers(responses, continuation.pending_requests, continuation.known_requests())
-        return ResumeTicket(claimed=continuation, responses=responses)
+        return ResumeTicket(continuation, responses)
 
     def accept_new_input(self, checkpoint_storage: CheckpointStorage | None) -> ResumeTicket:
         """Accept a fresh run or a checkpoint restore: nothing may be pending.
@@ -280,52 +293,61 @@ class InMemoryAuthority:
     async def check_conflict(self, verdict: VerifiedContinuation | None = None) -> None:
         """Refuse a resume of a pause held elsewhere while one is pending here (none exist in memory)."""
 
-    async def before_core(self, ticket: ResumeTicket, core_kwargs: dict[str, Any]) -> None:
-        """Checks that need I/O before core starts (none in memory)."""
+    def before_core(self, ticket: ResumeTicket, core_kwargs: dict[str, Any]) -> Awaitable[None] | None:
+        """Checks that need I/O before core starts: none in memory, so None (nothing to await)."""
+        del ticket, core_kwargs
+        return None
 
-    async def claim(self, ticket: ResumeTicket) -> dict[str, WorkflowEvent[Any]] | None:
-        """Spend the resumed continuation right before user code; return the chain's requests so far.
+    def claim(self, ticket: ResumeTicket) -> Awaitable[None] | None:
+        """Spend the resumed continuation right before user code; in memory synchronously (None).
 
-        Returns:
-            The requests of the run chain up to the resumed pause (kept on the next continuation),
-            or None for a run that resumed nothing.
+        Leaves on ``ticket.chain`` the requests of the run chain up to the resumed pause, or None
+        for a run that resumed nothing.
         """
-        continuation, ticket.claimed = ticket.claimed, None
+        ticket.chain = self.spend(ticket)
+        return None
+
+    def spend(self, ticket: ResumeTicket) -> Mapping[str, WorkflowEvent[Any]] | None:
+        """Spend the ticket's in-memory continuation; return the chain's requests so far (None: nothing resumed)."""
+        continuation = ticket.claimed
         if continuation is None:
             return None
+        ticket.claimed = None
         if self.pending is continuation:
             self.pending = None
         return continuation.known_requests()
 
     def release(self, ticket: ResumeTicket) -> bool:
         """Hand back a continuation whose run ended before user code; True when one was handed back."""
-        continuation, ticket.claimed = ticket.claimed, None
+        continuation = ticket.claimed
         if continuation is None:
             return False
+        ticket.claimed = None
         continuation.claimed = False
         return True
 
-    async def finish(self, ticket: ResumeTicket) -> None:
-        """A run finished cleanly (nothing to clean up in memory; a store deletes spent checkpoints)."""
+    def finish(self, ticket: ResumeTicket) -> Awaitable[None] | None:
+        """A run finished cleanly: nothing to clean up in memory (None); a store deletes spent checkpoints."""
+        del ticket
+        return None
 
-    async def record_pause(
+    def record_pause(
         self,
         ticket: ResumeTicket,
         pending_requests: Mapping[str, WorkflowEvent[Any]],
-        earlier_requests: Mapping[str, WorkflowEvent[Any]],
         *,
         workflow_name: str,
         signature_hash: str,
-    ) -> Continuation:
-        """Issue the continuation of a saved pause and make it the pending one.
+    ) -> Awaitable[None] | None:
+        """Issue the continuation of a saved pause, make it the pending one, and leave it on ``ticket.issued``.
 
-        Returns:
-            The new continuation (its token goes to the caller).
+        Its earlier requests are the chain's (``ticket.chain``). In memory this is synchronous (None).
         """
-        del ticket, workflow_name, signature_hash
-        continuation = issue_continuation(pending_requests, earlier_requests)
+        del workflow_name, signature_hash
+        continuation = issue_continuation(pending_requests, ticket.chain)
         self.pending = continuation
-        return continuation
+        ticket.issued = continuation
+        return None
 
     # ------------------------------------------------------------------ 5. abandonment
 

@@ -15,7 +15,7 @@ layer, for non-streaming runs). Both call the same :meth:`WorkflowRun.observe` o
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterable, Awaitable, Callable, Mapping, Sequence
 from typing import Any, cast
 
 from agent_framework import FunctionalWorkflow as _CoreFunctionalWorkflow
@@ -63,7 +63,8 @@ class FunctionalWorkflowRunResult(WorkflowRunResult):
 class WorkflowRun:
     """The one run that holds an instance's run guard, and its driving of core (internal).
 
-    A plain slotted class with no default factories: one is made per run.
+    A plain class whose state fields default on the class: one is made per run, and a plain run
+    sets only the fields it uses.
 
     Args:
         ticket: What the authority accepted for this run.
@@ -74,21 +75,15 @@ class WorkflowRun:
         settle: Called once when the run's driving ends (the instance settles its state).
     """
 
-    __slots__ = (
-        "authority",
-        "core",
-        "core_started",
-        "earlier_requests",
-        "final_state",
-        "held",
-        "is_current",
-        "name",
-        "pending_requests",
-        "saw_failed",
-        "settle",
-        "ticket",
-        "token",
-    )
+    core_started = False
+    token: FunctionalWorkflowContinuationToken | None = None
+    # Requests of this run's pause; handed to its continuation (not copied) when it is issued.
+    pending_requests: dict[str, WorkflowEvent[Any]] | None = None
+    # Streaming: core yields "started" and "in progress" before it calls user code; they are held
+    # until the token is spent, so no event reaches the caller before that. None once released.
+    held: list[WorkflowEvent[Any]] | None = None
+    final_state: WorkflowRunState | None = None
+    saw_failed = False
 
     def __init__(
         self,
@@ -106,17 +101,6 @@ class WorkflowRun:
         self.name = name
         self.is_current = is_current
         self.settle = settle
-        self.core_started = False
-        self.token: FunctionalWorkflowContinuationToken | None = None
-        # Requests of this run's pause; handed to its continuation (not copied) when it is issued.
-        self.pending_requests: dict[str, WorkflowEvent[Any]] = {}
-        # Requests of the pauses this run resumed (the chain so far): kept on the next continuation.
-        self.earlier_requests: dict[str, WorkflowEvent[Any]] | None = None
-        # Core yields "started" and "in progress" before it calls user code; they are held until the
-        # token is spent, so no event reaches the caller before that. None once released.
-        self.held: list[WorkflowEvent[Any]] | None = []
-        self.final_state: WorkflowRunState | None = None
-        self.saw_failed = False
 
     def completed(self) -> bool:
         """True when the run finished cleanly or ended paused with a token."""
@@ -134,8 +118,16 @@ class WorkflowRun:
             return self.core_started
         return not handed_back and self.core_started and not self.completed()
 
+    def record_request(self, event: WorkflowEvent[Any]) -> None:
+        """Keep a ``request_info`` event of this run's pause (by its request id)."""
+        request_id = event.request_id
+        if request_id:
+            if self.pending_requests is None:
+                self.pending_requests = {}
+            self.pending_requests[request_id] = event
+
     def observe(self, event: WorkflowEvent[Any]) -> int:
-        """Record what one core event says about the run; return what the driving loop does with it."""
+        """Streaming: record what one core event says about the run; return what the loop does with it."""
         kind = event.type
         held = self.held
         if kind == "status":
@@ -152,39 +144,42 @@ class WorkflowRun:
         if kind == "failed":
             self.saw_failed = True
         elif kind == "request_info":
-            request_id = event.request_id
-            if request_id:
-                self.pending_requests[request_id] = event
+            self.record_request(event)
         if held is not None:
             held.append(event)
             return _HOLD
         return _EMIT
 
-    async def claim(self) -> list[WorkflowEvent[Any]]:
-        """Right before user code: spend the token (with a store, claim it); return the held events."""
-        earlier = await self.authority.claim(self.ticket)
-        if earlier is not None:
-            self.earlier_requests = earlier
-        held, self.held = self.held or [], None
-        return held
+    def claim(self) -> Awaitable[None] | None:
+        """Right before user code: spend the token (with a store, claim it); None when nothing is to await."""
+        return self.authority.claim(self.ticket)
 
-    async def issue(self) -> None:
+    def issue(self) -> Awaitable[None] | None:
         """Issue the continuation of a saved pause (recorded in the store first, if there is one)."""
-        continuation = await self.authority.record_pause(
+        pending = self.authority.record_pause(
             self.ticket,
-            self.pending_requests,
-            self.earlier_requests or {},
+            self.pending_requests or {},
             workflow_name=self.name,
             signature_hash=self.core.graph_signature_hash,
         )
-        self.token = continuation.token()
+        if pending is not None:
+            return self._token_after(pending)
+        self.token = self.ticket.issued.token()  # pyright: ignore[reportOptionalMemberAccess]
+        return None
+
+    async def _token_after(self, recording: Awaitable[None]) -> None:
+        await recording
+        self.token = self.ticket.issued.token()  # pyright: ignore[reportOptionalMemberAccess]
 
     async def stream(self, core_kwargs: dict[str, Any]) -> AsyncIterable[WorkflowEvent[Any]]:
         """Streaming run: core's events merged with live updates, the token spent before user code."""
         if not self.is_current(self):
             return  # closed before it was iterated: its guard is released, so never call core
+        self.held = []
         try:
-            await self.authority.before_core(self.ticket, core_kwargs)
+            pending = self.authority.before_core(self.ticket, core_kwargs)
+            if pending is not None:
+                await pending
             core_stream = self.core.run(stream=True, **core_kwargs)
             self.core_started = True
             # User code runs in a task bound to a live channel, so emit_update() reaches the caller
@@ -196,14 +191,22 @@ class WorkflowRun:
                     if action == _HOLD:
                         continue
                     if action == _CLAIM:
-                        for early in await self.claim():
+                        pending = self.claim()
+                        if pending is not None:
+                            await pending
+                        held, self.held = self.held or [], None
+                        for early in held:
                             yield early
                         continue
                     if action == _ISSUE:
-                        await self.issue()
+                        pending = self.issue()
+                        if pending is not None:
+                            await pending
                     yield event
                 if self.final_state == WorkflowRunState.IDLE:
-                    await self.authority.finish(self.ticket)
+                    pending = self.authority.finish(self.ticket)
+                    if pending is not None:
+                        await pending
             except Exception as exc:
                 if not self.saw_failed:
                     for failure in failure_surface(exc):
@@ -218,74 +221,80 @@ class WorkflowRun:
     async def collect(
         self, core_kwargs: dict[str, Any], include_status_events: bool, lease: object
     ) -> FunctionalWorkflowRunResult:
-        """Non-streaming run: the same steps as :meth:`stream`, collected into the run result.
+        """Non-streaming run: the token spent before user code, then core's own non-streaming collection.
 
-        Nobody reads before the function returns, so no pump task: the live collector is bound only
-        around the pull of core's stream that runs user code (core runs the whole function in the
-        first pull after its first status event), and the same merge orders its updates. Core's
-        ``ResponseStream`` closes itself when it ends or raises, so it is closed here only when this
-        loop stops first (a failed claim or issue).
+        Core yields ``started`` and its first status before it calls user code. Those are pulled
+        here, the authority claims (spends) the token, and then core's ``get_final_response()``
+        runs the rest exactly as core's ``run(stream=False)`` does: its loop pulls the stream (user
+        code runs in the first of those pulls) and its finalizer builds the result. Nobody reads
+        before this returns, so the token of a pause is issued once core's stream has ended (core
+        saved the pause and its checkpoint before its last status). The live collector is bound for
+        the run (core's workflow task copies it); a run that emitted live updates gets them merged
+        into the result in production order (:meth:`_merge_live`). Core's ``ResponseStream`` closes
+        itself when it ends or raises, so it is closed here only when a claim fails.
         """
         # ``lease`` stays referenced by this frame until the run ends; never ``del`` it here.
-        events: list[WorkflowEvent[Any]] = []
         if not self.is_current(self):
-            return finalize_events(events, run=self, include_status_events=include_status_events)
+            return FunctionalWorkflowRunResult([], [])
+        collector = LiveCollector(self.name)
+        bound = collector.bind()
         try:
-            await self.authority.before_core(self.ticket, core_kwargs)
-            core_stream = self.core.run(stream=True, **core_kwargs)
+            pending = self.authority.before_core(self.ticket, core_kwargs)
+            if pending is not None:
+                await pending
+            core_stream = self.core.run(stream=True, include_status_events=include_status_events, **core_kwargs)
             self.core_started = True
             pull = core_stream.__anext__
-            collector: LiveCollector | None = None
-            ended = False  # core's stream ended or raised, and so closed itself
             try:
-                while True:
-                    bound = None
-                    if collector is None and self.held is None:
-                        collector = LiveCollector(self.name)
-                        bound = collector.bind()
-                    try:
-                        event: WorkflowEvent[Any] | None = await pull()
-                    except StopAsyncIteration:
-                        event = None
-                    except BaseException:
-                        ended = True
-                        raise
-                    finally:
-                        if bound is not None:
-                            LiveCollector.unbind(bound)
-                    if collector is not None:
-                        if collector.entries:  # what the function emitted came before this event
-                            for early in collector.drain():
-                                self.observe(early)
-                                events.append(early)
-                        if event is not None and collector.merge is not None and not collector.is_new(event):
-                            continue
-                    if event is None:
-                        ended = True
-                        break
-                    action = self.observe(event)
-                    if action == _HOLD:
-                        continue
-                    if action == _CLAIM:
-                        events.extend(await self.claim())
-                        continue
-                    if action == _ISSUE:
-                        await self.issue()
-                    events.append(event)
-                if self.final_state == WorkflowRunState.IDLE:
-                    await self.authority.finish(self.ticket)
-            except Exception as exc:
-                if not self.saw_failed:
-                    events.extend(failure_surface(exc))
-                raise
-            finally:
-                if collector is not None:
-                    collector.close()
-                if not ended:
+                while (await pull()).type != "status":  # "started", then the first status: user code is next
+                    pass
+            except StopAsyncIteration:
+                pass  # no status at all: nothing ran, core's result says so
+            else:
+                pending = self.authority.claim(self.ticket)
+                try:
+                    if pending is not None:
+                        await pending
+                except BaseException:
                     await core_stream.close()
+                    raise
+            result = await core_stream.get_final_response()
+            state = self.final_state = result.get_final_state()
+            if state == _PAUSED:
+                if self.is_current(self):
+                    for event in result.get_request_info_events():
+                        self.record_request(event)
+                    pending = self.issue()
+                    if pending is not None:
+                        await pending
+            elif state == WorkflowRunState.IDLE:
+                pending = self.authority.finish(self.ticket)
+                if pending is not None:
+                    await pending
         finally:
+            LiveCollector.unbind(bound)
+            collector.close()
             self.settle(self)
-        return finalize_events(events, run=self, include_status_events=include_status_events)
+        events: list[WorkflowEvent[Any]] = result
+        if collector.entries:  # something was emitted: merge it in
+            events = _merge_live(result, collector, include_status_events)
+        return FunctionalWorkflowRunResult(events, result.status_timeline(), continuation_token=self.token)
+
+
+def _merge_live(
+    result: WorkflowRunResult, collector: LiveCollector, include_status_events: bool
+) -> list[WorkflowEvent[Any]]:
+    """Core's result events with the live updates of a non-streaming run merged in production order.
+
+    Every live entry carries the events core collected before it (they go first, and are skipped
+    when core's result has them again), so the entries go right after what core yielded before user
+    code (its first status, when status events are included), followed by core's remaining events.
+    """
+    head = 1 if include_status_events and result and result[0].type == "status" else 0
+    events: list[WorkflowEvent[Any]] = list(result[:head])
+    events.extend(collector.drain())
+    events.extend(event for event in result[head:] if collector.is_new(event))
+    return events
 
 
 def failure_surface(exc: Exception) -> list[WorkflowEvent[Any]]:

@@ -251,13 +251,10 @@ class StoreAuthority(InMemoryAuthority):
         if verdict is not None and verdict.record is not None and not verdict.held_here:
             # Checked in the store by verify_continuation_token_async: its record and requests are reused.
             token_hash = verdict.record.token_hash
-            ticket = ResumeTicket(
-                responses=responses,
-                record=verdict.record,
-                requests=verdict.known_requests(),
-                remote_hash=token_hash,
-                claim_hash=token_hash,
-            )
+            ticket = ResumeTicket(responses=responses)
+            ticket.record = verdict.record
+            ticket.requests = verdict.known_requests()
+            ticket.remote_hash = ticket.claim_hash = token_hash
         elif matches(raw_token(token), self.pending):
             ticket = super().accept_resume(token, responses, None)
             assert ticket.claimed is not None
@@ -267,7 +264,8 @@ class StoreAuthority(InMemoryAuthority):
             if secret is None:
                 raise ContinuationAuthorityError()
             token_hash = hash_secret(secret)
-            ticket = ResumeTicket(responses=responses, remote_hash=token_hash, claim_hash=token_hash)
+            ticket = ResumeTicket(responses=responses)
+            ticket.remote_hash = ticket.claim_hash = token_hash
         ticket.storage = storage
         return ticket
 
@@ -293,7 +291,11 @@ class StoreAuthority(InMemoryAuthority):
 
     # ------------------------------------------------------------------ 2-4. inside the run
 
-    async def before_core(self, ticket: ResumeTicket, core_kwargs: dict[str, Any]) -> None:
+    def before_core(self, ticket: ResumeTicket, core_kwargs: dict[str, Any]) -> Awaitable[None] | None:
+        """Route checkpoints through the recorder; return the store checks to await (see :meth:`_before_core`)."""
+        return self._before_core(ticket, core_kwargs)
+
+    async def _before_core(self, ticket: ResumeTicket, core_kwargs: dict[str, Any]) -> None:
         """Route checkpoints through the recorder; check a remote resume (authority, conflict, answers).
 
         Raises:
@@ -331,8 +333,12 @@ class StoreAuthority(InMemoryAuthority):
 
             ticket.storage.gone = gone
 
-    async def claim(self, ticket: ResumeTicket) -> dict[str, WorkflowEvent[Any]] | None:
-        """Claim the pause in the store right before user code, then spend it here.
+    def claim(self, ticket: ResumeTicket) -> Awaitable[None] | None:
+        """Return the store's claim of the pause to await right before user code (see :meth:`_claim`)."""
+        return self._claim(ticket)
+
+    async def _claim(self, ticket: ResumeTicket) -> None:
+        """Claim the pause in the store right before user code, then spend it here (``ticket.chain``).
 
         Raises:
             ContinuationAuthorityError: The store says the pause is gone (claimed elsewhere,
@@ -340,21 +346,22 @@ class StoreAuthority(InMemoryAuthority):
         """
         claim_hash, ticket.claim_hash = ticket.claim_hash, None
         if claim_hash is not None and not await self._claim_or_hand_back(claim_hash):
-            await super().claim(ticket)
+            self.spend(ticket)
             raise ContinuationAuthorityError()
         held = ticket.claimed is not None
-        earlier = await super().claim(ticket)
+        earlier = self.spend(ticket)
         if claim_hash is not None and isinstance(ticket.storage, RecordingCheckpointStorage):
             resumed = ticket.record.checkpoint_id if ticket.record is not None else None
             ticket.storage.resumed_checkpoint_id = self._held_checkpoint_id if held else resumed
         if earlier is None and ticket.record is not None:
             earlier = dict(ticket.requests)
-        return earlier
+        ticket.chain = earlier
 
-    async def finish(self, ticket: ResumeTicket) -> None:
-        """A run finished cleanly: delete the checkpoints of its pause chain (none backs a token any more)."""
+    def finish(self, ticket: ResumeTicket) -> Awaitable[None] | None:
+        """A run finished cleanly: the deletion of its pause chain's checkpoints to await (none backs a token)."""
         if isinstance(ticket.storage, RecordingCheckpointStorage):
-            await ticket.storage.drop_chain(keep=None)
+            return ticket.storage.drop_chain(keep=None)
+        return None
 
     async def _claim_or_hand_back(self, claim_hash: str) -> bool:
         """The store's claim, which cancellation cannot split from its outcome.
@@ -377,16 +384,28 @@ class StoreAuthority(InMemoryAuthority):
                 await _outcome(asyncio.ensure_future(self.store.release(claim_hash, claimer)))
             raise
 
-    async def record_pause(
+    def record_pause(
         self,
         ticket: ResumeTicket,
         pending_requests: Mapping[str, WorkflowEvent[Any]],
-        earlier_requests: Mapping[str, WorkflowEvent[Any]],
         *,
         workflow_name: str,
         signature_hash: str,
-    ) -> Continuation:
-        """Record a saved pause in the store, then issue its continuation (a failure means no token).
+    ) -> Awaitable[None] | None:
+        """Return the recording of the saved pause to await (see :meth:`_record_pause`)."""
+        return self._record_pause(
+            ticket, pending_requests, workflow_name=workflow_name, signature_hash=signature_hash
+        )
+
+    async def _record_pause(
+        self,
+        ticket: ResumeTicket,
+        pending_requests: Mapping[str, WorkflowEvent[Any]],
+        *,
+        workflow_name: str,
+        signature_hash: str,
+    ) -> None:
+        """Record a saved pause in the store, then issue its continuation on ``ticket.issued`` (a failure: no token).
 
         Raises:
             PauseNotSavedError: No checkpoint was saved in this run.
@@ -395,7 +414,7 @@ class StoreAuthority(InMemoryAuthority):
         checkpoint_id = ticket.storage.last_saved_id if ticket.storage is not None else None
         if checkpoint_id is None:
             raise PauseNotSavedError()
-        continuation = issue_continuation(pending_requests, earlier_requests)
+        continuation = issue_continuation(pending_requests, ticket.chain)
         now = self.store.now()
         await self.store.save(
             ContinuationRecord(
@@ -413,7 +432,7 @@ class StoreAuthority(InMemoryAuthority):
         self._held_checkpoint_id = checkpoint_id
         if isinstance(ticket.storage, RecordingCheckpointStorage):
             await ticket.storage.drop_chain(keep=checkpoint_id)
-        return continuation
+        ticket.issued = continuation
 
     async def check_conflict(self, verdict: VerifiedContinuation | None = None) -> None:
         """Refuse a resume of a pause held elsewhere while this instance holds a live pending one.
