@@ -104,8 +104,8 @@ class VerifiedContinuation(Mapping[str, WorkflowEvent[Any]]):
 class ResumeTicket:
     """What one accepted run needs from its authority, from ``run()`` to its end (internal).
 
-    A plain class whose fields default on the class, so a ticket costs one small object and only
-    the fields a run uses are set (one is made per run).
+    A plain class whose fields default on the class and with no ``__init__``, so a ticket costs one
+    small object and only the fields a run uses are set (one is made per run).
 
     Attributes:
         claimed: The in-memory continuation this run resumes (held ``claimed`` until spent).
@@ -130,12 +130,6 @@ class ResumeTicket:
     chain: Mapping[str, WorkflowEvent[Any]] | None = None
     issued: Continuation | None = None
 
-    def __init__(self, claimed: Continuation | None = None, responses: Mapping[str, Any] | None = None) -> None:
-        if claimed is not None:
-            self.claimed = claimed
-        if responses is not None:
-            self.responses = responses
-
 
 def check_answers(
     responses: Mapping[str, Any],
@@ -154,14 +148,22 @@ def check_answers(
         ResponseMismatchError: No answer names a pending request, or an answer does not fit its
             request's ``response_type`` (core would reject it only after the token was spent).
     """
-    if not any(request_id in pending_ids for request_id in responses):
+    for request_id in responses:
+        if request_id in pending_ids:
+            break
+    else:
         raise ResponseMismatchError(
             "None of the responses answers a pending request. Key each answer by a request id of the "
             f"pause: {sorted(pending_ids)!r}. The continuation is still pending."
         )
     for request_id, event in requests.items():
-        if request_id in responses and not response_fits(responses[request_id], event.response_type, request_id):
-            type_name = getattr(event.response_type, "__name__", repr(event.response_type))
+        if request_id not in responses:
+            continue
+        value, response_type = responses[request_id], event.response_type
+        if value is None or type(value) is response_type:
+            continue  # response_fits' own fast path, inlined: the common case of a resume
+        if not response_fits(value, response_type, request_id):
+            type_name = getattr(response_type, "__name__", repr(response_type))
             raise ResponseMismatchError(
                 f"The answer to request {request_id!r} is not a {type_name} and cannot be converted to one. "
                 "Resume again with a value of that type; the continuation is still pending."
@@ -270,7 +272,9 @@ class InMemoryAuthority:
         del checkpoint_storage
         continuation = verify_token(raw_token(token), self.pending)
         check_answers(responses, continuation.pending_requests, continuation.known_requests())
-        return ResumeTicket(continuation, responses)
+        ticket = ResumeTicket()
+        ticket.claimed, ticket.responses = continuation, responses
+        return ticket
 
     def accept_new_input(self, checkpoint_storage: CheckpointStorage | None) -> ResumeTicket:
         """Accept a fresh run or a checkpoint restore: nothing may be pending.
@@ -279,7 +283,8 @@ class InMemoryAuthority:
             PendingContinuationError: A continuation is pending (it stays intact).
         """
         del checkpoint_storage
-        if self.has_pending:
+        pending = self.pending
+        if pending is not None and not pending.claimed:  # has_pending, without the property call
             raise PendingContinuationError()
         return ResumeTicket()
 

@@ -57,10 +57,10 @@ class _Channel:
     the events core collected since the last live entry (they go out ahead of it).
     """
 
-    __slots__ = ("_closed", "core_seen", "ctx", "source")
+    __slots__ = ("closed", "core_seen", "ctx", "source")
 
     def __init__(self, source: str | None) -> None:
-        self._closed = False
+        self.closed = False
         self.ctx: RunContext | None = None
         self.core_seen = 0
         self.source = source
@@ -70,7 +70,7 @@ class _Channel:
         raise NotImplementedError
 
     def _check_open(self) -> None:
-        if self._closed:
+        if self.closed:
             raise NotInWorkflowRunError(
                 "This workflow run has ended, so its live stream is closed. Emit updates only while the run "
                 "is in progress (from the workflow function, its steps, or tasks they await)."
@@ -171,7 +171,7 @@ class _LiveChannel(_Channel):
 
     def close(self) -> None:
         """Refuse new entries and release waiting producers (they raise ``NotInWorkflowRunError``)."""
-        self._closed = True
+        self.closed = True
         while self._putters:
             waiter = self._putters.popleft()
             if not waiter.done():
@@ -223,7 +223,11 @@ class LiveCollector(_Channel):
     __slots__ = ("entries", "merge")
 
     def __init__(self, source: str | None) -> None:
-        super().__init__(source)
+        # One per non-streaming run: the base fields are set here directly (no super() call).
+        self.closed = False
+        self.ctx: RunContext | None = None
+        self.core_seen = 0
+        self.source = source
         self.entries: list[_Item] = []
         self.merge: _Merge | None = None
 
@@ -258,7 +262,7 @@ class LiveCollector(_Channel):
 
     def close(self) -> None:
         """Refuse further updates (the run ended)."""
-        self._closed = True
+        self.closed = True
 
 
 async def _pump(core_stream: ResponseStream[WorkflowEvent[Any], Any], channel: _LiveChannel) -> None:

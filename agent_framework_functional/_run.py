@@ -30,11 +30,13 @@ from agent_framework.observability import OBSERVABILITY_SETTINGS
 
 from ._authority import InMemoryAuthority, ResumeTicket
 from ._continuation import FunctionalWorkflowContinuationToken
-from ._live import LiveCollector, stream_live
+from ._live import LiveCollector, live_channel, stream_live
 
 # What the driving loop does with one event of core's stream (see WorkflowRun.observe).
 _EMIT, _HOLD, _CLAIM, _ISSUE = 0, 1, 2, 3
 _PAUSED = WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
+_STR_ONLY = frozenset({str})
+_RESPONSES_SHAPE = "'responses' must be a mapping from request id (str) to the answer for that request."
 
 
 class FunctionalWorkflowRunResult(WorkflowRunResult):
@@ -102,21 +104,20 @@ class WorkflowRun:
         self.is_current = is_current
         self.settle = settle
 
-    def completed(self) -> bool:
-        """True when the run finished cleanly or ended paused with a token."""
-        return self.final_state == WorkflowRunState.IDLE or self.token is not None
-
     def release(self, *, dropped: bool) -> bool:
         """Settle the authority when the run lets go of the guard; True when core's replay state must go.
 
         A run that never reached user code hands its continuation back untouched. A dropped stream
         (closed or collected unfinished) whose core run started leaves core mid-run; a run that failed,
-        was cancelled or closed after user code leaves replay state that must not be resumed.
+        was cancelled or closed after user code leaves replay state that must not be resumed. A run
+        that finished cleanly or ended paused with a token keeps it.
         """
-        handed_back = self.authority.release(self.ticket)
+        handed_back = self.ticket.claimed is not None and self.authority.release(self.ticket)
         if dropped:
             return self.core_started
-        return not handed_back and self.core_started and not self.completed()
+        if handed_back or not self.core_started:
+            return False
+        return self.final_state != WorkflowRunState.IDLE and self.token is None
 
     def record_request(self, event: WorkflowEvent[Any]) -> None:
         """Keep a ``request_info`` event of this run's pause (by its request id)."""
@@ -230,14 +231,14 @@ class WorkflowRun:
         before this returns, so the token of a pause is issued once core's stream has ended (core
         saved the pause and its checkpoint before its last status). The live collector is bound for
         the run (core's workflow task copies it); a run that emitted live updates gets them merged
-        into the result in production order (:meth:`_merge_live`). Core's ``ResponseStream`` closes
+        into the result in production order (:func:`_merge_live`). Core's ``ResponseStream`` closes
         itself when it ends or raises, so it is closed here only when a claim fails.
         """
         # ``lease`` stays referenced by this frame until the run ends; never ``del`` it here.
         if not self.is_current(self):
             return FunctionalWorkflowRunResult([], [])
         collector = LiveCollector(self.name)
-        bound = collector.bind()
+        bound = live_channel.set(collector)  # LiveCollector.bind / unbind / close, inlined: one per run
         try:
             pending = self.authority.before_core(self.ticket, core_kwargs)
             if pending is not None:
@@ -262,8 +263,9 @@ class WorkflowRun:
             state = self.final_state = result.get_final_state()
             if state == _PAUSED:
                 if self.is_current(self):
-                    for event in result.get_request_info_events():
-                        self.record_request(event)
+                    for event in result:
+                        if event.type == "request_info":
+                            self.record_request(event)
                     pending = self.issue()
                     if pending is not None:
                         await pending
@@ -272,8 +274,8 @@ class WorkflowRun:
                 if pending is not None:
                     await pending
         finally:
-            LiveCollector.unbind(bound)
-            collector.close()
+            live_channel.reset(bound)
+            collector.closed = True
             self.settle(self)
         events: list[WorkflowEvent[Any]] = result
         if collector.entries:  # something was emitted: merge it in
@@ -347,10 +349,13 @@ def check_run_arguments(message: Any, responses: Any, checkpoint_id: Any) -> Non
             "Must provide at least one of: 'message' (new run), 'responses' with 'continuation_token' "
             "(resume a pause), or 'checkpoint_id' (restore a checkpoint)."
         )
-    if responses is not None and not (
-        isinstance(responses, Mapping) and all(isinstance(key, str) for key in cast("Mapping[Any, Any]", responses))
-    ):
-        raise TypeError("'responses' must be a mapping from request id (str) to the answer for that request.")
+    if responses is not None:
+        if not isinstance(responses, Mapping):
+            raise TypeError(_RESPONSES_SHAPE)
+        keys = cast("Mapping[Any, Any]", responses)
+        # Key types collected in C; only keys that are not exactly str are checked one by one.
+        if not set(map(type, keys)) <= _STR_ONLY and not all(isinstance(key, str) for key in keys):
+            raise TypeError(_RESPONSES_SHAPE)
     if checkpoint_id is not None and not isinstance(checkpoint_id, str):
         raise TypeError("'checkpoint_id' must be the string id returned by the checkpoint storage.")
 

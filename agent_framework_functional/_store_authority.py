@@ -251,7 +251,8 @@ class StoreAuthority(InMemoryAuthority):
         if verdict is not None and verdict.record is not None and not verdict.held_here:
             # Checked in the store by verify_continuation_token_async: its record and requests are reused.
             token_hash = verdict.record.token_hash
-            ticket = ResumeTicket(responses=responses)
+            ticket = ResumeTicket()
+            ticket.responses = responses
             ticket.record = verdict.record
             ticket.requests = verdict.known_requests()
             ticket.remote_hash = ticket.claim_hash = token_hash
@@ -264,7 +265,8 @@ class StoreAuthority(InMemoryAuthority):
             if secret is None:
                 raise ContinuationAuthorityError()
             token_hash = hash_secret(secret)
-            ticket = ResumeTicket(responses=responses)
+            ticket = ResumeTicket()
+            ticket.responses = responses
             ticket.remote_hash = ticket.claim_hash = token_hash
         ticket.storage = storage
         return ticket
@@ -393,9 +395,7 @@ class StoreAuthority(InMemoryAuthority):
         signature_hash: str,
     ) -> Awaitable[None] | None:
         """Return the recording of the saved pause to await (see :meth:`_record_pause`)."""
-        return self._record_pause(
-            ticket, pending_requests, workflow_name=workflow_name, signature_hash=signature_hash
-        )
+        return self._record_pause(ticket, pending_requests, workflow_name=workflow_name, signature_hash=signature_hash)
 
     async def _record_pause(
         self,

@@ -367,7 +367,8 @@ class FunctionalWorkflow:
     ) -> ResumeTicket:
         """Apply the acceptance checks in contract order; return the accepted run's ticket."""
         check_run_arguments(message, responses, checkpoint_id)
-        check_checkpoint_storage(checkpoint_storage, "checkpoint_storage")
+        if checkpoint_storage is not None:
+            check_checkpoint_storage(checkpoint_storage, "checkpoint_storage")
         if responses is not None and checkpoint_id is None:
             ticket = self._authority.accept_resume(continuation_token, responses, checkpoint_storage)
         elif continuation_token is not None:
@@ -513,13 +514,9 @@ class FunctionalWorkflow:
         return self.name, self._core.graph_signature_hash
 
     def _new_run(self, ticket: ResumeTicket) -> WorkflowRun:
+        name = self._definition.name
         return WorkflowRun(
-            ticket,
-            self._authority,
-            self._core,
-            self._definition.name,
-            is_current=self._holds_guard,
-            settle=self._end_run,
+            ticket, self._authority, self._core, name, is_current=self._holds_guard, settle=self._end_run
         )
 
     def _holds_guard(self, run: WorkflowRun) -> bool:
