@@ -293,11 +293,7 @@ class StoreAuthority(InMemoryAuthority):
 
     # ------------------------------------------------------------------ 2-4. inside the run
 
-    def before_core(self, ticket: ResumeTicket, core_kwargs: dict[str, Any]) -> Awaitable[None] | None:
-        """Route checkpoints through the recorder; return the store checks to await (see :meth:`_before_core`)."""
-        return self._before_core(ticket, core_kwargs)
-
-    async def _before_core(self, ticket: ResumeTicket, core_kwargs: dict[str, Any]) -> None:
+    async def before_core(self, ticket: ResumeTicket, core_kwargs: dict[str, Any]) -> None:
         """Route checkpoints through the recorder; check a remote resume (authority, conflict, answers).
 
         Raises:
@@ -335,11 +331,7 @@ class StoreAuthority(InMemoryAuthority):
 
             ticket.storage.gone = gone
 
-    def claim(self, ticket: ResumeTicket) -> Awaitable[None] | None:
-        """Return the store's claim of the pause to await right before user code (see :meth:`_claim`)."""
-        return self._claim(ticket)
-
-    async def _claim(self, ticket: ResumeTicket) -> None:
+    async def claim(self, ticket: ResumeTicket) -> None:
         """Claim the pause in the store right before user code, then spend it here (``ticket.chain``).
 
         Raises:
@@ -386,18 +378,7 @@ class StoreAuthority(InMemoryAuthority):
                 await _outcome(asyncio.ensure_future(self.store.release(claim_hash, claimer)))
             raise
 
-    def record_pause(
-        self,
-        ticket: ResumeTicket,
-        pending_requests: Mapping[str, WorkflowEvent[Any]],
-        *,
-        workflow_name: str,
-        signature_hash: str,
-    ) -> Awaitable[None] | None:
-        """Return the recording of the saved pause to await (see :meth:`_record_pause`)."""
-        return self._record_pause(ticket, pending_requests, workflow_name=workflow_name, signature_hash=signature_hash)
-
-    async def _record_pause(
+    async def record_pause(
         self,
         ticket: ResumeTicket,
         pending_requests: Mapping[str, WorkflowEvent[Any]],

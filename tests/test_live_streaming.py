@@ -803,6 +803,25 @@ async def test_non_streaming_and_streaming_runs_give_the_same_events() -> None:
     assert ("intermediate", "in step: tea") in shape(list(single))
 
 
+async def test_with_status_events_both_run_modes_give_the_same_order() -> None:
+    # A non-streaming run merges its live updates into core's result after core's first status
+    # (_run._merge_live); a streaming run yields them live. Status events included, they must agree.
+    def shape(events: Sequence[WorkflowEvent[Any]]) -> list[tuple[str, Any]]:
+        return [
+            (e.type, e.data if e.type == "intermediate" else (e.state if e.type == "status" else e.executor_id))
+            for e in events
+        ]
+
+    streamed = ordered.build().run("tea", stream=True, include_status_events=True)
+    async for _ in streamed:
+        pass
+    single = await ordered.build().run("tea", include_status_events=True)
+    expected = shape(list(await streamed.get_final_response()))
+    assert shape(list(single)) == expected
+    assert expected[0][0] == "status" and expected[1] == ("intermediate", "a")
+    assert single.continuation_token is not None and [e.type for e in single.status_timeline()][-1] == "status"
+
+
 @step
 async def write_response(topic: str) -> AgentResponse:
     return await stream_agent(WRITER, f"write about {topic}")
