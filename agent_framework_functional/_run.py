@@ -260,6 +260,7 @@ class WorkflowRun:
                     await core_stream.close()
                     raise
             result = await core_stream.get_final_response()
+            collector.closed = True  # core's stream ended: later updates are refused, as in a streaming run
             state = self.final_state = result.get_final_state()
             if state == _PAUSED:
                 if self.is_current(self):

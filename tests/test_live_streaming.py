@@ -7,6 +7,7 @@ import collections
 import gc
 import logging
 from collections.abc import AsyncIterable, Sequence
+from pathlib import Path
 from typing import Any
 
 import agent_framework
@@ -28,6 +29,7 @@ from pydantic import BaseModel
 
 from agent_framework_functional import (
     RunContext,
+    SQLiteContinuationStore,
     emit_update,
     get_run_context,
     step,
@@ -352,6 +354,44 @@ async def test_emitting_after_the_run_ended_raises() -> None:
     release.set()
     with pytest.raises(RuntimeError, match="has ended"):
         await late[0]
+
+
+async def test_updates_after_cores_stream_ended_are_refused_while_the_store_cleans_up(tmp_path: Path) -> None:
+    # With a continuation store a finished run still deletes its chain's checkpoints after core's
+    # stream ended; an update emitted then was accepted and lost (before), then kept out of order.
+    # Now it is refused, as in a streaming run.
+    cleaning = asyncio.Event()
+    outcome: list[str] = []
+
+    class SlowDelete(InMemoryCheckpointStorage):
+        async def delete(self, checkpoint_id: str) -> bool:
+            cleaning.set()
+            await asyncio.sleep(0.05)
+            return await super().delete(checkpoint_id)
+
+    async def emit_during_cleanup() -> None:
+        await cleaning.wait()
+        try:
+            await emit_update("late")
+        except RuntimeError as exc:
+            outcome.append(str(exc))
+        else:
+            outcome.append("accepted")
+
+    @workflow(name="cleans_up")
+    async def cleans_up(topic: str) -> str:
+        late.append(asyncio.ensure_future(emit_during_cleanup()))
+        return "ok"
+
+    late: list[asyncio.Future[None]] = []
+    wf = cleans_up.build(
+        checkpoint_storage=SlowDelete(), continuation_store=SQLiteContinuationStore(tmp_path / "store.db")
+    )
+    result = await wf.run("x", include_status_events=True)
+    await late[0]
+    assert [e.type for e in result if e.type == "intermediate"] == []
+    assert result.get_outputs() == ["ok"] and cleaning.is_set()
+    assert len(outcome) == 1 and "has ended" in outcome[0]
 
 
 def test_core_event_list_used_for_ordering_is_still_there() -> None:
