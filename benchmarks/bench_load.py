@@ -5,7 +5,15 @@ Each of N concurrent workflow instances (N = 1, 100, 1,000) runs a workflow that
 top). Ours resumes with ``run(responses=..., continuation_token=...)``; core's
 ``agent_framework.FunctionalWorkflow`` with ``run(responses=...)``. The same workflow function is
 wrapped by both. Memory is measured with ``tracemalloc``: bytes still allocated per instance that
-is built and paused once, in KB (ours keeps the instance and its token, core the instance).
+is built and paused once, in KB, in two rows that differ in what the host keeps beside the instance:
+
+* ``instance``: ours the instance and its token, core the instance alone (this benchmark knows
+  core's request ids, ``auto::N``, so its core host needs nothing else);
+* ``host view``: each side keeps what a host needs to show the reviewer the request and answer it
+  later: ours the instance and its token (the requests are on ``pending_requests``), core the
+  instance and the paused result's ``request_info`` events (core keeps only their ids).
+
+The objects a host keeps go into one flat list, so neither side pays for a container of its own.
 
 The machine is small and shared, so throughput is measured the way ``bench_continuation.py``
 measures cost: CPU time of the process (``time.process_time``; everything runs on one thread, so
@@ -82,13 +90,16 @@ async def cycles_per_second(drive: Callable[[int, int], Awaitable[int]], instanc
     return instances * rounds / elapsed
 
 
-async def kb_per_paused(build_and_pause: Callable[[int], Awaitable[Any]], instances: int) -> float:
+async def kb_per_paused(build_and_pause: Callable[[int], Awaitable[tuple[Any, ...]]], instances: int) -> float:
+    """KB still allocated per instance built and paused once, with what the host keeps of each."""
     await build_and_pause(-1)  # warm caches and lazy imports
     gc.collect()
+    kept: list[Any] = []
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
-        kept = [await build_and_pause(i) for i in range(instances)]
+        for i in range(instances):
+            kept.extend(await build_and_pause(i))
         gc.collect()
         after = tracemalloc.get_traced_memory()[0]
     finally:
@@ -97,16 +108,22 @@ async def kb_per_paused(build_and_pause: Callable[[int], Awaitable[Any]], instan
     return (after - before) / instances / 1024
 
 
-async def pause_ours(index: int) -> Any:
+async def pause_ours(index: int) -> tuple[Any, ...]:
     wf = OURS.build()
     result = await wf.run({"id": index, "rounds": 1})
     return wf, result.continuation_token
 
 
-async def pause_core(index: int) -> Any:
+async def pause_core(index: int) -> tuple[Any, ...]:
     wf = CORE.build()
     await wf.run({"id": index, "rounds": 1})
-    return wf
+    return (wf,)
+
+
+async def pause_core_host_view(index: int) -> tuple[Any, ...]:
+    wf = CORE.build()
+    result = await wf.run({"id": index, "rounds": 1})
+    return wf, result.get_request_info_events()
 
 
 async def main() -> None:
@@ -137,9 +154,11 @@ async def main() -> None:
         print(f"{size:>10} {max(ours_rates):>12.0f} {max(core_rates):>12.0f} {paired:>10.2f}")
     ours_kb = await kb_per_paused(pause_ours, memory_instances)
     core_kb = await kb_per_paused(pause_core, memory_instances)
+    core_view_kb = await kb_per_paused(pause_core_host_view, memory_instances)
     print(f"memory per paused continuation (instance built + paused once, {memory_instances} instances)")
-    print(f"{'ours KB':>10} {'core KB':>12} {'ours/core':>10}")
-    print(f"{ours_kb:>10.1f} {core_kb:>12.1f} {ours_kb / core_kb:>10.2f}")
+    print(f"{'kept':>10} {'ours KB':>10} {'core KB':>10} {'ours/core':>10}")
+    print(f"{'instance':>10} {ours_kb:>10.2f} {core_kb:>10.2f} {ours_kb / core_kb:>10.2f}")
+    print(f"{'host view':>10} {ours_kb:>10.2f} {core_view_kb:>10.2f} {ours_kb / core_view_kb:>10.2f}")
 
 
 if __name__ == "__main__":
