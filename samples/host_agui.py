@@ -1,13 +1,19 @@
 """Serve a FunctionalWorkflowAgent over AG-UI (agent-framework-ag-ui), for CopilotKit and other AG-UI clients.
 
-What it shows: ``add_agent_framework_fastapi_endpoint`` serves the agent as is, with one requirement:
-pass ``snapshot_store=``. AG-UI builds a new ``AgentSession`` for every request and restores its
-``state`` only from the snapshot store; the agent keeps each thread's pause (its token) in that state, so
-without a store a resume cannot find its pause. A pause ends the run with ``RUN_FINISHED`` whose outcome
-is an ``interrupt``; the client answers with a new run on the same thread that resends the transcript and
+What it shows: ``add_agent_framework_fastapi_endpoint`` serves the agent as is, with one requirement: pass
+``snapshot_store=`` (and ``detached_runs=True`` for clients that hang up, see below). AG-UI builds a new
+``AgentSession`` for every request and restores its ``state`` only from the snapshot store; the agent keeps
+each thread's pause (its token) in that state, so without a store a resume cannot find its pause. A pause
+ends the run with ``RUN_FINISHED`` whose outcome is an ``interrupt``; the client answers with a new run on
+the same thread that resends the transcript and
 ``resume: [{"interruptId": ..., "status": "resolved", "payload": {"approved": true}}]``
 (``{"approved": false}`` declines; ``"status": "cancelled"`` never reaches the agent, AG-UI only drops its
 interrupt), which is what ``@ag-ui/client``'s ``buildResumeArray`` produces. One agent serves many threads.
+
+``detached_runs=True`` lets a client hang up at the approval request: AG-UI saves the snapshot (with the
+token) after it streamed the request, and by default cancels what is left of the run, that save included,
+when the client hangs up; the answer would then be refused and the thread stay paused. A detached run
+finishes its save; a client that reconnects at once may get 409 until it did, and retries.
 
 Run it (needs ``pip install "agent-framework-functional[hosting]"``):
 
@@ -46,8 +52,9 @@ async def deployer(text: str, ctx: RunContext) -> str:
 def build_app(agent: FunctionalWorkflowAgent) -> FastAPI:
     """A FastAPI app with the AG-UI endpoint at ``/agent``; the snapshot store carries session state."""
     app = FastAPI()
+    store = InMemoryAGUIThreadSnapshotStore()
     add_agent_framework_fastapi_endpoint(
-        app, agent, "/agent", snapshot_store=InMemoryAGUIThreadSnapshotStore(), single_user=True
+        app, agent, "/agent", snapshot_store=store, single_user=True, detached_runs=True
     )
     return app
 

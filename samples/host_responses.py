@@ -37,6 +37,7 @@ from typing import Any
 
 import httpx
 import uvicorn
+from agent_framework import SessionStore
 from agent_framework_hosting import AgentState
 from agent_framework_hosting_responses import (
     create_response_id,
@@ -73,10 +74,14 @@ def build_agent() -> FunctionalWorkflowAgent:
     return deployer.build().as_agent(name="deployer", continuation_token_on_response=False)
 
 
-def build_app(agent: FunctionalWorkflowAgent) -> FastAPI:
-    """The app-owned Responses route: ``POST /responses``, JSON or SSE (``"stream": true``)."""
+def build_app(agent: FunctionalWorkflowAgent, *, session_store: SessionStore | None = None) -> FastAPI:
+    """The app-owned Responses route: ``POST /responses``, JSON or SSE (``"stream": true``).
+
+    ``session_store`` is where ``AgentState`` keeps the sessions (in memory by default; pass a shared store
+    when several workers serve the route).
+    """
     app = FastAPI()
-    state = AgentState(agent)
+    state = AgentState(agent, session_store=session_store)
     locks: dict[str, asyncio.Lock] = {}
 
     def error(status: int, exc: Exception) -> JSONResponse:
@@ -108,6 +113,10 @@ def build_app(agent: FunctionalWorkflowAgent) -> FastAPI:
                 )
             # A rejected call raises here, at run(...), also when streaming.
             stream = target.run(run["messages"], session=session, options=options, stream=True)
+            # Store the session the moment the run's stream ends (or fails), before the terminal event that
+            # carries the mcp_approval_request items is sent: a client that hangs up right after reading it
+            # must still find its pause, and a write after the last event is cancelled with the response.
+            stream.with_cleanup_hook(lambda: state.set_session(key, session))
             release = False  # the SSE generator releases it when the stream ends
         except (ContinuationAuthorityError, PendingContinuationError) as exc:
             return error(409, exc)  # a spent branch, or new input while this conversation is paused
@@ -123,7 +132,6 @@ def build_app(agent: FunctionalWorkflowAgent) -> FastAPI:
                     stream, response_id=response_id, conversation_id=conversation_id
                 ):
                     yield chunk
-                await state.set_session(key, session)
             finally:
                 lock.release()
 

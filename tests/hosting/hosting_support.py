@@ -7,6 +7,9 @@ protocol. The workflows live at module level so core can checkpoint them without
 
 from __future__ import annotations
 
+import asyncio
+import collections
+import contextlib
 import json
 import os
 import shutil
@@ -27,11 +30,22 @@ JS_DIR = Path(__file__).resolve().parent / "js"
 CHROMIUM = "/usr/bin/chromium"
 
 
+DEPLOYS: collections.Counter[str] = collections.Counter()
+"""The side effect of ``deployer``: how many times each target was deployed (the test servers run in this process)."""
+
+
 @workflow(name="deployer", description="Asks one bool approval, then answers with text.")
 async def deployer(text: str, ctx: RunContext) -> str:
-    """One pause: ``auto::0`` asks whether to deploy ``text``."""
+    """One pause: ``auto::0`` asks whether to deploy ``text``; an approval counts one deploy in ``DEPLOYS``.
+
+    The count sits outside any step on purpose: it runs on every replay that gets past the approval, so a
+    resume that ran twice would count twice (a step's cache could hide that).
+    """
     approved = await ctx.request_info({"action": "deploy", "target": text}, response_type=bool)
-    return f"deployed: {text}" if approved else f"not deployed: {text}"
+    if not approved:
+        return f"not deployed: {text}"
+    DEPLOYS[text] += 1
+    return f"deployed: {text}"
 
 
 @workflow(name="releaser", description="Asks two bool approvals in a row, then answers with text.")
@@ -78,6 +92,50 @@ class ServerThread:
     @property
     def base(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+
+class HangUps:
+    """Notes when a client hangs up before its response ended: ``watch(app)`` wraps an ASGI app to see it.
+
+    The server sees a hang-up as an ``http.disconnect`` message while the response is still open. :meth:`wait`
+    lets server-side code (a slow store in a test) hold on until then, so a test can put the hang-up before a
+    host's late write every time instead of racing it.
+    """
+
+    def __init__(self) -> None:
+        self.seen = asyncio.Event()  # set and awaited on the server's loop; tests read is_set() from theirs
+
+    def watch(self, app: Any) -> Any:
+        """``app`` wrapped in ASGI middleware that sets :attr:`seen` on a hang-up."""
+
+        async def watched(scope: Any, receive: Any, send: Any) -> None:
+            if scope["type"] != "http":
+                await app(scope, receive, send)
+                return
+            ended = False
+
+            async def watched_send(message: Any) -> None:
+                nonlocal ended
+                if message["type"] == "http.response.body" and not message.get("more_body", False):
+                    ended = True
+                await send(message)
+
+            async def watched_receive() -> Any:
+                message = await receive()
+                if message["type"] == "http.disconnect" and not ended:
+                    self.seen.set()
+                return message
+
+            await app(scope, watched_receive, watched_send)
+
+        return watched
+
+    async def wait(self, timeout: float) -> None:
+        """Return a moment after a client hung up mid-response, or after ``timeout`` seconds: how long a store
+        write takes that a hang-up overtakes (still in flight when the host reacts to the hang-up)."""
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self.seen.wait(), timeout)
+        await asyncio.sleep(0.02)  # the host's reaction (a cancellation) is scheduled as soon as it sees the hang-up
 
 
 def _parse_block(block: str) -> dict[str, Any] | None:

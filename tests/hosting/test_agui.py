@@ -4,9 +4,11 @@
 answers with an SSE stream of AG-UI events. AG-UI builds a NEW ``AgentSession`` for every request (its
 ``session_id`` is stable per thread) and restores ``session.state`` only from a ``snapshot_store``; the
 agent keeps each conversation's pause (its token) in ``session.state``, so **the endpoint needs
-``snapshot_store=``** for a resume to find its pause. A pause ends the run with ``RUN_FINISHED`` whose
-``outcome`` is an ``interrupt``; the canonical answer is a new run on the same thread that resends the
-transcript with ``resume: [{"interruptId", "status": "resolved", "payload": {"approved": true | false}}]``.
+``snapshot_store=``** for a resume to find its pause, and ``detached_runs=True`` for a client that hangs up
+at the approval request (AG-UI saves the snapshot after it streamed the request, and by default cancels that
+save too when the client hangs up). A pause ends the run with ``RUN_FINISHED`` whose ``outcome`` is an
+``interrupt``; the canonical answer is a new run on the same thread that resends the transcript with
+``resume: [{"interruptId", "status": "resolved", "payload": {"approved": true | false}}]``.
 
 The Python client below checks every stream with :func:`verify_agui_events` (the ``@ag-ui/client`` rules);
 the last tests run the official JS client (``@ag-ui/client`` ``HttpAgent``) with node.
@@ -15,15 +17,23 @@ the last tests run the official JS client (``@ag-ui/client`` ``HttpAgent``) with
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from typing import Any
 
 import httpx
 import pytest
-from agent_framework_ag_ui import InMemoryAGUIThreadSnapshotStore, add_agent_framework_fastapi_endpoint
+from agent_framework_ag_ui import (
+    AGUIThreadSnapshot,
+    InMemoryAGUIThreadSnapshotStore,
+    add_agent_framework_fastapi_endpoint,
+)
 from fastapi import FastAPI
 from hosting_support import (
+    DEPLOYS,
     ROOT,
+    HangUps,
+    iter_sse,
     make_agent,
     parse_sse,
     releaser,
@@ -54,6 +64,30 @@ def build_app(agent: FunctionalWorkflowAgent, second: FunctionalWorkflowAgent | 
     return app
 
 
+class SlowSnapshotStore(InMemoryAGUIThreadSnapshotStore):
+    """An in-memory snapshot store whose saves take until a client hangs up (at most 5 s): a remote store that a
+    closed browser tab overtakes. AG-UI saves after it streamed the approval request, so with this store the
+    hang-up always lands before that save, instead of racing it."""
+
+    def __init__(self, hang_ups: HangUps) -> None:
+        super().__init__()
+        self.hang_ups = hang_ups
+
+    async def save(self, *, scope: Any, thread_id: str, snapshot: AGUIThreadSnapshot) -> None:
+        await self.hang_ups.wait(timeout=5)
+        await super().save(scope=scope, thread_id=thread_id, snapshot=snapshot)
+
+
+def serve_with_slow_store(serve: Any, agent: FunctionalWorkflowAgent, *, detached_runs: bool) -> tuple[str, HangUps]:
+    """The documented endpoint on a :class:`SlowSnapshotStore`; returns its URL and the server's hang-ups."""
+    app = FastAPI()
+    hang_ups = HangUps()
+    add_agent_framework_fastapi_endpoint(
+        app, agent, "/agent", snapshot_store=SlowSnapshotStore(hang_ups), single_user=True, detached_runs=detached_runs
+    )
+    return f"{serve(hang_ups.watch(app)).base}/agent", hang_ups
+
+
 class Thread:
     """One AG-UI thread as a client keeps it: the transcript (from ``MESSAGES_SNAPSHOT``) and open interrupts."""
 
@@ -64,8 +98,8 @@ class Thread:
         self.messages: list[dict[str, Any]] = []
         self.interrupts: list[dict[str, Any]] = []
 
-    def run(self, **extra: Any) -> list[dict[str, Any]]:
-        body = {
+    def body(self, **extra: Any) -> dict[str, Any]:
+        return {
             "threadId": self.thread_id,
             "runId": uuid.uuid4().hex,
             "messages": self.messages,
@@ -75,7 +109,19 @@ class Thread:
             "forwardedProps": {},
             **extra,
         }
-        reply = self.http.post(self.url, json=body, headers={"Accept": "text/event-stream"})
+
+    def post(self, **extra: Any) -> httpx.Response:
+        return self.http.post(self.url, json=self.body(**extra), headers={"Accept": "text/event-stream"})
+
+    def run(self, *, busy_retry_seconds: float = 0, **extra: Any) -> list[dict[str, Any]]:
+        """One run; with ``busy_retry_seconds`` it retries while AG-UI answers 409 (with ``detached_runs=True``
+        a run of this thread whose client hung up is still finishing), as a reconnecting client does."""
+        reply = self.post(**extra)
+        deadline = time.monotonic() + busy_retry_seconds
+        while reply.status_code == 409 and time.monotonic() < deadline:
+            assert reply.json() == {"detail": "An AG-UI run is already active for this scoped thread."}
+            time.sleep(0.01)
+            reply = self.post(**extra)
         assert reply.status_code == 200, reply.text
         events = [e["data"] for e in parse_sse(reply.text) if isinstance(e["data"], dict)]
         verify_agui_events(events)
@@ -91,13 +137,35 @@ class Thread:
         self.messages = [*self.messages, {"id": uuid.uuid4().hex, "role": "user", "content": text}]
         return self.run()
 
-    def answer(self, approved: bool = True) -> list[dict[str, Any]]:
+    def say_and_hang_up_at_the_approval_request(self, text: str) -> list[dict[str, Any]]:
+        """Send ``text`` and read the SSE stream only up to the first ``function_approval_request`` CUSTOM event,
+        then close the connection (the rest, ``MESSAGES_SNAPSHOT`` and ``RUN_FINISHED``, is never read).
+
+        The interrupts are taken from that event, as a client that closed there knows them: AG-UI's interrupt
+        id is the request's tool call id (``value.id``). Returns the events read.
+        """
+        self.messages = [*self.messages, {"id": uuid.uuid4().hex, "role": "user", "content": text}]
+        events: list[dict[str, Any]] = []
+        headers = {"Accept": "text/event-stream"}
+        with self.http.stream("POST", self.url, json=self.body(), headers=headers) as reply:
+            assert reply.status_code == 200
+            for event in iter_sse(reply.iter_lines()):
+                if isinstance(event["data"], dict):
+                    events.append(event["data"])
+                    if events[-1]["type"] == "CUSTOM" and events[-1]["name"] == "function_approval_request":
+                        break  # hang up: leave the with block without reading the rest
+        verify_agui_events(events)  # a valid prefix of a run
+        assert events[-1]["type"] == "CUSTOM", [e["type"] for e in events]
+        self.interrupts = [{"id": events[-1]["value"]["id"]}]
+        return events
+
+    def answer(self, approved: bool = True, *, busy_retry_seconds: float = 0) -> list[dict[str, Any]]:
         """Answer every open interrupt the canonical way: ``resolved`` with ``{"approved": true | false}``."""
         assert self.interrupts, "nothing to answer"
         resume = [
             {"interruptId": i["id"], "status": "resolved", "payload": {"approved": approved}} for i in self.interrupts
         ]
-        return self.run(resume=resume)
+        return self.run(resume=resume, busy_retry_seconds=busy_retry_seconds)
 
     def cancel(self) -> list[dict[str, Any]]:
         assert self.interrupts, "nothing to cancel"
@@ -223,6 +291,60 @@ def test_without_a_snapshot_store_the_resume_cannot_find_its_pause(base: str, ht
     (error,) = errors(refused)
     assert error["code"] == "ContinuationAuthorityError"
     assert "deployed" not in text_of(refused)
+
+
+def test_client_that_hangs_up_at_the_approval_request_can_still_answer_it(serve: Any, http: httpx.Client) -> None:
+    """With ``detached_runs=True`` AG-UI finishes a run whose client hung up, so the snapshot save after the
+    approval request (it carries the session state: the pause's token) still happens; the answer resumes the
+    pause and the deploy runs once. Replaying the same answer deploys nothing: AG-UI drops a ``resume`` for an
+    interrupt it no longer has and runs the transcript, whose last user message starts the workflow again, and
+    it asks again (host behaviour)."""
+    url, hang_ups = serve_with_slow_store(serve, make_agent(), detached_runs=True)
+    thread = Thread(http, url)
+    target = f"deploy hangup {thread.thread_id}"
+    read = thread.say_and_hang_up_at_the_approval_request(target)
+    assert request_data(read) == [{"action": "deploy", "target": target}]
+    assert "RUN_FINISHED" not in [e["type"] for e in read]
+    stale = [*thread.interrupts]
+
+    # The transcript this client has (its own message) and the canonical resume, retried while AG-UI still
+    # finishes the hung-up run (409).
+    done = thread.answer(busy_retry_seconds=10)
+    assert hang_ups.seen.is_set()  # the server saw the hang-up (before its snapshot save: SlowSnapshotStore)
+    assert not errors(done)
+    assert text_of(done) == "deployed: " + target
+    assert DEPLOYS[target] == 1
+
+    thread.interrupts = stale
+    replayed = thread.answer()
+    assert not errors(replayed)
+    assert request_data(replayed) == [{"action": "deploy", "target": target}]
+    assert DEPLOYS[target] == 1
+
+
+def test_without_detached_runs_a_hang_up_before_the_snapshot_save_loses_the_pause(
+    serve: Any, http: httpx.Client
+) -> None:
+    """Host requirement: by default (``detached_runs=False``) AG-UI cancels what is left of a run when its client
+    hangs up, including the snapshot save that stores the session state, which comes AFTER the streamed
+    approval request. When the hang-up lands before that save (a slow store, or bad luck with a fast one), the
+    pause's token is gone: the answer is refused (``RUN_ERROR ContinuationAuthorityError``) and deploys nothing,
+    and the thread's workflow stays paused, so new input is refused too (``PendingContinuationError``) until the
+    owner abandons it (``agent.abandon_continuation(force=True, session=...)`` with AG-UI's session id for the
+    thread). The agent cannot see the hang-up: AG-UI read its stream to the end before the save. Serve
+    pausing agents with ``detached_runs=True`` (the test above)."""
+    url, hang_ups = serve_with_slow_store(serve, make_agent(), detached_runs=False)
+    thread = Thread(http, url)
+    target = f"deploy lost {thread.thread_id}"
+    thread.say_and_hang_up_at_the_approval_request(target)
+
+    refused = thread.answer()
+    assert hang_ups.seen.is_set()
+    (error,) = errors(refused)
+    assert error["code"] == "ContinuationAuthorityError"
+    assert DEPLOYS[target] == 0
+    (blocked,) = errors(thread.say("deploy something else"))
+    assert blocked["code"] == "PendingContinuationError"
 
 
 @pytest.mark.parametrize(

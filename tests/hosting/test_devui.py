@@ -19,6 +19,7 @@ import pytest
 from agent_framework_devui import DevServer
 from hosting_support import (
     CHROMIUM,
+    DEPLOYS,
     ROOT,
     iter_sse,
     make_agent,
@@ -211,6 +212,7 @@ def test_client_that_hangs_up_at_the_approval_request_can_still_answer_it(devui:
 
     done = devui.stream(conversation, approval("auto::0"))
     assert completed_text(done) == "deployed: deploy hangup"
+    assert DEPLOYS["deploy hangup"] == 1
 
 
 def test_without_a_conversation_devui_cannot_resume(devui: DevUI) -> None:

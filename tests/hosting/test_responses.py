@@ -18,8 +18,20 @@ from typing import Any
 
 import httpx
 import pytest
+from agent_framework import AgentSession, SessionStore
 from agent_framework_hosting_responses import responses_to_run
-from hosting_support import ROOT, parse_sse, releaser, reviewer, run_sample_self_check, sse_data
+from hosting_support import (
+    DEPLOYS,
+    ROOT,
+    HangUps,
+    deployer,
+    iter_sse,
+    parse_sse,
+    releaser,
+    reviewer,
+    run_sample_self_check,
+    sse_data,
+)
 
 from agent_framework_functional import responses_approval_messages, responses_to_run_with_approvals
 
@@ -72,6 +84,21 @@ class Responses:
         terminal = [e for e in events if e["type"] in ("response.completed", "response.failed", "response.incomplete")]
         assert [e["type"] for e in terminal] == ["response.completed"], json.dumps(terminal)[:1500]
         return events, terminal[0]["response"]
+
+
+class SlowSessionStore(SessionStore):
+    """An in-memory session store whose writes of a session with state (a paused conversation's token) take until
+    a client hangs up, at most 0.3 s: a remote store that a closed connection overtakes. The route's first
+    write of a fresh, empty session is not held."""
+
+    def __init__(self, hang_ups: HangUps) -> None:
+        super().__init__()
+        self.hang_ups = hang_ups
+
+    async def set(self, session_id: str, session: AgentSession) -> None:
+        if session.state:
+            await self.hang_ups.wait(timeout=0.3)
+        await super().set(session_id, session)
 
 
 @pytest.fixture
@@ -204,6 +231,51 @@ def test_replaying_a_spent_branch_is_refused(client: Responses) -> None:
         refused = client.post(replay)
         assert refused.status_code == 409
         assert refused.json()["error"]["type"] == "ContinuationAuthorityError"
+
+
+@pytest.mark.parametrize("session", ["previous_response_id", "conversation"])
+def test_client_that_hangs_up_at_the_approval_request_can_still_answer_it(
+    serve: Any, http: httpx.Client, session: str
+) -> None:
+    """The route stores the session before the terminal event, so closing the SSE connection right after the
+    approval request loses nothing, even when the session store is slower than the hang-up. The hosting
+    package streams only text as it comes; the ``mcp_approval_request`` item arrives in the terminal
+    ``response.completed`` event, and the client hangs up there, before the body ends. (A route that stored
+    the session after the last event lost the pause here: Starlette cancels the response, and that write with
+    it, when it sees the hang-up; the answer got 409 ``ContinuationAuthorityError``.) Replaying the answer is
+    refused (409) and deploys nothing."""
+    hang_ups = HangUps()
+    agent = deployer.build().as_agent(name="deployer", continuation_token_on_response=False)
+    app = SAMPLE.build_app(agent, session_store=SlowSessionStore(hang_ups))
+    client = Responses(http, serve(hang_ups.watch(app)).base)
+    target = f"deploy hangup {session}"
+    body: dict[str, Any] = {"input": target, "stream": True}
+    if session == "conversation":
+        body["conversation"] = "conv_hangup"
+    seen: list[str] = []
+    with http.stream("POST", client.url, json=body) as reply:
+        assert reply.status_code == 200
+        for event in iter_sse(reply.iter_lines()):
+            seen.append(event["data"]["type"])
+            if event["data"]["type"] == "response.completed":
+                paused = event["data"]["response"]
+                break  # hang up: leave the with block without reading the rest
+    assert seen[0] == "response.created" and seen[-1] == "response.completed"
+    (request,) = approval_items(paused)
+    assert json.loads(request["arguments"])["data"] == {"action": "deploy", "target": target}
+
+    head = (
+        {"previous_response_id": paused["id"]} if session == "previous_response_id" else {"conversation": "conv_hangup"}
+    )
+    answer = {**head, "input": [approve(request["id"])]}
+    done = client.call(answer)
+    assert text_of(done) == f"deployed: {target}"
+    assert DEPLOYS[target] == 1
+
+    refused = client.post(answer)
+    assert refused.status_code == 409
+    assert refused.json()["error"]["type"] == "ContinuationAuthorityError"
+    assert DEPLOYS[target] == 1
 
 
 def test_new_input_on_a_paused_conversation_is_a_conflict(client: Responses) -> None:
