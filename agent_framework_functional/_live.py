@@ -327,11 +327,22 @@ async def stream_live(
                     raise error
                 return
     finally:
+        cancelled_again = False
         if not pump.done():
             # Abandoned: cancel first, so the workflow task sees a cancellation (core cancels it and
             # its children) rather than a closed channel at its next emit_update().
             pump.cancel()
-            await asyncio.wait({pump})
+            # Wait until core's stream is wound down even if this wait is cancelled too (anyio's
+            # cancel scopes, as in Starlette when a client hangs up, cancel again at every await):
+            # leaving while the pump is inside core's stream makes closing that stream fail with
+            # "asynchronous generator is already running" instead of the cancellation.
+            while not pump.done():
+                try:
+                    await asyncio.wait({pump})
+                except asyncio.CancelledError:
+                    cancelled_again = True
         channel.close()
         if not pump.cancelled():
             pump.exception()  # retrieved: a failure already reached the caller through the channel
+        if cancelled_again:
+            raise asyncio.CancelledError

@@ -175,6 +175,18 @@ async def endless(topic: str) -> str:
         raise
 
 
+@workflow(name="slow_to_cancel")
+async def slow_to_cancel(topic: str) -> str:
+    try:
+        while True:
+            await emit_update(topic)
+            await asyncio.sleep(0.01)
+    except asyncio.CancelledError:
+        await asyncio.sleep(0.05)  # clean-up that takes a while after the cancellation
+        CALLS["slow_cancelled"] += 1
+        raise
+
+
 @workflow(name="burst")
 async def burst(count: int) -> str:
     for index in range(count):
@@ -770,6 +782,35 @@ async def test_cancelled_consumer_cancels_the_workflow(caplog: pytest.LogCapture
         await asyncio.wait_for(consume(), timeout=0.5)
     assert "intermediate" in seen
     await _settle()
+    assert not wf.is_running
+    assert (await plain.build().run("x")).get_outputs() == ["plain x"]
+    _assert_no_task_noise(caplog)
+
+
+async def test_a_consumer_cancelled_again_while_the_workflow_winds_down_still_ends_cancelled(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # anyio's cancel scopes (Starlette, when an HTTP client hangs up) cancel again at every await, so
+    # the stream's clean-up is cancelled while it waits for the workflow to wind down. The caller must
+    # still see a cancellation (it saw "aclose(): asynchronous generator is already running"), and
+    # the workflow must be wound down before the instance is free.
+    caplog.set_level(logging.DEBUG)
+    wf = slow_to_cancel.build()
+    seen: list[str] = []
+
+    async def consume() -> None:
+        async for event in wf.run("tea", stream=True):
+            seen.append(event.type)
+
+    task = asyncio.create_task(consume())
+    await asyncio.sleep(0.05)
+    assert "intermediate" in seen
+    task.cancel()
+    await asyncio.sleep(0.01)  # the stream now waits for the workflow's clean-up
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert CALLS["slow_cancelled"] == 1  # wound down before the cancellation reached the caller
     assert not wf.is_running
     assert (await plain.build().run("x")).get_outputs() == ["plain x"]
     _assert_no_task_noise(caplog)
