@@ -2,7 +2,7 @@
 
 What it shows: the package ships no server, so the app owns the route, written as the
 ``agent-framework-hosting-responses`` README shows (``AgentState``, ``responses_session_id``,
-``responses_from_run`` / ``responses_from_streaming_run``) with two changes for a pausing agent:
+``responses_from_run`` / ``responses_from_streaming_run``) with three changes for a pausing agent:
 
 * ``responses_to_run_with_approvals(body)`` in place of ``responses_to_run(body)``: the standard answer to
   an ``mcp_approval_request`` output item, an ``mcp_approval_response`` input item, reaches the agent as a
@@ -11,6 +11,10 @@ What it shows: the package ships no server, so the app owns the route, written a
   ``AgentState`` stores per response id or conversation), so a pause renders as status ``completed`` with
   the ``mcp_approval_request`` item instead of a background run (``in_progress``; ``response.failed`` when
   streaming).
+* the session (which holds the token) is stored when the run ends, also when it failed, in a task shielded
+  from the response's cancellation (``store_session``): when streaming, from a cleanup hook of the agent's
+  stream, before the terminal event. Starlette cancels what a response awaits when its client hangs up; a
+  write after the last event, or an unshielded one, lost the pause of a client that hung up.
 
 Sessions: ``previous_response_id`` continues from an immutable snapshot (replaying a spent branch is
 refused: its token was used), ``conversation`` advances one mutable head (this route serializes the
@@ -32,7 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
 import httpx
@@ -102,12 +106,32 @@ def build_app(agent: FunctionalWorkflowAgent, *, session_store: SessionStore | N
         lock = locks.setdefault(session_id, asyncio.Lock()) if is_conversation_id else asyncio.Lock()
         await lock.acquire()
         release = True
+        writes: list[asyncio.Future[None]] = []
+
+        def store_session() -> Awaitable[None]:
+            # The write runs as a task of its own, shielded: a client that hangs up cancels the response
+            # (Starlette cancels everything it awaits), not the write of the session that holds the token.
+            write = asyncio.ensure_future(state.set_session(key, session))
+            writes.append(write)
+            return asyncio.shield(write)
+
+        def release_after_writes() -> None:
+            # The next request of this conversation must read the stored session, so the lock is held
+            # until every write of this one finished.
+            pending = [write for write in writes if not write.done()]
+            if not pending:
+                lock.release()
+                return
+            asyncio.gather(*pending, return_exceptions=True).add_done_callback(lambda _: lock.release())
+
         try:
             session = await state.get_or_create_session(session_id or response_id)
             target = await state.get_target()
             if not run["stream"]:
-                result = await target.run(run["messages"], session=session, options=options)
-                await state.set_session(key, session)
+                try:
+                    result = await target.run(run["messages"], session=session, options=options)
+                finally:
+                    await store_session()  # also after a failure: the session says the run ended
                 return JSONResponse(
                     responses_from_run(result, response_id=response_id, conversation_id=conversation_id)
                 )
@@ -115,8 +139,8 @@ def build_app(agent: FunctionalWorkflowAgent, *, session_store: SessionStore | N
             stream = target.run(run["messages"], session=session, options=options, stream=True)
             # Store the session the moment the run's stream ends (or fails), before the terminal event that
             # carries the mcp_approval_request items is sent: a client that hangs up right after reading it
-            # must still find its pause, and a write after the last event is cancelled with the response.
-            stream.with_cleanup_hook(lambda: state.set_session(key, session))
+            # must still find its pause.
+            stream.with_cleanup_hook(store_session)
             release = False  # the SSE generator releases it when the stream ends
         except (ContinuationAuthorityError, PendingContinuationError) as exc:
             return error(409, exc)  # a spent branch, or new input while this conversation is paused
@@ -124,7 +148,7 @@ def build_app(agent: FunctionalWorkflowAgent, *, session_store: SessionStore | N
             return error(400, exc)  # e.g. an answer that matches no pending request
         finally:
             if release:
-                lock.release()
+                release_after_writes()
 
         async def sse() -> AsyncIterator[str]:
             try:
@@ -133,7 +157,7 @@ def build_app(agent: FunctionalWorkflowAgent, *, session_store: SessionStore | N
                 ):
                     yield chunk
             finally:
-                lock.release()
+                release_after_writes()
 
         return StreamingResponse(sse(), media_type="text/event-stream")
 

@@ -13,12 +13,13 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+import threading
 from types import ModuleType
 from typing import Any
 
 import httpx
 import pytest
-from agent_framework import AgentSession, SessionStore
+from agent_framework import AgentSession, RunContext, SessionStore
 from agent_framework_hosting_responses import responses_to_run
 from hosting_support import (
     DEPLOYS,
@@ -33,7 +34,15 @@ from hosting_support import (
     sse_data,
 )
 
-from agent_framework_functional import responses_approval_messages, responses_to_run_with_approvals
+from agent_framework_functional import responses_approval_messages, responses_to_run_with_approvals, workflow
+
+
+@workflow(name="breaker", description="Asks one bool approval, then fails.")
+async def breaker(text: str, ctx: RunContext) -> str:
+    """Pauses once on ``auto::0``; the approved resume raises."""
+    if await ctx.request_info({"action": "break", "target": text}, response_type=bool):
+        raise RuntimeError(f"broken after the approval: {text}")
+    return f"kept: {text}"
 
 
 def load_sample() -> ModuleType:
@@ -94,11 +103,16 @@ class SlowSessionStore(SessionStore):
     def __init__(self, hang_ups: HangUps) -> None:
         super().__init__()
         self.hang_ups = hang_ups
+        self.writing = threading.Event()  # set (for the test's thread) when a held write has started
+        self.written = threading.Event()  # and when it has finished
 
     async def set(self, session_id: str, session: AgentSession) -> None:
         if session.state:
+            self.writing.set()
             await self.hang_ups.wait(timeout=0.3)
         await super().set(session_id, session)
+        if session.state:
+            self.written.set()
 
 
 @pytest.fixture
@@ -278,6 +292,43 @@ def test_client_that_hangs_up_at_the_approval_request_can_still_answer_it(
     assert DEPLOYS[target] == 1
 
 
+@pytest.mark.parametrize("session", ["previous_response_id", "conversation"])
+def test_client_that_hangs_up_while_the_pause_is_being_stored_can_still_answer_it(
+    serve: Any, http: httpx.Client, session: str
+) -> None:
+    """A client that hangs up after the run paused but before the terminal event (a client timeout, say),
+    while the session store is still writing the session that holds the token: the write is shielded from the
+    response's cancellation, so the conversation keeps its pause and the answer deploys once. (Without the
+    shield Starlette cancelled the write: the answer got 409 ``ContinuationAuthorityError`` and every new
+    input 409 ``PendingContinuationError``, for good.)"""
+    hang_ups = HangUps()
+    store = SlowSessionStore(hang_ups)
+    agent = deployer.build().as_agent(name="deployer", continuation_token_on_response=False)
+    client = Responses(http, serve(hang_ups.watch(SAMPLE.build_app(agent, session_store=store))).base)
+    target = f"deploy early hangup {session}"
+    body: dict[str, Any] = {"input": target, "stream": True}
+    if session == "conversation":
+        body["conversation"] = "conv_early_hangup"
+    with http.stream("POST", client.url, json=body) as reply:
+        assert reply.status_code == 200
+        events = iter_sse(reply.iter_lines())  # kept: a dropped line iterator may close the connection early
+        created = next(events)["data"]
+        assert created["type"] == "response.created"
+        assert store.writing.wait(10)  # paused; the session with its token is being written: hang up now
+        del events
+    head = (
+        {"previous_response_id": created["response"]["id"]}
+        if session == "previous_response_id"
+        else {"conversation": "conv_early_hangup"}
+    )
+    # The client comes back later (once the write is done) and answers the first request of the pause (core's
+    # ids are in order, auto::0 first), which it never saw.
+    assert store.written.wait(10), "the write of the paused session was cancelled with the response"
+    done = client.call({**head, "input": [approve("auto::0")]})
+    assert text_of(done) == f"deployed: {target}"
+    assert DEPLOYS[target] == 1
+
+
 def test_new_input_on_a_paused_conversation_is_a_conflict(client: Responses) -> None:
     client.call({"input": "deploy first", "conversation": "conv_busy"})
     refused = client.post({"input": "something else", "conversation": "conv_busy"})
@@ -290,3 +341,21 @@ def test_new_input_on_a_paused_conversation_is_a_conflict(client: Responses) -> 
 def test_host_responses_sample_self_check() -> None:
     out = run_sample_self_check(ROOT / "samples" / "host_responses.py")
     assert "self-check passed: deployed: ship it" in out
+
+
+def test_a_conversation_whose_non_streaming_resume_failed_takes_new_input(serve: Any, http: httpx.Client) -> None:
+    """The route stores the session also when the agent's run raises, so the conversation drops the spent token
+    and takes new input. (It stored it only after a run that returned: the spent token stayed in the stored
+    session and every new input got 409 ``PendingContinuationError``.)"""
+    agent = breaker.build().as_agent(name="breaker", continuation_token_on_response=False)
+    base = serve(SAMPLE.build_app(agent)).base
+    client = Responses(http, base)
+    head = {"conversation": "conv_failed_resume"}
+    paused = client.call({**head, "input": "first"})
+    (request,) = approval_items(paused)
+    # The route does not catch the workflow's error: uvicorn answers 500 and closes the connection.
+    assert client.post({**head, "input": [approve(request["id"])]}).status_code == 500
+    with httpx.Client(timeout=30, trust_env=False) as fresh:  # not the pooled connection the server closed
+        again = Responses(fresh, base).call({**head, "input": "second"})
+    (request,) = approval_items(again)
+    assert json.loads(request["arguments"])["data"] == {"action": "break", "target": "second"}
