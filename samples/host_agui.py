@@ -52,9 +52,8 @@ async def deployer(text: str, ctx: RunContext) -> str:
 def build_app(agent: FunctionalWorkflowAgent) -> FastAPI:
     """A FastAPI app with the AG-UI endpoint at ``/agent``; the snapshot store carries session state."""
     app = FastAPI()
-    store = InMemoryAGUIThreadSnapshotStore()
     add_agent_framework_fastapi_endpoint(
-        app, agent, "/agent", snapshot_store=store, single_user=True, detached_runs=True
+        app, agent, "/agent", snapshot_store=InMemoryAGUIThreadSnapshotStore(), single_user=True, detached_runs=True
     )
     return app
 

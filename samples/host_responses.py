@@ -106,23 +106,21 @@ def build_app(agent: FunctionalWorkflowAgent, *, session_store: SessionStore | N
         lock = locks.setdefault(session_id, asyncio.Lock()) if is_conversation_id else asyncio.Lock()
         await lock.acquire()
         release = True
-        writes: list[asyncio.Future[None]] = []
+        write: asyncio.Task[None] | None = None  # this request's one write of the session
 
         def store_session() -> Awaitable[None]:
             # The write runs as a task of its own, shielded: a client that hangs up cancels the response
             # (Starlette cancels everything it awaits), not the write of the session that holds the token.
+            nonlocal write
             write = asyncio.ensure_future(state.set_session(key, session))
-            writes.append(write)
             return asyncio.shield(write)
 
-        def release_after_writes() -> None:
-            # The next request of this conversation must read the stored session, so the lock is held
-            # until every write of this one finished.
-            pending = [write for write in writes if not write.done()]
-            if not pending:
+        def release_after_write() -> None:
+            # The next request of this conversation must read the stored session: hold the lock until then.
+            if write is None or write.done():
                 lock.release()
-                return
-            asyncio.gather(*pending, return_exceptions=True).add_done_callback(lambda _: lock.release())
+            else:
+                write.add_done_callback(lambda _: lock.release())
 
         try:
             session = await state.get_or_create_session(session_id or response_id)
@@ -148,7 +146,7 @@ def build_app(agent: FunctionalWorkflowAgent, *, session_store: SessionStore | N
             return error(400, exc)  # e.g. an answer that matches no pending request
         finally:
             if release:
-                release_after_writes()
+                release_after_write()
 
         async def sse() -> AsyncIterator[str]:
             try:
@@ -157,7 +155,7 @@ def build_app(agent: FunctionalWorkflowAgent, *, session_store: SessionStore | N
                 ):
                     yield chunk
             finally:
-                release_after_writes()
+                release_after_write()
 
         return StreamingResponse(sse(), media_type="text/event-stream")
 
