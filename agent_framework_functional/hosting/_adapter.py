@@ -1,0 +1,116 @@
+"""A host's view of one FunctionalWorkflowAgent: the same agent, with the host's answer shapes converted on the way in.
+
+Hosts keep one agent object for every conversation, so the view holds nothing per conversation either: it
+only rewrites the messages a host passes to ``run`` (and, for AG-UI, the request contents it streams back),
+then calls the wrapped agent. Every other attribute a host reads comes from the wrapped agent.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
+
+from agent_framework import AgentSession, Content, Message, WorkflowEvent
+
+from .._agent import FunctionalWorkflowAgent
+from .._chat import answers_to_responses
+
+ANSWER_FIELD = "answer"
+"""The field of a host answer that carries a typed value (any JSON) for a request of any ``response_type``."""
+
+
+def result_answer(request_id: str, value: Any) -> Content:
+    """The agent's answer content for ``value``: a ``function_result`` whose ``call_id`` is the request id."""
+    return Content.from_function_result(call_id=request_id, result=value)
+
+
+def check_answer(answer: Content, pending: Mapping[str, WorkflowEvent[Any]]) -> None:
+    """Convert ``answer`` the way the agent will, so a host can refuse a wrong shape before anything is touched.
+
+    Raises:
+        ResponseMismatchError: The answer names no pending request or does not convert to its
+            ``response_type`` (the message says which field and what to send).
+    """
+    answers_to_responses([answer], pending)
+
+
+def as_messages(messages: Any) -> list[Message] | None:
+    """``messages`` as a list of ``Message`` when it is one or a list of them, else None (text, nothing)."""
+    if isinstance(messages, Message):
+        return [messages]
+    if isinstance(messages, list) and all(isinstance(m, Message) for m in cast(list[Any], messages)):
+        return list(cast(list[Message], messages))
+    return None
+
+
+def parse_typed_text(text: str) -> Any:
+    """A typed reply as a value: its JSON when it parses, else the text itself (an enum member's name)."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return text
+
+
+class HostedAgent:
+    """The wrapped agent as a host sees it; subclasses convert one host's answers (``answers_in``).
+
+    Args:
+        agent: The agent every conversation of the host shares.
+    """
+
+    def __init__(self, agent: FunctionalWorkflowAgent) -> None:
+        self.agent = agent
+        self.id = agent.id
+        self.name = agent.name
+        self.description = agent.description
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "agent":  # not set yet (copy, pickle): never recurse
+            raise AttributeError(name)
+        return getattr(self.agent, name)
+
+    def create_session(self, **kwargs: Any) -> AgentSession:
+        """The wrapped agent's ``create_session``."""
+        return self.agent.create_session(**kwargs)
+
+    def get_session(self, *args: Any, **kwargs: Any) -> AgentSession:
+        """The wrapped agent's ``get_session``."""
+        return self.agent.get_session(*args, **kwargs)
+
+    def answers_in(self, messages: Any, session: AgentSession | None) -> Any:
+        """The messages the wrapped agent gets (this base passes them through)."""
+        return messages
+
+    def updates_out(self, stream: Any) -> Any:
+        """The stream the host gets (this base passes it through)."""
+        return stream
+
+    def run(
+        self, messages: Any = None, *, stream: bool = False, session: AgentSession | None = None, **kwargs: Any
+    ) -> Any:
+        """Convert the host's answers, run the wrapped agent (same arguments), return what it returns."""
+        converted = self.answers_in(messages, session)
+        if stream:
+            return self.updates_out(self.agent.run(converted, stream=True, session=session, **kwargs))
+        return self.agent.run(converted, stream=False, session=session, **kwargs)
+
+
+def replace_contents(messages: Sequence[Message], convert: Any) -> list[Message]:
+    """``messages`` with each content passed through ``convert`` (a new ``Message`` only where one changed)."""
+    out: list[Message] = []
+    for message in messages:
+        contents = [convert(content) for content in message.contents]
+        if all(new is old for new, old in zip(contents, message.contents, strict=True)):
+            out.append(message)
+            continue
+        out.append(
+            Message(
+                role=message.role,
+                contents=contents,
+                author_name=message.author_name,
+                message_id=message.message_id,
+                additional_properties=dict(message.additional_properties or {}),
+            )
+        )
+    return out

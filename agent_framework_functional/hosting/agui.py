@@ -1,0 +1,302 @@
+"""AG-UI in one call: :func:`agui_endpoint` serves a FunctionalWorkflowAgent to CopilotKit and other AG-UI clients.
+
+It registers ``agent-framework-ag-ui``'s own endpoint with the settings a pausing agent needs, a guard that
+refuses bad requests with a 4xx before AG-UI or the agent touch anything, and a view of the agent
+(:class:`AGUIAgent`) that turns AG-UI's resume payloads into the agent's answer contents.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from inspect import isawaitable
+from typing import Annotated, Any, cast
+
+from agent_framework import AgentResponseUpdate, AgentSession, Content, ContextProvider
+from agent_framework_ag_ui import AGUIThreadSnapshotStore, add_agent_framework_fastapi_endpoint
+from agent_framework_ag_ui._snapshots import _session_id_for_thread  # pyright: ignore[reportPrivateUsage]
+from fastapi import Depends, FastAPI, HTTPException, Request
+
+from .._agent import FunctionalWorkflowAgent
+from .._errors import ResponseMismatchError
+from .._session import SESSION_STATE_KEY
+from .._updates import REQUEST_INFO_FUNCTION_NAME
+from ._adapter import ANSWER_FIELD, HostedAgent, as_messages, check_answer, replace_contents, result_answer
+
+DEFAULT_MAX_BODY_BYTES = 1_000_000
+"""Largest request body :func:`agui_endpoint` reads (bytes); a larger one is refused with 413."""
+
+DEFAULT_MAX_RUNS = 512
+"""Runs one endpoint keeps going at once (AG-UI's ``max_detached_runs``); more get 503 until one ends."""
+
+
+class ReservedSessionState(ContextProvider):
+    """Names the package's ``session.state`` key as server-owned, so AG-UI never merges client ``state`` into it.
+
+    AG-UI copies the client's ``state`` into ``session.state`` except for the keys of the agent's context
+    providers; this provider exists for its ``source_id`` and does nothing when run.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(SESSION_STATE_KEY)
+
+
+def _with_answer_slot(content: Content) -> Content:
+    """A ``request_info`` call (or its approval request) with ``"answer": null`` added to its arguments.
+
+    AG-UI accepts an approval's edited arguments only for keys the call already has; the slot lets a client
+    answer with ``{"approved": true, "answer": <any JSON>}``.
+    """
+    call = content.function_call if content.type == "function_approval_request" else content
+    if call is None or call.type != "function_call" or call.name != REQUEST_INFO_FUNCTION_NAME:
+        return content
+    arguments = call.parse_arguments() or {}
+    if ANSWER_FIELD in arguments:
+        return content
+    raw = content.to_dict()
+    target = raw["function_call"] if content.type == "function_approval_request" else raw
+    target["arguments"] = {**arguments, ANSWER_FIELD: None}
+    return Content.from_dict(raw)
+
+
+def _approval_as_answer(content: Content) -> Content:
+    """An approval whose edited arguments carry a non-null ``answer``, as that answer's ``function_result``."""
+    if content.type != "function_approval_response" or content.approved is not True or content.function_call is None:
+        return content
+    value = (content.function_call.parse_arguments() or {}).get(ANSWER_FIELD)
+    request_id = content.id or content.function_call.call_id
+    if value is None or not request_id:
+        return content
+    return result_answer(request_id, value)
+
+
+def payload_answer(request_id: str, payload: dict[str, Any]) -> Content:
+    """The answer content the agent gets for an AG-UI resume ``payload`` (what :class:`AGUIAgent` delivers)."""
+    if payload.get("approved") is True and payload.get(ANSWER_FIELD) is not None:
+        return result_answer(request_id, payload[ANSWER_FIELD])
+    call = Content.from_function_call(call_id=request_id, name=REQUEST_INFO_FUNCTION_NAME, arguments={})
+    return Content.from_function_approval_response(bool(payload.get("approved")), request_id, call)
+
+
+class AGUIAgent(HostedAgent):
+    """The agent as AG-UI sees it: its session key protected, resume payloads turned into answer contents."""
+
+    @property
+    def context_providers(self) -> list[Any]:
+        """The wrapped agent's providers plus :class:`ReservedSessionState` (read by AG-UI, never run)."""
+        return [*self.agent.context_providers, ReservedSessionState()]
+
+    def answers_in(self, messages: Any, session: AgentSession | None) -> Any:
+        """Approvals carrying an ``answer`` become ``function_result`` contents; everything else is unchanged."""
+        found = as_messages(messages)
+        return messages if found is None else replace_contents(found, _approval_as_answer)
+
+    def updates_out(self, stream: Any) -> Any:
+        """Each streamed ``request_info`` call gets its ``answer`` slot."""
+
+        def slot(update: AgentResponseUpdate) -> AgentResponseUpdate:
+            update.contents = [_with_answer_slot(content) for content in update.contents]
+            return update
+
+        return stream.with_update_transform(slot)
+
+
+def _resume_entries(body: dict[str, Any]) -> list[dict[str, Any]]:
+    resume: Any = body.get("resume")
+    if isinstance(resume, dict):
+        resume = cast(dict[str, Any], resume).get("interrupts")
+    if not isinstance(resume, list):
+        return []
+    return [cast(dict[str, Any], entry) for entry in cast(list[Any], resume) if isinstance(entry, dict)]
+
+
+def _refuse(detail: str) -> HTTPException:
+    return HTTPException(status_code=400, detail=detail)
+
+
+def check_request(body: Any, agent: FunctionalWorkflowAgent, scope: str) -> None:
+    """Refuse (``HTTPException`` 400) what AG-UI would let through and break a paused thread; read-only.
+
+    Client ``state`` naming the package's session key; on a thread with a pending pause, a resume entry for an
+    interrupt that is not pending, a resolved entry without a boolean ``approved``, or an answer that does not
+    convert to its request's ``response_type`` (the detail names the field). AG-UI would otherwise claim the
+    interrupt and the agent refuse it, leaving the interrupt's outcome unknown and the thread stuck.
+    """
+    if not isinstance(body, dict):
+        return
+    request = cast(dict[str, Any], body)
+    state = request.get("state")
+    if isinstance(state, dict) and SESSION_STATE_KEY in state:
+        raise _refuse(
+            f"The state key {SESSION_STATE_KEY!r} is reserved: the server keeps each thread's pause there. "
+            "Remove it from the client state and send the request again."
+        )
+    entries = _resume_entries(request)
+    thread_id = request.get("threadId", request.get("thread_id"))
+    if not entries or not isinstance(thread_id, str):
+        return
+    session = AgentSession(session_id=_session_id_for_thread(scope=scope, thread_id=thread_id))
+    pending = agent.pending_requests_for(session)
+    if not pending:
+        return  # nothing held in this process: AG-UI and the agent decide (a restart, another worker)
+    for entry in entries:
+        interrupt_id = entry.get("interruptId", entry.get("interrupt_id", entry.get("id")))
+        if not isinstance(interrupt_id, str) or interrupt_id not in pending:
+            raise _refuse(
+                f"Interrupt {interrupt_id!r} is not pending on this thread; resume one of {sorted(pending)!r}."
+            )
+        if entry.get("status", "resolved") != "resolved":
+            continue
+        payload = entry.get("payload")
+        if not isinstance(payload, dict) or not isinstance(cast(dict[str, Any], payload).get("approved"), bool):
+            raise _refuse(
+                f"The resume payload for {interrupt_id!r} must be an object with a boolean 'approved', plus "
+                f"'{ANSWER_FIELD}': <value> when the request expects something other than a bool."
+            )
+        try:
+            check_answer(payload_answer(interrupt_id, cast(dict[str, Any], payload)), pending)
+        except ResponseMismatchError as exc:
+            raise _refuse(str(exc)) from None
+
+
+class _BodyLimit:
+    """ASGI middleware: a POST to ``path`` whose body exceeds ``max_bytes`` gets 413 before anything reads it."""
+
+    def __init__(self, app: Any, *, path: str, max_bytes: int) -> None:
+        self.app = app
+        self.path = path
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"] != self.path or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                await self._too_large(send)
+                return
+            chunks.append(chunk)
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        replayed = False
+
+        async def replay() -> Any:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _too_large(self, send: Any) -> None:
+        detail = json.dumps({"detail": f"The request body is larger than {self.max_bytes} bytes."}).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(detail)).encode())]
+        await send({"type": "http.response.start", "status": 413, "headers": headers})
+        await send({"type": "http.response.body", "body": detail})
+
+
+def agui_endpoint(
+    app: FastAPI,
+    agent: FunctionalWorkflowAgent,
+    path: str = "/",
+    *,
+    snapshot_store: AGUIThreadSnapshotStore | None,
+    single_user: bool = False,
+    authorization_scope_resolver: Callable[..., str | Awaitable[str]] | None = None,
+    dependencies: Sequence[Any] = (),
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    max_runs: int = DEFAULT_MAX_RUNS,
+) -> None:
+    """Serve ``agent`` at ``POST path`` over AG-UI, set up the way a pausing agent needs (README "Host it").
+
+    What it sets, and why:
+
+    - ``snapshot_store`` (required): AG-UI builds a new ``AgentSession`` for every request and restores its
+      state only from this store; the agent keeps each thread's pause (its token) there.
+    - ``detached_runs=True``: a client that hangs up at the approval request does not cancel the run, so the
+      snapshot save after it still happens and the answer can resume the pause. A client that reconnects
+      before that save ends gets 409 from AG-UI and retries (``@ag-ui/client`` does not; README shows how).
+    - The package's ``session.state`` key is server-owned: AG-UI never merges client ``state`` into it, and a
+      request whose ``state`` names it is refused with 400.
+    - Typed answers: a resume entry ``{"interruptId": id, "status": "resolved", "payload": {"approved": true,
+      "answer": <JSON>}}`` reaches the agent as a ``function_result`` for request ``id``; ``{"approved": true |
+      false}`` alone stays an approval (a ``bool`` request). Each streamed request carries ``"answer": null`` in
+      its arguments so AG-UI accepts the field. On a paused thread, an unknown interrupt id, a payload without
+      a boolean ``approved`` or an answer that does not convert to the request's ``response_type`` gets 400
+      naming the field, and the pause stays answerable.
+    - A request body over ``max_body_bytes`` gets 413; malformed or too deeply nested JSON gets AG-UI's 4xx.
+
+    Args:
+        app: The FastAPI app (before it starts: a body-size middleware is added).
+        agent: The agent; one object serves every thread.
+        path: The route.
+
+    Keyword Args:
+        snapshot_store: Where AG-UI keeps each thread's snapshot and session state
+            (``InMemoryAGUIThreadSnapshotStore()`` for one process).
+        single_user: Every caller is one user (AG-UI's ``single_user``). Give exactly one of this and
+            ``authorization_scope_resolver``.
+        authorization_scope_resolver: A FastAPI dependency returning the caller's authorization scope; threads,
+            snapshots and pauses are kept apart per scope.
+        dependencies: More FastAPI dependencies for the route (authentication), run first.
+        max_body_bytes: The largest request body read.
+        max_runs: Runs kept going at once (AG-UI's ``max_detached_runs``); more get 503.
+
+    Raises:
+        ValueError: ``snapshot_store`` is None, or not exactly one of ``single_user`` and
+            ``authorization_scope_resolver`` is given.
+    """
+    if snapshot_store is None:
+        raise ValueError(
+            "agui_endpoint needs snapshot_store=: AG-UI restores a thread's session state only from it, and the "
+            "agent keeps the thread's pause there. Pass InMemoryAGUIThreadSnapshotStore() for one process, or "
+            "a shared AGUIThreadSnapshotStore for several."
+        )
+    if single_user == (authorization_scope_resolver is not None):
+        raise ValueError(
+            "agui_endpoint needs exactly one of single_user=True (every caller is one user) and "
+            "authorization_scope_resolver= (a dependency returning the caller's scope)."
+        )
+    resolver: Callable[..., Any]
+    if authorization_scope_resolver is None:
+        single_scope = f"agent-framework-functional:{uuid.uuid4().hex}"
+
+        def single_user_scope() -> str:
+            return single_scope
+
+        resolver = single_user_scope
+    else:
+        resolver = authorization_scope_resolver
+
+    async def guard(request: Request, scope: Annotated[Any, Depends(resolver)]) -> None:
+        if isawaitable(scope):
+            scope = await scope
+        if not isinstance(scope, str) or not scope:
+            return  # AG-UI answers a bad scope itself
+        try:
+            body = json.loads(await request.body())
+        except (ValueError, RecursionError):
+            return  # FastAPI has refused it already
+        check_request(body, agent, scope)
+
+    add_agent_framework_fastapi_endpoint(
+        app,
+        AGUIAgent(agent),  # pyright: ignore[reportArgumentType]
+        path,
+        snapshot_store=snapshot_store,
+        authorization_scope_resolver=resolver,
+        dependencies=[*dependencies, Depends(guard)],
+        detached_runs=True,
+        max_detached_runs=max_runs,
+    )
+    app.add_middleware(_BodyLimit, path=path, max_bytes=max_body_bytes)

@@ -1,0 +1,123 @@
+"""DevUI in one call: :func:`serve_devui` serves a FunctionalWorkflowAgent in the Agent Framework web UI.
+
+:func:`devui_app` builds the same app without serving it (tests, or an app server of your own). The agent is
+registered through :class:`DevUIAgent`, which lets a person answer any request by typing the value.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+from typing import Any
+
+import uvicorn
+from agent_framework import AgentSession, Message
+from agent_framework_devui import DevServer
+from fastapi import FastAPI
+
+from .._agent import FunctionalWorkflowAgent
+from ._adapter import HostedAgent, as_messages, parse_typed_text, result_answer
+
+DEFAULT_PORT = 8080
+"""DevUI's own default port."""
+
+
+def _typed_text(messages: Any) -> str | None:
+    """The text of a reply that is only text (DevUI passes a string, or one user message of text), else None."""
+    if isinstance(messages, str):
+        return messages
+    found = as_messages(messages)
+    if found is None or len(found) != 1 or found[0].role != "user":
+        return None
+    contents = found[0].contents
+    if not contents or any(content.type != "text" for content in contents):
+        return None
+    return "".join(content.text or "" for content in contents)
+
+
+class DevUIAgent(HostedAgent):
+    """The agent as DevUI sees it: a typed reply to a single pending request is that request's answer.
+
+    DevUI's page answers a request only with Approve / Reject (a ``function_approval_response``: a ``bool``
+    request). For any other ``response_type`` but ``str`` (which the agent already takes as plain text), the
+    person types the value, JSON for a structured type (``{"title": "...", "approved": true}``); it reaches
+    the agent as a ``function_result`` for that request, converted to the type or refused with a message
+    naming the field (the pause stays).
+    """
+
+    def answers_in(self, messages: Any, session: AgentSession | None) -> Any:
+        """A text-only reply while exactly one non-``str`` request is pending becomes its answer."""
+        if session is None:
+            return messages
+        pending = self.agent.pending_requests_for(session)
+        text = _typed_text(messages)
+        if len(pending) != 1 or text is None:
+            return messages
+        ((request_id, event),) = pending.items()
+        if event.response_type is str:
+            return messages
+        return [Message(role="user", contents=[result_answer(request_id, parse_typed_text(text.strip()))])]
+
+
+def devui_app(agent: FunctionalWorkflowAgent, *, auth_token: str, host: str = "127.0.0.1") -> FastAPI:
+    """DevUI's FastAPI app serving ``agent`` (page and API), with bearer-token auth; see :func:`serve_devui`.
+
+    Args:
+        agent: The agent; one object serves every DevUI conversation.
+
+    Keyword Args:
+        auth_token: The bearer token every API call must send.
+        host: The host the app will be served on (DevUI uses it for its own links).
+
+    Returns:
+        The app; serve it with any ASGI server.
+    """
+    server = DevServer(host=host, auth_enabled=True, auth_token=auth_token, ui_enabled=True, mode="developer")
+    server.set_pending_entities([DevUIAgent(agent)])
+    return server.get_app()
+
+
+async def serve_devui(
+    agent: FunctionalWorkflowAgent,
+    *,
+    host: str = "127.0.0.1",
+    port: int = DEFAULT_PORT,
+    auth_token: str | None = None,
+) -> None:
+    """Serve ``agent`` in DevUI until interrupted, printing the page's URL and its auth token.
+
+    What it sets, and why:
+
+    - Bearer-token auth is on: DevUI's API can run the agent, so every call must send
+      ``Authorization: Bearer <token>``. The token is ``auth_token``, else ``DEVUI_AUTH_TOKEN`` from the
+      environment, else a fresh random one; it is printed with the URL. The page asks for it once (it
+      keeps it in the browser's local storage).
+    - Developer mode: DevUI shows an error's own message, so a refused answer says which field is wrong.
+    - The agent is registered through :class:`DevUIAgent`: a typed reply answers a non-``str``, non-approval
+      request. DevUI keeps one session per conversation, so one agent serves many conversations.
+
+    Args:
+        agent: The agent.
+
+    Keyword Args:
+        host: The interface to listen on (loopback by default; DevUI is a development tool).
+        port: The port; 0 picks a free one (the printed URL shows which).
+        auth_token: The bearer token (see above).
+
+    Raises:
+        SystemExit: The port is taken (uvicorn's own error).
+    """
+    token = auth_token or os.environ.get("DEVUI_AUTH_TOKEN") or secrets.token_urlsafe(24)
+    config = uvicorn.Config(devui_app(agent, auth_token=token, host=host), host=host, port=port, log_level="warning")
+    server = uvicorn.Server(config)
+    serving = asyncio.create_task(server.serve())
+    while not server.started:
+        if serving.done():
+            serving.result()  # startup failed: raise its error
+            return
+        await asyncio.sleep(0.05)
+    bound = server.servers[0].sockets[0].getsockname()[1]
+    print(f"DevUI: http://{host}:{bound}  (Ctrl+C stops)", flush=True)
+    print(f"DevUI auth token: {token}", flush=True)
+    await serving
