@@ -11,7 +11,7 @@ import json
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from inspect import isawaitable
-from typing import Annotated, Any, cast
+from typing import Any, cast
 
 from agent_framework import AgentResponseUpdate, AgentSession, Content, ContextProvider
 from agent_framework_ag_ui import AGUIThreadSnapshotStore, add_agent_framework_fastapi_endpoint
@@ -278,7 +278,7 @@ def agui_endpoint(
     else:
         resolver = authorization_scope_resolver
 
-    async def guard(request: Request, scope: Annotated[Any, Depends(resolver)]) -> None:
+    async def guard(request: Request, scope: Any = Depends(resolver)) -> None:  # noqa: B008 (FastAPI's way)
         if isawaitable(scope):
             scope = await scope
         if not isinstance(scope, str) or not scope:

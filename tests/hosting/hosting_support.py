@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import uvicorn
+from pydantic import BaseModel
 from script_runner import assert_ok, env_without_openai, run_command, run_script
 
 from agent_framework_functional import FunctionalWorkflowAgent, RunContext, workflow
@@ -297,3 +298,26 @@ async def reviewer(text: str, ctx: RunContext) -> str:
     """One ``str`` request (``auto::0``): the user's plain text reply on the session answers it."""
     feedback = await ctx.request_info({"draft": text}, response_type=str)
     return f"published: {text} ({feedback})"
+
+
+class Draft(BaseModel):
+    """The draft an ``editor`` reviewer edits and approves (the structured answer)."""
+
+    title: str
+    body: str
+    approved: bool
+
+
+PUBLISHED: collections.Counter[str] = collections.Counter()
+"""The side effect of ``editor``: how many times each title was published (outside any step, as ``DEPLOYS``)."""
+
+
+@workflow(name="editor", description="Asks a reviewer to edit a draft and approve it, then publishes it.")
+async def editor(text: str, ctx: RunContext) -> str:
+    """One structured request (``auto::0``): the request data is the draft, the answer the edited draft."""
+    draft = Draft(title=text, body=f"About {text}.", approved=False)
+    reviewed = await ctx.request_info(draft, response_type=Draft)
+    if not reviewed.approved:
+        return f"not published: {reviewed.title}"
+    PUBLISHED[reviewed.title] += 1
+    return f"published: {reviewed.title} / {reviewed.body}"

@@ -1,0 +1,165 @@
+"""AG-UI through ``agui_endpoint`` under hostile or heavy use: client state naming the package's session key, bad
+bodies, unknown ids, 50 conversations at once. Each bad request gets a 4xx and the conversation stays answerable,
+and nothing runs twice.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import pytest
+from agui_support import Thread, build_app, errors, request_data, text_of
+from hosting_support import DEPLOYS, ROOT
+
+FORGED_STATE = {
+    "agent_framework_functional": {
+        "deployer": {"continuation_token": {"kind": "functional_workflow", "version": "1", "token": "x" * 43}}
+    }
+}
+"""Client state that names the package's session key, with a made-up token for the ``deployer`` agent."""
+
+
+@pytest.fixture
+def base(serve: Any) -> str:
+    return serve(build_app()).base
+
+
+def test_client_state_naming_the_session_key_is_refused_and_the_honest_resume_works(
+    base: str, http: httpx.Client
+) -> None:
+    """The defect: AG-UI merged client ``state`` into ``session.state``, so a forged value replaced the stored
+    token; that resume failed, the honest resume after it got "Approval execution outcome is indeterminate" and
+    the thread was stuck. Now the forged request is a 400 that touches nothing, and the honest resume deploys once.
+    """
+    thread = Thread(http, f"{base}/agent")
+    target = f"deploy forged {thread.thread_id}"
+    thread.say(target)
+    detail = thread.refused(400, resume=thread.resume(), state=FORGED_STATE)
+    assert "'agent_framework_functional' is reserved" in detail
+    thread.refused(400, state=FORGED_STATE)  # also without a resume
+
+    done = thread.answer(approved=True)
+    assert not errors(done)
+    assert text_of(done) == f"deployed: {target}"
+    assert DEPLOYS[target] == 1
+
+
+def test_agui_merge_cannot_touch_the_session_key_of_the_agents_view(base: str, http: httpx.Client) -> None:
+    """Below the request guard, the agent's AG-UI view names the key as server-owned (a context provider's
+    ``source_id``), so AG-UI's own merge of client state skips it: on raw AG-UI with the view, the forged state
+    rides along with the honest resume and changes nothing."""
+    thread = Thread(http, f"{base}/raw-view")
+    target = f"deploy merged {thread.thread_id}"
+    thread.say(target)
+    done = thread.run(resume=thread.resume(), state={**FORGED_STATE, "theme": "dark"})
+    assert not errors(done)
+    assert text_of(done) == f"deployed: {target}"
+    assert DEPLOYS[target] == 1
+
+
+def test_raw_agui_with_the_bare_agent_is_wedged_by_forged_state(base: str, http: httpx.Client) -> None:
+    """What ``agui_endpoint`` prevents (host behaviour with the bare agent on raw AG-UI): the forged token is
+    refused, AG-UI marks the interrupt's outcome unknown, and the honest resume is refused too."""
+    thread = Thread(http, f"{base}/raw")
+    target = f"deploy wedged {thread.thread_id}"
+    thread.say(target)
+    (forged,) = errors(thread.run(resume=thread.resume(), state=FORGED_STATE))
+    assert forged["code"] == "ContinuationAuthorityError"
+    thread.interrupts = [{"id": "auto::0"}]
+    (honest,) = errors(thread.answer())
+    assert "indeterminate" in honest["message"]
+    assert DEPLOYS[target] == 0
+
+
+def _deep(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+@pytest.mark.parametrize(
+    ("case", "status"),
+    [
+        ("malformed JSON", 422),
+        ("200,000-deep JSON body", 400),
+        ("200,000-deep JSON in the state", 400),
+        ("10 MB body", 413),
+        ("unknown interrupt id", 400),
+        ("resume payload without approved", 400),
+        ("resume payload that is not an object", 400),
+        ("reserved key in the state", 400),
+    ],
+)
+def test_hostile_request_is_a_4xx_and_the_conversation_stays_answerable(
+    base: str, http: httpx.Client, case: str, status: int
+) -> None:
+    thread = Thread(http, f"{base}/agent")
+    target = f"deploy hostile {thread.thread_id}"
+    thread.say(target)
+    body = json.dumps(thread.body(resume=thread.resume())).encode()
+    headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+    if case == "malformed JSON":
+        reply = http.post(thread.url, content=body[:-5] + b"{{", headers=headers)
+    elif case == "200,000-deep JSON body":
+        reply = http.post(thread.url, content=_deep(200_000).encode(), headers=headers)
+    elif case == "200,000-deep JSON in the state":
+        deep_state = body.replace(b'"state": {}', b'"state": {"x": ' + _deep(200_000).encode() + b"}")
+        assert deep_state != body
+        reply = http.post(thread.url, content=deep_state, headers=headers)
+    elif case == "10 MB body":
+        reply = http.post(thread.url, json=thread.body(state={"blob": "a" * 10_000_000}), headers=headers)
+    elif case == "unknown interrupt id":
+        resume = [{"interruptId": "auto::9", "status": "resolved", "payload": {"approved": True}}]
+        reply = thread.post(resume=resume)
+        assert "'auto::9' is not pending" in reply.json()["detail"]
+    elif case == "resume payload without approved":
+        reply = thread.post(resume=[{"interruptId": "auto::0", "status": "resolved", "payload": {"answer": True}}])
+    elif case == "resume payload that is not an object":
+        reply = thread.post(resume=[{"interruptId": "auto::0", "status": "resolved", "payload": "yes"}])
+    else:
+        reply = thread.post(resume=thread.resume(), state={"agent_framework_functional": {}})
+    assert reply.status_code == status, reply.text[:300]
+    assert DEPLOYS[target] == 0
+
+    done = thread.answer()
+    assert not errors(done)
+    assert text_of(done) == f"deployed: {target}"
+    assert DEPLOYS[target] == 1
+
+
+def test_fifty_concurrent_conversations_on_one_agent(base: str) -> None:
+    """50 threads pause at once on one agent, then all answer at once: each gets its own result, once."""
+    count = 50
+    limits = httpx.Limits(max_connections=count + 5, max_keepalive_connections=count + 5)
+    with httpx.Client(timeout=120, trust_env=False, limits=limits) as http:
+        threads = [Thread(http, f"{base}/agent") for _ in range(count)]
+        targets = [f"deploy many {thread.thread_id}" for thread in threads]
+        with ThreadPoolExecutor(max_workers=count) as pool:
+            paused = list(pool.map(lambda pair: pair[0].say(pair[1]), zip(threads, targets, strict=True)))
+            assert [request_data(events) for events in paused] == [
+                [{"action": "deploy", "target": target}] for target in targets
+            ]
+            done = list(pool.map(lambda thread: thread.answer(approved=True), threads))
+    assert [text_of(events) for events in done] == [f"deployed: {target}" for target in targets]
+    assert [DEPLOYS[target] for target in targets] == [1] * count
+
+
+def test_importing_the_package_needs_no_host_package() -> None:
+    """``import agent_framework_functional`` (and its ``hosting`` package) imports no host package; the first
+    use of a call imports its own host only."""
+    code = (
+        "import sys\n"
+        "import agent_framework_functional, agent_framework_functional.hosting as hosting\n"
+        "hosts = ('agent_framework_ag_ui', 'agent_framework_devui')\n"
+        "print(sorted(m for m in hosts if m in sys.modules))\n"
+        "hosting.agui_endpoint\n"
+        "print(sorted(m for m in hosts if m in sys.modules))\n"
+        "print(sorted(hosting.__all__))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120, check=True
+    ).stdout.splitlines()
+    assert out == ["[]", "['agent_framework_ag_ui']", "['agui_endpoint', 'devui_app', 'serve_devui']"]
