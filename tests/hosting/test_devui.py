@@ -1,4 +1,4 @@
-"""DevUI (``agent-framework-devui``) serving one FunctionalWorkflowAgent, driven over HTTP like its web page.
+"""DevUI through ``devui_app`` / ``serve_devui``, serving one FunctionalWorkflowAgent, driven over HTTP like its page.
 
 The page's protocol: ``POST /v1/conversations`` (DevUI keeps ONE ``AgentSession`` per conversation id), then
 ``POST /v1/responses`` with ``metadata.entity_id`` and ``conversation``; a pause arrives as the SSE event
@@ -11,18 +11,22 @@ stream into one JSON response. Every test runs the real ``DevServer`` app on a l
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from agent_framework_devui import DevServer
 from hosting_support import (
     CHROMIUM,
     DEPLOYS,
+    PUBLISHED,
     ROOT,
+    editor,
     iter_sse,
     make_agent,
+    node_env,
     parse_sse,
     releaser,
     reviewer,
@@ -32,6 +36,7 @@ from hosting_support import (
 )
 
 from agent_framework_functional import FunctionalWorkflowAgent
+from agent_framework_functional.hosting import devui_app
 
 pytestmark = pytest.mark.usefixtures("no_global_tracer_provider")
 
@@ -113,9 +118,7 @@ def failure_message(events: list[dict[str, Any]]) -> str:
 
 
 def start_devui(serve: Any, http: httpx.Client, agent: FunctionalWorkflowAgent) -> DevUI:
-    server = DevServer(host="127.0.0.1", auth_enabled=True, auth_token=TOKEN, ui_enabled=True)
-    server.set_pending_entities([agent])
-    return DevUI(http, serve(server.get_app()).base)
+    return DevUI(http, serve(devui_app(agent, auth_token=TOKEN)).base)
 
 
 @pytest.fixture
@@ -229,17 +232,96 @@ def test_without_a_conversation_devui_cannot_resume(devui: DevUI) -> None:
     assert completed_text(devui.stream(conversation, approval("auto::0"))) == "deployed: deploy session"
 
 
-def test_devui_page_in_headless_chromium(devui: DevUI, tmp_path: Path) -> None:
-    """The real web page: open it, send a message, click Approve, see the final text (playwright-core)."""
+DOCS = ROOT / "docs"
+
+
+@pytest.mark.parametrize(
+    ("agent_name", "mode", "typed", "expected"),
+    [
+        ("deployer", "approve", None, "deployed: deploy from browser"),
+        (
+            "editor",
+            "typed",
+            '{"title": "Browser launch", "body": "Edited in the page.", "approved": true}',
+            "published: Browser launch / Edited in the page.",
+        ),
+    ],
+)
+def test_devui_page_in_headless_chromium(
+    serve: Any, http: httpx.Client, agent_name: str, mode: str, typed: str | None, expected: str
+) -> None:
+    """The real web page (playwright-core): send a message, see the approval card with the request data, answer
+    (click Approve, or type the edited draft as JSON), see the final text. The screenshots go to ``docs/``
+    (README "Host it" shows them)."""
     assert Path(CHROMIUM).exists(), "Chromium is missing: scripts/services/chromium.sh installs it"
-    shots = tmp_path
-    proc = run_node("devui_browser.mjs", devui.base, TOKEN, "deploy from browser", str(shots), timeout=180)
+    devui = start_devui(serve, http, make_agent(editor) if agent_name == "editor" else make_agent())
+    message = "Browser draft" if agent_name == "editor" else "deploy from browser"
+    DOCS.mkdir(exist_ok=True)
+    args = [devui.base, TOKEN, message, str(DOCS), mode, *([typed] if typed else []), expected]
+    proc = run_node("devui_browser.mjs", *args, timeout=180)
     assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
-    assert "final text shown: deployed: deploy from browser" in proc.stdout
-    assert (shots / "devui_approved.png").stat().st_size > 10_000
-    print(f"screenshot: {shots / 'devui_approved.png'}")
+    assert f"final text shown: {expected}" in proc.stdout
+    for shot in (f"devui_{mode}_request.png", f"devui_{mode}_answered.png"):
+        assert (DOCS / shot).stat().st_size > 10_000
+
+
+def test_structured_request_answered_by_a_typed_json_reply(serve: Any, http: httpx.Client) -> None:
+    """The page can only Approve / Reject; for a ``Draft`` request the person types the edited draft as JSON. The
+    request shows the draft (its data) and the type it expects; the workflow gets the edited ``Draft``, once."""
+    devui = start_devui(serve, http, make_agent(editor))
+    conversation = devui.conversation()
+    (request,) = approval_requests(devui.stream(conversation, "DevUI launch"))
+    arguments = request["function_call"]["arguments"]
+    assert arguments["data"] == {"title": "DevUI launch", "body": "About DevUI launch.", "approved": False}
+    assert arguments["response_type"] == "Draft"
+    edited = {"title": "DevUI launch!", "body": "Edited.", "approved": True}
+    assert completed_text(devui.stream(conversation, json.dumps(edited))) == "published: DevUI launch! / Edited."
+    assert PUBLISHED["DevUI launch!"] == 1
+
+
+def test_typed_reply_of_the_wrong_shape_names_the_field_and_keeps_the_pause(serve: Any, http: httpx.Client) -> None:
+    devui = start_devui(serve, http, make_agent(editor))
+    conversation = devui.conversation()
+    assert approval_requests(devui.stream(conversation, "DevUI wrong"))
+    refused = devui.stream(conversation, json.dumps({"title": ["x"], "body": "b", "approved": True}))
+    message = failure_message(refused)
+    assert "still pending" in message
+    assert "title" in message  # the field at fault
+    done = devui.stream(conversation, json.dumps({"title": "DevUI right", "body": "b", "approved": True}))
+    assert completed_text(done) == "published: DevUI right / b"
+
+
+def test_serve_devui_prints_the_url_and_the_token(http: httpx.Client) -> None:
+    """``serve_devui`` (the sample's ``--serve --port 0``) prints where it listens and the bearer token, which the
+    API then requires."""
+    env = node_env()
+    env["DEVUI_AUTH_TOKEN"] = "printed-token"
+    proc = subprocess.Popen(
+        [sys.executable, "-W", "ignore", str(ROOT / "samples" / "host_devui.py"), "--serve", "--port", "0"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        url_line = proc.stdout.readline()
+        token_line = proc.stdout.readline()
+        assert url_line.startswith("DevUI: http://127.0.0.1:"), url_line
+        assert token_line.strip() == "DevUI auth token: printed-token"
+        base = url_line.split()[1]
+        assert http.get(f"{base}/v1/entities").status_code == 401
+        entities = http.get(f"{base}/v1/entities", headers={"Authorization": "Bearer printed-token"})
+        assert entities.status_code == 200
+        assert [e["name"] for e in entities.json()["entities"]] == ["editor"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 def test_host_devui_sample_self_check() -> None:
     out = run_sample_self_check(ROOT / "samples" / "host_devui.py")
-    assert "self-check passed: deployed: ship it" in out
+    assert "self-check passed: published: Launch day" in out
