@@ -163,3 +163,15 @@ def test_importing_the_package_needs_no_host_package() -> None:
         [sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120, check=True
     ).stdout.splitlines()
     assert out == ["[]", "['agent_framework_ag_ui']", "['agui_endpoint', 'devui_app', 'serve_devui']"]
+
+
+def test_hosting_names_are_documented() -> None:
+    """Each hosting call has a docstring and is named in README "Host it" and in AGENTS.md."""
+    import agent_framework_functional.hosting as hosting
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8").split("## Host it", 1)[1].split("\n## ", 1)[0]
+    agents = (ROOT / "AGENTS.md").read_text(encoding="utf-8")
+    for name in hosting.__all__:
+        assert (getattr(hosting, name).__doc__ or "").strip(), name
+        assert f"`{name}`" in readme, name
+        assert f"`{name}`" in agents, name
