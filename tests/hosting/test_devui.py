@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -230,6 +231,54 @@ def test_without_a_conversation_devui_cannot_resume(devui: DevUI) -> None:
     conversation = devui.conversation()
     assert approval_requests(devui.stream(conversation, "deploy session"))
     assert completed_text(devui.stream(conversation, approval("auto::0"))) == "deployed: deploy session"
+
+
+def test_fifty_concurrent_conversations_on_one_agent(serve: Any) -> None:
+    """50 conversations pause at once on one agent, then all answer at once: each gets its own result, once."""
+    count = 50
+    limits = httpx.Limits(max_connections=count + 5, max_keepalive_connections=count + 5)
+    with httpx.Client(timeout=120, trust_env=False, limits=limits) as http:
+        devui = start_devui(serve, http, make_agent())
+        conversations = [devui.conversation() for _ in range(count)]
+        targets = [f"deploy many {conversation}" for conversation in conversations]
+        with ThreadPoolExecutor(max_workers=count) as pool:
+            paused = list(pool.map(devui.stream, conversations, targets))
+            assert [
+                [r["function_call"]["arguments"]["data"]["target"] for r in approval_requests(e)] for e in paused
+            ] == [[target] for target in targets]
+            done = list(pool.map(devui.stream, conversations, [approval("auto::0")] * count))
+    assert [completed_text(events) for events in done] == [f"deployed: {target}" for target in targets]
+    assert [DEPLOYS[target] for target in targets] == [1] * count
+
+
+@pytest.mark.parametrize("case", ["malformed JSON", "200,000-deep JSON", "10 MB body", "unknown request id"])
+def test_hostile_request_fails_and_the_conversation_stays_answerable(devui: DevUI, case: str) -> None:
+    """Bad bodies get DevUI's 4xx (a 10 MB message, if DevUI reads it, is new input the paused agent refuses);
+    DevUI itself drops an approval for a request it never issued, failing that turn; each time the pause is kept
+    and the honest answer deploys once."""
+    conversation = devui.conversation()
+    target = f"deploy hostile {conversation}"
+    assert approval_requests(devui.stream(conversation, target))
+    url = f"{devui.base}/v1/responses"
+    headers = {**AUTH, "Content-Type": "application/json"}
+    if case == "malformed JSON":
+        reply = devui.http.post(url, content=b'{"input": "x", ', headers=headers)
+        assert 400 <= reply.status_code < 500, reply.text[:300]
+    elif case == "200,000-deep JSON":
+        reply = devui.http.post(url, content=("[" * 200_000 + "]" * 200_000).encode(), headers=headers)
+        assert 400 <= reply.status_code < 500, reply.text[:300]
+    elif case == "10 MB body":
+        body = devui.body(conversation, [{"type": "message", "role": "user", "content": "a" * 10_000_000}], stream=True)
+        reply = devui.http.post(url, json=body, headers=AUTH)
+        assert reply.status_code == 200 or 400 <= reply.status_code < 500, reply.status_code
+        if reply.status_code == 200:  # DevUI reads it: the agent refuses new input while the pause is pending
+            assert "pending" in failure_message(sse_data(parse_sse(reply.text)))
+    else:
+        refused = devui.stream(conversation, approval("auto::9"))  # DevUI drops an approval it never issued
+        assert "did not contain any supported message content" in failure_message(refused)
+    assert DEPLOYS[target] == 0
+    assert completed_text(devui.stream(conversation, approval("auto::0"))) == f"deployed: {target}"
+    assert DEPLOYS[target] == 1
 
 
 DOCS = ROOT / "docs"
