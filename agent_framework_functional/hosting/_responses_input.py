@@ -268,8 +268,8 @@ def parse_request(body: Mapping[str, Any]) -> ResponsesRequest:
             except ValueError as exc:
                 raise InvalidRequestError(str(exc), param=f"input[{index}]") from None
             request_id = content.id if content.type == "function_approval_response" else content.call_id
-            field = "approve" if content.type == "function_approval_response" else "output"
-            answer_params.setdefault(str(request_id), f"input[{index}].{field}")
+            field = "" if content.type == "function_approval_response" else ".output"
+            answer_params.setdefault(str(request_id), f"input[{index}]{field}")
             answers.append(content)
     rest: Any = [item for item in items if not _answer_type(item)] if isinstance(raw_input, list) else raw_input
     try:

@@ -55,19 +55,21 @@ def _refusal(exc: BaseException, request: ResponsesRequest | None = None) -> _Re
     if isinstance(exc, ContinuationAuthorityError):
         return _Refusal(409, "continuation_refused", str(exc))
     if isinstance(exc, ResponseMismatchError):
-        param = "input"
-        request_id = getattr(exc, "request_id", None)
-        if request is not None and isinstance(request_id, str) and request_id in request.answer_params:
-            param = request.answer_params[request_id]
-        elif request is not None:
-            named = [field for request_id, field in request.answer_params.items() if repr(request_id) in str(exc)]
-            param = named[0] if len(named) == 1 else param
-        return _Refusal(400, "answer_mismatch", str(exc), param=param)
+        return _Refusal(400, "answer_mismatch", str(exc), param=_answer_param(exc, request))
     if isinstance(exc, FunctionalWorkflowError):
         if isinstance(exc, ValueError):
             return _Refusal(400, "invalid_request", str(exc))
         return _Refusal(409, "conflict", str(exc))
     return None
+
+
+def _answer_param(exc: ResponseMismatchError, request: ResponsesRequest | None) -> str:
+    """The input field of the answer the agent refused: the one its message names, or the only one."""
+    fields = request.answer_params if request is not None else {}
+    named = [field for request_id, field in fields.items() if repr(request_id) in str(exc)]
+    if len(named) == 1:
+        return named[0]
+    return next(iter(fields.values())) if len(fields) == 1 else "input"
 
 
 class _Turn:

@@ -16,18 +16,8 @@ import httpx
 import pytest
 from agent_framework import AgentSession, RunContext, SessionStore
 from agent_framework_hosting_responses import responses_to_run
-from hosting_support import (
-    DEPLOYS,
-    ROOT,
-    HangUps,
-    deployer,
-    iter_sse,
-    parse_sse,
-    releaser,
-    reviewer,
-    run_sample_self_check,
-    sse_data,
-)
+from hosting_support import DEPLOYS, ROOT, HangUps, deployer, iter_sse, releaser, reviewer, run_sample_self_check
+from responses_support import Responses, approval_items, approve, serve_agent, text_of
 
 from agent_framework_functional import responses_approval_messages, responses_to_run_with_approvals, workflow
 from agent_framework_functional.hosting import responses_app
@@ -39,43 +29,6 @@ async def breaker(text: str, ctx: RunContext) -> str:
     if await ctx.request_info({"action": "break", "target": text}, response_type=bool):
         raise RuntimeError(f"broken after the approval: {text}")
     return f"kept: {text}"
-
-
-def approve(request_id: str, approved: bool = True) -> dict[str, Any]:
-    return {"type": "mcp_approval_response", "approval_request_id": request_id, "approve": approved}
-
-
-def approval_items(response: dict[str, Any]) -> list[dict[str, Any]]:
-    return [item for item in response["output"] if item["type"] == "mcp_approval_request"]
-
-
-def text_of(response: dict[str, Any]) -> str:
-    return "".join(part["text"] for item in response["output"] if item["type"] == "message" for part in item["content"])
-
-
-class Responses:
-    """A client of the route: JSON calls and SSE calls (returning the terminal event's response)."""
-
-    def __init__(self, http: httpx.Client, base: str) -> None:
-        self.http = http
-        self.url = f"{base}/v1/responses"
-
-    def post(self, body: dict[str, Any]) -> httpx.Response:
-        return self.http.post(self.url, json=body)
-
-    def call(self, body: dict[str, Any]) -> dict[str, Any]:
-        reply = self.post(body)
-        assert reply.status_code == 200, reply.text
-        return reply.json()
-
-    def stream(self, body: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-        reply = self.post({**body, "stream": True})
-        assert reply.status_code == 200, reply.text
-        assert reply.headers["content-type"].startswith("text/event-stream")
-        events = sse_data(parse_sse(reply.text))
-        terminal = [e for e in events if e["type"] in ("response.completed", "response.failed", "response.incomplete")]
-        assert [e["type"] for e in terminal] == ["response.completed"], json.dumps(terminal)[:1500]
-        return events, terminal[0]["response"]
 
 
 class SlowSessionStore(SessionStore):
@@ -95,11 +48,6 @@ class SlowSessionStore(SessionStore):
         await super().set(session_id, session)
         if session.state:
             self.written.set()
-
-
-def serve_agent(serve: Any, http: httpx.Client, definition: Any, **options: Any) -> Responses:
-    """``responses_app`` over a fresh agent of ``definition``, served on loopback."""
-    return Responses(http, serve(responses_app(definition.build().as_agent(name=definition.name), **options)).base)
 
 
 @pytest.fixture
