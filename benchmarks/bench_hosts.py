@@ -10,8 +10,8 @@ N concurrent clients (``httpx.AsyncClient`` on the main thread):
 
 Printed per host and N: p50 / p99 of the timed turn in milliseconds, throughput (conversations per
 second, wall time from the first request to the last answer), and ``wrong`` (conversations whose
-answer was not the expected text, lost or duplicated: must be 0). The machine is small and shared:
-compare the sides of one run, not runs of different days.
+answer was not the expected text, lost or duplicated, or whose connection failed: must be 0). The
+machine is small and shared: compare the sides of one run, not runs of different days.
 
 Hosts plug in as one function each in ``HOSTS`` (an async function taking N and returning its rows);
 Responses (``agent_framework_functional.hosting.responses_app``) is here.
@@ -84,7 +84,8 @@ HostBench = Callable[[int], Awaitable[list[Row]]]
 @contextmanager
 def serving(app: Any) -> Iterator[str]:
     """Serve ``app`` on a free loopback port in a thread; yield its base URL; stop it after."""
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", backlog=2048))
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", backlog=2048, timeout_keep_alive=120)
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
@@ -112,11 +113,22 @@ async def drive(
     async with httpx.AsyncClient(timeout=300, trust_env=False, limits=limits) as client:
         await conversation(client, -1)  # warm-up (first imports, connections), not counted
         started = time.perf_counter()
-        results = await asyncio.gather(*(conversation(client, index) for index in range(n)))
+        results = await asyncio.gather(*(guarded(conversation, client, index) for index in range(n)))
         wall = time.perf_counter() - started
-    turns = [seconds * 1000 for seconds, _ in results]
+    turns = [seconds * 1000 for seconds, right in results if right] or [float("nan")]
     wrong = sum(1 for _, right in results if not right)
     return Row(host, side, n, statistics.median(turns), percentile(turns, 0.99), n / wall, wrong)
+
+
+Conversation = Callable[[httpx.AsyncClient, int], Awaitable[tuple[float, bool]]]
+
+
+async def guarded(conversation: Conversation, client: httpx.AsyncClient, index: int) -> tuple[float, bool]:
+    """One conversation; a transport error (a connection the loaded server dropped) counts as wrong."""
+    try:
+        return await conversation(client, index)
+    except httpx.HTTPError:
+        return float("nan"), False
 
 
 def model_reply(request: httpx.Request) -> httpx.Response:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Collection, Coroutine
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Collection, Coroutine, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, cast
 
@@ -65,7 +65,7 @@ def _refusal(exc: BaseException, request: ResponsesRequest | None = None) -> _Re
 
 def _answer_param(exc: ResponseMismatchError, request: ResponsesRequest | None) -> str:
     """The input field of the answer the agent refused: the one its message names, or the only one."""
-    fields = request.answer_params if request is not None else {}
+    fields: Mapping[str, str] = request.answer_params if request is not None else {}
     named = [field for request_id, field in fields.items() if repr(request_id) in str(exc)]
     if len(named) == 1:
         return named[0]
@@ -226,14 +226,14 @@ class _ResponsesHost:
                 stream = self.agent.run(request.messages, session=turn.session, options=options, stream=True)
                 stream.with_cleanup_hook(turn.store).with_result_transform(_without_token)
                 first = await _first(stream)
-            except BaseException as exc:
+            except asyncio.CancelledError:
+                accepted.cancel()
+                raise
+            except Exception as exc:  # handed to the request's handler, which answers with its status
                 if _refusal(exc) is None:
                     await turn.store()
-                if isinstance(exc, asyncio.CancelledError):
-                    accepted.cancel()
-                elif not accepted.done():
-                    accepted.set_exception(exc)
-                raise
+                accepted.set_exception(exc)
+                return
             accepted.set_result(None)
             sse = responses_from_streaming_run(
                 _continue(first, stream), response_id=response_id, conversation_id=request.conversation_id

@@ -22,7 +22,13 @@ from agent_framework import RunContext, SessionStore
 from hosting_support import DEPLOYS, deployer
 from responses_support import Responses, approval_items, approve, serve_agent, text_of
 
-from agent_framework_functional import workflow
+from agent_framework_functional import (
+    ContinuationAuthorityError,
+    PendingContinuationError,
+    ResponseMismatchError,
+    WorkflowRunningError,
+    workflow,
+)
 from agent_framework_functional.hosting import responses_app
 
 GATE = threading.Event()  # the test opens it; the approved resume of slow_deployer waits for it
@@ -280,3 +286,26 @@ def test_importing_the_package_needs_no_host_package() -> None:
     )
     done = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("error", "status", "code", "retry"),
+    [
+        (WorkflowRunningError("running"), 409, "workflow_running", True),
+        (PendingContinuationError("pending"), 409, "pending_request", False),
+        (ContinuationAuthorityError(), 409, "continuation_refused", False),
+        (ResponseMismatchError("request 'auto::0': draft.body: Field required"), 400, "answer_mismatch", False),
+        (RuntimeError("a bug"), None, None, None),
+    ],
+)
+def test_the_error_mapping(error: Exception, status: int | None, code: str | None, retry: bool | None) -> None:
+    """Each error the agent raises on purpose has its status (only what retrying can fix says to retry);
+    anything else is not the client's doing (None: the route answers 500 without details)."""
+    from agent_framework_functional.hosting.responses import _refusal  # pyright: ignore[reportPrivateUsage]
+
+    refusal = _refusal(error)
+    if status is None:
+        assert refusal is None
+        return
+    assert refusal is not None
+    assert (refusal.status, refusal.code, refusal.retry) == (status, code, retry)
