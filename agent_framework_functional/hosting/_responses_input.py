@@ -198,7 +198,8 @@ def decode_body(raw: bytes) -> Mapping[str, Any]:
     """The JSON object of a request body.
 
     Raises:
-        InvalidRequestError: Not UTF-8 JSON, nested too deeply to read, or not an object.
+        InvalidRequestError: Not UTF-8 JSON, nested too deeply to read, not an object, or holding text no
+            UTF-8 reply could carry (unpaired surrogates).
     """
     try:
         body: Any = json.loads(raw)
@@ -208,6 +209,11 @@ def decode_body(raw: bytes) -> Mapping[str, Any]:
         raise InvalidRequestError("The request body nests too deeply to read.", code="invalid_json") from None
     if not isinstance(body, Mapping):
         raise InvalidRequestError("The request body must be a JSON object.", code="invalid_json")
+    try:  # escaped unpaired surrogates (\ud800) decode, but no UTF-8 reply could carry them back
+        json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        message = "The request body holds unpaired surrogates (\\udXXX escapes)."
+        raise InvalidRequestError(message, code="invalid_json") from None
     return cast("Mapping[str, Any]", body)
 
 

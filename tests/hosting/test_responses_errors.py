@@ -127,6 +127,7 @@ HOSTILE_RAW = {
     "10 MB body": b'{"input": "' + b"x" * (10 * 1024 * 1024) + b'"}',
     "not an object": b'["input"]',
     "not UTF-8": b'{"input": "\xff\xfe"}',
+    "an unpaired surrogate": b'{"input": "deploy \\ud800"}',
 }
 
 
