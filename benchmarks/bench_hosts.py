@@ -13,8 +13,9 @@ second, wall time from the first request to the last answer), and ``wrong`` (con
 answer was not the expected text, lost or duplicated, or whose connection failed: must be 0). The
 machine is small and shared: compare the sides of one run, not runs of different days.
 
-Hosts plug in as one function each in ``HOSTS`` (an async function taking N and returning its rows);
-Responses (``agent_framework_functional.hosting.responses_app``) is here.
+Hosts plug in as one function each in ``HOSTS`` (an async function taking N and returning its rows):
+Responses (``agent_framework_functional.hosting.responses_app``) and AG-UI (its endpoint with a snapshot
+store and detached runs, as ``samples/host_agui.py`` sets it up); DevUI plugs in the same way.
 
 Run:
     python benchmarks/bench_hosts.py            # N = 50 and 500
@@ -26,9 +27,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import json
 import statistics
 import threading
 import time
+import uuid
 import warnings
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -41,6 +44,7 @@ import respx
 import uvicorn
 from agent_framework import Agent, RunContext
 from agent_framework.openai import OpenAIChatClient
+from agent_framework_ag_ui import InMemoryAGUIThreadSnapshotStore, add_agent_framework_fastapi_endpoint
 from agent_framework_hosting import AgentState
 from agent_framework_hosting_responses import create_response_id, responses_from_run, responses_session_id
 from agent_framework_hosting_responses import responses_to_run as host_responses_to_run
@@ -131,30 +135,55 @@ async def guarded(conversation: Conversation, client: httpx.AsyncClient, index: 
         return float("nan"), False
 
 
+def model_response(status: str = "completed") -> dict[str, Any]:
+    """A Responses API ``response`` object: one assistant message "done" (no output while in progress)."""
+    message = {"type": "message", "id": "msg_fake", "status": "completed", "role": "assistant", "content": [TEXT]}
+    return {
+        "id": "resp_fake",
+        "object": "response",
+        "created_at": 1_764_000_000,
+        "status": status,
+        "model": "gpt-4o-mini",
+        "output": [message] if status == "completed" else [],
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+    }
+
+
+TEXT = {"type": "output_text", "text": "done", "annotations": []}
+
+
 def model_reply(request: httpx.Request) -> httpx.Response:
-    """The faked OpenAI Responses API: one assistant message, at once."""
-    return httpx.Response(
-        200,
-        json={
-            "id": "resp_fake",
-            "object": "response",
-            "created_at": 1_764_000_000,
-            "status": "completed",
-            "model": "gpt-4o-mini",
-            "output": [
-                {
-                    "type": "message",
-                    "id": "msg_fake",
-                    "status": "completed",
-                    "role": "assistant",
-                    "content": [{"type": "output_text", "text": "done", "annotations": []}],
-                }
-            ],
-            "parallel_tool_calls": True,
-            "tool_choice": "auto",
-            "tools": [],
-        },
+    """The faked OpenAI Responses API, at once: JSON, or the service's event sequence when asked to stream."""
+    if not json.loads(request.content).get("stream"):
+        return httpx.Response(200, json=model_response())
+    item = {"type": "message", "id": "msg_fake", "status": "in_progress", "role": "assistant", "content": []}
+    part = {"item_id": "msg_fake", "output_index": 0, "content_index": 0}
+    events: list[dict[str, Any]] = [
+        {"type": "response.created", "response": model_response("in_progress")},
+        {"type": "response.output_item.added", "output_index": 0, "item": item},
+        {"type": "response.content_part.added", **part, "part": {**TEXT, "text": ""}},
+        {"type": "response.output_text.delta", **part, "delta": "done", "logprobs": []},
+        {"type": "response.output_text.done", **part, "text": "done", "logprobs": []},
+        {"type": "response.content_part.done", **part, "part": TEXT},
+        {"type": "response.output_item.done", "output_index": 0, "item": model_response()["output"][0]},
+        {"type": "response.completed", "response": model_response()},
+    ]
+    body = "".join(
+        f"event: {event['type']}\ndata: {json.dumps({**event, 'sequence_number': number})}\n\n"
+        for number, event in enumerate(events)
     )
+    return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body.encode())
+
+
+@contextmanager
+def faked_openai() -> Iterator[None]:
+    """Respx answers OpenAI; loopback requests (the benchmark's own) pass through."""
+    with respx.mock(assert_all_called=False) as mock:
+        mock.post(f"{OPENAI}/responses").mock(side_effect=model_reply)
+        mock.route(host="127.0.0.1").pass_through()
+        yield
 
 
 def plain_agent() -> Agent:
@@ -203,19 +232,75 @@ async def bench_responses(n: int) -> list[Row]:
         rows.append(await drive("responses", "ours", n, approval))
     rows[-1] = _with_duplicates(rows[-1], [f"responses {n} {index}" for index in range(n)])
 
-    with respx.mock(assert_all_called=False) as mock:
-        mock.post(f"{OPENAI}/responses").mock(side_effect=model_reply)
-        mock.route(host="127.0.0.1").pass_through()
-        with serving(host_responses_route(plain_agent())) as base:
-            url = f"{base}/v1/responses"
+    with faked_openai(), serving(host_responses_route(plain_agent())) as base:
+        url = f"{base}/v1/responses"
 
-            async def one_turn(client: httpx.AsyncClient, index: int) -> tuple[float, bool]:
-                started = time.perf_counter()
-                done = await client.post(url, json={"input": f"hello {index}"})
-                seconds = time.perf_counter() - started
-                return seconds, done.status_code == 200 and output_text(done.json()) == "done"
+        async def one_turn(client: httpx.AsyncClient, index: int) -> tuple[float, bool]:
+            started = time.perf_counter()
+            done = await client.post(url, json={"input": f"hello {index}"})
+            seconds = time.perf_counter() - started
+            return seconds, done.status_code == 200 and output_text(done.json()) == "done"
 
-            rows.append(await drive("responses", "core", n, one_turn))
+        rows.append(await drive("responses", "core", n, one_turn))
+    return rows
+
+
+def agui_app(agent: Any, *, pausing: bool) -> FastAPI:
+    """AG-UI's endpoint at ``/agent``; a pausing agent needs the snapshot store and detached runs."""
+    app = FastAPI()
+    if pausing:
+        store = InMemoryAGUIThreadSnapshotStore()
+        add_agent_framework_fastapi_endpoint(
+            app, agent, "/agent", snapshot_store=store, single_user=True, detached_runs=True
+        )
+    else:
+        add_agent_framework_fastapi_endpoint(app, agent, "/agent", single_user=True)
+    return app
+
+
+async def agui_run(client: httpx.AsyncClient, url: str, thread: str, messages: list[Any], **extra: Any) -> list[Any]:
+    """One AG-UI run; its events (the JSON ``data:`` lines of the SSE reply)."""
+    body = {"threadId": thread, "runId": uuid.uuid4().hex, "messages": messages, "tools": [], "context": []}
+    reply = await client.post(url, json={**body, "state": {}, "forwardedProps": {}, **extra})
+    return [json.loads(line[5:]) for line in reply.text.splitlines() if line.startswith("data:")]
+
+
+def agui_text(events: list[Any]) -> str:
+    errors = [event for event in events if event["type"] == "RUN_ERROR"]
+    return "" if errors else "".join(event["delta"] for event in events if event["type"] == "TEXT_MESSAGE_CONTENT")
+
+
+async def bench_agui(n: int) -> list[Row]:
+    """AG-UI: the pausing agent on AG-UI's endpoint (text, then the timed ``resume``) and a plain agent's turn."""
+    rows: list[Row] = []
+    with serving(agui_app(deployer.build().as_agent(name="deployer"), pausing=True)) as base:
+        url = f"{base}/agent"
+
+        async def approval(client: httpx.AsyncClient, index: int) -> tuple[float, bool]:
+            target, thread = f"agui {n} {index}", uuid.uuid4().hex
+            paused = await agui_run(client, url, thread, [{"id": uuid.uuid4().hex, "role": "user", "content": target}])
+            (finished,) = [event for event in paused if event["type"] == "RUN_FINISHED"]
+            (interrupt,) = finished["outcome"]["interrupts"]
+            transcript = next(event["messages"] for event in paused if event["type"] == "MESSAGES_SNAPSHOT")
+            resume = [{"interruptId": interrupt["id"], "status": "resolved", "payload": {"approved": True}}]
+            started = time.perf_counter()
+            done = await agui_run(client, url, thread, transcript, resume=resume)
+            return time.perf_counter() - started, agui_text(done) == f"deployed: {target}"
+
+        rows.append(await drive("agui", "ours", n, approval))
+    rows[-1] = _with_duplicates(rows[-1], [f"agui {n} {index}" for index in range(n)])
+
+    with faked_openai(), serving(agui_app(plain_agent(), pausing=False)) as base:
+        url = f"{base}/agent"
+
+        async def one_turn(client: httpx.AsyncClient, index: int) -> tuple[float, bool]:
+            started = time.perf_counter()
+            message = {"id": uuid.uuid4().hex, "role": "user", "content": f"hello {index}"}
+            done = await agui_run(client, url, uuid.uuid4().hex, [message])
+            # AG-UI repeats the faked model's text once (its delta, then the completed item): the turn is right.
+            return time.perf_counter() - started, agui_text(done) in ("done", "donedone")
+
+        rows.append(await drive("agui", "core", n, one_turn))
     return rows
 
 
@@ -225,8 +310,8 @@ def _with_duplicates(row: Row, targets: list[str]) -> Row:
     return Row(row.host, row.side, row.n, row.p50_ms, row.p99_ms, row.per_second, row.wrong + extra)
 
 
-HOSTS: dict[str, HostBench] = {"responses": bench_responses}
-"""Host name -> its benchmark (``agui`` and ``devui`` plug in here as one function each)."""
+HOSTS: dict[str, HostBench] = {"responses": bench_responses, "agui": bench_agui}
+"""Host name -> its benchmark (``devui`` plugs in here as one more function)."""
 
 
 async def main() -> None:

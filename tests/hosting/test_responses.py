@@ -292,12 +292,17 @@ def test_a_conversation_whose_resume_failed_takes_new_input(serve: Any, http: ht
     assert json.loads(request["arguments"])["data"] == {"action": "break", "target": "second"}
 
 
-def test_bench_hosts_quick_prints_the_responses_rows() -> None:
-    """Smoke run of ``benchmarks/bench_hosts.py`` (tiny N; the figures are not checked, only that both sides ran
-    and no conversation was wrong)."""
+def test_bench_hosts_quick_prints_every_row() -> None:
+    """Smoke run of ``benchmarks/bench_hosts.py`` (tiny N; the figures are not checked, only that both sides of
+    each host ran and no conversation was wrong)."""
     from script_runner import assert_ok, run_script
 
     out = assert_ok(run_script(ROOT / "benchmarks" / "bench_hosts.py", "--quick", timeout=240))
-    rows = [line.split() for line in out.splitlines() if line.startswith("responses ")]
-    assert [(row[1], row[2]) for row in rows] == [("ours", "5"), ("core", "5")], out
-    assert [row[-1] for row in rows] == ["0", "0"], out
+    rows = [line.split() for line in out.splitlines() if line.startswith(("responses ", "agui "))]
+    assert [(row[0], row[1], row[2]) for row in rows] == [
+        ("responses", "ours", "5"),
+        ("responses", "core", "5"),
+        ("agui", "ours", "5"),
+        ("agui", "core", "5"),
+    ], out
+    assert [row[-1] for row in rows] == ["0"] * 4, out
