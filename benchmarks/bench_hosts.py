@@ -14,8 +14,9 @@ answer was not the expected text, lost or duplicated, or whose connection failed
 machine is small and shared: compare the sides of one run, not runs of different days.
 
 Hosts plug in as one function each in ``HOSTS`` (an async function taking N and returning its rows):
-Responses (``agent_framework_functional.hosting.responses_app``) and AG-UI (its endpoint with a snapshot
-store and detached runs, as ``samples/host_agui.py`` sets it up); DevUI plugs in the same way.
+Responses (``agent_framework_functional.hosting.responses_app``), AG-UI (its endpoint with a snapshot
+store and detached runs, as ``samples/host_agui.py`` sets it up) and DevUI (its API with a bearer token,
+in conversations, as ``samples/host_devui.py``).
 
 Run:
     python benchmarks/bench_hosts.py            # N = 50 and 500
@@ -45,6 +46,7 @@ import uvicorn
 from agent_framework import Agent, RunContext
 from agent_framework.openai import OpenAIChatClient
 from agent_framework_ag_ui import InMemoryAGUIThreadSnapshotStore, add_agent_framework_fastapi_endpoint
+from agent_framework_devui import DevServer
 from agent_framework_hosting import AgentState
 from agent_framework_hosting_responses import create_response_id, responses_from_run, responses_session_id
 from agent_framework_hosting_responses import responses_to_run as host_responses_to_run
@@ -310,8 +312,70 @@ def _with_duplicates(row: Row, targets: list[str]) -> Row:
     return Row(row.host, row.side, row.n, row.p50_ms, row.p99_ms, row.per_second, row.wrong + extra)
 
 
-HOSTS: dict[str, HostBench] = {"responses": bench_responses, "agui": bench_agui}
-"""Host name -> its benchmark (``devui`` plugs in here as one more function)."""
+def devui_app(agent: Any, token: str) -> Any:
+    """DevUI's app (API only, bearer-token auth) with ``agent`` registered at startup, as ``samples/host_devui.py``."""
+    server = DevServer(host="127.0.0.1", port=0, auth_enabled=True, auth_token=token, ui_enabled=False)
+    server.set_pending_entities([agent])
+    return server.get_app()
+
+
+def sse_payloads(body: str) -> list[dict[str, Any]]:
+    return [json.loads(line[5:]) for line in body.splitlines() if line.startswith("data:") and "{" in line[:8]]
+
+
+async def devui_side(side: str, n: int, agent: Any, turn: Callable[..., Awaitable[tuple[float, bool]]]) -> Row:
+    """Serve ``agent`` in DevUI; each conversation is created, then ``turn(client, base body, index)`` runs."""
+    token = uuid.uuid4().hex
+    with serving(devui_app(agent, token)) as base:
+        headers = {"Authorization": f"Bearer {token}"}
+        async with httpx.AsyncClient(base_url=base, headers=headers, timeout=60, trust_env=False) as setup:
+            entity = (await setup.get("/v1/entities")).json()["entities"][0]["id"]
+
+        async def conversation(client: httpx.AsyncClient, index: int) -> tuple[float, bool]:
+            created = await client.post(
+                f"{base}/v1/conversations", json={"metadata": {"agent_id": entity}}, headers=headers
+            )
+            body = {"metadata": {"entity_id": entity}, "conversation": created.json()["id"], "stream": True}
+            return await turn(client, f"{base}/v1/responses", headers, body, index)
+
+        return await drive("devui", side, n, conversation)
+
+
+async def bench_devui(n: int) -> list[Row]:
+    """DevUI: the pausing agent (text, then the timed approval) and a plain agent's turn, both in conversations."""
+    from opentelemetry import trace
+
+    if type(trace.get_tracer_provider()).__name__ == "ProxyTracerProvider":  # DevUI would install a global SDK one
+        trace.set_tracer_provider(trace.NoOpTracerProvider())
+
+    async def approval(client: httpx.AsyncClient, url: str, headers: Any, body: Any, index: int) -> tuple[float, bool]:
+        target = f"devui {n} {index}"
+        paused = sse_payloads((await client.post(url, json={**body, "input": target}, headers=headers)).text)
+        (request,) = [event for event in paused if event["type"] == "response.function_approval.requested"]
+        answer = {"type": "function_approval_response", "request_id": request["request_id"], "approved": True}
+        message = {"type": "message", "role": "user", "content": [answer]}
+        started = time.perf_counter()
+        done = await client.post(url, json={**body, "input": [message]}, headers=headers)
+        seconds = time.perf_counter() - started
+        text = "".join(e["delta"] for e in sse_payloads(done.text) if e["type"] == "response.output_text.delta")
+        return seconds, text == f"deployed: {target}"
+
+    async def one_turn(client: httpx.AsyncClient, url: str, headers: Any, body: Any, index: int) -> tuple[float, bool]:
+        started = time.perf_counter()
+        done = await client.post(url, json={**body, "input": f"hello {index}"}, headers=headers)
+        seconds = time.perf_counter() - started
+        text = "".join(e["delta"] for e in sse_payloads(done.text) if e["type"] == "response.output_text.delta")
+        return seconds, text.startswith("done")
+
+    rows = [await devui_side("ours", n, deployer.build().as_agent(name="deployer"), approval)]
+    rows[-1] = _with_duplicates(rows[-1], [f"devui {n} {index}" for index in range(n)])
+    with faked_openai():
+        rows.append(await devui_side("core", n, plain_agent(), one_turn))
+    return rows
+
+
+HOSTS: dict[str, HostBench] = {"responses": bench_responses, "agui": bench_agui, "devui": bench_devui}
+"""Host name -> its benchmark: an async function of N returning its rows (ours, then core)."""
 
 
 async def main() -> None:

@@ -298,11 +298,7 @@ def test_bench_hosts_quick_prints_every_row() -> None:
     from script_runner import assert_ok, run_script
 
     out = assert_ok(run_script(ROOT / "benchmarks" / "bench_hosts.py", "--quick", timeout=240))
-    rows = [line.split() for line in out.splitlines() if line.startswith(("responses ", "agui "))]
-    assert [(row[0], row[1], row[2]) for row in rows] == [
-        ("responses", "ours", "5"),
-        ("responses", "core", "5"),
-        ("agui", "ours", "5"),
-        ("agui", "core", "5"),
-    ], out
-    assert [row[-1] for row in rows] == ["0"] * 4, out
+    rows = [line.split() for line in out.splitlines() if line.startswith(("responses ", "agui ", "devui "))]
+    expected = [(host, side, "5") for host in ("responses", "agui", "devui") for side in ("ours", "core")]
+    assert [(row[0], row[1], row[2]) for row in rows] == expected, out
+    assert [row[-1] for row in rows] == ["0"] * 6, out
