@@ -121,8 +121,10 @@ class _ResponsesHost:
         max_body_bytes: int,
         retry_after: int,
         forward_options: Collection[str],
+        scope: Callable[[Request], str] | None,
     ) -> None:
         self.agent = agent
+        self.scope = scope
         self.session_store = session_store
         self.max_body_bytes = max_body_bytes
         self.retry_after = retry_after
@@ -158,10 +160,10 @@ class _ResponsesHost:
             raise _Refusal(413, "body_too_large", f"The request body is larger than {limit} bytes.")
         return b"".join(chunks)
 
-    async def begin(self, request: ResponsesRequest, response_id: str) -> _Turn:
+    async def begin(self, request: ResponsesRequest, response_id: str, scope: str) -> _Turn:
         """Find the session and take the conversation's busy key (one request at a time per conversation)."""
         if request.conversation_id is not None:
-            key = f"conversation:{request.conversation_id}"
+            key = f"{scope}conversation:{request.conversation_id}"
             self.take(key)
             try:
                 session = await self.session_store.get(key) or self.agent.create_session(session_id=key)
@@ -169,11 +171,11 @@ class _ResponsesHost:
                 self.busy.discard(key)
                 raise
             return _Turn(self, key, key, session)
-        store_key = f"response:{response_id}"
+        store_key = f"{scope}response:{response_id}"
         if request.previous_response_id is None:
             session = self.agent.create_session(session_id=store_key)
         else:
-            found = await self.session_store.get(f"response:{request.previous_response_id}")
+            found = await self.session_store.get(f"{scope}response:{request.previous_response_id}")
             if found is None:
                 raise _Refusal(
                     400,
@@ -249,15 +251,19 @@ class _ResponsesHost:
     async def handle(self, http: Request) -> Response:
         """One ``POST``: check, take the conversation, run detached, answer JSON or SSE (or an error)."""
         request: ResponsesRequest | None = None
+        scope = f"{self.scope(http)}/" if self.scope is not None else ""  # may raise the app's HTTPException
+        response_id = create_response_id()
         try:
             body = decode_body(await self.read_body(http))
             request = parse_request(body)
-            response_id = create_response_id()
-            turn = await self.begin(request, response_id)
+            turn = await self.begin(request, response_id, scope)
         except _Refusal as refusal:
             return self.error(refusal)
         except InvalidRequestError as exc:
             return self.error(_Refusal(400, exc.code, str(exc), param=exc.param))
+        except Exception:  # the session store failed
+            logger.exception("Reading the session of response %s failed", response_id)
+            return self.error(_Refusal(500, "server_error", "The session store failed; retry later."))
         options = self.options(body)
         try:
             if not request.stream:
@@ -323,6 +329,7 @@ def responses_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     retry_after: int = 1,
     forward_options: Collection[str] = (),
+    scope: Callable[[Request], str] | None = None,
 ) -> FastAPI:
     """A FastAPI app that serves ``agent`` over the OpenAI Responses API, correct by default.
 
@@ -356,12 +363,17 @@ def responses_app(
 
     Keyword Args:
         session_store: Where sessions live (core's in-memory ``SessionStore`` by default, which never
-            evicts; pass a shared store for several workers). Keys: ``conversation:<id>``, ``response:<id>``.
+            evicts; pass a shared store for several workers). Keys: ``[<scope>/]conversation:<id>``,
+            ``[<scope>/]response:<id>``.
         path: The route's path; ``/v1/responses`` lets an ``openai`` client use ``base_url=".../v1"``.
         max_body_bytes: The largest request body read.
         retry_after: Seconds in ``Retry-After`` of a 409 that a retry can fix.
         forward_options: Request fields passed to the agent as run options (none by default: options are
             caller-controlled).
+        scope: Who is calling, from the request (for example the user your authentication middleware
+            verified): conversations and responses of one scope are invisible to another. Without it,
+            anyone who can reach the route and knows a conversation id (client-chosen) or a response
+            id (random) can continue it. It may raise ``fastapi.HTTPException`` (401) to refuse.
 
     Returns:
         The app (mount it or serve it with uvicorn); ``app.state.responses_host`` is the route's state.
@@ -378,6 +390,7 @@ def responses_app(
         max_body_bytes=max_body_bytes,
         retry_after=retry_after,
         forward_options=forward_options,
+        scope=scope,
     )
     app = FastAPI(lifespan=host.lifespan)
     app.state.responses_host = host

@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 from agent_framework import RunContext, SessionStore
+from fastapi import HTTPException, Request
 from hosting_support import DEPLOYS, deployer
 from responses_support import Responses, approval_items, approve, serve_agent, text_of
 
@@ -310,3 +311,29 @@ def test_the_error_mapping(error: Exception, status: int | None, code: str | Non
         return
     assert refusal is not None
     assert (refusal.status, refusal.code, refusal.retry) == (status, code, retry)
+
+
+def test_scope_keeps_each_callers_conversations_apart(serve: Any, http: httpx.Client) -> None:
+    """With ``scope=`` (here: the user a header names, as an authentication middleware would set it), the same
+    conversation id of two users is two conversations, a response id of one user is unknown to the other, and
+    a caller without a scope is refused by the app's own ``HTTPException``."""
+
+    def user(request: Request) -> str:
+        name = request.headers.get("x-user")
+        if not name:
+            raise HTTPException(status_code=401, detail="who are you?")
+        return name
+
+    app = responses_app(deployer.build().as_agent(name="deployer"), scope=user)
+    url = f"{serve(app).base}/v1/responses"
+    ann, bob = {"x-user": "ann"}, {"x-user": "bob"}
+    paused = http.post(url, json={"conversation": "conv_shared", "input": "ann's"}, headers=ann).json()
+    assert approval_items(paused)
+    bobs = http.post(url, json={"conversation": "conv_shared", "input": "bob's"}, headers=bob)
+    assert bobs.status_code == 200 and approval_items(bobs.json())  # not ann's pause: a conversation of his own
+    stolen = http.post(url, json={"previous_response_id": paused["id"], "input": [approve("auto::0")]}, headers=bob)
+    assert stolen.status_code == 400
+    assert stolen.json()["error"]["code"] == "previous_response_not_found"
+    assert http.post(url, json={"input": "anonymous"}).status_code == 401
+    done = http.post(url, json={"conversation": "conv_shared", "input": [approve("auto::0")]}, headers=ann)
+    assert text_of(done.json()) == "deployed: ann's"
