@@ -378,12 +378,18 @@ def responses_app(
     Returns:
         The app (mount it or serve it with uvicorn); ``app.state.responses_host`` is the route's state.
 
+    Raises:
+        ValueError: ``max_body_bytes`` is not a positive integer or ``retry_after`` a non-negative one.
+
     Examples:
         .. code-block:: python
 
             app = responses_app(review.build().as_agent(name="review"))
             uvicorn.run(app, host="127.0.0.1", port=8000)  # OpenAI(base_url="http://127.0.0.1:8000/v1")
     """
+    for name, value, least in (("max_body_bytes", max_body_bytes, 1), ("retry_after", retry_after, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise ValueError(f"{name} must be an integer of at least {least}, not {value!r}.")
     host = _ResponsesHost(
         agent,
         session_store if session_store is not None else SessionStore(),

@@ -337,3 +337,9 @@ def test_scope_keeps_each_callers_conversations_apart(serve: Any, http: httpx.Cl
     assert http.post(url, json={"input": "anonymous"}).status_code == 401
     done = http.post(url, json={"conversation": "conv_shared", "input": [approve("auto::0")]}, headers=ann)
     assert text_of(done.json()) == "deployed: ann's"
+
+
+@pytest.mark.parametrize("options", [{"max_body_bytes": 0}, {"max_body_bytes": 1.5}, {"retry_after": -1}])
+def test_bad_settings_are_refused_at_the_call(options: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match=next(iter(options))):
+        responses_app(deployer.build().as_agent(name="deployer"), **options)
