@@ -32,12 +32,12 @@ from ._errors import (
     ResponseMismatchError,
     WorkflowRunningError,
 )
-from ._hosting_responses import responses_approval_messages, responses_to_run_with_approvals
 from ._redis_checkpoint import RedisCheckpointStorage
 from ._redis_store import RedisContinuationStore
 from ._sqlite_store import SQLiteContinuationStore
 from ._store import ContinuationRecord, ContinuationStore
 from ._workflow import FunctionalWorkflow, FunctionalWorkflowRunResult
+from .hosting._responses_input import responses_approval_messages, responses_to_run_with_approvals
 
 try:
     __version__ = importlib.metadata.version("agent-framework-functional")

@@ -101,3 +101,14 @@ def test_every_module_states_its_job_and_stays_small() -> None:
         assert first.endswith("."), f"{name}: the first docstring line states its job in one sentence"
         lines = len((PACKAGE / f"{name}.py").read_text(encoding="utf-8").splitlines())
         assert lines <= MAX_LINES, f"{name}.py has {lines} lines"
+
+
+def test_hosting_modules_state_their_job_and_stay_small() -> None:
+    modules = sorted((PACKAGE / "hosting").glob("*.py"))
+    assert any(path.stem == "responses" for path in modules)
+    for path in modules:
+        text = path.read_text(encoding="utf-8")
+        docstring = ast.get_docstring(ast.parse(text))
+        assert docstring, f"hosting/{path.name} has no module docstring"
+        assert docstring.splitlines()[0].endswith("."), f"hosting/{path.name}: state its job in one sentence"
+        assert len(text.splitlines()) <= MAX_LINES, f"hosting/{path.name} is too long"

@@ -1,8 +1,9 @@
-"""One call per host, correct by default: AG-UI (``agui_endpoint``) and DevUI (``serve_devui``, ``devui_app``).
+"""One call per host, correct by default: AG-UI, DevUI and the OpenAI Responses API.
 
-Installed with the ``hosting`` extra (``pip install "agent-framework-functional[hosting]"``). Each host
-package is imported only when its call is first used, so ``import agent_framework_functional`` never
-needs them. README "Host it" shows each call.
+Installed with the ``hosting`` extra (``pip install "agent-framework-functional[hosting]"``):
+``agui_endpoint`` (AG-UI), ``serve_devui`` / ``devui_app`` (DevUI) and ``responses_app``
+(``agent-framework-hosting-responses``). Each host package is imported only when its call is first
+used, so ``import agent_framework_functional`` never needs them. README "Host it" shows each call.
 """
 
 from __future__ import annotations
@@ -13,14 +14,26 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .agui import agui_endpoint
     from .devui import devui_app, serve_devui
+    from .responses import responses_app
 
-_MODULES = {"agui_endpoint": ".agui", "devui_app": ".devui", "serve_devui": ".devui"}
+_MODULES = {
+    "agui_endpoint": ".agui",
+    "devui_app": ".devui",
+    "responses_app": ".responses",
+    "serve_devui": ".devui",
+}
 
-__all__ = ["agui_endpoint", "devui_app", "serve_devui"]
+__all__ = ["agui_endpoint", "devui_app", "responses_app", "serve_devui"]
 
 
 def __getattr__(name: str) -> Any:
     module = _MODULES.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(module, __name__), name)
+    try:
+        return getattr(importlib.import_module(module, __name__), name)
+    except ImportError as exc:
+        raise ImportError(
+            f"agent_framework_functional.hosting.{name} needs the hosting packages: "
+            'pip install "agent-framework-functional[hosting]"'
+        ) from exc

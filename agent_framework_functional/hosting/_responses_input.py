@@ -1,0 +1,292 @@
+"""Responses request bodies to agent input: answers as answer contents, the rest checked and parsed.
+
+``agent-framework-hosting-responses`` renders a paused :class:`FunctionalWorkflowAgent` run as a
+``function_call`` output item followed by an ``mcp_approval_request`` item (both with ``call_id`` /
+``id`` = the pending request id), but its input parser (``responses_to_run`` /
+``messages_from_responses_input``) refuses both standard answers, an ``mcp_approval_response`` item and a
+``function_call_output`` item (``ValueError: Unsupported Responses input content type``). This module
+takes those items out of the request body and hands them to the agent as ``function_approval_response``
+and ``function_result`` contents, which resume the conversation's pause chat-natively (the token comes
+from the session). :func:`parse_request` is the whole check of one request body for
+:func:`agent_framework_functional.hosting.responses_app`.
+
+The hosting packages are optional (``pip install "agent-framework-functional[hosting]"``) and imported
+only when a function here needs them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
+
+from agent_framework import Content, Message
+
+if TYPE_CHECKING:
+    from agent_framework_hosting import AgentRunArgs
+
+MCP_APPROVAL_RESPONSE = "mcp_approval_response"
+"""The Responses input item type that answers an ``mcp_approval_request`` (``approve``: true or false)."""
+
+FUNCTION_CALL_OUTPUT = "function_call_output"
+"""The Responses input item type that answers a ``function_call`` with a value (``output``: its JSON text)."""
+
+REQUEST_FUNCTION_NAME = "request_info"
+"""The function name :class:`FunctionalWorkflowAgent` gives each pending request's function call."""
+
+MAX_ID_LENGTH = 256
+"""The longest ``previous_response_id`` or conversation id the route accepts."""
+
+_ANSWER_TYPES = frozenset({MCP_APPROVAL_RESPONSE, FUNCTION_CALL_OUTPUT})
+# responses_to_run needs a non-empty input; when the request carries only answers it parses this
+# stand-in (for its options and validation) and the stand-in's message is dropped.
+_STAND_IN_INPUT = "answer"
+
+
+class InvalidRequestError(ValueError):
+    """A request body the route refuses with 400: ``param`` names the field at fault (internal)."""
+
+    def __init__(self, message: str, *, param: str | None = None, code: str = "invalid_request") -> None:
+        super().__init__(message)
+        self.param = param
+        self.code = code
+
+
+@dataclass(frozen=True, slots=True)
+class ResponsesRequest:
+    """One checked Responses request: the agent's input and where its conversation lives (internal)."""
+
+    messages: list[Message]
+    stream: bool
+    previous_response_id: str | None
+    conversation_id: str | None
+    answer_params: Mapping[str, str]
+    """Request id -> the input field that answers it (``input[2].output``), to name it in an error."""
+
+
+def _input_items(body: Mapping[str, Any]) -> Sequence[Any]:
+    value = body.get("input")
+    return cast("list[Any]", value) if isinstance(value, list) else []
+
+
+def _answer_type(item: Any) -> str | None:
+    if isinstance(item, Mapping):
+        kind = cast("Mapping[str, Any]", item).get("type")
+        return kind if kind in _ANSWER_TYPES else None
+    return None
+
+
+def _approval_content(item: Mapping[str, Any]) -> Content:
+    request_id = item.get("approval_request_id")
+    approve = item.get("approve")
+    if not isinstance(request_id, str) or not request_id:
+        raise ValueError("`mcp_approval_response` needs a non-empty string `approval_request_id`.")
+    if not isinstance(approve, bool):
+        raise ValueError("`mcp_approval_response` needs a boolean `approve`.")
+    call = Content.from_function_call(call_id=request_id, name=REQUEST_FUNCTION_NAME)
+    return Content.from_function_approval_response(approve, id=request_id, function_call=call)
+
+
+def _result_content(item: Mapping[str, Any]) -> Content:
+    call_id = item.get("call_id")
+    output = item.get("output")
+    if not isinstance(call_id, str) or not call_id:
+        raise ValueError("`function_call_output` needs a non-empty string `call_id` (the request id).")
+    if not isinstance(output, str):
+        raise ValueError("`function_call_output` needs a string `output`: the JSON text of the answer.")
+    try:
+        value: Any = json.loads(output)
+    except json.JSONDecodeError:
+        value = output  # not JSON: the text itself (a str request's answer)
+    except RecursionError:
+        raise ValueError("`function_call_output` `output` nests too deeply to read.") from None
+    return Content.from_function_result(call_id=call_id, result=value)
+
+
+def _answer_content(item: Mapping[str, Any]) -> Content:
+    return _approval_content(item) if item.get("type") == MCP_APPROVAL_RESPONSE else _result_content(item)
+
+
+def _answer_messages(answers: Sequence[Content]) -> list[Message]:
+    approvals = [content for content in answers if content.type == "function_approval_response"]
+    results = [content for content in answers if content.type == "function_result"]
+    return [Message(role, contents) for role, contents in (("user", approvals), ("tool", results)) if contents]
+
+
+def responses_approval_messages(body: Mapping[str, Any]) -> list[Message]:
+    """The ``mcp_approval_response`` items of a Responses request body, as agent input.
+
+    Each item ``{"type": "mcp_approval_response", "approval_request_id": ID, "approve": BOOL}`` becomes a
+    ``function_approval_response`` content with ``id=ID`` and ``approved=BOOL`` (the ID is the
+    ``mcp_approval_request`` item's ``id``, which is the pending request id). All of them go into one user
+    message; an optional ``reason`` is not passed on (the agent's answer to a ``bool`` request is the bool).
+    ``function_call_output`` items are left out (:func:`responses_to_run_with_approvals` takes both).
+
+    Args:
+        body: The Responses request body (``input`` may be a string or a list of items).
+
+    Returns:
+        ``[Message("user", [...])]`` with one approval response per item, or ``[]`` when there are none.
+
+    Raises:
+        ValueError: An ``mcp_approval_response`` item has no string ``approval_request_id`` or no boolean
+            ``approve``.
+
+    Examples:
+        .. code-block:: python
+
+            body = {"previous_response_id": "resp_1", "input": [
+                {"type": "mcp_approval_response", "approval_request_id": "auto::0", "approve": True}]}
+            [answer] = responses_approval_messages(body)
+            assert answer.contents[0].type == "function_approval_response"
+    """
+    contents = [
+        _approval_content(cast("Mapping[str, Any]", item))
+        for item in _input_items(body)
+        if _answer_type(item) == MCP_APPROVAL_RESPONSE
+    ]
+    return [Message("user", contents)] if contents else []
+
+
+def responses_to_run_with_approvals(body: Mapping[str, Any]) -> AgentRunArgs:
+    """``responses_to_run(body)`` that also accepts ``mcp_approval_response`` and ``function_call_output`` items.
+
+    A drop-in for ``agent_framework_hosting_responses.responses_to_run`` in an app-owned Responses route
+    (:func:`agent_framework_functional.hosting.responses_app` is the complete route): the other input items
+    (and the options, ``stream``, the continuation fields) are parsed by ``responses_to_run`` itself; the
+    answers become trailing messages: a user message of ``function_approval_response`` contents (see
+    :func:`responses_approval_messages`) and a tool message of ``function_result`` contents (``call_id`` =
+    the request id, ``result`` = the item's ``output`` parsed as JSON; text that is not JSON stays text).
+
+    Args:
+        body: The Responses request body.
+
+    Returns:
+        The ``AgentRunArgs`` mapping of ``responses_to_run``: ``messages``, ``options``, ``stream``.
+
+    Raises:
+        ImportError: ``agent-framework-hosting-responses`` is not installed (the ``hosting`` extra).
+        ValueError: Invalid input, continuation fields or answer items (as ``responses_to_run``).
+
+    Examples:
+        .. code-block:: python
+
+            run = responses_to_run_with_approvals(body)
+            result = await agent.run(run["messages"], session=session)
+    """
+    try:
+        from agent_framework_hosting_responses import responses_to_run
+    except ImportError as exc:  # pragma: no cover - depends on the installed extras
+        raise ImportError(
+            "responses_to_run_with_approvals needs agent-framework-hosting-responses: "
+            'pip install "agent-framework-functional[hosting]"'
+        ) from exc
+
+    items = _input_items(body)
+    answers = [_answer_content(cast("Mapping[str, Any]", item)) for item in items if _answer_type(item)]
+    if not answers:
+        return responses_to_run(body)
+    rest = [item for item in items if not _answer_type(item)]
+    run = responses_to_run({**body, "input": rest or _STAND_IN_INPUT})
+    parsed = cast("list[Message]", run["messages"]) if rest else []
+    run["messages"] = [*parsed, *_answer_messages(answers)]
+    return run
+
+
+def decode_body(raw: bytes) -> Mapping[str, Any]:
+    """The JSON object of a request body.
+
+    Raises:
+        InvalidRequestError: Not UTF-8 JSON, nested too deeply to read, not an object, or holding text no
+            UTF-8 reply could carry (unpaired surrogates).
+    """
+    try:
+        body: Any = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):  # JSONDecodeError is a ValueError
+        raise InvalidRequestError("The request body is not valid JSON.", code="invalid_json") from None
+    except RecursionError:
+        raise InvalidRequestError("The request body nests too deeply to read.", code="invalid_json") from None
+    if not isinstance(body, Mapping):
+        raise InvalidRequestError("The request body must be a JSON object.", code="invalid_json")
+    try:  # escaped unpaired surrogates (\ud800) decode, but no UTF-8 reply could carry them back
+        json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        message = "The request body holds unpaired surrogates (\\udXXX escapes)."
+        raise InvalidRequestError(message, code="invalid_json") from None
+    return cast("Mapping[str, Any]", body)
+
+
+def _id_field(body: Mapping[str, Any], name: str) -> str | None:
+    value = body.get(name)
+    if name == "conversation" and isinstance(value, Mapping):
+        value = cast("Mapping[str, Any]", value).get("id")
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or len(value) > MAX_ID_LENGTH:
+        raise InvalidRequestError(
+            f"`{name}` must be a non-empty string of at most {MAX_ID_LENGTH} characters.", param=name
+        )
+    return value
+
+
+def _session_fields(body: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    given = [name for name in ("previous_response_id", "conversation", "conversation_id") if body.get(name) is not None]
+    if len(given) > 1:
+        raise InvalidRequestError("Send one of `previous_response_id` and `conversation`, not both.", param=given[1])
+    conversation = _id_field(body, "conversation") or _id_field(body, "conversation_id")
+    return _id_field(body, "previous_response_id"), conversation
+
+
+def parse_request(body: Mapping[str, Any]) -> ResponsesRequest:
+    """Check one Responses request body and turn it into agent input.
+
+    Honoured fields: ``input`` (text or items; answers as ``mcp_approval_response`` /
+    ``function_call_output`` items), ``stream``, ``previous_response_id``, ``conversation`` (or the
+    older ``conversation_id``). Other fields (``model``, ``instructions``, sampling options) are ignored:
+    the workflow decides. ``continuation_token`` and ``background: true`` are refused.
+
+    Raises:
+        InvalidRequestError: What is wrong, with ``param`` naming the field.
+    """
+    from agent_framework_hosting_responses import messages_from_responses_input
+
+    if body.get("continuation_token") is not None:
+        raise InvalidRequestError(
+            "The continuation token stays on the server, in the conversation's session: answer a pending "
+            "request with an `mcp_approval_response` or `function_call_output` input item.",
+            param="continuation_token",
+        )
+    if body.get("background") not in (None, False):
+        raise InvalidRequestError("Background responses are not supported: send `stream: true`.", param="background")
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise InvalidRequestError("`stream` must be true or false.", param="stream")
+    previous_response_id, conversation_id = _session_fields(body)
+    raw_input = body.get("input")
+    items: list[Any] = cast("list[Any]", raw_input) if isinstance(raw_input, list) else []
+    answers: list[Content] = []
+    answer_params: dict[str, str] = {}
+    for index, item in enumerate(items):
+        if _answer_type(item):
+            try:
+                content = _answer_content(cast("Mapping[str, Any]", item))
+            except ValueError as exc:
+                raise InvalidRequestError(str(exc), param=f"input[{index}]") from None
+            request_id = content.id if content.type == "function_approval_response" else content.call_id
+            field = "" if content.type == "function_approval_response" else ".output"
+            answer_params.setdefault(str(request_id), f"input[{index}]{field}")
+            answers.append(content)
+    rest: Any = [item for item in items if not _answer_type(item)] if isinstance(raw_input, list) else raw_input
+    try:
+        messages = messages_from_responses_input(rest) if rest or not answers else []
+    except (ValueError, RecursionError) as exc:
+        message = str(exc) if isinstance(exc, ValueError) else "`input` nests too deeply to read."
+        raise InvalidRequestError(message, param="input") from None
+    return ResponsesRequest(
+        messages=[*messages, *_answer_messages(answers)],
+        stream=bool(stream),
+        previous_response_id=previous_response_id,
+        conversation_id=conversation_id,
+        answer_params=answer_params,
+    )

@@ -1,0 +1,405 @@
+"""The Responses host in one call: ``responses_app(agent)`` serves a FunctionalWorkflowAgent as ``POST /v1/responses``.
+
+Built on ``agent-framework-hosting-responses`` (its renderers ``responses_from_run`` /
+``responses_from_streaming_run``); this module owns what that package leaves to the app: the route, the
+conversation's session, one request at a time per conversation, runs that outlive a client that hangs
+up, and an error mapping where nothing a client sends is a 500. Needs the ``hosting`` extra.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Collection, Coroutine, Mapping
+from contextlib import asynccontextmanager
+from typing import Any, cast
+
+from agent_framework import AgentResponse, AgentResponseUpdate, AgentSession, ResponseStream, SessionStore
+from agent_framework_hosting_responses import create_response_id, responses_from_run, responses_from_streaming_run
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from .._agent import FunctionalWorkflowAgent
+from .._errors import (
+    ContinuationAuthorityError,
+    FunctionalWorkflowError,
+    PendingContinuationError,
+    ResponseMismatchError,
+    WorkflowRunningError,
+)
+from ._responses_input import InvalidRequestError, ResponsesRequest, decode_body, parse_request
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+"""The largest request body ``responses_app`` reads by default (1 MiB); a larger one is a 413."""
+
+_DRAIN_FACTOR = 16  # an oversized body is read to its end (so the client gets the 413) up to 16x the limit
+_END = object()
+
+
+class _Refusal(Exception):
+    """One HTTP error response: status, OpenAI-style error code and message, the field, whether to retry."""
+
+    def __init__(self, status: int, code: str, message: str, *, param: str | None = None, retry: bool = False):
+        super().__init__(message)
+        self.status, self.code, self.message, self.param, self.retry = status, code, message, param, retry
+
+
+def _refusal(exc: BaseException, request: ResponsesRequest | None = None) -> _Refusal | None:
+    """The HTTP answer to an error the agent raised on purpose (None: not the client's doing)."""
+    if isinstance(exc, WorkflowRunningError):
+        return _Refusal(409, "workflow_running", str(exc), retry=True)
+    if isinstance(exc, PendingContinuationError):
+        return _Refusal(409, "pending_request", str(exc))
+    if isinstance(exc, ContinuationAuthorityError):
+        return _Refusal(409, "continuation_refused", str(exc))
+    if isinstance(exc, ResponseMismatchError):
+        return _Refusal(400, "answer_mismatch", str(exc), param=_answer_param(exc, request))
+    if isinstance(exc, FunctionalWorkflowError):
+        if isinstance(exc, ValueError):
+            return _Refusal(400, "invalid_request", str(exc))
+        return _Refusal(409, "conflict", str(exc))
+    return None
+
+
+def _answer_param(exc: ResponseMismatchError, request: ResponsesRequest | None) -> str:
+    """The input field of the answer the agent refused: the one its message names, or the only one."""
+    fields: Mapping[str, str] = request.answer_params if request is not None else {}
+    named = [field for request_id, field in fields.items() if repr(request_id) in str(exc)]
+    if len(named) == 1:
+        return named[0]
+    return next(iter(fields.values())) if len(fields) == 1 else "input"
+
+
+class _Turn:
+    """One request's hold on its conversation: the session it writes back and the busy key it frees."""
+
+    def __init__(self, host: _ResponsesHost, lock_key: str, store_key: str, session: AgentSession) -> None:
+        self.host, self.lock_key, self.store_key, self.session = host, lock_key, store_key, session
+        self.write: asyncio.Future[None] | None = None
+        self.released = False
+        self.gone = False  # the client stopped reading the SSE body
+
+    def store(self) -> Awaitable[None]:
+        """Write the session once (a task of its own, shielded from the caller's cancellation); free the key after."""
+        if self.write is None:
+            self.write = asyncio.ensure_future(self._write())
+        return asyncio.shield(self.write)
+
+    async def _write(self) -> None:
+        try:
+            await self.host.session_store.set(self.store_key, self.session)
+        finally:
+            self.release()
+
+    def release(self) -> None:
+        if not self.released:
+            self.released = True
+            self.host.busy.discard(self.lock_key)
+
+    def settle(self) -> None:
+        """Free the key now, unless a write is in flight (it frees the key when done)."""
+        if self.write is None or self.write.done():
+            self.release()
+
+
+def _without_token(result: AgentResponse[Any]) -> AgentResponse[Any]:
+    # The token stays in the session: on the wire it would turn a pause into a background run (in_progress).
+    result.continuation_token = None
+    return result
+
+
+class _ResponsesHost:
+    """The route's state: the agent, the session store, the busy conversations and the detached runs."""
+
+    def __init__(
+        self,
+        agent: FunctionalWorkflowAgent,
+        session_store: SessionStore,
+        *,
+        max_body_bytes: int,
+        retry_after: int,
+        forward_options: Collection[str],
+        scope: Callable[[Request], str] | None,
+    ) -> None:
+        self.agent = agent
+        self.scope = scope
+        self.session_store = session_store
+        self.max_body_bytes = max_body_bytes
+        self.retry_after = retry_after
+        self.forward_options = frozenset(forward_options)
+        self.busy: set[str] = set()  # conversation keys with a request in flight; bounded by those requests
+        self.tasks: set[asyncio.Task[Any]] = set()
+
+    def error(self, refusal: _Refusal) -> JSONResponse:
+        kind = "server_error" if refusal.status >= 500 else "invalid_request_error"
+        body = {"error": {"type": kind, "code": refusal.code, "message": refusal.message, "param": refusal.param}}
+        headers = {"x-should-retry": "true" if refusal.retry else "false"}
+        if refusal.retry:
+            headers["retry-after"] = str(self.retry_after)
+        return JSONResponse(body, status_code=refusal.status, headers=headers)
+
+    def spawn(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        task = asyncio.ensure_future(work)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return task
+
+    async def read_body(self, request: Request) -> bytes:
+        limit = self.max_body_bytes
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit * _DRAIN_FACTOR:
+                break
+            if size <= limit:
+                chunks.append(chunk)
+        if size > limit:
+            raise _Refusal(413, "body_too_large", f"The request body is larger than {limit} bytes.")
+        return b"".join(chunks)
+
+    async def begin(self, request: ResponsesRequest, response_id: str, scope: str) -> _Turn:
+        """Find the session and take the conversation's busy key (one request at a time per conversation)."""
+        if request.conversation_id is not None:
+            key = f"{scope}conversation:{request.conversation_id}"
+            self.take(key)
+            try:
+                session = await self.session_store.get(key) or self.agent.create_session(session_id=key)
+            except BaseException:
+                self.busy.discard(key)
+                raise
+            return _Turn(self, key, key, session)
+        store_key = f"{scope}response:{response_id}"
+        if request.previous_response_id is None:
+            session = self.agent.create_session(session_id=store_key)
+        else:
+            found = await self.session_store.get(f"{scope}response:{request.previous_response_id}")
+            if found is None:
+                raise _Refusal(
+                    400,
+                    "previous_response_not_found",
+                    "No response with this id: send the `id` of a response this server returned.",
+                    param="previous_response_id",
+                )
+            session = found
+        # Every response of one chain shares the session id of its first: the agent's workflow instance.
+        self.take(session.session_id)
+        return _Turn(self, session.session_id, store_key, session)
+
+    def take(self, key: str) -> None:
+        if key in self.busy:
+            raise _Refusal(
+                409,
+                "conversation_busy",
+                "Another request of this conversation is still running; retry after it ends.",
+                retry=True,
+            )
+        self.busy.add(key)
+
+    def options(self, body: Any) -> dict[str, Any]:
+        return {name: body[name] for name in self.forward_options if name in body}
+
+    async def run_json(self, turn: _Turn, request: ResponsesRequest, response_id: str, options: Any) -> Any:
+        try:
+            result = await self.agent.run(request.messages, session=turn.session, options=options)
+        except BaseException as exc:
+            if _refusal(exc) is None:
+                await turn.store()  # the session says the run ended (a spent token is dropped)
+            turn.settle()
+            raise
+        await turn.store()  # frees the conversation once written, before the response is sent
+        conversation = request.conversation_id
+        return responses_from_run(_without_token(result), response_id=response_id, conversation_id=conversation)
+
+    async def produce(
+        self,
+        turn: _Turn,
+        request: ResponsesRequest,
+        response_id: str,
+        options: Any,
+        accepted: asyncio.Future[None],
+        queue: asyncio.Queue[Any],
+    ) -> None:
+        """Run the agent's stream to its end (whether or not the client still reads) and queue the SSE text."""
+        try:
+            try:
+                stream = self.agent.run(request.messages, session=turn.session, options=options, stream=True)
+                stream.with_cleanup_hook(turn.store).with_result_transform(_without_token)
+                first = await _first(stream)
+            except asyncio.CancelledError:
+                accepted.cancel()
+                raise
+            except Exception as exc:  # handed to the request's handler, which answers with its status
+                if _refusal(exc) is None:
+                    await turn.store()
+                accepted.set_exception(exc)
+                return
+            accepted.set_result(None)
+            sse = responses_from_streaming_run(
+                _continue(first, stream), response_id=response_id, conversation_id=request.conversation_id
+            )
+            async for chunk in sse:
+                if not turn.gone:
+                    queue.put_nowait(chunk)
+            await turn.store()  # written by the stream's cleanup hook already, before the terminal event
+        finally:
+            queue.put_nowait(_END)
+            turn.settle()
+
+    async def handle(self, http: Request) -> Response:
+        """One ``POST``: check, take the conversation, run detached, answer JSON or SSE (or an error)."""
+        request: ResponsesRequest | None = None
+        scope = f"{self.scope(http)}/" if self.scope is not None else ""  # may raise the app's HTTPException
+        response_id = create_response_id()
+        try:
+            body = decode_body(await self.read_body(http))
+            request = parse_request(body)
+            turn = await self.begin(request, response_id, scope)
+        except _Refusal as refusal:
+            return self.error(refusal)
+        except InvalidRequestError as exc:
+            return self.error(_Refusal(400, exc.code, str(exc), param=exc.param))
+        except Exception:  # the session store failed
+            logger.exception("Reading the session of response %s failed", response_id)
+            return self.error(_Refusal(500, "server_error", "The session store failed; retry later."))
+        options = self.options(body)
+        try:
+            if not request.stream:
+                payload = await asyncio.shield(self.spawn(self.run_json(turn, request, response_id, options)))
+                return JSONResponse(payload)
+            accepted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            queue: asyncio.Queue[Any] = asyncio.Queue()
+            self.spawn(self.produce(turn, request, response_id, options, accepted, queue))
+            await asyncio.shield(accepted)  # the first update: a refusal is still an HTTP status
+        except Exception as exc:
+            refusal = _refusal(exc, request)
+            if refusal is None:
+                logger.exception("The agent run of response %s failed", response_id)
+                refusal = _Refusal(500, "server_error", "The agent run failed; the conversation takes new input.")
+            return self.error(refusal)
+        return StreamingResponse(_sse_body(queue, turn), media_type="text/event-stream")
+
+    @asynccontextmanager
+    async def lifespan(self, _app: FastAPI) -> AsyncGenerator[None]:
+        yield
+        for task in list(self.tasks):  # runs whose clients left; the server is stopping
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+
+async def _first(stream: ResponseStream[AgentResponseUpdate, AgentResponse[Any]]) -> AgentResponseUpdate | None:
+    try:
+        return await stream.__anext__()
+    except StopAsyncIteration:
+        return None
+
+
+def _continue(
+    first: AgentResponseUpdate | None, stream: ResponseStream[AgentResponseUpdate, AgentResponse[Any]]
+) -> ResponseStream[AgentResponseUpdate, AgentResponse[Any]]:
+    """The agent's stream again, its first update (already read) included."""
+
+    async def updates() -> AsyncIterator[AgentResponseUpdate]:
+        if first is not None:
+            yield first
+            async for update in stream:
+                yield update
+
+    async def final(_: Any) -> AgentResponse[Any]:
+        return await stream.get_final_response()
+
+    return ResponseStream(updates(), finalizer=final)
+
+
+async def _sse_body(queue: asyncio.Queue[Any], turn: _Turn) -> AsyncIterator[str]:
+    try:
+        while (chunk := await queue.get()) is not _END:
+            yield cast(str, chunk)
+    finally:
+        turn.gone = True
+
+
+def responses_app(
+    agent: FunctionalWorkflowAgent,
+    *,
+    session_store: SessionStore | None = None,
+    path: str = "/v1/responses",
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    retry_after: int = 1,
+    forward_options: Collection[str] = (),
+    scope: Callable[[Request], str] | None = None,
+) -> FastAPI:
+    """A FastAPI app that serves ``agent`` over the OpenAI Responses API, correct by default.
+
+    ``POST {path}`` takes ``input`` (text or items), ``stream`` (SSE when true, else JSON), and
+    ``previous_response_id`` (continue from that response's immutable snapshot) or ``conversation``
+    (one mutable head, created on first use). A pause is a ``completed`` response whose output holds a
+    ``function_call`` item (``name="request_info"``, ``call_id`` = the request id, ``arguments``: the
+    request data and the answer's type) and an ``mcp_approval_request`` item (``id`` = the request id).
+    Answer with an ``mcp_approval_response`` item (``approval_request_id``, ``approve``: a ``bool``
+    request) or a ``function_call_output`` item (``call_id`` = the request id, ``output`` = the JSON text
+    of the value, any ``response_type``), or plain text for a lone ``str`` request.
+
+    What it sets, and why:
+
+    * The continuation token stays in the session (never on the wire): on a response it would render the
+      pause as a background run (``in_progress``; ``response.failed`` when streaming).
+    * One request at a time per conversation (per ``conversation``, and per chain of
+      ``previous_response_id`` responses, which share one workflow instance): another one gets 409
+      ``conversation_busy`` with ``Retry-After``; the busy set holds only requests in flight.
+    * Runs are detached from the connection and the session is written when the agent's stream ends,
+      before the terminal event: a client that hangs up (at the approval request or earlier) loses
+      nothing and can answer later; a failed run still writes the session, so it takes new input.
+    * Errors: bad input 400 (``param`` names the field; a wrong answer shape is ``answer_mismatch``),
+      unknown ``previous_response_id`` 400, a body over ``max_body_bytes`` 413, authority and pending
+      conflicts 409 (``x-should-retry: false``), a running workflow or busy conversation 409 with
+      ``Retry-After``; when streaming, a refusal is still an HTTP status (the route starts the SSE body
+      with the run's first update). Only a failure of the workflow itself is a 500, without details.
+
+    Args:
+        agent: The agent; one object serves every conversation.
+
+    Keyword Args:
+        session_store: Where sessions live (core's in-memory ``SessionStore`` by default, which never
+            evicts; pass a shared store for several workers). Keys: ``[<scope>/]conversation:<id>``,
+            ``[<scope>/]response:<id>``.
+        path: The route's path; ``/v1/responses`` lets an ``openai`` client use ``base_url=".../v1"``.
+        max_body_bytes: The largest request body read.
+        retry_after: Seconds in ``Retry-After`` of a 409 that a retry can fix.
+        forward_options: Request fields passed to the agent as run options (none by default: options are
+            caller-controlled).
+        scope: Who is calling, from the request (for example the user your authentication middleware
+            verified): conversations and responses of one scope are invisible to another. Without it,
+            anyone who can reach the route and knows a conversation id (client-chosen) or a response
+            id (random) can continue it. It may raise ``fastapi.HTTPException`` (401) to refuse.
+
+    Returns:
+        The app (mount it or serve it with uvicorn); ``app.state.responses_host`` is the route's state.
+
+    Raises:
+        ValueError: ``max_body_bytes`` is not a positive integer or ``retry_after`` a non-negative one.
+
+    Examples:
+        .. code-block:: python
+
+            app = responses_app(review.build().as_agent(name="review"))
+            uvicorn.run(app, host="127.0.0.1", port=8000)  # OpenAI(base_url="http://127.0.0.1:8000/v1")
+    """
+    for name, value, least in (("max_body_bytes", max_body_bytes, 1), ("retry_after", retry_after, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise ValueError(f"{name} must be an integer of at least {least}, not {value!r}.")
+    host = _ResponsesHost(
+        agent,
+        session_store if session_store is not None else SessionStore(),
+        max_body_bytes=max_body_bytes,
+        retry_after=retry_after,
+        forward_options=forward_options,
+        scope=scope,
+    )
+    app = FastAPI(lifespan=host.lifespan)
+    app.state.responses_host = host
+    endpoint: Callable[[Request], Awaitable[Response]] = host.handle
+    app.add_api_route(path, endpoint, methods=["POST"], include_in_schema=True)
+    return app
