@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 from agent_framework import CheckpointStorage, WorkflowEvent
 
+from ._answers import convert_answer
 from ._continuation import Continuation, issue_continuation, verify_token
-from ._core_compat import response_fits
 from ._errors import ContinuationAuthorityError, PendingContinuationError, ResponseMismatchError
 
 if TYPE_CHECKING:
@@ -135,14 +135,18 @@ def check_answers(
     responses: Mapping[str, Any],
     pending_ids: Any,
     requests: Mapping[str, WorkflowEvent[Any]],
-) -> None:
-    """Correlate answers with the pause, then check each known answer's type with core's rule.
+) -> dict[str, Any]:
+    """Correlate answers with the pause, then convert each known answer to its ``response_type``.
 
     Args:
         responses: The caller's answers by request id.
         pending_ids: The pause's pending request ids (any container of str).
         requests: Requests whose ``response_type`` is known: earlier rounds and the pending ones
             (earlier answers are passed again on a replay, and core checks every answer it reaches).
+
+    Returns:
+        The answers to hand to core: each known one converted (``_answers.convert_answer``: core's
+        rule, then pydantic's), the others as given.
 
     Raises:
         ResponseMismatchError: No answer names a pending request, or an answer does not fit its
@@ -156,18 +160,11 @@ def check_answers(
             "None of the responses answers a pending request. Key each answer by a request id of the "
             f"pause: {sorted(pending_ids)!r}. The continuation is still pending."
         )
+    converted = dict(responses)
     for request_id, event in requests.items():
-        if request_id not in responses:
-            continue
-        value, response_type = responses[request_id], event.response_type
-        if value is None or type(value) is response_type:
-            continue  # response_fits' own fast path, inlined: the common case of a resume
-        if not response_fits(value, response_type, request_id):
-            type_name = getattr(response_type, "__name__", repr(response_type))
-            raise ResponseMismatchError(
-                f"The answer to request {request_id!r} is not a {type_name} and cannot be converted to one. "
-                "Resume again with a value of that type; the continuation is still pending."
-            )
+        if request_id in converted:
+            converted[request_id] = convert_answer(converted[request_id], event.response_type, request_id)
+    return converted
 
 
 def raw_token(token: object) -> object:
@@ -271,9 +268,9 @@ class InMemoryAuthority:
         """
         del checkpoint_storage
         continuation = verify_token(raw_token(token), self.pending)
-        check_answers(responses, continuation.pending_requests, continuation.known_requests())
+        converted = check_answers(responses, continuation.pending_requests, continuation.known_requests())
         ticket = ResumeTicket()
-        ticket.claimed, ticket.responses = continuation, responses
+        ticket.claimed, ticket.responses = continuation, converted
         return ticket
 
     def accept_new_input(self, checkpoint_storage: CheckpointStorage | None) -> ResumeTicket:

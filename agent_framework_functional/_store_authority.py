@@ -319,7 +319,8 @@ class StoreAuthority(InMemoryAuthority):
         else:
             requests = ticket.requests
         assert ticket.responses is not None
-        check_answers(ticket.responses, record.pending_request_ids, requests)
+        ticket.responses = check_answers(ticket.responses, record.pending_request_ids, requests)
+        core_kwargs["responses"] = ticket.responses
         ticket.record = record
         ticket.requests = requests
         core_kwargs["checkpoint_id"] = record.checkpoint_id

@@ -333,7 +333,8 @@ class FunctionalWorkflow:
         # state changes, so a rejected call leaves it exactly as it was.
         core_kwargs: dict[str, Any] = {
             "message": message,
-            "responses": dict(responses) if responses is not None else None,
+            # A resume's answers as its authority converted them (each to its request's response_type).
+            "responses": dict(ticket.responses or responses) if responses is not None else None,
             "checkpoint_id": checkpoint_id,
             "checkpoint_storage": checkpoint_storage,
             **kwargs,
