@@ -31,6 +31,7 @@ from ._errors import (
     PauseNotSavedError,
     PendingContinuationError,
     ResponseMismatchError,
+    StaleContinuationError,
     WorkflowRunningError,
 )
 from ._hosting_responses import responses_approval_messages, responses_to_run_with_approvals
@@ -68,6 +69,7 @@ __all__ = [  # noqa: RUF022 - plain sorted(), as tests/test_public_api.py checks
     "RunContext",
     "SESSION_STATE_KEY",
     "SQLiteContinuationStore",
+    "StaleContinuationError",
     "VerifiedContinuation",
     "WorkflowRunningError",
     "__version__",

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from agent_framework import CheckpointStorage, WorkflowEvent
 
 from ._answers import convert_answer
-from ._continuation import Continuation, issue_continuation, verify_token
+from ._continuation import Continuation, issue_continuation, known_spent, remember_spent, verify_token
 from ._errors import ContinuationAuthorityError, PendingContinuationError, ResponseMismatchError
 
 if TYPE_CHECKING:
@@ -185,9 +185,13 @@ class InMemoryAuthority:
     Args:
         on_reset: Called whenever the pending continuation is dropped for good (abandoned, or found
             stale), so the workflow can drop core's replay state too.
+
+    Attributes:
+        conversation: Digest of the conversation this instance serves (``_session.conversation_of``),
+            set by the agent for a session's instance; None outside a conversation.
     """
 
-    __slots__ = ("_on_reset", "pending")
+    __slots__ = ("_on_reset", "conversation", "pending")
 
     store: ContinuationStore | None = None
     checkpoint_storage: CheckpointStorage | None = None
@@ -195,6 +199,9 @@ class InMemoryAuthority:
     def __init__(self, on_reset: Callable[[], None]) -> None:
         self._on_reset = on_reset
         self.pending: Continuation | None = None
+        # The conversation (agent session) this instance serves, set by the agent; None outside one.
+        # In memory the instance itself is the conversation's; a store records it with each pause.
+        self.conversation: str | None = None
 
     # ------------------------------------------------------------------ views
 
@@ -238,14 +245,21 @@ class InMemoryAuthority:
         """:meth:`verify`; with a store also for pauses held elsewhere (see ``StoreAuthority``)."""
         return self.verify(token)
 
-    async def is_stale(self, token: object) -> bool:
-        """True only when ``token`` is known to be spent, abandoned or expired (in memory: never known).
+    def known_stale(self, token: object) -> bool | None:
+        """Whether ``token`` is known to resume nothing, without I/O; None when only the store can tell.
 
-        A token this instance does not hold may be held by another instance in memory, so only a
-        continuation store can say it is gone.
+        In memory: True when this process spent or abandoned it (``_continuation.known_spent``), else
+        False (a token this instance does not hold may be held by another instance in memory).
         """
-        del token
-        return False
+        return known_spent(raw_token(token))
+
+    async def is_stale(self, token: object) -> bool:
+        """True only when ``token`` is known to be spent, abandoned or expired (in memory: spent here).
+
+        A token this instance does not hold may be held by another instance in memory, so in memory
+        only a token this process spent or abandoned is known to be gone.
+        """
+        return known_spent(raw_token(token))
 
     async def is_current(self, token: object) -> bool:
         """True when ``token`` still authorises a resume (read-only; a cheap check, no checkpoint read)."""
@@ -315,6 +329,7 @@ class InMemoryAuthority:
         if continuation is None:
             return None
         ticket.claimed = None
+        remember_spent(continuation.secret)
         if self.pending is continuation:
             self.pending = None
         return continuation.known_requests()
@@ -376,6 +391,8 @@ class InMemoryAuthority:
         self.abandon(token, force=force)
 
     def drop(self) -> None:
-        """Forget the pending continuation and let the workflow drop its replay state."""
+        """Forget the pending continuation (remembered as spent) and let the workflow drop its replay state."""
+        if self.pending is not None:
+            remember_spent(self.pending.secret)
         self.pending = None
         self._on_reset()

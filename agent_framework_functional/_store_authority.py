@@ -29,7 +29,7 @@ from typing import Any, cast
 from agent_framework import CheckpointStorage, WorkflowCheckpoint, WorkflowEvent
 
 from ._authority import InMemoryAuthority, ResumeTicket, VerifiedContinuation, check_answers, raw_token, verdict_of
-from ._continuation import Continuation, hash_secret, issue_continuation, matches, presented_secret
+from ._continuation import Continuation, hash_secret, issue_continuation, known_spent, matches, presented_secret
 from ._errors import (
     CheckpointRestoreConflictError,
     ContinuationAuthorityError,
@@ -180,6 +180,10 @@ class StoreAuthority(InMemoryAuthority):
             earlier_requests=earlier_requests(record, requests),
         )
 
+    def known_stale(self, token: object) -> bool | None:
+        """True when this process spent or abandoned ``token``; else None: the store decides."""
+        return True if known_spent(raw_token(token)) else None
+
     async def is_stale(self, token: object) -> bool:
         """True when the store no longer has ``token``'s pause ``issued`` (spent, abandoned, expired, unknown).
 
@@ -205,14 +209,16 @@ class StoreAuthority(InMemoryAuthority):
         """The record of ``token_hash`` if this workflow may act on it (the one record check).
 
         Raises:
-            ContinuationAuthorityError: No record, another workflow or version, not ``issued``, or
-                expired (unless ``allow_expired``).
+            ContinuationAuthorityError: No record, another workflow or version, another conversation
+                (both this instance and the record name one), not ``issued``, or expired (unless
+                ``allow_expired``).
         """
         record = await self.store.get(token_hash)
         name, signature_hash = self._identity()
         if (
             record is None
             or not record.belongs_to(name, signature_hash)
+            or not _same_conversation(record.conversation, self.conversation)
             or record.status != "issued"
             or not (allow_expired or record.is_claimable(self.store.now()))
         ):
@@ -408,6 +414,7 @@ class StoreAuthority(InMemoryAuthority):
                 created_at=now,
                 expires_at=now + self.store.ttl_seconds,
                 response_types=describe_requests(continuation.known_requests()),
+                conversation=self.conversation,
             )
         )
         self.pending = continuation
@@ -510,6 +517,15 @@ def earlier_requests(
         if response_type is not None:
             events[request_id] = WorkflowEvent.request_info(request_id, "", None, response_type)
     return events
+
+
+def _same_conversation(recorded: str | None, here: str | None) -> bool:
+    """A session's instance acts only on its own conversation's pauses (or unbound ones, older records).
+
+    An instance outside a conversation (a workflow used directly, an agent called without a session)
+    may act on any pause whose token it presents: the token alone is its authority.
+    """
+    return recorded is None or here is None or recorded == here
 
 
 def make_authority(

@@ -46,6 +46,7 @@ EXPECTED_ALL = [
     "RunContext",
     "SESSION_STATE_KEY",
     "SQLiteContinuationStore",
+    "StaleContinuationError",
     "VerifiedContinuation",
     "WorkflowRunningError",
     "__version__",
