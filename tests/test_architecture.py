@@ -87,7 +87,7 @@ def test_deferred_imports_are_only_the_documented_one() -> None:
 
 def test_agent_and_chat_do_not_import_the_store_modules() -> None:
     graph = _module_graph()
-    for name in ("_agent", "_agent_run", "_chat", "_workflow"):
+    for name in ("_agent", "_agent_plan", "_agent_run", "_chat", "_workflow"):
         assert not graph[name] & {"_store", "_sqlite_store", "_redis_store"}, name
 
 
