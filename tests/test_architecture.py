@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "agent_framework_functional"
-MAX_LINES = 550  # "near 400": the longest modules carry long docstrings (run(), verify_*)
+MAX_LINES = 500  # "near 400": the longest modules carry long docstrings (run(), verify_*)
 # The one deferred import: from a workflow instance back to its chat adapter (as_agent).
 DEFERRED_ALLOWED = {("_workflow", "_agent")}
 
