@@ -16,6 +16,7 @@ import importlib.metadata
 from agent_framework import RunContext, get_run_context, step
 
 from ._agent import FunctionalWorkflowAgent
+from ._answers import response_schema
 from ._authority import VerifiedContinuation
 from ._continuation import FunctionalWorkflowContinuationToken, continuation_token_hash
 from ._definition import FunctionalWorkflowDefinition, workflow
@@ -30,10 +31,12 @@ from ._errors import (
     PauseNotSavedError,
     PendingContinuationError,
     ResponseMismatchError,
+    StaleContinuationError,
     WorkflowRunningError,
 )
 from ._redis_checkpoint import RedisCheckpointStorage
 from ._redis_store import RedisContinuationStore
+from ._session import SESSION_STATE_KEY
 from ._sqlite_store import SQLiteContinuationStore
 from ._store import ContinuationRecord, ContinuationStore
 from ._workflow import FunctionalWorkflow, FunctionalWorkflowRunResult
@@ -44,7 +47,7 @@ try:
 except importlib.metadata.PackageNotFoundError:  # pragma: no cover - running from a source tree
     __version__ = "0.0.0"
 
-__all__ = [
+__all__ = [  # noqa: RUF022 - plain sorted(), as tests/test_public_api.py checks
     "CheckpointRestoreConflictError",
     "ContinuationAuthorityError",
     "ContinuationRecord",
@@ -64,13 +67,16 @@ __all__ = [
     "RedisContinuationStore",
     "ResponseMismatchError",
     "RunContext",
+    "SESSION_STATE_KEY",
     "SQLiteContinuationStore",
+    "StaleContinuationError",
     "VerifiedContinuation",
     "WorkflowRunningError",
     "__version__",
     "continuation_token_hash",
     "emit_update",
     "get_run_context",
+    "response_schema",
     "responses_approval_messages",
     "responses_to_run_with_approvals",
     "step",

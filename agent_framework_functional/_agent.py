@@ -20,6 +20,7 @@ from agent_framework import (
     WorkflowEvent,
 )
 
+from ._agent_plan import CallPlanner
 from ._agent_run import AgentRunner, close_workflow_stream, drop_workflow_stream
 from ._chat import InputMapper, input_mode_for
 from ._session import clear_session_token, session_token
@@ -181,9 +182,10 @@ class FunctionalWorkflowAgent(BaseAgent):
         self._workflow = workflow
         self._input_mapper: InputMapper | None = input_mapper
         self.continuation_token_on_response: bool = continuation_token_on_response
-        self._runner = AgentRunner(
+        self._planner = CallPlanner(
             self, workflow, input_mapper, input_mode_for(workflow.definition.func), text_answers=text_answers
         )
+        self._runner = AgentRunner(self, self._planner)
 
     @property
     def workflow(self) -> FunctionalWorkflow:
@@ -214,7 +216,7 @@ class FunctionalWorkflowAgent(BaseAgent):
             none attached, e.g. a session restored in another process: its pause is in the
             continuation store, see :meth:`FunctionalWorkflow.verify_continuation_token_async`).
         """
-        workflow = self._runner.workflow_for(session, create=False)
+        workflow = self._planner.workflow_for(session, create=False)
         return workflow.pending_requests if workflow is not None else MappingProxyType({})
 
     def workflow_for(self, session: AgentSession | None) -> FunctionalWorkflow | None:
@@ -227,7 +229,7 @@ class FunctionalWorkflowAgent(BaseAgent):
             The instance attached to ``session`` while it has something pending or running (None
             when it has none attached).
         """
-        return self._runner.workflow_for(session, create=False)
+        return self._planner.workflow_for(session, create=False)
 
     def abandon_continuation(
         self,
@@ -251,12 +253,12 @@ class FunctionalWorkflowAgent(BaseAgent):
             ContinuationAuthorityError: Missing or wrong token without ``force``; nothing changes.
             WorkflowRunningError: A run is in progress.
         """
-        workflow = self._runner.workflow_for(session)
+        workflow = self._planner.workflow_for(session)
         assert workflow is not None
         try:
             workflow.abandon_continuation(self._abandon_token(token, force, session), force=force)
         finally:
-            self._runner.release(session, workflow)  # a rejected call leaves no instance behind
+            self._planner.release(session, workflow)  # a rejected call leaves no instance behind
         self._forget_abandoned(session, workflow)
 
     async def abandon_continuation_async(
@@ -287,12 +289,12 @@ class FunctionalWorkflowAgent(BaseAgent):
                 nothing changes.
             WorkflowRunningError: A run is in progress.
         """
-        workflow = self._runner.workflow_for(session)
+        workflow = self._planner.workflow_for(session)
         assert workflow is not None
         try:
             await workflow.abandon_continuation_async(self._abandon_token(token, force, session), force=force)
         finally:
-            self._runner.release(session, workflow)  # a rejected call leaves no instance behind
+            self._planner.release(session, workflow)  # a rejected call leaves no instance behind
         self._forget_abandoned(session, workflow)
 
     def _abandon_token(
@@ -303,10 +305,10 @@ class FunctionalWorkflowAgent(BaseAgent):
 
     def _forget_abandoned(self, session: AgentSession | None, workflow: FunctionalWorkflow) -> None:
         if session is None:
-            self._runner.forget_answers()
+            self._planner.forget_answers()
             return
         clear_session_token(session, self.id)
-        self._runner.release(session, workflow)
+        self._planner.release(session, workflow)
 
     @overload
     def run(
@@ -402,7 +404,7 @@ class FunctionalWorkflowAgent(BaseAgent):
         first ``await`` of the result or the first iteration of the stream, not at this call; the
         rejected call changes nothing.
         """
-        plan = self._runner.plan(
+        plan = self._planner.plan(
             messages,
             session=session,
             responses=responses,

@@ -1,115 +1,38 @@
-"""One agent call of FunctionalWorkflowAgent: acceptance, the workflow run as updates, providers, session.
+"""Running one accepted agent call of FunctionalWorkflowAgent: providers, the workflow run as updates, the session.
 
-:class:`AgentRunner` is owned by one agent. :meth:`AgentRunner.plan` decides synchronously whether a
-call is a chat-native resume, an explicit resume or restore, or a fresh run, and raises at the
-call site for every rejection; :meth:`AgentRunner.updates` then runs the context providers before
-and after the workflow run (as core's graph ``WorkflowAgent`` does), converts the workflow's events
-with ``_updates.UpdateConverter`` and keeps the session's stored token equal to the live one. Both
-agent run modes use it: streaming yields its updates, non-streaming folds them (:meth:`respond`).
+:class:`AgentRunner` runs a :class:`~._agent_plan.RunPlan` that ``_agent_plan.CallPlanner`` accepted:
+it finishes a deferred acceptance (the store read) before anything else, runs the context providers
+before and after the workflow run (as core's graph ``WorkflowAgent`` does), converts the workflow's
+events with ``_updates.UpdateConverter``, puts the token on the last update and settles the session
+(its stored token equal to the live one). Both agent run modes use it: streaming yields its updates,
+non-streaming folds them (:meth:`AgentRunner.respond`).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from agent_framework import (
     AgentResponse,
     AgentResponseUpdate,
     AgentSession,
-    CheckpointStorage,
-    Content,
     HistoryProvider,
     InMemoryHistoryProvider,
-    Message,
-    ResponseStream,
     SessionContext,
     WorkflowEvent,
 )
 
-from ._authority import VerifiedContinuation
-from ._chat import (
-    InputMapper,
-    InputMode,
-    answer_contents,
-    answer_tail,
-    chat_messages,
-    check_authority,
-    has_other_contents,
-    is_chat_input,
-    map_input,
-    resume_part,
-    text_answer,
-)
-from ._chat import (
-    answers_to_responses as _answers_to_responses,
-)
-from ._continuation import FunctionalWorkflowContinuationToken, presented_secret
+from ._agent_plan import CallPlanner, RunPlan
+from ._chat import map_input
+from ._continuation import FunctionalWorkflowContinuationToken
 from ._core_compat import set_context_response
-from ._errors import (
-    AGENT_PENDING_CONTINUATION_MESSAGE,
-    ContinuationAuthorityError,
-    PendingContinuationError,
-    WorkflowRunningError,
-)
-from ._session import (
-    attach_workflow,
-    attached_workflow,
-    clear_session_token,
-    detach_workflow,
-    resolve_token,
-    session_answers,
-    session_token,
-    store_session_token,
-)
+from ._session import clear_session_token, session_token, store_session_token
 from ._updates import UpdateConverter
-from ._workflow import FunctionalWorkflow, FunctionalWorkflowRunResult, authority_of
+from ._workflow import FunctionalWorkflowRunResult, authority_of
 
 if TYPE_CHECKING:
     from ._agent import FunctionalWorkflowAgent
-
-
-@dataclass(slots=True)
-class RunPlan:
-    """An accepted agent call (internal): everything the async part needs, decided synchronously."""
-
-    workflow: FunctionalWorkflow
-    raw_input: Any
-    input_messages: list[Message]
-    session: AgentSession | None
-    options: dict[str, Any]
-    checkpoint_storage: CheckpointStorage | None
-    run_kwargs: dict[str, Any] = field(default_factory=dict[str, Any])
-    # Every answer this run gives the workflow, remembered if it pauses again (earlier rounds included).
-    answers: dict[str, Any] = field(default_factory=dict[str, Any])
-    # Started at call time (so the workflow's own checks raise there) unless the workflow input
-    # is the conversation, which needs the context providers' messages first.
-    workflow_stream: ResponseStream[WorkflowEvent[Any], FunctionalWorkflowRunResult] | None = None
-    # Set when the agent stream was closed: iterating it afterwards must run nothing.
-    closed: bool = False
-    # A resume (or new input over a stored token) whose pause this process does not hold: checked
-    # through the continuation store inside the run.
-    deferred: _Deferred | None = None
-    # The conversation's instance was already live here (so a stored token it does not hold is stale).
-    was_live: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class _Deferred:
-    """A call to accept inside the run, once the store said whether its token is live (internal).
-
-    Attributes:
-        token: The token the call resumes with (argument, options or session).
-        answers: Chat-native answers of the call (empty for new text).
-        only_answers: The resumed part of the input carries nothing but answers.
-        messages: The part of the input a plain-text answer is read from.
-    """
-
-    token: Any
-    answers: list[Content]
-    only_answers: bool
-    messages: list[Message]
 
 
 def drop_workflow_stream(plan: RunPlan) -> None:
@@ -139,273 +62,17 @@ async def _final_token(plan: RunPlan) -> FunctionalWorkflowContinuationToken | N
 
 
 class AgentRunner:
-    """The call machinery of one :class:`FunctionalWorkflowAgent` (internal).
-
-    Without a session the agent is one conversation on its own workflow instance. With a session,
-    each conversation has its own instance (built from the same definition, with the same checkpoint
-    storage and continuation store), attached to the session object while it has something pending;
-    its token and the answers so far are in ``session.state``. Nothing about a conversation is kept
-    here, except the session-less conversation's answers so far.
+    """Runs the accepted calls of one :class:`FunctionalWorkflowAgent` (internal).
 
     Args:
         agent: The agent it serves (its id, name and context providers).
-        workflow: The workflow instance of the session-less conversation (and the template of the others).
-        input_mapper: The agent's explicit input mapper, if any.
-        input_mode: What the workflow function's message parameter receives (``_chat.input_mode_for``).
-        text_answers: A plain text reply answers the one pending ``str`` request.
+        planner: The agent's :class:`~._agent_plan.CallPlanner` (deferred acceptance, the conversations'
+            instances, the session-less conversation's answers so far).
     """
 
-    def __init__(
-        self,
-        agent: FunctionalWorkflowAgent,
-        workflow: FunctionalWorkflow,
-        input_mapper: InputMapper | None,
-        input_mode: InputMode,
-        *,
-        text_answers: bool = True,
-    ) -> None:
+    def __init__(self, agent: FunctionalWorkflowAgent, planner: CallPlanner) -> None:
         self.agent = agent
-        self.workflow = workflow
-        self.input_mapper = input_mapper
-        self.input_mode: InputMode = input_mode
-        self.text_answers = text_answers
-        # The session-less conversation's answers so far, valid only with the token they paused with.
-        self.answers_so_far: dict[str, Any] = {}
-        self.answers_token: dict[str, Any] | None = None
-
-    def forget_answers(self) -> None:
-        """Drop the session-less conversation's remembered answers (its continuation was abandoned)."""
-        self.answers_so_far, self.answers_token = {}, None
-
-    def workflow_for(self, session: AgentSession | None, *, create: bool = True) -> FunctionalWorkflow | None:
-        """The workflow instance of a conversation: the agent's own without a session, else the session's."""
-        if session is None:
-            return self.workflow
-        workflow = attached_workflow(self.workflow, session)
-        if workflow is None and create:
-            template = self.workflow
-            workflow = template.definition.build(
-                checkpoint_storage=template.checkpoint_storage, continuation_store=template.continuation_store
-            )
-            attach_workflow(self.workflow, session, workflow)
-        return workflow
-
-    def _remembered(self, session: AgentSession | None, token: Any) -> dict[str, Any]:
-        """The answers given so far in the run chain whose pause ``token`` names."""
-        secret = presented_secret(token.token if type(token) is VerifiedContinuation else token)
-        if secret is None:
-            return {}  # never raises, whatever the caller passed: the resume fails authority later
-        if session is not None:
-            return session_answers(session, self.agent.id, secret)
-        return dict(self.answers_so_far) if presented_secret(self.answers_token) == secret else {}
-
-    # ------------------------------------------------------------------ acceptance (synchronous)
-
-    def plan(
-        self,
-        messages: Any,
-        *,
-        session: AgentSession | None,
-        responses: Mapping[str, Any] | None,
-        continuation_token: Mapping[str, Any] | None,
-        checkpoint_id: str | None,
-        checkpoint_storage: CheckpointStorage | None,
-        options: Mapping[str, Any] | None,
-        run_kwargs: dict[str, Any],
-    ) -> RunPlan:
-        """Accept or reject the call, in the workflow's contract order, before anything runs."""
-        if options is not None and not isinstance(options, Mapping):  # pyright: ignore[reportUnnecessaryIsInstance]
-            raise TypeError("'options' must be a mapping of run options, for example {'continuation_token': token}.")
-        if session is None and not self.agent.continuation_token_on_response:
-            raise ValueError(
-                "This agent keeps continuation tokens in the session only (continuation_token_on_response=False): "
-                "pass session=... so the token of a pause is not lost."
-            )
-        input_messages = chat_messages(messages)
-        was_live = session is not None and self.workflow_for(session, create=False) is not None
-        workflow = self.workflow_for(session)
-        assert workflow is not None
-        plan = RunPlan(
-            workflow=workflow,
-            raw_input=messages,
-            input_messages=input_messages,
-            session=session,
-            options=dict(options or {}),
-            checkpoint_storage=checkpoint_storage,
-            run_kwargs=run_kwargs,
-            was_live=was_live,
-        )
-        try:
-            self._plan(plan, messages, responses, continuation_token, checkpoint_id)
-        except BaseException:
-            if not was_live:
-                self._release(plan)  # a rejected call leaves behind no instance it created
-            raise
-        return plan
-
-    def _plan(
-        self,
-        plan: RunPlan,
-        messages: Any,
-        responses: Mapping[str, Any] | None,
-        continuation_token: Mapping[str, Any] | None,
-        checkpoint_id: str | None,
-    ) -> None:
-        workflow, session, options = plan.workflow, plan.session, plan.options
-        # A caller that resends history (AG-UI) adds this turn's part after the last assistant message.
-        turn = resume_part(plan.input_messages)
-        tail = answer_tail(turn)  # answers at the very end resume, whatever text of this turn preceded them
-        answers = answer_contents(tail or turn) if responses is None and checkpoint_id is None else []
-        only_answers = bool(answers) and not has_other_contents(tail or turn)
-        stored = session_token(session, self.agent.id) if session is not None else None
-        pending_here = workflow.has_pending_continuation
-        if answers and (only_answers or pending_here or stored is not None):
-            # Chat-native resume: authority first, then the answers (nothing leaks without the token).
-            token = resolve_token(continuation_token, options, session, self.agent.id)
-            verified = check_authority(workflow, token)
-            if verified is None:
-                # A pause held in a continuation store, not here. The store lookup is asynchronous, so
-                # authority, conflict and the answers are checked in the run, in the same order.
-                plan.deferred = _Deferred(token, answers, only_answers, turn)
-                return
-            self._start_chat_resume(plan, verified, answers, only_answers, turn)
-            return
-        if responses is not None or checkpoint_id is not None:
-            # Explicit resume or checkpoint restore: the workflow runs every check at this call.
-            resume = responses is not None and checkpoint_id is None
-            token = resolve_token(continuation_token, options, session, self.agent.id) if resume else continuation_token
-            mapping = isinstance(responses, Mapping)
-            given = dict(responses) if mapping else {}  # not a mapping: the workflow's TypeError below
-            # Earlier rounds' answers too, as for chat-native answers (core's replay forgets them).
-            plan.answers = {**self._remembered(session, token), **given} if resume else given
-            plan.workflow_stream = workflow.run(
-                messages,
-                stream=True,
-                responses=plan.answers if resume and mapping else responses,
-                continuation_token=token,
-                checkpoint_id=checkpoint_id,
-                checkpoint_storage=plan.checkpoint_storage,
-                **plan.run_kwargs,
-            )
-            return
-        # Fresh run. Apply the workflow's acceptance rules for new input here: when the input does
-        # not depend on the context providers the workflow run starts right away (its own checks
-        # raise here too); otherwise it starts after the providers added their messages.
-        if messages is None:
-            raise ValueError(
-                "Nothing to run: pass messages (a new turn), messages that answer the pending requests, "
-                "responses=... with the continuation token, or checkpoint_id=... ."
-            )
-        if continuation_token is not None:
-            raise ValueError(
-                "'continuation_token' is only used to resume a pause (with answers or responses=...); a new turn "
-                "needs none. Drop the token from this call."
-            )
-        if pending_here:
-            token = resolve_token(None, options, session, self.agent.id)
-            if self.text_answers and session is not None and token is not None:
-                verified = check_authority(workflow, token)
-                text = text_answer(turn, verified) if verified is not None else None
-                if verified is not None and text is not None:
-                    self._resume(plan, verified, text)
-                    return
-            raise PendingContinuationError(AGENT_PENDING_CONTINUATION_MESSAGE)
-        if workflow.is_running:
-            raise WorkflowRunningError()
-        if self.input_mapper is not None and not is_chat_input(messages):
-            raise TypeError(
-                "This agent has an input_mapper, which maps chat input: pass str, Message, Content or a list of them."
-            )
-        if stored is not None:
-            # A restored session (another worker, a copy) with a token: live in the store means new input
-            # conflicts (or a text reply answers it); stale means a fresh run. Decided inside the run.
-            plan.deferred = _Deferred(stored, [], False, turn)
-            return
-        self._start_fresh(plan)
-
-    def _start_fresh(self, plan: RunPlan) -> None:
-        if self.input_mapper is None and self.input_mode != "messages":
-            workflow_input = map_input(self.input_mode, plan.raw_input, plan.input_messages, plan.input_messages, None)
-            plan.workflow_stream = plan.workflow.run(
-                workflow_input, stream=True, checkpoint_storage=plan.checkpoint_storage, **plan.run_kwargs
-            )
-
-    def _start_chat_resume(
-        self,
-        plan: RunPlan,
-        verified: VerifiedContinuation,
-        answers: Sequence[Content],
-        only_answers: bool,
-        turn: Sequence[Message],
-    ) -> None:
-        """After authority passed: check and convert the answers, then start the workflow's resume."""
-        if not only_answers:
-            raise ValueError(
-                "While a continuation is pending, send the answers alone: messages whose contents are only "
-                "function_approval_response / function_result contents for the pending requests. Send new "
-                "text after the workflow finished. The continuation is still pending."
-            )
-        del turn
-        self._resume(plan, verified, _answers_to_responses(answers, verified))
-
-    def _resume(self, plan: RunPlan, verified: VerifiedContinuation, converted: Mapping[str, Any]) -> None:
-        """Start the workflow's resume with the answers so far and the verified pause.
-
-        The verified pause goes to the workflow in place of the token, so the workflow does not
-        check it again (with a continuation store: no second store or checkpoint read).
-        """
-        answers_so_far = {**self._remembered(plan.session, verified), **converted}
-        plan.workflow_stream = plan.workflow.run(
-            stream=True,
-            responses=answers_so_far,
-            continuation_token=verified,
-            checkpoint_storage=plan.checkpoint_storage,
-            **plan.run_kwargs,
-        )
-        plan.answers = answers_so_far
-
-    async def _accept_deferred(self, plan: RunPlan, deferred: _Deferred) -> None:
-        """Accept a call whose pause is held elsewhere: store authority, conflict, then the answers.
-
-        The same order and errors as the synchronous path; a rejection raises before anything ran
-        or changed (the store is only read; the claim happens inside the workflow run).
-        """
-        workflow = plan.workflow
-        if not deferred.answers:
-            # New input over a stored token: a live pause conflicts (or takes a text reply); one the store
-            # says is spent or abandoned, or that this conversation's live instance does not hold, is
-            # forgotten and the run starts fresh. Otherwise nothing can say it is gone, and a pause must
-            # never be dropped silently: it conflicts (abandon to get out).
-            if plan.session is not None and (plan.was_live or await authority_of(workflow).is_stale(deferred.token)):
-                clear_session_token(plan.session, self.agent.id)
-                self._start_fresh(plan)
-                return
-            try:
-                verified = await workflow.verify_continuation_token_async(deferred.token)
-            except ContinuationAuthorityError:
-                raise PendingContinuationError(AGENT_PENDING_CONTINUATION_MESSAGE) from None  # held elsewhere
-            text = text_answer(deferred.messages, verified) if self.text_answers else None
-            if text is None:
-                raise PendingContinuationError(AGENT_PENDING_CONTINUATION_MESSAGE)
-            self._resume(plan, verified, text)
-            return
-        verified = await workflow.verify_continuation_token_async(deferred.token)
-        try:
-            await authority_of(workflow).check_conflict(verified)
-        except PendingContinuationError:
-            raise PendingContinuationError(AGENT_PENDING_CONTINUATION_MESSAGE) from None
-        self._start_chat_resume(plan, verified, deferred.answers, deferred.only_answers, deferred.messages)
-
-    def _release(self, plan: RunPlan) -> None:
-        self.release(plan.session, plan.workflow)
-
-    def release(self, session: AgentSession | None, workflow: FunctionalWorkflow) -> None:
-        """Detach a conversation's instance from its session once it holds nothing (memory back to baseline)."""
-        if session is None or workflow is self.workflow:
-            return
-        idle = not workflow.has_pending_continuation and not workflow.is_running
-        if idle and attached_workflow(self.workflow, session) is workflow:
-            detach_workflow(self.workflow, session)
+        self.planner = planner
 
     # ------------------------------------------------------------------ run (shared by both modes)
 
@@ -436,17 +103,18 @@ class AgentRunner:
         if plan.deferred is not None:
             # A rejection raises here, before providers, the workflow or the session are touched.
             try:
-                await self._accept_deferred(plan, plan.deferred)
+                await self.planner.accept_deferred(plan, plan.deferred)
             except BaseException:
                 if not plan.was_live:
-                    self._release(plan)  # a rejected call leaves behind no instance it created
+                    self.planner.release(plan.session, plan.workflow)  # a rejected call leaves no instance behind
                 raise
         try:
             provider_session, context = await self._before_run(plan)
             if plan.workflow_stream is None:
                 conversation = context.get_messages(include_input=True)
+                planner = self.planner
                 workflow_input = map_input(
-                    self.input_mode, plan.raw_input, plan.input_messages, conversation, self.input_mapper
+                    planner.input_mode, plan.raw_input, plan.input_messages, conversation, planner.input_mapper
                 )
                 plan.workflow_stream = plan.workflow.run(
                     workflow_input, stream=True, checkpoint_storage=plan.checkpoint_storage, **plan.run_kwargs
@@ -471,7 +139,7 @@ class AgentRunner:
             # Dropping the last reference lets an unstarted run hand its claim back right away.
             del workflow_stream
             await self._settle_session(plan, token)
-            self._release(plan)
+            self.planner.release(plan.session, plan.workflow)
         final_update = converter.token_update(token) if token is not None else None
         if final_update is not None:
             updates.append(final_update)
@@ -518,9 +186,9 @@ class AgentRunner:
         session = plan.session
         if session is None:
             if token is not None:
-                self.answers_so_far, self.answers_token = plan.answers, dict(token)
+                self.planner.answers_so_far, self.planner.answers_token = plan.answers, dict(token)
             elif not plan.workflow.has_pending_continuation:
-                self.forget_answers()
+                self.planner.forget_answers()
             return
         if token is not None:
             store_session_token(session, self.agent.id, token, plan.answers)

@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 from agent_framework import CheckpointStorage, WorkflowEvent
 
-from ._continuation import Continuation, issue_continuation, verify_token
-from ._core_compat import response_fits
+from ._answers import convert_answer
+from ._continuation import Continuation, issue_continuation, known_spent, remember_spent, verify_token
 from ._errors import ContinuationAuthorityError, PendingContinuationError, ResponseMismatchError
 
 if TYPE_CHECKING:
@@ -135,14 +135,18 @@ def check_answers(
     responses: Mapping[str, Any],
     pending_ids: Any,
     requests: Mapping[str, WorkflowEvent[Any]],
-) -> None:
-    """Correlate answers with the pause, then check each known answer's type with core's rule.
+) -> dict[str, Any]:
+    """Correlate answers with the pause, then convert each known answer to its ``response_type``.
 
     Args:
         responses: The caller's answers by request id.
         pending_ids: The pause's pending request ids (any container of str).
         requests: Requests whose ``response_type`` is known: earlier rounds and the pending ones
             (earlier answers are passed again on a replay, and core checks every answer it reaches).
+
+    Returns:
+        The answers to hand to core: each known one converted (``_answers.convert_answer``: core's
+        rule, then pydantic's), the others as given.
 
     Raises:
         ResponseMismatchError: No answer names a pending request, or an answer does not fit its
@@ -156,18 +160,11 @@ def check_answers(
             "None of the responses answers a pending request. Key each answer by a request id of the "
             f"pause: {sorted(pending_ids)!r}. The continuation is still pending."
         )
+    converted = dict(responses)
     for request_id, event in requests.items():
-        if request_id not in responses:
-            continue
-        value, response_type = responses[request_id], event.response_type
-        if value is None or type(value) is response_type:
-            continue  # response_fits' own fast path, inlined: the common case of a resume
-        if not response_fits(value, response_type, request_id):
-            type_name = getattr(response_type, "__name__", repr(response_type))
-            raise ResponseMismatchError(
-                f"The answer to request {request_id!r} is not a {type_name} and cannot be converted to one. "
-                "Resume again with a value of that type; the continuation is still pending."
-            )
+        if request_id in converted:
+            converted[request_id] = convert_answer(converted[request_id], event.response_type, request_id)
+    return converted
 
 
 def raw_token(token: object) -> object:
@@ -188,9 +185,13 @@ class InMemoryAuthority:
     Args:
         on_reset: Called whenever the pending continuation is dropped for good (abandoned, or found
             stale), so the workflow can drop core's replay state too.
+
+    Attributes:
+        conversation: Digest of the conversation this instance serves (``_session.conversation_of``),
+            set by the agent for a session's instance; None outside a conversation.
     """
 
-    __slots__ = ("_on_reset", "pending")
+    __slots__ = ("_on_reset", "conversation", "pending")
 
     store: ContinuationStore | None = None
     checkpoint_storage: CheckpointStorage | None = None
@@ -198,6 +199,9 @@ class InMemoryAuthority:
     def __init__(self, on_reset: Callable[[], None]) -> None:
         self._on_reset = on_reset
         self.pending: Continuation | None = None
+        # The conversation (agent session) this instance serves, set by the agent; None outside one.
+        # In memory the instance itself is the conversation's; a store records it with each pause.
+        self.conversation: str | None = None
 
     # ------------------------------------------------------------------ views
 
@@ -241,14 +245,21 @@ class InMemoryAuthority:
         """:meth:`verify`; with a store also for pauses held elsewhere (see ``StoreAuthority``)."""
         return self.verify(token)
 
-    async def is_stale(self, token: object) -> bool:
-        """True only when ``token`` is known to be spent, abandoned or expired (in memory: never known).
+    def known_stale(self, token: object) -> bool | None:
+        """Whether ``token`` is known to resume nothing, without I/O; None when only the store can tell.
 
-        A token this instance does not hold may be held by another instance in memory, so only a
-        continuation store can say it is gone.
+        In memory: True when this process spent or abandoned it (``_continuation.known_spent``), else
+        False (a token this instance does not hold may be held by another instance in memory).
         """
-        del token
-        return False
+        return known_spent(raw_token(token))
+
+    async def is_stale(self, token: object) -> bool:
+        """True only when ``token`` is known to be spent, abandoned or expired (in memory: spent here).
+
+        A token this instance does not hold may be held by another instance in memory, so in memory
+        only a token this process spent or abandoned is known to be gone.
+        """
+        return known_spent(raw_token(token))
 
     async def is_current(self, token: object) -> bool:
         """True when ``token`` still authorises a resume (read-only; a cheap check, no checkpoint read)."""
@@ -271,9 +282,9 @@ class InMemoryAuthority:
         """
         del checkpoint_storage
         continuation = verify_token(raw_token(token), self.pending)
-        check_answers(responses, continuation.pending_requests, continuation.known_requests())
+        converted = check_answers(responses, continuation.pending_requests, continuation.known_requests())
         ticket = ResumeTicket()
-        ticket.claimed, ticket.responses = continuation, responses
+        ticket.claimed, ticket.responses = continuation, converted
         return ticket
 
     def accept_new_input(self, checkpoint_storage: CheckpointStorage | None) -> ResumeTicket:
@@ -318,6 +329,7 @@ class InMemoryAuthority:
         if continuation is None:
             return None
         ticket.claimed = None
+        remember_spent(continuation.secret)
         if self.pending is continuation:
             self.pending = None
         return continuation.known_requests()
@@ -379,6 +391,8 @@ class InMemoryAuthority:
         self.abandon(token, force=force)
 
     def drop(self) -> None:
-        """Forget the pending continuation and let the workflow drop its replay state."""
+        """Forget the pending continuation (remembered as spent) and let the workflow drop its replay state."""
+        if self.pending is not None:
+            remember_spent(self.pending.secret)
         self.pending = None
         self._on_reset()

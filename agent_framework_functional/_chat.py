@@ -18,7 +18,6 @@ are converted against the verified pause; core's private helpers are reached onl
 from __future__ import annotations
 
 import inspect
-import json
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
@@ -26,7 +25,8 @@ from typing import TYPE_CHECKING, Any, Literal, Union
 
 from agent_framework import Content, Message, RunContext, WorkflowEvent, normalize_messages
 
-from ._core_compat import accepts, coerce_to
+from ._answers import accepts_none, convert_answer, parse_json_text, type_name
+from ._core_compat import accepts
 from ._errors import ResponseMismatchError
 from ._workflow import authority_of
 
@@ -213,9 +213,10 @@ def answers_to_responses(answers: Sequence[Content], pending: Mapping[str, Workf
 
     Values: an approval gives ``approved`` when the request's ``response_type`` is ``bool`` and the
     ``Content`` itself when the type accepts it (``Content``, ``Any``); a function result gives the
-    ``Content`` itself when the type is ``Content``, else its ``result`` text converted to the type
-    (kept as text when the type accepts text; otherwise parsed as JSON and coerced with core's
-    rules, so pydantic models and dataclasses work).
+    ``Content`` itself when the type is ``Content``, else its ``result`` (a JSON value, or JSON text
+    of one; text the type takes stays text) converted to the type by ``_answers.convert_answer``:
+    core's rules, then pydantic's (enums, ``Literal``, dataclasses, pydantic models, lists of them).
+    An empty result answers only a type that takes ``None``.
 
     Args:
         answers: From :func:`answer_contents`.
@@ -255,7 +256,7 @@ def _answer_value(answer: Content, request_id: str, response_type: Any) -> Any:
         if accepts(answer, response_type):
             return answer
         raise ResponseMismatchError(
-            f"Request {request_id!r} expects a {_type_name(response_type)}, which an approval cannot give. "
+            f"Request {request_id!r} expects a {type_name(response_type)}, which an approval cannot give. "
             f"Answer it with a function_result content (call_id={request_id!r}) whose result is the value. "
             "The continuation is still pending."
         )
@@ -263,33 +264,13 @@ def _answer_value(answer: Content, request_id: str, response_type: Any) -> Any:
         return answer
     if response_type is bool and answer.result == REJECTED_RESULT:
         return False  # a declined approval, the way core's Agent (and AG-UI for hosted calls) reports it
-    converted = _convert_result(answer.result, response_type)
-    if converted is _UNCONVERTIBLE:
-        raise ResponseMismatchError(
-            f"The function_result for request {request_id!r} cannot be converted to "
-            f"{_type_name(response_type)}. Send a result that is valid for that type (JSON for structured "
-            "types). The continuation is still pending."
-        )
-    return converted
+    value = parse_json_text(answer.result, response_type)
+    if value is None and not accepts_none(response_type):
+        value = _NO_VALUE  # a host's empty reply is no answer (core would take None for any type)
+    return convert_answer(value, response_type, request_id)
 
 
-_UNCONVERTIBLE: Any = object()
-
-
-def _convert_result(result: Any, response_type: Any) -> Any:
-    try:
-        if accepts(result, response_type):
-            return result
-        if isinstance(result, str):
-            result = json.loads(result)
-        converted, value = coerce_to(result, response_type)
-    except (ValueError, TypeError, RecursionError):  # not JSON, or nested too deeply to read: no value
-        return _UNCONVERTIBLE
-    return value if converted else _UNCONVERTIBLE
-
-
-def _type_name(response_type: Any) -> str:
-    return getattr(response_type, "__name__", None) or repr(response_type)
+_NO_VALUE = object()
 
 
 def check_authority(workflow: FunctionalWorkflow, token: object) -> VerifiedContinuation | None:

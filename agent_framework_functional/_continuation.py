@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from collections import OrderedDict
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Literal, cast
@@ -199,3 +200,24 @@ def continuation_token_hash(token: Mapping[str, Any]) -> str:
     if secret is None:
         raise ContinuationAuthorityError()
     return hash_secret(secret)
+
+
+# ---------------------------------------------------------------------------------------------- spent tokens
+
+SPENT_MEMORY = 10_000
+"""How many spent or abandoned tokens this process remembers (sha256 digests, about 100 bytes each)."""
+
+_spent: OrderedDict[bytes, None] = OrderedDict()
+
+
+def remember_spent(secret: str) -> None:
+    """Note that the token with ``secret`` was spent or abandoned here (the oldest notes go first)."""
+    _spent[hashlib.sha256(secret.encode("ascii")).digest()] = None
+    if len(_spent) > SPENT_MEMORY:
+        _spent.popitem(last=False)
+
+
+def known_spent(presented: object) -> bool:
+    """True when ``presented`` is a token this process spent or abandoned (and still remembers)."""
+    secret = presented_secret(presented)
+    return secret is not None and hashlib.sha256(secret).digest() in _spent

@@ -6,6 +6,8 @@ catch, so existing ``except ValueError`` / ``except RuntimeError`` handlers keep
     Exception
      └── FunctionalWorkflowError
           ├── ContinuationAuthorityError    (also ValueError)   bad, missing or spent continuation token
+          │    └── StaleContinuationError                       the session's own stored token is spent,
+          │                                                     abandoned or expired (the agent knows it)
           ├── ResponseMismatchError         (also ValueError)   answers match no pending request, or have the
           │                                                     wrong type; the continuation stays pending
           ├── PendingContinuationError      (also RuntimeError) new input while a continuation is pending
@@ -20,8 +22,8 @@ catch, so existing ``except ValueError`` / ``except RuntimeError`` handlers keep
           └── NotInWorkflowRunError         (also RuntimeError) emit_update / stream_agent outside a run
 
 All of them pickle (hosts send them across processes) and none of their messages echo a secret or
-the token. Only :class:`ContinuationAuthorityError` has one fixed message; the others say what
-happened and what to do next.
+the token. :class:`ContinuationAuthorityError` and :class:`StaleContinuationError` each have one
+fixed message; the others say what happened and what to do next.
 """
 
 from __future__ import annotations
@@ -70,6 +72,31 @@ class ContinuationAuthorityError(FunctionalWorkflowError, ValueError):
     def __init__(self, message: str | None = None) -> None:
         del message
         super().__init__(AUTHORITY_ERROR_MESSAGE)
+
+
+STALE_CONTINUATION_MESSAGE = (
+    "This session's continuation token no longer resumes anything: its pause was already answered, abandoned "
+    "or expired (the session is an older copy of the conversation). Answer on the conversation's latest "
+    "session, or send new input on this one to start a new run."
+)
+
+
+class StaleContinuationError(ContinuationAuthorityError):
+    """Answers arrived on a session whose own stored token is known to be spent, abandoned or expired.
+
+    Raised by the agent adapter instead of the generic authority error only for the token it keeps in
+    the session (never for a token the caller presents), so a host can tell "this conversation moved
+    on" from "pending" and from a bad token. Nothing changed. New input on such a session starts a
+    fresh run. Also a :class:`ContinuationAuthorityError` (and a ``ValueError``).
+
+    Args:
+        message: Ignored; accepted so that the exception pickles. The message is always
+            :data:`STALE_CONTINUATION_MESSAGE`.
+    """
+
+    def __init__(self, message: str | None = None) -> None:
+        del message
+        ValueError.__init__(self, STALE_CONTINUATION_MESSAGE)
 
 
 class ResponseMismatchError(FunctionalWorkflowError, ValueError):

@@ -8,15 +8,17 @@ earlier rounds reads it back (:func:`resolve_type`) to check all answers before 
 
 The text is ``module:QualName`` for a class (``builtins:str``, ``myapp.models:Verdict``), with
 ``[arg, ...]`` for a parameterised generic (``builtins:list[builtins:int]``), ``typing:Union[...]``
-for a union (also ``X | Y``), ``typing:Any`` and ``None``. A type that cannot be written so that
-it reads back equal (a ``Literal``, a local class, a pydantic generic model) is not recorded, and
-its answer is left to core's check. Reading never imports a module: only types of modules the
+for a union (also ``X | Y``), ``typing:Literal[...]`` with its values as JSON (``typing:Literal["a",
+"b"]``), ``typing:Any`` and ``None``. A type that cannot be written so that it reads back equal (a
+local class, a pydantic generic model, a ``Literal`` of enum members) is not recorded, and its
+answer is left to core's check. Reading never imports a module: only types of modules the
 worker already imported resolve (as core's own ``deserialize_type`` does), so a record cannot make
 a worker import code.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 import typing
 from collections.abc import Mapping
@@ -28,6 +30,8 @@ from agent_framework import WorkflowEvent
 _NONE = "None"
 _ANY = "typing:Any"
 _UNION = "typing:Union"
+_LITERAL = "typing:Literal"
+_JSON = json.JSONDecoder()
 
 
 def describe_type(response_type: Any) -> str | None:
@@ -90,6 +94,10 @@ def _describe(value: Any) -> str | None:
         args = typing.get_args(value)
         if not args:
             return None
+        if origin is typing.Literal:
+            if not all(arg is None or type(arg) in (str, int, bool) for arg in args):
+                return None
+            return f"{_LITERAL}[{', '.join(json.dumps(arg) for arg in args)}]"
         head = _UNION if origin in (typing.Union, UnionType) else _describe(origin)
         parts = [_describe(arg) for arg in args]
         if head is None or any(part is None for part in parts):
@@ -108,6 +116,8 @@ def _parse(text: str) -> tuple[Any, str]:
             end = index
             break
     name, rest = text[:end].strip(), text[end:]
+    if name == _LITERAL and rest.startswith("["):
+        return _parse_literal(rest[1:])
     if rest.startswith("["):
         args: list[Any] = []
         rest = rest[1:]
@@ -127,6 +137,23 @@ def _parse(text: str) -> tuple[Any, str]:
         origin = _lookup(name)
         return origin[tuple(args) if len(args) > 1 else args[0]], rest
     return _lookup(name), rest
+
+
+def _parse_literal(rest: str) -> tuple[Any, str]:
+    """Parse the JSON values of a ``Literal`` up to its closing bracket."""
+    values: list[Any] = []
+    while True:
+        value, end = _JSON.raw_decode(rest, len(rest) - len(rest.lstrip()))
+        if value is not None and type(value) not in (str, int, bool):
+            raise ValueError("a Literal value must be a string, an integer, a boolean or null")
+        values.append(value)
+        rest = rest[end:].lstrip()
+        if rest.startswith(","):
+            rest = rest[1:]
+            continue
+        if not rest.startswith("]"):
+            raise ValueError("unclosed Literal")
+        return typing.Literal[tuple(values)], rest[1:]  # pyright: ignore[reportInvalidTypeForm]
 
 
 def _lookup(name: str) -> Any:

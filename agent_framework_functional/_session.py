@@ -8,6 +8,7 @@ session's id and never serialized. Nothing about a conversation is kept on the a
 
 from __future__ import annotations
 
+import hashlib
 import typing
 import weakref
 from collections.abc import Mapping
@@ -19,11 +20,20 @@ from pydantic_core import to_jsonable_python
 from ._continuation import presented_secret
 
 SESSION_STATE_KEY = "agent_framework_functional"
-"""Key of this package's entry in ``AgentSession.state``: ``{agent_id: {"continuation_token": token}}``."""
+"""Key of this package's entry in ``AgentSession.state``: ``{agent_id: {"continuation_token": ..., "answers": ...}}``.
+
+Hosts that merge client state into ``session.state`` (AG-UI) must protect this key. A value under it
+that is not a well-formed token of this package is ignored (as if absent); a well-formed one that is
+not this conversation's live token resumes nothing (refused, nothing changes)."""
+
+
+def conversation_of(session: AgentSession) -> str:
+    """The conversation digest of ``session`` (sha256 of its id): what a store binds a pause to."""
+    return hashlib.sha256(session.session_id.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def session_token(session: AgentSession | None, agent_id: str) -> Mapping[str, Any] | None:
-    """The continuation token this agent stored in ``session``, if any."""
+    """The continuation token this agent stored in ``session``, if any (a malformed value counts as none)."""
     if session is None:
         return None
     entry = session.state.get(SESSION_STATE_KEY)
@@ -33,7 +43,9 @@ def session_token(session: AgentSession | None, agent_id: str) -> Mapping[str, A
     if not isinstance(agent_entry, Mapping):
         return None
     token = typing.cast(Mapping[str, Any], agent_entry).get("continuation_token")
-    return typing.cast(Mapping[str, Any], token) if isinstance(token, Mapping) else None
+    if presented_secret(token) is None:
+        return None  # not a token of this package (client state merged over it): ignored, never trusted
+    return typing.cast(Mapping[str, Any], token)
 
 
 def store_session_token(

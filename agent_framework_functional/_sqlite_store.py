@@ -25,6 +25,7 @@ _RECORD_COLUMNS = (
     "expires_at",
     "status",
     "response_types",
+    "conversation",
 )
 """The record's columns (``ContinuationRecord.to_fields``); the table also has ``updated_at`` and ``claimed_by``."""
 
@@ -40,12 +41,13 @@ CREATE TABLE IF NOT EXISTS continuations (
     status TEXT NOT NULL CHECK (status IN ('issued', 'claimed', 'abandoned')),
     updated_at REAL NOT NULL,
     response_types TEXT,
-    claimed_by TEXT
+    claimed_by TEXT,
+    conversation TEXT
 ) WITHOUT ROWID
 """
 
 # Columns added after the first release: a file written by an older version gains them on open.
-_ADDED_COLUMNS = {"response_types": "TEXT", "claimed_by": "TEXT"}
+_ADDED_COLUMNS = {"response_types": "TEXT", "claimed_by": "TEXT", "conversation": "TEXT"}
 
 # Both purge conditions can use an index, so a purge does not scan the table under the write lock.
 _INDEXES = (

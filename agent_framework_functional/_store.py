@@ -77,6 +77,10 @@ class ContinuationRecord:
             of the pause's run chain so far (earlier rounds and the pending ones), so a worker that
             never saw the earlier rounds checks every answer before its claim. None in records
             written before this field existed (then only the pending answers are checked).
+        conversation: Digest of the conversation (agent session) the pause belongs to, or None for a
+            run outside a conversation: no other conversation's workflow instance may resume or
+            abandon it, on any worker (a caller without a session still may, with the token). None in
+            records written before this field existed.
     """
 
     token_hash: str
@@ -88,6 +92,7 @@ class ContinuationRecord:
     expires_at: float
     status: ContinuationStatus = "issued"
     response_types: Mapping[str, str] | None = None
+    conversation: str | None = None
 
     def is_claimable(self, now: float) -> bool:
         """Return True when the record is ``issued`` and not expired at ``now``.
@@ -118,7 +123,8 @@ class ContinuationRecord:
         Returns:
             Field name -> text: every attribute but ``token_hash`` (the key), with
             ``pending_request_ids`` as a JSON list, times as ``repr`` of the float, and
-            ``response_types`` as a JSON object (left out when None).
+            ``response_types`` as a JSON object (left out when None), ``conversation`` as
+            is (left out when None).
         """
         fields = {
             "workflow_name": self.workflow_name,
@@ -131,6 +137,8 @@ class ContinuationRecord:
         }
         if self.response_types is not None:
             fields["response_types"] = json.dumps(dict(self.response_types), sort_keys=True)
+        if self.conversation is not None:
+            fields["conversation"] = self.conversation
         return fields
 
     @classmethod
@@ -151,6 +159,7 @@ class ContinuationRecord:
         """
         data = {key: value.decode("utf-8") if isinstance(value, bytes) else value for key, value in fields.items()}
         response_types = data.get("response_types")
+        conversation = data.get("conversation")
         return cls(
             token_hash=token_hash,
             workflow_name=str(data["workflow_name"]),
@@ -161,6 +170,7 @@ class ContinuationRecord:
             expires_at=float(data["expires_at"]),
             status=cast(ContinuationStatus, str(data["status"])),
             response_types=None if response_types is None else _text_mapping(json.loads(response_types)),
+            conversation=None if conversation is None else str(conversation),
         )
 
 

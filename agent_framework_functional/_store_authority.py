@@ -21,15 +21,14 @@ in the store (by the sha256 of its token's secret) before its token is handed ou
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, cast
 
-from agent_framework import CheckpointStorage, WorkflowCheckpoint, WorkflowEvent
+from agent_framework import CheckpointStorage, WorkflowEvent
 
 from ._authority import InMemoryAuthority, ResumeTicket, VerifiedContinuation, check_answers, raw_token, verdict_of
-from ._continuation import Continuation, hash_secret, issue_continuation, matches, presented_secret
+from ._continuation import Continuation, hash_secret, issue_continuation, known_spent, matches, presented_secret
 from ._errors import (
     CheckpointRestoreConflictError,
     ContinuationAuthorityError,
@@ -37,64 +36,9 @@ from ._errors import (
     PauseNotSavedError,
     PendingContinuationError,
 )
+from ._recording_storage import RecordingCheckpointStorage
 from ._response_types import describe_requests, resolve_type
 from ._store import ContinuationRecord, ContinuationStore
-
-
-class RecordingCheckpointStorage:
-    """Checkpoint storage proxy that remembers the id of the last checkpoint saved through it (internal)."""
-
-    __slots__ = ("gone", "inner", "last_saved_id", "resumed_checkpoint_id", "saved_ids")
-
-    def __init__(self, inner: CheckpointStorage) -> None:
-        self.inner = inner
-        self.last_saved_id: str | None = None
-        self.saved_ids: list[str] = []
-        # The checkpoint of the pause this run claimed (set by the claim): deleted once the run ends well.
-        self.resumed_checkpoint_id: str | None = None
-        # Set for a remote resume: raises the authority error when the pause was resumed meanwhile.
-        self.gone: Callable[[], Awaitable[None]] | None = None
-
-    async def save(self, checkpoint: WorkflowCheckpoint) -> str:
-        checkpoint_id = await self.inner.save(checkpoint)
-        self.last_saved_id = checkpoint_id
-        self.saved_ids.append(checkpoint_id)
-        return checkpoint_id
-
-    async def drop_chain(self, *, keep: str | None) -> None:
-        """Delete the checkpoints this run saved (but ``keep``) and the one of the pause it resumed.
-
-        Called when a run ended well: it paused again (``keep`` is the new pause's checkpoint, which
-        backs the new token) or finished. None of the others backs an issued token any more. A
-        failed delete is ignored: the checkpoint stays until the host deletes it.
-        """
-        doomed = [checkpoint_id for checkpoint_id in self.saved_ids if checkpoint_id != keep]
-        if self.resumed_checkpoint_id is not None and self.resumed_checkpoint_id != keep:
-            doomed.append(self.resumed_checkpoint_id)
-        self.saved_ids, self.resumed_checkpoint_id = [], None
-        for checkpoint_id in doomed:
-            with contextlib.suppress(Exception):  # cleanup must never fail the run
-                await self.inner.delete(checkpoint_id)
-
-    async def load(self, checkpoint_id: str) -> WorkflowCheckpoint:
-        try:
-            return await self.inner.load(checkpoint_id)
-        except Exception:
-            if self.gone is not None:
-                await self.gone()  # a winner finished and deleted it: this resume lost (authority error)
-            raise
-
-    async def list_checkpoints(self, *, workflow_name: str) -> list[WorkflowCheckpoint]:
-        return await self.inner.list_checkpoints(workflow_name=workflow_name)
-
-    async def delete(self, checkpoint_id: str) -> bool:
-        return await self.inner.delete(checkpoint_id)
-
-    async def get_latest(self, *, workflow_name: str) -> WorkflowCheckpoint | None:
-        return await self.inner.get_latest(workflow_name=workflow_name)
-
-    async def list_checkpoint_ids(self, *, workflow_name: str) -> list[str]:
-        return await self.inner.list_checkpoint_ids(workflow_name=workflow_name)
 
 
 class StoreAuthority(InMemoryAuthority):
@@ -180,6 +124,10 @@ class StoreAuthority(InMemoryAuthority):
             earlier_requests=earlier_requests(record, requests),
         )
 
+    def known_stale(self, token: object) -> bool | None:
+        """True when this process spent or abandoned ``token``; else None: the store decides."""
+        return True if known_spent(raw_token(token)) else None
+
     async def is_stale(self, token: object) -> bool:
         """True when the store no longer has ``token``'s pause ``issued`` (spent, abandoned, expired, unknown).
 
@@ -205,14 +153,16 @@ class StoreAuthority(InMemoryAuthority):
         """The record of ``token_hash`` if this workflow may act on it (the one record check).
 
         Raises:
-            ContinuationAuthorityError: No record, another workflow or version, not ``issued``, or
-                expired (unless ``allow_expired``).
+            ContinuationAuthorityError: No record, another workflow or version, another conversation
+                (both this instance and the record name one), not ``issued``, or expired (unless
+                ``allow_expired``).
         """
         record = await self.store.get(token_hash)
         name, signature_hash = self._identity()
         if (
             record is None
             or not record.belongs_to(name, signature_hash)
+            or not _same_conversation(record.conversation, self.conversation)
             or record.status != "issued"
             or not (allow_expired or record.is_claimable(self.store.now()))
         ):
@@ -319,7 +269,8 @@ class StoreAuthority(InMemoryAuthority):
         else:
             requests = ticket.requests
         assert ticket.responses is not None
-        check_answers(ticket.responses, record.pending_request_ids, requests)
+        ticket.responses = check_answers(ticket.responses, record.pending_request_ids, requests)
+        core_kwargs["responses"] = ticket.responses
         ticket.record = record
         ticket.requests = requests
         core_kwargs["checkpoint_id"] = record.checkpoint_id
@@ -407,6 +358,7 @@ class StoreAuthority(InMemoryAuthority):
                 created_at=now,
                 expires_at=now + self.store.ttl_seconds,
                 response_types=describe_requests(continuation.known_requests()),
+                conversation=self.conversation,
             )
         )
         self.pending = continuation
@@ -509,6 +461,15 @@ def earlier_requests(
         if response_type is not None:
             events[request_id] = WorkflowEvent.request_info(request_id, "", None, response_type)
     return events
+
+
+def _same_conversation(recorded: str | None, here: str | None) -> bool:
+    """A session's instance acts only on its own conversation's pauses (or unbound ones, older records).
+
+    An instance outside a conversation (a workflow used directly, an agent called without a session)
+    may act on any pause whose token it presents: the token alone is its authority.
+    """
+    return recorded is None or here is None or recorded == here
 
 
 def make_authority(

@@ -16,6 +16,8 @@ from typing import Any, cast
 from agent_framework import AgentResponse, AgentResponseUpdate, Content, Message, WorkflowEvent
 from pydantic_core import to_jsonable_python
 
+from ._answers import response_schema, type_name
+
 REQUEST_INFO_FUNCTION_NAME = "request_info"
 """Function name of the ``function_call`` inside each approval request."""
 
@@ -100,34 +102,36 @@ class UpdateConverter:
         )
 
 
-def response_type_name(response_type: Any) -> str:
-    """A readable name of a request's ``response_type`` (``bool``, ``str``, ``list[int]``, ``Review``)."""
-    if isinstance(response_type, type) and not getattr(response_type, "__args__", None):
-        return response_type.__name__
-    return repr(response_type).replace("typing.", "")
-
-
 def approval_request(event: WorkflowEvent[Any]) -> list[Content]:
     """The contents of a ``request_info`` event: the call, then its approval request (as core's ``Agent`` does).
 
     The ``function_call`` (call id = request id, ``hosted=True``: the workflow, not the caller, runs it)
     comes first, so tool-call-shaped protocols (AG-UI) see a well-formed call before the approval
-    request refers to it. Both say which type the answer must have (``response_type``): a ``bool``
-    request takes a ``function_approval_response``; any other takes a ``function_result`` (or, for a
-    ``str`` request on a session, the user's plain text reply).
+    request refers to it. Both carry what a host needs to answer: the request data (JSON-safe),
+    ``response_type`` (a readable name) and ``response_schema`` (the answer's JSON Schema, or None),
+    in ``function_call.arguments`` and ``function_approval_request.additional_properties``. A ``bool``
+    request takes a ``function_approval_response``; any request takes a ``function_result`` whose
+    ``call_id`` is the request id and whose ``result`` is the JSON value (or, for a ``str`` request on a
+    session, the user's plain text reply).
     """
     request_id = event.request_id
-    expects = response_type_name(event.response_type)
+    expects = type_name(event.response_type)
+    schema = response_schema(event.response_type)
     function_call = Content.from_function_call(
         call_id=request_id,
         name=REQUEST_INFO_FUNCTION_NAME,
-        arguments={"request_id": request_id, "data": request_data_to_json(event.data), "response_type": expects},
+        arguments={
+            "request_id": request_id,
+            "data": request_data_to_json(event.data),
+            "response_type": expects,
+            "response_schema": schema,
+        },
         hosted=True,
     )
     approval = Content.from_function_approval_request(
         id=request_id,
         function_call=function_call,
-        additional_properties={"request_id": request_id, "response_type": expects},
+        additional_properties={"request_id": request_id, "response_type": expects, "response_schema": schema},
     )
     return [function_call, approval]
 

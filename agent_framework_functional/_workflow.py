@@ -1,11 +1,8 @@
 """FunctionalWorkflow: one workflow instance, its run guard, and the driving of core's engine.
 
-``FunctionalWorkflow`` wraps exactly one instance of core's ``agent_framework.FunctionalWorkflow`` by
-composition and drives it through its public ``run(..., stream=True)``. Core keeps doing replay,
-step caching and checkpointing. Who may resume a pause is decided by the instance's authority
-strategy (``_authority.InMemoryAuthority`` or ``_store_authority.StoreAuthority``), called at fixed
-points of every run: acceptance in ``run()``, before core, right before user code (claim), and when
-core saved a pause (issue).
+It wraps one core ``agent_framework.FunctionalWorkflow`` by composition and drives it through its
+public ``run(..., stream=True)``; core keeps replay, step caching and checkpointing. Its authority
+strategy (``_authority`` / ``_store_authority``) decides who may resume, at fixed points of a run.
 """
 
 from __future__ import annotations
@@ -16,11 +13,7 @@ from collections.abc import Awaitable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, overload
 
-from agent_framework import (
-    CheckpointStorage,
-    ResponseStream,
-    WorkflowEvent,
-)
+from agent_framework import CheckpointStorage, ResponseStream, WorkflowEvent
 from agent_framework import FunctionalWorkflow as _CoreFunctionalWorkflow
 
 from ._authority import InMemoryAuthority, ResumeTicket, VerifiedContinuation
@@ -56,31 +49,20 @@ class _RunLease:
 class FunctionalWorkflow:
     """A functional workflow instance whose pauses can only be resumed with their continuation token.
 
-    Build it with :meth:`FunctionalWorkflowDefinition.build`. It wraps one core
-    ``FunctionalWorkflow`` and adds continuation authority (DESIGN.md, "FunctionalWorkflow contract"):
+    Build it with :meth:`FunctionalWorkflowDefinition.build`. It wraps one core ``FunctionalWorkflow``
+    and adds continuation authority (README, "The rules"): a run that pauses on ``ctx.request_info``
+    returns ``continuation_token``, opaque and single-use, which a response-only resume must present
+    (spent right before the resumed code runs; every pause issues a new one, only once its checkpoint
+    saved); one pending continuation per instance (new input or a restore meanwhile raises
+    :class:`PendingContinuationError`; :meth:`abandon_continuation` clears it); a checkpoint restore
+    needs no token (checkpoint ids are locators, so the host authorises access); one run at a time,
+    and a dropped stream releases the instance.
 
-    * A run that pauses on ``ctx.request_info(...)`` returns ``continuation_token``, an opaque,
-      single-use mapping. A response-only resume (``responses`` without ``checkpoint_id``) must
-      present it; it is spent right before the resumed user code runs, and every pause issues a
-      new one. A token is issued only when the pause's checkpoint (if storage is configured) saved.
-    * One pending continuation per instance: new input or a checkpoint restore while it is pending
-      raises :class:`PendingContinuationError`; :meth:`abandon_continuation` clears it.
-    * Checkpoint restore (``checkpoint_id``) needs no token: checkpoint ids are locators, not
-      credentials, so the host (or its storage adapter) must authorise access and isolate tenants.
-    * One run at a time; a stream that is dropped (garbage-collected) unfinished releases the
-      instance, and a stream that was never iterated leaves the pending continuation intact.
-
-    Without a continuation store the token is process-local and in-memory. With one
-    (``build(..., continuation_store=...)``, see :class:`ContinuationStore`) any process sharing the
-    store and the checkpoint storage can resume the pause, and the store's atomic claim right before
-    resumed user code makes exactly one resume run, in memory or elsewhere. If the resumed code
-    fails, is cancelled, or its process is killed after the claim, the token stays spent (at most
-    once: nobody can tell how much of the resumed code ran); recover with a checkpoint restore or a
-    fresh run.
-
-    To check a token without starting a run (for example before mapping chat answers to
-    ``responses``), use the read-only :meth:`verify_continuation_token` or, for a pause that may be
-    held by another process, :meth:`verify_continuation_token_async`.
+    With a continuation store (``build(..., continuation_store=...)``) any process sharing the store
+    and the checkpoint storage can resume the pause, and the store's atomic claim makes exactly one
+    resume run. If resumed code fails, is cancelled or its process dies after the claim, the token
+    stays spent (at most once); recover with a checkpoint restore or a fresh run. To check a token
+    without a run, use :meth:`verify_continuation_token` (or ``..._async`` for pauses held elsewhere).
 
     Args:
         definition: The definition this instance runs.
@@ -169,23 +151,18 @@ class FunctionalWorkflow:
     def verify_continuation_token(self, token: object) -> VerifiedContinuation:
         """Check that ``token`` authorises a resume of the continuation this instance holds in memory.
 
-        Read-only: nothing is claimed, spent or changed, whatever the outcome. Use it to validate a
-        token before looking at anything that depends on the pause, for example to map chat answers
-        to ``responses`` by each request's ``response_type`` (DESIGN.md rule 2: authority before
-        correlation). Acceptance is decided again by :meth:`run`, which also spends the token.
-
-        With a continuation store this checks only the in-memory copy: a token of a pause this
-        process never held is rejected here (use :meth:`verify_continuation_token_async`), and a
-        held token that another process has already resumed still passes here and is rejected by
-        the store's claim inside :meth:`run`.
+        Read-only: nothing is claimed, spent or changed. Use it to check a token before looking at
+        anything that depends on the pause (authority before correlation, AGENTS.md invariant 2);
+        :meth:`run` decides acceptance again and spends the token. With a continuation store only the
+        in-memory copy is checked (use :meth:`verify_continuation_token_async` for pauses held
+        elsewhere; the store's claim in :meth:`run` still refuses a pause resumed elsewhere).
 
         Args:
             token: Whatever the caller presented as a continuation token.
 
         Returns:
             A :class:`VerifiedContinuation`: the read-only mapping request id -> ``request_info``
-            event of the pending continuation, which :meth:`run` also accepts as
-            ``continuation_token``.
+            event of the pending continuation, which :meth:`run` also accepts as ``continuation_token``.
 
         Raises:
             ContinuationAuthorityError: Nothing unclaimed is pending here, or the token is missing,
@@ -195,39 +172,30 @@ class FunctionalWorkflow:
             .. code-block:: python
 
                 pending = wf.verify_continuation_token(token)
-                responses = {request_id: True for request_id in pending}
-                done = await wf.run(responses=responses, continuation_token=token)
+                done = await wf.run(responses={rid: True for rid in pending}, continuation_token=token)
         """
         return self._authority.verify(token)
 
     async def verify_continuation_token_async(self, token: object) -> VerifiedContinuation:
         """Check ``token`` like :meth:`verify_continuation_token`, also for pauses held by other processes.
 
-        Read-only: nothing is claimed, spent or changed, in this process or in the store. Without a
-        continuation store this is :meth:`verify_continuation_token`. With one:
-
-        * a token this instance holds in memory must pass the in-memory check, and the store must
-          still accept it (``issued`` and unexpired), so a pause already resumed elsewhere fails;
-        * any other token is looked up in the store by the hash of its secret and must belong to
-          this workflow (name and signature hash) and be ``issued`` and unexpired; the pause's
-          ``request_info`` events are then loaded from its checkpoint
-          (``checkpoint.pending_request_info_events``), with their ``response_type``.
-
-        The store's claim, right before resumed user code in :meth:`run`, still decides which
-        resume runs: a token that passes here can lose that claim to another process.
+        Read-only, here and in the store. Without a continuation store this is
+        :meth:`verify_continuation_token`. With one, a token held here must also still be ``issued``
+        in the store; any other token is looked up by the hash of its secret, must belong to this
+        workflow (name, signature hash and, for an agent session's instance, conversation) and be
+        ``issued`` and unexpired, and the pause's ``request_info`` events are loaded from its
+        checkpoint. The store's claim in :meth:`run` still decides which resume runs.
 
         Args:
             token: Whatever the caller presented as a continuation token.
 
         Returns:
-            A :class:`VerifiedContinuation`: the read-only mapping request id -> ``request_info``
-            event of the pause the token names, with the store's record. Pass it to :meth:`run` as
-            ``continuation_token`` and the run reuses this check: one store read and one checkpoint
-            read before the claim, whatever worker paused.
+            A :class:`VerifiedContinuation` of the pause the token names, with the store's record; pass
+            it to :meth:`run` as ``continuation_token`` and the run reuses this check.
 
         Raises:
             ContinuationAuthorityError: The token is missing, malformed, unknown, of another
-                workflow or version, claimed, abandoned or expired (one fixed message).
+                workflow, version or conversation, claimed, abandoned or expired (one fixed message).
             Exception: Whatever the store or the checkpoint storage raises when it cannot be read
                 (for example when the pause's checkpoint was deleted); nothing changes.
         """
@@ -279,18 +247,12 @@ class FunctionalWorkflow:
 
         Every check happens here, synchronously, so a rejected call raises at the call site (also
         with ``stream=True``) and changes nothing. In order: argument shape; for a response-only
-        resume, the token (before anything about the responses is looked at); a pending
-        continuation blocks new input and checkpoint restores; at least one response key must
-        name a pending request; the instance must not be running.
-
-        With a continuation store, a token this process does not hold (the pause happened in another
-        process, or before a restart) is the one exception to "every check here": ``run`` checks
-        only its shape synchronously, and the store lookup, which is asynchronous, happens inside
-        the run (on the first ``await``, or the first iteration of the stream), still before any
-        user code and in the same order: authority (the same :class:`ContinuationAuthorityError`
-        and fixed message), then the pending conflict, then correlation. A resume that loses the
-        store's claim to another process (or to an abandonment) also fails there, with the
-        authority error; when streaming, that loss follows a ``failed`` event and ``FAILED`` status.
+        resume, the token; a pending continuation blocks new input and restores; at least one
+        response key must name a pending request, and each answer is converted to its
+        ``response_type`` (JSON values too); the instance must not be running. The one exception:
+        with a continuation store, a token this process does not hold is looked up in the store
+        inside the run (first ``await`` or iteration), still before any user code and in the same
+        order; a resume that loses the store's claim fails there too, with the authority error.
 
         Args:
             message: Input for a fresh run (the workflow function's message parameter).
@@ -316,8 +278,9 @@ class FunctionalWorkflow:
 
         Raises:
             ValueError: Wrong argument shape (as core).
-            ResponseMismatchError: No response key names a pending request, or an answer does not fit
-                its request's ``response_type`` (also a ``ValueError``); the continuation stays pending.
+            ResponseMismatchError: No response key names a pending request, or an answer cannot be
+                converted to its ``response_type`` (also a ``ValueError``; the message names the field);
+                the continuation stays pending.
             TypeError: ``responses`` is not a mapping with string keys, ``checkpoint_id`` is not a
                 string, or ``checkpoint_storage`` is not a core ``CheckpointStorage``.
             ContinuationAuthorityError: A response-only resume without valid authority (one fixed
@@ -333,7 +296,8 @@ class FunctionalWorkflow:
         # state changes, so a rejected call leaves it exactly as it was.
         core_kwargs: dict[str, Any] = {
             "message": message,
-            "responses": dict(responses) if responses is not None else None,
+            # A resume's answers as its authority converted them (each to its request's response_type).
+            "responses": dict(ticket.responses or responses) if responses is not None else None,
             "checkpoint_id": checkpoint_id,
             "checkpoint_storage": checkpoint_storage,
             **kwargs,
@@ -389,17 +353,11 @@ class FunctionalWorkflow:
 
     # ------------------------------------------------------------------ abandonment
 
-    def abandon_continuation(
-        self,
-        token: Mapping[str, Any] | None = None,
-        *,
-        force: bool = False,
-    ) -> None:
+    def abandon_continuation(self, token: Mapping[str, Any] | None = None, *, force: bool = False) -> None:
         """Drop the pending continuation and all replay state, so fresh runs are allowed again.
 
-        Clears the retained message, step cache, state and pending request ids by replacing the
-        wrapped core instance with a fresh one (DESIGN.md: no core internals are touched).
-        Checkpoints already saved in storage are not deleted.
+        Clears the retained message, step cache, state and pending request ids by replacing the wrapped
+        core instance with a fresh one. Checkpoints already saved in storage are not deleted.
 
         Args:
             token: The current continuation token. Required unless ``force`` is True.
@@ -420,28 +378,17 @@ class FunctionalWorkflow:
         self._prepare_abandon(token, force)
         self._authority.abandon(token, force=force)
 
-    async def abandon_continuation_async(
-        self,
-        token: Mapping[str, Any] | None = None,
-        *,
-        force: bool = False,
-    ) -> None:
+    async def abandon_continuation_async(self, token: Mapping[str, Any] | None = None, *, force: bool = False) -> None:
         """Abandon a pending continuation, in this process and in the continuation store.
 
         Without a continuation store this is :meth:`abandon_continuation`. With one, it works from
-        any process that shares the store: the store marks the record ``abandoned`` atomically, so
-        a concurrent resume (here or in another process) and this call cannot both succeed.
-
-        * ``token`` held by this instance: the store must still accept it (``issued``, not
-          expired); then the local continuation and replay state are cleared. If the store says it
-          is gone (resumed elsewhere, abandoned, expired), the local copy is dropped as stale and
-          the authority error is raised.
-        * ``token`` of a pause this process does not hold: the record must belong to this
-          workflow (name and signature) and be ``issued`` and unexpired; it is marked abandoned.
-          This instance is not changed.
-        * ``force=True`` (owner-only, never expose it to untrusted callers): clears this instance's
-          continuation and marks it abandoned in the store, and also abandons the record of
-          ``token`` if one is given, even if it has expired. Problems are ignored, not raised.
+        any process sharing the store, which marks the record ``abandoned`` atomically (a concurrent
+        resume and this call cannot both succeed). A token held here must still be ``issued`` in the
+        store (else the local copy is dropped as stale and the authority error raised); a token of a
+        pause held elsewhere must belong to this workflow (and conversation) and be ``issued`` and
+        unexpired, and this instance is not changed. ``force=True`` (owner-only, never exposed to
+        untrusted callers) clears this instance's continuation, marks it abandoned in the store, also
+        abandons ``token``'s record if given (even expired), and ignores problems.
 
         Args:
             token: The continuation token. Required unless ``force`` is True.
@@ -477,11 +424,7 @@ class FunctionalWorkflow:
     # ------------------------------------------------------------------ agent
 
     def as_agent(
-        self,
-        name: str | None = None,
-        *,
-        description: str | None = None,
-        **kwargs: Any,
+        self, name: str | None = None, *, description: str | None = None, **kwargs: Any
     ) -> FunctionalWorkflowAgent:
         """Wrap this instance as a :class:`FunctionalWorkflowAgent` (a core ``BaseAgent``).
 

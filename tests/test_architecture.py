@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "agent_framework_functional"
-MAX_LINES = 550  # "near 400": the longest modules carry long docstrings (run(), verify_*)
+MAX_LINES = 500  # "near 400": the longest modules carry long docstrings (run(), verify_*)
 # The one deferred import: from a workflow instance back to its chat adapter (as_agent).
 DEFERRED_ALLOWED = {("_workflow", "_agent")}
 
@@ -87,7 +87,7 @@ def test_deferred_imports_are_only_the_documented_one() -> None:
 
 def test_agent_and_chat_do_not_import_the_store_modules() -> None:
     graph = _module_graph()
-    for name in ("_agent", "_agent_run", "_chat", "_workflow"):
+    for name in ("_agent", "_agent_plan", "_agent_run", "_chat", "_workflow"):
         assert not graph[name] & {"_store", "_sqlite_store", "_redis_store"}, name
 
 

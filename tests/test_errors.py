@@ -17,6 +17,7 @@ from agent_framework_functional import (
     PauseNotSavedError,
     PendingContinuationError,
     ResponseMismatchError,
+    StaleContinuationError,
     WorkflowRunningError,
 )
 
@@ -96,6 +97,7 @@ NEW_ERRORS = [
     (CheckpointRestoreConflictError, RuntimeError),
     (NotInWorkflowRunError, RuntimeError),
     (ContinuationStoreDurabilityError, RuntimeError),
+    (StaleContinuationError, ValueError),
 ]
 
 
@@ -131,3 +133,14 @@ async def test_agent_conflict_message_lives_in_the_errors_module() -> None:
 
     assert "function_approval_response" in AGENT_PENDING_CONTINUATION_MESSAGE
     assert "abandon_continuation" in AGENT_PENDING_CONTINUATION_MESSAGE
+
+
+def test_stale_error_is_an_authority_error_with_its_own_fixed_message() -> None:
+    stale = StaleContinuationError("token=s3cret")
+    assert isinstance(stale, ContinuationAuthorityError) and isinstance(stale, ValueError)
+    assert str(stale) == str(StaleContinuationError()) != str(ContinuationAuthorityError())
+    assert "s3cret" not in repr(stale)
+    assert "pending" not in str(stale)  # not the pending-continuation conflict
+    assert "latest session" in str(stale) and "new input" in str(stale)
+    clone = pickle.loads(pickle.dumps(stale))
+    assert type(clone) is StaleContinuationError and str(clone) == str(stale)

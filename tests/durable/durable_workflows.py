@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import enum
 import os
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -120,7 +121,27 @@ class Rating:
     comment: str
 
 
-CHECKPOINT_TYPES = ["durable_workflows:Verdict", "durable_workflows:Rating"]
+class Tone(enum.Enum):
+    """An enum answer (a host sends its value, ``"formal"``)."""
+
+    FORMAL = "formal"
+    CASUAL = "casual"
+
+
+class Draft(BaseModel):
+    """A draft the reviewer edits and sends back ("approve with edits")."""
+
+    title: str
+    body: str
+
+
+CHECKPOINT_TYPES = [
+    "durable_workflows:Verdict",
+    "durable_workflows:Rating",
+    "durable_workflows:Tone",
+    "durable_workflows:Draft",
+    "types:GenericAlias",  # list[Draft] as a response_type
+]
 """``allowed_checkpoint_types`` for a ``FileCheckpointStorage`` holding pauses that ask for these types."""
 
 
@@ -149,6 +170,16 @@ async def ask_rating(topic: str, ctx: RunContext) -> str:
     return f"{type(rating).__name__}: {rating!r}"
 
 
+@workflow(name="edit_rounds")
+async def edit_rounds(topic: str, ctx: RunContext) -> str:
+    """Round one asks for a ``Tone`` (enum), round two for the edited drafts (``list[Draft]``)."""
+    text = await draft(topic)
+    tone = await ctx.request_info({"draft": text}, response_type=Tone)
+    drafts = await ctx.request_info([Draft(title=text, body=tone.value)], response_type=list[Draft])
+    await record_effect(f"{tone.value}:{[item.title for item in drafts]}")
+    return f"{tone.value}: " + ", ".join(f"{item.title} ({type(item).__name__})" for item in drafts)
+
+
 DEFINITIONS = {
     "approval": approval,
     "approval_v2": approval_v2,
@@ -158,4 +189,5 @@ DEFINITIONS = {
     "approve_bool": approve_bool,
     "ask_verdict": ask_verdict,
     "ask_rating": ask_rating,
+    "edit_rounds": edit_rounds,
 }

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from agent_framework import FileCheckpointStorage
@@ -114,7 +114,20 @@ async def test_a_verdict_carries_the_earlier_requests(
 
 @pytest.mark.parametrize(
     "response_type",
-    [str, int, bool, list[int], dict[str, Any], int | None, list[dict[str, list[int]]], Any, ContinuationRecord],
+    [
+        str,
+        int,
+        bool,
+        list[int],
+        dict[str, Any],
+        int | None,
+        list[dict[str, list[int]]],
+        Any,
+        ContinuationRecord,
+        Literal["ship", "hold, or [not]"],
+        Literal[1, True, None] | None,
+        list[Literal["a"]],
+    ],
 )
 def test_response_types_read_back_equal(response_type: Any) -> None:
     text = describe_type(response_type)
@@ -125,10 +138,8 @@ def test_types_that_cannot_be_written_are_not_recorded() -> None:
     class Local:
         pass
 
-    from typing import Literal
-
-    assert describe_type(Literal["a"]) is None
     assert describe_type(Local) is None
+    assert describe_type(Literal[object()]) is None  # only JSON scalars are written
     assert resolve_type("not_an_imported_module_xyz:Thing") is None  # never imports
     assert resolve_type("builtins:list[builtins:int") is None
 

@@ -1,0 +1,183 @@
+"""Typed answers: a request's ``response_type`` as JSON Schema, and an answer converted to that type.
+
+Every request the agent surfaces carries the JSON Schema of its answer (:func:`response_schema`,
+pydantic's ``TypeAdapter(...).json_schema()``), so a host can render a form or validate a reply.
+Every answer, whatever shape a host sends it in (a Python value, a JSON value, JSON text), goes
+through :func:`convert_answer` before a resume is accepted: core's own rule first (what core
+accepts is passed on unchanged), then pydantic's validation (enums, ``Literal``, dataclasses,
+pydantic models, lists of them, ``Optional``). A value that fits neither raises
+:class:`ResponseMismatchError` naming the field path and the request id, before the token is spent.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import functools
+import json
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+from pydantic_core import ErrorDetails
+
+from ._core_compat import accepts, response_fits
+from ._errors import ResponseMismatchError
+
+_MAX_ERRORS = 3  # field errors named in a message (a 10 MB answer must not make a 10 MB message)
+_MAX_LOC_PART = 40  # characters of one field name in a path
+_MAX_LITERAL = 1_000_000  # characters of a Python-literal answer worth parsing
+
+
+@functools.lru_cache(maxsize=512)
+def _cached_adapter(response_type: Any) -> TypeAdapter[Any] | None:
+    try:
+        return TypeAdapter(response_type)
+    except Exception:  # pydantic cannot build a validator for this type (arbitrary classes, Content)
+        return None
+
+
+def _adapter(response_type: Any) -> TypeAdapter[Any] | None:
+    """The cached pydantic adapter of ``response_type`` (None when pydantic cannot validate it)."""
+    try:
+        return _cached_adapter(response_type)
+    except TypeError:  # unhashable type object: build without the cache
+        return _cached_adapter.__wrapped__(response_type)
+
+
+@functools.lru_cache(maxsize=512)
+def _cached_schema(response_type: Any) -> dict[str, Any] | None:
+    adapter = _adapter(response_type)
+    if adapter is None:
+        return None
+    try:
+        return adapter.json_schema()
+    except Exception:  # a type pydantic validates but cannot describe (callables, for example)
+        return None
+
+
+def response_schema(response_type: Any) -> dict[str, Any] | None:
+    """Return the JSON Schema of an answer of type ``response_type``, or None when it has none.
+
+    The agent puts it on every request it surfaces: ``function_call.arguments["response_schema"]``
+    and ``function_approval_request.additional_properties["response_schema"]`` (README, "Use it as
+    an agent"). Hosts can also call it on ``agent.pending_requests_for(session)[id].response_type``.
+
+    Args:
+        response_type: A request's ``response_type`` (``bool``, ``str``, ``int``, an ``Enum``, a
+            ``Literal``, a dataclass, a pydantic model, ``list[...]`` of them, ``X | None``, ...).
+
+    Returns:
+        A fresh JSON Schema dict (pydantic's ``TypeAdapter(response_type).json_schema()``), or None
+        for a type pydantic cannot describe (such as core's ``Content``).
+
+    Examples:
+        .. code-block:: python
+
+            response_schema(bool)  # {"type": "boolean"}
+    """
+    try:
+        schema = _cached_schema(response_type)
+    except TypeError:
+        schema = _cached_schema.__wrapped__(response_type)
+    return copy.deepcopy(schema) if schema is not None else None
+
+
+def parse_json_text(value: Any, response_type: Any) -> Any:
+    """``value`` parsed as JSON when it is text the type does not take as it is, else ``value``.
+
+    Empty text is None. Text that is not JSON stays text (an enum or ``Literal`` answered with a bare ``red``), and so
+    does JSON nested too deeply to read (the conversion then fails). Core's
+    ``Content.from_function_result`` stores a list of plain values as its Python ``repr``, so a
+    bracketed text that is not JSON is read as a Python literal (``ast.literal_eval``: values only).
+    """
+    if not isinstance(value, str) or _accepts(value, response_type):
+        return value
+    if not value.strip():
+        return None  # core's Content.from_function_result(result=None) stores "": no value
+    try:
+        return json.loads(value)
+    except (ValueError, RecursionError):
+        pass
+    if value[:1] in ("[", "{") and len(value) <= _MAX_LITERAL:
+        try:
+            return ast.literal_eval(value)
+        except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
+            pass
+    return value
+
+
+def convert_answer(value: Any, response_type: Any, request_id: str) -> Any:
+    """Convert an answer to its request's ``response_type``; what core accepts is returned unchanged.
+
+    Args:
+        value: The answer (a Python value or a JSON value; ``None`` passes, as core allows).
+        response_type: The request's ``response_type``.
+        request_id: The request's id (named in the error).
+
+    Returns:
+        ``value`` when core's rule accepts it, else pydantic's validated value (an instance core accepts).
+
+    Raises:
+        ResponseMismatchError: The value fits neither; the message names each failing field path
+            (``title: Input should be a valid string``) and the request id, never the value.
+    """
+    if value is None or (isinstance(response_type, type) and type(value) is response_type):
+        return value
+    if response_fits(value, response_type, request_id):
+        return value
+    adapter = _adapter(response_type)
+    details = ""
+    if adapter is not None:
+        try:
+            converted = adapter.validate_python(value)
+        except ValidationError as exc:
+            details = ": " + _describe_errors(exc.errors(include_url=False, include_input=False, include_context=False))
+        except (RecursionError, ValueError, TypeError):
+            details = ": the value nests too deeply or cannot be read"
+        else:
+            if response_fits(converted, response_type, request_id):
+                return converted
+    name = type_name(response_type)
+    raise ResponseMismatchError(
+        f"The answer to request {request_id!r} is not a {name} and cannot be converted to {name}{details}. "
+        "Resume again with a value of that type (its JSON Schema is the request's response_schema); the "
+        "continuation is still pending."
+    )
+
+
+def _describe_errors(errors: list[ErrorDetails]) -> str:
+    parts = [f"{_path(error['loc'])}{error['msg']}" for error in errors[:_MAX_ERRORS]]
+    if len(errors) > _MAX_ERRORS:
+        parts.append(f"and {len(errors) - _MAX_ERRORS} more")
+    return "; ".join(parts)
+
+
+def _path(loc: tuple[int | str, ...]) -> str:
+    """A field path (``items[0].title: ``), empty for the value itself."""
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            name = part if len(part) <= _MAX_LOC_PART else part[:_MAX_LOC_PART] + "..."
+            path += f".{name}" if path else name
+    return f"{path}: " if path else ""
+
+
+def _accepts(value: Any, response_type: Any) -> bool:
+    try:
+        return accepts(value, response_type)
+    except Exception:  # a type core cannot check at run time (a TypedDict, for example)
+        return False
+
+
+def accepts_none(response_type: Any) -> bool:
+    """True when ``None`` is a value of ``response_type`` (``X | None``, ``Any``)."""
+    return _accepts(None, response_type)
+
+
+def type_name(response_type: Any) -> str:
+    """A readable name of a type (``bool``, ``Review``, ``list[Review]``, ``Optional[Review]``)."""
+    if isinstance(response_type, type) and not getattr(response_type, "__args__", None):
+        return response_type.__name__
+    return repr(response_type).replace("typing.", "")

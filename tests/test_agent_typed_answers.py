@@ -1,0 +1,218 @@
+"""Typed answers through the agent: every request carries its answer's JSON Schema, and any JSON answer converts.
+
+A host reads ``response_schema`` from the emitted ``function_call`` / ``function_approval_request`` and
+answers with a ``function_result`` whose ``result`` is the JSON value (or JSON text of it); the agent
+converts it to the request's ``response_type`` before the token is spent, or refuses it with a
+``ResponseMismatchError`` naming the field, leaving the pause exactly as it was.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+from typing import Any, Literal, Optional
+
+import pytest
+from agent_framework import AgentResponse, AgentSession, Content, Message
+from pydantic import BaseModel, TypeAdapter
+
+from agent_framework_functional import (
+    FunctionalWorkflowAgent,
+    ResponseMismatchError,
+    RunContext,
+    response_schema,
+    workflow,
+)
+
+
+class Color(enum.Enum):
+    RED = "red"
+    GREEN = "green"
+
+
+class Draft(BaseModel):
+    title: str
+    body: str
+    tags: list[str] = []
+
+
+@dataclasses.dataclass
+class Rating:
+    stars: int
+    color: Color
+
+
+seen: list[Any] = []
+
+
+def asks(response_type: Any) -> Any:
+    """A workflow that shows a pydantic draft, asks once with ``response_type`` and records the answer."""
+
+    @workflow(name="typed")
+    async def typed(topic: str, ctx: RunContext) -> str:
+        answer = await ctx.request_info(Draft(title=topic, body="first"), response_type=response_type)
+        seen.append(answer)
+        return f"got {type(answer).__name__}"
+
+    return typed
+
+
+@pytest.fixture(autouse=True)
+def _reset_seen() -> None:
+    seen.clear()
+
+
+# (response_type, JSON answer, what the workflow must receive)
+CASES: list[tuple[Any, Any, Any]] = [
+    (bool, True, True),
+    (str, "looks good", "looks good"),
+    (int, 3, 3),
+    (float, 2, 2.0),
+    (Color, "green", Color.GREEN),
+    (Literal["ship", "hold"], "hold", "hold"),
+    (Rating, {"stars": 4, "color": "red"}, Rating(4, Color.RED)),
+    (Draft, {"title": "Edited", "body": "b"}, Draft(title="Edited", body="b")),
+    (list[Draft], [{"title": "a", "body": "1"}, {"title": "b", "body": "2", "tags": ["x"]}], None),
+    (Optional[Draft], None, None),  # noqa: UP045 - Optional is what users write
+    (Optional[Draft], {"title": "t", "body": "b"}, Draft(title="t", body="b")),  # noqa: UP045
+]
+IDS = ["bool", "str", "int", "float", "enum", "literal", "dataclass", "model", "list", "optional-none", "optional"]
+
+
+def answer(call_id: str, result: Any) -> Message:
+    return Message("tool", [Content.from_function_result(call_id=call_id, result=result)])
+
+
+async def run(agent: FunctionalWorkflowAgent, message: Any, *, stream: bool, **kwargs: Any) -> AgentResponse:
+    if stream:
+        return await agent.run(message, stream=True, **kwargs).get_final_response()
+    return await agent.run(message, **kwargs)
+
+
+def expected(response_type: Any, value: Any, wanted: Any) -> Any:
+    return TypeAdapter(response_type).validate_python(value) if wanted is None and value is not None else wanted
+
+
+@pytest.mark.parametrize(("response_type", "value", "wanted"), CASES, ids=IDS)
+async def test_every_request_carries_the_schema_and_json_safe_data(response_type: Any, value: Any, wanted: Any) -> None:
+    del value, wanted
+    agent = asks(response_type).build().as_agent()
+    paused = await agent.run("tea")
+    call, request = paused.messages[-1].contents[:2]
+    schema = TypeAdapter(response_type).json_schema()
+    assert call.type == "function_call" and request.type == "function_approval_request"
+    assert call.arguments["response_schema"] == schema == response_schema(response_type)  # type: ignore[index]
+    assert request.additional_properties["response_schema"] == schema
+    assert call.arguments["data"] == {"title": "tea", "body": "first", "tags": []}  # type: ignore[index]
+    json.dumps(call.arguments)  # JSON-safe, as hosts send it
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("as_text", [False, True])
+@pytest.mark.parametrize(("response_type", "value", "wanted"), CASES, ids=IDS)
+async def test_a_json_answer_converts_to_the_response_type(
+    response_type: Any, value: Any, wanted: Any, as_text: bool, stream: bool
+) -> None:
+    agent = asks(response_type).build().as_agent()
+    session = agent.create_session()
+    await agent.run("tea", session=session)
+    result = json.dumps(value) if as_text and not isinstance(value, str) else value
+    done = await run(agent, answer("auto::0", result), stream=stream, session=session)
+    assert done.continuation_token is None
+    want = expected(response_type, value, wanted)
+    assert seen == [want] and type(seen[0]) is type(want)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_bool_request_still_takes_an_approval(stream: bool) -> None:
+    agent = asks(bool).build().as_agent()
+    paused = await agent.run("tea")
+    reply = Message("user", [paused.user_input_requests[0].to_function_approval_response(approved=False)])
+    await run(agent, reply, stream=stream, continuation_token=paused.continuation_token)
+    assert seen == [False]
+
+
+WRONG: list[tuple[Any, Any, str]] = [
+    (Draft, {"title": 5, "body": "b"}, "title: Input should be a valid string"),
+    (Draft, {"body": "b"}, "title: Field required"),
+    (list[Draft], [{"title": "a", "body": "1"}, {"title": "b"}], r"\[1\]\.body: Field required"),
+    (Rating, {"stars": "many", "color": "red"}, "stars: Input should be a valid integer"),
+    (Rating, {"stars": 1, "color": "blue"}, "color: Input should be 'red' or 'green'"),
+    (Color, "blue", "Input should be 'red' or 'green'"),
+    (Literal["ship", "hold"], "sink", "Input should be 'ship' or 'hold'"),
+    (int, "three", "Input should be a valid integer"),
+    (bool, "perhaps", "Input should be a valid boolean"),
+    (Draft, None, "not a Draft"),
+]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(("response_type", "value", "message"), WRONG)
+async def test_a_wrong_shape_names_the_field_and_keeps_the_pause(
+    response_type: Any, value: Any, message: str, stream: bool
+) -> None:
+    agent = asks(response_type).build().as_agent()
+    session = agent.create_session()
+    paused = await agent.run("tea", session=session)
+    state = json.dumps(session.to_dict(), sort_keys=True)
+    with pytest.raises(ResponseMismatchError, match=message) as info:
+        agent.run(answer("auto::0", value), session=session, stream=stream)  # refused at the call site
+    assert "'auto::0'" in str(info.value)
+    assert paused.continuation_token is not None
+    assert paused.continuation_token["token"] not in str(info.value)
+    assert json.dumps(session.to_dict(), sort_keys=True) == state  # the session is exactly as it was
+    assert set(agent.pending_requests_for(session)) == {"auto::0"}
+    assert seen == []
+    good = {Draft: {"title": "t", "body": "b"}, Rating: {"stars": 1, "color": "red"}, Color: "red"}
+    fixed = good.get(response_type, {"title": "t", "body": "b"} if response_type == list[Draft] else None)
+    fixed = [fixed] if response_type == list[Draft] else fixed
+    fixed = {Literal["ship", "hold"]: "ship", int: 3, bool: True}.get(response_type, fixed)
+    done = await run(agent, answer("auto::0", fixed), stream=stream, session=session)
+    assert done.continuation_token is None and len(seen) == 1  # the same token still resumes it, once
+
+
+@workflow(name="two_typed_rounds")
+async def two_typed_rounds(topic: str, ctx: RunContext) -> str:
+    color = await ctx.request_info({"topic": topic}, response_type=Color)
+    draft = await ctx.request_info({"color": color.value}, response_type=Draft)
+    seen.append((color, draft))
+    return f"{color.value}: {draft.title}"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_earlier_answers_kept_as_json_in_the_session_convert_again_on_the_next_round(stream: bool) -> None:
+    agent = two_typed_rounds.build().as_agent()
+    session = agent.create_session()
+    await agent.run("tea", session=session)
+    again = await run(agent, answer("auto::0", "green"), stream=stream, session=session)
+    assert again.continuation_token is not None
+    restored = AgentSession.from_dict(json.loads(json.dumps(session.to_dict())))  # the host serialises it
+    done = await run(agent, answer("auto::1", {"title": "T", "body": "B"}), stream=stream, session=restored)
+    assert done.text == "green: T"
+    assert seen == [(Color.GREEN, Draft(title="T", body="B"))]
+
+
+async def test_the_workflow_converts_json_answers_too() -> None:
+    wf = two_typed_rounds.build()
+    first = await wf.run("tea")
+    second = await wf.run(responses={"auto::0": "red"}, continuation_token=first.continuation_token)
+    with pytest.raises(ResponseMismatchError, match=r"'auto::1'.*title: Input should be a valid string"):
+        wf.run(
+            responses={"auto::0": "red", "auto::1": {"title": 1, "body": ""}},
+            continuation_token=second.continuation_token,
+        )
+    done = await wf.run(
+        responses={"auto::0": "red", "auto::1": {"title": "T", "body": ""}},
+        continuation_token=second.continuation_token,
+    )
+    assert done.get_outputs() == ["red: T"]
+
+
+def test_response_schema_of_a_type_pydantic_cannot_describe_is_none() -> None:
+    assert response_schema(Content) is None
+    assert response_schema(bool) == {"type": "boolean"}
+    first = response_schema(Draft)
+    assert first is not None
+    first["title"] = "changed"
+    assert response_schema(Draft) == TypeAdapter(Draft).json_schema()  # a fresh copy each time
