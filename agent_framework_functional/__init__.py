@@ -17,6 +17,7 @@ from agent_framework import RunContext, get_run_context, step
 
 from ._agent import FunctionalWorkflowAgent
 from ._authority import VerifiedContinuation
+from ._checkpoint_seal import CheckpointSealer
 from ._continuation import FunctionalWorkflowContinuationToken, continuation_token_hash
 from ._definition import FunctionalWorkflowDefinition, workflow
 from ._emit import emit_update, stream_agent
@@ -46,6 +47,7 @@ except importlib.metadata.PackageNotFoundError:  # pragma: no cover - running fr
 
 __all__ = [
     "CheckpointRestoreConflictError",
+    "CheckpointSealer",
     "ContinuationAuthorityError",
     "ContinuationRecord",
     "ContinuationStore",
