@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
+import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, cast
 
@@ -30,9 +32,12 @@ DEFAULT_WAITAOF_TIMEOUT_SECONDS = 5.0
 """How long a store in ``waitaof`` mode waits for Redis to confirm a write reached its disk."""
 
 # KEYS[1] = record key. ARGV = now, new status, expiry horizon, claimer ('' for none).
-# Compare-and-set on status == issued.
+# Compare-and-set on status == issued. A claim retried after a lost reply finds its own claim (same
+# claimer secret) and wins again, so retrying a claim once on a connection error is safe.
 _TRANSITION = """
-if redis.call('HGET', KEYS[1], 'status') ~= 'issued' then return 0 end
+local status = redis.call('HGET', KEYS[1], 'status')
+if ARGV[4] ~= '' and status == ARGV[2] and redis.call('HGET', KEYS[1], 'claimed_by') == ARGV[4] then return 1 end
+if status ~= 'issued' then return 0 end
 if tonumber(redis.call('HGET', KEYS[1], 'expires_at')) <= tonumber(ARGV[3]) then return 0 end
 redis.call('HSET', KEYS[1], 'status', ARGV[2], 'updated_at', ARGV[1], 'claimed_by', ARGV[4])
 return 1
@@ -77,11 +82,21 @@ _DURABILITY_ADVICE = (
 )
 
 
-def pooled_client(url: str, *, max_connections: int, pool_timeout: float | timedelta, owner: str) -> Any:
+def pooled_client(
+    url: str,
+    *,
+    max_connections: int,
+    pool_timeout: float | timedelta,
+    owner: str,
+    on_connect: Callable[[Any], Awaitable[None]] | None = None,
+) -> Any:
     """Return a ``redis.asyncio.Redis`` client for ``url`` that owns a ``BlockingConnectionPool``.
 
     Past ``max_connections`` concurrent commands wait for a free connection, for at most
-    ``pool_timeout``, instead of failing; closing the client closes the pool.
+    ``pool_timeout``, instead of failing; closing the client closes the pool. A command that fails
+    with a connection error (a pooled connection the server closed, for example after a restart)
+    is retried once on a fresh connection; callers make sure every command they send is safe to
+    run again (see ``_TRANSITION``).
 
     Args:
         url: A Redis URL (``redis://``, ``rediss://`` or ``unix://``).
@@ -90,6 +105,8 @@ def pooled_client(url: str, *, max_connections: int, pool_timeout: float | timed
         max_connections: Size of the pool.
         pool_timeout: Longest wait for a free connection (seconds or ``timedelta``).
         owner: Class name for error messages.
+        on_connect: Run on every new connection (redis-py's ``redis_connect_func``); it must
+            initialise the connection (``await connection.on_connect()``) first.
 
     Returns:
         The client (``Any``: redis-py is untyped here).
@@ -105,11 +122,17 @@ def pooled_client(url: str, *, max_connections: int, pool_timeout: float | timed
     wait = duration_seconds(pool_timeout, "pool_timeout")
     try:
         from redis.asyncio import BlockingConnectionPool, Redis
+        from redis.asyncio.retry import Retry
+        from redis.backoff import NoBackoff
+        from redis.exceptions import ConnectionError as RedisConnectionError
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError(
             f"{owner} needs the 'redis' package: pip install 'agent-framework-functional[durable]'."
         ) from exc
-    pool = BlockingConnectionPool.from_url(url, max_connections=max_connections, timeout=wait)  # pyright: ignore[reportUnknownMemberType]
+    options: dict[str, Any] = {"retry": Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,))}
+    if on_connect is not None:
+        options["redis_connect_func"] = on_connect
+    pool = BlockingConnectionPool.from_url(url, max_connections=max_connections, timeout=wait, **options)  # pyright: ignore[reportUnknownMemberType]
     return Redis.from_pool(pool)  # pyright: ignore[reportUnknownMemberType]
 
 
@@ -214,14 +237,21 @@ class RedisContinuationStore:
         self._clock = clock
         self._mode: RedisDurabilityMode | None = "best_effort" if durability == "best_effort" else None
         self._check_lock = asyncio.Lock()
+        on_connect = None if durability == "best_effort" else self._check_connection
         if isinstance(client, str):
             self._client: Any = pooled_client(
-                client, max_connections=max_connections, pool_timeout=pool_timeout, owner="RedisContinuationStore"
+                client,
+                max_connections=max_connections,
+                pool_timeout=pool_timeout,
+                owner="RedisContinuationStore",
+                on_connect=on_connect,
             )
             self._owns_client = True
         else:
             self._client = client
             self._owns_client = False
+            if on_connect is not None:
+                self._install_check(client)
         self._transition_script: Any = self._client.register_script(_TRANSITION)
         self._insert_script: Any = self._client.register_script(_INSERT)
         self._release_script: Any = self._client.register_script(_RELEASE)
@@ -258,8 +288,46 @@ class RedisContinuationStore:
             return self._mode
         async with self._check_lock:
             if self._mode is None:
-                self._mode = await self._probe_durability()
+                self._mode = await self._probe_durability(self._client.execute_command)
             return self._mode
+
+    def _install_check(self, client: Any) -> None:
+        """Check persistence on every connection the caller's pool opens from now on (after its own hook)."""
+        kwargs: dict[str, Any] = client.connection_pool.connection_kwargs
+        previous = kwargs.get("redis_connect_func")
+
+        async def check(connection: Any) -> None:
+            await self._check_connection(connection, previous)
+
+        kwargs["redis_connect_func"] = check
+
+    async def _check_connection(self, connection: Any, previous: Any = None) -> None:
+        """redis-py's ``redis_connect_func``: initialise a new connection, then check the server's persistence on it.
+
+        A server restarted with weaker persistence (``CONFIG SET`` without ``CONFIG REWRITE``) is
+        refused on the first connection to it, before any command of the store runs there.
+
+        Raises:
+            ContinuationStoreDurabilityError: The server could lose acknowledged writes; the
+                connection is closed, so no command runs on it.
+        """
+        if previous is None:
+            await connection.on_connect()
+        else:
+            outcome = previous(connection)
+            if inspect.isawaitable(outcome):
+                await outcome
+
+        async def execute(*args: Any) -> Any:
+            await connection.send_command(*args)
+            return await connection.read_response()
+
+        try:
+            self._mode = await self._probe_durability(execute)
+        except ContinuationStoreDurabilityError:
+            self._mode = None  # re-checked before the next write, on whichever connection it uses
+            await connection.disconnect()
+            raise
 
     def _key(self, token_hash: str) -> str:
         return f"{self.namespace}:{token_hash}"
@@ -429,15 +497,19 @@ class RedisContinuationStore:
             )
         return result
 
-    async def _probe_durability(self) -> RedisDurabilityMode:
+    async def _probe_durability(self, execute: Callable[..., Awaitable[Any]]) -> RedisDurabilityMode:
+        """How the server behind ``execute`` (the client, or one new connection) keeps writes through a crash."""
         from redis.exceptions import ResponseError
 
         try:
-            config = cast("dict[Any, Any]", await self._client.config_get("append*"))
+            config: Any = await execute("CONFIG", "GET", "append*")
         except ResponseError:  # CONFIG renamed away (unknown command) or denied by an ACL (NOPERM)
             settings: dict[str, str] | None = None
         else:
-            settings = {text(name): text(value) for name, value in config.items()}
+            flat: list[Any] = (
+                list(itertools.chain(*cast("dict[Any, Any]", config).items())) if isinstance(config, dict) else config
+            )
+            settings = {text(name): text(value) for name, value in zip(flat[::2], flat[1::2], strict=True)}
         if settings is not None:
             appendonly, appendfsync = settings.get("appendonly"), settings.get("appendfsync")
             if appendonly == "yes" and appendfsync == "always":
@@ -451,7 +523,7 @@ class RedisContinuationStore:
                 )
         found = "CONFIG is not available to this client" if settings is None else "appendfsync is not 'always'"
         try:
-            reply = await self._client.execute_command("WAITAOF", 1, 0, self._waitaof_timeout_ms)
+            reply = await execute("WAITAOF", 1, 0, self._waitaof_timeout_ms)
         except ResponseError as exc:
             raise ContinuationStoreDurabilityError(
                 f"Cannot tell whether Redis keeps writes through a crash ({found}), and WAITAOF failed: {exc}. "
