@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, cast
 from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 
 from ._checkpoint_seal import CheckpointSealer, is_sealed, warn_unsealed
-from ._redis_store import DEFAULT_MAX_CONNECTIONS, DEFAULT_POOL_TIMEOUT_SECONDS, pooled_client, text
+from ._redis_client import DEFAULT_MAX_CONNECTIONS, DEFAULT_POOL_TIMEOUT_SECONDS, pooled_client, text
 from ._store import duration_seconds
 
 if TYPE_CHECKING:

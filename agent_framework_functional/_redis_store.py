@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import itertools
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from ._errors import ContinuationStoreDurabilityError
+from ._redis_client import (
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_POOL_TIMEOUT_SECONDS,
+    DURABILITY_ADVICE,
+    RedisDurabilityMode,
+    pooled_client,
+    probe_durability,
+    text,
+)
 from ._store import DEFAULT_RETENTION_SECONDS, DEFAULT_TTL_SECONDS, ContinuationRecord, duration_seconds
 
 if TYPE_CHECKING:
@@ -18,15 +26,6 @@ if TYPE_CHECKING:
 
 RedisDurability = Literal["fsync", "best_effort"]
 """What a :class:`RedisContinuationStore` demands of Redis persistence (its ``durability=`` argument)."""
-
-RedisDurabilityMode = Literal["appendfsync_always", "waitaof", "best_effort"]
-"""How a :class:`RedisContinuationStore` keeps its writes: what its ``check_durability()`` found."""
-
-DEFAULT_MAX_CONNECTIONS = 50
-"""Connections in the pool of a store created from a URL; further operations wait for a free one."""
-
-DEFAULT_POOL_TIMEOUT_SECONDS = 20.0
-"""How long an operation of a store created from a URL waits for a free connection before failing."""
 
 DEFAULT_WAITAOF_TIMEOUT_SECONDS = 5.0
 """How long a store in ``waitaof`` mode waits for Redis to confirm a write reached its disk."""
@@ -73,73 +72,6 @@ redis.call('PEXPIRE', KEYS[1], ARGV[1])
 return 1
 """
 
-_DURABILITY_ADVICE = (
-    "Configure Redis to fsync every write to its append-only file (redis.conf: 'appendonly yes' and "
-    "'appendfsync always', or CONFIG SET appendonly yes / CONFIG SET appendfsync always), or run Redis 7.2 or "
-    "newer with 'appendonly yes' so the store can confirm each write with WAITAOF. To accept that a Redis crash "
-    "can lose claims (a spent token could then resume a second time), pass durability='best_effort' to "
-    "RedisContinuationStore."
-)
-
-
-def pooled_client(
-    url: str,
-    *,
-    max_connections: int,
-    pool_timeout: float | timedelta,
-    owner: str,
-    on_connect: Callable[[Any], Awaitable[None]] | None = None,
-) -> Any:
-    """Return a ``redis.asyncio.Redis`` client for ``url`` that owns a ``BlockingConnectionPool``.
-
-    Past ``max_connections`` concurrent commands wait for a free connection, for at most
-    ``pool_timeout``, instead of failing; closing the client closes the pool. A command that fails
-    with a connection error (a pooled connection the server closed, for example after a restart)
-    is retried once on a fresh connection; callers make sure every command they send is safe to
-    run again (see ``_TRANSITION``).
-
-    Args:
-        url: A Redis URL (``redis://``, ``rediss://`` or ``unix://``).
-
-    Keyword Args:
-        max_connections: Size of the pool.
-        pool_timeout: Longest wait for a free connection (seconds or ``timedelta``).
-        owner: Class name for error messages.
-        on_connect: Run on every new connection (redis-py's ``redis_connect_func``); it must
-            initialise the connection (``await connection.on_connect()``) first.
-
-    Returns:
-        The client (``Any``: redis-py is untyped here).
-
-    Raises:
-        ImportError: The ``redis`` package is not installed.
-        ValueError: ``max_connections`` is not a positive integer, or ``pool_timeout`` is not a
-            positive duration of at most ten years.
-        TypeError: ``pool_timeout`` is neither a number nor a ``timedelta``.
-    """
-    if isinstance(max_connections, bool) or not isinstance(max_connections, int) or max_connections < 1:  # pyright: ignore[reportUnnecessaryIsInstance]
-        raise ValueError(f"max_connections must be a positive integer, got {max_connections!r}.")
-    wait = duration_seconds(pool_timeout, "pool_timeout")
-    try:
-        from redis.asyncio import BlockingConnectionPool, Redis
-        from redis.asyncio.retry import Retry
-        from redis.backoff import NoBackoff
-        from redis.exceptions import ConnectionError as RedisConnectionError
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            f"{owner} needs the 'redis' package: pip install 'agent-framework-functional[durable]'."
-        ) from exc
-    options: dict[str, Any] = {"retry": Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,))}
-    if on_connect is not None:
-        options["redis_connect_func"] = on_connect
-    pool = BlockingConnectionPool.from_url(url, max_connections=max_connections, timeout=wait, **options)  # pyright: ignore[reportUnknownMemberType]
-    return Redis.from_pool(pool)  # pyright: ignore[reportUnknownMemberType]
-
-
-def text(value: Any) -> str:
-    """Return a Redis reply value (``bytes`` or ``str``) as text."""
-    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
-
 
 class RedisContinuationStore:
     """A :class:`ContinuationStore` on Redis, for workers on several machines.
@@ -153,9 +85,11 @@ class RedisContinuationStore:
     event loop: the asyncio client's connections belong to the loop that opened them.
 
     **Durability.** A claim that Redis forgets in a crash makes a spent token resumable again (its
-    side effects could run twice), so by default (``durability="fsync"``) the store checks, once,
-    before its first write (or when the host calls :meth:`check_durability` at start-up), that every
-    acknowledged write is on the server's disk:
+    side effects could run twice), so by default (``durability="fsync"``) the store checks on every
+    new connection (redis-py's ``redis_connect_func``; on a client you pass in, installed in its
+    pool for the connections it opens from then on), and before its first write (or when the host
+    calls :meth:`check_durability` at start-up), that every acknowledged write is on the server's
+    disk:
 
     * ``CONFIG GET`` shows ``appendonly yes`` and ``appendfsync always``: Redis fsyncs each write
       before it replies; nothing more to do per operation.
@@ -170,9 +104,17 @@ class RedisContinuationStore:
     ``durability="best_effort"`` skips the check and keeps whatever the server's persistence keeps:
     a crash or restart may lose the writes since the last snapshot or fsync, so a claimed token can
     come back ``issued`` (and resume twice), an abandoned one come back, or an issued one vanish.
-    The check covers one server's restart; a failover to a replica can still lose writes the old
-    primary acknowledged. The check runs once per store object: restart workers after you weaken
-    the server's persistence.
+    The check covers one server's restart (a server that comes back with weaker persistence, for
+    example one configured with ``CONFIG SET`` and no ``CONFIG REWRITE``, is refused on the first
+    connection to it); a failover to a replica can still lose writes the old primary acknowledged,
+    and weakening a running server's persistence is noticed only on new connections.
+
+    **Restarts.** With a URL, a command that fails with a connection error (a pooled connection the
+    restarted server closed) is retried once on a fresh connection. That is safe for every script:
+    a claim retried after its first attempt took effect finds its own claim (same ``claimer``
+    secret) and wins again; a retried save or abandon that had taken effect reports failure (no
+    token is handed out / abandon again), never a second effect. A client you pass keeps its own
+    retry policy.
 
     Needs the ``redis`` package (``pip install "agent-framework-functional[durable]"``).
 
@@ -269,9 +211,9 @@ class RedisContinuationStore:
     async def check_durability(self) -> RedisDurabilityMode:
         """Check once that Redis keeps every acknowledged write through a crash; return how.
 
-        Every save, claim and abandon calls it first; the first successful check is remembered for
-        the store's lifetime, a failed one is repeated on the next write (so fixing the server's
-        configuration needs no restart). Call it at start-up to fail early.
+        Every save, claim and abandon calls it first; a successful check is remembered until a new
+        connection's check fails, a failed one is repeated on the next write (so fixing the
+        server's configuration needs no restart). Call it at start-up to fail early.
 
         Returns:
             ``"appendfsync_always"`` (the server fsyncs each write before replying),
@@ -288,7 +230,7 @@ class RedisContinuationStore:
             return self._mode
         async with self._check_lock:
             if self._mode is None:
-                self._mode = await self._probe_durability(self._client.execute_command)
+                self._mode = await probe_durability(self._client.execute_command, self._waitaof_timeout_ms)
             return self._mode
 
     def _install_check(self, client: Any) -> None:
@@ -323,7 +265,7 @@ class RedisContinuationStore:
             return await connection.read_response()
 
         try:
-            self._mode = await self._probe_durability(execute)
+            self._mode = await probe_durability(execute, self._waitaof_timeout_ms)
         except ContinuationStoreDurabilityError:
             self._mode = None  # re-checked before the next write, on whichever connection it uses
             await connection.disconnect()
@@ -385,7 +327,9 @@ class RedisContinuationStore:
                 :meth:`release` the claim.
 
         Returns:
-            True for the one caller that claimed it; False when it is missing, not ``issued`` or expired.
+            True for the one caller that claimed it (again True for the same non-empty ``claimer``,
+            so a retry after a lost reply cannot lose its own claim); False when it is missing, not
+            ``issued`` or expired.
 
         Raises:
             ContinuationStoreDurabilityError: Redis cannot keep the claim through a crash, or did not
@@ -487,7 +431,7 @@ class RedisContinuationStore:
                     raise
                 raise ContinuationStoreDurabilityError(
                     f"Redis refused to confirm that the {what} write reached its append-only file ({exc}); "
-                    f"treat it as failed. {_DURABILITY_ADVICE}"
+                    f"treat it as failed. {DURABILITY_ADVICE}"
                 ) from exc
         if int(acknowledged[0]) < 1:
             raise ContinuationStoreDurabilityError(
@@ -496,42 +440,3 @@ class RedisContinuationStore:
                 "Redis server's disk, or raise waitaof_timeout."
             )
         return result
-
-    async def _probe_durability(self, execute: Callable[..., Awaitable[Any]]) -> RedisDurabilityMode:
-        """How the server behind ``execute`` (the client, or one new connection) keeps writes through a crash."""
-        from redis.exceptions import ResponseError
-
-        try:
-            config: Any = await execute("CONFIG", "GET", "append*")
-        except ResponseError:  # CONFIG renamed away (unknown command) or denied by an ACL (NOPERM)
-            settings: dict[str, str] | None = None
-        else:
-            flat: list[Any] = (
-                list(itertools.chain(*cast("dict[Any, Any]", config).items())) if isinstance(config, dict) else config
-            )
-            settings = {text(name): text(value) for name, value in zip(flat[::2], flat[1::2], strict=True)}
-        if settings is not None:
-            appendonly, appendfsync = settings.get("appendonly"), settings.get("appendfsync")
-            if appendonly == "yes" and appendfsync == "always":
-                return "appendfsync_always"
-            if appendonly != "yes":
-                raise ContinuationStoreDurabilityError(
-                    f"Redis runs with appendonly={appendonly!r}, so it persists writes at best in periodic "
-                    "snapshots: a crash or restart loses every claim since the last one, and a spent token could "
-                    "resume twice. "
-                    f"{_DURABILITY_ADVICE}"
-                )
-        found = "CONFIG is not available to this client" if settings is None else "appendfsync is not 'always'"
-        try:
-            reply = await execute("WAITAOF", 1, 0, self._waitaof_timeout_ms)
-        except ResponseError as exc:
-            raise ContinuationStoreDurabilityError(
-                f"Cannot tell whether Redis keeps writes through a crash ({found}), and WAITAOF failed: {exc}. "
-                f"{_DURABILITY_ADVICE}"
-            ) from exc
-        if int(reply[0]) < 1:
-            raise ContinuationStoreDurabilityError(
-                f"Redis did not confirm a local fsync with WAITAOF within {self._waitaof_timeout_ms} ms ({found}). "
-                f"{_DURABILITY_ADVICE}"
-            )
-        return "waitaof"
