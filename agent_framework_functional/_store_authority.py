@@ -21,14 +21,14 @@ in the store (by the sha256 of its token's secret) before its token is handed ou
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, cast
 
-from agent_framework import CheckpointStorage, WorkflowCheckpoint, WorkflowEvent
+from agent_framework import CheckpointStorage, WorkflowEvent
 
 from ._authority import InMemoryAuthority, ResumeTicket, VerifiedContinuation, check_answers, raw_token, verdict_of
+from ._checkpoint_chain import RecordingCheckpointStorage
 from ._continuation import Continuation, hash_secret, issue_continuation, matches, presented_secret
 from ._errors import (
     CheckpointRestoreConflictError,
@@ -39,62 +39,6 @@ from ._errors import (
 )
 from ._response_types import describe_requests, resolve_type
 from ._store import ContinuationRecord, ContinuationStore
-
-
-class RecordingCheckpointStorage:
-    """Checkpoint storage proxy that remembers the id of the last checkpoint saved through it (internal)."""
-
-    __slots__ = ("gone", "inner", "last_saved_id", "resumed_checkpoint_id", "saved_ids")
-
-    def __init__(self, inner: CheckpointStorage) -> None:
-        self.inner = inner
-        self.last_saved_id: str | None = None
-        self.saved_ids: list[str] = []
-        # The checkpoint of the pause this run claimed (set by the claim): deleted once the run ends well.
-        self.resumed_checkpoint_id: str | None = None
-        # Set for a remote resume: raises the authority error when the pause was resumed meanwhile.
-        self.gone: Callable[[], Awaitable[None]] | None = None
-
-    async def save(self, checkpoint: WorkflowCheckpoint) -> str:
-        checkpoint_id = await self.inner.save(checkpoint)
-        self.last_saved_id = checkpoint_id
-        self.saved_ids.append(checkpoint_id)
-        return checkpoint_id
-
-    async def drop_chain(self, *, keep: str | None) -> None:
-        """Delete the checkpoints this run saved (but ``keep``) and the one of the pause it resumed.
-
-        Called when a run ended well: it paused again (``keep`` is the new pause's checkpoint, which
-        backs the new token) or finished. None of the others backs an issued token any more. A
-        failed delete is ignored: the checkpoint stays until the host deletes it.
-        """
-        doomed = [checkpoint_id for checkpoint_id in self.saved_ids if checkpoint_id != keep]
-        if self.resumed_checkpoint_id is not None and self.resumed_checkpoint_id != keep:
-            doomed.append(self.resumed_checkpoint_id)
-        self.saved_ids, self.resumed_checkpoint_id = [], None
-        for checkpoint_id in doomed:
-            with contextlib.suppress(Exception):  # cleanup must never fail the run
-                await self.inner.delete(checkpoint_id)
-
-    async def load(self, checkpoint_id: str) -> WorkflowCheckpoint:
-        try:
-            return await self.inner.load(checkpoint_id)
-        except Exception:
-            if self.gone is not None:
-                await self.gone()  # a winner finished and deleted it: this resume lost (authority error)
-            raise
-
-    async def list_checkpoints(self, *, workflow_name: str) -> list[WorkflowCheckpoint]:
-        return await self.inner.list_checkpoints(workflow_name=workflow_name)
-
-    async def delete(self, checkpoint_id: str) -> bool:
-        return await self.inner.delete(checkpoint_id)
-
-    async def get_latest(self, *, workflow_name: str) -> WorkflowCheckpoint | None:
-        return await self.inner.get_latest(workflow_name=workflow_name)
-
-    async def list_checkpoint_ids(self, *, workflow_name: str) -> list[str]:
-        return await self.inner.list_checkpoint_ids(workflow_name=workflow_name)
 
 
 class StoreAuthority(InMemoryAuthority):
@@ -113,7 +57,7 @@ class StoreAuthority(InMemoryAuthority):
         ValueError: No checkpoint storage: a durable resume restores the pause's checkpoint.
     """
 
-    __slots__ = ("_held_checkpoint_id", "_identity", "checkpoint_storage", "store")
+    __slots__ = ("_identity", "store")
 
     def __init__(
         self,
@@ -121,6 +65,8 @@ class StoreAuthority(InMemoryAuthority):
         checkpoint_storage: CheckpointStorage | None,
         on_reset: Callable[[], None],
         identity: Callable[[], tuple[str, str]],
+        *,
+        keep_checkpoints: bool = False,
     ) -> None:
         if not isinstance(store, ContinuationStore):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(
@@ -132,11 +78,10 @@ class StoreAuthority(InMemoryAuthority):
                 "A continuation_store needs checkpoint_storage as well: a resume in another process restores "
                 "the pause's checkpoint. Pass checkpoint_storage=... (shared by every worker) to build()."
             )
-        super().__init__(on_reset)
+        super().__init__(on_reset, checkpoint_storage, keep_checkpoints=keep_checkpoints)
         self.store: ContinuationStore = store  # pyright: ignore[reportIncompatibleVariableOverride]
         self.checkpoint_storage: CheckpointStorage = checkpoint_storage  # pyright: ignore[reportIncompatibleVariableOverride]
         self._identity = identity
-        self._held_checkpoint_id: str | None = None  # the checkpoint of the pause held in memory
 
     # ------------------------------------------------------------------ read-only checks
 
@@ -289,7 +234,7 @@ class StoreAuthority(InMemoryAuthority):
                 "With a continuation_store every pause must be saved in the checkpoint storage given to build(), "
                 "so that any worker can restore it. Drop checkpoint_storage from this run."
             )
-        return RecordingCheckpointStorage(self.checkpoint_storage)
+        return RecordingCheckpointStorage(self.checkpoint_storage, keep=self.keep_checkpoints)
 
     # ------------------------------------------------------------------ 2-4. inside the run
 
@@ -350,12 +295,6 @@ class StoreAuthority(InMemoryAuthority):
         if earlier is None and ticket.record is not None:
             earlier = dict(ticket.requests)
         ticket.chain = earlier
-
-    def finish(self, ticket: ResumeTicket) -> Awaitable[None] | None:
-        """A run finished cleanly: the deletion of its pause chain's checkpoints to await (none backs a token)."""
-        if isinstance(ticket.storage, RecordingCheckpointStorage):
-            return ticket.storage.drop_chain(keep=None)
-        return None
 
     async def _claim_or_hand_back(self, claim_hash: str) -> bool:
         """The store's claim, which cancellation cannot split from its outcome.
@@ -514,9 +453,9 @@ def earlier_requests(
 def make_authority(
     store: ContinuationStore | None,
     checkpoint_storage: CheckpointStorage | None,
-    *,
     on_reset: Callable[[], None],
     identity: Callable[[], tuple[str, str]],
+    keep_checkpoints: bool = False,
 ) -> InMemoryAuthority:
     """The authority strategy for a workflow instance: in memory, or with ``store`` when one is given.
 
@@ -525,5 +464,5 @@ def make_authority(
         ValueError: ``store`` without ``checkpoint_storage``.
     """
     if store is None:
-        return InMemoryAuthority(on_reset)
-    return StoreAuthority(store, checkpoint_storage, on_reset, identity)
+        return InMemoryAuthority(on_reset, checkpoint_storage, keep_checkpoints=keep_checkpoints)
+    return StoreAuthority(store, checkpoint_storage, on_reset, identity, keep_checkpoints=keep_checkpoints)

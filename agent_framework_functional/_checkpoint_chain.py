@@ -1,0 +1,83 @@
+"""The checkpoint recorder: what one run saved, so a run chain deletes its spent checkpoints when it ends.
+
+Core saves several checkpoints per run (one per step, one for the pause) and never deletes any.
+Every run with checkpoint storage hands core a :class:`RecordingCheckpointStorage` in front of the
+real one; when the run pauses again or finishes, the checkpoints of its chain that back no issued
+token are deleted (AGENTS.md invariant 30), with or without a continuation store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Awaitable, Callable
+
+from agent_framework import CheckpointStorage, WorkflowCheckpoint
+
+
+class RecordingCheckpointStorage:
+    """Checkpoint storage proxy that remembers what one run saved through it (internal).
+
+    Args:
+        inner: The storage core should really use.
+
+    Keyword Args:
+        keep: Keep every checkpoint (``@workflow(keep_checkpoints=True)``): :meth:`drop_chain`
+            deletes nothing.
+    """
+
+    __slots__ = ("gone", "inner", "keep", "last_saved_id", "resumed_checkpoint_id", "saved_ids")
+
+    def __init__(self, inner: CheckpointStorage, *, keep: bool = False) -> None:
+        self.inner = inner
+        self.keep = keep
+        self.last_saved_id: str | None = None
+        self.saved_ids: list[str] = []
+        # The checkpoint of the pause this run claimed (set by the claim): deleted once the run ends well.
+        self.resumed_checkpoint_id: str | None = None
+        # Set for a remote resume: raises the authority error when the pause was resumed meanwhile.
+        self.gone: Callable[[], Awaitable[None]] | None = None
+
+    async def save(self, checkpoint: WorkflowCheckpoint) -> str:
+        checkpoint_id = await self.inner.save(checkpoint)
+        self.last_saved_id = checkpoint_id
+        self.saved_ids.append(checkpoint_id)
+        return checkpoint_id
+
+    async def drop_chain(self, *, keep: str | None) -> None:
+        """Delete the checkpoints this run saved (but ``keep``) and the one of the pause it resumed.
+
+        Called when a run ended well: it paused again (``keep`` is the new pause's checkpoint, which
+        backs the new token) or finished. None of the others backs an issued token any more. A
+        failed delete is ignored: the checkpoint stays until the host deletes it. With ``keep`` set
+        on the recorder nothing is deleted.
+        """
+        if self.keep:
+            self.saved_ids, self.resumed_checkpoint_id = [], None
+            return
+        doomed = [checkpoint_id for checkpoint_id in self.saved_ids if checkpoint_id != keep]
+        if self.resumed_checkpoint_id is not None and self.resumed_checkpoint_id != keep:
+            doomed.append(self.resumed_checkpoint_id)
+        self.saved_ids, self.resumed_checkpoint_id = [], None
+        for checkpoint_id in doomed:
+            with contextlib.suppress(Exception):  # cleanup must never fail the run
+                await self.inner.delete(checkpoint_id)
+
+    async def load(self, checkpoint_id: str) -> WorkflowCheckpoint:
+        try:
+            return await self.inner.load(checkpoint_id)
+        except Exception:
+            if self.gone is not None:
+                await self.gone()  # a winner finished and deleted it: this resume lost (authority error)
+            raise
+
+    async def list_checkpoints(self, *, workflow_name: str) -> list[WorkflowCheckpoint]:
+        return await self.inner.list_checkpoints(workflow_name=workflow_name)
+
+    async def delete(self, checkpoint_id: str) -> bool:
+        return await self.inner.delete(checkpoint_id)
+
+    async def get_latest(self, *, workflow_name: str) -> WorkflowCheckpoint | None:
+        return await self.inner.get_latest(workflow_name=workflow_name)
+
+    async def list_checkpoint_ids(self, *, workflow_name: str) -> list[str]:
+        return await self.inner.list_checkpoint_ids(workflow_name=workflow_name)
