@@ -37,6 +37,7 @@ async def _cycle(wf: FunctionalWorkflow, topic: str, *, stream: bool) -> None:
     assert done.get_outputs() == [f"shipped: draft about {topic} (ok)"]
 
 
+@pytest.mark.slow
 async def test_a_thousand_finished_runs_leave_no_checkpoint_file(tmp_path: Path) -> None:
     folder = tmp_path / "checkpoints"
     wf = approval.build(checkpoint_storage=FileCheckpointStorage(folder))
@@ -94,6 +95,7 @@ async def test_a_failed_resume_keeps_its_pause_restorable(tmp_path: Path) -> Non
     assert restored.get_outputs() == ["shipped: draft about tea (fine)"]
 
 
+@pytest.mark.slow
 async def test_a_thousand_finished_runs_leave_no_key_in_redis(redis_server: str) -> None:
     namespace = f"aff-test:{uuid.uuid4().hex}"
     storage = RedisCheckpointStorage(redis_server, namespace=namespace)
