@@ -313,7 +313,9 @@ class InMemoryAuthority:
 
     def before_core(self, ticket: ResumeTicket, core_kwargs: dict[str, Any]) -> Awaitable[None] | None:
         """Route the run's checkpoints through a recorder (no I/O in memory, so None: nothing to await)."""
-        storage = core_kwargs.get("checkpoint_storage") or self.checkpoint_storage
+        storage = core_kwargs.get("checkpoint_storage")
+        if storage is None:
+            storage = self.checkpoint_storage
         if storage is not None and not self.keep_checkpoints:
             ticket.storage = core_kwargs["checkpoint_storage"] = RecordingCheckpointStorage(storage)
         return None
