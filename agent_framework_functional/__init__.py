@@ -18,6 +18,7 @@ from agent_framework import RunContext, get_run_context, step
 from ._agent import FunctionalWorkflowAgent
 from ._answers import response_schema
 from ._authority import VerifiedContinuation
+from ._checkpoint_seal import CheckpointSealer
 from ._continuation import FunctionalWorkflowContinuationToken, continuation_token_hash
 from ._definition import FunctionalWorkflowDefinition, workflow
 from ._emit import emit_update, stream_agent
@@ -49,6 +50,7 @@ except importlib.metadata.PackageNotFoundError:  # pragma: no cover - running fr
 
 __all__ = [  # noqa: RUF022 - plain sorted(), as tests/test_public_api.py checks
     "CheckpointRestoreConflictError",
+    "CheckpointSealer",
     "ContinuationAuthorityError",
     "ContinuationRecord",
     "ContinuationStore",

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from agent_framework import CheckpointStorage, WorkflowEvent
 
 from ._answers import convert_answer
+from ._checkpoint_chain import RecordingCheckpointStorage
 from ._continuation import Continuation, issue_continuation, known_spent, remember_spent, verify_token
 from ._errors import ContinuationAuthorityError, PendingContinuationError, ResponseMismatchError
 
@@ -185,23 +186,42 @@ class InMemoryAuthority:
     Args:
         on_reset: Called whenever the pending continuation is dropped for good (abandoned, or found
             stale), so the workflow can drop core's replay state too.
+        checkpoint_storage: The instance's checkpoint storage (a run may name another).
+
+    Keyword Args:
+        keep_checkpoints: Never delete the checkpoints of a finished or re-paused run chain.
 
     Attributes:
         conversation: Digest of the conversation this instance serves (``_session.conversation_of``),
             set by the agent for a session's instance; None outside a conversation.
     """
 
-    __slots__ = ("_on_reset", "conversation", "pending")
+    __slots__ = (
+        "_held_checkpoint_id",
+        "_on_reset",
+        "checkpoint_storage",
+        "conversation",
+        "keep_checkpoints",
+        "pending",
+    )
 
     store: ContinuationStore | None = None
-    checkpoint_storage: CheckpointStorage | None = None
 
-    def __init__(self, on_reset: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        on_reset: Callable[[], None],
+        checkpoint_storage: CheckpointStorage | None = None,
+        *,
+        keep_checkpoints: bool = False,
+    ) -> None:
         self._on_reset = on_reset
         self.pending: Continuation | None = None
         # The conversation (agent session) this instance serves, set by the agent; None outside one.
         # In memory the instance itself is the conversation's; a store records it with each pause.
         self.conversation: str | None = None
+        self.checkpoint_storage: CheckpointStorage | None = checkpoint_storage
+        self.keep_checkpoints = keep_checkpoints
+        self._held_checkpoint_id: str | None = None  # the checkpoint of the pause held in memory
 
     # ------------------------------------------------------------------ views
 
@@ -310,16 +330,22 @@ class InMemoryAuthority:
         """Refuse a resume of a pause held elsewhere while one is pending here (none exist in memory)."""
 
     def before_core(self, ticket: ResumeTicket, core_kwargs: dict[str, Any]) -> Awaitable[None] | None:
-        """Checks that need I/O before core starts: none in memory, so None (nothing to await)."""
-        del ticket, core_kwargs
+        """Route the run's checkpoints through a recorder (no I/O in memory, so None: nothing to await)."""
+        storage = core_kwargs.get("checkpoint_storage")
+        if storage is None:
+            storage = self.checkpoint_storage
+        if storage is not None and not self.keep_checkpoints:
+            ticket.storage = core_kwargs["checkpoint_storage"] = RecordingCheckpointStorage(storage)
         return None
 
     def claim(self, ticket: ResumeTicket) -> Awaitable[None] | None:
         """Spend the resumed continuation right before user code; in memory synchronously (None).
 
         Leaves on ``ticket.chain`` the requests of the run chain up to the resumed pause, or None
-        for a run that resumed nothing.
+        for a run that resumed nothing; the recorder learns the resumed pause's checkpoint.
         """
+        if ticket.claimed is not None and type(ticket.storage) is RecordingCheckpointStorage:
+            ticket.storage.resumed_checkpoint_id = self._held_checkpoint_id
         ticket.chain = self.spend(ticket)
         return None
 
@@ -344,8 +370,9 @@ class InMemoryAuthority:
         return True
 
     def finish(self, ticket: ResumeTicket) -> Awaitable[None] | None:
-        """A run finished cleanly: nothing to clean up in memory (None); a store deletes spent checkpoints."""
-        del ticket
+        """A run finished cleanly: the deletion of its chain's checkpoints to await (none backs a token), or None."""
+        if isinstance(ticket.storage, RecordingCheckpointStorage):
+            return ticket.storage.drop_chain(keep=None)
         return None
 
     def record_pause(
@@ -358,13 +385,19 @@ class InMemoryAuthority:
     ) -> Awaitable[None] | None:
         """Issue the continuation of a saved pause, make it the pending one, and leave it on ``ticket.issued``.
 
-        Its earlier requests are the chain's (``ticket.chain``). In memory this is synchronous (None).
+        Its earlier requests are the chain's (``ticket.chain``). Returns the deletion of the chain's
+        spent checkpoints to await (all but the new pause's), or None when there are none.
         """
         del workflow_name, signature_hash
         continuation = issue_continuation(pending_requests, ticket.chain)
         self.pending = continuation
         ticket.issued = continuation
-        return None
+        recorder = ticket.storage
+        if not isinstance(recorder, RecordingCheckpointStorage) or recorder.last_saved_id is None:
+            self._held_checkpoint_id = None
+            return None
+        self._held_checkpoint_id = recorder.last_saved_id
+        return recorder.drop_chain(keep=recorder.last_saved_id)
 
     # ------------------------------------------------------------------ 5. abandonment
 

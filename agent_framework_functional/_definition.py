@@ -36,13 +36,23 @@ class FunctionalWorkflowDefinition:
     Keyword Args:
         name: Workflow name; defaults to ``func.__name__``.
         description: Optional human-readable description.
+        keep_checkpoints: Keep every checkpoint runs save (history). By default a run that pauses
+            again or finishes deletes its chain's checkpoints that back no pending token (a failed
+            run deletes nothing, so its pause stays restorable).
 
     Raises:
         ValueError: If the function declares more than one non-``RunContext`` parameter (core's rule).
         TypeError: If ``func`` is not an async function.
     """
 
-    def __init__(self, func: WorkflowFunc, *, name: str | None = None, description: str | None = None) -> None:
+    def __init__(
+        self,
+        func: WorkflowFunc,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        keep_checkpoints: bool = False,
+    ) -> None:
         if not inspect.iscoroutinefunction(func):
             shown = getattr(func, "__name__", type(func).__name__)
             raise TypeError(f"@workflow needs an async function (async def ...), got {shown!r}.")
@@ -50,6 +60,7 @@ class FunctionalWorkflowDefinition:
         self.func: WorkflowFunc = func
         self.name: str = self._core_definition.name
         self.description: str | None = description
+        self.keep_checkpoints: bool = bool(keep_checkpoints)
         functools.update_wrapper(self, func)  # pyright: ignore[reportArgumentType]
 
     def build(
@@ -85,7 +96,7 @@ def workflow(func: WorkflowFunc, /) -> FunctionalWorkflowDefinition: ...
 
 @overload
 def workflow(
-    *, name: str | None = None, description: str | None = None
+    *, name: str | None = None, description: str | None = None, keep_checkpoints: bool = False
 ) -> Callable[[WorkflowFunc], FunctionalWorkflowDefinition]: ...
 
 
@@ -95,6 +106,7 @@ def workflow(
     *,
     name: str | None = None,
     description: str | None = None,
+    keep_checkpoints: bool = False,
 ) -> FunctionalWorkflowDefinition | Callable[[WorkflowFunc], FunctionalWorkflowDefinition]:
     """Turn an async function into a :class:`FunctionalWorkflowDefinition`, bare or with options.
 
@@ -111,6 +123,8 @@ def workflow(
     Keyword Args:
         name: Workflow name; defaults to the function's name.
         description: Optional description (shown by the agent adapter).
+        keep_checkpoints: Keep every checkpoint (history) instead of deleting a finished or
+            re-paused run chain's spent checkpoints (README "Checkpoints").
 
     Returns:
         A definition (bare form) or a decorator that makes one.
@@ -143,9 +157,9 @@ def workflow(
             )
     """
     if func is not None:
-        return FunctionalWorkflowDefinition(func, name=name, description=description)
+        return FunctionalWorkflowDefinition(func, name=name, description=description, keep_checkpoints=keep_checkpoints)
 
     def decorator(fn: WorkflowFunc) -> FunctionalWorkflowDefinition:
-        return FunctionalWorkflowDefinition(fn, name=name, description=description)
+        return FunctionalWorkflowDefinition(fn, name=name, description=description, keep_checkpoints=keep_checkpoints)
 
     return decorator

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 
-from ._redis_store import DEFAULT_MAX_CONNECTIONS, DEFAULT_POOL_TIMEOUT_SECONDS, pooled_client, text
+from ._checkpoint_seal import CheckpointSealer, is_sealed, warn_unsealed
+from ._redis_client import DEFAULT_MAX_CONNECTIONS, DEFAULT_POOL_TIMEOUT_SECONDS, pooled_client, text
 from ._store import duration_seconds
 
 if TYPE_CHECKING:
@@ -67,10 +68,15 @@ class RedisCheckpointStorage:
     store's ``ttl + retention``, so a pause's checkpoint outlives its token and its recovery window.
 
     Security: core decodes checkpoints with ``pickle`` (restricted by the allow-list, which is a
-    mitigation, not a boundary), so whoever can write these keys can run code in your workers.
-    Protect the Redis like the continuation store (AUTH/ACLs on the namespace, TLS). Losing a
-    checkpoint in a Redis crash loses its pause (a resume then fails, it never runs twice); use the
-    same persistence as for the continuation store.
+    mitigation, not a boundary), so without a ``sealer`` whoever can write these keys can run code
+    in your workers (the storage logs a warning once). With a :class:`CheckpointSealer` every body
+    is authenticated with the host's key (and optionally encrypted), and a body that fails the
+    check is refused before anything decodes it. Either way, protect the Redis like the
+    continuation store (AUTH/ACLs on the namespace, TLS). A body that cannot be read (refused by
+    the sealer, not UTF-8, not JSON, too deeply nested, a type outside the allow-list) makes
+    :meth:`load` raise ``WorkflowCheckpointException`` and is skipped by :meth:`list_checkpoints`.
+    Losing a checkpoint in a Redis crash loses its pause (a resume then fails, it never runs
+    twice); use the same persistence as for the continuation store.
 
     Args:
         client: A ``redis.asyncio.Redis`` client (the caller owns and closes it), or a URL such as
@@ -86,11 +92,14 @@ class RedisCheckpointStorage:
             days; ``None`` keeps checkpoints until :meth:`delete` (storage then grows without bound).
         max_connections: With a URL: connections in the pool (default 50); more operations wait.
         pool_timeout: With a URL: how long an operation waits for a free connection (default 20 s).
+        sealer: Seals every body it saves and opens every body it loads (README "Durable
+            continuations", SECURITY.md "Checkpoint keys"); None stores bodies unauthenticated.
 
     Raises:
         ImportError: The ``redis`` package is not installed.
-        ValueError: ``namespace`` is empty, ``ttl`` or ``pool_timeout`` is not a positive duration
-            of at most ten years, or ``max_connections`` is not a positive integer.
+        ValueError: A client with ``decode_responses=True``, ``namespace`` is empty, ``ttl`` or
+            ``pool_timeout`` is not a positive duration of at most ten years, or
+            ``max_connections`` is not a positive integer.
         TypeError: A duration is neither a number nor a ``timedelta``, or ``allowed_checkpoint_types``
             is not a list of strings.
 
@@ -113,12 +122,18 @@ class RedisCheckpointStorage:
         ttl: float | timedelta | None = DEFAULT_CHECKPOINT_TTL,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
         pool_timeout: float | timedelta = DEFAULT_POOL_TIMEOUT_SECONDS,
+        sealer: CheckpointSealer | None = None,
     ) -> None:
         if not namespace:
             raise ValueError("namespace must be a non-empty key prefix, for example 'myapp'.")
         types = list(allowed_checkpoint_types or [])
         if not all(isinstance(name, str) for name in types):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError("allowed_checkpoint_types must be a list of 'module:QualName' strings.")
+        if sealer is not None and not isinstance(sealer, CheckpointSealer):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError("sealer must be a CheckpointSealer (or None).")
+        if sealer is None:
+            warn_unsealed("RedisCheckpointStorage")
+        self.sealer = sealer
         self.namespace = namespace
         self._allowed_types = frozenset(types)
         self._ttl_ms = None if ttl is None else max(1, int(duration_seconds(ttl, "ttl") * 1000))
@@ -128,6 +143,8 @@ class RedisCheckpointStorage:
             )
             self._owns_client = True
         else:
+            if client.connection_pool.connection_kwargs.get("decode_responses"):
+                raise ValueError("RedisCheckpointStorage needs a client with decode_responses=False (bodies are bytes)")
             self._client = client
             self._owns_client = False
         self._drop_stale: Any = self._client.register_script(_DROP_STALE)
@@ -159,7 +176,9 @@ class RedisCheckpointStorage:
         try:
             encoded = _encode(checkpoint)
             _decode(encoded, self._allowed_types)  # refuse now what load() would refuse later
-            body = json.dumps(encoded, ensure_ascii=False)
+            body: bytes | str = json.dumps(encoded, ensure_ascii=False)
+            if self.sealer is not None:
+                body = self.sealer.seal(body.encode("utf-8"), context=checkpoint.checkpoint_id.encode("utf-8"))
         except WorkflowCheckpointException:
             raise
         except Exception as exc:
@@ -192,7 +211,9 @@ class RedisCheckpointStorage:
 
         Raises:
             WorkflowCheckpointException: No checkpoint has this id (never saved, deleted or expired),
-                its body is not valid JSON, or it contains a type outside the allow-list.
+                or its body cannot be read: refused by the sealer (or sealed while this storage has
+                none), not UTF-8 JSON, nested too deeply, a type outside the allow-list, or a
+                checkpoint of another id.
         """
         raw = await self._client.hget(self._checkpoint_key(checkpoint_id), "body")
         if raw is None:
@@ -286,10 +307,24 @@ class RedisCheckpointStorage:
         return found
 
     def _parse(self, checkpoint_id: str, raw: Any) -> WorkflowCheckpoint:
-        try:
-            encoded = json.loads(text(raw))
-        except json.JSONDecodeError as exc:
+        """Open (with a sealer) then decode one body; every failure is ``WorkflowCheckpointException``."""
+        body = raw if isinstance(raw, bytes) else str(raw).encode("utf-8", "surrogatepass")
+        if self.sealer is not None:
+            body = self.sealer.open(body, context=checkpoint_id.encode("utf-8"))  # before any decoding
+        elif is_sealed(body):
             raise WorkflowCheckpointException(
-                f"Checkpoint {checkpoint_id} in Redis is not valid JSON and cannot be loaded."
+                f"Checkpoint {checkpoint_id} is sealed, but this storage has no sealer: pass sealer=CheckpointSealer()"
+            )
+        try:
+            checkpoint = _decode(json.loads(body.decode("utf-8")), self._allowed_types)
+        except WorkflowCheckpointException:
+            raise  # core's own refusal (a type outside the allow-list), with its message
+        except Exception as exc:  # UnicodeDecodeError, JSONDecodeError, RecursionError, the allow-list, ...
+            raise WorkflowCheckpointException(
+                f"Checkpoint {checkpoint_id} in Redis cannot be decoded ({type(exc).__name__}); it was not loaded."
             ) from exc
-        return _decode(encoded, self._allowed_types)
+        if checkpoint.checkpoint_id != checkpoint_id:
+            raise WorkflowCheckpointException(
+                f"The body stored for checkpoint {checkpoint_id} is another checkpoint's; it was not loaded."
+            )
+        return checkpoint

@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from ._errors import ContinuationStoreDurabilityError
+from ._redis_client import (
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_POOL_TIMEOUT_SECONDS,
+    DURABILITY_ADVICE,
+    RedisDurabilityMode,
+    pooled_client,
+    probe_durability,
+    text,
+)
 from ._store import DEFAULT_RETENTION_SECONDS, DEFAULT_TTL_SECONDS, ContinuationRecord, duration_seconds
 
 if TYPE_CHECKING:
@@ -17,22 +27,16 @@ if TYPE_CHECKING:
 RedisDurability = Literal["fsync", "best_effort"]
 """What a :class:`RedisContinuationStore` demands of Redis persistence (its ``durability=`` argument)."""
 
-RedisDurabilityMode = Literal["appendfsync_always", "waitaof", "best_effort"]
-"""How a :class:`RedisContinuationStore` keeps its writes: what its ``check_durability()`` found."""
-
-DEFAULT_MAX_CONNECTIONS = 50
-"""Connections in the pool of a store created from a URL; further operations wait for a free one."""
-
-DEFAULT_POOL_TIMEOUT_SECONDS = 20.0
-"""How long an operation of a store created from a URL waits for a free connection before failing."""
-
 DEFAULT_WAITAOF_TIMEOUT_SECONDS = 5.0
 """How long a store in ``waitaof`` mode waits for Redis to confirm a write reached its disk."""
 
 # KEYS[1] = record key. ARGV = now, new status, expiry horizon, claimer ('' for none).
-# Compare-and-set on status == issued.
+# Compare-and-set on status == issued. A claim retried after a lost reply finds its own claim (same
+# claimer secret) and wins again, so retrying a claim once on a connection error is safe.
 _TRANSITION = """
-if redis.call('HGET', KEYS[1], 'status') ~= 'issued' then return 0 end
+local status = redis.call('HGET', KEYS[1], 'status')
+if ARGV[4] ~= '' and status == ARGV[2] and redis.call('HGET', KEYS[1], 'claimed_by') == ARGV[4] then return 1 end
+if status ~= 'issued' then return 0 end
 if tonumber(redis.call('HGET', KEYS[1], 'expires_at')) <= tonumber(ARGV[3]) then return 0 end
 redis.call('HSET', KEYS[1], 'status', ARGV[2], 'updated_at', ARGV[1], 'claimed_by', ARGV[4])
 return 1
@@ -68,55 +72,6 @@ redis.call('PEXPIRE', KEYS[1], ARGV[1])
 return 1
 """
 
-_DURABILITY_ADVICE = (
-    "Configure Redis to fsync every write to its append-only file (redis.conf: 'appendonly yes' and "
-    "'appendfsync always', or CONFIG SET appendonly yes / CONFIG SET appendfsync always), or run Redis 7.2 or "
-    "newer with 'appendonly yes' so the store can confirm each write with WAITAOF. To accept that a Redis crash "
-    "can lose claims (a spent token could then resume a second time), pass durability='best_effort' to "
-    "RedisContinuationStore."
-)
-
-
-def pooled_client(url: str, *, max_connections: int, pool_timeout: float | timedelta, owner: str) -> Any:
-    """Return a ``redis.asyncio.Redis`` client for ``url`` that owns a ``BlockingConnectionPool``.
-
-    Past ``max_connections`` concurrent commands wait for a free connection, for at most
-    ``pool_timeout``, instead of failing; closing the client closes the pool.
-
-    Args:
-        url: A Redis URL (``redis://``, ``rediss://`` or ``unix://``).
-
-    Keyword Args:
-        max_connections: Size of the pool.
-        pool_timeout: Longest wait for a free connection (seconds or ``timedelta``).
-        owner: Class name for error messages.
-
-    Returns:
-        The client (``Any``: redis-py is untyped here).
-
-    Raises:
-        ImportError: The ``redis`` package is not installed.
-        ValueError: ``max_connections`` is not a positive integer, or ``pool_timeout`` is not a
-            positive duration of at most ten years.
-        TypeError: ``pool_timeout`` is neither a number nor a ``timedelta``.
-    """
-    if isinstance(max_connections, bool) or not isinstance(max_connections, int) or max_connections < 1:  # pyright: ignore[reportUnnecessaryIsInstance]
-        raise ValueError(f"max_connections must be a positive integer, got {max_connections!r}.")
-    wait = duration_seconds(pool_timeout, "pool_timeout")
-    try:
-        from redis.asyncio import BlockingConnectionPool, Redis
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            f"{owner} needs the 'redis' package: pip install 'agent-framework-functional[durable]'."
-        ) from exc
-    pool = BlockingConnectionPool.from_url(url, max_connections=max_connections, timeout=wait)  # pyright: ignore[reportUnknownMemberType]
-    return Redis.from_pool(pool)  # pyright: ignore[reportUnknownMemberType]
-
-
-def text(value: Any) -> str:
-    """Return a Redis reply value (``bytes`` or ``str``) as text."""
-    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
-
 
 class RedisContinuationStore:
     """A :class:`ContinuationStore` on Redis, for workers on several machines.
@@ -130,9 +85,11 @@ class RedisContinuationStore:
     event loop: the asyncio client's connections belong to the loop that opened them.
 
     **Durability.** A claim that Redis forgets in a crash makes a spent token resumable again (its
-    side effects could run twice), so by default (``durability="fsync"``) the store checks, once,
-    before its first write (or when the host calls :meth:`check_durability` at start-up), that every
-    acknowledged write is on the server's disk:
+    side effects could run twice), so by default (``durability="fsync"``) the store checks on every
+    new connection (redis-py's ``redis_connect_func``; on a client you pass in, installed in its
+    pool for the connections it opens from then on), and before its first write (or when the host
+    calls :meth:`check_durability` at start-up), that every acknowledged write is on the server's
+    disk:
 
     * ``CONFIG GET`` shows ``appendonly yes`` and ``appendfsync always``: Redis fsyncs each write
       before it replies; nothing more to do per operation.
@@ -147,9 +104,17 @@ class RedisContinuationStore:
     ``durability="best_effort"`` skips the check and keeps whatever the server's persistence keeps:
     a crash or restart may lose the writes since the last snapshot or fsync, so a claimed token can
     come back ``issued`` (and resume twice), an abandoned one come back, or an issued one vanish.
-    The check covers one server's restart; a failover to a replica can still lose writes the old
-    primary acknowledged. The check runs once per store object: restart workers after you weaken
-    the server's persistence.
+    The check covers one server's restart (a server that comes back with weaker persistence, for
+    example one configured with ``CONFIG SET`` and no ``CONFIG REWRITE``, is refused on the first
+    connection to it); a failover to a replica can still lose writes the old primary acknowledged,
+    and weakening a running server's persistence is noticed only on new connections.
+
+    **Restarts.** With a URL, a command that fails with a connection error (a pooled connection the
+    restarted server closed) is retried once on a fresh connection. That is safe for every script:
+    a claim retried after its first attempt took effect finds its own claim (same ``claimer``
+    secret) and wins again; a retried save or abandon that had taken effect reports failure (no
+    token is handed out / abandon again), never a second effect. A client you pass keeps its own
+    retry policy.
 
     Needs the ``redis`` package (``pip install "agent-framework-functional[durable]"``).
 
@@ -214,14 +179,21 @@ class RedisContinuationStore:
         self._clock = clock
         self._mode: RedisDurabilityMode | None = "best_effort" if durability == "best_effort" else None
         self._check_lock = asyncio.Lock()
+        on_connect = None if durability == "best_effort" else self._check_connection
         if isinstance(client, str):
             self._client: Any = pooled_client(
-                client, max_connections=max_connections, pool_timeout=pool_timeout, owner="RedisContinuationStore"
+                client,
+                max_connections=max_connections,
+                pool_timeout=pool_timeout,
+                owner="RedisContinuationStore",
+                on_connect=on_connect,
             )
             self._owns_client = True
         else:
             self._client = client
             self._owns_client = False
+            if on_connect is not None:
+                self._install_check(client)
         self._transition_script: Any = self._client.register_script(_TRANSITION)
         self._insert_script: Any = self._client.register_script(_INSERT)
         self._release_script: Any = self._client.register_script(_RELEASE)
@@ -239,9 +211,9 @@ class RedisContinuationStore:
     async def check_durability(self) -> RedisDurabilityMode:
         """Check once that Redis keeps every acknowledged write through a crash; return how.
 
-        Every save, claim and abandon calls it first; the first successful check is remembered for
-        the store's lifetime, a failed one is repeated on the next write (so fixing the server's
-        configuration needs no restart). Call it at start-up to fail early.
+        Every save, claim and abandon calls it first; a successful check is remembered until a new
+        connection's check fails, a failed one is repeated on the next write (so fixing the
+        server's configuration needs no restart). Call it at start-up to fail early.
 
         Returns:
             ``"appendfsync_always"`` (the server fsyncs each write before replying),
@@ -258,8 +230,46 @@ class RedisContinuationStore:
             return self._mode
         async with self._check_lock:
             if self._mode is None:
-                self._mode = await self._probe_durability()
+                self._mode = await probe_durability(self._client.execute_command, self._waitaof_timeout_ms)
             return self._mode
+
+    def _install_check(self, client: Any) -> None:
+        """Check persistence on every connection the caller's pool opens from now on (after its own hook)."""
+        kwargs: dict[str, Any] = client.connection_pool.connection_kwargs
+        previous = kwargs.get("redis_connect_func")
+
+        async def check(connection: Any) -> None:
+            await self._check_connection(connection, previous)
+
+        kwargs["redis_connect_func"] = check
+
+    async def _check_connection(self, connection: Any, previous: Any = None) -> None:
+        """redis-py's ``redis_connect_func``: initialise a new connection, then check the server's persistence on it.
+
+        A server restarted with weaker persistence (``CONFIG SET`` without ``CONFIG REWRITE``) is
+        refused on the first connection to it, before any command of the store runs there.
+
+        Raises:
+            ContinuationStoreDurabilityError: The server could lose acknowledged writes; the
+                connection is closed, so no command runs on it.
+        """
+        if previous is None:
+            await connection.on_connect()
+        else:
+            outcome = previous(connection)
+            if inspect.isawaitable(outcome):
+                await outcome
+
+        async def execute(*args: Any) -> Any:
+            await connection.send_command(*args)
+            return await connection.read_response()
+
+        try:
+            self._mode = await probe_durability(execute, self._waitaof_timeout_ms)
+        except ContinuationStoreDurabilityError:
+            self._mode = None  # re-checked before the next write, on whichever connection it uses
+            await connection.disconnect()
+            raise
 
     def _key(self, token_hash: str) -> str:
         return f"{self.namespace}:{token_hash}"
@@ -317,7 +327,9 @@ class RedisContinuationStore:
                 :meth:`release` the claim.
 
         Returns:
-            True for the one caller that claimed it; False when it is missing, not ``issued`` or expired.
+            True for the one caller that claimed it (again True for the same non-empty ``claimer``,
+            so a retry after a lost reply cannot lose its own claim); False when it is missing, not
+            ``issued`` or expired.
 
         Raises:
             ContinuationStoreDurabilityError: Redis cannot keep the claim through a crash, or did not
@@ -419,7 +431,7 @@ class RedisContinuationStore:
                     raise
                 raise ContinuationStoreDurabilityError(
                     f"Redis refused to confirm that the {what} write reached its append-only file ({exc}); "
-                    f"treat it as failed. {_DURABILITY_ADVICE}"
+                    f"treat it as failed. {DURABILITY_ADVICE}"
                 ) from exc
         if int(acknowledged[0]) < 1:
             raise ContinuationStoreDurabilityError(
@@ -428,38 +440,3 @@ class RedisContinuationStore:
                 "Redis server's disk, or raise waitaof_timeout."
             )
         return result
-
-    async def _probe_durability(self) -> RedisDurabilityMode:
-        from redis.exceptions import ResponseError
-
-        try:
-            config = cast("dict[Any, Any]", await self._client.config_get("append*"))
-        except ResponseError:  # CONFIG renamed away (unknown command) or denied by an ACL (NOPERM)
-            settings: dict[str, str] | None = None
-        else:
-            settings = {text(name): text(value) for name, value in config.items()}
-        if settings is not None:
-            appendonly, appendfsync = settings.get("appendonly"), settings.get("appendfsync")
-            if appendonly == "yes" and appendfsync == "always":
-                return "appendfsync_always"
-            if appendonly != "yes":
-                raise ContinuationStoreDurabilityError(
-                    f"Redis runs with appendonly={appendonly!r}, so it persists writes at best in periodic "
-                    "snapshots: a crash or restart loses every claim since the last one, and a spent token could "
-                    "resume twice. "
-                    f"{_DURABILITY_ADVICE}"
-                )
-        found = "CONFIG is not available to this client" if settings is None else "appendfsync is not 'always'"
-        try:
-            reply = await self._client.execute_command("WAITAOF", 1, 0, self._waitaof_timeout_ms)
-        except ResponseError as exc:
-            raise ContinuationStoreDurabilityError(
-                f"Cannot tell whether Redis keeps writes through a crash ({found}), and WAITAOF failed: {exc}. "
-                f"{_DURABILITY_ADVICE}"
-            ) from exc
-        if int(reply[0]) < 1:
-            raise ContinuationStoreDurabilityError(
-                f"Redis did not confirm a local fsync with WAITAOF within {self._waitaof_timeout_ms} ms ({found}). "
-                f"{_DURABILITY_ADVICE}"
-            )
-        return "waitaof"

@@ -28,6 +28,7 @@ from typing import Any, cast
 from agent_framework import CheckpointStorage, WorkflowEvent
 
 from ._authority import InMemoryAuthority, ResumeTicket, VerifiedContinuation, check_answers, raw_token, verdict_of
+from ._checkpoint_chain import RecordingCheckpointStorage
 from ._continuation import Continuation, hash_secret, issue_continuation, known_spent, matches, presented_secret
 from ._errors import (
     CheckpointRestoreConflictError,
@@ -36,7 +37,6 @@ from ._errors import (
     PauseNotSavedError,
     PendingContinuationError,
 )
-from ._recording_storage import RecordingCheckpointStorage
 from ._response_types import describe_requests, resolve_type
 from ._store import ContinuationRecord, ContinuationStore
 
@@ -57,7 +57,7 @@ class StoreAuthority(InMemoryAuthority):
         ValueError: No checkpoint storage: a durable resume restores the pause's checkpoint.
     """
 
-    __slots__ = ("_held_checkpoint_id", "_identity", "checkpoint_storage", "store")
+    __slots__ = ("_identity", "store")
 
     def __init__(
         self,
@@ -65,6 +65,8 @@ class StoreAuthority(InMemoryAuthority):
         checkpoint_storage: CheckpointStorage | None,
         on_reset: Callable[[], None],
         identity: Callable[[], tuple[str, str]],
+        *,
+        keep_checkpoints: bool = False,
     ) -> None:
         if not isinstance(store, ContinuationStore):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(
@@ -76,11 +78,10 @@ class StoreAuthority(InMemoryAuthority):
                 "A continuation_store needs checkpoint_storage as well: a resume in another process restores "
                 "the pause's checkpoint. Pass checkpoint_storage=... (shared by every worker) to build()."
             )
-        super().__init__(on_reset)
+        super().__init__(on_reset, checkpoint_storage, keep_checkpoints=keep_checkpoints)
         self.store: ContinuationStore = store  # pyright: ignore[reportIncompatibleVariableOverride]
         self.checkpoint_storage: CheckpointStorage = checkpoint_storage  # pyright: ignore[reportIncompatibleVariableOverride]
         self._identity = identity
-        self._held_checkpoint_id: str | None = None  # the checkpoint of the pause held in memory
 
     # ------------------------------------------------------------------ read-only checks
 
@@ -239,7 +240,7 @@ class StoreAuthority(InMemoryAuthority):
                 "With a continuation_store every pause must be saved in the checkpoint storage given to build(), "
                 "so that any worker can restore it. Drop checkpoint_storage from this run."
             )
-        return RecordingCheckpointStorage(self.checkpoint_storage)
+        return RecordingCheckpointStorage(self.checkpoint_storage, keep=self.keep_checkpoints)
 
     # ------------------------------------------------------------------ 2-4. inside the run
 
@@ -301,12 +302,6 @@ class StoreAuthority(InMemoryAuthority):
         if earlier is None and ticket.record is not None:
             earlier = dict(ticket.requests)
         ticket.chain = earlier
-
-    def finish(self, ticket: ResumeTicket) -> Awaitable[None] | None:
-        """A run finished cleanly: the deletion of its pause chain's checkpoints to await (none backs a token)."""
-        if isinstance(ticket.storage, RecordingCheckpointStorage):
-            return ticket.storage.drop_chain(keep=None)
-        return None
 
     async def _claim_or_hand_back(self, claim_hash: str) -> bool:
         """The store's claim, which cancellation cannot split from its outcome.
@@ -475,9 +470,9 @@ def _same_conversation(recorded: str | None, here: str | None) -> bool:
 def make_authority(
     store: ContinuationStore | None,
     checkpoint_storage: CheckpointStorage | None,
-    *,
     on_reset: Callable[[], None],
     identity: Callable[[], tuple[str, str]],
+    keep_checkpoints: bool = False,
 ) -> InMemoryAuthority:
     """The authority strategy for a workflow instance: in memory, or with ``store`` when one is given.
 
@@ -486,5 +481,5 @@ def make_authority(
         ValueError: ``store`` without ``checkpoint_storage``.
     """
     if store is None:
-        return InMemoryAuthority(on_reset)
-    return StoreAuthority(store, checkpoint_storage, on_reset, identity)
+        return InMemoryAuthority(on_reset, checkpoint_storage, keep_checkpoints=keep_checkpoints)
+    return StoreAuthority(store, checkpoint_storage, on_reset, identity, keep_checkpoints=keep_checkpoints)

@@ -94,7 +94,7 @@ class FunctionalWorkflow:
         self._checkpoint_storage = checkpoint_storage
         # Raises on a store that is not one, or a store without checkpoint storage.
         self._authority = make_authority(
-            continuation_store, checkpoint_storage, on_reset=self._reset_core, identity=self._identity
+            continuation_store, checkpoint_storage, self._reset_core, self._identity, definition.keep_checkpoints
         )
         self._core = self._new_core()
         self._active: WorkflowRun | None = None

@@ -26,6 +26,7 @@ from agent_framework_functional import (
 
 EXPECTED_ALL = [
     "CheckpointRestoreConflictError",
+    "CheckpointSealer",
     "ContinuationAuthorityError",
     "ContinuationRecord",
     "ContinuationStore",

@@ -137,7 +137,13 @@ async def test_default_snapshot_persistence_is_refused_before_the_first_write(
             await store.claim(record.token_hash)
         with pytest.raises(ContinuationStoreDurabilityError):
             await store.abandon(record.token_hash)
-        assert await store.get(record.token_hash) is None  # refused before writing anything
+        with pytest.raises(ContinuationStoreDurabilityError):
+            await store.get(record.token_hash)  # every new connection is checked, reads too
+        raw = aioredis.Redis.from_url(server.url)
+        try:
+            assert await raw.exists(f"{store.namespace}:{record.token_hash}") == 0  # refused before writing anything
+        finally:
+            await raw.aclose()
 
         # Through a workflow: the pause is not handed out, the instance is free again.
         wf = approval.build(checkpoint_storage=FileCheckpointStorage(checkpoint_dir), continuation_store=store)

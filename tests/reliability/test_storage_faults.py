@@ -18,6 +18,7 @@ from agent_framework.observability import OBSERVABILITY_SETTINGS
 
 from agent_framework_functional import (
     FunctionalWorkflow,
+    FunctionalWorkflowDefinition,
     RunContext,
     step,
     workflow,
@@ -82,8 +83,9 @@ def storage(tmp_path: Path) -> FlakyStorage:
 
 @pytest.fixture
 async def history(storage: FlakyStorage) -> dict[str, str]:
-    """Checkpoints of an earlier, completed run in the same storage."""
-    wf = refund.build(checkpoint_storage=storage)
+    """Checkpoints of an earlier, completed run in the same storage (kept: a finished chain deletes its own)."""
+    kept = FunctionalWorkflowDefinition(refund.func, name=refund.name, keep_checkpoints=True)
+    wf = kept.build(checkpoint_storage=storage)
     paused = await wf.run(1)
     paused = await wf.run(responses={"auto::0": "a"}, continuation_token=paused.continuation_token)
     done = await wf.run(responses={"auto::0": "a", "auto::1": "b"}, continuation_token=paused.continuation_token)

@@ -1,9 +1,9 @@
-"""A checkpoint storage proxy that records what one durable run saved, so the run can clean up after itself.
+"""The checkpoint recorder: what one run saved, so a run chain deletes its spent checkpoints when it ends.
 
-``StoreAuthority`` hands core a :class:`RecordingCheckpointStorage` for every run of an instance with a
-continuation store: the id of the pause's checkpoint goes into the store's record, the checkpoints of a
-run chain that back no issued token are deleted once the run ended well (``drop_chain``), and a
-remote resume learns from a failed load that a winner already finished the pause (``gone``).
+Core saves several checkpoints per run (one per step, one for the pause) and never deletes any.
+Every run with checkpoint storage hands core a :class:`RecordingCheckpointStorage` in front of the
+real one; when the run pauses again or finishes, the checkpoints of its chain that back no issued
+token are deleted (AGENTS.md invariant 30), with or without a continuation store.
 """
 
 from __future__ import annotations
@@ -15,12 +15,21 @@ from agent_framework import CheckpointStorage, WorkflowCheckpoint
 
 
 class RecordingCheckpointStorage:
-    """Checkpoint storage proxy that remembers the id of the last checkpoint saved through it (internal)."""
+    """Checkpoint storage proxy that remembers what one run saved through it (internal).
 
-    __slots__ = ("gone", "inner", "last_saved_id", "resumed_checkpoint_id", "saved_ids")
+    Args:
+        inner: The storage core should really use.
 
-    def __init__(self, inner: CheckpointStorage) -> None:
+    Keyword Args:
+        keep: Keep every checkpoint (``@workflow(keep_checkpoints=True)``): :meth:`drop_chain`
+            deletes nothing.
+    """
+
+    __slots__ = ("gone", "inner", "keep", "last_saved_id", "resumed_checkpoint_id", "saved_ids")
+
+    def __init__(self, inner: CheckpointStorage, *, keep: bool = False) -> None:
         self.inner = inner
+        self.keep = keep
         self.last_saved_id: str | None = None
         self.saved_ids: list[str] = []
         # The checkpoint of the pause this run claimed (set by the claim): deleted once the run ends well.
@@ -39,8 +48,12 @@ class RecordingCheckpointStorage:
 
         Called when a run ended well: it paused again (``keep`` is the new pause's checkpoint, which
         backs the new token) or finished. None of the others backs an issued token any more. A
-        failed delete is ignored: the checkpoint stays until the host deletes it.
+        failed delete is ignored: the checkpoint stays until the host deletes it. With ``keep`` set
+        on the recorder nothing is deleted.
         """
+        if self.keep:
+            self.saved_ids, self.resumed_checkpoint_id = [], None
+            return
         doomed = [checkpoint_id for checkpoint_id in self.saved_ids if checkpoint_id != keep]
         if self.resumed_checkpoint_id is not None and self.resumed_checkpoint_id != keep:
             doomed.append(self.resumed_checkpoint_id)

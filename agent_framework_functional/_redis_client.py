@@ -1,0 +1,132 @@
+"""Redis connections for the stores: a pooled client retried once, and the persistence probe."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import Any, Literal, cast
+
+from ._errors import ContinuationStoreDurabilityError
+from ._store import duration_seconds
+
+RedisDurabilityMode = Literal["appendfsync_always", "waitaof", "best_effort"]
+"""How a :class:`RedisContinuationStore` keeps its writes: what its ``check_durability()`` found."""
+
+DEFAULT_MAX_CONNECTIONS = 50
+"""Connections in the pool of a store created from a URL; further operations wait for a free one."""
+
+DEFAULT_POOL_TIMEOUT_SECONDS = 20.0
+"""How long an operation of a store created from a URL waits for a free connection before failing."""
+
+DURABILITY_ADVICE = (
+    "Configure Redis to fsync every write to its append-only file (redis.conf: 'appendonly yes' and "
+    "'appendfsync always', or CONFIG SET appendonly yes / CONFIG SET appendfsync always then CONFIG REWRITE, "
+    "since a restart forgets what CONFIG SET alone changed), or run Redis 7.2 or "
+    "newer with 'appendonly yes' so the store can confirm each write with WAITAOF. To accept that a Redis crash "
+    "can lose claims (a spent token could then resume a second time), pass durability='best_effort' to "
+    "RedisContinuationStore."
+)
+
+
+def pooled_client(
+    url: str,
+    *,
+    max_connections: int,
+    pool_timeout: float | timedelta,
+    owner: str,
+    on_connect: Callable[[Any], Awaitable[None]] | None = None,
+) -> Any:
+    """Return a ``redis.asyncio.Redis`` client for ``url`` that owns a ``BlockingConnectionPool``.
+
+    Past ``max_connections`` concurrent commands wait for a free connection, for at most
+    ``pool_timeout``, instead of failing; closing the client closes the pool. A command that fails
+    with a connection error (a pooled connection the server closed, for example after a restart)
+    is retried once on a fresh connection; callers make sure every command they send is safe to
+    run again (see ``_TRANSITION``).
+
+    Args:
+        url: A Redis URL (``redis://``, ``rediss://`` or ``unix://``).
+
+    Keyword Args:
+        max_connections: Size of the pool.
+        pool_timeout: Longest wait for a free connection (seconds or ``timedelta``).
+        owner: Class name for error messages.
+        on_connect: Run on every new connection (redis-py's ``redis_connect_func``); it must
+            initialise the connection (``await connection.on_connect()``) first.
+
+    Returns:
+        The client (``Any``: redis-py is untyped here).
+
+    Raises:
+        ImportError: The ``redis`` package is not installed.
+        ValueError: ``max_connections`` is not a positive integer, or ``pool_timeout`` is not a
+            positive duration of at most ten years.
+        TypeError: ``pool_timeout`` is neither a number nor a ``timedelta``.
+    """
+    if isinstance(max_connections, bool) or not isinstance(max_connections, int) or max_connections < 1:  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise ValueError(f"max_connections must be a positive integer, got {max_connections!r}.")
+    wait = duration_seconds(pool_timeout, "pool_timeout")
+    try:
+        from redis.asyncio import BlockingConnectionPool, Redis
+        from redis.asyncio.retry import Retry
+        from redis.backoff import NoBackoff
+        from redis.exceptions import ConnectionError as RedisConnectionError
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            f"{owner} needs the 'redis' package: pip install 'agent-framework-functional[durable]'."
+        ) from exc
+    options: dict[str, Any] = {"retry": Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,))}
+    if on_connect is not None:
+        options["redis_connect_func"] = on_connect
+    pool = BlockingConnectionPool.from_url(url, max_connections=max_connections, timeout=wait, **options)  # pyright: ignore[reportUnknownMemberType]
+    return Redis.from_pool(pool)  # pyright: ignore[reportUnknownMemberType]
+
+
+def text(value: Any) -> str:
+    """Return a Redis reply value (``bytes`` or ``str``) as text."""
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+async def probe_durability(execute: Callable[..., Awaitable[Any]], waitaof_timeout_ms: int) -> RedisDurabilityMode:
+    """How the server behind ``execute`` (a client, or one new connection) keeps writes through a crash.
+
+    Raises:
+        ContinuationStoreDurabilityError: It could lose acknowledged writes (see ``RedisContinuationStore``).
+    """
+    from redis.exceptions import ResponseError
+
+    try:
+        config: Any = await execute("CONFIG", "GET", "append*")
+    except ResponseError:  # CONFIG renamed away (unknown command) or denied by an ACL (NOPERM)
+        settings: dict[str, str] | None = None
+    else:
+        flat: list[Any] = (
+            list(itertools.chain(*cast("dict[Any, Any]", config).items())) if isinstance(config, dict) else config
+        )
+        settings = {text(name): text(value) for name, value in zip(flat[::2], flat[1::2], strict=True)}
+    if settings is not None:
+        appendonly, appendfsync = settings.get("appendonly"), settings.get("appendfsync")
+        if appendonly == "yes" and appendfsync == "always":
+            return "appendfsync_always"
+        if appendonly != "yes":
+            raise ContinuationStoreDurabilityError(
+                f"Redis runs with appendonly={appendonly!r}, so it persists writes at best in periodic "
+                "snapshots: a crash or restart loses every claim since the last one, and a spent token could "
+                "resume twice. "
+                f"{DURABILITY_ADVICE}"
+            )
+    found = "CONFIG is not available to this client" if settings is None else "appendfsync is not 'always'"
+    try:
+        reply = await execute("WAITAOF", 1, 0, waitaof_timeout_ms)
+    except ResponseError as exc:
+        raise ContinuationStoreDurabilityError(
+            f"Cannot tell whether Redis keeps writes through a crash ({found}), and WAITAOF failed: {exc}. "
+            f"{DURABILITY_ADVICE}"
+        ) from exc
+    if int(reply[0]) < 1:
+        raise ContinuationStoreDurabilityError(
+            f"Redis did not confirm a local fsync with WAITAOF within {waitaof_timeout_ms} ms ({found}). "
+            f"{DURABILITY_ADVICE}"
+        )
+    return "waitaof"
