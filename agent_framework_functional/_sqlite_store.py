@@ -7,9 +7,12 @@ import os
 import sqlite3
 import threading
 import time
+import warnings
+import weakref
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
+from types import TracebackType
 from typing import Any, TypeVar, cast
 
 from ._store import DEFAULT_RETENTION_SECONDS, DEFAULT_TTL_SECONDS, ContinuationRecord, duration_seconds
@@ -64,6 +67,17 @@ DEFAULT_PURGE_INTERVAL_SECONDS = 600.0
 """How often (at most) a :class:`SQLiteContinuationStore` deletes records past retention on a write."""
 
 
+def _close_dropped(conn: sqlite3.Connection, path: Path) -> None:
+    """Close the connection of a store collected without ``close()`` and say so (its weak finalizer)."""
+    conn.close()
+    warnings.warn(
+        f"SQLiteContinuationStore({str(path)!r}) was dropped without being closed; its database connection "
+        "is closed now. Call `await store.aclose()` (or `store.close()`, or use `async with store:`) when done.",
+        ResourceWarning,
+        stacklevel=2,
+    )
+
+
 class SQLiteContinuationStore:
     """A :class:`ContinuationStore` in one SQLite file, safe for several processes on one machine.
 
@@ -74,6 +88,10 @@ class SQLiteContinuationStore:
     the file lock. Put the file on a local disk: SQLite's locking is not reliable on network file
     systems; use :class:`RedisContinuationStore` for several machines. Do not share one store object
     across ``fork()``: build it in each process.
+
+    **Close it.** The store holds one database connection (three file descriptors in WAL mode) until
+    ``await store.aclose()`` or ``store.close()``, or the end of ``async with store:``. A store
+    collected while still open closes its connection then and emits one ``ResourceWarning``.
 
     **Bounded storage.** Records past retention are deleted automatically: a record that expired
     more than ``retention`` ago (whatever its status), and a claimed or abandoned one finished more
@@ -139,6 +157,15 @@ class SQLiteContinuationStore:
         except BaseException:
             self._conn.close()
             raise
+        self._finalizer = weakref.finalize(self, _close_dropped, self._conn, self.path)
+
+    async def __aenter__(self) -> SQLiteContinuationStore:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
 
     @property
     def ttl_seconds(self) -> float:
@@ -286,9 +313,18 @@ class SQLiteContinuationStore:
         """
         return await self._run(lambda c: self._purge(c, self.now()))
 
+    def close(self) -> None:
+        """Close the database connection (idempotent); the store cannot be used afterwards.
+
+        Waits for an operation in progress on another thread; in async code prefer :meth:`aclose`.
+        """
+        with self._lock:
+            if self._finalizer.detach() is not None:
+                self._conn.close()
+
     async def aclose(self) -> None:
-        """Close the database connection; the store cannot be used afterwards."""
-        await self._run(lambda c: c.close())
+        """Close the database connection (idempotent) without blocking the event loop; see :meth:`close`."""
+        await asyncio.to_thread(self.close)
 
     def _add_missing_columns(self) -> None:
         """Add the columns a file written by an older version lacks (``ALTER TABLE ... ADD COLUMN``)."""

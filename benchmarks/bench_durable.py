@@ -25,7 +25,8 @@ Four measurements, printed as tables:
 * **Beside LangGraph.** ``bench_peers.py``'s ``disk same`` pair, imported from it: ours
   (``SQLiteContinuationStore`` + ``FileCheckpointStorage``) against LangGraph's functional API
   with ``AsyncSqliteSaver``, blocks interleaved; the ratio is the median of the paired block
-  ratios ``ours/lg`` by CPU time and by wall time (below 1: ours is faster).
+  ratios ``ours/lg`` by CPU time and by wall time (below 1: ours is faster). On Python 3.10 this
+  table is replaced by a line saying why: LangGraph's async functional API needs Python 3.11.
 
 The machine this runs on may be small and shared, so each throughput row is the best of
 ``--repeat`` runs (the least disturbed one); compare rows of one run, not runs of different days.
@@ -471,6 +472,9 @@ async def main() -> None:
         for label, rate in rates.items():
             print(f"{label:<40}{rate:>12.1f}")
         print()
+        if not peers().LANGGRAPH_RUNS:
+            print(peers().LANGGRAPH_SKIPPED)
+            return
         print(
             f"{f'beside LangGraph, {rounds} paired blocks':<40}{'ours us':>12}{'lg us':>12}{'ours/lg':>10}"
             "   (disk same of bench_peers.py; medians)"

@@ -63,35 +63,36 @@ async def refund_approval(order: str, ctx: RunContext) -> str:
     return await pay_refund(plan)  # a step: it runs once, in whichever worker claimed the token
 
 
-def build_worker(folder: Path) -> FunctionalWorkflow:
+def build_worker(folder: Path, store: SQLiteContinuationStore) -> FunctionalWorkflow:
     """What every worker process does at start-up: same workflow, same store, same checkpoints."""
     return refund_approval.build(
-        checkpoint_storage=FileCheckpointStorage(folder / "checkpoints"),
-        continuation_store=SQLiteContinuationStore(folder / "continuations.db"),
+        checkpoint_storage=FileCheckpointStorage(folder / "checkpoints"), continuation_store=store
     )
 
 
 async def worker_one(folder: Path) -> None:
     """Pause, hand out the token, then (after worker two) try to replay it from memory."""
-    wf = build_worker(folder)
-    paused = await wf.run("A-1001")
-    request = paused.get_request_info_events()[0]
-    handoff = {"token": paused.continuation_token, "request_id": request.request_id}
-    print(json.dumps(handoff), flush=True)  # first line: the handoff, read by main()
-    print(f"worker one: paused for approval of {request.data['plan']!r}; token handed out", flush=True)
-    await asyncio.to_thread(sys.stdin.readline)  # wait until worker two is done
-    try:
-        await wf.run(responses={request.request_id: "approve"}, continuation_token=paused.continuation_token)
-        print("worker one: replay ran (this must not happen)")
-    except ContinuationAuthorityError:
-        print("worker one: replay of the same token rejected: ContinuationAuthorityError")
+    async with SQLiteContinuationStore(folder / "continuations.db") as store:  # closed when the worker ends
+        wf = build_worker(folder, store)
+        paused = await wf.run("A-1001")
+        request = paused.get_request_info_events()[0]
+        handoff = {"token": paused.continuation_token, "request_id": request.request_id}
+        print(json.dumps(handoff), flush=True)  # first line: the handoff, read by main()
+        print(f"worker one: paused for approval of {request.data['plan']!r}; token handed out", flush=True)
+        await asyncio.to_thread(sys.stdin.readline)  # wait until worker two is done
+        try:
+            await wf.run(responses={request.request_id: "approve"}, continuation_token=paused.continuation_token)
+            print("worker one: replay ran (this must not happen)")
+        except ContinuationAuthorityError:
+            print("worker one: replay of the same token rejected: ContinuationAuthorityError")
 
 
 async def worker_two(folder: Path) -> None:
     """Resume the pause with the token handed over by worker one."""
     handoff = json.loads(await asyncio.to_thread(sys.stdin.readline))
-    wf = build_worker(folder)
-    done = await wf.run(responses={handoff["request_id"]: "approve"}, continuation_token=handoff["token"])
+    async with SQLiteContinuationStore(folder / "continuations.db") as store:
+        wf = build_worker(folder, store)
+        done = await wf.run(responses={handoff["request_id"]: "approve"}, continuation_token=handoff["token"])
     print(f"worker two: resumed a pause it never saw -> {done.get_outputs()[0]}")
 
 

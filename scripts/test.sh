@@ -4,12 +4,14 @@
 # test of benchmarks/bench_peers.py needs LangGraph; tests/hosting needs the host packages), installs the
 # services the tests need when they are missing, and runs the whole test suite.
 # Extra arguments go to pytest, e.g. `bash scripts/test.sh tests/test_workflow.py -q`.
+# PYTHON= picks the interpreter that creates a missing venv (default python3), VENV= the venv folder (default
+# .venv); .ci/run runs it once per supported Python, e.g. `PYTHON=python3.13 VENV=.venv-ci-3.13 bash scripts/test.sh`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 venv="${VENV:-.venv}"
 if [ ! -x "$venv/bin/python" ]; then
-  python3 -m venv "$venv"
+  "${PYTHON:-python3}" -m venv "$venv"
 fi
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[test,bench,hosting]"

@@ -396,11 +396,10 @@ async def test_updates_after_cores_stream_ended_are_refused_while_the_store_clea
         return "ok"
 
     late: list[asyncio.Future[None]] = []
-    wf = cleans_up.build(
-        checkpoint_storage=SlowDelete(), continuation_store=SQLiteContinuationStore(tmp_path / "store.db")
-    )
-    result = await wf.run("x", include_status_events=True)
-    await late[0]
+    async with SQLiteContinuationStore(tmp_path / "store.db") as store:
+        wf = cleans_up.build(checkpoint_storage=SlowDelete(), continuation_store=store)
+        result = await wf.run("x", include_status_events=True)
+        await late[0]
     assert [e.type for e in result if e.type == "intermediate"] == []
     assert result.get_outputs() == ["ok"] and cleaning.is_set()
     assert len(outcome) == 1 and "has ended" in outcome[0]

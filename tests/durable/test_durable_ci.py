@@ -7,6 +7,8 @@ import shutil
 import sys
 from pathlib import Path
 
+import pytest
+from durable_support import RedisServer, server_pid
 from script_runner import ROOT, run_command
 
 
@@ -42,3 +44,26 @@ def test_install_redis_script_is_a_no_op_when_redis_server_is_present() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "" and proc.stderr == ""
+
+
+def test_a_redis_server_whose_port_another_run_took_moves_and_never_talks_to_the_other(
+    redis_binary: str, tmp_path: Path
+) -> None:
+    """Parallel test runs share 16600-16699: a start must not mistake another run's server for its own."""
+    other = RedisServer(redis_binary, tmp_path / "other").start()
+    try:
+        ours = RedisServer(redis_binary, tmp_path / "ours")
+        ours.port = other.port  # as if the other run bound the port between our free check and our start
+        ours.start()
+        try:
+            assert ours.port != other.port and ours.process is not None
+            assert server_pid(ours.port) == ours.process.pid
+            assert other.process is not None and server_pid(other.port) == other.process.pid
+        finally:
+            ours.stop()
+        pinned = RedisServer(redis_binary, tmp_path / "pinned", port=other.port)  # a restart cannot move
+        with pytest.raises(RuntimeError, match=f"port {other.port}"):
+            pinned.start()
+        assert pinned.process is None
+    finally:
+        other.stop()

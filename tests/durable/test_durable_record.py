@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 from collections.abc import Callable
@@ -74,7 +75,7 @@ async def test_the_store_never_holds_the_secret(
 
 
 def _sqlite_bytes(path: Path) -> bytes:
-    with sqlite3.connect(path) as conn:
+    with contextlib.closing(sqlite3.connect(path)) as conn:
         rows = conn.execute("SELECT * FROM continuations").fetchall()
     data = b"".join(str(row).encode() for row in rows)
     for suffix in ("", "-wal"):

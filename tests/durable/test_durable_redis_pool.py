@@ -27,8 +27,9 @@ async def test_300_concurrent_operations_all_succeed_on_a_url_store(redis_server
 
 
 async def test_the_pool_is_bounded_and_a_wait_past_pool_timeout_fails(redis_server: str) -> None:
+    # pool_timeout is long enough for 20 queued saves on a loaded machine, short enough to wait out below.
     store = RedisContinuationStore(
-        redis_server, namespace=f"aff-test:{uuid.uuid4().hex}", max_connections=2, pool_timeout=0.2
+        redis_server, namespace=f"aff-test:{uuid.uuid4().hex}", max_connections=2, pool_timeout=2.0
     )
     blocker = aioredis.Redis.from_url(redis_server)
     try:
@@ -36,8 +37,9 @@ async def test_the_pool_is_bounded_and_a_wait_past_pool_timeout_fails(redis_serv
         saved = await asyncio.gather(*(store.save(new_record(store)) for _ in range(20)))  # waits, never fails
         assert saved == [None] * 20
         # Hold both pooled connections in a blocking command; the next operation waits pool_timeout, then fails.
-        held = [asyncio.create_task(store._client.blpop([f"aff-test:never:{i}"], timeout=2)) for i in range(2)]  # pyright: ignore[reportPrivateUsage]
-        await asyncio.sleep(0.1)
+        held = [asyncio.create_task(store._client.blpop([f"aff-test:never:{i}"], timeout=30)) for i in range(2)]  # pyright: ignore[reportPrivateUsage]
+        while len(store._client.connection_pool._in_use_connections) < 2:  # pyright: ignore[reportPrivateUsage]  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
         with pytest.raises(RedisConnectionError, match="No connection available"):
             await store.get("0" * 64)
         await blocker.lpush("aff-test:never:0", "x")

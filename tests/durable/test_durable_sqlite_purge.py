@@ -6,6 +6,7 @@ passed since the store's last purge (the first write always does).
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from datetime import timedelta
 from pathlib import Path
@@ -17,7 +18,7 @@ from agent_framework_functional import SQLiteContinuationStore
 
 
 def _rows(path: Path) -> int:
-    with sqlite3.connect(path) as conn:
+    with contextlib.closing(sqlite3.connect(path)) as conn:
         return int(conn.execute("SELECT count(*) FROM continuations").fetchone()[0])
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 import sqlite3
 from collections.abc import Callable
@@ -11,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from durable_support import FakeClock, StoreSpec
+from durable_support import FakeClock, StoreSpec, close_store
 
 from agent_framework_functional import (
     ContinuationRecord,
@@ -105,12 +106,15 @@ async def test_expired_records_are_not_claimed_or_abandoned_without_force(
 
 
 @pytest.mark.parametrize("ttl", [timedelta(minutes=5), 300.0, 300])
-def test_ttl_accepts_seconds_or_timedelta(store_spec: StoreSpec, ttl: float | timedelta) -> None:
+async def test_ttl_accepts_seconds_or_timedelta(store_spec: StoreSpec, ttl: float | timedelta) -> None:
     if store_spec.kind == "sqlite":
         store: ContinuationStore = SQLiteContinuationStore(store_spec.location, ttl=ttl)
     else:
         store = RedisContinuationStore(store_spec.location, ttl=ttl)
-    assert store.ttl_seconds == 300.0
+    try:
+        assert store.ttl_seconds == 300.0
+    finally:
+        await close_store(store)
 
 
 @pytest.mark.parametrize("ttl", [0, -1.0, timedelta(0)])
@@ -130,7 +134,7 @@ async def test_sqlite_uses_wal_and_one_file(tmp_path: Path) -> None:
     store = SQLiteContinuationStore(path)
     try:
         await store.save(_record(store))
-        with sqlite3.connect(path) as conn:
+        with contextlib.closing(sqlite3.connect(path)) as conn:
             assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
             assert conn.execute("SELECT count(*) FROM continuations").fetchone()[0] == 1
     finally:
