@@ -268,8 +268,9 @@ class InMemoryAuthority:
     def known_stale(self, token: object) -> bool | None:
         """Whether ``token`` is known to resume nothing, without I/O; None when only the store can tell.
 
-        In memory: True when this process spent or abandoned it (``_continuation.known_spent``), else
-        False (a token this instance does not hold may be held by another instance in memory).
+        In memory: True when this process spent or abandoned it in a conversation's instance
+        (``_continuation.known_spent``), else False (a token this instance does not hold may be held
+        by another instance in memory).
         """
         return known_spent(raw_token(token))
 
@@ -355,7 +356,7 @@ class InMemoryAuthority:
         if continuation is None:
             return None
         ticket.claimed = None
-        remember_spent(continuation.secret)
+        self._remember_spent(continuation)
         if self.pending is continuation:
             self.pending = None
         return continuation.known_requests()
@@ -426,6 +427,14 @@ class InMemoryAuthority:
     def drop(self) -> None:
         """Forget the pending continuation (remembered as spent) and let the workflow drop its replay state."""
         if self.pending is not None:
-            remember_spent(self.pending.secret)
+            self._remember_spent(self.pending)
         self.pending = None
         self._on_reset()
+
+    def _remember_spent(self, continuation: Continuation) -> None:
+        """Note a spent or dropped token of a conversation (session copies may present it again).
+
+        Only a conversation's instance notes it: a workflow used directly keeps nothing per token.
+        """
+        if self.conversation is not None:
+            remember_spent(continuation.secret)

@@ -274,7 +274,7 @@ _NO_VALUE = object()
 
 
 def check_authority(workflow: FunctionalWorkflow, token: object) -> VerifiedContinuation | None:
-    """Check ``token`` before the answers are read (DESIGN.md rule 2: authority first); read-only.
+    """Check ``token`` before the answers are read (AGENTS.md invariant 2: authority first); read-only.
 
     Args:
         workflow: The workflow instance.

@@ -61,8 +61,8 @@ class ContinuationAuthorityError(FunctionalWorkflowError, ValueError):
     Raised for every authority problem with one fixed message: no pending continuation, token
     missing, ``None``, not a mapping, missing fields, wrong ``kind`` or ``version``, wrong value,
     non-ASCII or unpaired-surrogate text, wrong types, a token of another workflow instance, or a
-    token already spent. The message reveals nothing (DESIGN.md, "FunctionalWorkflow contract",
-    rule 2), so callers cannot probe what is pending.
+    token already spent. The message reveals nothing (AGENTS.md, invariant 2), so callers cannot
+    probe what is pending.
 
     Args:
         message: Ignored; accepted so that the exception pickles. The message is always
