@@ -129,11 +129,16 @@ async def drive(
 Conversation = Callable[[httpx.AsyncClient, int], Awaitable[tuple[float, bool]]]
 
 
+FAILURES: collections.Counter[str] = collections.Counter()
+"""Why conversations failed (exception type and message), printed after the table."""
+
+
 async def guarded(conversation: Conversation, client: httpx.AsyncClient, index: int) -> tuple[float, bool]:
-    """One conversation; a transport error (a connection the loaded server dropped) counts as wrong."""
+    """One conversation; a failure (a dropped connection, a reply of the wrong shape) counts as wrong."""
     try:
         return await conversation(client, index)
-    except httpx.HTTPError:
+    except Exception as exc:
+        FAILURES[f"{type(exc).__name__}: {str(exc)[:160]}"] += 1
         return float("nan"), False
 
 
@@ -281,7 +286,9 @@ async def bench_agui(n: int) -> list[Row]:
         async def approval(client: httpx.AsyncClient, index: int) -> tuple[float, bool]:
             target, thread = f"agui {n} {index}", uuid.uuid4().hex
             paused = await agui_run(client, url, thread, [{"id": uuid.uuid4().hex, "role": "user", "content": target}])
-            (finished,) = [event for event in paused if event["type"] == "RUN_FINISHED"]
+            (finished,) = [event for event in paused if event["type"] in ("RUN_FINISHED", "RUN_ERROR")]
+            if finished["type"] == "RUN_ERROR":
+                raise RuntimeError(f"RUN_ERROR: {finished.get('message')}")
             (interrupt,) = finished["outcome"]["interrupts"]
             transcript = next(event["messages"] for event in paused if event["type"] == "MESSAGES_SNAPSHOT")
             resume = [{"interruptId": interrupt["id"], "status": "resolved", "payload": {"approved": True}}]
@@ -395,6 +402,8 @@ async def main() -> None:
                     f"{row.per_second:>9.1f}{row.wrong:>7}"
                 )
     print("ours: the timed turn is the approval (a resume); core: one turn of a plain agent (a faked model call)")
+    for reason, count in FAILURES.most_common():
+        print(f"failed {count}x: {reason}")
 
 
 if __name__ == "__main__":
