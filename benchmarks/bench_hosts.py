@@ -29,6 +29,7 @@ import argparse
 import asyncio
 import collections
 import json
+import logging
 import statistics
 import threading
 import time
@@ -354,6 +355,7 @@ async def bench_devui(n: int) -> list[Row]:
 
     if type(trace.get_tracer_provider()).__name__ == "ProxyTracerProvider":  # DevUI would install a global SDK one
         trace.set_tracer_provider(trace.NoOpTracerProvider())
+    logging.getLogger("agent_framework_devui._tracing").setLevel(logging.ERROR)  # "no real TracerProvider", per run
 
     async def approval(client: httpx.AsyncClient, url: str, headers: Any, body: Any, index: int) -> tuple[float, bool]:
         target = f"devui {n} {index}"
