@@ -29,6 +29,7 @@ import argparse
 import asyncio
 import collections
 import json
+import logging
 import statistics
 import threading
 import time
@@ -129,11 +130,16 @@ async def drive(
 Conversation = Callable[[httpx.AsyncClient, int], Awaitable[tuple[float, bool]]]
 
 
+FAILURES: collections.Counter[str] = collections.Counter()
+"""Why conversations failed (exception type and message), printed after the table."""
+
+
 async def guarded(conversation: Conversation, client: httpx.AsyncClient, index: int) -> tuple[float, bool]:
-    """One conversation; a transport error (a connection the loaded server dropped) counts as wrong."""
+    """One conversation; a failure (a dropped connection, a reply of the wrong shape) counts as wrong."""
     try:
         return await conversation(client, index)
-    except httpx.HTTPError:
+    except Exception as exc:
+        FAILURES[f"{type(exc).__name__}: {str(exc)[:160]}"] += 1
         return float("nan"), False
 
 
@@ -281,7 +287,9 @@ async def bench_agui(n: int) -> list[Row]:
         async def approval(client: httpx.AsyncClient, index: int) -> tuple[float, bool]:
             target, thread = f"agui {n} {index}", uuid.uuid4().hex
             paused = await agui_run(client, url, thread, [{"id": uuid.uuid4().hex, "role": "user", "content": target}])
-            (finished,) = [event for event in paused if event["type"] == "RUN_FINISHED"]
+            (finished,) = [event for event in paused if event["type"] in ("RUN_FINISHED", "RUN_ERROR")]
+            if finished["type"] == "RUN_ERROR":
+                raise RuntimeError(f"RUN_ERROR: {finished.get('message')}")
             (interrupt,) = finished["outcome"]["interrupts"]
             transcript = next(event["messages"] for event in paused if event["type"] == "MESSAGES_SNAPSHOT")
             resume = [{"interruptId": interrupt["id"], "status": "resolved", "payload": {"approved": True}}]
@@ -307,8 +315,8 @@ async def bench_agui(n: int) -> list[Row]:
 
 
 def _with_duplicates(row: Row, targets: list[str]) -> Row:
-    """Count a target deployed other than once as wrong (a lost or duplicated resume)."""
-    extra = sum(1 for target in targets if DEPLOYS[target] != 1)
+    """Count a target deployed more than once as wrong too (a duplicated resume; a lost one has no right text)."""
+    extra = sum(1 for target in targets if DEPLOYS[target] > 1)
     return Row(row.host, row.side, row.n, row.p50_ms, row.p99_ms, row.per_second, row.wrong + extra)
 
 
@@ -347,6 +355,7 @@ async def bench_devui(n: int) -> list[Row]:
 
     if type(trace.get_tracer_provider()).__name__ == "ProxyTracerProvider":  # DevUI would install a global SDK one
         trace.set_tracer_provider(trace.NoOpTracerProvider())
+    logging.getLogger("agent_framework_devui._tracing").setLevel(logging.ERROR)  # "no real TracerProvider", per run
 
     async def approval(client: httpx.AsyncClient, url: str, headers: Any, body: Any, index: int) -> tuple[float, bool]:
         target = f"devui {n} {index}"
@@ -395,6 +404,8 @@ async def main() -> None:
                     f"{row.per_second:>9.1f}{row.wrong:>7}"
                 )
     print("ours: the timed turn is the approval (a resume); core: one turn of a plain agent (a faked model call)")
+    for reason, count in FAILURES.most_common():
+        print(f"failed {count}x: {reason}")
 
 
 if __name__ == "__main__":
