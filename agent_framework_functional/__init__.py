@@ -33,6 +33,8 @@ from ._errors import (
     WorkflowRunningError,
 )
 from ._hosting_responses import responses_approval_messages, responses_to_run_with_approvals
+from ._postgres_checkpoint import PostgresCheckpointStorage
+from ._postgres_store import PostgresContinuationStore
 from ._redis_checkpoint import RedisCheckpointStorage
 from ._redis_store import RedisContinuationStore
 from ._sqlite_store import SQLiteContinuationStore
@@ -60,6 +62,8 @@ __all__ = [
     "NotInWorkflowRunError",
     "PauseNotSavedError",
     "PendingContinuationError",
+    "PostgresCheckpointStorage",
+    "PostgresContinuationStore",
     "RedisCheckpointStorage",
     "RedisContinuationStore",
     "ResponseMismatchError",

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
 from agent_framework import CheckpointStorage, InMemoryCheckpointStorage, WorkflowCheckpoint
+from postgres_server import PostgresServer, missing_postgres_advice
 
 from agent_framework_functional import (
     FunctionalWorkflow,
@@ -191,3 +192,45 @@ async def latest_pause_checkpoint_id(storage: CheckpointStorage, workflow_name: 
 def pause_checkpoint_id() -> Callable[[CheckpointStorage, str], Awaitable[str]]:
     """``await pause_checkpoint_id(storage, workflow_name)`` -> newest pause checkpoint id."""
     return latest_pause_checkpoint_id
+
+
+# ---------------------------------------------------------------- a real PostgreSQL server (tests/postgres_server.py)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[str]:
+    """A throwaway PostgreSQL cluster on 127.0.0.1 for this test session; yields its URL.
+
+    Fails (never skips) when PostgreSQL is missing: run ``scripts/services/postgres.sh``.
+    """
+    advice = missing_postgres_advice()
+    if advice is not None:
+        pytest.fail(advice, pytrace=False)
+    server = PostgresServer()
+    try:
+        server.start()
+    except RuntimeError as exc:
+        server.stop()
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def postgres_servers() -> Iterator[Callable[[], PostgresServer]]:
+    """Start private PostgreSQL clusters (``make()``) that a test may SIGKILL and restart; all stop afterwards."""
+    advice = missing_postgres_advice()
+    if advice is not None:
+        pytest.fail(advice, pytrace=False)
+    started: list[PostgresServer] = []
+
+    def make() -> PostgresServer:
+        server = PostgresServer()
+        started.append(server)
+        return server.start()
+
+    yield make
+    for server in started:
+        server.stop()

@@ -77,11 +77,13 @@ def _reset_workflow_effects() -> Iterator[None]:
     durable_workflows.HOOKS.clear()
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+@pytest.fixture(params=["sqlite", "redis", "postgres"])
 def store_spec(request: pytest.FixtureRequest, tmp_path: Path) -> StoreSpec:
     """How to open the store under test (each test runs once per store)."""
     if request.param == "sqlite":
         return StoreSpec("sqlite", str(tmp_path / "continuations.db"))
+    if request.param == "postgres":
+        return StoreSpec("postgres", request.getfixturevalue("postgres_server"), namespace=f"t_{uuid.uuid4().hex}")
     url = request.getfixturevalue("redis_server")
     return StoreSpec("redis", url, namespace=f"aff-test:{uuid.uuid4().hex}")
 

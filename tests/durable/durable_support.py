@@ -23,6 +23,8 @@ from durable_workflows import approval
 from agent_framework_functional import (
     ContinuationRecord,
     ContinuationStore,
+    PostgresCheckpointStorage,
+    PostgresContinuationStore,
     RedisCheckpointStorage,
     RedisContinuationStore,
     SQLiteContinuationStore,
@@ -38,9 +40,9 @@ AGENT_WORKER = HERE / "durable_agent_worker.py"
 class StoreSpec:
     """How to open the same continuation store in any process."""
 
-    kind: str  # "sqlite" or "redis"
-    location: str  # database file, or redis URL
-    namespace: str = "aff-test"
+    kind: str  # "sqlite", "redis" or "postgres"
+    location: str  # database file, redis URL, or postgresql URL
+    namespace: str = "aff-test"  # redis: key prefix; postgres: schema (a plain identifier)
 
     durability: str = "fsync"  # redis only: RedisContinuationStore(durability=...)
 
@@ -52,6 +54,8 @@ class StoreSpec:
             options["clock"] = clock
         if self.kind == "sqlite":
             return SQLiteContinuationStore(self.location, **options)
+        if self.kind == "postgres":
+            return PostgresContinuationStore(self.location, schema=self.namespace, **options)
         return RedisContinuationStore(
             self.location,
             namespace=self.namespace,
@@ -69,7 +73,10 @@ class StoreSpec:
 
 def open_checkpoint_storage(location: str, **file_options: Any) -> CheckpointStorage:
     """A folder: ``FileCheckpointStorage(location, **file_options)``; ``redis://host:port/db#namespace``:
-    ``RedisCheckpointStorage``."""
+    ``RedisCheckpointStorage``; ``postgresql://user@host:port/db#schema``: ``PostgresCheckpointStorage``."""
+    if location.startswith("postgresql://"):
+        url, _, schema = location.partition("#")
+        return PostgresCheckpointStorage(url, schema=schema or "aff_test")
     if location.startswith("redis://"):
         url, _, namespace = location.partition("#")
         return RedisCheckpointStorage(url, namespace=namespace or "aff-test")

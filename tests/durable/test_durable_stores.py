@@ -16,6 +16,7 @@ from durable_support import FakeClock, StoreSpec
 from agent_framework_functional import (
     ContinuationRecord,
     ContinuationStore,
+    PostgresContinuationStore,
     RedisContinuationStore,
     SQLiteContinuationStore,
 )
@@ -108,6 +109,8 @@ async def test_expired_records_are_not_claimed_or_abandoned_without_force(
 def test_ttl_accepts_seconds_or_timedelta(store_spec: StoreSpec, ttl: float | timedelta) -> None:
     if store_spec.kind == "sqlite":
         store: ContinuationStore = SQLiteContinuationStore(store_spec.location, ttl=ttl)
+    elif store_spec.kind == "postgres":
+        store = PostgresContinuationStore(store_spec.location, ttl=ttl)
     else:
         store = RedisContinuationStore(store_spec.location, ttl=ttl)
     assert store.ttl_seconds == 300.0
@@ -118,6 +121,8 @@ def test_non_positive_ttl_is_rejected(store_spec: StoreSpec, ttl: float | timede
     with pytest.raises(ValueError, match="ttl must be a positive"):
         if store_spec.kind == "sqlite":
             SQLiteContinuationStore(store_spec.location, ttl=ttl)
+        elif store_spec.kind == "postgres":
+            PostgresContinuationStore(store_spec.location, ttl=ttl)
         else:
             RedisContinuationStore(store_spec.location, ttl=ttl)
 
