@@ -13,6 +13,7 @@ scripts in their own migration tool (README "Durable continuations").
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import timedelta
@@ -156,11 +157,17 @@ class PostgresPool:
         async with self._ready_lock:
             if self._ready:
                 return
-            if self._owns_pool:
-                await self._pool.open(wait=False)
-            async with self._connection("schema check") as conn:
-                await self._migrate(conn)
+            # Core's engine cancels the tasks started inside a workflow run when the run ends, and the
+            # first use often happens there (a pause's checkpoint save). The pool's worker tasks must
+            # outlive the run, so the pool opens in a task started from an empty context.
+            await contextvars.Context().run(asyncio.get_running_loop().create_task, self._open())
             self._ready = True
+
+    async def _open(self) -> None:
+        if self._owns_pool:
+            await self._pool.open(wait=False)
+        async with self._connection("schema check") as conn:
+            await self._migrate(conn)
 
     async def _migrate(self, conn: AsyncConnection[Any]) -> None:
         """Create the schema or bring it up to this package's version, once, under an advisory lock."""
