@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import shutil
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
 from agent_framework import CheckpointStorage, InMemoryCheckpointStorage, WorkflowCheckpoint
 from postgres_server import PostgresServer, missing_postgres_advice
+from redis_server import REDIS_DURABLE_OPTIONS, RedisServer
 
 from agent_framework_functional import (
     FunctionalWorkflow,
@@ -233,4 +235,38 @@ def postgres_servers() -> Iterator[Callable[[], PostgresServer]]:
 
     yield make
     for server in started:
+        server.stop()
+
+
+# ---------------------------------------------------------------- a real redis-server (tests/redis_server.py)
+
+
+@pytest.fixture(scope="session")
+def redis_binary() -> str:
+    """Path of Debian's redis-server; fails (never skips) when it is missing."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.fail(
+            "redis-server is not installed, and the durable tests need a real one. Install it with "
+            "`bash scripts/services/redis.sh` (or `apt-get install -y redis-server`) and run the tests again.",
+            pytrace=False,
+        )
+    return binary
+
+
+@pytest.fixture(scope="session")
+def redis_server(redis_binary: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real redis-server on 127.0.0.1 for this test session, AOF fsynced on every write; yields its URL.
+
+    ``appendfsync always`` is what the store's default ``durability="fsync"`` asks for, so every
+    Redis test runs against the configuration the README tells hosts to use.
+    """
+    server = RedisServer(redis_binary, tmp_path_factory.mktemp("redis-session"), *REDIS_DURABLE_OPTIONS)
+    try:
+        server.start()
+    except RuntimeError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        yield server.url
+    finally:
         server.stop()

@@ -8,7 +8,6 @@ when the binary is missing: run ``scripts/services/redis.sh`` or ``apt-get insta
 
 from __future__ import annotations
 
-import shutil
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -17,40 +16,9 @@ from typing import Any
 import durable_workflows
 import pytest
 from agent_framework import FileCheckpointStorage
-from durable_support import REDIS_DURABLE_OPTIONS, FakeClock, RedisServer, StoreSpec, close_store
+from durable_support import FakeClock, RedisServer, StoreSpec, close_store
 
 from agent_framework_functional import ContinuationStore
-
-
-@pytest.fixture(scope="session")
-def redis_binary() -> str:
-    """Path of Debian's redis-server; fails (never skips) when it is missing."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.fail(
-            "redis-server is not installed, and the durable tests need a real one. Install it with "
-            "`bash scripts/services/redis.sh` (or `apt-get install -y redis-server`) and run the tests again.",
-            pytrace=False,
-        )
-    return binary
-
-
-@pytest.fixture(scope="session")
-def redis_server(redis_binary: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A real redis-server on 127.0.0.1 for this test session, AOF fsynced on every write; yields its URL.
-
-    ``appendfsync always`` is what the store's default ``durability="fsync"`` asks for, so every
-    Redis test runs against the configuration the README tells hosts to use.
-    """
-    server = RedisServer(redis_binary, tmp_path_factory.mktemp("redis-session"), *REDIS_DURABLE_OPTIONS)
-    try:
-        server.start()
-    except RuntimeError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    try:
-        yield server.url
-    finally:
-        server.stop()
 
 
 @pytest.fixture
