@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import select
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import timedelta
@@ -65,12 +66,25 @@ def check_schema_name(schema: str) -> str:
     return schema
 
 
+async def _check_open(conn: AsyncConnection[Any]) -> None:
+    """Refuse a pooled connection the server has closed (restart, idle timeout) before it is used.
+
+    No round trip: an idle connection has nothing to read unless its server went away (end of file,
+    or a last ``FATAL`` message), so a readable socket means "replace it". At worst a healthy
+    connection with a stray notice is replaced.
+    """
+    if conn.closed or select.select([conn.fileno()], [], [], 0)[0]:
+        from psycopg import OperationalError
+
+        raise OperationalError("the server closed this pooled connection")
+
+
 class PostgresPool:
     """One backend's access to PostgreSQL: a lazily opened pool, its schema, and outage errors.
 
     Built from a connection string, it owns an ``AsyncConnectionPool`` (autocommit connections, each
-    checked before use, so connections broken by a server restart are replaced instead of failing
-    an operation); built from a pool, it borrows it (the caller opens and closes it). Any
+    checked without a round trip before use, so connections a server restart closed are replaced
+    instead of failing an operation); built from a pool, it borrows it (the caller opens and closes it). Any
     ``psycopg.OperationalError`` (server down, connection lost, no connection within the timeout)
     is re-raised as an ``OperationalError`` that names the backend and the operation.
     """
@@ -104,7 +118,7 @@ class PostgresPool:
                 timeout=self._timeout,
                 open=False,
                 kwargs={"autocommit": True},
-                check=AsyncConnectionPool.check_connection,
+                check=_check_open,
                 name=owner,
             )
             self._owns_pool = True

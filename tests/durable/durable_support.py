@@ -165,9 +165,9 @@ def finish(workers: Sequence[subprocess.Popen[str]], *, timeout: float = 120.0) 
     return outcomes
 
 
-def start_race(barrier: Path, count: int) -> None:
+def start_race(barrier: Path, count: int, *, timeout: float = 120.0) -> None:
     """Wait until ``count`` workers are ready at ``barrier``, then release them all at once."""
-    wait_for(lambda: len(list(barrier.glob("ready-*"))) >= count, what=f"{count} workers to be ready")
+    wait_for(lambda: len(list(barrier.glob("ready-*"))) >= count, timeout=timeout, what=f"{count} workers to be ready")
     (barrier / "go").write_text("go", encoding="utf-8")
 
 

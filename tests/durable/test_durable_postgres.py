@@ -82,7 +82,7 @@ async def test_eight_processes_that_share_only_postgres_resume_once(
         spawn_worker(spec.to_json(), checkpoints, str(state), str(barrier), str(i), "3", worker=MANY_WORKER)
         for i in range(8)
     ]
-    start_race(barrier, 8)
+    start_race(barrier, 8, timeout=600)
     outcomes = finish(workers, timeout=300)
     assert all(not outcome["errors"] for outcome in outcomes)
     resumed = sorted(index for outcome in outcomes for index in outcome["resumed"])
@@ -107,7 +107,7 @@ async def test_sigkill_of_postgres_during_200_racing_resumes_runs_nothing_twice_
         spawn_worker(spec.to_json(), checkpoints, str(state), str(barrier), str(i), "8", worker=MANY_WORKER)
         for i in range(4)
     ]
-    start_race(barrier, 4)
+    start_race(barrier, 4, timeout=600)
     wait_for(lambda: len(effect_lines(effects_file)) >= 30, timeout=300, what="30 resumes to reach user code")
     server.kill()  # mid-race: in-flight claims, checkpoint reads and saves die with their connections
     await asyncio.sleep(1.0)
