@@ -40,6 +40,8 @@ EXPECTED_ALL = [
     "NotInWorkflowRunError",
     "PauseNotSavedError",
     "PendingContinuationError",
+    "PostgresCheckpointStorage",
+    "PostgresContinuationStore",
     "RedisCheckpointStorage",
     "RedisContinuationStore",
     "ResponseMismatchError",
