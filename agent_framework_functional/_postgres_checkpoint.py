@@ -292,11 +292,12 @@ class PostgresCheckpointStorage:
         """
 
         async def delete(conn: AsyncConnection[Any]) -> bool:
-            async with conn.transaction():
-                # A delete lost in a server crash only leaves a row that expires, so it need not wait
-                # for the write-ahead log flush (saves do: they back issued tokens).
+            # A delete lost in a server crash only leaves a row that expires, so it need not wait for
+            # the write-ahead log flush (saves do: they back issued tokens). One round trip (pipeline).
+            async with conn.pipeline(), conn.transaction():
                 await conn.execute("SET LOCAL synchronous_commit TO OFF")
-                return (await conn.execute(self._sql["delete"], (checkpoint_id,))).rowcount == 1
+                cursor = await conn.execute(self._sql["delete"], (checkpoint_id,))
+            return cursor.rowcount == 1
 
         return await self._db.run("checkpoint delete", delete)
 
