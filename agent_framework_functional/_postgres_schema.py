@@ -69,21 +69,24 @@ def check_schema_name(schema: str) -> str:
 async def _check_open(conn: AsyncConnection[Any]) -> None:
     """Refuse a pooled connection the server has closed (restart, idle timeout) before it is used.
 
-    No round trip: an idle connection has nothing to read unless its server went away (end of file,
-    or a last ``FATAL`` message), so a readable socket means "replace it". At worst a healthy
-    connection with a stray notice is replaced.
+    Usually no round trip: an idle connection has nothing to read unless its server went away (end of
+    file, or a last ``FATAL`` message). Only when its socket is readable (that, or stray bytes such as
+    a TLS session ticket) does psycopg's own check ask the server.
     """
-    if conn.closed or select.select([conn.fileno()], [], [], 0)[0]:
-        from psycopg import OperationalError
+    from psycopg import OperationalError
+    from psycopg_pool import AsyncConnectionPool
 
+    if conn.closed:
         raise OperationalError("the server closed this pooled connection")
+    if select.select([conn.fileno()], [], [], 0)[0]:
+        await AsyncConnectionPool.check_connection(conn)
 
 
 class PostgresPool:
     """One backend's access to PostgreSQL: a lazily opened pool, its schema, and outage errors.
 
     Built from a connection string, it owns an ``AsyncConnectionPool`` (autocommit connections, each
-    checked without a round trip before use, so connections a server restart closed are replaced
+    checked before use, usually without a round trip, so connections a server restart closed are replaced
     instead of failing an operation); built from a pool, it borrows it (the caller opens and closes it). Any
     ``psycopg.OperationalError`` (server down, connection lost, no connection within the timeout)
     is re-raised as an ``OperationalError`` that names the backend and the operation.
