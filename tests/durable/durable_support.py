@@ -132,6 +132,8 @@ def spawn_worker(
     full_env = dict(os.environ)
     full_env.update(env or {})
     full_env["PYTHONWARNINGS"] = "ignore"
+    # tests/ too, where the shared server helpers live (a worker's own folder is on its path already).
+    full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), full_env.get("PYTHONPATH")]))
     return subprocess.Popen(
         [sys.executable, str(worker), command, *args],
         stdout=subprocess.PIPE,
