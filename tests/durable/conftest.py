@@ -1,9 +1,9 @@
-"""Fixtures of the durable-continuation tests: a real redis-server, both stores, shared checkpoints.
+"""Fixtures of the durable-continuation tests: every store, private Redis servers, shared checkpoints.
 
-The ``redis_server`` fixture starts Debian's ``redis-server`` binary on a free loopback port (16600-16699)
-for the whole session, with its append-only file fsynced on every write, and stops it afterwards;
-``redis_servers`` starts private servers that a test can SIGKILL and restart. Both fail (never skip)
-when the binary is missing: run ``scripts/services/redis.sh`` or ``apt-get install -y redis-server``.
+``store_spec`` runs a test once per store (SQLite, Redis, Postgres). The session's ``redis_server`` and
+``postgres_server`` are in ``tests/conftest.py``; ``redis_servers`` here starts private servers that a
+test can SIGKILL and restart. All fail (never skip) when the binary is missing: run
+``scripts/services/redis.sh`` / ``scripts/services/postgres.sh``.
 """
 
 from __future__ import annotations
