@@ -110,15 +110,19 @@ async def test_sigkill_of_postgres_during_200_racing_resumes_runs_nothing_twice_
     start_race(barrier, 4, timeout=600)
     wait_for(lambda: len(effect_lines(effects_file)) >= 30, timeout=300, what="30 resumes to reach user code")
     server.kill()  # mid-race: in-flight claims, checkpoint reads and saves die with their connections
+    effects_at_kill = len(effect_lines(effects_file))
     await asyncio.sleep(1.0)
     server.start()  # same data folder and port: PostgreSQL recovers from its write-ahead log
     outcomes = finish(workers, timeout=600)
 
     counts = _effect_counts(effects_file)
     assert max(counts.values()) == 1  # nothing ran twice
+    assert effects_at_kill < 200 and sum(counts.values()) > effects_at_kill  # the race went on after the restart
+    # An operation in flight at the kill fails with a clear error naming the database; one that started
+    # while the server was down waited for it (pool_timeout), and pooled connections the kill closed were
+    # replaced before use, so the race may also come through without any error.
     errors = [message for outcome in outcomes for message in outcome["errors"].values()]
-    assert errors, "the SIGKILL hit no operation in flight"
-    assert all("PostgreSQL" in message for message in errors), errors  # a clear error, naming the database
+    assert all("PostgreSQL" in message for message in errors), errors
 
     # No pause is lost: each one not yet resumed is either still issued (its token resumes it now) or
     # claimed by a resume the crash cut short (its owner restores the pause's checkpoint), exactly once.
