@@ -9,14 +9,13 @@ Redis and Postgres are real servers (``redis_server``, ``postgres_server`` in ``
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from agent_framework import CheckpointStorage
-from store_backends import StorageBackend, custom_factory, open_storage_backend, open_store_backend
+from store_backends import Clock, StorageBackend, custom_factory, open_storage_backend, open_store_backend
 
 from agent_framework_functional import ContinuationStore
 
@@ -32,19 +31,6 @@ async def _close(opened: list[Any]) -> None:
         closer = getattr(item, "aclose", None)
         if closer is not None:
             await closer()
-
-
-class Clock:
-    """A settable clock for expiry tests (stores take ``clock=``)."""
-
-    def __init__(self) -> None:
-        self.now = time.time()
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 @pytest.fixture

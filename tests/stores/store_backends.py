@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -126,3 +127,16 @@ def deep_json(depth: int) -> bytes:
 def not_a_checkpoint() -> bytes:
     """Valid JSON that is not a checkpoint."""
     return json.dumps({"hello": "world"}).encode()
+
+
+class Clock:
+    """A settable clock for expiry tests (stores take ``clock=``)."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
-from conftest import Clock
+from store_backends import Clock
 
 from agent_framework_functional import ContinuationRecord, ContinuationStore
 
