@@ -35,6 +35,8 @@ from ._errors import (
     StaleContinuationError,
     WorkflowRunningError,
 )
+from ._postgres_checkpoint import PostgresCheckpointStorage
+from ._postgres_store import PostgresContinuationStore
 from ._redis_checkpoint import RedisCheckpointStorage
 from ._redis_store import RedisContinuationStore
 from ._session import SESSION_STATE_KEY
@@ -65,6 +67,8 @@ __all__ = [  # noqa: RUF022 - plain sorted(), as tests/test_public_api.py checks
     "NotInWorkflowRunError",
     "PauseNotSavedError",
     "PendingContinuationError",
+    "PostgresCheckpointStorage",
+    "PostgresContinuationStore",
     "RedisCheckpointStorage",
     "RedisContinuationStore",
     "ResponseMismatchError",

@@ -62,11 +62,13 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from agent_framework import FileCheckpointStorage
+from postgres_peers import beside_langgraph_postgres, langgraph_redis_note, start_postgres
 
 from agent_framework_functional import (
     ContinuationRecord,
     ContinuationStore,
     FunctionalWorkflow,
+    PostgresContinuationStore,
     RedisContinuationStore,
     RunContext,
     SQLiteContinuationStore,
@@ -104,6 +106,8 @@ async def bench_approval(topic: str, ctx: RunContext) -> str:
 def open_store(spec: dict[str, str]) -> ContinuationStore:
     if spec["kind"] == "sqlite":
         return SQLiteContinuationStore(spec["location"])
+    if spec["kind"] == "postgres":
+        return PostgresContinuationStore(spec["location"], schema=spec["namespace"])
     return RedisContinuationStore(spec["location"], namespace=spec["namespace"])
 
 
@@ -350,9 +354,11 @@ def fresh_worker(spec: dict[str, str]) -> BlockMaker:
 
 
 def block_spec(spec: dict[str, str], folder: Path) -> dict[str, str]:
-    """The store of one block: a fresh SQLite file in its folder, or a fresh Redis namespace."""
+    """The store of one block: a fresh SQLite file in its folder, or a fresh Redis namespace or Postgres schema."""
     if spec["kind"] == "sqlite":
         return {**spec, "location": str(folder / "continuations.db")}
+    if spec["kind"] == "postgres":
+        return {**spec, "namespace": f"{spec['namespace']}_{folder.name.lower()}"}
     return {**spec, "namespace": f"{spec['namespace']}:{folder.name}"}
 
 
@@ -401,6 +407,7 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for smoke tests")
     parser.add_argument("--redis-url", help="use this Redis instead of starting redis-server")
+    parser.add_argument("--postgres-url", help="use this PostgreSQL instead of starting a throwaway cluster")
     parser.add_argument("--repeat", type=int, help="runs per throughput row; the best is shown (default 3)")
     parser.add_argument("--rounds", type=int, help="rounds of concurrent claims and of cycle blocks (default 15)")
     parser.add_argument("--cycles", type=int, help="cycles per timed block (default 10)")
@@ -418,10 +425,16 @@ async def main() -> None:
     folder = Path(tempfile.mkdtemp(prefix="bench-durable-"))
     if redis_url is None:
         redis_proc, redis_url = start_redis(folder)
+    postgres = None
+    postgres_url = args.postgres_url
+    if postgres_url is None:
+        postgres = start_postgres()
+        postgres_url = postgres.url
     try:
         specs = {
             "SQLite": {"kind": "sqlite", "location": str(folder / "continuations.db"), "namespace": ""},
             "Redis": {"kind": "redis", "location": redis_url, "namespace": f"bench:{os.getpid()}"},
+            "Postgres": {"kind": "postgres", "location": postgres_url, "namespace": f"bench_{os.getpid()}"},
         }
         print(
             f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, claims={claims}, resumes={resumes}, "
@@ -483,7 +496,11 @@ async def main() -> None:
         for clock, (ours, lg, paired) in figures.items():
             label = f"SQLite+file vs AsyncSqliteSaver, {clock}"
             print(f"{label:<40}{ours:>12.1f}{lg:>12.1f}{paired:>10.3f}")
+        await beside_langgraph_postgres(postgres_url, rounds=rounds, cycles=cycles, warmup=warmup, scratch=scratch)
+        print(langgraph_redis_note(redis_url))
     finally:
+        if postgres is not None:
+            postgres.stop()
         if redis_proc is not None:
             redis_proc.terminate()
             redis_proc.wait(timeout=10)

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import Awaitable, Callable
+import shutil
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
 from agent_framework import CheckpointStorage, InMemoryCheckpointStorage, WorkflowCheckpoint
+from postgres_server import PostgresServer, missing_postgres_advice
+from redis_server import REDIS_DURABLE_OPTIONS, RedisServer
 
 from agent_framework_functional import (
     FunctionalWorkflow,
@@ -191,3 +194,79 @@ async def latest_pause_checkpoint_id(storage: CheckpointStorage, workflow_name: 
 def pause_checkpoint_id() -> Callable[[CheckpointStorage, str], Awaitable[str]]:
     """``await pause_checkpoint_id(storage, workflow_name)`` -> newest pause checkpoint id."""
     return latest_pause_checkpoint_id
+
+
+# ---------------------------------------------------------------- a real PostgreSQL server (tests/postgres_server.py)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[str]:
+    """A throwaway PostgreSQL cluster on 127.0.0.1 for this test session; yields its URL.
+
+    Fails (never skips) when PostgreSQL is missing: run ``scripts/services/postgres.sh``.
+    """
+    advice = missing_postgres_advice()
+    if advice is not None:
+        pytest.fail(advice, pytrace=False)
+    server = PostgresServer()
+    try:
+        server.start()
+    except RuntimeError as exc:
+        server.stop()
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def postgres_servers() -> Iterator[Callable[[], PostgresServer]]:
+    """Start private PostgreSQL clusters (``make()``) that a test may SIGKILL and restart; all stop afterwards."""
+    advice = missing_postgres_advice()
+    if advice is not None:
+        pytest.fail(advice, pytrace=False)
+    started: list[PostgresServer] = []
+
+    def make() -> PostgresServer:
+        server = PostgresServer()
+        started.append(server)
+        return server.start()
+
+    yield make
+    for server in started:
+        server.stop()
+
+
+# ---------------------------------------------------------------- a real redis-server (tests/redis_server.py)
+
+
+@pytest.fixture(scope="session")
+def redis_binary() -> str:
+    """Path of Debian's redis-server; fails (never skips) when it is missing."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.fail(
+            "redis-server is not installed, and the durable tests need a real one. Install it with "
+            "`bash scripts/services/redis.sh` (or `apt-get install -y redis-server`) and run the tests again.",
+            pytrace=False,
+        )
+    return binary
+
+
+@pytest.fixture(scope="session")
+def redis_server(redis_binary: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real redis-server on 127.0.0.1 for this test session, AOF fsynced on every write; yields its URL.
+
+    ``appendfsync always`` is what the store's default ``durability="fsync"`` asks for, so every
+    Redis test runs against the configuration the README tells hosts to use.
+    """
+    server = RedisServer(redis_binary, tmp_path_factory.mktemp("redis-session"), *REDIS_DURABLE_OPTIONS)
+    try:
+        server.start()
+    except RuntimeError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        yield server.url
+    finally:
+        server.stop()

@@ -41,6 +41,8 @@ EXPECTED_ALL = [
     "NotInWorkflowRunError",
     "PauseNotSavedError",
     "PendingContinuationError",
+    "PostgresCheckpointStorage",
+    "PostgresContinuationStore",
     "RedisCheckpointStorage",
     "RedisContinuationStore",
     "ResponseMismatchError",

@@ -1,14 +1,13 @@
-"""Fixtures of the durable-continuation tests: a real redis-server, both stores, shared checkpoints.
+"""Fixtures of the durable-continuation tests: every store, private Redis servers, shared checkpoints.
 
-The ``redis_server`` fixture starts Debian's ``redis-server`` binary on a free loopback port (16600-16699)
-for the whole session, with its append-only file fsynced on every write, and stops it afterwards;
-``redis_servers`` starts private servers that a test can SIGKILL and restart. Both fail (never skip)
-when the binary is missing: run ``scripts/services/redis.sh`` or ``apt-get install -y redis-server``.
+``store_spec`` runs a test once per store (SQLite, Redis, Postgres). The session's ``redis_server`` and
+``postgres_server`` are in ``tests/conftest.py``; ``redis_servers`` here starts private servers that a
+test can SIGKILL and restart. All fail (never skip) when the binary is missing: run
+``scripts/services/redis.sh`` / ``scripts/services/postgres.sh``.
 """
 
 from __future__ import annotations
 
-import shutil
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -17,40 +16,9 @@ from typing import Any
 import durable_workflows
 import pytest
 from agent_framework import FileCheckpointStorage
-from durable_support import REDIS_DURABLE_OPTIONS, FakeClock, RedisServer, StoreSpec, close_store
+from durable_support import FakeClock, RedisServer, StoreSpec, close_store
 
 from agent_framework_functional import ContinuationStore
-
-
-@pytest.fixture(scope="session")
-def redis_binary() -> str:
-    """Path of Debian's redis-server; fails (never skips) when it is missing."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.fail(
-            "redis-server is not installed, and the durable tests need a real one. Install it with "
-            "`bash scripts/services/redis.sh` (or `apt-get install -y redis-server`) and run the tests again.",
-            pytrace=False,
-        )
-    return binary
-
-
-@pytest.fixture(scope="session")
-def redis_server(redis_binary: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A real redis-server on 127.0.0.1 for this test session, AOF fsynced on every write; yields its URL.
-
-    ``appendfsync always`` is what the store's default ``durability="fsync"`` asks for, so every
-    Redis test runs against the configuration the README tells hosts to use.
-    """
-    server = RedisServer(redis_binary, tmp_path_factory.mktemp("redis-session"), *REDIS_DURABLE_OPTIONS)
-    try:
-        server.start()
-    except RuntimeError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    try:
-        yield server.url
-    finally:
-        server.stop()
 
 
 @pytest.fixture
@@ -77,11 +45,13 @@ def _reset_workflow_effects() -> Iterator[None]:
     durable_workflows.HOOKS.clear()
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+@pytest.fixture(params=["sqlite", "redis", "postgres"])
 def store_spec(request: pytest.FixtureRequest, tmp_path: Path) -> StoreSpec:
     """How to open the store under test (each test runs once per store)."""
     if request.param == "sqlite":
         return StoreSpec("sqlite", str(tmp_path / "continuations.db"))
+    if request.param == "postgres":
+        return StoreSpec("postgres", request.getfixturevalue("postgres_server"), namespace=f"t_{uuid.uuid4().hex}")
     url = request.getfixturevalue("redis_server")
     return StoreSpec("redis", url, namespace=f"aff-test:{uuid.uuid4().hex}")
 

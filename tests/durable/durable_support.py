@@ -5,11 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import random
-import re
 import secrets
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,10 +16,19 @@ from typing import Any
 
 from agent_framework import CheckpointStorage, FileCheckpointStorage
 from durable_workflows import approval
+from redis_server import (  # noqa: F401  # re-exported: the durable tests import them from here
+    REDIS_DURABLE_OPTIONS,
+    REDIS_PORTS,
+    RedisServer,
+    free_port,
+    ping,
+)
 
 from agent_framework_functional import (
     ContinuationRecord,
     ContinuationStore,
+    PostgresCheckpointStorage,
+    PostgresContinuationStore,
     RedisCheckpointStorage,
     RedisContinuationStore,
     SQLiteContinuationStore,
@@ -39,9 +44,9 @@ AGENT_WORKER = HERE / "durable_agent_worker.py"
 class StoreSpec:
     """How to open the same continuation store in any process."""
 
-    kind: str  # "sqlite" or "redis"
-    location: str  # database file, or redis URL
-    namespace: str = "aff-test"
+    kind: str  # "sqlite", "redis" or "postgres"
+    location: str  # database file, redis URL, or postgresql URL
+    namespace: str = "aff-test"  # redis: key prefix; postgres: schema (a plain identifier)
 
     durability: str = "fsync"  # redis only: RedisContinuationStore(durability=...)
 
@@ -53,6 +58,8 @@ class StoreSpec:
             options["clock"] = clock
         if self.kind == "sqlite":
             return SQLiteContinuationStore(self.location, **options)
+        if self.kind == "postgres":
+            return PostgresContinuationStore(self.location, schema=self.namespace, **options)
         return RedisContinuationStore(
             self.location,
             namespace=self.namespace,
@@ -70,7 +77,10 @@ class StoreSpec:
 
 def open_checkpoint_storage(location: str, **file_options: Any) -> CheckpointStorage:
     """A folder: ``FileCheckpointStorage(location, **file_options)``; ``redis://host:port/db#namespace``:
-    ``RedisCheckpointStorage``."""
+    ``RedisCheckpointStorage``; ``postgresql://user@host:port/db#schema``: ``PostgresCheckpointStorage``."""
+    if location.startswith("postgresql://"):
+        url, _, schema = location.partition("#")
+        return PostgresCheckpointStorage(url, schema=schema or "aff_test")
     if location.startswith("redis://"):
         url, _, namespace = location.partition("#")
         return RedisCheckpointStorage(url, namespace=namespace or "aff-test")
@@ -122,6 +132,8 @@ def spawn_worker(
     full_env = dict(os.environ)
     full_env.update(env or {})
     full_env["PYTHONWARNINGS"] = "ignore"
+    # tests/ too, where the shared server helpers live (a worker's own folder is on its path already).
+    full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), full_env.get("PYTHONPATH")]))
     return subprocess.Popen(
         [sys.executable, str(worker), command, *args],
         stdout=subprocess.PIPE,
@@ -155,9 +167,9 @@ def finish(workers: Sequence[subprocess.Popen[str]], *, timeout: float = 120.0) 
     return outcomes
 
 
-def start_race(barrier: Path, count: int) -> None:
+def start_race(barrier: Path, count: int, *, timeout: float = 120.0) -> None:
     """Wait until ``count`` workers are ready at ``barrier``, then release them all at once."""
-    wait_for(lambda: len(list(barrier.glob("ready-*"))) >= count, what=f"{count} workers to be ready")
+    wait_for(lambda: len(list(barrier.glob("ready-*"))) >= count, timeout=timeout, what=f"{count} workers to be ready")
     (barrier / "go").write_text("go", encoding="utf-8")
 
 
@@ -214,138 +226,3 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
-
-
-# ---------------------------------------------------------------- real redis-server processes
-
-REDIS_PORTS = range(16600, 16700)
-"""Loopback ports the durable tests' Redis servers use (this branch's own range)."""
-
-REDIS_DURABLE_OPTIONS = ("--appendonly", "yes", "--appendfsync", "always", "--save", "")
-"""redis-server options under which the store's default ``durability="fsync"`` accepts the server."""
-
-
-def free_port() -> int:
-    """Return a port of :data:`REDIS_PORTS` that nothing listens on now (start at random: parallel runs)."""
-    ports = list(REDIS_PORTS)
-    start = random.randrange(len(ports))
-    for port in ports[start:] + ports[:start]:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError(f"no free loopback port in {REDIS_PORTS.start}-{REDIS_PORTS.stop - 1} for redis-server")
-
-
-def ping(port: int) -> bool:
-    """True when a Redis server answers PING on 127.0.0.1:``port``."""
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as conn:
-            conn.sendall(b"PING\r\n")
-            return conn.recv(16).startswith(b"+PONG")
-    except OSError:
-        return False
-
-
-def server_pid(port: int) -> int | None:
-    """The process id of the Redis server answering on 127.0.0.1:``port`` (``INFO server``), or None."""
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=2) as conn:
-            conn.sendall(b"INFO server\r\n")
-            data = b""
-            while not re.search(rb"process_id:\d+\r\n", data):
-                chunk = conn.recv(65536)
-                if not chunk:
-                    return None
-                data += chunk
-    except OSError:
-        return None
-    found = re.search(rb"process_id:(\d+)\r\n", data)
-    return int(found.group(1)) if found else None
-
-
-class RedisServer:
-    """One real redis-server process: start, SIGKILL, and restart on the same port and data folder.
-
-    ``options`` are redis-server command-line options (``"--appendonly", "yes"``, ...). The server
-    keeps its files (RDB snapshot, AOF) in ``directory``, so a restart loads what it persisted.
-    Several test runs share the machine's port range: a start checks that the server answering on
-    its port is its own process (another run may take a port between the free check and the bind);
-    the first start then moves to another free port, a restart fails.
-    """
-
-    def __init__(self, binary: str, directory: Path, *options: str, port: int | None = None) -> None:
-        self.binary = binary
-        self.directory = directory
-        self.options = options
-        self.port = port if port is not None else free_port()
-        self._may_move = port is None  # until the first successful start
-        self.process: subprocess.Popen[bytes] | None = None
-        directory.mkdir(parents=True, exist_ok=True)
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> RedisServer:
-        for _ in range(5):
-            if self._start_once():
-                self._may_move = False
-                return self
-            if not self._may_move:
-                break
-            self.port = free_port()
-        raise RuntimeError(f"another process answers on port {self.port}; {self.binary} could not take it")
-
-    def _start_once(self) -> bool:
-        """Start on ``self.port``; False when another server holds the port (ours is stopped then)."""
-        log = self.directory / "redis.log"
-        self.process = subprocess.Popen(
-            [
-                self.binary,
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--dir",
-                str(self.directory),
-                "--logfile",
-                str(log),
-                *self.options,
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 30
-        while not ping(self.port):
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                text = log.read_text(errors="replace") if log.exists() else ""
-                self.stop()
-                if "Address already in use" in text:
-                    return False
-                raise RuntimeError(f"{self.binary} did not start on port {self.port}:\n{text[-2000:]}")
-            time.sleep(0.02)
-        if server_pid(self.port) != self.process.pid:  # another run's server answered the ping
-            self.stop()
-            return False
-        return True
-
-    def kill(self) -> None:
-        """SIGKILL the server (no shutdown save, no AOF flush beyond what it already did) and reap it."""
-        assert self.process is not None
-        os.kill(self.process.pid, signal.SIGKILL)
-        self.process.wait(timeout=30)
-        self.process = None
-
-    def stop(self) -> None:
-        if self.process is None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        self.process = None

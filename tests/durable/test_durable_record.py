@@ -18,6 +18,7 @@ from agent_framework_functional import (
     ContinuationAuthorityError,
     ContinuationRecord,
     ContinuationStore,
+    PostgresContinuationStore,
     RedisContinuationStore,
     SQLiteContinuationStore,
     continuation_token_hash,
@@ -68,7 +69,12 @@ async def test_the_store_never_holds_the_secret(
     paused = await wf.run("tea")
     assert paused.continuation_token is not None
     secret = paused.continuation_token["token"].encode()
-    raw = redis_dump(store_spec.namespace) if store_spec.kind == "redis" else _sqlite_bytes(Path(store_spec.location))
+    if store_spec.kind == "redis":
+        raw = redis_dump(store_spec.namespace)
+    elif store_spec.kind == "postgres":
+        raw = _postgres_bytes(store_spec)
+    else:
+        raw = _sqlite_bytes(Path(store_spec.location))
     assert raw  # the record is there ...
     assert continuation_token_hash(paused.continuation_token).encode() in raw
     assert secret not in raw  # ... but not the secret
@@ -83,6 +89,16 @@ def _sqlite_bytes(path: Path) -> bytes:
         if file.exists():
             data += file.read_bytes()
     return data
+
+
+def _postgres_bytes(spec: StoreSpec) -> bytes:
+    """Every row of the store's schema as text (the whole table, not one record)."""
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(spec.location) as conn:
+        rows = conn.execute(sql.SQL("SELECT * FROM {}.continuations").format(sql.Identifier(spec.namespace))).fetchall()
+    return b"".join(str(row).encode() for row in rows)
 
 
 @pytest.fixture
@@ -124,9 +140,9 @@ def test_object_that_is_not_a_store_is_rejected() -> None:
         approval.build(checkpoint_storage=InMemoryCheckpointStorage(), continuation_store=object())  # type: ignore[arg-type]
 
 
-def test_both_stores_implement_the_protocol(store: ContinuationStore) -> None:
+def test_every_store_implements_the_protocol(store: ContinuationStore) -> None:
     assert isinstance(store, ContinuationStore)
-    assert isinstance(store, (SQLiteContinuationStore, RedisContinuationStore))
+    assert isinstance(store, (SQLiteContinuationStore, RedisContinuationStore, PostgresContinuationStore))
 
 
 async def test_per_run_storage_override_is_rejected_and_changes_nothing(

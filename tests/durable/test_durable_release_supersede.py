@@ -1,10 +1,10 @@
-"""Issue 11 items 3 and 7 at the store: ``release`` (a claim handed back by its claimer) and
-``supersede`` (a checkpoint restore abandons its pause's issued token), then through the workflow."""
+"""``supersede`` through the workflow: a checkpoint restore abandons its pause's issued token.
+
+``release`` and ``supersede`` at the store (every store) are in the conformance suite, ``tests/stores/``.
+"""
 
 from __future__ import annotations
 
-import asyncio
-import secrets
 from collections.abc import Callable
 from typing import Any
 
@@ -21,84 +21,6 @@ from agent_framework_functional import (
     FunctionalWorkflow,
     continuation_token_hash,
 )
-
-
-def _record(store: ContinuationStore, checkpoint_id: str = "checkpoint-1") -> ContinuationRecord:
-    now = store.now()
-    return ContinuationRecord(
-        secrets.token_hex(32), "approval", "s" * 64, checkpoint_id, ("auto::0",), now, now + store.ttl_seconds
-    )
-
-
-async def _status(store: ContinuationStore, token_hash: str) -> str | None:
-    record = await store.get(token_hash)
-    return None if record is None else record.status
-
-
-async def test_only_the_claimer_can_hand_a_claim_back(store: ContinuationStore) -> None:
-    record = _record(store)
-    await store.save(record)
-    assert await store.claim(record.token_hash, claimer="run-a")
-    assert not await store.release(record.token_hash, "run-b")
-    assert not await store.release(record.token_hash, "")
-    assert await _status(store, record.token_hash) == "claimed"
-    assert await store.release(record.token_hash, "run-a")
-    assert await _status(store, record.token_hash) == "issued"
-    assert not await store.release(record.token_hash, "run-a")  # once
-    assert await store.claim(record.token_hash, claimer="run-c")  # usable again, exactly once
-    assert not await store.claim(record.token_hash)
-
-
-async def test_a_claim_without_claimer_and_an_abandoned_record_cannot_be_released(store: ContinuationStore) -> None:
-    claimed, abandoned = _record(store), _record(store)
-    await store.save(claimed)
-    await store.save(abandoned)
-    assert await store.claim(claimed.token_hash)
-    assert await store.abandon(abandoned.token_hash)
-    assert not await store.release(claimed.token_hash, "")
-    assert not await store.release(abandoned.token_hash, "")
-    assert not await store.release(secrets.token_hex(32), "x")
-
-
-async def test_supersede_abandons_the_issued_record_of_a_checkpoint(store: ContinuationStore) -> None:
-    record, other = _record(store, "checkpoint-a"), _record(store, "checkpoint-b")
-    await store.save(record)
-    await store.save(other)
-    assert await store.supersede("checkpoint-a", since=store.now())
-    assert await _status(store, record.token_hash) == "abandoned"
-    assert await _status(store, other.token_hash) == "issued"
-    assert not await store.claim(record.token_hash)  # the token lost to the restore
-    assert await store.supersede("checkpoint-a", since=store.now())  # nothing left to supersede
-    assert await store.supersede("never-recorded", since=store.now())
-
-
-async def test_supersede_loses_to_a_claim_made_after_the_restore_started(
-    make_store: Callable[..., ContinuationStore], clock: FakeClock
-) -> None:
-    store = make_store(clock=clock)
-    early, late = _record(store, "checkpoint-early"), _record(store, "checkpoint-late")
-    await store.save(early)
-    await store.save(late)
-    assert await store.claim(early.token_hash)
-    clock.advance(1.0)
-    since = store.now()
-    assert await store.claim(late.token_hash)  # a resume claims while the restore starts
-    assert not await store.supersede("checkpoint-late", since=since)
-    assert await _status(store, late.token_hash) == "claimed"
-    # A resume claimed before the restore started (and failed, or crashed): restoring is the owner's recovery.
-    assert await store.supersede("checkpoint-early", since=since)
-
-
-async def test_concurrent_supersede_and_claim_have_one_winner(make_store: Callable[..., ContinuationStore]) -> None:
-    for _ in range(10):
-        a, b = make_store(), make_store()
-        record = _record(a, f"checkpoint-{secrets.token_hex(4)}")
-        await a.save(record)
-        since = a.now()
-        claimed, superseded = await asyncio.gather(
-            a.claim(record.token_hash), b.supersede(record.checkpoint_id, since=since)
-        )
-        assert claimed != superseded
 
 
 @pytest.fixture

@@ -1,22 +1,24 @@
-"""Item 4: the two stores behind one protocol, against the real SQLite file and the real Redis server."""
+"""What is particular to each store (SQLite's file, Redis's keys, argument checks).
+
+The contract every store shares (round trip, compare-and-set, races, expiry) is the conformance suite
+in ``tests/stores/``.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import secrets
 import sqlite3
-from collections.abc import Callable
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from durable_support import FakeClock, StoreSpec, close_store
+from durable_support import FakeClock
 
 from agent_framework_functional import (
     ContinuationRecord,
     ContinuationStore,
+    PostgresContinuationStore,
     RedisContinuationStore,
     SQLiteContinuationStore,
 )
@@ -35,95 +37,6 @@ def _record(store: ContinuationStore, **changes: object) -> ContinuationRecord:
     }
     fields.update(changes)
     return ContinuationRecord(**fields)  # type: ignore[arg-type]
-
-
-async def test_save_then_get_round_trips_every_field(store: ContinuationStore) -> None:
-    record = _record(store)
-    await store.save(record)
-    assert await store.get(record.token_hash) == record
-    assert await store.get(secrets.token_hex(32)) is None
-
-
-async def test_a_hash_is_recorded_once(store: ContinuationStore) -> None:
-    record = _record(store)
-    await store.save(record)
-    with pytest.raises((ValueError, sqlite3.IntegrityError)):
-        await store.save(record)
-
-
-async def test_claim_is_issued_to_claimed_once(store: ContinuationStore) -> None:
-    record = _record(store)
-    await store.save(record)
-    assert await store.claim(record.token_hash) is True
-    assert await store.claim(record.token_hash) is False
-    assert await store.abandon(record.token_hash, force=True) is False  # claimed is final
-    got = await store.get(record.token_hash)
-    assert got is not None and got.status == "claimed"
-    assert await store.claim(secrets.token_hex(32)) is False
-
-
-async def test_abandon_is_issued_to_abandoned_once(store: ContinuationStore) -> None:
-    record = _record(store)
-    await store.save(record)
-    assert await store.abandon(record.token_hash) is True
-    assert await store.abandon(record.token_hash) is False
-    assert await store.claim(record.token_hash) is False  # abandoned is final
-    got = await store.get(record.token_hash)
-    assert got is not None and got.status == "abandoned"
-
-
-async def test_many_concurrent_claims_have_exactly_one_winner(make_store: Callable[..., ContinuationStore]) -> None:
-    stores = [make_store() for _ in range(8)]  # eight connections / clients on one database
-    record = _record(stores[0])
-    await stores[0].save(record)
-    results = await asyncio.gather(*(s.claim(record.token_hash) for s in stores for _ in range(8)))
-    assert results.count(True) == 1 and len(results) == 64
-
-
-async def test_claim_and_abandon_race_has_exactly_one_winner(make_store: Callable[..., ContinuationStore]) -> None:
-    for _ in range(10):
-        claimer, abandoner = make_store(), make_store()
-        record = _record(claimer)
-        await claimer.save(record)
-        claimed, abandoned = await asyncio.gather(
-            claimer.claim(record.token_hash), abandoner.abandon(record.token_hash)
-        )
-        assert claimed != abandoned
-
-
-async def test_expired_records_are_not_claimed_or_abandoned_without_force(
-    make_store: Callable[..., ContinuationStore], clock: FakeClock
-) -> None:
-    store = make_store(ttl=10.0, clock=clock)
-    record = _record(store)
-    await store.save(record)
-    clock.advance(10.0)
-    got = await store.get(record.token_hash)
-    assert got is not None and got.status == "issued" and not got.is_claimable(store.now())
-    assert await store.claim(record.token_hash) is False
-    assert await store.abandon(record.token_hash) is False
-    assert await store.abandon(record.token_hash, force=True) is True
-
-
-@pytest.mark.parametrize("ttl", [timedelta(minutes=5), 300.0, 300])
-async def test_ttl_accepts_seconds_or_timedelta(store_spec: StoreSpec, ttl: float | timedelta) -> None:
-    if store_spec.kind == "sqlite":
-        store: ContinuationStore = SQLiteContinuationStore(store_spec.location, ttl=ttl)
-    else:
-        store = RedisContinuationStore(store_spec.location, ttl=ttl)
-    try:
-        assert store.ttl_seconds == 300.0
-    finally:
-        await close_store(store)
-
-
-@pytest.mark.parametrize("ttl", [0, -1.0, timedelta(0)])
-def test_non_positive_ttl_is_rejected(store_spec: StoreSpec, ttl: float | timedelta) -> None:
-    with pytest.raises(ValueError, match="ttl must be a positive"):
-        if store_spec.kind == "sqlite":
-            SQLiteContinuationStore(store_spec.location, ttl=ttl)
-        else:
-            RedisContinuationStore(store_spec.location, ttl=ttl)
 
 
 # ---------------------------------------------------------------- SQLite specifics
@@ -190,16 +103,9 @@ def test_redis_rejects_an_empty_namespace(redis_server: str) -> None:
         RedisContinuationStore(redis_server, namespace="")
 
 
-@pytest.mark.parametrize("store_type", [SQLiteContinuationStore, RedisContinuationStore])
-@pytest.mark.parametrize("ttl", [0, -1, float("inf"), float("nan"), 1e20])
-def test_stores_reject_a_ttl_outside_a_positive_finite_range(store_type: Any, ttl: float, tmp_path: Path) -> None:
-    target = str(tmp_path / "c.db") if store_type is SQLiteContinuationStore else "redis://127.0.0.1:1/0"
-    with pytest.raises(ValueError, match="ttl"):
-        store_type(target, ttl=ttl)
-
-
-@pytest.mark.parametrize("store_type", [SQLiteContinuationStore, RedisContinuationStore])
+@pytest.mark.parametrize("store_type", [SQLiteContinuationStore, RedisContinuationStore, PostgresContinuationStore])
 def test_stores_reject_a_ttl_that_is_not_a_duration(store_type: Any, tmp_path: Path) -> None:
-    target = str(tmp_path / "c.db") if store_type is SQLiteContinuationStore else "redis://127.0.0.1:1/0"
+    targets = {SQLiteContinuationStore: str(tmp_path / "c.db"), RedisContinuationStore: "redis://127.0.0.1:1/0"}
+    target = targets.get(store_type, "postgresql://127.0.0.1:1/x")
     with pytest.raises(TypeError, match="ttl"):
         store_type(target, ttl="1h")

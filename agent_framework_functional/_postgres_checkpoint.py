@@ -1,0 +1,331 @@
+"""PostgresCheckpointStorage: core's ``CheckpointStorage`` on PostgreSQL, for workers without a shared file system.
+
+A body is written and read only through :func:`encode_body` / :func:`decode_body`, the one place
+that turns a checkpoint into stored bytes and back. They use core's private
+``encode_checkpoint_value`` / ``decode_checkpoint_value`` (``agent_framework._workflows.
+_checkpoint_encoding``), as ``RedisCheckpointStorage`` does, imported on first use and pinned by
+``tests/stores/test_checkpoint_storage_contract.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
+
+from ._postgres_schema import DEFAULT_POOL_SIZE, DEFAULT_POOL_TIMEOUT_SECONDS, DEFAULT_SCHEMA, PostgresPool
+from ._store import duration_seconds
+
+if TYPE_CHECKING:
+    from psycopg import AsyncConnection
+    from psycopg_pool import AsyncConnectionPool
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_CHECKPOINT_TTL = timedelta(days=7)
+"""How long a :class:`PostgresCheckpointStorage` keeps a checkpoint after saving it, by default."""
+
+PURGE_INTERVAL_SECONDS = 600.0
+"""How often (at most) a storage object deletes expired checkpoints, on a save."""
+
+MIGRATIONS = (
+    """
+    CREATE TABLE IF NOT EXISTS {schema}.checkpoints (
+        checkpoint_id TEXT PRIMARY KEY,
+        workflow_name TEXT NOT NULL,
+        saved_at DOUBLE PRECISION NOT NULL,
+        expires_at DOUBLE PRECISION,
+        body BYTEA NOT NULL
+    );
+    CREATE INDEX IF NOT EXISTS checkpoints_workflow ON {schema}.checkpoints (workflow_name, saved_at);
+    CREATE INDEX IF NOT EXISTS checkpoints_expires_at ON {schema}.checkpoints (expires_at);
+    """,
+)
+"""The ``checkpoints`` component's migrations, version 1 first (``_postgres_schema`` applies them)."""
+
+_SAVE = (
+    "INSERT INTO {schema}.checkpoints (checkpoint_id, workflow_name, saved_at, expires_at, body) "
+    "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (checkpoint_id) DO UPDATE SET workflow_name = EXCLUDED.workflow_name, "
+    "saved_at = EXCLUDED.saved_at, expires_at = EXCLUDED.expires_at, body = EXCLUDED.body"
+)
+_LIVE = "(expires_at IS NULL OR expires_at > %(now)s)"
+_LOAD = f"SELECT body FROM {{schema}}.checkpoints WHERE checkpoint_id = %(id)s AND {_LIVE}"
+_LIST = (
+    f"SELECT checkpoint_id, body FROM {{schema}}.checkpoints WHERE workflow_name = %(name)s AND {_LIVE} "
+    "ORDER BY saved_at, checkpoint_id"
+)
+_DELETE = "DELETE FROM {schema}.checkpoints WHERE checkpoint_id = %s"
+_PURGE = "DELETE FROM {schema}.checkpoints WHERE expires_at <= %s"
+
+
+def encode_body(checkpoint: WorkflowCheckpoint, allowed_types: frozenset[str]) -> bytes:
+    """Return the stored bytes of ``checkpoint``: core's checkpoint encoding as UTF-8 JSON.
+
+    Args:
+        checkpoint: The checkpoint to store.
+        allowed_types: Extra ``"module:QualName"`` types the body may hold.
+
+    Returns:
+        The body.
+
+    Raises:
+        WorkflowCheckpointException: It cannot be encoded, or would not decode under ``allowed_types``.
+    """
+    from agent_framework._workflows._checkpoint_encoding import decode_checkpoint_value, encode_checkpoint_value
+
+    try:
+        encoded = encode_checkpoint_value(checkpoint.to_dict())
+        decode_checkpoint_value(encoded, allowed_types=allowed_types)  # refuse now what a load would refuse
+        return json.dumps(encoded, ensure_ascii=False).encode("utf-8")
+    except Exception as exc:
+        raise WorkflowCheckpointException(
+            f"Checkpoint {checkpoint.checkpoint_id} cannot be encoded or restored under this storage's allowed "
+            "types; refusing to save. Add its types to allowed_checkpoint_types."
+        ) from exc
+
+
+def decode_body(checkpoint_id: str, body: bytes, allowed_types: frozenset[str]) -> WorkflowCheckpoint:
+    """Return the checkpoint stored as ``body``; any problem is a ``WorkflowCheckpointException``.
+
+    Args:
+        checkpoint_id: The checkpoint's id, for the message.
+        body: What :func:`encode_body` returned (or what someone else wrote in its place).
+        allowed_types: Extra ``"module:QualName"`` types the body may hold.
+
+    Returns:
+        The checkpoint.
+
+    Raises:
+        WorkflowCheckpointException: The body is not UTF-8 JSON, is nested too deeply, holds a type
+            outside the allow-list, or is not a checkpoint.
+    """
+    from agent_framework._workflows._checkpoint_encoding import decode_checkpoint_value
+
+    try:
+        decoded = decode_checkpoint_value(json.loads(body.decode("utf-8")), allowed_types=allowed_types)
+        return WorkflowCheckpoint.from_dict(decoded)
+    except (RecursionError, MemoryError) as exc:
+        raise WorkflowCheckpointException(f"Checkpoint {checkpoint_id} is nested too deeply to load.") from exc
+    except Exception as exc:
+        raise WorkflowCheckpointException(
+            f"Checkpoint {checkpoint_id} cannot be loaded: its stored body is not a checkpoint this storage "
+            f"accepts ({type(exc).__name__})."
+        ) from exc
+
+
+class PostgresCheckpointStorage:
+    """Core's ``CheckpointStorage`` protocol on PostgreSQL, so workers on several machines share checkpoints.
+
+    A drop-in for ``FileCheckpointStorage`` when the workers share a database instead of a file
+    system: pair it with a :class:`PostgresContinuationStore` on the same database, and any worker
+    can resume a pause another one saved. One row per checkpoint in ``<schema>.checkpoints``
+    (created on first use, versioned like the store's table). Bodies are core's own checkpoint
+    encoding, decoded under core's allow-list plus ``allowed_checkpoint_types``; a checkpoint that
+    would not decode is refused at :meth:`save`, and a stored body that does not decode makes
+    :meth:`load` raise ``WorkflowCheckpointException`` and :meth:`list_checkpoints` skip it.
+
+    A checkpoint expires ``ttl`` after its last save; expired rows are never returned and are
+    deleted by a later save (at most once per 10 minutes per object). Keep ``ttl`` at least the
+    continuation store's ``ttl + retention``.
+
+    Security: core decodes with ``pickle`` under an allow-list (a mitigation, not a boundary), so
+    whoever can write this table can run code in your workers: grant write access to the workers'
+    role only (SECURITY.md).
+
+    Args:
+        conninfo: A libpq connection string or URL (the storage owns its pool; close it with
+            :meth:`aclose`), or a ``psycopg_pool.AsyncConnectionPool`` (the caller owns it).
+
+    Keyword Args:
+        schema: The PostgreSQL schema of the table (a plain lower-case identifier).
+        allowed_checkpoint_types: Extra ``"module:QualName"`` types checkpoints may contain.
+        ttl: How long a checkpoint is kept after it is saved (seconds or ``timedelta``), default 7
+            days; ``None`` keeps checkpoints until :meth:`delete`.
+        max_size: With a connection string: connections at most in the pool (default 10).
+        pool_timeout: How long an operation waits for a connection (default 10 s).
+
+    Raises:
+        ImportError: psycopg 3 is not installed.
+        ValueError: ``schema`` is not a plain identifier, a duration is not positive, or ``max_size``
+            is not a positive integer.
+        TypeError: ``allowed_checkpoint_types`` is not a list of strings, or a duration is neither a
+            number nor a ``timedelta``.
+
+    Examples:
+        .. code-block:: python
+
+            dsn = "postgresql://app@db/app"
+            wf = review.build(
+                checkpoint_storage=PostgresCheckpointStorage(dsn, allowed_checkpoint_types=["my_app:Verdict"]),
+                continuation_store=PostgresContinuationStore(dsn),
+            )
+    """
+
+    def __init__(
+        self,
+        conninfo: str | AsyncConnectionPool,
+        *,
+        schema: str = DEFAULT_SCHEMA,
+        allowed_checkpoint_types: list[str] | None = None,
+        ttl: float | timedelta | None = DEFAULT_CHECKPOINT_TTL,
+        max_size: int = DEFAULT_POOL_SIZE,
+        pool_timeout: float | timedelta = DEFAULT_POOL_TIMEOUT_SECONDS,
+    ) -> None:
+        types = list(allowed_checkpoint_types or [])
+        if not all(isinstance(name, str) for name in types):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError("allowed_checkpoint_types must be a list of 'module:QualName' strings.")
+        self._allowed_types = frozenset(types)
+        self._ttl = None if ttl is None else duration_seconds(ttl, "ttl")
+        self._next_purge = float("-inf")
+        self._db = PostgresPool(
+            conninfo,
+            owner="PostgresCheckpointStorage",
+            schema=schema,
+            component="checkpoints",
+            migrations=MIGRATIONS,
+            max_size=max_size,
+            pool_timeout=pool_timeout,
+        )
+        from psycopg import sql
+
+        identifier = sql.Identifier(self._db.schema)
+        self._sql = {
+            name: sql.SQL(text).format(schema=identifier)  # pyright: ignore[reportArgumentType]
+            for name, text in {"save": _SAVE, "load": _LOAD, "list": _LIST, "delete": _DELETE, "purge": _PURGE}.items()
+        }
+
+    @property
+    def allowed_checkpoint_types(self) -> frozenset[str]:
+        """The extra ``"module:QualName"`` types this storage decodes (besides core's safe set)."""
+        return self._allowed_types
+
+    @property
+    def schema(self) -> str:
+        """The PostgreSQL schema that holds the table."""
+        return self._db.schema
+
+    async def save(self, checkpoint: WorkflowCheckpoint) -> str:
+        """Store a copy of ``checkpoint`` (replacing one with the same id) and return its id.
+
+        Args:
+            checkpoint: The checkpoint to save.
+
+        Returns:
+            ``checkpoint.checkpoint_id``.
+
+        Raises:
+            WorkflowCheckpointException: The checkpoint cannot be encoded, or would not decode under
+                this storage's allowed types (add the type to ``allowed_checkpoint_types``).
+            psycopg.OperationalError: PostgreSQL is unreachable.
+        """
+        body = encode_body(checkpoint, self._allowed_types)
+        now = time.time()
+        expires_at = None if self._ttl is None else now + self._ttl
+        row = (checkpoint.checkpoint_id, checkpoint.workflow_name, now, expires_at, body)
+
+        async def save(conn: AsyncConnection[Any]) -> None:
+            if self._ttl is not None and now >= self._next_purge:
+                self._next_purge = now + PURGE_INTERVAL_SECONDS
+                await conn.execute(self._sql["purge"], (now,))
+            await conn.execute(self._sql["save"], row)
+
+        await self._db.run("checkpoint save", save)
+        return checkpoint.checkpoint_id
+
+    async def load(self, checkpoint_id: str) -> WorkflowCheckpoint:
+        """Load a checkpoint by id.
+
+        Args:
+            checkpoint_id: The id :meth:`save` returned.
+
+        Returns:
+            A new ``WorkflowCheckpoint``.
+
+        Raises:
+            WorkflowCheckpointException: No live checkpoint has this id, or its body does not decode.
+        """
+
+        async def load(conn: AsyncConnection[Any]) -> tuple[Any, ...] | None:
+            return await (await conn.execute(self._sql["load"], {"id": checkpoint_id, "now": time.time()})).fetchone()
+
+        row = await self._db.run("checkpoint load", load)
+        if row is None:
+            raise WorkflowCheckpointException(f"No checkpoint found with ID {checkpoint_id}")
+        return decode_body(checkpoint_id, bytes(row[0]), self._allowed_types)
+
+    async def list_checkpoints(self, *, workflow_name: str) -> list[WorkflowCheckpoint]:
+        """Return the workflow's live checkpoints that decode, oldest save first (others skipped with a warning).
+
+        Keyword Args:
+            workflow_name: The workflow's name.
+
+        Returns:
+            The decoded checkpoints.
+        """
+
+        async def rows(conn: AsyncConnection[Any]) -> list[tuple[Any, ...]]:
+            return await (await conn.execute(self._sql["list"], {"name": workflow_name, "now": time.time()})).fetchall()
+
+        checkpoints: list[WorkflowCheckpoint] = []
+        for checkpoint_id, body in await self._db.run("checkpoint list", rows):
+            try:
+                checkpoints.append(decode_body(str(checkpoint_id), bytes(body), self._allowed_types))
+            except WorkflowCheckpointException as exc:
+                logger.warning("Skipping checkpoint %s of workflow %s: %s", checkpoint_id, workflow_name, exc)
+        return checkpoints
+
+    async def delete(self, checkpoint_id: str) -> bool:
+        """Delete a checkpoint by id.
+
+        Args:
+            checkpoint_id: The checkpoint's id.
+
+        Returns:
+            True if this call deleted it; False if no checkpoint had this id.
+
+        The delete commits without waiting for the server's disk: one a crash undoes comes back and
+        expires after ``ttl``.
+        """
+
+        async def delete(conn: AsyncConnection[Any]) -> bool:
+            # A delete lost in a server crash only leaves a row that expires, so it need not wait for
+            # the write-ahead log flush (saves do: they back issued tokens). One round trip (pipeline).
+            async with conn.pipeline(), conn.transaction():
+                await conn.execute("SET LOCAL synchronous_commit TO OFF")
+                cursor = await conn.execute(self._sql["delete"], (checkpoint_id,))
+            return cursor.rowcount == 1
+
+        return await self._db.run("checkpoint delete", delete)
+
+    async def get_latest(self, *, workflow_name: str) -> WorkflowCheckpoint | None:
+        """Return the workflow's checkpoint with the latest ``timestamp`` (as core's storages order them).
+
+        Keyword Args:
+            workflow_name: The workflow's name.
+
+        Returns:
+            That checkpoint, or None when the workflow has none.
+        """
+        checkpoints = await self.list_checkpoints(workflow_name=workflow_name)
+        if not checkpoints:
+            return None
+        return max(checkpoints, key=lambda checkpoint: datetime.fromisoformat(checkpoint.timestamp))
+
+    async def list_checkpoint_ids(self, *, workflow_name: str) -> list[str]:
+        """Return the ids of the checkpoints :meth:`list_checkpoints` returns, oldest save first.
+
+        Keyword Args:
+            workflow_name: The workflow's name.
+
+        Returns:
+            Checkpoint ids.
+        """
+        return [checkpoint.checkpoint_id for checkpoint in await self.list_checkpoints(workflow_name=workflow_name)]
+
+    async def aclose(self) -> None:
+        """Close the connection pool if the storage created it; a pool passed in is left open."""
+        await self._db.aclose()

@@ -1,0 +1,224 @@
+"""The Postgres backends' shared plumbing: the connection pool, the versioned schema, and clear outage errors.
+
+Schema and migrations. Each backend (``continuations``, ``checkpoints``) owns a list of migrations:
+SQL scripts numbered from 1, never edited once released (a change is a new script at the end). The
+first operation of a store object opens one transaction that takes a transaction-level advisory
+lock (so eight workers starting together migrate once), creates the schema and its
+``schema_version`` table if missing, applies the scripts past the recorded version, and records the
+new version. A database at a newer version than this package knows is refused with an error (upgrade
+the package); an older one is upgraded in place. Hosts that forbid DDL at run time run the same
+scripts in their own migration tool (README "Durable continuations").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import select
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ._store import duration_seconds
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncGenerator
+
+    from psycopg import AsyncConnection
+    from psycopg_pool import AsyncConnectionPool
+
+_T = TypeVar("_T")
+
+DEFAULT_SCHEMA = "agent_framework_functional"
+"""The PostgreSQL schema (namespace) both Postgres backends create their tables in, by default."""
+
+DEFAULT_POOL_SIZE = 10
+"""Connections at most in the pool of a Postgres backend built from a connection string."""
+
+DEFAULT_POOL_TIMEOUT_SECONDS = 10.0
+"""How long an operation waits for a pooled connection (also while the server is down) before failing."""
+
+_VERSION_TABLE = """
+CREATE TABLE IF NOT EXISTS {schema}.schema_version (
+    component TEXT PRIMARY KEY,
+    version INTEGER NOT NULL,
+    applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
+)
+"""
+
+
+def import_psycopg(owner: str) -> None:
+    """Import psycopg and psycopg_pool, or raise an ``ImportError`` that says how to install them."""
+    try:
+        import psycopg  # noqa: F401  # pyright: ignore[reportUnusedImport]
+        import psycopg_pool  # noqa: F401  # pyright: ignore[reportUnusedImport]
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError(f"{owner} needs psycopg 3: pip install 'agent-framework-functional[postgres]'.") from exc
+
+
+def check_schema_name(schema: str) -> str:
+    """Return ``schema`` if it is a plain lower-case SQL identifier; raise ``ValueError`` otherwise."""
+    if not schema or not (schema[0].isalpha() or schema[0] == "_") or len(schema) > 63:
+        raise ValueError(f"schema must be a plain SQL identifier (letters, digits, '_'), got {schema!r}.")
+    if not all(ch.isascii() and (ch.isalnum() or ch == "_") and not ch.isupper() for ch in schema):
+        raise ValueError(f"schema must be a plain lower-case SQL identifier (letters, digits, '_'), got {schema!r}.")
+    return schema
+
+
+async def _check_open(conn: AsyncConnection[Any]) -> None:
+    """Refuse a pooled connection the server has closed (restart, idle timeout) before it is used.
+
+    Usually no round trip: an idle connection has nothing to read unless its server went away (end of
+    file, or a last ``FATAL`` message). Only when its socket is readable (that, or stray bytes such as
+    a TLS session ticket) does psycopg's own check ask the server.
+    """
+    from psycopg import OperationalError
+    from psycopg_pool import AsyncConnectionPool
+
+    if conn.closed:
+        raise OperationalError("the server closed this pooled connection")
+    if select.select([conn.fileno()], [], [], 0)[0]:
+        await AsyncConnectionPool.check_connection(conn)
+
+
+class PostgresPool:
+    """One backend's access to PostgreSQL: a lazily opened pool, its schema, and outage errors.
+
+    Built from a connection string, it owns an ``AsyncConnectionPool`` (autocommit connections, each
+    checked before use, usually without a round trip, so connections a server restart closed are replaced
+    instead of failing an operation); built from a pool, it borrows it (the caller opens and closes it). Any
+    ``psycopg.OperationalError`` (server down, connection lost, no connection within the timeout)
+    is re-raised as an ``OperationalError`` that names the backend and the operation.
+    """
+
+    def __init__(
+        self,
+        target: str | AsyncConnectionPool,
+        *,
+        owner: str,
+        schema: str,
+        component: str,
+        migrations: Sequence[str],
+        max_size: int,
+        pool_timeout: float | timedelta,
+    ) -> None:
+        import_psycopg(owner)
+        from psycopg_pool import AsyncConnectionPool
+
+        if isinstance(max_size, bool) or not isinstance(max_size, int) or max_size < 1:  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise ValueError(f"max_size must be a positive integer, got {max_size!r}.")
+        self.owner = owner
+        self.schema = check_schema_name(schema)
+        self._component = component
+        self._migrations = tuple(migrations)
+        self._timeout = duration_seconds(pool_timeout, "pool_timeout")
+        if isinstance(target, str):
+            self._pool: AsyncConnectionPool = AsyncConnectionPool(
+                target,
+                min_size=1,
+                max_size=max_size,
+                timeout=self._timeout,
+                open=False,
+                kwargs={"autocommit": True},
+                check=_check_open,
+                name=owner,
+            )
+            self._owns_pool = True
+        else:
+            self._pool = target
+            self._owns_pool = False
+        self._ready = False
+        self._ready_lock = asyncio.Lock()
+
+    async def run(self, what: str, operation: Callable[[AsyncConnection[Any]], Awaitable[_T]]) -> _T:
+        """Run ``operation`` on a pooled connection (one transaction), after making sure the schema exists.
+
+        Args:
+            what: The operation's name, for error messages.
+            operation: What to do with the connection.
+
+        Returns:
+            What ``operation`` returned.
+
+        Raises:
+            psycopg.OperationalError: PostgreSQL could not be reached, or the connection was lost; the
+                message says whether the operation may have happened.
+        """
+        if not self._ready:
+            await self._prepare()
+        async with self._connection(what) as conn:
+            return await operation(conn)
+
+    @asynccontextmanager
+    async def _connection(self, what: str) -> AsyncGenerator[AsyncConnection[Any], None]:
+        from psycopg import OperationalError
+        from psycopg_pool import PoolTimeout
+
+        try:
+            async with self._pool.connection() as conn:
+                yield conn
+        except PoolTimeout as exc:
+            raise OperationalError(
+                f"{self.owner}: no connection to PostgreSQL within {self._timeout:g} s ({exc}); the {what} did not "
+                "happen. Check that the server is up and reachable, or raise pool_timeout / max_size."
+            ) from exc
+        except OperationalError as exc:
+            raise OperationalError(
+                f"{self.owner}: the connection to PostgreSQL failed during a {what} ({exc}). A write whose reply was "
+                "lost may have been applied: read the record before retrying (a claim that did happen spent the "
+                "token; restore the pause's checkpoint to recover it)."
+            ) from exc
+
+    async def _prepare(self) -> None:
+        async with self._ready_lock:
+            if self._ready:
+                return
+            # Core's engine cancels the tasks started inside a workflow run when the run ends, and the
+            # first use often happens there (a pause's checkpoint save). The pool's worker tasks must
+            # outlive the run, so the pool opens in a task started from an empty context.
+            await contextvars.Context().run(asyncio.get_running_loop().create_task, self._open())
+            self._ready = True
+
+    async def _open(self) -> None:
+        if self._owns_pool:
+            await self._pool.open(wait=False)
+        async with self._connection("schema check") as conn:
+            await self._migrate(conn)
+
+    async def _migrate(self, conn: AsyncConnection[Any]) -> None:
+        """Create the schema or bring it up to this package's version, once, under an advisory lock."""
+        from psycopg import sql
+
+        schema = sql.Identifier(self.schema)
+        async with conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"aff:{self.schema}",))
+            await conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
+            await conn.execute(sql.SQL(_VERSION_TABLE).format(schema=schema))
+            cursor = await conn.execute(
+                sql.SQL("SELECT version FROM {}.schema_version WHERE component = %s").format(schema),
+                (self._component,),
+            )
+            row = await cursor.fetchone()
+            current = 0 if row is None else int(row[0])
+            latest = len(self._migrations)
+            if current > latest:
+                raise RuntimeError(
+                    f"{self.owner}: the {self._component} tables in schema {self.schema!r} are at version {current}, "
+                    f"newer than this package knows ({latest}); upgrade agent-framework-functional on every worker."
+                )
+            for script in self._migrations[current:]:
+                await conn.execute(sql.SQL(script).format(schema=schema))  # pyright: ignore[reportArgumentType]
+            if current < latest:
+                await conn.execute(
+                    sql.SQL(
+                        "INSERT INTO {}.schema_version (component, version) VALUES (%s, %s) "
+                        "ON CONFLICT (component) DO UPDATE SET version = EXCLUDED.version, applied_at = now()"
+                    ).format(schema),
+                    (self._component, latest),
+                )
+
+    async def aclose(self) -> None:
+        """Close the pool if this object created it; a pool passed in is left open."""
+        if self._owns_pool:
+            await self._pool.close()

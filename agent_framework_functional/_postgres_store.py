@@ -1,0 +1,341 @@
+"""PostgresContinuationStore: a continuation store for several machines on PostgreSQL (psycopg 3)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from ._postgres_schema import DEFAULT_POOL_SIZE, DEFAULT_POOL_TIMEOUT_SECONDS, DEFAULT_SCHEMA, PostgresPool
+from ._store import DEFAULT_RETENTION_SECONDS, DEFAULT_TTL_SECONDS, ContinuationRecord, duration_seconds
+
+if TYPE_CHECKING:
+    from psycopg import AsyncConnection
+    from psycopg_pool import AsyncConnectionPool
+
+_COLUMNS = (
+    "workflow_name",
+    "signature_hash",
+    "checkpoint_id",
+    "pending_request_ids",
+    "created_at",
+    "expires_at",
+    "status",
+    "response_types",
+)
+"""The record's columns (``ContinuationRecord.to_fields``); the table also has ``updated_at`` and ``claimed_by``."""
+
+MIGRATIONS = (
+    """
+    CREATE TABLE IF NOT EXISTS {schema}.continuations (
+        token_hash TEXT PRIMARY KEY,
+        workflow_name TEXT NOT NULL,
+        signature_hash TEXT NOT NULL,
+        checkpoint_id TEXT NOT NULL,
+        pending_request_ids TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL,
+        expires_at DOUBLE PRECISION NOT NULL,
+        status TEXT NOT NULL CHECK (status IN ('issued', 'claimed', 'abandoned')),
+        updated_at DOUBLE PRECISION NOT NULL,
+        response_types TEXT,
+        claimed_by TEXT
+    );
+    CREATE INDEX IF NOT EXISTS continuations_checkpoint_id ON {schema}.continuations (checkpoint_id);
+    CREATE INDEX IF NOT EXISTS continuations_expires_at ON {schema}.continuations (expires_at);
+    CREATE INDEX IF NOT EXISTS continuations_updated_at ON {schema}.continuations (updated_at);
+    """,
+)
+"""The ``continuations`` component's migrations, version 1 first (``_postgres_schema`` applies them)."""
+
+_INSERT = (
+    f"INSERT INTO {{schema}}.continuations (token_hash, {', '.join(_COLUMNS)}, updated_at) "
+    f"VALUES (%s, {', '.join(['%s'] * len(_COLUMNS))}, %s)"
+)
+_GET = f"SELECT {', '.join(_COLUMNS)} FROM {{schema}}.continuations WHERE token_hash = %s"
+_CLAIM = (
+    "UPDATE {schema}.continuations SET status = 'claimed', updated_at = %s, claimed_by = %s "
+    "WHERE token_hash = %s AND status = 'issued' AND expires_at > %s"
+)
+_RELEASE = (
+    "UPDATE {schema}.continuations SET status = 'issued', updated_at = %s, claimed_by = NULL "
+    "WHERE token_hash = %s AND status = 'claimed' AND claimed_by = %s"
+)
+_ABANDON = (
+    "UPDATE {schema}.continuations SET status = 'abandoned', updated_at = %s "
+    "WHERE token_hash = %s AND status = 'issued' AND (%s OR expires_at > %s)"
+)
+# One statement that locks every live record of the checkpoint: a concurrent claim either committed
+# first (this UPDATE waits for its row lock, then sees 'claimed') or comes after (it sees 'abandoned').
+_SUPERSEDE = (
+    "UPDATE {schema}.continuations SET "
+    "status = CASE WHEN status = 'issued' THEN 'abandoned' ELSE status END, "
+    "updated_at = CASE WHEN status = 'issued' THEN %(now)s ELSE updated_at END "
+    "WHERE checkpoint_id = %(checkpoint_id)s AND status IN ('issued', 'claimed') "
+    "RETURNING status = 'claimed' AND updated_at >= %(since)s"
+)
+_PURGE = (
+    "DELETE FROM {schema}.continuations "
+    "WHERE expires_at < %(cutoff)s OR (status <> 'issued' AND updated_at < %(cutoff)s)"
+)
+
+DEFAULT_PURGE_INTERVAL_SECONDS = 600.0
+"""How often (at most) a :class:`PostgresContinuationStore` deletes records past retention on a write."""
+
+
+class PostgresContinuationStore:
+    """A :class:`ContinuationStore` on PostgreSQL, for workers on several machines.
+
+    One row per pause in ``<schema>.continuations``. A claim, release, abandon and supersede are
+    each one ``UPDATE ... WHERE status = ...`` in its own transaction, checked by its row count:
+    PostgreSQL's row locks make it a compare-and-set, so exactly one caller wins however many
+    processes race. A write is acknowledged after PostgreSQL committed it (with the server's
+    default ``synchronous_commit = on`` that means flushed to its write-ahead log), so a claim
+    survives a server crash; do not run the database with ``fsync = off``. With asynchronous
+    replication a failover can still lose the last commits; use synchronous replication when a
+    standby may take over. Expiry is judged by this process's clock (:meth:`now`); keep worker
+    clocks in sync (NTP) when TTLs are short.
+
+    **Schema.** Created on first use (``<schema>.continuations`` and ``<schema>.schema_version``),
+    and upgraded in place by later versions of this package; README "Durable continuations" says
+    how to run the migrations yourself when workers may not run DDL.
+
+    **Bounded storage.** As for :class:`SQLiteContinuationStore`: the first write of a store object,
+    and then the first write after each ``purge_interval``, deletes the records past retention; a
+    pending record is never deleted.
+
+    **Outages.** While PostgreSQL is unreachable every operation fails after at most
+    ``pool_timeout`` with ``psycopg.OperationalError``, nothing runs, and the pool reconnects by
+    itself once the server is back. Use a store from one event loop.
+
+    Needs psycopg 3 (``pip install "agent-framework-functional[postgres]"``).
+
+    Args:
+        conninfo: A libpq connection string or URL (``"postgresql://app@db:5432/app"``; the store
+            owns its pool and closes it in :meth:`aclose`), or a ``psycopg_pool.AsyncConnectionPool``
+            (the caller opens and closes it).
+
+    Keyword Args:
+        ttl: How long a token is accepted after its pause (seconds or ``timedelta``); default 24 hours.
+        retention: How long a record is kept after it expires, or after it is claimed or abandoned,
+            before it is purged (seconds or ``timedelta``); default 24 hours.
+        schema: The PostgreSQL schema of the tables (a plain lower-case identifier), so several
+            applications can share one database.
+        purge_interval: Least time between two automatic purges (seconds or ``timedelta``), default
+            10 minutes; ``None`` turns the automatic purge off (call :meth:`purge_expired` yourself).
+        clock: Seconds since the epoch; defaults to ``time.time``.
+        max_size: With a connection string: connections at most in the pool (default 10).
+        pool_timeout: How long an operation waits for a connection (default 10 s), also while the
+            server is down.
+
+    Raises:
+        ImportError: psycopg 3 is not installed.
+        ValueError: A duration is not positive or longer than ten years, ``schema`` is not a plain
+            identifier, or ``max_size`` is not a positive integer.
+        TypeError: A duration is neither a number nor a ``timedelta``.
+
+    Examples:
+        .. code-block:: python
+
+            store = PostgresContinuationStore("postgresql://app@db/app", ttl=timedelta(hours=4))
+            wf = review.build(checkpoint_storage=PostgresCheckpointStorage("postgresql://app@db/app"),
+                              continuation_store=store)
+    """
+
+    def __init__(
+        self,
+        conninfo: str | AsyncConnectionPool,
+        *,
+        ttl: float | timedelta = DEFAULT_TTL_SECONDS,
+        retention: float | timedelta = DEFAULT_RETENTION_SECONDS,
+        schema: str = DEFAULT_SCHEMA,
+        purge_interval: float | timedelta | None = DEFAULT_PURGE_INTERVAL_SECONDS,
+        clock: Callable[[], float] = time.time,
+        max_size: int = DEFAULT_POOL_SIZE,
+        pool_timeout: float | timedelta = DEFAULT_POOL_TIMEOUT_SECONDS,
+    ) -> None:
+        self._ttl = duration_seconds(ttl, "ttl")
+        self._retention = duration_seconds(retention, "retention")
+        self._purge_interval = None if purge_interval is None else duration_seconds(purge_interval, "purge_interval")
+        self._next_purge = float("-inf")  # the first write purges
+        self._clock = clock
+        self._db = PostgresPool(
+            conninfo,
+            owner="PostgresContinuationStore",
+            schema=schema,
+            component="continuations",
+            migrations=MIGRATIONS,
+            max_size=max_size,
+            pool_timeout=pool_timeout,
+        )
+        from psycopg import sql
+
+        identifier = sql.Identifier(self._db.schema)
+        self._sql = {
+            name: sql.SQL(text).format(schema=identifier)  # pyright: ignore[reportArgumentType]
+            for name, text in {
+                "insert": _INSERT,
+                "get": _GET,
+                "claim": _CLAIM,
+                "release": _RELEASE,
+                "abandon": _ABANDON,
+                "supersede": _SUPERSEDE,
+                "purge": _PURGE,
+            }.items()
+        }
+
+    @property
+    def schema(self) -> str:
+        """The PostgreSQL schema that holds the store's tables."""
+        return self._db.schema
+
+    @property
+    def ttl_seconds(self) -> float:
+        """How long an issued token is accepted, in seconds."""
+        return self._ttl
+
+    def now(self) -> float:
+        """Return the store's clock, seconds since the epoch."""
+        return self._clock()
+
+    async def save(self, record: ContinuationRecord) -> None:
+        """Insert a freshly issued record (committed before this returns).
+
+        Args:
+            record: The record; its ``token_hash`` must be new.
+
+        Raises:
+            ValueError: A record with this hash exists already.
+            psycopg.OperationalError: PostgreSQL is unreachable; no token should be handed out.
+        """
+        from psycopg.errors import UniqueViolation
+
+        fields = record.to_fields()
+        row = (record.token_hash, *(fields.get(name) for name in _COLUMNS), record.created_at)
+        try:
+            await self._write("save", lambda conn: conn.execute(self._sql["insert"], row))
+        except UniqueViolation as exc:
+            raise ValueError("A continuation with this token hash is already recorded; issue a new token.") from exc
+
+    async def get(self, token_hash: str) -> ContinuationRecord | None:
+        """Return the record for ``token_hash`` (any status), or None; never mutates.
+
+        Args:
+            token_hash: Hex sha256 of the token's secret.
+
+        Returns:
+            The record, or None.
+        """
+
+        async def read(conn: AsyncConnection[Any]) -> tuple[Any, ...] | None:
+            return await (await conn.execute(self._sql["get"], (token_hash,))).fetchone()
+
+        row = await self._db.run("read", read)
+        if row is None:
+            return None
+        fields = {name: value for name, value in zip(_COLUMNS, row, strict=True) if value is not None}
+        return ContinuationRecord.from_fields(token_hash, fields)
+
+    async def claim(self, token_hash: str, *, claimer: str | None = None) -> bool:
+        """Atomically move an ``issued``, unexpired record to ``claimed`` (one conditional ``UPDATE``).
+
+        Args:
+            token_hash: Hex sha256 of the token's secret.
+
+        Keyword Args:
+            claimer: A secret of the claiming run, kept with the claim so that only it can
+                :meth:`release` the claim.
+
+        Returns:
+            True for the one caller that claimed it; False when it is missing, not ``issued`` or expired.
+
+        Raises:
+            psycopg.OperationalError: PostgreSQL is unreachable or the connection broke (then the claim
+                may have been committed: the token counts as spent; see the message).
+        """
+        now = self.now()
+        return await self._update("claim", (now, claimer, token_hash, now))
+
+    async def release(self, token_hash: str, claimer: str) -> bool:
+        """Atomically hand a claim back (``claimed`` -> ``issued``) for the run that claimed it.
+
+        Args:
+            token_hash: Hex sha256 of the token's secret.
+            claimer: The ``claimer`` the claim was made with.
+
+        Returns:
+            True when this call handed the claim back; False when the record is not ``claimed`` by
+            ``claimer`` (or is gone).
+        """
+        return await self._update("release", (self.now(), token_hash, claimer))
+
+    async def supersede(self, checkpoint_id: str, *, since: float) -> bool:
+        """Atomically abandon the ``issued`` record of the pause saved in ``checkpoint_id`` (for its restore).
+
+        Args:
+            checkpoint_id: The checkpoint being restored.
+
+        Keyword Args:
+            since: When the restore started (the store's clock).
+
+        Returns:
+            False when a resume claimed that pause's token at or after ``since`` (the restore lost the
+            race); True otherwise (the issued record, if any, is now ``abandoned``).
+        """
+        params = {"now": self.now(), "checkpoint_id": checkpoint_id, "since": since}
+
+        async def supersede(conn: AsyncConnection[Any]) -> bool:
+            rows = await (await conn.execute(self._sql["supersede"], params)).fetchall()
+            return not any(bool(row[0]) for row in rows)
+
+        return await self._write("supersede", supersede)
+
+    async def abandon(self, token_hash: str, *, force: bool = False) -> bool:
+        """Atomically move an ``issued`` record to ``abandoned``.
+
+        Args:
+            token_hash: Hex sha256 of the token's secret.
+
+        Keyword Args:
+            force: Also abandon an expired record (while the store still keeps it).
+
+        Returns:
+            True when this call abandoned it.
+        """
+        now = self.now()
+        return await self._update("abandon", (now, token_hash, force, now))
+
+    async def purge_expired(self) -> int:
+        """Delete the records past retention now (writes also do it, at most once per ``purge_interval``).
+
+        Returns:
+            How many records were deleted.
+        """
+        return await self._db.run("purge", self._purge)
+
+    async def aclose(self) -> None:
+        """Close the connection pool if the store created it; a pool passed in is left open."""
+        await self._db.aclose()
+
+    async def _purge(self, conn: AsyncConnection[Any]) -> int:
+        now = self.now()
+        cursor = await conn.execute(self._sql["purge"], {"cutoff": now - self._retention})
+        if self._purge_interval is not None:
+            self._next_purge = now + self._purge_interval
+        return cursor.rowcount
+
+    async def _update(self, name: str, params: tuple[Any, ...]) -> bool:
+        async def update(conn: AsyncConnection[Any]) -> bool:
+            return (await conn.execute(self._sql[name], params)).rowcount == 1
+
+        return await self._write(name, update)
+
+    async def _write(self, what: str, operation: Callable[[AsyncConnection[Any]], Any]) -> Any:
+        """Run one write; first, when due, the purge of records past retention (same connection)."""
+
+        async def write(conn: AsyncConnection[Any]) -> Any:
+            if self._purge_interval is not None and self.now() >= self._next_purge:
+                await self._purge(conn)
+            return await operation(conn)
+
+        return await self._db.run(what, write)

@@ -1,0 +1,150 @@
+"""Our Postgres pair beside LangGraph's ``AsyncPostgresSaver``: the HITL cycle on the same and on another worker.
+
+Used by ``bench_durable.py`` (its last tables). Each timed block gets a fresh PostgreSQL schema on the
+same server for both sides: ours (``PostgresContinuationStore`` + ``PostgresCheckpointStorage``) and
+LangGraph's functional API with ``AsyncPostgresSaver`` (``langgraph-checkpoint-postgres``, in the
+``bench`` extra). ``same worker``: one instance (ours) or one compiled graph (LangGraph) pauses and
+resumes; ``other worker``: a second instance or graph with its own connections resumes. Blocks of
+the four makers are interleaved (the order rotates every round); the ratio is the median of the
+paired block ratios ``ours/lg`` per clock (below 1: ours is faster).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import sys
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from agent_framework_functional import PostgresCheckpointStorage, PostgresContinuationStore
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def start_postgres() -> Any:
+    """Start a throwaway PostgreSQL cluster the way the tests do (``tests/postgres_server.py``)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from postgres_server import PostgresServer, missing_postgres_advice
+
+    advice = missing_postgres_advice()
+    if advice is not None:
+        raise SystemExit(f"{advice} Or pass --postgres-url.")
+    return PostgresServer().start()
+
+
+def _new_schema(url: str) -> str:
+    import psycopg
+
+    schema = f"b_{uuid.uuid4().hex}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    return schema
+
+
+def _in_schema(url: str, schema: str) -> str:
+    """``url`` with its search path set to ``schema`` (LangGraph's tables have no schema option)."""
+    separator = "&" if "?" in url else "?"
+    return f"{url}{separator}options=-csearch_path%3D{schema}"
+
+
+def makers(url: str) -> dict[str, Callable[[Path], Awaitable[Any]]]:
+    """Block makers for ``bench_peers._time_block``: ours and LangGraph's, same and other worker."""
+    import bench_peers as bp
+    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+
+    def ours_pair(schema: str) -> tuple[PostgresContinuationStore, PostgresCheckpointStorage]:
+        return PostgresContinuationStore(url, schema=schema), PostgresCheckpointStorage(url, schema=schema)
+
+    async def ours_same(_: Path) -> Any:
+        store, storage = ours_pair(_new_schema(url))
+        wf = bp.our_review.build(checkpoint_storage=storage, continuation_store=store)
+
+        async def close() -> None:
+            await store.aclose()
+            await storage.aclose()
+
+        return bp.Block(bp._our_cycle(wf), close)
+
+    async def ours_other(_: Path) -> Any:
+        schema = _new_schema(url)
+        (store_one, storage_one), (store_two, storage_two) = ours_pair(schema), ours_pair(schema)
+
+        async def cycle() -> None:
+            pausing = bp.our_review.build(checkpoint_storage=storage_one, continuation_store=store_one)
+            paused = await pausing.run(bp.TOPIC)
+            request_id = paused.get_request_info_events()[0].request_id
+            wf = bp.our_review.build(checkpoint_storage=storage_two, continuation_store=store_two)
+            done = await wf.run(responses={request_id: bp.ANSWER}, continuation_token=paused.continuation_token)
+            assert done.get_outputs() == [bp.EXPECTED] and done.continuation_token is None
+
+        async def close() -> None:
+            for closable in (store_one, storage_one, store_two, storage_two):
+                await closable.aclose()
+
+        return bp.Block(cycle, close)
+
+    async def lg_saver(stack: contextlib.AsyncExitStack, schema: str) -> Any:
+        saver = await stack.enter_async_context(AsyncPostgresSaver.from_conn_string(_in_schema(url, schema)))
+        await saver.setup()
+        return saver
+
+    async def lg_same(_: Path) -> Any:
+        stack = contextlib.AsyncExitStack()
+        graph = bp.lg_graph(await lg_saver(stack, _new_schema(url)))
+        return bp.Block(bp._lg_cycle(graph, graph), stack.aclose)
+
+    async def lg_other(_: Path) -> Any:
+        stack = contextlib.AsyncExitStack()
+        schema = _new_schema(url)
+        pausing, resuming = bp.lg_graph(await lg_saver(stack, schema)), bp.lg_graph(await lg_saver(stack, schema))
+        return bp.Block(bp._lg_cycle(pausing, resuming), stack.aclose)
+
+    return {"ours same": ours_same, "lg same": lg_same, "ours other": ours_other, "lg other": lg_other}
+
+
+async def beside_langgraph_postgres(url: str, *, rounds: int, cycles: int, warmup: int, scratch: Path) -> None:
+    """Print ours against ``AsyncPostgresSaver`` on one server, same and other worker, CPU and wall."""
+    import bench_peers as bp
+
+    blocks = makers(url)
+    names = list(blocks)
+    for _ in range(warmup):
+        for name in names:
+            await bp._time_block(blocks[name], cycles, scratch)
+    samples: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
+    for index in range(rounds):
+        shift = index % len(names)
+        for name in names[shift:] + names[:shift]:
+            samples[name].append(await bp._time_block(blocks[name], cycles, scratch))
+    print()
+    print(
+        f"{f'beside LangGraph on PostgreSQL, {rounds} rounds':<40}{'ours us':>12}{'lg us':>12}{'ours/lg':>10}"
+        "   (AsyncPostgresSaver; medians, paired ratios)"
+    )
+    for worker in ("same", "other"):
+        for position, clock in enumerate(("cpu", "wall")):
+            ours = [sample[position] for sample in samples[f"ours {worker}"]]
+            lg = [sample[position] for sample in samples[f"lg {worker}"]]
+            paired = statistics.median(a / b for a, b in zip(ours, lg, strict=True))
+            label = f"Postgres {worker} worker, {clock}"
+            print(f"{label:<40}{statistics.median(ours):>12.1f}{statistics.median(lg):>12.1f}{paired:>10.3f}")
+
+
+def langgraph_redis_note(redis_url: str) -> str:
+    """Why LangGraph's ``RedisSaver`` has no row: it needs the RedisJSON and RediSearch modules."""
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    try:
+        version = str(client.info("server").get("redis_version", "?"))  # pyright: ignore[reportUnknownMemberType]
+        modules = {str(module.get(b"name", module.get("name", b""))) for module in client.module_list()}  # pyright: ignore[reportUnknownMemberType]
+    finally:
+        client.close()
+    found = ", ".join(sorted(modules)) or "none"
+    return (
+        f"\nLangGraph RedisSaver: not measured. langgraph-checkpoint-redis needs the RedisJSON and RediSearch "
+        f"modules (Redis Stack or Redis 8); the Redis at hand is {version} with modules: {found}."
+    )

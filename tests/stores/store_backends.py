@@ -1,0 +1,142 @@
+"""The backends the store conformance suite runs against, and how to add your own (no fixtures here).
+
+A continuation-store backend is a function ``open_backend(workdir: Path) -> opener``: given an empty
+folder of its own, it prepares a fresh, empty database and returns ``opener(**options)``, which opens
+one more store object on that same database each time it is called (``options`` may hold ``ttl=``
+and ``clock=``, passed to the store). A checkpoint-storage backend is the same with
+``opener()`` returning a ``CheckpointStorage``. Objects with an ``aclose()`` are closed after each test.
+
+To run the suite against your own store, name your function in an environment variable:
+
+    AFF_STORE_FACTORY=my_pkg.testing:open_store pytest tests/stores -k custom
+    AFF_CHECKPOINT_STORAGE_FACTORY=my_pkg.testing:open_storage pytest tests/stores -k custom
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agent_framework import CheckpointStorage, FileCheckpointStorage, InMemoryCheckpointStorage
+
+from agent_framework_functional import (
+    ContinuationStore,
+    PostgresCheckpointStorage,
+    PostgresContinuationStore,
+    RedisCheckpointStorage,
+    RedisContinuationStore,
+    SQLiteContinuationStore,
+)
+
+StoreOpener = Callable[..., ContinuationStore]
+StorageOpener = Callable[[], CheckpointStorage]
+Plant = Callable[[str, str, bytes], Any]
+"""Write raw bytes as the stored body of checkpoint ``id`` of workflow ``name`` (an attacker with write access)."""
+
+
+def custom_factory(variable: str) -> Callable[[Path], Any] | None:
+    """The ``module:function`` named by environment ``variable``, imported; None when it is not set."""
+    target = os.environ.get(variable)
+    if not target:
+        return None
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def open_store_backend(kind: str, workdir: Path, server: str | None) -> StoreOpener:
+    """The opener of one of this package's stores on a fresh database (``server``: Redis or Postgres URL)."""
+    if kind == "sqlite":
+        path = workdir / "continuations.db"
+        return lambda **options: SQLiteContinuationStore(path, **options)
+    assert server is not None
+    if kind == "redis":
+        namespace = f"conformance:{uuid.uuid4().hex}"
+        return lambda **options: RedisContinuationStore(server, namespace=namespace, **options)
+    schema = f"c_{uuid.uuid4().hex}"
+    return lambda **options: PostgresContinuationStore(server, schema=schema, **options)
+
+
+@dataclass
+class StorageBackend:
+    """One checkpoint storage under test: its opener, whether it encodes bodies, and how to plant a raw one."""
+
+    open: StorageOpener
+    encodes: bool  # stores an encoded copy (refuses types outside its allow-list at save)
+    plant: Plant | None = None
+
+
+def open_storage_backend(kind: str, workdir: Path, server: str | None) -> StorageBackend:
+    """One of the checkpoint storages: core's two (the reference) or this package's two, on fresh storage."""
+    if kind == "memory":
+        shared = InMemoryCheckpointStorage()
+        return StorageBackend(lambda: shared, encodes=False)
+    if kind == "file":
+        folder = workdir / "checkpoints"
+
+        def plant_file(checkpoint_id: str, workflow_name: str, body: bytes) -> None:
+            folder.mkdir(exist_ok=True)
+            (folder / f"{checkpoint_id}.json").write_bytes(body)
+
+        return StorageBackend(lambda: FileCheckpointStorage(folder), encodes=True, plant=plant_file)
+    assert server is not None
+    if kind == "redis":
+        namespace = f"conformance:{uuid.uuid4().hex}"
+
+        def plant_redis(checkpoint_id: str, workflow_name: str, body: bytes) -> None:
+            import redis
+
+            client = redis.Redis.from_url(server)
+            try:
+                client.hset(
+                    f"{namespace}:checkpoint:{checkpoint_id}", mapping={"workflow_name": workflow_name, "body": body}
+                )
+                client.zadd(f"{namespace}:workflow:{workflow_name}", {checkpoint_id: 0})
+            finally:
+                client.close()
+
+        return StorageBackend(
+            lambda: RedisCheckpointStorage(server, namespace=namespace), encodes=True, plant=plant_redis
+        )
+    schema = f"c_{uuid.uuid4().hex}"
+
+    def plant_postgres(checkpoint_id: str, workflow_name: str, body: bytes) -> None:
+        import psycopg
+
+        with psycopg.connect(server) as conn:
+            conn.execute(
+                f'INSERT INTO "{schema}".checkpoints VALUES (%s, %s, 0, NULL, %s) '
+                "ON CONFLICT (checkpoint_id) DO UPDATE SET body = EXCLUDED.body",
+                (checkpoint_id, workflow_name, body),
+            )
+
+    return StorageBackend(lambda: PostgresCheckpointStorage(server, schema=schema), encodes=True, plant=plant_postgres)
+
+
+def deep_json(depth: int) -> bytes:
+    """A JSON document nested ``depth`` lists deep (valid JSON, hostile to recursive decoders)."""
+    return b"[" * depth + b"]" * depth
+
+
+def not_a_checkpoint() -> bytes:
+    """Valid JSON that is not a checkpoint."""
+    return json.dumps({"hello": "world"}).encode()
+
+
+class Clock:
+    """A settable clock for expiry tests (stores take ``clock=``)."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
