@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 
+from ._checkpoint_seal import CheckpointSealer, is_sealed, warn_unsealed
 from ._postgres_schema import DEFAULT_POOL_SIZE, DEFAULT_POOL_TIMEOUT_SECONDS, DEFAULT_SCHEMA, PostgresPool
 from ._store import duration_seconds
 
@@ -133,8 +134,10 @@ class PostgresCheckpointStorage:
     continuation store's ``ttl + retention``.
 
     Security: core decodes with ``pickle`` under an allow-list (a mitigation, not a boundary), so
-    whoever can write this table can run code in your workers: grant write access to the workers'
-    role only (SECURITY.md).
+    without a ``sealer`` whoever can write this table can run code in your workers (the storage logs
+    a warning once). With a :class:`CheckpointSealer` every body is authenticated with the host's key
+    (bound to its checkpoint id; optionally encrypted) and a body that fails the check is refused
+    before anything decodes it. Either way grant write access to the workers' role only (SECURITY.md).
 
     Args:
         conninfo: A libpq connection string or URL (the storage owns its pool; close it with
@@ -147,13 +150,15 @@ class PostgresCheckpointStorage:
             days; ``None`` keeps checkpoints until :meth:`delete`.
         max_size: With a connection string: connections at most in the pool (default 10).
         pool_timeout: How long an operation waits for a connection (default 10 s).
+        sealer: Seals every body it saves and opens every body it loads (README "Durable
+            continuations"); None stores core's encoding as it is.
 
     Raises:
         ImportError: psycopg 3 is not installed.
         ValueError: ``schema`` is not a plain identifier, a duration is not positive, or ``max_size``
             is not a positive integer.
-        TypeError: ``allowed_checkpoint_types`` is not a list of strings, or a duration is neither a
-            number nor a ``timedelta``.
+        TypeError: ``allowed_checkpoint_types`` is not a list of strings, a duration is neither a
+            number nor a ``timedelta``, or ``sealer`` is not a :class:`CheckpointSealer`.
 
     Examples:
         .. code-block:: python
@@ -174,7 +179,13 @@ class PostgresCheckpointStorage:
         ttl: float | timedelta | None = DEFAULT_CHECKPOINT_TTL,
         max_size: int = DEFAULT_POOL_SIZE,
         pool_timeout: float | timedelta = DEFAULT_POOL_TIMEOUT_SECONDS,
+        sealer: CheckpointSealer | None = None,
     ) -> None:
+        if sealer is not None and not isinstance(sealer, CheckpointSealer):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError("sealer must be a CheckpointSealer (or None).")
+        if sealer is None:
+            warn_unsealed("PostgresCheckpointStorage")
+        self.sealer = sealer
         types = list(allowed_checkpoint_types or [])
         if not all(isinstance(name, str) for name in types):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError("allowed_checkpoint_types must be a list of 'module:QualName' strings.")
@@ -223,6 +234,8 @@ class PostgresCheckpointStorage:
             psycopg.OperationalError: PostgreSQL is unreachable.
         """
         body = encode_body(checkpoint, self._allowed_types)
+        if self.sealer is not None:
+            body = self.sealer.seal(body, context=checkpoint.checkpoint_id.encode("utf-8"))
         now = time.time()
         expires_at = None if self._ttl is None else now + self._ttl
         row = (checkpoint.checkpoint_id, checkpoint.workflow_name, now, expires_at, body)
@@ -255,7 +268,7 @@ class PostgresCheckpointStorage:
         row = await self._db.run("checkpoint load", load)
         if row is None:
             raise WorkflowCheckpointException(f"No checkpoint found with ID {checkpoint_id}")
-        return decode_body(checkpoint_id, bytes(row[0]), self._allowed_types)
+        return self._open(checkpoint_id, bytes(row[0]))
 
     async def list_checkpoints(self, *, workflow_name: str) -> list[WorkflowCheckpoint]:
         """Return the workflow's live checkpoints that decode, oldest save first (others skipped with a warning).
@@ -273,10 +286,20 @@ class PostgresCheckpointStorage:
         checkpoints: list[WorkflowCheckpoint] = []
         for checkpoint_id, body in await self._db.run("checkpoint list", rows):
             try:
-                checkpoints.append(decode_body(str(checkpoint_id), bytes(body), self._allowed_types))
+                checkpoints.append(self._open(str(checkpoint_id), bytes(body)))
             except WorkflowCheckpointException as exc:
                 logger.warning("Skipping checkpoint %s of workflow %s: %s", checkpoint_id, workflow_name, exc)
         return checkpoints
+
+    def _open(self, checkpoint_id: str, body: bytes) -> WorkflowCheckpoint:
+        """Open (with a sealer, before any decoding) and decode one body; every failure: core's exception."""
+        if self.sealer is not None:
+            body = self.sealer.open(body, context=checkpoint_id.encode("utf-8"))
+        elif is_sealed(body):
+            raise WorkflowCheckpointException(
+                f"Checkpoint {checkpoint_id} is sealed, but this storage has no sealer: pass sealer=CheckpointSealer()"
+            )
+        return decode_body(checkpoint_id, body, self._allowed_types)
 
     async def delete(self, checkpoint_id: str) -> bool:
         """Delete a checkpoint by id.

@@ -142,4 +142,3 @@ class RedisServer:
             self.process.kill()
             self.process.wait()
         self.process = None
-

@@ -27,6 +27,7 @@ from typing import Any
 from agent_framework import CheckpointStorage, FileCheckpointStorage, InMemoryCheckpointStorage
 
 from agent_framework_functional import (
+    CheckpointSealer,
     ContinuationStore,
     PostgresCheckpointStorage,
     PostgresContinuationStore,
@@ -70,6 +71,7 @@ class StorageBackend:
     open: StorageOpener
     encodes: bool  # stores an encoded copy (refuses types outside its allow-list at save)
     plant: Plant | None = None
+    sealed: Callable[[CheckpointSealer], CheckpointStorage] | None = None  # the same storage with a sealer
 
 
 def open_storage_backend(kind: str, workdir: Path, server: str | None) -> StorageBackend:
@@ -102,7 +104,10 @@ def open_storage_backend(kind: str, workdir: Path, server: str | None) -> Storag
                 client.close()
 
         return StorageBackend(
-            lambda: RedisCheckpointStorage(server, namespace=namespace), encodes=True, plant=plant_redis
+            lambda: RedisCheckpointStorage(server, namespace=namespace),
+            encodes=True,
+            plant=plant_redis,
+            sealed=lambda sealer: RedisCheckpointStorage(server, namespace=namespace, sealer=sealer),
         )
     schema = f"c_{uuid.uuid4().hex}"
 
@@ -116,7 +121,12 @@ def open_storage_backend(kind: str, workdir: Path, server: str | None) -> Storag
                 (checkpoint_id, workflow_name, body),
             )
 
-    return StorageBackend(lambda: PostgresCheckpointStorage(server, schema=schema), encodes=True, plant=plant_postgres)
+    return StorageBackend(
+        lambda: PostgresCheckpointStorage(server, schema=schema),
+        encodes=True,
+        plant=plant_postgres,
+        sealed=lambda sealer: PostgresCheckpointStorage(server, schema=schema, sealer=sealer),
+    )
 
 
 def deep_json(depth: int) -> bytes:
