@@ -23,6 +23,7 @@ _COLUMNS = (
     "expires_at",
     "status",
     "response_types",
+    "conversation",
 )
 """The record's columns (``ContinuationRecord.to_fields``); the table also has ``updated_at`` and ``claimed_by``."""
 
@@ -45,6 +46,8 @@ MIGRATIONS = (
     CREATE INDEX IF NOT EXISTS continuations_expires_at ON {schema}.continuations (expires_at);
     CREATE INDEX IF NOT EXISTS continuations_updated_at ON {schema}.continuations (updated_at);
     """,
+    # 2: the conversation (agent session digest) a pause belongs to (ContinuationRecord.conversation).
+    "ALTER TABLE {schema}.continuations ADD COLUMN IF NOT EXISTS conversation TEXT;",
 )
 """The ``continuations`` component's migrations, version 1 first (``_postgres_schema`` applies them)."""
 

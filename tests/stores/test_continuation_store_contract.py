@@ -32,6 +32,8 @@ def _record(store: ContinuationStore, checkpoint_id: str = "checkpoint-1", **cha
         "pending_request_ids": ("auto::0", "auto::1"),
         "created_at": now,
         "expires_at": now + store.ttl_seconds,
+        "response_types": {"auto::0": "builtins:bool", "auto::1": "builtins:str"},
+        "conversation": secrets.token_hex(32),
     }
     fields.update(changes)
     return ContinuationRecord(**fields)  # type: ignore[arg-type]
