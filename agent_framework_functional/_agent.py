@@ -22,10 +22,13 @@ from agent_framework import (
 
 from ._agent_run import AgentRunner, close_workflow_stream, drop_workflow_stream
 from ._chat import InputMapper, input_mode_for
+from ._core_compat import functional_workflows_experimental
 from ._session import clear_session_token, session_token
+from ._updates import REQUEST_INFO_FUNCTION_NAME
 from ._workflow import FunctionalWorkflow
 
 
+@functional_workflows_experimental
 class FunctionalWorkflowAgent(BaseAgent):
     """A functional workflow as a drop-in chat agent that carries the continuation token.
 
@@ -150,6 +153,9 @@ class FunctionalWorkflowAgent(BaseAgent):
                 Message("user", [request.to_function_approval_response(approved=True)]), session=session
             )
     """
+
+    #: The ``function_call`` name of a surfaced ``request_info`` (as core's ``FunctionalWorkflowAgent``).
+    REQUEST_INFO_FUNCTION_NAME: str = REQUEST_INFO_FUNCTION_NAME
 
     def __init__(
         self,

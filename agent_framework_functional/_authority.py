@@ -190,7 +190,7 @@ class InMemoryAuthority:
             stale), so the workflow can drop core's replay state too.
     """
 
-    __slots__ = ("_on_reset", "pending")
+    __slots__ = ("_on_reset", "pending", "spent_secret")
 
     store: ContinuationStore | None = None
     checkpoint_storage: CheckpointStorage | None = None
@@ -198,6 +198,7 @@ class InMemoryAuthority:
     def __init__(self, on_reset: Callable[[], None]) -> None:
         self._on_reset = on_reset
         self.pending: Continuation | None = None
+        self.spent_secret: str | None = None  # the last token spent here (telemetry tells "spent" from "bad")
 
     # ------------------------------------------------------------------ views
 
@@ -318,6 +319,7 @@ class InMemoryAuthority:
         if continuation is None:
             return None
         ticket.claimed = None
+        self.spent_secret = continuation.secret
         if self.pending is continuation:
             self.pending = None
         return continuation.known_requests()
