@@ -18,6 +18,10 @@ every one of them, so an upgrade of core that moves them fails loudly instead of
 * ``agent_framework._feature_stage.experimental``: core's experimental marker (``__feature_stage__``,
   the docstring note, one ``ExperimentalWarning`` per feature), applied to our functional workflow
   API with core's ``FUNCTIONAL_WORKFLOWS`` feature id, so it is marked exactly as core's is.
+* ``categorize_middleware`` (``agent_framework._middleware``) and the agent layers' helpers
+  ``AgentMiddlewareLayer._get_agent_middleware_pipeline`` / ``AgentTelemetryLayer._trace_agent_invocation``:
+  the agent inherits core's two layers but runs them itself (``_agent_layers.py``), because their
+  ``run`` drops the agent's resume arguments (``tests/test_agent_layers.py`` pins them).
 * ``FunctionalWorkflow._run_core`` / ``_finalize_events`` / ``_run_cleanup`` / ``_ensure_not_running``:
   what core's ``run(stream=False)`` wraps. A non-streaming run must pull core's first events (to
   spend the token right before user code) yet leave ``RunContext.is_streaming()`` False, and core's
@@ -40,6 +44,7 @@ from agent_framework import (
 )
 from agent_framework import FunctionalWorkflow as _CoreFunctionalWorkflow
 from agent_framework._feature_stage import experimental
+from agent_framework._middleware import categorize_middleware
 from agent_framework._workflows._typing_utils import is_instance_of, try_coerce_to_type
 from agent_framework._workflows._workflow import _coerce_request_info_response  # pyright: ignore[reportPrivateUsage]
 
@@ -106,3 +111,22 @@ def core_event_stream(
         ),
         cleanup_hooks=[core._run_cleanup],  # pyright: ignore[reportPrivateUsage]
     )
+
+
+def agent_middleware_of(*sources: Any) -> list[Any]:
+    """The agent middleware among ``sources`` (sequences of core middleware, or None), in order."""
+    found: list[Any] = []
+    for source in sources:
+        if source is not None:
+            found.extend(categorize_middleware(list(source))["agent"])
+    return found
+
+
+def middleware_pipeline(agent: Any, chain: list[Any]) -> Any:
+    """Core's cached ``AgentMiddlewarePipeline`` of ``agent`` (an ``AgentMiddlewareLayer``) for ``chain``."""
+    return agent._get_agent_middleware_pipeline(chain)
+
+
+def trace_agent_invocation(agent: Any, **arguments: Any) -> Any:
+    """Core's ``invoke_agent`` span around ``arguments["execute"]()`` (``AgentTelemetryLayer``)."""
+    return agent._trace_agent_invocation(**arguments)
