@@ -135,7 +135,9 @@ def _methods() -> list[tuple[str, Any, Any]]:
     return found
 
 
-@pytest.mark.parametrize(("where", "core_method", "ours_method"), _methods(), ids=lambda v: v if isinstance(v, str) else "")
+@pytest.mark.parametrize(
+    ("where", "core_method", "ours_method"), _methods(), ids=lambda v: v if isinstance(v, str) else ""
+)
 def test_every_parameter_of_core_exists_on_ours_with_the_same_kind_and_default(
     where: str, core_method: Any, ours_method: Any
 ) -> None:
@@ -182,7 +184,9 @@ def test_instances_carry_the_function_name_and_docstring_as_cores() -> None:
     assert wf.__doc__ == review.func.__doc__
 
 
-@pytest.mark.parametrize("name", ["workflow", "FunctionalWorkflowDefinition", "FunctionalWorkflow", "FunctionalWorkflowAgent"])
+@pytest.mark.parametrize(
+    "name", ["workflow", "FunctionalWorkflowDefinition", "FunctionalWorkflow", "FunctionalWorkflowAgent"]
+)
 def test_experimental_markers_mirror_cores(name: str) -> None:
     ours, core = getattr(aff, name), getattr(agent_framework, name)
     assert ours.__feature_stage__ == core.__feature_stage__ == "experimental"
