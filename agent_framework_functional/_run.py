@@ -33,7 +33,13 @@ from ._continuation import FunctionalWorkflowContinuationToken
 from ._core_compat import core_event_stream
 from ._errors import ContinuationAuthorityError
 from ._live import LiveCollector, live_channel, stream_live
-from ._telemetry import SPENT, continuation_issued, continuation_rejected, continuation_spent
+from ._telemetry import (
+    SPENT,
+    continuation_issued,
+    continuation_rejected,
+    continuation_spent,
+    continuation_started,
+)
 
 # What the driving loop does with one event of core's stream (see WorkflowRun.observe).
 _EMIT, _HOLD, _CLAIM, _ISSUE = 0, 1, 2, 3
@@ -198,6 +204,7 @@ class WorkflowRun:
         if not self.is_current(self):
             return  # closed before it was iterated: its guard is released, so never call core
         self.held = []
+        continuation_started(self.name, self.ticket, core_kwargs["checkpoint_id"])
         try:
             pending = self.authority.before_core(self.ticket, core_kwargs)
             if pending is not None:
@@ -260,6 +267,7 @@ class WorkflowRun:
             return FunctionalWorkflowRunResult([], [])
         collector = LiveCollector(self.name)
         bound = live_channel.set(collector)  # LiveCollector.bind / unbind / close, inlined: one per run
+        continuation_started(self.name, self.ticket, core_kwargs["checkpoint_id"])
         try:
             pending = self.authority.before_core(self.ticket, core_kwargs)
             if pending is not None:

@@ -11,12 +11,12 @@ point and no hashing. README "Observe it" lists the names.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 from opentelemetry import metrics, trace
 
-from ._authority import InMemoryAuthority, raw_token
+from ._authority import InMemoryAuthority, ResumeTicket, raw_token
 from ._continuation import Continuation, hash_secret, presented_secret
 from ._errors import (
     CheckpointRestoreConflictError,
@@ -114,16 +114,16 @@ def continuation_issued(workflow: str, continuation: Continuation) -> None:
         )
 
 
-def continuation_accepted(workflow: str, token: object, responses: Mapping[str, Any]) -> None:
-    """A response-only resume passed the acceptance checks (its token is spent right before user code)."""
-    if _get_current_span().is_recording():
-        _event(EVENT_ACCEPTED, workflow, {ATTR_TOKEN_HASH: _token_hash(token), ATTR_REQUEST_IDS: sorted(responses)})
-
-
-def continuation_restored(workflow: str, checkpoint_id: str) -> None:
-    """A checkpoint restore was accepted (no token needed; a pause it reaches issues a fresh one)."""
-    if _get_current_span().is_recording():
+def continuation_started(workflow: str, ticket: ResumeTicket, checkpoint_id: str | None) -> None:
+    """An accepted run starts: a resume (``accepted``: its token is spent right before user code) or a restore."""
+    if not _get_current_span().is_recording():
+        return
+    if checkpoint_id is not None:
         _event(EVENT_RESTORED, workflow, {ATTR_CHECKPOINT_ID: checkpoint_id})
+    elif ticket.responses is not None:
+        continuation = ticket.claimed
+        token_hash = hash_secret(continuation.secret) if continuation is not None else ticket.claim_hash
+        _event(EVENT_ACCEPTED, workflow, {ATTR_TOKEN_HASH: token_hash, ATTR_REQUEST_IDS: sorted(ticket.responses)})
 
 
 def continuation_spent(workflow: str, continuation: Continuation | None, record: Any, claim_hash: str | None) -> None:

@@ -35,7 +35,6 @@ from ._run import (
     finalize_events,
 )
 from ._store_authority import make_authority
-from ._telemetry import continuation_accepted, continuation_restored
 
 if TYPE_CHECKING:
     from ._agent import FunctionalWorkflowAgent
@@ -355,10 +354,6 @@ class FunctionalWorkflow(ContinuationAbandonment):
         except Exception as exc:
             self._note_rejected(exc, continuation_token)
             raise
-        if checkpoint_id is not None:
-            continuation_restored(self.name, checkpoint_id)
-        elif responses is not None:
-            continuation_accepted(self.name, continuation_token, responses)
         run = self._new_run(ticket)
         # Everything that can fail (copying the caller's responses) happens before this instance's
         # state changes, so a rejected call leaves it exactly as it was.
