@@ -95,6 +95,7 @@ class WorkflowRun:
     held: list[WorkflowEvent[Any]] | None = None
     final_state: WorkflowRunState | None = None
     saw_failed = False
+    span: Any = None  # the span this run reports continuation events to (_telemetry.continuation_started)
 
     def __init__(
         self,
@@ -168,7 +169,7 @@ class WorkflowRun:
         if continuation is None and claim_hash is None:
             return pending  # a fresh run or a restore: nothing spent
         if pending is None:
-            continuation_spent(self.name, continuation, ticket.record, claim_hash)
+            continuation_spent(self.name, continuation, ticket.record, claim_hash, self.span)
             return None
         return self._spent_after(pending, continuation, claim_hash)
 
@@ -178,7 +179,7 @@ class WorkflowRun:
         except ContinuationAuthorityError:
             continuation_rejected(self.name, SPENT)  # another resume (or an abandonment) won the claim
             raise
-        continuation_spent(self.name, continuation, self.ticket.record, claim_hash)
+        continuation_spent(self.name, continuation, self.ticket.record, claim_hash, self.span)
 
     def issue(self) -> Awaitable[None] | None:
         """Issue the continuation of a saved pause (recorded in the store first, if there is one)."""
@@ -191,20 +192,20 @@ class WorkflowRun:
         if pending is not None:
             return self._token_after(pending)
         self.token = self.ticket.issued.token()  # pyright: ignore[reportOptionalMemberAccess]
-        continuation_issued(self.name, self.ticket.issued)  # pyright: ignore[reportArgumentType]
+        continuation_issued(self.name, self.ticket.issued, self.span)  # pyright: ignore[reportArgumentType]
         return None
 
     async def _token_after(self, recording: Awaitable[None]) -> None:
         await recording
         self.token = self.ticket.issued.token()  # pyright: ignore[reportOptionalMemberAccess]
-        continuation_issued(self.name, self.ticket.issued)  # pyright: ignore[reportArgumentType]
+        continuation_issued(self.name, self.ticket.issued, self.span)  # pyright: ignore[reportArgumentType]
 
     async def stream(self, core_kwargs: dict[str, Any]) -> AsyncIterable[WorkflowEvent[Any]]:
         """Streaming run: core's events merged with live updates, the token spent before user code."""
         if not self.is_current(self):
             return  # closed before it was iterated: its guard is released, so never call core
         self.held = []
-        continuation_started(self.name, self.ticket, core_kwargs["checkpoint_id"])
+        self.span = continuation_started(self.name, self.ticket, core_kwargs["checkpoint_id"])
         try:
             pending = self.authority.before_core(self.ticket, core_kwargs)
             if pending is not None:
@@ -267,7 +268,7 @@ class WorkflowRun:
             return FunctionalWorkflowRunResult([], [])
         collector = LiveCollector(self.name)
         bound = live_channel.set(collector)  # LiveCollector.bind / unbind / close, inlined: one per run
-        continuation_started(self.name, self.ticket, core_kwargs["checkpoint_id"])
+        self.span = continuation_started(self.name, self.ticket, core_kwargs["checkpoint_id"])
         try:
             pending = self.authority.before_core(self.ticket, core_kwargs)
             if pending is not None:

@@ -95,15 +95,17 @@ def reason_for(exc: BaseException, authority: InMemoryAuthority, token: object) 
     return None
 
 
-def _event(name: str, workflow: str, attributes: dict[str, Any]) -> None:
+def _event(name: str, workflow: str, attributes: dict[str, Any], span: trace.Span | None = None) -> None:
     attributes[ATTR_WORKFLOW_NAME] = workflow
-    _get_current_span().add_event(name, {key: value for key, value in attributes.items() if value is not None})
+    (span or _get_current_span()).add_event(
+        name, {key: value for key, value in attributes.items() if value is not None}
+    )
 
 
-def continuation_issued(workflow: str, continuation: Continuation) -> None:
-    """A pause was saved and its token issued (one more pending continuation)."""
+def continuation_issued(workflow: str, continuation: Continuation, span: trace.Span) -> None:
+    """A pause was saved and its token issued (one more pending continuation); ``span``: the run's."""
     _pending.add(1, {ATTR_WORKFLOW_NAME: workflow})
-    if _get_current_span().is_recording():
+    if span.is_recording():
         _event(
             EVENT_ISSUED,
             workflow,
@@ -111,22 +113,31 @@ def continuation_issued(workflow: str, continuation: Continuation) -> None:
                 ATTR_TOKEN_HASH: hash_secret(continuation.secret),
                 ATTR_REQUEST_IDS: sorted(continuation.pending_requests),
             },
+            span,
         )
 
 
-def continuation_started(workflow: str, ticket: ResumeTicket, checkpoint_id: str | None) -> None:
-    """An accepted run starts: a resume (``accepted``: its token is spent right before user code) or a restore."""
-    if not _get_current_span().is_recording():
-        return
+def continuation_started(workflow: str, ticket: ResumeTicket, checkpoint_id: str | None) -> trace.Span:
+    """An accepted run starts: a resume (``accepted``) or a restore; returns the span the run reports to.
+
+    The current span is looked up once per run (the lookup is the costly part without an SDK).
+    """
+    span = _get_current_span()
+    if not span.is_recording():
+        return span
     if checkpoint_id is not None:
-        _event(EVENT_RESTORED, workflow, {ATTR_CHECKPOINT_ID: checkpoint_id})
+        _event(EVENT_RESTORED, workflow, {ATTR_CHECKPOINT_ID: checkpoint_id}, span)
     elif ticket.responses is not None:
         continuation = ticket.claimed
         token_hash = hash_secret(continuation.secret) if continuation is not None else ticket.claim_hash
-        _event(EVENT_ACCEPTED, workflow, {ATTR_TOKEN_HASH: token_hash, ATTR_REQUEST_IDS: sorted(ticket.responses)})
+        attributes = {ATTR_TOKEN_HASH: token_hash, ATTR_REQUEST_IDS: sorted(ticket.responses)}
+        _event(EVENT_ACCEPTED, workflow, attributes, span)
+    return span
 
 
-def continuation_spent(workflow: str, continuation: Continuation | None, record: Any, claim_hash: str | None) -> None:
+def continuation_spent(
+    workflow: str, continuation: Continuation | None, record: Any, claim_hash: str | None, span: trace.Span
+) -> None:
     """The token of a resumed pause was spent (claimed) right before resumed user code.
 
     Args:
@@ -134,18 +145,19 @@ def continuation_spent(workflow: str, continuation: Continuation | None, record:
         continuation: The continuation held here, or None for a pause held in a continuation store.
         record: The store's record of a pause held elsewhere (a ``ContinuationRecord``), or None.
         claim_hash: The hash the store claimed, or None in memory.
+        span: The run's span (:func:`continuation_started`).
     """
     attributes = {ATTR_WORKFLOW_NAME: workflow}
     _pending.add(-1, attributes)
     issued_at = continuation.issued_at if continuation is not None else getattr(record, "created_at", None)
     if issued_at is not None:
         _wait.record(max(0.0, time.time() - issued_at), attributes)
-    if _get_current_span().is_recording():
+    if span.is_recording():
         if continuation is not None:
             token_hash, request_ids = claim_hash or hash_secret(continuation.secret), continuation.pending_requests
         else:
             token_hash, request_ids = claim_hash, getattr(record, "pending_request_ids", ())
-        _event(EVENT_SPENT, workflow, {ATTR_TOKEN_HASH: token_hash, ATTR_REQUEST_IDS: sorted(request_ids)})
+        _event(EVENT_SPENT, workflow, {ATTR_TOKEN_HASH: token_hash, ATTR_REQUEST_IDS: sorted(request_ids)}, span)
 
 
 def continuation_rejected(workflow: str, reason: str, token: object = None) -> None:
