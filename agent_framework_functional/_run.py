@@ -39,6 +39,7 @@ from ._telemetry import (
     continuation_rejected,
     continuation_spent,
     continuation_started,
+    counted_refusal,
 )
 
 # What the driving loop does with one event of core's stream (see WorkflowRun.observe).
@@ -209,7 +210,7 @@ class WorkflowRun:
         try:
             pending = self.authority.before_core(self.ticket, core_kwargs)
             if pending is not None:
-                await pending
+                await counted_refusal(pending, self.name)  # a store's checks: a refusal is counted
             core_stream = self.core.run(stream=True, **core_kwargs)
             self.core_started = True
             # User code runs in a task bound to a live channel, so emit_update() reaches the caller
@@ -272,7 +273,7 @@ class WorkflowRun:
         try:
             pending = self.authority.before_core(self.ticket, core_kwargs)
             if pending is not None:
-                await pending
+                await counted_refusal(pending, self.name)  # a store's checks: a refusal is counted
             # Core's own non-streaming stream (ctx.is_streaming() False), not run(stream=True).
             core_stream = core_event_stream(self.core, include_status_events=include_status_events, **core_kwargs)
             self.core_started = True

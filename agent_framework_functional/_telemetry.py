@@ -11,7 +11,7 @@ point and no hashing. README "Observe it" lists the names.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 from typing import Any
 
 from opentelemetry import metrics, trace
@@ -86,6 +86,12 @@ def reason_for(exc: BaseException, authority: InMemoryAuthority, token: object) 
             if authority.spent_secret == text:
                 return SPENT
         return BAD_TOKEN
+    return _reason_of_type(exc)
+
+
+def _reason_of_type(exc: BaseException) -> str | None:
+    if isinstance(exc, ContinuationAuthorityError):
+        return BAD_TOKEN
     if isinstance(exc, (PendingContinuationError, CheckpointRestoreConflictError)):
         return PENDING_CONFLICT
     if isinstance(exc, ResponseMismatchError):
@@ -93,6 +99,21 @@ def reason_for(exc: BaseException, authority: InMemoryAuthority, token: object) 
     if isinstance(exc, WorkflowRunningError):
         return RUNNING
     return None
+
+
+async def counted_refusal(checking: Awaitable[None], workflow: str) -> None:
+    """Await a continuation store's checks of an accepted run; count a refusal by its error type.
+
+    The store does not say why it refused a token (unknown, spent, abandoned or expired look alike),
+    so an authority refusal here counts as ``bad_token``.
+    """
+    try:
+        await checking
+    except Exception as exc:
+        reason = _reason_of_type(exc)
+        if reason is not None:
+            continuation_rejected(workflow, reason)
+        raise
 
 
 def _event(name: str, workflow: str, attributes: dict[str, Any], span: trace.Span | None = None) -> None:

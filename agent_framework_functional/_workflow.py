@@ -188,18 +188,15 @@ class FunctionalWorkflow(ContinuationAbandonment):
         to ``responses`` by each request's ``response_type`` (DESIGN.md rule 2: authority before
         correlation). Acceptance is decided again by :meth:`run`, which also spends the token.
 
-        With a continuation store this checks only the in-memory copy: a token of a pause this
-        process never held is rejected here (use :meth:`verify_continuation_token_async`), and a
-        held token that another process has already resumed still passes here and is rejected by
-        the store's claim inside :meth:`run`.
+        With a continuation store this checks only the in-memory copy (for pauses held elsewhere, use
+        :meth:`verify_continuation_token_async`; the store's claim in :meth:`run` has the last word).
 
         Args:
             token: Whatever the caller presented as a continuation token.
 
         Returns:
-            A :class:`VerifiedContinuation`: the read-only mapping request id -> ``request_info``
-            event of the pending continuation, which :meth:`run` also accepts as
-            ``continuation_token``.
+            A :class:`VerifiedContinuation` (request id -> ``request_info`` event), which :meth:`run`
+            also accepts as ``continuation_token``.
 
         Raises:
             ContinuationAuthorityError: Nothing unclaimed is pending here, or the token is missing,
@@ -490,11 +487,7 @@ def authority_of(workflow: FunctionalWorkflow) -> InMemoryAuthority:
 
 
 def verify_now(workflow: FunctionalWorkflow, token: object) -> VerifiedContinuation | None:
-    """The agent's synchronous token check (None: only the store can decide); a refusal is counted.
-
-    Raises:
-        ContinuationAuthorityError: The token does not authorise a resume (fixed message).
-    """
+    """The agent's synchronous token check (None: only the store can decide); a refusal is counted."""
     try:
         return workflow._authority.verify_now(token)  # pyright: ignore[reportPrivateUsage]
     except ContinuationAuthorityError as exc:

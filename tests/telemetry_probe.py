@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import tempfile
 import warnings
+from pathlib import Path
 from typing import Any
 
 from opentelemetry import metrics, trace
@@ -35,6 +37,7 @@ from agent_framework_functional import (  # noqa: E402
     ContinuationAuthorityError,
     PendingContinuationError,
     ResponseMismatchError,
+    SQLiteContinuationStore,
     workflow,
 )
 
@@ -43,6 +46,12 @@ SECRET_ANSWER = "answer-that-must-not-leak"
 
 @workflow(name="probe")
 async def probe(topic: str, ctx: RunContext) -> str:
+    answer = await ctx.request_info({"topic": topic}, response_type=str)
+    return f"{topic}: {answer}"
+
+
+@workflow(name="probe_store")
+async def probe_store(topic: str, ctx: RunContext) -> str:
     answer = await ctx.request_info({"topic": topic}, response_type=str)
     return f"{topic}: {answer}"
 
@@ -99,6 +108,19 @@ async def scenarios() -> dict[str, Any]:
         checkpoint_id = (await storage.get_latest(workflow_name="probe")).checkpoint_id
         restored = await wf.run(checkpoint_id=checkpoint_id)
         tokens.append(restored.continuation_token["token"])
+    with tempfile.TemporaryDirectory() as folder:
+        store, shared = SQLiteContinuationStore(Path(folder) / "store.db"), InMemoryCheckpointStorage()
+        pausing = probe_store.build(checkpoint_storage=shared, continuation_store=store)
+        stored = await pausing.run("tea")
+        tokens.append(stored.continuation_token["token"])
+        other_worker = probe_store.build(checkpoint_storage=shared, continuation_store=store)
+        wrong = {**stored.continuation_token, "token": "y" * len(stored.continuation_token["token"])}
+        # Well-shaped but unknown: only the store can refuse it, inside the run.
+        await _refused(
+            lambda: other_worker.run(responses={"auto::0": SECRET_ANSWER}, continuation_token=wrong),
+            ContinuationAuthorityError,
+        )
+        await other_worker.run(responses={"auto::0": SECRET_ANSWER}, continuation_token=stored.continuation_token)
     agent = probe_bool.build().as_agent(name="prober")
     session = agent.create_session()
     paused_agent = await agent.run("deploy", session=session)

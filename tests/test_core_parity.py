@@ -17,10 +17,9 @@ from agent_framework._feature_stage import (  # pyright: ignore[reportPrivateUsa
     _WARNED_FEATURES,  # pyright: ignore[reportPrivateUsage]
     ExperimentalWarning,
 )
-from conftest import review
 
 import agent_framework_functional as aff
-from agent_framework_functional import RunContext, _core_compat, workflow
+from agent_framework_functional import RunContext, _core_compat, step, workflow
 
 # Names ours adds to core's classes, each with why.
 EXTRA_NAMES: dict[str, dict[str, str]] = {
@@ -210,6 +209,18 @@ def test_using_the_api_warns_once_as_core_does_at_the_callers_line() -> None:
     assert len(experimental) == 1
     assert "[FUNCTIONAL_WORKFLOWS]" in str(experimental[0].message)
     assert experimental[0].filename == __file__
+
+
+@step
+async def polish(text: str) -> str:
+    return text.strip()
+
+
+@workflow(name="review")
+async def review(topic: str, ctx: RunContext) -> str:
+    """Polish (a step), then ask a person."""
+    text = await polish(topic)
+    return str(await ctx.request_info({"draft": text}, response_type=str))
 
 
 @workflow

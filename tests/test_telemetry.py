@@ -65,7 +65,7 @@ def test_every_point_of_a_continuations_life_is_a_span_event_with_the_token_hash
 
 def test_no_secret_or_answer_appears_anywhere_in_the_telemetry(recorded: dict[str, Any]) -> None:
     dumped = json.dumps({"spans": recorded["spans"], "metrics": recorded["metrics"]})
-    assert len(recorded["tokens"]) == 5
+    assert len(recorded["tokens"]) == 6
     for secret in recorded["tokens"] + recorded["answers"]:
         assert secret not in dumped
 
@@ -89,12 +89,17 @@ def test_the_agent_makes_invoke_agent_spans_with_cores_attributes_and_the_contin
 def test_metrics_follow_the_opentelemetry_naming_and_count_what_happened(recorded: dict[str, Any]) -> None:
     metrics = recorded["metrics"]
     pending = {point["attributes"]["workflow.name"]: point["value"] for point in metrics[telemetry.METRIC_PENDING]}
-    assert pending == {"probe": 1, "probe_bool": 0}  # the restored run's pause is still pending
+    # The restored run's pause is still pending; a pause resumed by another worker: +1 there, -1 here.
+    assert pending == {"probe": 1, "probe_bool": 0, "probe_store": 0}
     assert {point["unit"] for point in metrics[telemetry.METRIC_PENDING]} == {"{continuation}"}
     waits = {point["attributes"]["workflow.name"]: point for point in metrics[telemetry.METRIC_WAIT]}
     assert waits["probe"]["count"] == 1 and waits["probe_bool"]["count"] == 2
     assert waits["probe"]["unit"] == "s" and waits["probe"]["sum"] >= 0
-    refused = {point["attributes"]["error.type"]: point["value"] for point in metrics[telemetry.METRIC_REJECTED]}
+    refused = {
+        point["attributes"]["error.type"]: point["value"]
+        for point in metrics[telemetry.METRIC_REJECTED]
+        if point["attributes"]["workflow.name"] == "probe"
+    }
     assert refused == {
         telemetry.PENDING_CONFLICT: 1,
         telemetry.TYPE_MISMATCH: 1,
@@ -102,3 +107,9 @@ def test_metrics_follow_the_opentelemetry_naming_and_count_what_happened(recorde
         telemetry.RUNNING: 1,
         telemetry.SPENT: 1,
     }
+    # A token only a continuation store can refuse (inside the run, on another worker) is counted too.
+    assert [
+        (point["attributes"]["error.type"], point["value"])
+        for point in metrics[telemetry.METRIC_REJECTED]
+        if point["attributes"]["workflow.name"] == "probe_store"
+    ] == [(telemetry.BAD_TOKEN, 1)]
