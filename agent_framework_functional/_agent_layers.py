@@ -29,9 +29,11 @@ from agent_framework import (
     normalize_messages,
 )
 from agent_framework.observability import OBSERVABILITY_SETTINGS
+from opentelemetry import trace
 
 from ._core_compat import agent_middleware_of, middleware_pipeline, trace_agent_invocation
 
+_UNSET_PROVIDERS = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
 AgentResult = Awaitable[AgentResponse] | ResponseStream[AgentResponseUpdate, AgentResponse]
 
 
@@ -149,8 +151,13 @@ def _traced(
     options: Mapping[str, Any] | None,
     client_kwargs: Mapping[str, Any] | None,
 ) -> AgentResult:
-    """Start the call inside core's ``invoke_agent`` span (when core's instrumentation is enabled)."""
-    if not OBSERVABILITY_SETTINGS.ENABLED:
+    """Start the call inside core's ``invoke_agent`` span (core's instrumentation on and a tracer provider set).
+
+    Without a tracer provider the span could not record; skipping it also keeps a dropped response
+    stream free of the layer's hooks, which reference the stream (a cycle only the garbage collector
+    frees), so the workflow is released the moment the stream is dropped.
+    """
+    if not OBSERVABILITY_SETTINGS.ENABLED or isinstance(trace.get_tracer_provider(), _UNSET_PROVIDERS):
         return cast("AgentResult", start())
     return cast(
         "AgentResult",

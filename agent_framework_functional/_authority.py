@@ -190,7 +190,7 @@ class InMemoryAuthority:
             stale), so the workflow can drop core's replay state too.
     """
 
-    __slots__ = ("_on_reset", "pending", "spent_secret")
+    __slots__ = ("_on_reset", "pending", "spent_hash")
 
     store: ContinuationStore | None = None
     checkpoint_storage: CheckpointStorage | None = None
@@ -198,7 +198,8 @@ class InMemoryAuthority:
     def __init__(self, on_reset: Callable[[], None]) -> None:
         self._on_reset = on_reset
         self.pending: Continuation | None = None
-        self.spent_secret: str | None = None  # the last token spent here (telemetry tells "spent" from "bad")
+        # hash() of the last secret spent here: telemetry tells "spent" from "bad token" (an int, not the text).
+        self.spent_hash: int | None = None
 
     # ------------------------------------------------------------------ views
 
@@ -319,7 +320,7 @@ class InMemoryAuthority:
         if continuation is None:
             return None
         ticket.claimed = None
-        self.spent_secret = continuation.secret
+        self.spent_hash = hash(continuation.secret)
         if self.pending is continuation:
             self.pending = None
         return continuation.known_requests()

@@ -83,7 +83,7 @@ def reason_for(exc: BaseException, authority: InMemoryAuthority, token: object) 
             pending = authority.pending
             if pending is not None and pending.claimed and pending.secret == text:
                 return RUNNING  # its resume was accepted and has not finished
-            if authority.spent_secret == text:
+            if authority.spent_hash == hash(text):
                 return SPENT
         return BAD_TOKEN
     return _reason_of_type(exc)
