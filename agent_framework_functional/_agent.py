@@ -10,6 +10,7 @@ from types import MappingProxyType
 from typing import Any, Literal, overload
 
 from agent_framework import (
+    AgentMiddlewareLayer,
     AgentResponse,
     AgentResponseUpdate,
     AgentSession,
@@ -19,35 +20,31 @@ from agent_framework import (
     ResponseStream,
     WorkflowEvent,
 )
+from agent_framework.observability import AgentTelemetryLayer
 
+from ._agent_layers import run_layered
 from ._agent_plan import CallPlanner
 from ._agent_run import AgentRunner, close_workflow_stream, drop_workflow_stream
 from ._chat import InputMapper, input_mode_for
+from ._core_compat import functional_workflows_experimental
 from ._session import clear_session_token, session_token
+from ._updates import REQUEST_INFO_FUNCTION_NAME
 from ._workflow import FunctionalWorkflow
 
 
-class FunctionalWorkflowAgent(BaseAgent):
+@functional_workflows_experimental
+class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAgent):
     """A functional workflow as a drop-in chat agent that carries the continuation token.
 
     Use it wherever Agent Framework takes an agent: ``agent.run(...)`` / ``agent.run(..., stream=True)``
     / :meth:`run_stream` in a chat app, or as a participant of an orchestration
     (``agent-framework-orchestrations``).
 
-    **Input mapping** (fresh runs with chat input: ``str``, ``Message``, ``Content`` or a list of them).
-    The workflow function's message parameter decides what it receives:
-
-    * annotated ``str``: the text of the caller's last user message (hosts such as AG-UI resend the
-      whole transcript);
-    * annotated ``Message``: the caller's last message;
-    * annotated ``list[Message]`` or ``Sequence[Message]``: the conversation, that is the messages
-      of the context providers (history) followed by the caller's messages, as core's graph
-      ``WorkflowAgent`` passes them;
-    * unannotated, ``Any`` or any other type: the input exactly as given (non-chat input, such as
-      a dict, is always passed as given).
-
-    ``input_mapper=`` overrides the rule: it receives the conversation (``list[Message]``) and
-    returns the workflow input.
+    **Input mapping** (chat input: ``str``, ``Message``, ``Content`` or a list of them) follows the
+    workflow function's message annotation: ``str`` gets the last user message's text, ``Message``
+    the last message, ``list[Message]`` the conversation (history first, as core's graph
+    ``WorkflowAgent``); anything else, and non-chat input, is passed as given. ``input_mapper=``
+    overrides the rule (it receives ``list[Message]``).
 
     **Conversations.** Without a session the agent is one conversation on :attr:`workflow`. With a
     session, each conversation has its own workflow instance (same definition, checkpoint storage
@@ -55,15 +52,10 @@ class FunctionalWorkflowAgent(BaseAgent):
     token and answers so far in ``session.state``: one agent serves any number of conversations, as
     hosts (DevUI, AG-UI, Responses hosting) need. See :meth:`pending_requests_for`.
 
-    **Pauses.** Each pending ``request_info`` surfaces as a ``function_call`` content (``hosted``,
-    call id = request id) followed by a ``function_approval_request`` content whose ``id`` is the
-    request id and whose arguments carry JSON-safe request data and the expected
-    ``response_type``; they are yielded only once the pause is saved and its token stored in the
-    session, so a caller that stops reading there can still answer. The token travels in
-    ``AgentResponse.continuation_token``; when streaming, the last update carries it, so both
-    ``AgentResponse.from_updates(updates)`` and ``stream.get_final_response()`` expose it. When the
-    paused run had a ``session``, the token is also stored in that session's state (JSON-safe, so
-    ``session.to_dict()`` / ``AgentSession.from_dict`` keep it) and removed once spent or abandoned.
+    **Pauses.** Each pending ``request_info`` surfaces as a ``function_call`` (``hosted``, call id =
+    request id) and a ``function_approval_request`` (JSON-safe data, ``response_type``), yielded once
+    the pause is saved and its token stored in the session. The token travels in
+    ``AgentResponse.continuation_token`` (streaming: on the last update) and in ``session.state``.
 
     **Resuming**, either way:
 
@@ -82,17 +74,9 @@ class FunctionalWorkflowAgent(BaseAgent):
     The token for a resume comes from, first match wins: the ``continuation_token=`` argument,
     ``options={"continuation_token": ...}``, then the session the paused run was called with.
 
-    **Across processes.** When the workflow was built with a ``continuation_store``, any process
-    with the same definition, store and checkpoint storage can resume chat-natively, also one that
-    never saw the pause: send the answers with the token (argument, ``options``, or a session
-    restored with ``AgentSession.from_dict``). The token is then verified in the store and the
-    pause's requests (with their ``response_type``) are loaded from its checkpoint, which is
-    asynchronous, so for a token not held in this process a rejection (authority, pending conflict,
-    an answer that matches no request or cannot be converted) surfaces on the first ``await`` or
-    iteration instead of at ``run(...)``; it still changes nothing. The session's stored token
-    follows the store: removed once spent or abandoned in any process. Answers given in earlier
-    rounds travel in the session, so a later round resumed elsewhere with the session needs only
-    its own answers (without a session, send ``responses=`` with all answers so far).
+    **Across processes.** With a ``continuation_store``, any process with the same definition, store
+    and checkpoint storage resumes chat-natively, also one that never saw the pause (README "Durable
+    continuations"): there a rejection surfaces on the first ``await`` or iteration, changing nothing.
 
     **Rejected calls** raise at ``run(...)`` (also with ``stream=True``) and change nothing (the
     workflow, :attr:`pending_requests`, the session): bad or missing token (one fixed
@@ -101,19 +85,21 @@ class FunctionalWorkflowAgent(BaseAgent):
     continuation is pending (:class:`PendingContinuationError`), a run in progress
     (:class:`WorkflowRunningError`).
 
+    **Middleware and telemetry**, as core's ``Agent``: agent middleware (``middleware=`` here or on
+    ``run``) sees every call, a resume included, in an ``AgentContext`` whose ``kwargs`` hold
+    ``responses``, ``continuation_token``, ``checkpoint_id`` and ``checkpoint_storage``; it can change
+    the messages, options or those, or stop the call. With core's instrumentation on
+    (``agent_framework.observability.enable_instrumentation``) each call is an ``invoke_agent`` span
+    with core's attributes, carrying the continuation events (README "Observe it").
+
     **Context providers** run before and after every run the way core's graph ``WorkflowAgent``
     runs them: with a ``session`` and no history provider an ``InMemoryHistoryProvider`` is added,
     history providers load before the run and store the input and the response after it.
 
-    **Live updates** (:func:`~agent_framework_functional.emit_update`,
-    :func:`~agent_framework_functional.stream_agent`) become updates as the workflow sends them, in
-    both run modes. No text twice: an output whose text the run already streamed live (the streamed
-    text ends with it, e.g. ``return response.text`` after ``stream_agent``) adds nothing, so
-    ``get_final_response()`` of a streaming run and a non-streaming run have the same text.
+    **Live updates** (:func:`~agent_framework_functional.emit_update`, :func:`stream_agent`) become
+    updates as the workflow sends them, in both run modes, and no text comes twice.
 
-    :attr:`pending_requests` is read from the workflow, so it always equals the workflow's pending
-    continuation: set when a run pauses, empty from the moment a resume is accepted, untouched by a
-    rejected call, empty after a failed or cancelled run and after abandonment.
+    :attr:`pending_requests` is read from the workflow, so it always equals its pending continuation.
 
     Replay hazard: a resume runs the workflow function again from the top; ``@step`` bodies that
     completed do not run again, code outside steps does.
@@ -127,7 +113,8 @@ class FunctionalWorkflowAgent(BaseAgent):
         name: Agent name; defaults to the workflow name.
         description: Agent description; defaults to the workflow description.
         context_providers: Core context providers, run before and after each run.
-        middleware: Core middleware, kept on the agent (not executed, as in core's ``WorkflowAgent``).
+        middleware: Core middleware; agent middleware runs around every call (chat and function
+            middleware have no chat client to run in and are kept only).
         additional_properties: Extra properties of the agent.
         input_mapper: Maps the conversation (``list[Message]``) to the workflow input, instead of
             the annotation rule above.
@@ -151,6 +138,11 @@ class FunctionalWorkflowAgent(BaseAgent):
                 Message("user", [request.to_function_approval_response(approved=True)]), session=session
             )
     """
+
+    #: The ``function_call`` name of a surfaced ``request_info`` (as core's ``FunctionalWorkflowAgent``).
+    REQUEST_INFO_FUNCTION_NAME: str = REQUEST_INFO_FUNCTION_NAME
+    #: ``gen_ai.provider.name`` of the ``invoke_agent`` span, as core's ``Agent``.
+    AGENT_PROVIDER_NAME: str = "microsoft.agent_framework"
 
     def __init__(
         self,
@@ -317,6 +309,7 @@ class FunctionalWorkflowAgent(BaseAgent):
         *,
         stream: Literal[False] = ...,
         session: AgentSession | None = None,
+        middleware: Sequence[Any] | None = None,
         responses: Mapping[str, Any] | None = None,
         continuation_token: Mapping[str, Any] | None = None,
         checkpoint_id: str | None = None,
@@ -335,6 +328,7 @@ class FunctionalWorkflowAgent(BaseAgent):
         *,
         stream: Literal[True],
         session: AgentSession | None = None,
+        middleware: Sequence[Any] | None = None,
         responses: Mapping[str, Any] | None = None,
         continuation_token: Mapping[str, Any] | None = None,
         checkpoint_id: str | None = None,
@@ -352,6 +346,7 @@ class FunctionalWorkflowAgent(BaseAgent):
         *,
         stream: bool = False,
         session: AgentSession | None = None,
+        middleware: Sequence[Any] | None = None,
         responses: Mapping[str, Any] | None = None,
         continuation_token: Mapping[str, Any] | None = None,
         checkpoint_id: str | None = None,
@@ -374,6 +369,7 @@ class FunctionalWorkflowAgent(BaseAgent):
             stream: True for ``ResponseStream[AgentResponseUpdate, AgentResponse]``.
             session: The conversation session: context providers keep their state in it, and a
                 run that pauses stores its continuation token there for a later resume.
+            middleware: Run-level agent middleware, after the agent's own (core's ``Agent`` order).
             responses: Answers keyed by request id (see :attr:`pending_requests`), passed to the
                 workflow unchanged.
             continuation_token: The token from the paused response; overrides ``options`` and
@@ -404,6 +400,43 @@ class FunctionalWorkflowAgent(BaseAgent):
         first ``await`` of the result or the first iteration of the stream, not at this call; the
         rejected call changes nothing.
         """
+        extras: dict[str, Any] = {
+            "responses": responses,
+            "continuation_token": continuation_token,
+            "checkpoint_id": checkpoint_id,
+            "checkpoint_storage": checkpoint_storage,
+            **kwargs,
+        }
+        return run_layered(
+            self,
+            self._planned,
+            messages,
+            stream=stream,
+            session=session,
+            middleware=middleware,
+            options=options,
+            tools=tools,
+            function_invocation_kwargs=function_invocation_kwargs,
+            client_kwargs=client_kwargs,
+            extras=extras,
+        )
+
+    def _planned(
+        self,
+        messages: Any,
+        stream: bool,
+        session: AgentSession | None,
+        options: Mapping[str, Any] | None,
+        tools: Any,
+        function_invocation_kwargs: Mapping[str, Any] | None,
+        client_kwargs: Mapping[str, Any] | None,
+        extras: dict[str, Any],
+    ) -> Callable[[], Awaitable[AgentResponse] | ResponseStream[AgentResponseUpdate, AgentResponse]]:
+        """Plan one call (every check raises here) and return what starts it."""
+        responses = extras.pop("responses", None)
+        continuation_token = extras.pop("continuation_token", None)
+        checkpoint_id = extras.pop("checkpoint_id", None)
+        checkpoint_storage = extras.pop("checkpoint_storage", None)
         plan = self._planner.plan(
             messages,
             session=session,
@@ -422,9 +455,15 @@ class FunctionalWorkflowAgent(BaseAgent):
                     )
                     if value is not None
                 },
-                **kwargs,
+                **extras,
             },
         )
+        return functools.partial(self._start, plan, stream)
+
+    def _start(
+        self, plan: Any, stream: bool
+    ) -> Awaitable[AgentResponse] | ResponseStream[AgentResponseUpdate, AgentResponse]:
+        """Start a planned call: the response stream, or the awaitable response."""
         response_id = uuid.uuid4().hex
         if stream:
             agent_stream: ResponseStream[AgentResponseUpdate, AgentResponse] = ResponseStream(

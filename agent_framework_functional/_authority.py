@@ -203,6 +203,7 @@ class InMemoryAuthority:
         "conversation",
         "keep_checkpoints",
         "pending",
+        "spent_hash",
     )
 
     store: ContinuationStore | None = None
@@ -222,6 +223,8 @@ class InMemoryAuthority:
         self.checkpoint_storage: CheckpointStorage | None = checkpoint_storage
         self.keep_checkpoints = keep_checkpoints
         self._held_checkpoint_id: str | None = None  # the checkpoint of the pause held in memory
+        # hash() of the last secret spent here: telemetry tells "spent" from "bad token" (an int, not the text).
+        self.spent_hash: int | None = None
 
     # ------------------------------------------------------------------ views
 
@@ -357,6 +360,7 @@ class InMemoryAuthority:
             return None
         ticket.claimed = None
         self._remember_spent(continuation)
+        self.spent_hash = hash(continuation.secret)
         if self.pending is continuation:
             self.pending = None
         return continuation.known_requests()

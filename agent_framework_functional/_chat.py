@@ -28,7 +28,7 @@ from agent_framework import Content, Message, RunContext, WorkflowEvent, normali
 from ._answers import accepts_none, convert_answer, parse_json_text, type_name
 from ._core_compat import accepts
 from ._errors import ResponseMismatchError
-from ._workflow import authority_of
+from ._workflow import verify_now
 
 if TYPE_CHECKING:
     from ._authority import VerifiedContinuation
@@ -288,4 +288,4 @@ def check_authority(workflow: FunctionalWorkflow, token: object) -> VerifiedCont
     Raises:
         ContinuationAuthorityError: The token does not authorise a resume (fixed message).
     """
-    return authority_of(workflow).verify_now(token)
+    return verify_now(workflow, token)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from types import MappingProxyType
@@ -65,9 +66,10 @@ class Continuation:
             resume passes their answers again (core replays from the top), so they are checked too.
             A shared empty read-only mapping when there are none.
         claimed: True while an accepted resume holds it (before it is spent or handed back).
+        issued_at: When it was issued, seconds since the epoch (telemetry: time from pause to resume).
     """
 
-    __slots__ = ("claimed", "earlier_requests", "pending_requests", "secret")
+    __slots__ = ("claimed", "earlier_requests", "issued_at", "pending_requests", "secret")
 
     def __init__(
         self,
@@ -79,6 +81,7 @@ class Continuation:
         self.pending_requests = pending_requests
         self.earlier_requests = earlier_requests
         self.claimed = False
+        self.issued_at = time.time()
 
     def known_requests(self) -> dict[str, WorkflowEvent[Any]]:
         """Every request of the run chain up to this pause: earlier ones, then the pending ones.

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, overload
 from agent_framework import CheckpointStorage
 from agent_framework import FunctionalWorkflowDefinition as _CoreFunctionalWorkflowDefinition
 
+from ._core_compat import functional_workflows_experimental
 from ._workflow import FunctionalWorkflow
 
 if TYPE_CHECKING:
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 WorkflowFunc = Callable[..., Awaitable[Any]]
 
 
+@functional_workflows_experimental
 class FunctionalWorkflowDefinition:
     """Stateless workflow definition produced by :func:`workflow`; call :meth:`build` per caller.
 
@@ -100,6 +102,7 @@ def workflow(
 ) -> Callable[[WorkflowFunc], FunctionalWorkflowDefinition]: ...
 
 
+@functional_workflows_experimental
 def workflow(
     func: WorkflowFunc | None = None,
     /,

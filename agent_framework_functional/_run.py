@@ -30,7 +30,17 @@ from agent_framework.observability import OBSERVABILITY_SETTINGS
 
 from ._authority import InMemoryAuthority, ResumeTicket
 from ._continuation import FunctionalWorkflowContinuationToken
+from ._core_compat import core_event_stream
+from ._errors import ContinuationAuthorityError
 from ._live import LiveCollector, live_channel, stream_live
+from ._telemetry import (
+    SPENT,
+    continuation_issued,
+    continuation_rejected,
+    continuation_spent,
+    continuation_started,
+    counted_refusal,
+)
 
 # What the driving loop does with one event of core's stream (see WorkflowRun.observe).
 _EMIT, _HOLD, _CLAIM, _ISSUE = 0, 1, 2, 3
@@ -86,6 +96,7 @@ class WorkflowRun:
     held: list[WorkflowEvent[Any]] | None = None
     final_state: WorkflowRunState | None = None
     saw_failed = False
+    span: Any = None  # the span this run reports continuation events to (_telemetry.continuation_started)
 
     def __init__(
         self,
@@ -153,7 +164,23 @@ class WorkflowRun:
 
     def claim(self) -> Awaitable[None] | None:
         """Right before user code: spend the token (with a store, claim it); None when nothing is to await."""
-        return self.authority.claim(self.ticket)
+        ticket = self.ticket
+        continuation, claim_hash = ticket.claimed, ticket.claim_hash
+        pending = self.authority.claim(ticket)
+        if continuation is None and claim_hash is None:
+            return pending  # a fresh run or a restore: nothing spent
+        if pending is None:
+            continuation_spent(self.name, continuation, ticket.record, claim_hash, self.span)
+            return None
+        return self._spent_after(pending, continuation, claim_hash)
+
+    async def _spent_after(self, claiming: Awaitable[None], continuation: Any, claim_hash: str | None) -> None:
+        try:
+            await claiming
+        except ContinuationAuthorityError:
+            continuation_rejected(self.name, SPENT)  # another resume (or an abandonment) won the claim
+            raise
+        continuation_spent(self.name, continuation, self.ticket.record, claim_hash, self.span)
 
     def issue(self) -> Awaitable[None] | None:
         """Issue the continuation of a saved pause (recorded in the store first, if there is one)."""
@@ -166,21 +193,24 @@ class WorkflowRun:
         if pending is not None:
             return self._token_after(pending)
         self.token = self.ticket.issued.token()  # pyright: ignore[reportOptionalMemberAccess]
+        continuation_issued(self.name, self.ticket.issued, self.span)  # pyright: ignore[reportArgumentType]
         return None
 
     async def _token_after(self, recording: Awaitable[None]) -> None:
         await recording
         self.token = self.ticket.issued.token()  # pyright: ignore[reportOptionalMemberAccess]
+        continuation_issued(self.name, self.ticket.issued, self.span)  # pyright: ignore[reportArgumentType]
 
     async def stream(self, core_kwargs: dict[str, Any]) -> AsyncIterable[WorkflowEvent[Any]]:
         """Streaming run: core's events merged with live updates, the token spent before user code."""
         if not self.is_current(self):
             return  # closed before it was iterated: its guard is released, so never call core
         self.held = []
+        self.span = continuation_started(self.name, self.ticket, core_kwargs["checkpoint_id"])
         try:
             pending = self.authority.before_core(self.ticket, core_kwargs)
             if pending is not None:
-                await pending
+                await counted_refusal(pending, self.name)  # a store's checks: a refusal is counted
             core_stream = self.core.run(stream=True, **core_kwargs)
             self.core_started = True
             # User code runs in a task bound to a live channel, so emit_update() reaches the caller
@@ -239,11 +269,13 @@ class WorkflowRun:
             return FunctionalWorkflowRunResult([], [])
         collector = LiveCollector(self.name)
         bound = live_channel.set(collector)  # LiveCollector.bind / unbind / close, inlined: one per run
+        self.span = continuation_started(self.name, self.ticket, core_kwargs["checkpoint_id"])
         try:
             pending = self.authority.before_core(self.ticket, core_kwargs)
             if pending is not None:
-                await pending
-            core_stream = self.core.run(stream=True, include_status_events=include_status_events, **core_kwargs)
+                await counted_refusal(pending, self.name)  # a store's checks: a refusal is counted
+            # Core's own non-streaming stream (ctx.is_streaming() False), not run(stream=True).
+            core_stream = core_event_stream(self.core, include_status_events=include_status_events, **core_kwargs)
             self.core_started = True
             pull = core_stream.__anext__
             try:
@@ -252,7 +284,7 @@ class WorkflowRun:
             except StopAsyncIteration:
                 pass  # no status at all: nothing ran, core's result says so
             else:
-                pending = self.authority.claim(self.ticket)
+                pending = self.claim()
                 try:
                     if pending is not None:
                         await pending

@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import functools
 import weakref
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 from agent_framework import CheckpointStorage, ResponseStream, WorkflowEvent
 from agent_framework import FunctionalWorkflow as _CoreFunctionalWorkflow
 
+from ._abandon import ContinuationAbandonment
 from ._authority import InMemoryAuthority, ResumeTicket, VerifiedContinuation
-from ._errors import WorkflowRunningError
+from ._core_compat import functional_workflows_experimental
+from ._errors import ContinuationAuthorityError, WorkflowRunningError
 from ._run import (
     FunctionalWorkflowRunResult,
     WorkflowRun,
@@ -46,7 +48,8 @@ class _RunLease:
             self._workflow._release_dropped_run(self._run)  # pyright: ignore[reportPrivateUsage]
 
 
-class FunctionalWorkflow:
+@functional_workflows_experimental
+class FunctionalWorkflow(ContinuationAbandonment):
     """A functional workflow instance whose pauses can only be resumed with their continuation token.
 
     Build it with :meth:`FunctionalWorkflowDefinition.build`. It wraps one core ``FunctionalWorkflow``
@@ -80,7 +83,8 @@ class FunctionalWorkflow:
             assert done.continuation_token is None
     """
 
-    __slots__ = ("__weakref__", "_active", "_authority", "_checkpoint_storage", "_core", "_definition")
+    # __dict__: functools.update_wrapper gives the instance the function's name and docstring, as core's.
+    __slots__ = ("__dict__", "__weakref__", "_active", "_authority", "_checkpoint_storage", "_core", "_definition")
 
     def __init__(
         self,
@@ -98,6 +102,7 @@ class FunctionalWorkflow:
         )
         self._core = self._new_core()
         self._active: WorkflowRun | None = None
+        functools.update_wrapper(self, definition.func)  # pyright: ignore[reportArgumentType]
 
     # ------------------------------------------------------------------ read-only views
 
@@ -110,6 +115,15 @@ class FunctionalWorkflow:
     def description(self) -> str | None:
         """The workflow description, if any."""
         return self._definition.description
+
+    @property
+    def graph_signature_hash(self) -> str:
+        """Core's signature hash of the workflow function and the steps it reaches.
+
+        Checkpoints record it; a checkpoint restores only into the same hash (core's rule), and a
+        continuation store checks it before a resume from another worker.
+        """
+        return self._core.graph_signature_hash
 
     @property
     def definition(self) -> FunctionalWorkflowDefinition:
@@ -174,7 +188,11 @@ class FunctionalWorkflow:
                 pending = wf.verify_continuation_token(token)
                 done = await wf.run(responses={rid: True for rid in pending}, continuation_token=token)
         """
-        return self._authority.verify(token)
+        try:
+            return self._authority.verify(token)
+        except ContinuationAuthorityError as exc:
+            self._note_rejected(exc, token)
+            raise
 
     async def verify_continuation_token_async(self, token: object) -> VerifiedContinuation:
         """Check ``token`` like :meth:`verify_continuation_token`, also for pauses held by other processes.
@@ -199,7 +217,11 @@ class FunctionalWorkflow:
             Exception: Whatever the store or the checkpoint storage raises when it cannot be read
                 (for example when the pause's checkpoint was deleted); nothing changes.
         """
-        return await self._authority.verify_async(token)
+        try:
+            return await self._authority.verify_async(token)
+        except ContinuationAuthorityError as exc:
+            self._note_rejected(exc, token)
+            raise
 
     # ------------------------------------------------------------------ run
 
@@ -290,7 +312,11 @@ class FunctionalWorkflow:
             ValueError: With a continuation store, a per-run ``checkpoint_storage`` other than the
                 instance's (every pause must be restorable by every worker).
         """
-        ticket = self._accept(message, responses, continuation_token, checkpoint_id, checkpoint_storage)
+        try:
+            ticket = self._accept(message, responses, continuation_token, checkpoint_id, checkpoint_storage)
+        except Exception as exc:
+            self._note_rejected(exc, continuation_token)
+            raise
         run = self._new_run(ticket)
         # Everything that can fail (copying the caller's responses) happens before this instance's
         # state changes, so a rejected call leaves it exactly as it was.
@@ -351,80 +377,15 @@ class FunctionalWorkflow:
             raise WorkflowRunningError()
         return ticket
 
-    # ------------------------------------------------------------------ abandonment
-
-    def abandon_continuation(self, token: Mapping[str, Any] | None = None, *, force: bool = False) -> None:
-        """Drop the pending continuation and all replay state, so fresh runs are allowed again.
-
-        Clears the retained message, step cache, state and pending request ids by replacing the wrapped
-        core instance with a fresh one. Checkpoints already saved in storage are not deleted.
-
-        Args:
-            token: The current continuation token. Required unless ``force`` is True.
-
-        Keyword Args:
-            force: Clear without a token. Owner-only recovery for a lost token: hosts must never
-                expose this to untrusted callers, since it lets anyone discard a pending review.
-
-        Raises:
-            ContinuationAuthorityError: Without ``force``, when the token is missing or wrong, or
-                nothing is pending. Nothing changes.
-            WorkflowRunningError: A run is in progress (including an accepted resume).
-            ContinuationStoreAsyncError: The instance has a continuation store: abandoning must also
-                update the store, so use :meth:`abandon_continuation_async` (also a ``RuntimeError``).
-                Nothing changes.
-        """
-        self._authority.require_sync()
-        self._prepare_abandon(token, force)
-        self._authority.abandon(token, force=force)
-
-    async def abandon_continuation_async(self, token: Mapping[str, Any] | None = None, *, force: bool = False) -> None:
-        """Abandon a pending continuation, in this process and in the continuation store.
-
-        Without a continuation store this is :meth:`abandon_continuation`. With one, it works from
-        any process sharing the store, which marks the record ``abandoned`` atomically (a concurrent
-        resume and this call cannot both succeed). A token held here must still be ``issued`` in the
-        store (else the local copy is dropped as stale and the authority error raised); a token of a
-        pause held elsewhere must belong to this workflow (and conversation) and be ``issued`` and
-        unexpired, and this instance is not changed. ``force=True`` (owner-only, never exposed to
-        untrusted callers) clears this instance's continuation, marks it abandoned in the store, also
-        abandons ``token``'s record if given (even expired), and ignores problems.
-
-        Args:
-            token: The continuation token. Required unless ``force`` is True.
-
-        Keyword Args:
-            force: Owner recovery without authority (for a lost or expired token).
-
-        Raises:
-            ContinuationAuthorityError: Without ``force``: the token is missing, malformed, unknown,
-                of another workflow, already claimed or abandoned, or expired.
-            WorkflowRunningError: A run of this instance holds the continuation being abandoned.
-        """
-        if self._prepare_abandon(token, force):
-            guard = self._new_run(ResumeTicket())  # hold the run guard across the store call: no run starts
-            self._active = guard
-            try:
-                await self._authority.abandon_async(token, force=force)
-            finally:
-                if self._active is guard:
-                    self._active = None
-        else:
-            await self._authority.abandon_async(token, force=force)
-
-    def _prepare_abandon(self, token: object, force: bool) -> bool:
-        """The checks both abandon methods share; True when the local continuation is concerned."""
-        local = self._authority.check_abandon(token, force=force)
-        if local and self._active is not None:
-            raise WorkflowRunningError(
-                "Cannot abandon while a run is in progress. Wait for it to finish or close its stream, then retry."
-            )
-        return local
-
     # ------------------------------------------------------------------ agent
 
     def as_agent(
-        self, name: str | None = None, *, description: str | None = None, **kwargs: Any
+        self,
+        name: str | None = None,
+        *,
+        description: str | None = None,
+        context_providers: Sequence[Any] | None = None,
+        **kwargs: Any,
     ) -> FunctionalWorkflowAgent:
         """Wrap this instance as a :class:`FunctionalWorkflowAgent` (a core ``BaseAgent``).
 
@@ -433,15 +394,18 @@ class FunctionalWorkflow:
 
         Keyword Args:
             description: Agent description; defaults to the workflow description.
+            context_providers: Core context providers, run before and after each agent run.
             **kwargs: Passed to :class:`FunctionalWorkflowAgent` (for example ``id``,
-                ``context_providers``); unknown names raise ``TypeError`` there.
+                ``middleware``); unknown names raise ``TypeError`` there.
 
         Returns:
             An agent bound to this workflow instance.
         """
         from ._agent import FunctionalWorkflowAgent
 
-        return FunctionalWorkflowAgent(self, name=name, description=description, **kwargs)
+        return FunctionalWorkflowAgent(
+            self, name=name, description=description, context_providers=context_providers, **kwargs
+        )
 
     # ------------------------------------------------------------------ internals
 
@@ -487,3 +451,12 @@ class FunctionalWorkflow:
 def authority_of(workflow: FunctionalWorkflow) -> InMemoryAuthority:
     """The authority strategy of ``workflow`` (for the agent adapter, which checks tokens before answers)."""
     return workflow._authority  # pyright: ignore[reportPrivateUsage]
+
+
+def verify_now(workflow: FunctionalWorkflow, token: object) -> VerifiedContinuation | None:
+    """The agent's synchronous token check (None: only the store can decide); a refusal is counted."""
+    try:
+        return workflow._authority.verify_now(token)  # pyright: ignore[reportPrivateUsage]
+    except ContinuationAuthorityError as exc:
+        workflow._note_rejected(exc, token)  # pyright: ignore[reportPrivateUsage]
+        raise

@@ -1,0 +1,178 @@
+"""Core's agent layers around one agent call: agent middleware, then the ``invoke_agent`` span.
+
+``FunctionalWorkflowAgent`` inherits core's ``AgentMiddlewareLayer`` and ``AgentTelemetryLayer``
+(as core's ``Agent`` does) for their state (``agent_middleware``, the cached pipeline, the telemetry
+provider name) and their helpers, but not their ``run``: theirs forwards only chat-client keyword
+arguments, and the agent's call also carries ``responses``, ``continuation_token``,
+``checkpoint_id``, ``checkpoint_storage`` and workflow run keyword arguments. :func:`run_layered`
+applies the layers in core's order (middleware outermost, the span around the call itself) and
+hands those extras to middleware in ``AgentContext.kwargs``, where it can read or change them.
+
+Without agent middleware the call is planned synchronously, so a rejected call still raises at
+``run(...)``; with middleware it is planned when the pipeline reaches the agent (core's behaviour:
+errors surface on the first ``await`` or iteration).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, cast
+
+from agent_framework import (
+    AgentContext,
+    AgentResponse,
+    AgentResponseUpdate,
+    AgentSession,
+    Content,
+    Message,
+    ResponseStream,
+    normalize_messages,
+)
+from agent_framework.observability import OBSERVABILITY_SETTINGS
+from opentelemetry import trace
+
+from ._core_compat import agent_middleware_of, middleware_pipeline, trace_agent_invocation
+
+_UNSET_PROVIDERS = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
+AgentResult = Awaitable[AgentResponse] | ResponseStream[AgentResponseUpdate, AgentResponse]
+
+
+# The raw call: (messages, stream, session, options, tools, function_invocation_kwargs, client_kwargs, extras).
+RawCall = Callable[
+    [Any, bool, "AgentSession | None", "Mapping[str, Any] | None", Any, Any, Any, dict[str, Any]], Callable[[], Any]
+]
+
+
+def is_chat_input(messages: Any) -> bool:
+    """True for what core's agents take as messages (``str``, ``Message``, ``Content`` or a list of them)."""
+    if isinstance(messages, (str, Message, Content)):
+        return True
+    items = cast("list[Any]", messages) if isinstance(messages, list) else None
+    return items is not None and all(isinstance(item, (str, Message, Content)) for item in items)
+
+
+def run_layered(
+    agent: Any,
+    raw: RawCall,
+    messages: Any,
+    *,
+    stream: bool,
+    session: AgentSession | None,
+    middleware: Sequence[Any] | None,
+    options: Mapping[str, Any] | None,
+    tools: Any,
+    function_invocation_kwargs: Mapping[str, Any] | None,
+    client_kwargs: Mapping[str, Any] | None,
+    extras: dict[str, Any],
+) -> AgentResult:
+    """Run one agent call through core's agent middleware and telemetry layers.
+
+    Args:
+        agent: The agent (a ``FunctionalWorkflowAgent``).
+        raw: Plans the call synchronously (raising on a rejected call) and returns a function that
+            starts it (an awaitable response, or a response stream).
+        messages: The caller's input.
+
+    Keyword Args:
+        stream: The caller's mode.
+        session: The conversation.
+        middleware: Run-level middleware (agent middleware runs; other kinds are ignored, as the
+            workflow has no chat client).
+        options: Run options.
+        tools: Run-level tools (forwarded to the workflow run).
+        function_invocation_kwargs: Forwarded to the workflow run.
+        client_kwargs: Forwarded to the workflow run.
+        extras: ``responses``, ``continuation_token``, ``checkpoint_id``, ``checkpoint_storage`` and
+            workflow run keyword arguments (``AgentContext.kwargs`` for middleware).
+
+    Returns:
+        An awaitable ``AgentResponse`` or a ``ResponseStream``, as core's ``Agent.run``.
+    """
+    chain = agent_middleware_of(agent.middleware, middleware)
+    if not chain:
+        start = raw(messages, stream, session, options, tools, function_invocation_kwargs, client_kwargs, extras)
+        return _traced(agent, start, messages, stream, session, options, client_kwargs)
+    chat = is_chat_input(messages) or messages is None
+    given = normalize_messages(messages) if chat else []
+    seen = list(given)
+    context = AgentContext(
+        agent=agent,
+        messages=given,
+        session=session,
+        tools=tools,
+        options=options,
+        stream=stream,
+        kwargs=extras,
+        client_kwargs=client_kwargs,
+        function_invocation_kwargs=function_invocation_kwargs,
+    )
+
+    def final_handler(context: AgentContext) -> AgentResult:
+        unchanged = (
+            context.messages is given
+            and len(given) == len(seen)
+            and all(a is b for a, b in zip(given, seen, strict=True))
+        )
+        # Input middleware did not touch reaches the workflow as the caller gave it (a str stays a str).
+        call_input = messages if unchanged or not chat else context.messages
+        start = raw(
+            call_input,
+            context.stream,
+            context.session,
+            context.options,
+            context.tools,
+            context.function_invocation_kwargs or None,
+            context.client_kwargs or None,
+            dict(context.kwargs),
+        )
+        return _traced(agent, start, call_input, context.stream, context.session, context.options, client_kwargs)
+
+    pipeline = middleware_pipeline(agent, chain)
+    if not stream:
+        return cast("Awaitable[AgentResponse]", pipeline.execute(context=context, final_handler=final_handler))
+
+    async def resolve() -> ResponseStream[AgentResponseUpdate, AgentResponse]:
+        result = await pipeline.execute(context=context, final_handler=final_handler)
+        if result is None:  # a middleware stopped the call without a result: an empty stream, as core
+            return ResponseStream(_nothing(), finalizer=AgentResponse.from_updates)
+        if isinstance(result, ResponseStream):
+            return cast("ResponseStream[AgentResponseUpdate, AgentResponse]", result)
+        raise ValueError("Agent middleware of a streaming call must leave a ResponseStream as context.result.")
+
+    return ResponseStream[AgentResponseUpdate, AgentResponse].from_awaitable(resolve())
+
+
+def _traced(
+    agent: Any,
+    start: Callable[[], Any],
+    messages: Any,
+    stream: bool,
+    session: AgentSession | None,
+    options: Mapping[str, Any] | None,
+    client_kwargs: Mapping[str, Any] | None,
+) -> AgentResult:
+    """Start the call inside core's ``invoke_agent`` span (core's instrumentation on and a tracer provider set).
+
+    Without a tracer provider the span could not record; skipping it also keeps a dropped response
+    stream free of the layer's hooks, which reference the stream (a cycle only the garbage collector
+    frees), so the workflow is released the moment the stream is dropped.
+    """
+    if not OBSERVABILITY_SETTINGS.ENABLED or isinstance(trace.get_tracer_provider(), _UNSET_PROVIDERS):
+        return cast("AgentResult", start())
+    return cast(
+        "AgentResult",
+        trace_agent_invocation(
+            agent,
+            messages=messages if is_chat_input(messages) else None,
+            session=session,
+            merged_options=dict(options or {}),
+            client_kwargs=dict(client_kwargs or {}),
+            stream=stream,
+            execute=start,
+        ),
+    )
+
+
+async def _nothing() -> Any:
+    return
+    yield  # pragma: no cover - makes this an async generator

@@ -1,0 +1,202 @@
+"""Continuation telemetry: span events and metrics of a continuation's life, through the OpenTelemetry API.
+
+Every point of a continuation's life adds an event to the current span (the caller's span: the
+agent's ``invoke_agent`` span when the workflow runs under an agent) and updates three metrics.
+Events carry the token's hash (:func:`continuation_token_hash`), the workflow name and request ids,
+never a secret or an answer. With no OpenTelemetry SDK configured the current span does not record
+and the instruments are the API's no-op proxies, so a run pays one ``is_recording()`` check per
+point and no hashing. README "Observe it" lists the names.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Iterable
+from typing import Any
+
+from opentelemetry import metrics, trace
+
+from ._authority import InMemoryAuthority, ResumeTicket, raw_token
+from ._continuation import Continuation, hash_secret, presented_secret
+from ._errors import (
+    CheckpointRestoreConflictError,
+    ContinuationAuthorityError,
+    PendingContinuationError,
+    ResponseMismatchError,
+    WorkflowRunningError,
+)
+
+EVENT_ISSUED = "functional_workflow.continuation.issued"
+EVENT_ACCEPTED = "functional_workflow.continuation.accepted"
+EVENT_SPENT = "functional_workflow.continuation.spent"
+EVENT_REJECTED = "functional_workflow.continuation.rejected"
+EVENT_ABANDONED = "functional_workflow.continuation.abandoned"
+EVENT_RESTORED = "functional_workflow.continuation.restored"
+
+ATTR_WORKFLOW_NAME = "workflow.name"  # core's OtelAttr.WORKFLOW_NAME
+ATTR_TOKEN_HASH = "functional_workflow.continuation_token_hash"
+ATTR_REQUEST_IDS = "functional_workflow.request_ids"
+ATTR_CHECKPOINT_ID = "functional_workflow.checkpoint_id"
+ATTR_FORCED = "functional_workflow.continuation.forced"
+ATTR_REASON = "error.type"  # OpenTelemetry's attribute for why an operation failed
+
+METRIC_PENDING = "functional_workflow.continuation.pending"
+METRIC_WAIT = "functional_workflow.continuation.wait.duration"
+METRIC_REJECTED = "functional_workflow.continuation.rejected"
+
+# The reasons a resume (or an abandonment) is refused: ``error.type`` on the event and the counter.
+BAD_TOKEN, SPENT, PENDING_CONFLICT, TYPE_MISMATCH, RUNNING = (
+    "bad_token",
+    "spent",
+    "pending_conflict",
+    "type_mismatch",
+    "running",
+)
+
+_meter = metrics.get_meter("agent_framework_functional")
+_pending = _meter.create_up_down_counter(
+    METRIC_PENDING, unit="{continuation}", description="Continuations issued here and not yet spent or abandoned."
+)
+_wait = _meter.create_histogram(
+    METRIC_WAIT, unit="s", description="Time from a pause (its token issued) to the resume that spent the token."
+)
+_rejected = _meter.create_counter(
+    METRIC_REJECTED, unit="{attempt}", description="Refused resume or abandonment attempts, by reason (error.type)."
+)
+_get_current_span = trace.get_current_span
+
+
+def _token_hash(token: object) -> str | None:
+    secret = presented_secret(raw_token(token))
+    return hash_secret(secret) if secret is not None else None
+
+
+def reason_for(exc: BaseException, authority: InMemoryAuthority, token: object) -> str | None:
+    """Why a call was refused, for telemetry only (callers still get one fixed authority error).
+
+    None for errors that are not a refused continuation (a wrong argument shape).
+    """
+    if isinstance(exc, ContinuationAuthorityError):
+        secret = presented_secret(raw_token(token))
+        if secret is not None:
+            text = secret.decode("ascii")
+            pending = authority.pending
+            if pending is not None and pending.claimed and pending.secret == text:
+                return RUNNING  # its resume was accepted and has not finished
+            if authority.spent_hash == hash(text):
+                return SPENT
+        return BAD_TOKEN
+    return _reason_of_type(exc)
+
+
+def _reason_of_type(exc: BaseException) -> str | None:
+    if isinstance(exc, ContinuationAuthorityError):
+        return BAD_TOKEN
+    if isinstance(exc, (PendingContinuationError, CheckpointRestoreConflictError)):
+        return PENDING_CONFLICT
+    if isinstance(exc, ResponseMismatchError):
+        return TYPE_MISMATCH
+    if isinstance(exc, WorkflowRunningError):
+        return RUNNING
+    return None
+
+
+async def counted_refusal(checking: Awaitable[None], workflow: str) -> None:
+    """Await a continuation store's checks of an accepted run; count a refusal by its error type.
+
+    The store does not say why it refused a token (unknown, spent, abandoned or expired look alike),
+    so an authority refusal here counts as ``bad_token``.
+    """
+    try:
+        await checking
+    except Exception as exc:
+        reason = _reason_of_type(exc)
+        if reason is not None:
+            continuation_rejected(workflow, reason)
+        raise
+
+
+def _event(name: str, workflow: str, attributes: dict[str, Any], span: trace.Span | None = None) -> None:
+    attributes[ATTR_WORKFLOW_NAME] = workflow
+    (span or _get_current_span()).add_event(
+        name, {key: value for key, value in attributes.items() if value is not None}
+    )
+
+
+def continuation_issued(workflow: str, continuation: Continuation, span: trace.Span) -> None:
+    """A pause was saved and its token issued (one more pending continuation); ``span``: the run's."""
+    _pending.add(1, {ATTR_WORKFLOW_NAME: workflow})
+    if span.is_recording():
+        _event(
+            EVENT_ISSUED,
+            workflow,
+            {
+                ATTR_TOKEN_HASH: hash_secret(continuation.secret),
+                ATTR_REQUEST_IDS: sorted(continuation.pending_requests),
+            },
+            span,
+        )
+
+
+def continuation_started(workflow: str, ticket: ResumeTicket, checkpoint_id: str | None) -> trace.Span:
+    """An accepted run starts: a resume (``accepted``) or a restore; returns the span the run reports to.
+
+    The current span is looked up once per run (the lookup is the costly part without an SDK).
+    """
+    span = _get_current_span()
+    if not span.is_recording():
+        return span
+    if checkpoint_id is not None:
+        _event(EVENT_RESTORED, workflow, {ATTR_CHECKPOINT_ID: checkpoint_id}, span)
+    elif ticket.responses is not None:
+        continuation = ticket.claimed
+        token_hash = hash_secret(continuation.secret) if continuation is not None else ticket.claim_hash
+        attributes = {ATTR_TOKEN_HASH: token_hash, ATTR_REQUEST_IDS: sorted(ticket.responses)}
+        _event(EVENT_ACCEPTED, workflow, attributes, span)
+    return span
+
+
+def continuation_spent(
+    workflow: str, continuation: Continuation | None, record: Any, claim_hash: str | None, span: trace.Span
+) -> None:
+    """The token of a resumed pause was spent (claimed) right before resumed user code.
+
+    Args:
+        workflow: The workflow name.
+        continuation: The continuation held here, or None for a pause held in a continuation store.
+        record: The store's record of a pause held elsewhere (a ``ContinuationRecord``), or None.
+        claim_hash: The hash the store claimed, or None in memory.
+        span: The run's span (:func:`continuation_started`).
+    """
+    attributes = {ATTR_WORKFLOW_NAME: workflow}
+    _pending.add(-1, attributes)
+    issued_at = continuation.issued_at if continuation is not None else getattr(record, "created_at", None)
+    if issued_at is not None:
+        _wait.record(max(0.0, time.time() - issued_at), attributes)
+    if span.is_recording():
+        if continuation is not None:
+            token_hash, request_ids = claim_hash or hash_secret(continuation.secret), continuation.pending_requests
+        else:
+            token_hash, request_ids = claim_hash, getattr(record, "pending_request_ids", ())
+        _event(EVENT_SPENT, workflow, {ATTR_TOKEN_HASH: token_hash, ATTR_REQUEST_IDS: sorted(request_ids)}, span)
+
+
+def continuation_rejected(workflow: str, reason: str, token: object = None) -> None:
+    """A resume or abandonment was refused for ``reason`` (one of the module's reason names)."""
+    _rejected.add(1, {ATTR_WORKFLOW_NAME: workflow, ATTR_REASON: reason})
+    if _get_current_span().is_recording():
+        _event(EVENT_REJECTED, workflow, {ATTR_REASON: reason, ATTR_TOKEN_HASH: _token_hash(token)})
+
+
+def continuation_abandoned(
+    workflow: str, token: object, *, forced: bool, request_ids: Iterable[str], counted: bool
+) -> None:
+    """A pending continuation was abandoned (``counted``: it was pending in this process)."""
+    if counted:
+        _pending.add(-1, {ATTR_WORKFLOW_NAME: workflow})
+    if _get_current_span().is_recording():
+        _event(
+            EVENT_ABANDONED,
+            workflow,
+            {ATTR_TOKEN_HASH: _token_hash(token), ATTR_REQUEST_IDS: sorted(request_ids), ATTR_FORCED: forced},
+        )

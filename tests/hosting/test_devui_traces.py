@@ -1,0 +1,81 @@
+"""DevUI's Traces panel after an approval: the pause and the resume as two traced turns, with our span events.
+
+DevUI runs in its own process (``devui_traces_server.py``) with its documented tracing switch
+(``serve(..., instrumentation_enabled=True)``): it installs a process-global OpenTelemetry provider, which
+the rest of the suite must not share. ``js/devui_traces.mjs`` drives the page in headless Chromium,
+approves, opens the Traces panel, saves ``docs/devui_traces.png`` and prints the spans DevUI streamed.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from hosting_support import CHROMIUM, ROOT, node_env, run_node
+
+TOKEN = "traces-test-token"
+SCREENSHOT = ROOT / "docs" / "devui_traces.png"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _wait_healthy(base: str, server: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        assert server.poll() is None, "DevUI exited at startup"
+        try:
+            if httpx.get(f"{base}/health", timeout=2, trust_env=False).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError("DevUI did not start within 90 s")
+
+
+def _agent_span(turn: list[dict[str, Any]]) -> dict[str, Any]:
+    (span,) = [span for span in turn if span["name"] == "invoke_agent deployer"]
+    return span
+
+
+def test_devui_traces_panel_shows_the_pause_and_the_resume() -> None:
+    assert Path(CHROMIUM).exists(), "Chromium is missing: scripts/services/chromium.sh installs it"
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("devui_traces_server.py")), str(port), TOKEN],
+        cwd=ROOT,
+        env=node_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        _wait_healthy(base, server)
+        SCREENSHOT.parent.mkdir(exist_ok=True)
+        proc = run_node("devui_traces.mjs", base, TOKEN, "build 42", str(SCREENSHOT), timeout=180)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    assert SCREENSHOT.stat().st_size > 10_000
+    (line,) = [line for line in proc.stdout.splitlines() if line.startswith("TRACES ")]
+    paused_turn, resumed_turn = json.loads(line.removeprefix("TRACES "))
+    paused, resumed = _agent_span(paused_turn), _agent_span(resumed_turn)
+    assert paused["attributes"]["gen_ai.operation.name"] == "invoke_agent"
+    (issued,) = [e for e in paused["events"] if e["name"] == "functional_workflow.continuation.issued"]
+    names = [event["name"] for event in resumed["events"]]
+    assert names == ["functional_workflow.continuation.accepted", "functional_workflow.continuation.spent"]
+    token_hash = issued["attributes"]["functional_workflow.continuation_token_hash"]
+    assert len(token_hash) == 64
+    assert all(e["attributes"]["functional_workflow.continuation_token_hash"] == token_hash for e in resumed["events"])
+    assert issued["attributes"]["functional_workflow.request_ids"] == ["auto::0"]
