@@ -22,6 +22,7 @@ from redis_server import (  # noqa: F401  # re-exported: the durable tests impor
     RedisServer,
     free_port,
     ping,
+    server_pid,
 )
 
 from agent_framework_functional import (
