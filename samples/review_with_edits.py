@@ -8,7 +8,10 @@ shape is refused (HTTP 400 naming the field) and the pause stays answerable.
 
 Each host is one check in ``HOST_CHECKS``: how to serve the agent, and how a client of that host answers.
 Responses: ``responses_app(agent)``, answered by the ``openai`` client with a ``function_call_output``
-item whose ``output`` is the JSON text of the ``Review``.
+item whose ``output`` is the JSON text of the ``Review``. AG-UI: ``agui_endpoint(...)``; the pause is
+``RUN_FINISHED`` with an ``interrupt`` whose metadata carries the request, answered by a ``resume`` whose
+payload is ``{"approved": true, "answer": <the Review>}`` (any AG-UI client; ``tests/hosting`` also
+answers it with the official ``@ag-ui/client``).
 
 Run it (needs ``pip install "agent-framework-functional[hosting]"``; no API key):
 
@@ -19,15 +22,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import httpx
 import uvicorn
+from agent_framework_ag_ui import InMemoryAGUIThreadSnapshotStore
+from fastapi import FastAPI
 from openai import AsyncOpenAI, BadRequestError
 from pydantic import BaseModel
 
 from agent_framework_functional import FunctionalWorkflowAgent, RunContext, workflow
-from agent_framework_functional.hosting import responses_app
+from agent_framework_functional.hosting import agui_endpoint, responses_app
 
 
 class Draft(BaseModel):
@@ -87,8 +94,49 @@ async def check_responses(base_url: str) -> str:
     return done.output_text
 
 
+def agui_app(agent: FunctionalWorkflowAgent) -> FastAPI:
+    """The AG-UI host: ``POST /agent`` through ``agui_endpoint`` (a snapshot store is required)."""
+    app = FastAPI()
+    agui_endpoint(app, agent, "/agent", snapshot_store=InMemoryAGUIThreadSnapshotStore(), single_user=True)
+    return app
+
+
+async def check_agui(base_url: str) -> str:
+    """The AG-UI host, over its HTTP wire: pause (an interrupt), a wrong shape (400), then the edited review."""
+    thread = {"threadId": uuid.uuid4().hex, "tools": [], "context": [], "state": {}, "forwardedProps": {}}
+    messages: list[Any] = [{"id": uuid.uuid4().hex, "role": "user", "content": "tea"}]
+    async with httpx.AsyncClient(base_url=base_url, timeout=30, trust_env=False) as client:
+
+        async def run(resume: list[Any] | None = None) -> httpx.Response:
+            extra = {"resume": resume} if resume else {}
+            return await client.post(
+                "/agent", json={**thread, "runId": uuid.uuid4().hex, "messages": messages, **extra}
+            )
+
+        def events(reply: httpx.Response) -> list[dict[str, Any]]:
+            return [json.loads(line[5:]) for line in reply.text.splitlines() if line.startswith("data:")]
+
+        paused = events(await run())
+        messages = next(e["messages"] for e in paused if e["type"] == "MESSAGES_SNAPSHOT")  # the client's transcript
+        (interrupt,) = paused[-1]["outcome"]["interrupts"]
+        request = interrupt["metadata"]["agent_framework"]["function_call"]["arguments"]
+        print(f"AG-UI paused: {interrupt['id']} asks for a {request['response_type']} about {request['data']}")
+
+        def answer(value: Any) -> list[Any]:
+            return [
+                {"interruptId": interrupt["id"], "status": "resolved", "payload": {"approved": True, "answer": value}}
+            ]
+
+        refused = await run(answer({"approved": 1}))  # a review without the draft: 400 naming the field
+        assert refused.status_code == 400, refused.text
+        print(f"AG-UI refused a wrong shape: {refused.status_code} {refused.json()}")
+        done = events(await run(answer(reviewer_edits(request["data"]))))
+    return "".join(e["delta"] for e in done if e["type"] == "TEXT_MESSAGE_CONTENT")
+
+
 HOST_CHECKS: dict[str, tuple[Callable[[FunctionalWorkflowAgent], Any], Callable[[str], Awaitable[str]]]] = {
     "responses": (responses_app, check_responses),
+    "agui": (agui_app, check_agui),
 }
 """Host name -> (make the ASGI app for an agent, a client's check against its base URL returning the final text)."""
 

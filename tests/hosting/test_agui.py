@@ -7,6 +7,9 @@ for: without a snapshot store a resume cannot find its pause, and without detach
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import sys
 from typing import Any
 
 import httpx
@@ -239,3 +242,17 @@ def test_verifier_rejects_what_the_js_client_rejects() -> None:
 def test_host_agui_sample_self_check() -> None:
     out = run_sample_self_check(ROOT / "samples" / "host_agui.py")
     assert "self-check passed: deployed: ship it" in out
+
+
+def test_review_with_edits_sample_through_the_official_js_client(serve: Any) -> None:
+    """``samples/review_with_edits.py``'s AG-UI host, answered by ``@ag-ui/client`` with the edited ``Review``."""
+    spec = importlib.util.spec_from_file_location("review_with_edits", ROOT / "samples" / "review_with_edits.py")
+    assert spec is not None and spec.loader is not None
+    sample = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = sample  # pydantic resolves the models' annotations through the module
+    spec.loader.exec_module(sample)
+    server = serve(sample.agui_app(sample.publisher.build().as_agent(name="publisher")))
+    review = sample.reviewer_edits({"title": "Tea", "body": "A first draft about tea.", "tags": ["tea"]})
+    proc = run_node("agui_client.mjs", f"{server.base}/agent", "tea", sample.EXPECTED, json.dumps(review))
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    assert f"final text: {sample.EXPECTED}" in proc.stdout
