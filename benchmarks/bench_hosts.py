@@ -14,9 +14,9 @@ answer was not the expected text, lost or duplicated, or whose connection failed
 machine is small and shared: compare the sides of one run, not runs of different days.
 
 Hosts plug in as one function each in ``HOSTS`` (an async function taking N and returning its rows):
-Responses (``agent_framework_functional.hosting.responses_app``), AG-UI (its endpoint with a snapshot
-store and detached runs, as ``samples/host_agui.py`` sets it up) and DevUI (its API with a bearer token,
-in conversations, as ``samples/host_devui.py``).
+Responses (``agent_framework_functional.hosting.responses_app``), AG-UI (``hosting.agui_endpoint``: a
+snapshot store, detached runs) and DevUI (``hosting.devui_app``: its API with a bearer token, in
+conversations). The plain core ``Agent`` side is served by each host's own call.
 
 Run:
     python benchmarks/bench_hosts.py            # N = 50 and 500
@@ -54,8 +54,9 @@ from agent_framework_hosting_responses import responses_to_run as host_responses
 from fastapi import Body, FastAPI
 from openai import AsyncOpenAI
 
-from agent_framework_functional import workflow
-from agent_framework_functional.hosting import responses_app
+from agent_framework_functional import FunctionalWorkflowAgent, workflow
+from agent_framework_functional.hosting import agui_endpoint, responses_app
+from agent_framework_functional.hosting import devui_app as hosting_devui_app
 
 warnings.filterwarnings("ignore", category=agent_framework._feature_stage.ExperimentalWarning)  # pyright: ignore
 
@@ -257,10 +258,7 @@ def agui_app(agent: Any, *, pausing: bool) -> FastAPI:
     """AG-UI's endpoint at ``/agent``; a pausing agent needs the snapshot store and detached runs."""
     app = FastAPI()
     if pausing:
-        store = InMemoryAGUIThreadSnapshotStore()
-        add_agent_framework_fastapi_endpoint(
-            app, agent, "/agent", snapshot_store=store, single_user=True, detached_runs=True
-        )
+        agui_endpoint(app, agent, "/agent", snapshot_store=InMemoryAGUIThreadSnapshotStore(), single_user=True)
     else:
         add_agent_framework_fastapi_endpoint(app, agent, "/agent", single_user=True)
     return app
@@ -321,7 +319,9 @@ def _with_duplicates(row: Row, targets: list[str]) -> Row:
 
 
 def devui_app(agent: Any, token: str) -> Any:
-    """DevUI's app (API only, bearer-token auth) with ``agent`` registered at startup, as ``samples/host_devui.py``."""
+    """DevUI's app with bearer-token auth: ours through ``hosting.devui_app``, a plain agent through DevUI's own."""
+    if isinstance(agent, FunctionalWorkflowAgent):
+        return hosting_devui_app(agent, auth_token=token)
     server = DevServer(host="127.0.0.1", port=0, auth_enabled=True, auth_token=token, ui_enabled=False)
     server.set_pending_entities([agent])
     return server.get_app()
