@@ -1,4 +1,4 @@
-"""Item 9 (and item 5 on the agent): the chat adapter carries the token and mirrors pending requests."""
+"""The chat adapter carries the token and mirrors pending requests."""
 
 from __future__ import annotations
 

@@ -74,7 +74,7 @@ def test_mode_comes_from_the_message_parameter_annotation(definition: Any, mode:
 async def test_str_parameter_gets_the_text_of_the_input_messages() -> None:
     agent = text_workflow.build().as_agent()
     assert (await agent.run("hello")).text == "str:hello"
-    # The last user message's text (issue 10: hosts such as AG-UI resend the whole transcript).
+    # The last user message's text (hosts such as AG-UI resend the whole transcript).
     assert (await agent.run(TURN)).text == "str:second line"
     assert (await agent.run(Content.from_text(text="c"), stream=True).get_final_response()).text == "str:c"
 

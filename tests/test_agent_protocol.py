@@ -175,7 +175,7 @@ async def test_history_provider_sees_input_and_response_across_a_pause_and_resum
     assert any(isinstance(provider, InMemoryHistoryProvider) for provider in agent.context_providers)
     history = session.state[InMemoryHistoryProvider.DEFAULT_SOURCE_ID]["messages"]
     kinds = [[content.type for content in message.contents] for message in history]
-    # The approval request comes with its function call first (issue 10: tool-call-shaped protocols).
+    # The approval request comes with its function call first (tool-call-shaped protocols).
     assert kinds == [["text"], ["function_call", "function_approval_request"], ["function_approval_response"], ["text"]]
     assert history[0].text == "ship?"
     assert history[-1].text == "ship?: yes"
@@ -253,7 +253,7 @@ async def test_breaking_out_of_an_agent_stream_frees_the_workflow_at_once() -> N
 
     assert not agent.workflow.is_running  # no wait for the event loop to close the generator
     # The approval request is yielded only once the pause is saved and its token issued, so a caller
-    # that stops reading there keeps the pause (issue 10): it is still pending and answerable.
+    # that stops reading there keeps the pause: it is still pending and answerable.
     assert set(agent.pending_requests) == {"auto::0"}
     with pytest.raises(PendingContinuationError):
         agent.run("y")

@@ -1,4 +1,4 @@
-"""Item 7: checkpoint restore is a separate, token-free path; a failed pause save issues no token."""
+"""Checkpoint restore is a separate, token-free path; a failed pause save issues no token."""
 
 from __future__ import annotations
 

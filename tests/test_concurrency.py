@@ -1,4 +1,4 @@
-"""Item 10: concurrent resumes with one token: exactly one runs the resumed code."""
+"""Concurrent resumes with one token: exactly one runs the resumed code."""
 
 from __future__ import annotations
 

@@ -50,7 +50,7 @@ async def _resume_ok(wf: FunctionalWorkflow, token: Mapping[str, Any]) -> None:
     assert not wf.has_pending_continuation
 
 
-# ---------------------------------------------------------------------------- item 2: pause and resume
+# ---------------------------------------------------------------------------- pause and resume
 
 
 async def test_pause_returns_token_and_resume_finishes(wf: FunctionalWorkflow, calls: collections.Counter[str]) -> None:
@@ -151,7 +151,7 @@ async def test_each_pause_issues_a_distinct_token(review_definition: FunctionalW
     assert len(seen) == 3
 
 
-# ---------------------------------------------------------------------------- item 3: authority
+# ---------------------------------------------------------------------------- authority
 
 _OMIT = object()
 

@@ -1,4 +1,4 @@
-"""The public surface is listed in three places; keep them in sync (STYLE.md, "Avoid")."""
+"""The public surface is listed in three places; keep them in sync ."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Item 1: the public surface is exactly what the package documents, and core's names are core's."""
+"""The public surface is exactly what the package documents, and core's names are core's."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Item 8: streaming fresh runs and resumes; rejected calls raise at ``run(...)``; dropped streams."""
+"""Streaming fresh runs and resumes; rejected calls raise at ``run(...)``; dropped streams."""
 
 from __future__ import annotations
 

@@ -71,7 +71,7 @@ async def test_pending_views_are_read_only(paused: tuple[FunctionalWorkflow, dic
     await _resume_ok(wf, token)
 
 
-# ---------------------------------------------------------------------------- item 4: pending conflict
+# ---------------------------------------------------------------------------- pending conflict
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["await", "stream"])
@@ -108,7 +108,7 @@ async def test_checkpoint_restore_while_pending_is_rejected_and_continuation_sur
     await _resume_ok(wf, dict(token))
 
 
-# ---------------------------------------------------------------------------- item 5: abandonment
+# ---------------------------------------------------------------------------- abandonment
 
 
 async def test_abandon_with_token_clears_everything_and_allows_fresh_runs(
@@ -233,7 +233,7 @@ async def test_second_run_while_running_is_rejected_synchronously(
     assert not wf.is_running
 
 
-# ---------------------------------------------------------------------------- item 6: consumption
+# ---------------------------------------------------------------------------- consumption
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["await", "stream"])

@@ -1,4 +1,4 @@
-"""Issue 11 item 2: a remote resume checks the answers to EARLIER rounds before its claim.
+"""A remote resume checks the answers to EARLIER rounds before its claim.
 
 A pause's checkpoint holds only the pending request, so a worker that never saw round one used to
 claim the token and then fail in core's replay on a wrongly typed answer to round one: token spent,

@@ -1,4 +1,4 @@
-"""Item 8: benchmarks/bench_durable.py runs (``--quick``); its figures are read by people, not asserted."""
+"""Benchmarks/bench_durable.py runs (``--quick``); its figures are read by people, not asserted."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 11 item 3: a resume cancelled at any await point runs its effect exactly once or keeps its token.
+"""A resume cancelled at any await point runs its effect exactly once or keeps its token.
 
 Each trial pauses a fresh run, starts a resume as a task, and cancels it at its k-th suspension
 (k = 1, 2, ... until a trial finishes before it is cancelled), so every await point of the resume

@@ -1,4 +1,4 @@
-"""Item 4's CI side: the Redis fixture fails (never skips) without redis-server; the installer is idempotent."""
+"""CI side: the Redis fixture fails (never skips) without redis-server; the installer is idempotent."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Item 3: expiry (the store's TTL) and abandonment, in one process and across processes."""
+"""Expiry (the store's TTL) and abandonment, in one process and across processes."""
 
 from __future__ import annotations
 

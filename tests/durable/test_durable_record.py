@@ -1,4 +1,4 @@
-"""Item 1: what a continuation store records on a saved pause, and what it never records."""
+"""What a continuation store records on a saved pause, and what it never records."""
 
 from __future__ import annotations
 

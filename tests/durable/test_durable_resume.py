@@ -1,4 +1,4 @@
-"""Item 2: resume from any "process" exactly once; every in-memory contract holds across processes.
+"""Resume from any "process" exactly once; every in-memory contract holds across processes.
 
 Each workflow instance below stands for one process: it has its own store object (its own database
 connection or Redis client) and shares only the database and the checkpoint folder. Real processes

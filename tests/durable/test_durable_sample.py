@@ -1,4 +1,4 @@
-"""Item 7: samples/multi_worker_approval.py runs end to end as a user runs it (two real worker processes)."""
+"""Samples/multi_worker_approval.py runs end to end as a user runs it (two real worker processes)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 11 item 4: new text on a restored session whose token is still issued, on a worker that does not
+"""New text on a restored session whose token is still issued, on a worker that does not
 hold the pause, is a pending conflict (it used to start a fresh run and overwrite the session's token)."""
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ async def test_new_text_on_a_spent_session_token_starts_a_fresh_run(
 async def test_round_two_on_another_worker_needs_only_its_own_answer_with_the_session(
     make_store: Callable[..., ContinuationStore], checkpoint_dir: Path
 ) -> None:
-    """Issue 10 item 6: earlier rounds' answers travel in the session, across workers."""
+    """Earlier rounds' answers travel in the session, across workers."""
     from durable_workflows import two_rounds
 
     def worker() -> FunctionalWorkflowAgent:

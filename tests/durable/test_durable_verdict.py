@@ -1,6 +1,6 @@
 """Verify once, pass the verdict on: a remote chat resume reads the store and the checkpoint once.
 
-Also the stale-copy bug of issue 9: on the worker that paused round one, after round one was resumed
+Also the stale-copy bug: on the worker that paused round one, after round one was resumed
 elsewhere, a chat-native round-two resume must work as ``run(responses=..., continuation_token=...)``
 does (the stale local copy is dropped, not a pending conflict).
 """

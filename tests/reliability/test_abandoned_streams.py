@@ -1,4 +1,4 @@
-"""Abandoned streams must release their own run and never a newer one (issue 5, item 3).
+"""Abandoned streams must release their own run and never a newer one.
 
 Pattern for each kind of stream (workflow or agent; broken out of after the request_info event, or
 never iterated): drop the first stream, start a second run and keep it suspended mid-stream, force
@@ -66,7 +66,7 @@ async def drop_first_stream(wf: FunctionalWorkflow, surface: str, how: str) -> N
                 break
         if surface == "agent":
             # The agent yields the approval request only once the pause is saved, so breaking there
-            # keeps the pause (issue 10); drop it so the next run is a fresh one.
+            # keeps the pause; drop it so the next run is a fresh one.
             assert wf.has_pending_continuation
             wf.abandon_continuation(force=True)
     else:

@@ -1,4 +1,4 @@
-"""Response correlation (issue 5, item 4).
+"""Response correlation.
 
 A valid token with answers that match no pending request is refused without spending the token or
 dropping the pending request. Parallel branches (``asyncio.gather``) that call ``request_info``

@@ -1,4 +1,4 @@
-"""Data through a pause (issue 5, item 6).
+"""Data through a pause.
 
 Request payloads and response values that are pydantic models, dataclasses, nested dicts and
 datetimes must arrive as the same types after an in-memory resume, and after a checkpoint restore

@@ -1,4 +1,4 @@
-"""Hostile continuation tokens: arbitrary values, near misses and booby-trapped objects (issue 5, item 1).
+"""Hostile continuation tokens: arbitrary values, near misses and booby-trapped objects.
 
 Every presented value must get the one fixed authority error in bounded time (the hypothesis
 deadline), must change nothing, must not leak the real secret or the input through the message,

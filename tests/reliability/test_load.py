@@ -1,4 +1,4 @@
-"""Load and memory (issue 5, item 7).
+"""Load and memory.
 
 1,000 independent instances run concurrently, each paused and resumed 10 times with its own token
 (every tenth abandons half-way): every output is correct and nothing crosses between instances.

@@ -1,4 +1,4 @@
-"""Races on one workflow instance (issue 5, item 2).
+"""Races on one workflow instance.
 
 Concurrent resumes with one token, abandonment racing a resume, and two fresh runs at once. All
 run on one event loop: the instance is an asyncio object, and every acceptance check happens

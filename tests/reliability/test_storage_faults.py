@@ -1,4 +1,4 @@
-"""Storage faults with core's FileCheckpointStorage (issue 5, item 5).
+"""Storage faults with core's FileCheckpointStorage.
 
 A storage that fails on chosen calls (``save`` at a step checkpoint, ``save`` at the pause, ``load``)
 and checkpoint files truncated or edited on disk. Each gives a clear error, no token for a pause
