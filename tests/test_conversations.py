@@ -1,4 +1,4 @@
-"""Issue 10: one agent, many conversations; pauses that survive a closed stream; chat-shaped answers."""
+"""One agent, many conversations; pauses that survive a closed stream; chat-shaped answers."""
 
 from __future__ import annotations
 

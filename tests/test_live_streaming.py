@@ -1,4 +1,4 @@
-"""Issue 4: live streaming from workflow and step code (emit_update, stream_agent, the live channel)."""
+"""Live streaming from workflow and step code (emit_update, stream_agent, the live channel)."""
 
 from __future__ import annotations
 

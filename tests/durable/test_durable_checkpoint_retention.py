@@ -1,4 +1,4 @@
-"""Issue 11, storage bounded: a durable run chain deletes the pause checkpoints no issued token needs.
+"""A durable run chain deletes the pause checkpoints no issued token needs.
 
 When a claimed resume pauses again, the resumed pause's checkpoint and the run's other checkpoints
 go (the new pause's checkpoint stays: it backs the new token); when a run finishes, every

@@ -1,4 +1,4 @@
-"""Issue 11, task 1: a claim survives a SIGKILL of Redis, or the store refuses to run on a Redis that loses it.
+"""A claim survives a SIGKILL of Redis, or the store refuses to run on a Redis that loses it.
 
 Every test starts its own redis-server (``redis_servers``) in a folder of ``tmp_path``, pauses a
 workflow, lets a worker process claim the pause, SIGKILLs Redis right after the claim and restarts

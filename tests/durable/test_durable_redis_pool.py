@@ -1,4 +1,4 @@
-"""Issue 11, task 2: a store built from a URL waits for a free connection instead of failing past its pool size."""
+"""A store built from a URL waits for a free connection instead of failing past its pool size."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 11, task 3: the SQLite store deletes records past retention by itself, so its file stays bounded.
+"""The SQLite store deletes records past retention by itself, so its file stays bounded.
 
 An injected clock (``FakeClock``) drives the schedule: a write purges when ``purge_interval`` has
 passed since the store's last purge (the first write always does).
