@@ -37,6 +37,8 @@ from agent_framework_functional import (
     PostgresContinuationStore,
     continuation_token_hash,
 )
+from agent_framework_functional._postgres_checkpoint import MIGRATIONS as CHECKPOINT_MIGRATIONS
+from agent_framework_functional._postgres_store import MIGRATIONS as STORE_MIGRATIONS
 
 pytestmark = pytest.mark.slow
 
@@ -186,7 +188,10 @@ async def test_the_schema_is_created_once_on_first_use_by_racing_workers(postgre
             *(store.save(record) for store, record in zip(stores, records, strict=True)),
             *(storage.list_checkpoint_ids(workflow_name="approval") for storage in storages),
         )
-        assert _version_rows(postgres_server, schema) == {"continuations": 1, "checkpoints": 1}
+        assert _version_rows(postgres_server, schema) == {
+            "continuations": len(STORE_MIGRATIONS),
+            "checkpoints": len(CHECKPOINT_MIGRATIONS),
+        }
         assert [await stores[0].get(record.token_hash) for record in records] == records
     finally:
         for closable in (*stores, *storages):

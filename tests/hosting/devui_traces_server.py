@@ -1,4 +1,4 @@
-"""Serve the DevUI sample's agent with DevUI's tracing switch on, for ``js/devui_traces.mjs``.
+"""Serve a deployer agent with DevUI's tracing switch on, for ``js/devui_traces.mjs``.
 
 Usage: ``python devui_traces_server.py <port> <auth token>``. It uses DevUI's documented option,
 ``serve(..., instrumentation_enabled=True)``, and sets ``ENABLE_INSTRUMENTATION=true``, which DevUI's page
@@ -10,13 +10,24 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "samples"))
 os.environ["ENABLE_INSTRUMENTATION"] = "true"
 
 from agent_framework_devui import serve
-from host_devui import build_agent
+
+from agent_framework_functional import FunctionalWorkflowAgent, RunContext, workflow
+
+
+@workflow(name="deployer", description="Asks one approval, then deploys.")
+async def deployer(text: str, ctx: RunContext) -> str:
+    """Pause once for a bool approval, then answer with text (what ``js/devui_traces.mjs`` clicks through)."""
+    approved = await ctx.request_info({"action": "deploy", "target": text}, response_type=bool)
+    return f"deployed: {text}" if approved else f"not deployed: {text}"
+
+
+def build_agent() -> FunctionalWorkflowAgent:
+    """One agent for every DevUI conversation."""
+    return deployer.build().as_agent(name="deployer")
 
 
 def main() -> None:
