@@ -24,6 +24,7 @@ from agent_framework import (
 from agent_framework import FunctionalWorkflow as _CoreFunctionalWorkflow
 
 from ._authority import InMemoryAuthority, ResumeTicket, VerifiedContinuation
+from ._core_compat import build_core
 from ._errors import WorkflowRunningError
 from ._run import (
     FunctionalWorkflowRunResult,
@@ -503,7 +504,13 @@ class FunctionalWorkflow:
     # ------------------------------------------------------------------ internals
 
     def _new_core(self) -> _CoreFunctionalWorkflow:
-        return self._definition._core_definition.build(checkpoint_storage=self._checkpoint_storage)  # pyright: ignore[reportPrivateUsage]
+        definition = self._definition
+        return build_core(
+            definition.func,
+            name=definition.name,
+            description=definition.description,
+            checkpoint_storage=self._checkpoint_storage,
+        )
 
     def _reset_core(self) -> None:
         """Drop core's replay state by replacing the core instance (no core internals touched)."""
