@@ -53,7 +53,8 @@ def test_core_names_the_linear_step_cache_relies_on_exist() -> None:
         "_export_step_cache_auto_request_info_counts",
     ):
         assert callable(getattr(RunContext, name)), name
-    for name in ("_execute", "_save_checkpoint", "_capture_replay_state", "_restore_replay_state", "_clear_replay_state"):
+    workflow_methods = ("_execute", "_save_checkpoint", "_capture_replay_state", "_restore_replay_state")
+    for name in (*workflow_methods, "_clear_replay_state"):
         assert callable(getattr(agent_framework.FunctionalWorkflow, name)), name
     ctx = RunContext("wf")
     for name in (
