@@ -504,13 +504,8 @@ class FunctionalWorkflow:
     # ------------------------------------------------------------------ internals
 
     def _new_core(self) -> _CoreFunctionalWorkflow:
-        definition = self._definition
-        return build_core(
-            definition.func,
-            name=definition.name,
-            description=definition.description,
-            checkpoint_storage=self._checkpoint_storage,
-        )
+        d = self._definition  # core's own build(), on the subclass that keeps long runs linear
+        return build_core(d.func, name=d.name, description=d.description, checkpoint_storage=self._checkpoint_storage)
 
     def _reset_core(self) -> None:
         """Drop core's replay state by replacing the core instance (no core internals touched)."""
