@@ -156,6 +156,7 @@ class LinearRunContext(RunContext):
     af_log: StepCacheLog
     af_index: dict[tuple[str, str, int | None], set[str]]
     af_live: bool
+    af_last: tuple[str, Any] | None = None
 
     def af_adopt(self, parent: tuple[StepCacheLog, int, int] | None) -> None:
         self.af_log = StepCacheLog(self, parent)
@@ -165,7 +166,8 @@ class LinearRunContext(RunContext):
             self.af_note(key)
 
     def af_note(self, key: str) -> None:
-        decoded = _decode_versioned_step_cache_key(key)
+        last = self.af_last
+        decoded = last[1] if last is not None and last[0] == key else _decode_versioned_step_cache_key(key)
         if decoded is not None:
             kind, step_name, wrapper, _identity, occurrence = decoded
             self.af_index.setdefault((kind, step_name, occurrence), set()).add(wrapper)
@@ -173,6 +175,7 @@ class LinearRunContext(RunContext):
     def _has_incompatible_versioned_cache_entry(self, key: str) -> bool:
         """Core's check (an entry for this call made by an unknown step definition), over the index."""
         current = _decode_versioned_step_cache_key(key)
+        self.af_last = (key, current)  # the miss is cached next: af_note reuses the decode
         if current is None:
             return False
         kind, step_name, wrapper, _identity, occurrence = current
