@@ -117,6 +117,15 @@ class StepCacheDeduper:
 
         Call before the first ``await`` of the storage's ``save``: the offer is read from this task.
 
+        Args:
+            checkpoint: The checkpoint core hands to ``save``.
+
+        Keyword Args:
+            fresh: Start a new segment holding every entry (after the backend refused a plan).
+
+        Returns:
+            What to write, or None to store the checkpoint whole.
+
         Raises:
             WorkflowCheckpointException: A part cannot be encoded, or would not decode under the
                 storage's allowed types.
@@ -202,7 +211,7 @@ class StepCacheDeduper:
         return _Segment([], (0, 0))
 
     def saved(self, plan: DeltaSave, checkpoint_id: str) -> None:
-        """Record that the backend stored ``plan`` (its next save appends after it)."""
+        """Record that the backend stored ``plan`` under ``checkpoint_id`` (the run's next save appends after it)."""
         seg = plan.state
         seg.chunks, seg.cache_done, seg.counts_done, seg.last_key, seg.message, seg.rest = plan.after
         if plan.chunk is not None:
@@ -222,6 +231,15 @@ class StepCacheDeduper:
 
     def assemble(self, checkpoint_id: str, body: str, references: str, chunks: list[list[str]]) -> WorkflowCheckpoint:
         """Rebuild a checkpoint from its head and the chunks of its references (in reference order).
+
+        Args:
+            checkpoint_id: The checkpoint's id (for errors, and to continue its segments on a restore).
+            body: The stored head.
+            references: The stored references.
+            chunks: For each reference, its first ``count`` chunks, in order.
+
+        Returns:
+            The checkpoint core saved.
 
         Raises:
             WorkflowCheckpointException: The stored parts do not form a checkpoint, or a value
