@@ -93,7 +93,7 @@ async def test_a_thousand_step_run_stores_each_result_once_and_reads_back_what_c
     storage = RedisCheckpointStorage(redis_url, namespace=namespace)
     tee = Tee(storage, keep=lambda index: index % 97 == 0 or index >= STEPS - 2)
     try:
-        wf = workflow(batch).build(checkpoint_storage=tee)  # type: ignore[arg-type]
+        wf = workflow(keep_checkpoints=True)(batch).build(checkpoint_storage=tee)  # type: ignore[arg-type]
         docs = [f"doc-{index:04d}" for index in range(STEPS)]
         paused = await wf.run(docs)
         assert wf.pending_request_ids
@@ -109,7 +109,9 @@ async def test_a_thousand_step_run_stores_each_result_once_and_reads_back_what_c
 
         # Restore from a checkpoint in the middle on a fresh instance: core's replay, one more segment.
         middle = tee.ids[STEPS // 2]
-        restored = await workflow(batch).build(checkpoint_storage=storage).run(checkpoint_id=middle)
+        restored = (
+            await workflow(keep_checkpoints=True)(batch).build(checkpoint_storage=storage).run(checkpoint_id=middle)
+        )
         assert restored.get_final_state().name == "IDLE_WITH_PENDING_REQUESTS"
         entries, segments = await _stored_entries(client, namespace)
         assert (entries, segments) == (STEPS + 5 + (STEPS - STEPS // 2 - 1), 3)
@@ -144,7 +146,11 @@ async def test_deleting_checkpoints_frees_a_segment_once_nothing_references_it(
     namespace = f"del-{uuid.uuid4().hex}"
     storage = RedisCheckpointStorage(redis_url, namespace=namespace)
     try:
-        await workflow(batch).build(checkpoint_storage=storage).run([f"d{index}" for index in range(4)])
+        await (
+            workflow(keep_checkpoints=True)(batch)
+            .build(checkpoint_storage=storage)
+            .run([f"d{index}" for index in range(4)])
+        )
         ids = await storage.list_checkpoint_ids(workflow_name="batch")
         assert len(ids) == 5
         for checkpoint_id in ids[:-1]:
@@ -163,7 +169,7 @@ async def test_a_segment_lost_meanwhile_is_written_again_whole(redis_url: str, c
     namespace = f"lost-{uuid.uuid4().hex}"
     storage = RedisCheckpointStorage(redis_url, namespace=namespace)
     try:
-        wf = workflow(batch).build(checkpoint_storage=storage)
+        wf = workflow(keep_checkpoints=True)(batch).build(checkpoint_storage=storage)
         paused = await wf.run([f"d{index}" for index in range(6)])
         [segment] = [key async for key in client.scan_iter(f"{namespace}:segment:*")]
         await client.delete(segment)  # as if it expired while the pause waited
