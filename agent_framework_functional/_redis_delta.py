@@ -30,6 +30,16 @@ _MAX_REFERENCES = 4096
 # 4 references (JSON), 5 own segment id, 6 chunk ('' = none), 7 chunks the own segment must hold,
 # 8 now (ms), 9 ttl (ms, '' = none), 10 index cutoff ('(<ms>'), 11 key prefix ('<namespace>:').
 SAVE_SCRIPT = """
+local function stored(json)
+  local ok, refs = pcall(cjson.decode, json)
+  local ids = {}
+  if ok and type(refs) == 'table' then
+    for _, ref in ipairs(refs) do
+      if type(ref) == 'table' and type(ref[1]) == 'string' then ids[#ids + 1] = ref[1] end
+    end
+  end
+  return ids
+end
 local p = ARGV[11]
 local refs = cjson.decode(ARGV[4])
 local keep = {}
@@ -42,9 +52,9 @@ for _, ref in ipairs(refs) do
 end
 local old = redis.call('HGET', KEYS[1], 'segments')
 if old then
-  for _, ref in ipairs(cjson.decode(old)) do
-    if redis.call('DECR', p .. 'segrefs:' .. ref[1]) <= 0 and not keep[ref[1]] then
-      redis.call('DEL', p .. 'segrefs:' .. ref[1], p .. 'segment:' .. ref[1])
+  for _, id in ipairs(stored(old)) do
+    if redis.call('DECR', p .. 'segrefs:' .. id) <= 0 and not keep[id] then
+      redis.call('DEL', p .. 'segrefs:' .. id, p .. 'segment:' .. id)
     end
   end
 end
@@ -68,13 +78,24 @@ return 1
 """
 
 # KEYS[1] = checkpoint key. ARGV: 1 checkpoint id, 2 key prefix ('<namespace>:'). Returns 1 if deleted.
+# Stored references that are not well-formed (altered in Redis) free nothing and never fail the script.
 DELETE_SCRIPT = """
+local function stored(json)
+  local ok, refs = pcall(cjson.decode, json)
+  local ids = {}
+  if ok and type(refs) == 'table' then
+    for _, ref in ipairs(refs) do
+      if type(ref) == 'table' and type(ref[1]) == 'string' then ids[#ids + 1] = ref[1] end
+    end
+  end
+  return ids
+end
 local p = ARGV[2]
 local fields = redis.call('HMGET', KEYS[1], 'workflow_name', 'segments')
 if fields[2] then
-  for _, ref in ipairs(cjson.decode(fields[2])) do
-    if redis.call('DECR', p .. 'segrefs:' .. ref[1]) <= 0 then
-      redis.call('DEL', p .. 'segrefs:' .. ref[1], p .. 'segment:' .. ref[1])
+  for _, id in ipairs(stored(fields[2])) do
+    if redis.call('DECR', p .. 'segrefs:' .. id) <= 0 then
+      redis.call('DEL', p .. 'segrefs:' .. id, p .. 'segment:' .. id)
     end
   end
 end

@@ -8,7 +8,8 @@ pieces by someone who can write the keys but holds no key: a planted chunk (a pi
 would run), an altered chunk, a chunk moved to another segment, two chunks swapped, a chunk
 removed, altered references, a head moved to another id. Each is refused before core's decoder
 sees anything; the damaged checkpoint is skipped by ``list_checkpoints``. Without a sealer, malformed
-references and chunks give the same clean ``WorkflowCheckpointException``.
+references and chunks give the same clean ``WorkflowCheckpointException``, and a checkpoint whose
+references were altered can still be deleted.
 """
 
 from __future__ import annotations
@@ -251,5 +252,25 @@ async def test_without_a_sealer_malformed_delta_pieces_give_clean_errors_and_are
         with pytest.raises(WorkflowCheckpointException):
             await storage.load(run.last)
         assert run.last not in await storage.list_checkpoint_ids(workflow_name="batch")
+    finally:
+        await storage.aclose()
+
+
+@pytest.mark.parametrize("references", [b"\xff[", b'{"a": 1}', b'[[1, 2], ["x"], 3]'])
+async def test_a_checkpoint_with_altered_references_is_still_deleted_and_saved_over(
+    references: bytes, redis_server: str, namespace: str, raw: aioredis.Redis
+) -> None:
+    storage = RedisCheckpointStorage(redis_server, namespace=namespace, sealer=CheckpointSealer({"k1": KEY}))
+    try:
+        run = await Run(storage, raw, namespace).go()
+        ids = await storage.list_checkpoint_ids(workflow_name="batch")
+        await raw.hset(run.key(ids[0]), "segments", references)
+        assert await storage.delete(ids[0])  # the script frees what it can read and never fails
+        assert not await raw.exists(run.key(ids[0]))
+        await raw.hset(run.key(ids[1]), "segments", references)
+        checkpoint = await storage.load(ids[-1])
+        checkpoint.checkpoint_id = ids[1]
+        assert await storage.save(checkpoint) == ids[1]  # a save over it replaces it
+        assert (await storage.load(ids[1])).state["_step_cache"] == checkpoint.state["_step_cache"]
     finally:
         await storage.aclose()
