@@ -18,8 +18,10 @@ from typing import TYPE_CHECKING, Any, cast
 
 from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 
+from ._checkpoint_delta import DeltaSave, StepCacheDeduper
 from ._checkpoint_seal import CheckpointSealer, is_sealed, warn_unsealed
 from ._redis_client import DEFAULT_MAX_CONNECTIONS, DEFAULT_POOL_TIMEOUT_SECONDS, pooled_client, text
+from ._redis_delta import DELETE_SCRIPT, SAVE_SCRIPT, chunk_context, head_context, parse_references, read_chunks
 from ._store import duration_seconds
 
 if TYPE_CHECKING:
@@ -64,14 +66,19 @@ class RedisCheckpointStorage:
     Keys: ``<namespace>:checkpoint:<id>`` (a hash: ``workflow_name``, ``body``) and
     ``<namespace>:workflow:<name>`` (a sorted set of the workflow's checkpoint ids by save time).
     Every key expires ``ttl`` after the last save that wrote it, and each save drops index entries
-    older than ``ttl``, so storage stays bounded. Keep ``ttl`` at least as long as the continuation
-    store's ``ttl + retention``, so a pause's checkpoint outlives its token and its recovery window.
+    older than ``ttl``, so storage stays bounded. Checkpoints of runs this package drives store each
+    step result once: the checkpoint's hash holds a small head and its ``segments``, and the step
+    cache lives in ``<namespace>:segment:<id>`` lists shared by the run's checkpoints (see
+    ``_checkpoint_delta.py``); ``load`` returns the same checkpoint either way. Keep ``ttl`` at
+    least as long as the continuation store's ``ttl + retention``, so a pause's checkpoint outlives
+    its token and its recovery window.
 
     Security: core decodes checkpoints with ``pickle`` (restricted by the allow-list, which is a
     mitigation, not a boundary), so without a ``sealer`` whoever can write these keys can run code
-    in your workers (the storage logs a warning once). With a :class:`CheckpointSealer` every body
-    is authenticated with the host's key (and optionally encrypted), and a body that fails the
-    check is refused before anything decodes it. Either way, protect the Redis like the
+    in your workers (the storage logs a warning once). With a :class:`CheckpointSealer` every stored
+    piece is authenticated with the host's key (and optionally encrypted): a whole body under its
+    id, a head under its id and references, each step-cache chunk under its segment and position;
+    a piece that fails the check is refused before anything decodes it. Either way, protect the Redis like the
     continuation store (AUTH/ACLs on the namespace, TLS). A body that cannot be read (refused by
     the sealer, not UTF-8, not JSON, too deeply nested, a type outside the allow-list) makes
     :meth:`load` raise ``WorkflowCheckpointException`` and is skipped by :meth:`list_checkpoints`.
@@ -148,6 +155,9 @@ class RedisCheckpointStorage:
             self._client = client
             self._owns_client = False
         self._drop_stale: Any = self._client.register_script(_DROP_STALE)
+        self._save_delta: Any = self._client.register_script(SAVE_SCRIPT)
+        self._delete: Any = self._client.register_script(DELETE_SCRIPT)
+        self._deduper = StepCacheDeduper(self._allowed_types)
 
     @property
     def allowed_checkpoint_types(self) -> frozenset[str]:
@@ -173,6 +183,10 @@ class RedisCheckpointStorage:
             WorkflowCheckpointException: The checkpoint cannot be encoded, or would not decode under
                 this storage's allowed types (add the type to ``allowed_checkpoint_types``).
         """
+        plan = self._deduper.prepare(checkpoint)  # before any await: reads this save's offer
+        if plan is not None:
+            await self._store_delta(checkpoint, plan)
+            return checkpoint.checkpoint_id
         try:
             encoded = _encode(checkpoint)
             _decode(encoded, self._allowed_types)  # refuse now what load() would refuse later
@@ -215,10 +229,10 @@ class RedisCheckpointStorage:
                 none), not UTF-8 JSON, nested too deeply, a type outside the allow-list, or a
                 checkpoint of another id.
         """
-        raw = await self._client.hget(self._checkpoint_key(checkpoint_id), "body")
+        raw, segments = await self._client.hmget(self._checkpoint_key(checkpoint_id), ["body", "segments"])
         if raw is None:
             raise WorkflowCheckpointException(f"No checkpoint found with ID {checkpoint_id}")
-        return self._parse(checkpoint_id, raw)
+        return await self._materialize(checkpoint_id, raw, segments)
 
     async def list_checkpoints(self, *, workflow_name: str) -> list[WorkflowCheckpoint]:
         """Return the workflow's checkpoints that still exist and decode, oldest save first.
@@ -233,9 +247,9 @@ class RedisCheckpointStorage:
             The decoded checkpoints.
         """
         checkpoints: list[WorkflowCheckpoint] = []
-        for checkpoint_id, raw in await self._bodies(workflow_name):
+        for checkpoint_id, raw, segments in await self._bodies(workflow_name):
             try:
-                checkpoints.append(self._parse(checkpoint_id, raw))
+                checkpoints.append(await self._materialize(checkpoint_id, raw, segments))
             except WorkflowCheckpointException as exc:
                 logger.warning("Skipping checkpoint %s of workflow %s: %s", checkpoint_id, workflow_name, exc)
         return checkpoints
@@ -249,13 +263,7 @@ class RedisCheckpointStorage:
         Returns:
             True if this call deleted it; False if no checkpoint had this id.
         """
-        key = self._checkpoint_key(checkpoint_id)
-        name = await self._client.hget(key, "workflow_name")
-        async with self._client.pipeline(transaction=True) as pipe:
-            pipe.delete(key)
-            if name is not None:
-                pipe.zrem(self._index_key(text(name)), checkpoint_id)
-            deleted = (await pipe.execute())[0]
+        deleted = await self._delete(keys=[self._checkpoint_key(checkpoint_id)], args=[checkpoint_id, self._prefix])
         return bool(int(deleted))
 
     async def get_latest(self, *, workflow_name: str) -> WorkflowCheckpoint | None:
@@ -288,33 +296,92 @@ class RedisCheckpointStorage:
         if self._owns_client:
             await self._client.aclose()
 
-    async def _bodies(self, workflow_name: str) -> list[tuple[str, Any]]:
-        """Return ``(id, body)`` of the workflow's indexed checkpoints; drop index entries whose key is gone."""
+    async def _bodies(self, workflow_name: str) -> list[tuple[str, Any, Any]]:
+        """Return ``(id, body, segments)`` of the workflow's indexed checkpoints; drop entries whose key is gone."""
         index = self._index_key(workflow_name)
         ids = [text(member) for member in cast("list[Any]", await self._client.zrange(index, 0, -1))]
         if not ids:
             return []
         async with self._client.pipeline(transaction=False) as pipe:
             for checkpoint_id in ids:
-                pipe.hget(self._checkpoint_key(checkpoint_id), "body")
-            bodies = cast("list[Any]", await pipe.execute())
-        found: list[tuple[str, Any]] = []
-        for checkpoint_id, raw in zip(ids, bodies, strict=True):
+                pipe.hmget(self._checkpoint_key(checkpoint_id), ["body", "segments"])
+            bodies = cast("list[list[Any]]", await pipe.execute())
+        found: list[tuple[str, Any, Any]] = []
+        for checkpoint_id, (raw, segments) in zip(ids, bodies, strict=True):
             if raw is None:  # expired or deleted; unless saved again meanwhile, drop it from the index
                 await self._drop_stale(keys=[index, self._checkpoint_key(checkpoint_id)], args=[checkpoint_id])
             else:
-                found.append((checkpoint_id, raw))
+                found.append((checkpoint_id, raw, segments))
         return found
 
-    def _parse(self, checkpoint_id: str, raw: Any) -> WorkflowCheckpoint:
-        """Open (with a sealer) then decode one body; every failure is ``WorkflowCheckpointException``."""
-        body = raw if isinstance(raw, bytes) else str(raw).encode("utf-8", "surrogatepass")
+    @property
+    def _prefix(self) -> str:
+        return f"{self.namespace}:"
+
+    async def _store_delta(self, checkpoint: WorkflowCheckpoint, plan: DeltaSave | None) -> None:
+        """Store a head over chunks (``_redis_delta.SAVE_SCRIPT``); once more as one segment if one went missing."""
+        key = self._checkpoint_key(checkpoint.checkpoint_id)
+        index = self._index_key(checkpoint.workflow_name)
+        for _ in range(2):
+            if plan is None:
+                break
+            now_ms = time.time() * 1000
+            ttl = "" if self._ttl_ms is None else str(self._ttl_ms)
+            cutoff = "" if self._ttl_ms is None else f"({now_ms - self._ttl_ms}"
+            head: bytes | str = plan.body
+            chunk: bytes | str = plan.chunk or ""
+            if self.sealer is not None:  # the head binds its id and references; a chunk its segment and index
+                context = head_context(checkpoint.checkpoint_id, plan.references.encode("utf-8"))
+                head = self.sealer.seal(plan.body.encode("utf-8"), context=context)
+                if plan.chunk is not None:
+                    context = chunk_context(plan.segment, plan.chunk_index)
+                    chunk = self.sealer.seal(plan.chunk.encode("utf-8"), context=context)
+            args = [checkpoint.checkpoint_id, checkpoint.workflow_name, head, plan.references, plan.segment]
+            args += [chunk, plan.chunk_index, now_ms, ttl, cutoff, self._prefix]
+            if int(await self._save_delta(keys=[key, index], args=args)):
+                self._deduper.saved(plan, checkpoint.checkpoint_id)
+                return
+            self._deduper.forget(plan)
+            plan = self._deduper.prepare(checkpoint, fresh=True)
+        raise WorkflowCheckpointException(
+            f"Checkpoint {checkpoint.checkpoint_id} could not be stored: its step cache changed in Redis meanwhile."
+        )
+
+    async def _materialize(self, checkpoint_id: str, raw: Any, segments: Any) -> WorkflowCheckpoint:
+        """Decode a stored checkpoint: whole, or its head over the chunks of its segments (each opened first)."""
+        if segments is None:
+            return self._parse(checkpoint_id, raw)
+        references = _as_bytes(segments)
+        head = self._open(checkpoint_id, _as_bytes(raw), head_context(checkpoint_id, references))
+        refs = parse_references(checkpoint_id, references)
+        chunks = await read_chunks(self._client, self._prefix, refs, self.sealer)
+        if chunks is None:
+            raise WorkflowCheckpointException(
+                f"Checkpoint {checkpoint_id} lost part of its step cache in Redis (expired or deleted)."
+            )
+        try:
+            checkpoint = self._deduper.assemble(checkpoint_id, head.decode("utf-8"), references.decode("utf-8"), chunks)
+        except WorkflowCheckpointException:
+            raise
+        except Exception as exc:  # UnicodeDecodeError, RecursionError, core's decoder on a malformed value, ...
+            raise WorkflowCheckpointException(
+                f"Checkpoint {checkpoint_id} in Redis cannot be decoded ({type(exc).__name__}); it was not loaded."
+            ) from exc
+        return _same_id(checkpoint_id, checkpoint)
+
+    def _open(self, checkpoint_id: str, body: bytes, context: bytes) -> bytes:
+        """Open a sealed body (a sealer configured), or refuse a sealed one (none configured)."""
         if self.sealer is not None:
-            body = self.sealer.open(body, context=checkpoint_id.encode("utf-8"))  # before any decoding
-        elif is_sealed(body):
+            return self.sealer.open(body, context=context)  # before any decoding
+        if is_sealed(body):
             raise WorkflowCheckpointException(
                 f"Checkpoint {checkpoint_id} is sealed, but this storage has no sealer: pass sealer=CheckpointSealer()"
             )
+        return body
+
+    def _parse(self, checkpoint_id: str, raw: Any) -> WorkflowCheckpoint:
+        """Open (with a sealer) then decode one body; every failure is ``WorkflowCheckpointException``."""
+        body = self._open(checkpoint_id, _as_bytes(raw), checkpoint_id.encode("utf-8"))
         try:
             checkpoint = _decode(json.loads(body.decode("utf-8")), self._allowed_types)
         except WorkflowCheckpointException:
@@ -323,8 +390,16 @@ class RedisCheckpointStorage:
             raise WorkflowCheckpointException(
                 f"Checkpoint {checkpoint_id} in Redis cannot be decoded ({type(exc).__name__}); it was not loaded."
             ) from exc
-        if checkpoint.checkpoint_id != checkpoint_id:
-            raise WorkflowCheckpointException(
-                f"The body stored for checkpoint {checkpoint_id} is another checkpoint's; it was not loaded."
-            )
-        return checkpoint
+        return _same_id(checkpoint_id, checkpoint)
+
+
+def _as_bytes(raw: Any) -> bytes:
+    return raw if isinstance(raw, bytes) else str(raw).encode("utf-8", "surrogatepass")
+
+
+def _same_id(checkpoint_id: str, checkpoint: WorkflowCheckpoint) -> WorkflowCheckpoint:
+    if checkpoint.checkpoint_id != checkpoint_id:
+        raise WorkflowCheckpointException(
+            f"The body stored for checkpoint {checkpoint_id} is another checkpoint's; it was not loaded."
+        )
+    return checkpoint

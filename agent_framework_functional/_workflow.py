@@ -18,7 +18,7 @@ from agent_framework import FunctionalWorkflow as _CoreFunctionalWorkflow
 
 from ._abandon import ContinuationAbandonment
 from ._authority import InMemoryAuthority, ResumeTicket, VerifiedContinuation
-from ._core_compat import functional_workflows_experimental
+from ._core_compat import build_core, functional_workflows_experimental
 from ._errors import ContinuationAuthorityError, WorkflowRunningError
 from ._run import (
     FunctionalWorkflowRunResult,
@@ -410,7 +410,8 @@ class FunctionalWorkflow(ContinuationAbandonment):
     # ------------------------------------------------------------------ internals
 
     def _new_core(self) -> _CoreFunctionalWorkflow:
-        return self._definition._core_definition.build(checkpoint_storage=self._checkpoint_storage)  # pyright: ignore[reportPrivateUsage]
+        d = self._definition  # core's own build(), on the subclass that keeps long runs linear
+        return build_core(d.func, name=d.name, description=d.description, checkpoint_storage=self._checkpoint_storage)
 
     def _reset_core(self) -> None:
         """Drop core's replay state by replacing the core instance (no core internals touched)."""

@@ -1,0 +1,292 @@
+"""Step-cache de-duplication for checkpoint storages: each step result stored once, each checkpoint a small head.
+
+Core saves a checkpoint after every ``@step`` call, and each one holds the whole step cache, so a
+run of N steps would store N(N+1)/2 entries. For runs this package drives, core's save comes with a
+:class:`~._core_compat.StepCacheOffer` (the run's cache in insertion order); a storage that holds a
+:class:`StepCacheDeduper` stores a checkpoint as:
+
+* **chunks**, appended to a **segment** (one per run and storage): the entries added since the
+  run's previous save (keys front-coded against the previous key of the segment), the workflow
+  input when it changed, and the checkpoint's other fields (with the step cache left out) when they
+  changed. Encoded with core's checkpoint encoding, so values decode under the same allow-list.
+* a **head**: the checkpoint id, previous id and timestamp, plus its **references**
+  ``[[segment id, chunk count], ...]`` (the segments of the pauses and restores it continues,
+  oldest first; a few at most).
+
+Loading reads the referenced chunks in order and rebuilds the encoded checkpoint exactly as core's
+encoding of the saved checkpoint, then decodes it with core's decoder. A checkpoint saved without
+an offer (core used directly, or an unknown storage wrapper in between) is stored whole, as before.
+
+A backend (``_redis_checkpoint.py`` does this with one Lua script) must, for a :class:`DeltaSave`:
+store atomically, and only when ``plan.segment`` holds exactly ``plan.chunk_index`` chunks and every
+other referenced segment holds at least its count: append ``plan.chunk`` (if any) to
+``plan.segment``, store ``plan.body`` and ``plan.references`` under the checkpoint id, and count one
+reference per referenced segment. When a check fails it calls :meth:`StepCacheDeduper.prepare`
+again with ``fresh=True`` (one segment holding everything). After a write it calls
+:meth:`StepCacheDeduper.saved`. Deleting a checkpoint drops its references and deletes a segment
+nothing references any more.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, cast
+from weakref import WeakKeyDictionary
+
+from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
+
+from ._core_compat import ORIGINAL_MESSAGE, STEP_CACHE, STEP_COUNTS, StepCacheLog, StepCacheOffer, step_cache_offer
+
+_HEAD = ("checkpoint_id", "previous_checkpoint_id", "timestamp")
+_KNOWN_HEADS = 256  # references of recently saved or loaded checkpoints, to continue a restore's segments
+
+
+def encode_value(value: Any) -> Any:
+    """Core's checkpoint encoding (``encode_checkpoint_value``), imported when first used."""
+    from agent_framework._workflows._checkpoint_encoding import encode_checkpoint_value
+
+    return encode_checkpoint_value(value)
+
+
+def decode_value(encoded: Any, allowed_types: frozenset[str]) -> Any:
+    """Core's checkpoint decoding under its allow-list (``decode_checkpoint_value``)."""
+    from agent_framework._workflows._checkpoint_encoding import decode_checkpoint_value
+
+    return decode_checkpoint_value(encoded, allowed_types=allowed_types)
+
+
+class _Segment:
+    """What one run stored in its segment so far (internal)."""
+
+    __slots__ = ("cache_done", "chunks", "counts_done", "id", "last_key", "marks", "message", "parents", "rest")
+
+    def __init__(self, parents: list[list[Any]], done: tuple[int, int]) -> None:
+        self.id = secrets.token_hex(8)
+        self.parents = parents
+        self.chunks = 0
+        self.cache_done, self.counts_done = done
+        self.marks: list[tuple[int, int]] = []  # (cache_done, counts_done) after each chunk
+        self.last_key = ""
+        self.message: Any = None
+        self.rest = ""
+
+
+@dataclass(slots=True)
+class DeltaSave:
+    """One checkpoint saved as a head over chunks: what the backend writes (see the module docstring).
+
+    Attributes:
+        body: The head: JSON ``[checkpoint_id, previous_checkpoint_id, timestamp]``.
+        references: JSON ``[[segment id, chunk count], ...]``, oldest first.
+        segment: This run's segment id.
+        chunk: The JSON chunk to append to ``segment``, or None when nothing changed.
+        chunk_index: How many chunks ``segment`` must hold before the append.
+    """
+
+    body: str
+    references: str
+    segment: str
+    chunk: str | None
+    chunk_index: int
+    refs: list[list[Any]]
+    sizes: tuple[int, int]
+    log: StepCacheLog
+    state: _Segment
+    after: tuple[int, int, int, str, Any, str]
+
+
+class StepCacheDeduper:
+    """Splits checkpoints of runs this package drives into heads and chunks, and joins them back.
+
+    One per storage object; holds no I/O. See the module docstring for the backend's part.
+
+    Args:
+        allowed_types: Extra ``"module:QualName"`` types the storage decodes (as its load does).
+    """
+
+    def __init__(self, allowed_types: frozenset[str]) -> None:
+        self._allowed_types = allowed_types
+        self._segments: WeakKeyDictionary[StepCacheLog, _Segment] = WeakKeyDictionary()
+        self._known: OrderedDict[str, tuple[list[list[Any]], tuple[int, int]]] = OrderedDict()
+
+    def prepare(self, checkpoint: WorkflowCheckpoint, *, fresh: bool = False) -> DeltaSave | None:
+        """Plan the save of ``checkpoint``; None when it must be stored whole (no offer came with it).
+
+        Call before the first ``await`` of the storage's ``save``: the offer is read from this task.
+
+        Args:
+            checkpoint: The checkpoint core hands to ``save``.
+
+        Keyword Args:
+            fresh: Start a new segment holding every entry (after the backend refused a plan).
+
+        Returns:
+            What to write, or None to store the checkpoint whole.
+
+        Raises:
+            WorkflowCheckpointException: A part cannot be encoded, or would not decode under the
+                storage's allowed types.
+        """
+        offer = step_cache_offer()
+        if offer is None or not offer.take(checkpoint.state):
+            return None
+        try:
+            return self._plan(checkpoint, offer, fresh)
+        except WorkflowCheckpointException:
+            raise
+        except Exception as exc:
+            raise WorkflowCheckpointException(
+                f"Checkpoint {checkpoint.checkpoint_id} cannot be encoded or restored under this storage's allowed "
+                "types; refusing to save. Add its types to allowed_checkpoint_types."
+            ) from exc
+
+    def _plan(self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer, fresh: bool) -> DeltaSave | None:
+        log = offer.log
+        seg = None if fresh else self._segments.get(log)
+        if seg is None:
+            seg = self._start(log, checkpoint.previous_checkpoint_id, fresh)
+        rest = checkpoint.to_dict()
+        head = [rest.pop(name) for name in _HEAD]
+        rest["state"] = {**checkpoint.state, STEP_CACHE: {}, STEP_COUNTS: {}, ORIGINAL_MESSAGE: None}
+        encoded_rest = encode_value(rest)
+        encoded_state = encoded_rest.get("state")
+        if not isinstance(encoded_state, dict) or STEP_CACHE not in encoded_state:
+            return None  # core pickled the whole state (a reserved key in it): store the checkpoint whole
+        rest_json = json.dumps(encoded_rest, ensure_ascii=False)
+        chunk: dict[str, Any] = {}
+        cache_keys = log.cache_keys[seg.cache_done : offer.cache_len]
+        count_keys = log.count_keys[seg.counts_done : offer.counts_len]
+        last = seg.last_key
+        if cache_keys:
+            values = encode_value([log.cache[key] for key in cache_keys])
+            entries: list[list[Any]] = []
+            for key, value in zip(cache_keys, values, strict=True):
+                shared = _shared_prefix(last, key)
+                entries.append([shared, key[shared:], value])
+                last = key
+            chunk["c"] = entries
+        if count_keys:
+            counts = [log.counts[key] for key in count_keys]
+            chunk["n"] = counts if count_keys == cache_keys else dict(zip(count_keys, counts, strict=True))
+        message = checkpoint.state.get(ORIGINAL_MESSAGE)
+        if seg.chunks == 0 or message is not seg.message:
+            chunk["m"] = encode_value(message)
+        if seg.chunks == 0 or rest_json != seg.rest:
+            chunk["h"] = encoded_rest
+        text: str | None = None
+        if chunk:
+            decode_value(chunk, self._allowed_types)  # refuse now what load() would refuse later
+            text = json.dumps(chunk, ensure_ascii=False)
+        chunks = seg.chunks + (1 if text is not None else 0)
+        refs = [*seg.parents, [seg.id, chunks]]
+        sizes = (len(cast("dict[str, Any]", checkpoint.state[STEP_CACHE])), len(log.counts))
+        return DeltaSave(
+            body=json.dumps(head, ensure_ascii=False),
+            references=json.dumps(refs),
+            segment=seg.id,
+            chunk=text,
+            chunk_index=seg.chunks,
+            refs=refs,
+            sizes=sizes,
+            log=log,
+            state=seg,
+            after=(chunks, offer.cache_len, offer.counts_len, last, message, rest_json),
+        )
+
+    def _start(self, log: StepCacheLog, previous_id: str | None, fresh: bool) -> _Segment:
+        """A new segment for ``log``, continuing the segments of the pause or checkpoint its run starts from."""
+        if not fresh and log.parent is not None:
+            parent_log, cache_len, counts_len = log.parent
+            parent = self._segments.get(parent_log)
+            if parent is not None and (cache_len, counts_len) in parent.marks:
+                index = len(parent.marks) - parent.marks[::-1].index((cache_len, counts_len))
+                return _Segment([*parent.parents, [parent.id, index]], (cache_len, counts_len))
+        elif not fresh and previous_id is not None and log.base != (0, 0):
+            known = self._known.get(previous_id)
+            if known is not None and known[1] == log.base:
+                return _Segment(list(known[0]), log.base)
+        return _Segment([], (0, 0))
+
+    def saved(self, plan: DeltaSave, checkpoint_id: str) -> None:
+        """Record that the backend stored ``plan`` under ``checkpoint_id`` (the run's next save appends after it)."""
+        seg = plan.state
+        seg.chunks, seg.cache_done, seg.counts_done, seg.last_key, seg.message, seg.rest = plan.after
+        if plan.chunk is not None:
+            seg.marks.append((seg.cache_done, seg.counts_done))
+        self._segments[plan.log] = seg
+        self._remember(checkpoint_id, plan.refs, plan.sizes)
+
+    def forget(self, plan: DeltaSave) -> None:
+        """The backend refused ``plan`` (a segment is gone): the run's next save starts a new segment."""
+        self._segments.pop(plan.log, None)
+
+    def _remember(self, checkpoint_id: str, refs: list[list[Any]], sizes: tuple[int, int]) -> None:
+        self._known[checkpoint_id] = (refs, sizes)
+        self._known.move_to_end(checkpoint_id)
+        while len(self._known) > _KNOWN_HEADS:
+            self._known.popitem(last=False)
+
+    def assemble(self, checkpoint_id: str, body: str, references: str, chunks: list[list[str]]) -> WorkflowCheckpoint:
+        """Rebuild a checkpoint from its head and the chunks of its references (in reference order).
+
+        Args:
+            checkpoint_id: The checkpoint's id (for errors, and to continue its segments on a restore).
+            body: The stored head.
+            references: The stored references.
+            chunks: For each reference, its first ``count`` chunks, in order.
+
+        Returns:
+            The checkpoint core saved.
+
+        Raises:
+            WorkflowCheckpointException: The stored parts do not form a checkpoint, or a value
+                decodes to a type outside the allow-list.
+        """
+        try:
+            refs = json.loads(references)
+            head = json.loads(body)
+            cache: dict[str, Any] = {}
+            counts: dict[str, Any] = {}
+            message: Any = None
+            rest: dict[str, Any] | None = None
+            for texts in chunks:
+                last = ""
+                for text in texts:
+                    chunk = json.loads(text)
+                    keys: list[str] = []
+                    for shared, suffix, value in chunk.get("c", ()):
+                        last = last[:shared] + suffix
+                        cache[last] = value
+                        keys.append(last)
+                    numbers = chunk.get("n")
+                    if isinstance(numbers, list):
+                        counts.update(zip(keys, cast("list[Any]", numbers), strict=True))
+                    elif numbers:
+                        counts.update(cast("dict[str, Any]", numbers))
+                    if "m" in chunk:
+                        message = chunk["m"]
+                    if "h" in chunk:
+                        rest = chunk["h"]
+            if rest is None:
+                raise ValueError("no checkpoint fields in its chunks")
+            encoded = {**rest, **dict(zip(_HEAD, head, strict=True))}
+            encoded["state"] = {**rest["state"], STEP_CACHE: cache, STEP_COUNTS: counts, ORIGINAL_MESSAGE: message}
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise WorkflowCheckpointException(
+                f"Checkpoint {checkpoint_id} is incomplete or corrupted in storage and cannot be loaded."
+            ) from exc
+        checkpoint = WorkflowCheckpoint.from_dict(decode_value(encoded, self._allowed_types))
+        self._remember(checkpoint_id, refs, (len(cache), len(counts)))
+        return checkpoint
+
+
+def _shared_prefix(previous: str, key: str) -> int:
+    """Length of the common prefix of two keys (front coding)."""
+    limit = min(len(previous), len(key))
+    index = 0
+    while index < limit and previous[index] == key[index]:
+        index += 1
+    return index

@@ -1,0 +1,314 @@
+"""Long runs: N ``@step`` calls in one run, in core, in ours and in LangGraph's functional API.
+
+One batch workflow (review N documents, one ``@step`` / ``@task`` call each, the document ids as
+the run's input) is written twice: core's ``agent_framework.workflow`` / ``step`` (driven directly
+by ``core`` and through this package by ``ours``) and LangGraph's ``entrypoint`` / ``task``. Rows:
+
+* ``memory``: core and ours without checkpoint storage (the step cache lives in memory, for a
+  replay after a pause); LangGraph with ``InMemorySaver`` (without a checkpointer it keeps no task
+  results at all).
+* ``redis``: core and ours with ``RedisCheckpointStorage`` (this package's storage) on a real
+  ``redis-server`` the benchmark starts on a free loopback port (no persistence: memory only);
+  LangGraph with ``AsyncSqliteSaver`` (its durable saver here).
+* ``file``: core and ours with core's ``FileCheckpointStorage``; LangGraph with ``AsyncSqliteSaver``.
+
+Each N runs its sides interleaved (the order rotates every round), ``--repeats`` times; a side's
+figure is its best run. Columns: ``cpu us/step`` is process CPU time (``time.process_time``, all
+threads, so LangGraph's SQLite thread counts) divided by N, and with Redis the redis-server's CPU
+time (read from ``/proc``) is added, so the storage's server work counts too; ``wall s`` is the
+run's wall time; ``stored`` is what the run left in its storage: the Redis keys' ``MEMORY USAGE``,
+the checkpoint files' sizes, the SQLite file with its WAL; ``payload`` is the bytes of the values
+alone (Redis hash fields and list items; LangGraph's checkpoint, metadata and write blobs).
+Cells whose cost grows with N squared (core's step-cache check, and every checkpoint holding the
+whole cache) are skipped above ``--max-quadratic`` steps. There is no target: it exits 0.
+
+.. code-block:: bash
+
+    python benchmarks/bench_long_runs.py                      # several minutes on 2 cores
+    python benchmarks/bench_long_runs.py --sizes 50 1000      # a subset
+    python benchmarks/bench_long_runs.py --quick              # seconds; smoke test only
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gc
+import itertools
+import json
+import os
+import shutil
+import socket
+import sqlite3
+import subprocess
+import tempfile
+import time
+import uuid
+import warnings
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import agent_framework
+from agent_framework import FileCheckpointStorage, step
+
+import agent_framework_functional
+from agent_framework_functional import RedisCheckpointStorage
+
+warnings.filterwarnings("ignore")  # core's ExperimentalWarning
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+    from langgraph.func import entrypoint, task
+
+SIDES = ("core", "ours", "langgraph")
+ROWS = ("memory", "redis", "file")
+
+
+@step
+async def review(doc: str) -> dict[str, Any]:
+    return {"id": doc, "flagged": doc.endswith("7"), "summary": f"document {doc} reviewed"}
+
+
+async def batch(docs: list[str]) -> int:
+    flagged = 0
+    for doc in docs:
+        flagged += (await review(doc))["flagged"]
+    return flagged
+
+
+@task
+async def lg_review(doc: str) -> dict[str, Any]:
+    return {"id": doc, "flagged": doc.endswith("7"), "summary": f"document {doc} reviewed"}
+
+
+async def lg_batch(docs: list[str]) -> int:
+    flagged = 0
+    for doc in docs:
+        flagged += (await lg_review(doc))["flagged"]
+    return flagged
+
+
+CORE = agent_framework.workflow(batch)
+OURS = agent_framework_functional.workflow(batch)
+
+
+@dataclass
+class Measure:
+    """One run of one cell: CPU and wall seconds, and what it left in its storage."""
+
+    cpu: float  # seconds, process (+ redis-server)
+    wall: float
+    stored: int | None = None
+    payload: int | None = None
+
+
+# ---------------------------------------------------------------- redis-server
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def redis_server(folder: Path) -> Iterator[tuple[str, int]]:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise SystemExit("redis-server is not installed: run scripts/services/redis.sh.")
+    port = free_port()
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(folder)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5) as conn:
+                    conn.sendall(b"PING\r\n")
+                    if conn.recv(16).startswith(b"+PONG"):
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise SystemExit("redis-server did not start")
+            time.sleep(0.05)
+        yield f"redis://127.0.0.1:{port}/0", proc.pid
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def server_cpu(pid: int) -> float:
+    """CPU seconds (user + system) the redis-server process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def redis_bytes(url: str, namespace: str) -> tuple[int, int]:
+    """MEMORY USAGE of the namespace's keys, and the bytes of their values."""
+    import redis.asyncio as redis
+
+    client = redis.Redis.from_url(url)
+    stored = payload = 0
+    try:
+        async for key in client.scan_iter(f"{namespace}:*", count=1000):
+            stored += int(await client.memory_usage(key, samples=0) or 0)
+            kind = await client.type(key)
+            if kind == b"hash":
+                payload += sum(len(value) for value in (await client.hgetall(key)).values())
+            elif kind == b"list":
+                payload += sum(len(item) for item in await client.lrange(key, 0, -1))
+    finally:
+        await client.aclose()
+    return stored, payload
+
+
+def folder_bytes(folder: Path) -> int:
+    return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
+
+
+def folder_bytes_of(folder: Path, prefix: str) -> int:
+    return sum(path.stat().st_size for path in folder.glob(f"{prefix}*"))
+
+
+def sqlite_payload(path: Path) -> int:
+    with contextlib.closing(sqlite3.connect(path)) as con:
+        checkpoints = con.execute("select coalesce(sum(length(checkpoint) + length(metadata)), 0) from checkpoints")
+        writes = con.execute("select coalesce(sum(length(value)), 0) from writes")
+        return int(checkpoints.fetchone()[0]) + int(writes.fetchone()[0])
+
+
+# ---------------------------------------------------------------- one run per side and row
+
+
+async def timed(run: Callable[[], Awaitable[Any]], pid: int | None = None) -> Measure:
+    gc.collect()
+    server = server_cpu(pid) if pid else 0.0
+    cpu, wall = time.process_time(), time.perf_counter()
+    await run()
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    if pid:
+        cpu += server_cpu(pid) - server
+    return Measure(cpu, wall)
+
+
+async def run_one(side: str, row: str, docs: list[str], folder: Path, redis_url: str, redis_pid: int) -> Measure:
+    if side == "langgraph":
+        if row == "memory":
+            graph = entrypoint(checkpointer=InMemorySaver())(lg_batch)
+            config = {"configurable": {"thread_id": str(uuid.uuid4())}}
+            return await timed(lambda: graph.ainvoke(docs, config))
+        path = folder / f"lg-{uuid.uuid4().hex}.db"
+        async with AsyncSqliteSaver.from_conn_string(str(path)) as saver:
+            graph = entrypoint(checkpointer=saver)(lg_batch)
+            config = {"configurable": {"thread_id": "run"}}
+            measure = await timed(lambda: graph.ainvoke(docs, config))
+        measure.stored = folder_bytes_of(folder, path.name)
+        measure.payload = sqlite_payload(path)
+        return measure
+    definition = CORE if side == "core" else OURS
+    if row == "memory":
+        wf = definition.build()
+        return await timed(lambda: wf.run(docs))
+    if row == "file":
+        target = folder / f"{side}-{uuid.uuid4().hex}"
+        target.mkdir()
+        wf = definition.build(checkpoint_storage=FileCheckpointStorage(str(target)))
+        measure = await timed(lambda: wf.run(docs))
+        measure.stored = measure.payload = folder_bytes(target)
+        return measure
+    namespace = f"bench-{uuid.uuid4().hex[:12]}"
+    storage = RedisCheckpointStorage(redis_url, namespace=namespace)
+    try:
+        wf = definition.build(checkpoint_storage=storage)
+        measure = await timed(lambda: wf.run(docs), redis_pid)
+    finally:
+        await storage.aclose()
+    measure.stored, measure.payload = await redis_bytes(redis_url, namespace)
+    return measure
+
+
+def quadratic(side: str, row: str) -> bool:
+    """Cells whose cost grows with N squared: core's own check, and checkpoints that hold the whole cache."""
+    return side == "core" or (side == "ours" and row == "file")
+
+
+def fmt_bytes(value: int | None) -> str:
+    if value is None:
+        return "-"
+    for unit, size in (("MB", 1 << 20), ("KB", 1 << 10)):
+        if value >= size:
+            return f"{value / size:.1f} {unit}"
+    return f"{value} B"
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[50, 200, 1000, 5000])
+    parser.add_argument("--repeats", type=int, default=3, help="runs per cell; the best counts (default 3)")
+    parser.add_argument("--max-quadratic", type=int, default=1000, help="skip quadratic cells above this N")
+    parser.add_argument("--rows", nargs="+", choices=ROWS, default=list(ROWS))
+    parser.add_argument("--quick", action="store_true", help="N = 5 and 20, one run each (smoke test)")
+    args = parser.parse_args()
+    if args.quick:
+        args.sizes, args.repeats = [5, 20], 1
+    print(
+        f"agent-framework-core {agent_framework.__version__}; repeats={args.repeats}; best run per cell; "
+        f"cpu = process CPU (+ redis-server CPU on the redis row) per step"
+    )
+    with tempfile.TemporaryDirectory() as tmp, redis_server(Path(tmp)) as (redis_url, redis_pid):
+        folder = Path(tmp)
+        results: dict[tuple[str, str, int], Measure] = {}
+        for n in args.sizes:
+            docs = [f"doc-{index:05d}" for index in range(n)]
+            cells = [(side, row) for row in args.rows for side in SIDES]
+            cells = [cell for cell in cells if not (quadratic(*cell) and n > args.max_quadratic)]
+            for round_index in range(args.repeats):
+                shift = round_index % len(cells)
+                for side, row in itertools.chain(cells[shift:], cells[:shift]):
+                    measure = await run_one(side, row, docs, folder, redis_url, redis_pid)
+                    best = results.get((side, row, n))
+                    if best is None or measure.cpu < best.cpu:
+                        if best is not None and measure.stored is None:
+                            measure.stored, measure.payload = best.stored, best.payload
+                        results[side, row, n] = measure
+        report(results, args)
+
+
+def report(results: dict[tuple[str, str, int], Measure], args: argparse.Namespace) -> None:
+    head = f"{'row':7}{'N':>6}  {'side':10}{'cpu us/step':>12}{'wall s':>9}{'stored':>11}{'payload':>11}"
+    print(head + f"{'ours/core':>11}{'ours/lg':>9}")
+    for row in args.rows:
+        for n in args.sizes:
+            ours = results.get(("ours", row, n))
+            for side in SIDES:
+                measure = results.get((side, row, n))
+                if measure is None:
+                    print(f"{row:7}{n:>6}  {side:10}{'skipped (quadratic; --max-quadratic)':>43}")
+                    continue
+                line = f"{row:7}{n:>6}  {side:10}{measure.cpu / n * 1e6:>12.1f}{measure.wall:>9.2f}"
+                line += f"{fmt_bytes(measure.stored):>11}{fmt_bytes(measure.payload):>11}"
+                if side == "ours":
+                    core, lg = results.get(("core", row, n)), results.get(("langgraph", row, n))
+                    line += f"{ours.cpu / core.cpu:>11.3f}" if ours and core else f"{'-':>11}"
+                    line += f"{ours.cpu / lg.cpu:>9.3f}" if ours and lg else f"{'-':>9}"
+                print(line)
+    print("linearity (cpu per step at the largest N over the smallest), ours:")
+    small, large = min(args.sizes), max(args.sizes)
+    for row in args.rows:
+        first, last = results.get(("ours", row, small)), results.get(("ours", row, large))
+        if first and last:
+            print(f"  {row:7} {last.cpu / large / (first.cpu / small):.3f}")
+    print(json.dumps({"sizes": args.sizes, "repeats": args.repeats}))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,185 @@
+"""Long runs on ``RedisCheckpointStorage``: each step result stored once, every checkpoint read back as core wrote it.
+
+A 1,000-step run that pauses, its response-only resume, and a restore from a checkpoint in the
+middle, on a real redis-server: every checkpoint core saved loads back equal to what core handed to
+``save`` (compared through core's encoding); the step cache entries stored across all segments are
+exactly the run's step calls (each stored once, the resume's segment continuing the pause's); core
+used directly on the same storage stores whole checkpoints, as before; deleting checkpoints frees
+their segments once nothing references them; a segment lost meanwhile (expired) is rewritten whole.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import agent_framework
+import pytest
+import redis.asyncio as aioredis
+from agent_framework import RunContext, WorkflowCheckpoint, step
+from agent_framework._workflows._checkpoint_encoding import encode_checkpoint_value
+from durable_support import RedisServer
+
+from agent_framework_functional import RedisCheckpointStorage, workflow
+
+STEPS = 1000
+
+
+@step
+async def review(doc: str) -> dict[str, Any]:
+    return {"id": doc, "flagged": doc.endswith("7"), "summary": f"document {doc} reviewed"}
+
+
+async def batch(docs: list[str], ctx: RunContext) -> int:
+    flagged = sum([(await review(doc))["flagged"] for doc in docs])
+    answer = await ctx.request_info({"flagged": flagged}, response_type=str)
+    for doc in docs[:5]:
+        await review(f"{doc}:{answer}")
+    return flagged
+
+
+class Tee:
+    """Keeps a deep copy of the checkpoints core saves at the chosen positions, then saves them."""
+
+    def __init__(self, inner: RedisCheckpointStorage, keep: Callable[[int], bool]) -> None:
+        self.inner, self.keep, self.count = inner, keep, 0
+        self.kept: list[WorkflowCheckpoint] = []
+        self.ids: list[str] = []
+
+    async def save(self, checkpoint: WorkflowCheckpoint) -> str:
+        if self.keep(self.count):
+            self.kept.append(copy.deepcopy(checkpoint))
+        self.count += 1
+        self.ids.append(checkpoint.checkpoint_id)
+        return await self.inner.save(checkpoint)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def _canonical(checkpoint: WorkflowCheckpoint) -> str:
+    return json.dumps(encode_checkpoint_value(checkpoint.to_dict()), sort_keys=True, default=str)
+
+
+@pytest.fixture
+def redis_url(redis_servers: Callable[..., RedisServer]) -> str:
+    return redis_servers("--appendonly", "no", "--save", "").url
+
+
+@pytest.fixture
+async def client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
+    opened = aioredis.Redis.from_url(redis_url)
+    yield opened
+    await opened.aclose()
+
+
+async def _stored_entries(client: aioredis.Redis, namespace: str) -> tuple[int, int]:
+    """(step-cache entries in all segments, number of segments) under ``namespace``."""
+    entries = segments = 0
+    async for key in client.scan_iter(f"{namespace}:segment:*"):
+        segments += 1
+        for chunk in await client.lrange(key, 0, -1):
+            entries += len(json.loads(chunk).get("c", []))
+    return entries, segments
+
+
+async def test_a_thousand_step_run_stores_each_result_once_and_reads_back_what_core_wrote(
+    redis_url: str, client: aioredis.Redis
+) -> None:
+    namespace = f"long-{uuid.uuid4().hex}"
+    storage = RedisCheckpointStorage(redis_url, namespace=namespace)
+    tee = Tee(storage, keep=lambda index: index % 97 == 0 or index >= STEPS - 2)
+    try:
+        wf = workflow(keep_checkpoints=True)(batch).build(checkpoint_storage=tee)  # type: ignore[arg-type]
+        docs = [f"doc-{index:04d}" for index in range(STEPS)]
+        paused = await wf.run(docs)
+        assert wf.pending_request_ids
+        done = await wf.run(
+            responses=dict.fromkeys(wf.pending_request_ids, "ok"), continuation_token=paused.continuation_token
+        )
+        assert done.get_outputs() == [sum(doc.endswith("7") for doc in docs)]
+        assert len(tee.ids) == STEPS + 1 + 5 + 1  # a checkpoint per step, the pause, and the end
+        for saved in tee.kept:
+            assert _canonical(await storage.load(saved.checkpoint_id)) == _canonical(saved)
+        entries, segments = await _stored_entries(client, namespace)
+        assert (entries, segments) == (STEPS + 5, 2)  # each result once; the resume continues the pause's segment
+
+        # Restore from a checkpoint in the middle on a fresh instance: core's replay, one more segment.
+        middle = tee.ids[STEPS // 2]
+        restored = (
+            await workflow(keep_checkpoints=True)(batch).build(checkpoint_storage=storage).run(checkpoint_id=middle)
+        )
+        assert restored.get_final_state().name == "IDLE_WITH_PENDING_REQUESTS"
+        entries, segments = await _stored_entries(client, namespace)
+        assert (entries, segments) == (STEPS + 5 + (STEPS - STEPS // 2 - 1), 3)
+    finally:
+        await storage.aclose()
+
+
+async def test_core_used_directly_on_the_same_storage_stores_whole_checkpoints(
+    redis_url: str, client: aioredis.Redis
+) -> None:
+    namespace = f"core-{uuid.uuid4().hex}"
+    storage = RedisCheckpointStorage(redis_url, namespace=namespace)
+    try:
+        core = agent_framework.workflow(batch).build(checkpoint_storage=storage)
+        await core.run([f"d{index}" for index in range(5)])
+        ids = await storage.list_checkpoint_ids(workflow_name="batch")
+        assert len(ids) == 6
+        for checkpoint_id in ids:
+            fields = await client.hgetall(f"{namespace}:checkpoint:{checkpoint_id}")
+            assert b"segments" not in fields
+            assert len(json.loads(fields[b"body"])["state"]["_step_cache"]) <= 5
+        assert await _stored_entries(client, namespace) == (0, 0)
+        last = (await storage.list_checkpoints(workflow_name="batch"))[-1]
+        assert len(last.state["_step_cache"]) == 5
+    finally:
+        await storage.aclose()
+
+
+async def test_deleting_checkpoints_frees_a_segment_once_nothing_references_it(
+    redis_url: str, client: aioredis.Redis
+) -> None:
+    namespace = f"del-{uuid.uuid4().hex}"
+    storage = RedisCheckpointStorage(redis_url, namespace=namespace)
+    try:
+        await (
+            workflow(keep_checkpoints=True)(batch)
+            .build(checkpoint_storage=storage)
+            .run([f"d{index}" for index in range(4)])
+        )
+        ids = await storage.list_checkpoint_ids(workflow_name="batch")
+        assert len(ids) == 5
+        for checkpoint_id in ids[:-1]:
+            assert await storage.delete(checkpoint_id)
+        assert (await _stored_entries(client, namespace))[1] == 1
+        last = await storage.load(ids[-1])
+        assert len(last.state["_step_cache"]) == 4
+        assert await storage.delete(ids[-1])
+        assert not await storage.delete(ids[-1])
+        assert [key async for key in client.scan_iter(f"{namespace}:seg*")] == []
+    finally:
+        await storage.aclose()
+
+
+async def test_a_segment_lost_meanwhile_is_written_again_whole(redis_url: str, client: aioredis.Redis) -> None:
+    namespace = f"lost-{uuid.uuid4().hex}"
+    storage = RedisCheckpointStorage(redis_url, namespace=namespace)
+    try:
+        wf = workflow(keep_checkpoints=True)(batch).build(checkpoint_storage=storage)
+        paused = await wf.run([f"d{index}" for index in range(6)])
+        [segment] = [key async for key in client.scan_iter(f"{namespace}:segment:*")]
+        await client.delete(segment)  # as if it expired while the pause waited
+        done = await wf.run(
+            responses=dict.fromkeys(wf.pending_request_ids, "ok"), continuation_token=paused.continuation_token
+        )
+        assert done.get_final_state().name == "IDLE"
+        latest = await storage.get_latest(workflow_name="batch")
+        assert latest is not None
+        assert len(latest.state["_step_cache"]) == 6 + 5
+        assert latest.state["_original_message"] == [f"d{index}" for index in range(6)]
+    finally:
+        await storage.aclose()
