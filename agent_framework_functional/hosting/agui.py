@@ -115,13 +115,18 @@ def _refuse(detail: str) -> HTTPException:
     return HTTPException(status_code=400, detail=detail)
 
 
-def check_request(body: Any, agent: FunctionalWorkflowAgent, scope: str) -> None:
+async def check_request(
+    body: Any, agent: FunctionalWorkflowAgent, scope: str, snapshot_store: AGUIThreadSnapshotStore
+) -> None:
     """Refuse (``HTTPException`` 400) what AG-UI would let through and break a paused thread; read-only.
 
-    Client ``state`` naming the package's session key; on a thread with a pending pause, a resume entry for an
-    interrupt that is not pending, a resolved entry without a boolean ``approved``, or an answer that does not
-    convert to its request's ``response_type`` (the detail names the field). AG-UI would otherwise claim the
-    interrupt and the agent refuse it, leaving the interrupt's outcome unknown and the thread stuck.
+    Client ``state`` naming the package's session key; a resume entry for an interrupt that is not pending
+    (also when the thread's pause was already answered: AG-UI would run the resent transcript as a new turn,
+    and the same answer sent once more would approve that new pause); a resolved entry without a boolean
+    ``approved``; or an answer that does not convert to its request's ``response_type`` (the detail names the
+    field). AG-UI would otherwise claim the interrupt and the agent refuse it, leaving the interrupt's outcome
+    unknown and the thread stuck. When this process holds nothing for the thread (a restart, another worker),
+    the thread's snapshot says which interrupts are open.
     """
     if not isinstance(body, dict):
         return
@@ -139,7 +144,19 @@ def check_request(body: Any, agent: FunctionalWorkflowAgent, scope: str) -> None
     session = AgentSession(session_id=_session_id_for_thread(scope=scope, thread_id=thread_id))
     pending = agent.pending_requests_for(session)
     if not pending:
-        return  # nothing held in this process: AG-UI and the agent decide (a restart, another worker)
+        snapshot = await snapshot_store.get(scope=scope, thread_id=thread_id)
+        open_ids: set[str] = set()
+        if snapshot is not None:
+            open_ids = {str(i.get("id")) for i in snapshot.interrupt or []}
+        for entry in entries:
+            interrupt_id = entry.get("interruptId", entry.get("interrupt_id", entry.get("id")))
+            if interrupt_id not in open_ids:
+                raise _refuse(
+                    f"Interrupt {interrupt_id!r} is not pending on this thread (already answered, or never raised); "
+                    "nothing was run. Read the thread's latest run (its RUN_FINISHED) before answering, and send "
+                    "new input as a run without 'resume'."
+                )
+        return  # open in the thread's snapshot: the agent decides (it holds the pause's token in the session)
     for entry in entries:
         interrupt_id = entry.get("interruptId", entry.get("interrupt_id", entry.get("id")))
         if not isinstance(interrupt_id, str) or interrupt_id not in pending:
@@ -287,7 +304,7 @@ def agui_endpoint(
             body = json.loads(await request.body())
         except (ValueError, RecursionError):
             return  # FastAPI has refused it already
-        check_request(body, agent, scope)
+        await check_request(body, agent, scope, snapshot_store)
 
     add_agent_framework_fastapi_endpoint(
         app,

@@ -49,6 +49,25 @@ def test_client_state_naming_the_session_key_is_refused_and_the_honest_resume_wo
     assert DEPLOYS[target] == 1
 
 
+def test_a_resume_resent_after_it_was_answered_runs_nothing(base: str, http: httpx.Client) -> None:
+    """The defect: once a pause was answered, the same resume sent again (a double click, a retry loop) passed the
+    guard (nothing pending here), AG-UI ran the resent transcript as a new turn that paused again with the same id,
+    and the next resend approved it: the gated step ran twice. Now a resume for an interrupt the thread no longer
+    has is a 400 that runs nothing, and new input still starts a fresh turn."""
+    thread = Thread(http, f"{base}/agent")
+    target = f"deploy once {thread.thread_id}"
+    thread.say(target)
+    resume = thread.resume()
+    assert text_of(thread.run(resume=resume)) == f"deployed: {target}"
+    for _ in range(3):
+        assert "not pending on this thread" in thread.refused(400, resume=resume)
+    assert DEPLOYS[target] == 1
+    thread.say(f"{target} again")
+    assert [i["id"] for i in thread.interrupts] == ["auto::0"]  # a fresh pause, answered as usual
+    assert text_of(thread.answer()) == f"deployed: {target} again"
+    assert DEPLOYS[target] == 1
+
+
 def test_agui_merge_cannot_touch_the_session_key_of_the_agents_view(base: str, http: httpx.Client) -> None:
     """Below the request guard, the agent's AG-UI view names the key as server-owned (a context provider's
     ``source_id``), so AG-UI's own merge of client state skips it: on raw AG-UI with the view, the forged state
