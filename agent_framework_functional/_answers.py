@@ -25,7 +25,7 @@ from ._errors import ResponseMismatchError
 
 _MAX_ERRORS = 3  # field errors named in a message (a 10 MB answer must not make a 10 MB message)
 _MAX_LOC_PART = 40  # characters of one field name in a path
-_MAX_LITERAL = 1_000_000  # characters of a Python-literal answer worth parsing
+_MAX_LITERAL = 16_384  # characters of a Python-literal answer worth parsing (ast runs on the event loop)
 
 
 @functools.lru_cache(maxsize=512)

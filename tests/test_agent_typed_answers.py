@@ -216,3 +216,16 @@ def test_response_schema_of_a_type_pydantic_cannot_describe_is_none() -> None:
     assert first is not None
     first["title"] = "changed"
     assert response_schema(Draft) == TypeAdapter(Draft).json_schema()  # a fresh copy each time
+
+
+def test_a_long_python_literal_answer_is_not_parsed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bracketed non-JSON answer is read as a Python literal only while short: ``ast`` is slow on big text and
+    runs on the event loop, so a near-1 MB answer stalled every other request for seconds (from a breaker run)."""
+    from agent_framework_functional import _answers
+
+    assert _answers.parse_json_text("[1, 2,]", list[int]) == [1, 2]  # short: core's repr of a list still reads
+    monkeypatch.setattr(_answers.ast, "literal_eval", lambda _text: pytest.fail("a long literal was parsed"))
+    long_text = "[" + "0," * 20_000 + "]"  # not JSON (trailing comma), 40 KB
+    assert _answers.parse_json_text(long_text, list[int]) == long_text
+    with pytest.raises(ResponseMismatchError):
+        _answers.convert_answer(long_text, list[int], "auto::0")
