@@ -120,7 +120,9 @@ async def check_request(
 ) -> None:
     """Refuse (``HTTPException`` 400) what AG-UI would let through and break a paused thread; read-only.
 
-    Client ``state`` naming the package's session key; a resume entry for an interrupt that is not pending
+    Client ``state`` naming the package's session key; a resume entry that is not ``resolved`` (a cancelled
+    interrupt never reaches the workflow, which stays paused, and AG-UI then refuses every later request on
+    the thread); a resume entry for an interrupt that is not pending
     (also when the thread's pause was already answered: AG-UI would run the resent transcript as a new turn,
     and the same answer sent once more would approve that new pause); a resolved entry without a boolean
     ``approved``; or an answer that does not convert to its request's ``response_type`` (the detail names the
@@ -141,6 +143,13 @@ async def check_request(
     thread_id = request.get("threadId", request.get("thread_id"))
     if not entries or not isinstance(thread_id, str):
         return
+    for entry in entries:
+        if entry.get("status", "resolved") != "resolved":
+            raise _refuse(
+                "Only status 'resolved' is accepted: a cancelled interrupt never reaches the workflow, which stays "
+                "paused, and the thread then accepts nothing. Decline a bool request with "
+                "{'approved': false}, or answer the request; its owner can abandon the pause."
+            )
     session = AgentSession(session_id=_session_id_for_thread(scope=scope, thread_id=thread_id))
     pending = agent.pending_requests_for(session)
     if not pending:
@@ -163,8 +172,6 @@ async def check_request(
             raise _refuse(
                 f"Interrupt {interrupt_id!r} is not pending on this thread; resume one of {sorted(pending)!r}."
             )
-        if entry.get("status", "resolved") != "resolved":
-            continue
         payload = entry.get("payload")
         if not isinstance(payload, dict) or not isinstance(cast(dict[str, Any], payload).get("approved"), bool):
             raise _refuse(

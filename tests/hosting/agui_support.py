@@ -173,10 +173,6 @@ class Thread:
         detail = reply.json().get("detail")
         return detail if isinstance(detail, str) else json.dumps(detail)
 
-    def cancel(self) -> list[dict[str, Any]]:
-        assert self.interrupts, "nothing to cancel"
-        return self.run(resume=[{"interruptId": i["id"], "status": "cancelled"} for i in self.interrupts])
-
 
 def text_of(events: list[dict[str, Any]]) -> str:
     return "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")

@@ -67,13 +67,15 @@ def test_a_bool_request_also_takes_a_typed_answer(base: str, http: httpx.Client)
     assert text_of(thread.answer(answer=False)) == "not deployed: deploy typed"
 
 
-def test_cancelled_resume_never_reaches_the_agent(base: str, http: httpx.Client) -> None:
-    """Host behaviour: ``status: "cancelled"`` makes AG-UI drop its interrupt and finish the run without
-    calling the agent, so the workflow gets no answer (decline with ``{"approved": false}`` instead)."""
+def test_a_cancelled_resume_is_refused_and_the_pause_stays_answerable(base: str, http: httpx.Client) -> None:
+    """The defect: ``status: "cancelled"`` made AG-UI drop its interrupt and finish the run without calling the
+    agent; the workflow stayed paused and every later request on the thread failed (new text, a decline, a resend).
+    Now the cancel is a 400 that touches nothing, and the decline it points to works."""
     thread = Thread(http, f"{base}/agent")
     thread.say("deploy prod")
-    assert [e["type"] for e in thread.cancel()] == ["RUN_STARTED", "RUN_FINISHED"]
-    assert thread.interrupts == []
+    detail = thread.refused(400, resume=[{"interruptId": i["id"], "status": "cancelled"} for i in thread.interrupts])
+    assert "approved" in detail and "cancelled" in detail
+    assert text_of(thread.answer(approved=False)) == "not deployed: deploy prod"
 
 
 def test_two_approvals_in_one_run(base: str, http: httpx.Client) -> None:
