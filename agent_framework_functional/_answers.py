@@ -115,7 +115,8 @@ def convert_answer(value: Any, response_type: Any, request_id: str) -> Any:
         request_id: The request's id (named in the error).
 
     Returns:
-        ``value`` when core's rule accepts it, else pydantic's validated value (an instance core accepts).
+        ``value`` when core's rule accepts it, else pydantic's validated value (an instance core accepts). A
+        ``bool`` request takes only ``True`` / ``False``: an approval is never inferred from text or numbers.
 
     Raises:
         ResponseMismatchError: The value fits neither; the message names each failing field path
@@ -125,8 +126,9 @@ def convert_answer(value: Any, response_type: Any, request_id: str) -> Any:
         return value
     if response_fits(value, response_type, request_id):
         return value
-    adapter = _adapter(response_type)
-    details = ""
+    # An approval is never inferred: pydantic would take "yes", "off", 1 or 0.0 for a bool (only true / false do).
+    adapter = None if response_type is bool else _adapter(response_type)
+    details = ": only true or false answers a bool request" if response_type is bool else ""
     if adapter is not None:
         try:
             converted = adapter.validate_python(value)

@@ -142,7 +142,7 @@ WRONG: list[tuple[Any, Any, str]] = [
     (Color, "blue", "Input should be 'red' or 'green'"),
     (Literal["ship", "hold"], "sink", "Input should be 'ship' or 'hold'"),
     (int, "three", "Input should be a valid integer"),
-    (bool, "perhaps", "Input should be a valid boolean"),
+    (bool, "perhaps", "only true or false answers a bool request"),
     (Draft, None, "not a Draft"),
 ]
 
@@ -229,3 +229,15 @@ def test_a_long_python_literal_answer_is_not_parsed(monkeypatch: pytest.MonkeyPa
     assert _answers.parse_json_text(long_text, list[int]) == long_text
     with pytest.raises(ResponseMismatchError):
         _answers.convert_answer(long_text, list[int], "auto::0")
+
+
+@pytest.mark.parametrize("answer", ["yes", "off", "true", 1, 0.0, "1", "no"])
+def test_a_bool_request_takes_only_true_or_false(answer: Any) -> None:
+    """An approval is never inferred: pydantic's lax rules would read ``"yes"``, ``"off"``, ``1`` or ``0.0`` as a
+    bool (a breaker run approved a deploy with ``"yes"``); only ``True`` / ``False`` answer a bool request."""
+    from agent_framework_functional import _answers
+
+    with pytest.raises(ResponseMismatchError, match="only true or false"):
+        _answers.convert_answer(answer, bool, "auto::0")
+    assert _answers.convert_answer(True, bool, "auto::0") is True
+    assert _answers.convert_answer(_answers.parse_json_text("false", bool), bool, "auto::0") is False
