@@ -91,7 +91,7 @@ class CheckpointSealer:
     Raises:
         ValueError: No keys, a bad key id, a key shorter than 32 bytes, or ``signing_key_id``
             missing (several keys) or not in ``keys``.
-        TypeError: A key is not ``bytes``.
+        TypeError: ``keys`` is not a mapping (a list of pairs, say), or a key is not ``bytes``.
         ImportError: ``encrypt=True`` without the ``cryptography`` package.
 
     Examples:
@@ -104,6 +104,11 @@ class CheckpointSealer:
     __slots__ = ("_aead", "_encrypt", "_keys", "_signing_id")
 
     def __init__(self, keys: Mapping[str, bytes], *, signing_key_id: str | None = None, encrypt: bool = False) -> None:
+        if not isinstance(keys, Mapping):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(
+                f"CheckpointSealer takes a mapping of key id -> key, not {type(keys).__name__}: "
+                "CheckpointSealer({'key-id': secrets.token_bytes(32)})."
+            )
         if not keys:
             raise ValueError("CheckpointSealer needs at least one key: {'key-id': secrets.token_bytes(32)}.")
         derived: dict[bytes, tuple[bytes, bytes]] = {}

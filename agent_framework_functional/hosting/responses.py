@@ -64,8 +64,10 @@ def _refusal(exc: BaseException, request: ResponsesRequest | None = None) -> _Re
 
 
 def _answer_param(exc: ResponseMismatchError, request: ResponsesRequest | None) -> str:
-    """The input field of the answer the agent refused: the one its message names, or the only one."""
+    """The input field of the answer the agent refused: the one it names, or the only one."""
     fields: Mapping[str, str] = request.answer_params if request is not None else {}
+    if exc.request_id is not None and exc.request_id in fields:
+        return fields[exc.request_id]
     named = [field for request_id, field in fields.items() if repr(request_id) in str(exc)]
     if len(named) == 1:
         return named[0]

@@ -180,6 +180,7 @@ def test_keys_rotate_one_signs_every_one_verifies() -> None:
         ({}, {}, ValueError, "at least one key"),
         ({"k": b"short"}, {}, ValueError, "32 bytes"),
         ({"k": "text" * 10}, {}, TypeError, "bytes"),
+        ([("k", KEY_A)], {}, TypeError, "mapping of key id"),
         ({"bad id": KEY_A}, {}, ValueError, "Key ids"),
         ({"a": KEY_A, "b": KEY_B}, {}, ValueError, "signing_key_id"),
         ({"a": KEY_A}, {"signing_key_id": "b"}, ValueError, "signing_key_id"),
