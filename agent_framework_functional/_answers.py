@@ -143,7 +143,8 @@ def convert_answer(value: Any, response_type: Any, request_id: str) -> Any:
     raise ResponseMismatchError(
         f"The answer to request {request_id!r} is not a {name} and cannot be converted to {name}{details}. "
         "Resume again with a value of that type (its JSON Schema is the request's response_schema); the "
-        "continuation is still pending."
+        "continuation is still pending.",
+        request_id=request_id,
     )
 
 

@@ -238,12 +238,14 @@ def answers_to_responses(answers: Sequence[Content], pending: Mapping[str, Workf
             raise ResponseMismatchError(
                 f"A {answer.type} content in the input does not answer a pending request (its {key} must be "
                 f"one of {sorted(pending)!r}). The continuation is still pending: resend the answers with "
-                "those ids."
+                "those ids.",
+                request_id=request_id or None,
             )
         if request_id in responses:
             raise ResponseMismatchError(
                 f"The input answers request {request_id!r} more than once; send one answer per request. "
-                "The continuation is still pending."
+                "The continuation is still pending.",
+                request_id=request_id,
             )
         responses[request_id] = _answer_value(answer, request_id, pending[request_id].response_type)
     return responses
@@ -258,7 +260,8 @@ def _answer_value(answer: Content, request_id: str, response_type: Any) -> Any:
         raise ResponseMismatchError(
             f"Request {request_id!r} expects a {type_name(response_type)}, which an approval cannot give. "
             f"Answer it with a function_result content (call_id={request_id!r}) whose result is the value. "
-            "The continuation is still pending."
+            "The continuation is still pending.",
+            request_id=request_id,
         )
     if response_type is Content:
         return answer

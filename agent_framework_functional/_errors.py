@@ -110,6 +110,10 @@ class ResponseMismatchError(FunctionalWorkflowError, ValueError):
 
     Args:
         message: What does not fit and how to fix it.
+
+    Keyword Args:
+        request_id: The id the refused answer carries, when one answer is at fault (kept as
+            ``request_id``, so a host can point at the input field that holds it).
     """
 
     def __init__(
@@ -118,8 +122,11 @@ class ResponseMismatchError(FunctionalWorkflowError, ValueError):
             "The answers do not fit the pending requests. Key each answer by a pending request id, with a value "
             "of the request's response_type; the continuation is still pending."
         ),
+        *,
+        request_id: str | None = None,
     ) -> None:
         super().__init__(message)
+        self.request_id = request_id
 
 
 class PendingContinuationError(FunctionalWorkflowError, RuntimeError):

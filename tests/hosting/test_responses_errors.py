@@ -149,6 +149,13 @@ DEEP_OUTPUT = "[" * 200_000 + "]" * 200_000
 HOSTILE_BODIES: dict[str, tuple[dict[str, Any], int, str, str | None]] = {
     # name: (body added to the conversation's head, status, error code, param)
     "unknown request id": ({"input": [approve("auto::9")]}, 400, "answer_mismatch", "input[0]"),
+    # The refused answer is the second item, though the message also names the valid first one's id.
+    "a valid answer, then an unknown one": (
+        {"input": [approve("auto::0"), approve("auto::9")]},
+        400,
+        "answer_mismatch",
+        "input[1]",
+    ),
     "approval that is not a bool": (
         {"input": [{"type": "mcp_approval_response", "approval_request_id": "auto::0", "approve": "yes"}]},
         400,
