@@ -18,6 +18,7 @@ from agent_framework import AgentResponse, AgentResponseUpdate, AgentSession, Re
 from agent_framework_hosting_responses import create_response_id, responses_from_run, responses_from_streaming_run
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.requests import ClientDisconnect
 
 from .._agent import FunctionalWorkflowAgent
 from .._errors import (
@@ -152,12 +153,15 @@ class _ResponsesHost:
         limit = self.max_body_bytes
         chunks: list[bytes] = []
         size = 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit * _DRAIN_FACTOR:
-                break
-            if size <= limit:
-                chunks.append(chunk)
+        try:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit * _DRAIN_FACTOR:
+                    break
+                if size <= limit:
+                    chunks.append(chunk)
+        except ClientDisconnect:  # hung up before the body ended: nothing was read, nothing to run or log
+            raise _Refusal(400, "client_disconnected", "The client closed the connection before the body ended.")
         if size > limit:
             raise _Refusal(413, "body_too_large", f"The request body is larger than {limit} bytes.")
         return b"".join(chunks)

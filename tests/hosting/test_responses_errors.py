@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
+import logging
 import subprocess
 import sys
 import threading
@@ -351,3 +352,28 @@ def test_scope_keeps_each_callers_conversations_apart(serve: Any, http: httpx.Cl
 def test_bad_settings_are_refused_at_the_call(options: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match=next(iter(options))):
         responses_app(deployer.build().as_agent(name="deployer"), **options)
+
+
+def test_a_client_that_hangs_up_inside_its_body_is_not_a_server_error(
+    serve: Any, http: httpx.Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A body cut short by a hang-up (Content-Length promised more) ran nothing and logged no error: the route read
+    starlette's ``ClientDisconnect`` as a failed session store, a 500 with a traceback in the server log."""
+    import socket
+    import time
+
+    client = serve_agent(serve, http, deployer)
+    head = {"conversation": "conv_truncated"}
+    client.call({**head, "input": "truncated"})
+    port = int(client.url.split(":")[2].split("/")[0])
+    with caplog.at_level(logging.ERROR):
+        with socket.create_connection(("127.0.0.1", port)) as raw:
+            raw.sendall(
+                b"POST /v1/responses HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                b"Content-Length: 5000\r\n\r\n" + json.dumps({**head, "input": [approve("auto::0")]}).encode()[:20]
+            )
+            time.sleep(0.2)
+        time.sleep(0.5)  # let the server notice the hang-up and finish the request
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == [], [r.getMessage() for r in caplog.records]
+    assert DEPLOYS["truncated"] == 0
+    assert text_of(client.call({**head, "input": [approve("auto::0")]})) == "deployed: truncated"
