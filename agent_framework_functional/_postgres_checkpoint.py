@@ -286,9 +286,18 @@ class PostgresCheckpointStorage:
         checkpoints: list[WorkflowCheckpoint] = []
         for checkpoint_id, body in await self._db.run("checkpoint list", rows):
             try:
-                checkpoints.append(self._open(str(checkpoint_id), bytes(body)))
+                checkpoint = self._open(str(checkpoint_id), bytes(body))
             except WorkflowCheckpointException as exc:
                 logger.warning("Skipping checkpoint %s of workflow %s: %s", checkpoint_id, workflow_name, exc)
+                continue
+            if checkpoint.workflow_name == workflow_name:  # as core's FileCheckpointStorage: the body decides
+                checkpoints.append(checkpoint)
+            else:
+                logger.warning(
+                    "Skipping checkpoint %s: filed under %s, it belongs to another workflow",
+                    checkpoint_id,
+                    workflow_name,
+                )
         return checkpoints
 
     def _open(self, checkpoint_id: str, body: bytes) -> WorkflowCheckpoint:

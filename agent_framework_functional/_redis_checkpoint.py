@@ -249,9 +249,18 @@ class RedisCheckpointStorage:
         checkpoints: list[WorkflowCheckpoint] = []
         for checkpoint_id, raw, segments in await self._bodies(workflow_name):
             try:
-                checkpoints.append(await self._materialize(checkpoint_id, raw, segments))
+                checkpoint = await self._materialize(checkpoint_id, raw, segments)
             except WorkflowCheckpointException as exc:
                 logger.warning("Skipping checkpoint %s of workflow %s: %s", checkpoint_id, workflow_name, exc)
+                continue
+            if checkpoint.workflow_name == workflow_name:  # as core's FileCheckpointStorage: the body decides
+                checkpoints.append(checkpoint)
+            else:
+                logger.warning(
+                    "Skipping checkpoint %s: filed under %s, it belongs to another workflow",
+                    checkpoint_id,
+                    workflow_name,
+                )
         return checkpoints
 
     async def delete(self, checkpoint_id: str) -> bool:

@@ -269,3 +269,20 @@ async def test_a_sealed_body_is_bound_to_its_id_and_needs_the_key(storage_backen
     finally:
         await sealed.aclose()  # type: ignore[attr-defined]
         await plain.aclose()  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("storage_backend", PLANTABLE, indirect=True)
+async def test_a_checkpoint_of_another_workflow_filed_under_this_one_is_not_listed(
+    storage_backend: StorageBackend, checkpoint_storage: CheckpointStorage
+) -> None:
+    """``list_checkpoints(workflow_name=X)`` returns only X's checkpoints, as core's ``FileCheckpointStorage`` does
+    (it filters on the decoded checkpoint): an intact checkpoint of workflow Y filed in X's index is skipped, so a
+    restore of X never starts from Y's state."""
+    assert storage_backend.plant is not None
+    good = _checkpoint()
+    await checkpoint_storage.save(good)
+    foreign = _checkpoint("other")
+    storage_backend.plant(foreign.checkpoint_id, "wf", json.dumps(encode_checkpoint_value(foreign.to_dict())).encode())
+    assert await checkpoint_storage.list_checkpoint_ids(workflow_name="wf") == [good.checkpoint_id]
+    latest = await checkpoint_storage.get_latest(workflow_name="wf")
+    assert latest is not None and latest.workflow_name == "wf"
