@@ -210,6 +210,10 @@ class SQLiteSessionStore(BoundedSessionStore):
         """Delete the expired rows and trim to ``max_entries`` now; return how many were deleted."""
         return await self.records.purge()
 
-    async def aclose(self) -> None:
+    def close(self) -> None:
         """Close the database connection (idempotent); the store cannot be used afterwards."""
-        await asyncio.to_thread(self.records.close)
+        self._sqlite.close()
+
+    async def aclose(self) -> None:
+        """Close the database connection without blocking the event loop; see :meth:`close`."""
+        await asyncio.to_thread(self._sqlite.close)

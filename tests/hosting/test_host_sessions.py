@@ -7,6 +7,7 @@ ends; AG-UI's endpoint keeps thread snapshots the same way without ``snapshot_st
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
@@ -66,3 +67,46 @@ def test_agui_endpoint_keeps_snapshots_in_a_session_store_given(serve: Any, http
     assert len(sessions) == 1  # the thread's snapshot
     assert text_of(thread.answer()) == "deployed: deploy shared-store"
     assert isinstance(ThreadSnapshotStore(sessions).sessions, InMemorySessionStore)
+
+
+def test_two_apps_on_one_sqlite_file_share_agui_threads_and_responses_conversations(
+    serve: Any, http: httpx.Client, tmp_path: Any
+) -> None:
+    """Two apps (as two workers on one machine) on one SQLite file for continuations and sessions: a pause on
+    one is answered on the other, on both hosts. Pins the AG-UI approval state restored from the snapshot
+    (AG-UI keeps it per process) and the ``single_user`` scope being the same for both apps."""
+    from agent_framework import FileCheckpointStorage
+
+    from agent_framework_functional import SQLiteContinuationStore, SQLiteSessionStore
+
+    bases = []
+    opened: list[Any] = []
+    for _ in range(2):
+        store = SQLiteContinuationStore(tmp_path / "continuations.db")
+        sessions = SQLiteSessionStore(tmp_path / "sessions.db")
+        opened += [store, sessions]
+
+        def agent() -> Any:
+            storage = FileCheckpointStorage(tmp_path / "checkpoints")
+            return deployer.build(checkpoint_storage=storage, continuation_store=store).as_agent(name="deployer")  # noqa: B023
+
+        app = responses_app(agent(), session_store=sessions)
+        agui_endpoint(app, agent(), "/agui", snapshot_store=sessions, single_user=True)
+        bases.append(serve(app).base)
+    try:
+        thread = Thread(http, f"{bases[0]}/agui")
+        thread.say("agui-across-apps")
+        thread.url = f"{bases[1]}/agui"
+        done = thread.answer()
+        assert not errors(done), errors(done)
+        assert text_of(done) == "deployed: agui-across-apps"
+
+        one, two = Responses(http, bases[0]), Responses(http, bases[1])
+        pause = one.call({"input": "responses-across-apps", "conversation": "c-across"})
+        (request,) = approval_items(pause)
+        done_text = two.call({"input": [approve(request["id"])], "conversation": "c-across"})
+        assert "deployed: responses-across-apps" in json.dumps(done_text)
+        assert DEPLOYS["agui-across-apps"] == 1 and DEPLOYS["responses-across-apps"] == 1
+    finally:
+        for item in opened:
+            item.close()
