@@ -36,10 +36,14 @@ from ._errors import (
     WorkflowRunningError,
 )
 from ._postgres_checkpoint import PostgresCheckpointStorage
+from ._postgres_session import PostgresSessionStore
 from ._postgres_store import PostgresContinuationStore
 from ._redis_checkpoint import RedisCheckpointStorage
+from ._redis_session import RedisSessionStore
 from ._redis_store import RedisContinuationStore
 from ._session import SESSION_STATE_KEY
+from ._session_store import InMemorySessionStore
+from ._sqlite_session import SQLiteSessionStore
 from ._sqlite_store import SQLiteContinuationStore
 from ._store import ContinuationRecord, ContinuationStore
 from ._workflow import FunctionalWorkflow, FunctionalWorkflowRunResult
@@ -64,17 +68,21 @@ __all__ = [  # noqa: RUF022 - plain sorted(), as tests/test_public_api.py checks
     "FunctionalWorkflowDefinition",
     "FunctionalWorkflowError",
     "FunctionalWorkflowRunResult",
+    "InMemorySessionStore",
     "NotInWorkflowRunError",
     "PauseNotSavedError",
     "PendingContinuationError",
     "PostgresCheckpointStorage",
     "PostgresContinuationStore",
+    "PostgresSessionStore",
     "RedisCheckpointStorage",
     "RedisContinuationStore",
+    "RedisSessionStore",
     "ResponseMismatchError",
     "RunContext",
     "SESSION_STATE_KEY",
     "SQLiteContinuationStore",
+    "SQLiteSessionStore",
     "StaleContinuationError",
     "VerifiedContinuation",
     "WorkflowRunningError",

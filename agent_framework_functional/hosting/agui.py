@@ -8,13 +8,12 @@ refuses bad requests with a 4xx before AG-UI or the agent touch anything, and a 
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from inspect import isawaitable
 from typing import Any, cast
 
-from agent_framework import AgentResponseUpdate, AgentSession, Content, ContextProvider
-from agent_framework_ag_ui import AGUIThreadSnapshotStore, add_agent_framework_fastapi_endpoint
+from agent_framework import AgentResponseUpdate, AgentSession, Content, ContextProvider, SessionStore
+from agent_framework_ag_ui import AgentFrameworkAgent, AGUIThreadSnapshotStore, add_agent_framework_fastapi_endpoint
 from agent_framework_ag_ui._snapshots import _session_id_for_thread  # pyright: ignore[reportPrivateUsage]
 from fastapi import Depends, FastAPI, HTTPException, Request
 
@@ -23,6 +22,8 @@ from .._errors import ResponseMismatchError
 from .._session import SESSION_STATE_KEY
 from .._updates import REQUEST_INFO_FUNCTION_NAME
 from ._adapter import ANSWER_FIELD, HostedAgent, as_messages, check_answer, replace_contents, result_answer
+from ._agui_approvals import restore_open_approvals
+from ._snapshots import snapshot_store_for
 
 DEFAULT_MAX_BODY_BYTES = 1_000_000
 """Largest request body :func:`agui_endpoint` reads (bytes); a larger one is refused with 413."""
@@ -116,7 +117,11 @@ def _refuse(detail: str) -> HTTPException:
 
 
 async def check_request(
-    body: Any, agent: FunctionalWorkflowAgent, scope: str, snapshot_store: AGUIThreadSnapshotStore
+    body: Any,
+    agent: FunctionalWorkflowAgent,
+    scope: str,
+    snapshot_store: AGUIThreadSnapshotStore,
+    runner: AgentFrameworkAgent | None = None,
 ) -> None:
     """Refuse (``HTTPException`` 400) what AG-UI would let through and break a paused thread; read-only.
 
@@ -128,7 +133,8 @@ async def check_request(
     ``approved``; or an answer that does not convert to its request's ``response_type`` (the detail names the
     field). AG-UI would otherwise claim the interrupt and the agent refuse it, leaving the interrupt's outcome
     unknown and the thread stuck. When this process holds nothing for the thread (a restart, another worker),
-    the thread's snapshot says which interrupts are open.
+    the thread's snapshot says which interrupts are open, and they are registered in ``runner``'s AG-UI approval
+    state (which is process-local) so AG-UI hands the answer to the agent.
     """
     if not isinstance(body, dict):
         return
@@ -165,6 +171,8 @@ async def check_request(
                     "nothing was run. Read the thread's latest run (its RUN_FINISHED) before answering, and send "
                     "new input as a run without 'resume'."
                 )
+        if runner is not None and snapshot is not None:
+            restore_open_approvals(runner, scope, thread_id, snapshot)
         return  # open in the thread's snapshot: the agent decides (it holds the pause's token in the session)
     for entry in entries:
         interrupt_id = entry.get("interruptId", entry.get("interrupt_id", entry.get("id")))
@@ -234,7 +242,7 @@ def agui_endpoint(
     agent: FunctionalWorkflowAgent,
     path: str = "/",
     *,
-    snapshot_store: AGUIThreadSnapshotStore | None,
+    snapshot_store: AGUIThreadSnapshotStore | SessionStore | None = None,
     single_user: bool = False,
     authorization_scope_resolver: Callable[..., str | Awaitable[str]] | None = None,
     dependencies: Sequence[Any] = (),
@@ -245,8 +253,10 @@ def agui_endpoint(
 
     What it sets, and why:
 
-    - ``snapshot_store`` (required): AG-UI builds a new ``AgentSession`` for every request and restores its
-      state only from this store; the agent keeps each thread's pause (its token) there.
+    - A snapshot store, always: AG-UI builds a new ``AgentSession`` for every request and restores its
+      state only from the thread's snapshot; the agent keeps each thread's pause (its token) there. Without
+      ``snapshot_store``, a bounded in-memory one (24 h TTL from each save, the least recently saved dropped
+      past 10,000 threads).
     - ``detached_runs=True``: a client that hangs up at the approval request does not cancel the run, so the
       snapshot save after it still happens and the answer can resume the pause. A client that reconnects
       before that save ends gets 409 from AG-UI and retries (``@ag-ui/client`` does not; README shows how).
@@ -266,10 +276,12 @@ def agui_endpoint(
         path: The route.
 
     Keyword Args:
-        snapshot_store: Where AG-UI keeps each thread's snapshot and session state
-            (``InMemoryAGUIThreadSnapshotStore()`` for one process).
-        single_user: Every caller is one user (AG-UI's ``single_user``). Give exactly one of this and
-            ``authorization_scope_resolver``.
+        snapshot_store: Where AG-UI keeps each thread's snapshot and session state: one of the package's
+            session stores (``RedisSessionStore``, ``PostgresSessionStore``, ``SQLiteSessionStore``: shared
+            by several workers, kept across restarts; snapshots are kept as a :class:`ThreadSnapshotStore`
+            in it), any ``AGUIThreadSnapshotStore``, or None for the bounded in-memory default.
+        single_user: Every caller is one user (AG-UI's ``single_user``): one scope, the same on every worker
+            serving this path and agent name. Give exactly one of this and ``authorization_scope_resolver``.
         authorization_scope_resolver: A FastAPI dependency returning the caller's authorization scope; threads,
             snapshots and pauses are kept apart per scope.
         dependencies: More FastAPI dependencies for the route (authentication), run first.
@@ -277,15 +289,11 @@ def agui_endpoint(
         max_runs: Runs kept going at once (AG-UI's ``max_detached_runs``); more get 503.
 
     Raises:
-        ValueError: ``snapshot_store`` is None, or not exactly one of ``single_user`` and
-            ``authorization_scope_resolver`` is given.
+        ValueError: Not exactly one of ``single_user`` and ``authorization_scope_resolver`` is given.
+        TypeError: ``snapshot_store`` is a core ``SessionStore`` that is not one of the package's.
     """
-    if snapshot_store is None:
-        raise ValueError(
-            "agui_endpoint needs snapshot_store=: AG-UI restores a thread's session state only from it, and the "
-            "agent keeps the thread's pause there. Pass InMemoryAGUIThreadSnapshotStore() for one process, or "
-            "a shared AGUIThreadSnapshotStore for several."
-        )
+    snapshots = snapshot_store_for(snapshot_store, agent)
+    runner = AgentFrameworkAgent(agent=AGUIAgent(agent), snapshot_store=snapshots)  # pyright: ignore[reportArgumentType]
     if single_user == (authorization_scope_resolver is not None):
         raise ValueError(
             "agui_endpoint needs exactly one of single_user=True (every caller is one user) and "
@@ -293,7 +301,9 @@ def agui_endpoint(
         )
     resolver: Callable[..., Any]
     if authorization_scope_resolver is None:
-        single_scope = f"agent-framework-functional:{uuid.uuid4().hex}"
+        # The same on every worker serving this agent at this path (a shared snapshot store then finds the
+        # thread on any of them); apart from other paths and agents of the app.
+        single_scope = f"agent-framework-functional:single-user:{path}:{agent.name or agent.id}"
 
         def single_user_scope() -> str:
             return single_scope
@@ -311,13 +321,13 @@ def agui_endpoint(
             body = json.loads(await request.body())
         except (ValueError, RecursionError):
             return  # FastAPI has refused it already
-        await check_request(body, agent, scope, snapshot_store)
+        await check_request(body, agent, scope, snapshots, runner)
 
     add_agent_framework_fastapi_endpoint(
         app,
-        AGUIAgent(agent),  # pyright: ignore[reportArgumentType]
+        runner,
         path,
-        snapshot_store=snapshot_store,
+        snapshot_store=snapshots,
         authorization_scope_resolver=resolver,
         dependencies=[*dependencies, Depends(guard)],
         detached_runs=True,

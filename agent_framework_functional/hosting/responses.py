@@ -28,6 +28,7 @@ from .._errors import (
     ResponseMismatchError,
     WorkflowRunningError,
 )
+from ._defaults import default_session_store
 from ._responses_input import InvalidRequestError, ResponsesRequest, decode_body, parse_request
 
 logger = logging.getLogger(__name__)
@@ -368,9 +369,12 @@ def responses_app(
         agent: The agent; one object serves every conversation.
 
     Keyword Args:
-        session_store: Where sessions live (core's in-memory ``SessionStore`` by default, which never
-            evicts; pass a shared store for several workers). Keys: ``[<scope>/]conversation:<id>``,
-            ``[<scope>/]response:<id>``.
+        session_store: Where sessions (each paused conversation's continuation token) live. Default: a
+            bounded :class:`~agent_framework_functional.InMemorySessionStore` for this process (24 h TTL
+            from each write, the least recently written dropped past 10,000 sessions). For several
+            workers or restarts pass ``RedisSessionStore``, ``PostgresSessionStore`` or
+            ``SQLiteSessionStore`` (README "Run it in production"); any core ``SessionStore`` works. Keys:
+            ``[<scope>/]conversation:<id>``, ``[<scope>/]response:<id>``.
         path: The route's path; ``/v1/responses`` lets an ``openai`` client use ``base_url=".../v1"``.
         max_body_bytes: The largest request body read.
         retry_after: Seconds in ``Retry-After`` of a 409 that a retry can fix.
@@ -398,7 +402,7 @@ def responses_app(
             raise ValueError(f"{name} must be an integer of at least {least}, not {value!r}.")
     host = _ResponsesHost(
         agent,
-        session_store if session_store is not None else SessionStore(),
+        session_store if session_store is not None else default_session_store(agent),
         max_body_bytes=max_body_bytes,
         retry_after=retry_after,
         forward_options=forward_options,

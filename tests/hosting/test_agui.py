@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
+from agent_framework import SessionStore
 from agent_framework_ag_ui import InMemoryAGUIThreadSnapshotStore
 from agui_support import (
     Thread,
@@ -174,16 +175,17 @@ def test_client_that_hangs_up_at_the_approval_request_can_still_answer_it(serve:
     assert DEPLOYS[target] == 1
 
 
-def test_agui_endpoint_requires_a_snapshot_store_and_an_authorization_mode() -> None:
-    with pytest.raises(ValueError, match="snapshot_store="):
-        agui_endpoint(FastAPI(), make_agent(), "/a", snapshot_store=None, single_user=True)
+def test_agui_endpoint_refuses_a_core_session_store_and_needs_an_authorization_mode() -> None:
+    with pytest.raises(TypeError, match="thread snapshots, not core sessions"):
+        agui_endpoint(FastAPI(), make_agent(), "/a", snapshot_store=SessionStore(), single_user=True)
     with pytest.raises(ValueError, match="exactly one of single_user=True"):
         agui_endpoint(FastAPI(), make_agent(), "/a", snapshot_store=InMemoryAGUIThreadSnapshotStore())
 
 
 def test_raw_agui_without_a_snapshot_store_cannot_resume(base: str, http: httpx.Client) -> None:
-    """Why ``snapshot_store=`` is required: AG-UI hands every request an empty session, so the pause's token
-    (kept in ``session.state``) is gone on the resume and the answer is refused."""
+    """Why ``agui_endpoint`` always has a snapshot store (a bounded in-memory one by default): AG-UI hands every
+    request an empty session, so the pause's token (kept in ``session.state``) is gone on the resume and the
+    answer is refused."""
     thread = Thread(http, f"{base}/raw-no-store")
     thread.say("deploy app")
     (error,) = errors(thread.answer())

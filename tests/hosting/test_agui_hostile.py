@@ -181,7 +181,11 @@ def test_importing_the_package_needs_no_host_package() -> None:
     out = subprocess.run(
         [sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120, check=True
     ).stdout.splitlines()
-    assert out == ["[]", "['agent_framework_ag_ui']", "['agui_endpoint', 'devui_app', 'responses_app', 'serve_devui']"]
+    assert out == [
+        "[]",
+        "['agent_framework_ag_ui']",
+        "['ThreadSnapshotStore', 'agui_endpoint', 'devui_app', 'responses_app', 'serve_devui']",
+    ]
 
 
 def test_hosting_names_are_documented() -> None:

@@ -1,0 +1,221 @@
+"""PostgresSessionStore: bounded sessions (and AG-UI thread snapshots) on PostgreSQL, for several machines."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from ._postgres_schema import DEFAULT_POOL_SIZE, DEFAULT_POOL_TIMEOUT_SECONDS, DEFAULT_SCHEMA, PostgresPool
+from ._session_store import (
+    DEFAULT_MAX_STORED_SESSIONS,
+    DEFAULT_SESSION_PURGE_INTERVAL_SECONDS,
+    BoundedSessionStore,
+    check_max_entries,
+    group_key,
+    record_key,
+)
+from ._store import DEFAULT_TTL_SECONDS, duration_seconds
+
+if TYPE_CHECKING:
+    from psycopg import AsyncConnection
+    from psycopg_pool import AsyncConnectionPool
+
+MIGRATIONS = (
+    """
+    CREATE TABLE IF NOT EXISTS {schema}.session_records (
+        key TEXT PRIMARY KEY,
+        grp TEXT NOT NULL,
+        body TEXT NOT NULL,
+        expires_at DOUBLE PRECISION NOT NULL
+    );
+    CREATE INDEX IF NOT EXISTS session_records_expires_at ON {schema}.session_records (expires_at);
+    CREATE INDEX IF NOT EXISTS session_records_grp ON {schema}.session_records (grp);
+    """,
+)
+"""The ``sessions`` component's migrations, version 1 first (``_postgres_schema`` applies them)."""
+
+_STATEMENTS = {
+    "read": "SELECT body FROM {schema}.session_records WHERE key = %s AND expires_at > %s",
+    "write": (
+        "INSERT INTO {schema}.session_records (key, grp, body, expires_at) VALUES (%s, %s, %s, %s) "
+        "ON CONFLICT (key) DO UPDATE SET grp = EXCLUDED.grp, body = EXCLUDED.body, expires_at = EXCLUDED.expires_at"
+    ),
+    "remove": "DELETE FROM {schema}.session_records WHERE key = %s",
+    "remove_group": "DELETE FROM {schema}.session_records WHERE grp = %s",
+    "count": "SELECT count(*) FROM {schema}.session_records",
+    "expire": "DELETE FROM {schema}.session_records WHERE expires_at <= %s",
+    "trim": (
+        "DELETE FROM {schema}.session_records WHERE key IN "
+        "(SELECT key FROM {schema}.session_records ORDER BY expires_at DESC OFFSET %s)"
+    ),
+}
+
+
+class PostgresRecords:
+    """The ``<schema>.session_records`` table, through the package's Postgres pool and migrations."""
+
+    def __init__(
+        self,
+        db: PostgresPool,
+        *,
+        ttl: float,
+        max_entries: int,
+        purge_interval: float | None,
+        clock: Callable[[], float],
+    ) -> None:
+        from psycopg import sql
+
+        self.db, self.ttl, self.max_entries, self._purge_interval, self._clock = (
+            db,
+            ttl,
+            max_entries,
+            purge_interval,
+            clock,
+        )
+        self._next_purge = float("-inf")
+        identifier = sql.Identifier(db.schema)
+        self._sql = {name: sql.SQL(text).format(schema=identifier) for name, text in _STATEMENTS.items()}  # pyright: ignore[reportArgumentType]
+
+    def now(self) -> float:
+        """The store's clock, seconds since the epoch."""
+        return self._clock()
+
+    async def _execute(self, what: str, name: str, params: tuple[Any, ...]) -> Any:
+        async def operation(conn: AsyncConnection[Any]) -> Any:
+            cursor = await conn.execute(self._sql[name], params)
+            return await cursor.fetchone() if cursor.description is not None else cursor.rowcount
+
+        return await self.db.run(what, operation)
+
+    async def read(self, group: str, key: str) -> str | None:
+        row = await self._execute("session read", "read", (record_key(group, key), self.now()))
+        return None if row is None else str(row[0])
+
+    async def write(self, group: str, key: str, text: str) -> None:
+        now = self.now()
+        params = (record_key(group, key), group_key(group), text, now + self.ttl)
+        await self._execute("session write", "write", params)
+        if self._purge_interval is not None and now >= self._next_purge:
+            await self.purge()
+
+    async def remove(self, group: str, key: str) -> bool:
+        return int(await self._execute("session delete", "remove", (record_key(group, key),))) == 1
+
+    async def remove_group(self, group: str) -> int:
+        return int(await self._execute("session delete", "remove_group", (group_key(group),)))
+
+    async def count(self) -> int:
+        """Rows held now (expired ones not yet purged included)."""
+        row = await self._execute("session count", "count", ())
+        return int(row[0])
+
+    async def purge(self) -> int:
+        now = self.now()
+        if self._purge_interval is not None:
+            self._next_purge = now + self._purge_interval
+        expired = int(await self._execute("session purge", "expire", (now,)))
+        return expired + int(await self._execute("session purge", "trim", (self.max_entries,)))
+
+
+class PostgresSessionStore(BoundedSessionStore):
+    """Core's ``SessionStore`` on PostgreSQL: sessions shared by workers on several machines, kept across restarts.
+
+    Each session is one row of JSON (core's ``AgentSession.to_dict``; it holds a paused conversation's
+    continuation token, so never pickle) in ``<schema>.session_records``, keyed by a sha256 digest of its
+    id; the table is created and upgraded like the continuation store's (README "Durable continuations"
+    says how to run the migrations yourself). Writes are last-writer-wins (the hosts allow one request per
+    conversation at a time).
+
+    **Bounded.** A session expires ``ttl`` after its last write (reads do not extend it; an expired one
+    is never returned). The first write of a store object, then the first write after each
+    ``purge_interval``, deletes the expired rows and, past ``max_entries``, the rows that expire first
+    (the least recently written). Use the same store for the host's AG-UI snapshots
+    (``hosting.ThreadSnapshotStore``). While PostgreSQL is unreachable every operation fails after at
+    most ``pool_timeout`` with ``psycopg.OperationalError``.
+
+    Needs psycopg 3 (``pip install "agent-framework-functional[postgres]"``).
+
+    Args:
+        conninfo: A libpq connection string or URL (the store owns its pool; close it with
+            :meth:`aclose`), or a ``psycopg_pool.AsyncConnectionPool`` (the caller opens and closes it).
+
+    Keyword Args:
+        ttl: How long a session is kept after its last write (seconds or ``timedelta``); default 24
+            hours, the continuation token's default TTL: keep it at least the token's.
+        max_entries: Sessions (and snapshots) kept at most (default 1,000,000).
+        schema: The PostgreSQL schema of the table (a plain lower-case identifier).
+        purge_interval: Least time between two automatic purges (default 60 s); ``None`` turns them off.
+        clock: Seconds since the epoch; defaults to ``time.time``.
+        max_size: With a connection string: connections at most in the pool (default 10).
+        pool_timeout: How long an operation waits for a connection (default 10 s).
+
+    Raises:
+        ImportError: psycopg 3 is not installed.
+        ValueError: A duration is not positive (at most ten years), ``max_entries`` or ``max_size`` is not
+            a positive integer, or ``schema`` is not a plain identifier.
+
+    Examples:
+        .. code-block:: python
+
+            app = responses_app(agent, session_store=PostgresSessionStore("postgresql://app@db/app"))
+    """
+
+    def __init__(
+        self,
+        conninfo: str | AsyncConnectionPool,
+        *,
+        ttl: float | timedelta = DEFAULT_TTL_SECONDS,
+        max_entries: int = DEFAULT_MAX_STORED_SESSIONS,
+        schema: str = DEFAULT_SCHEMA,
+        purge_interval: float | timedelta | None = DEFAULT_SESSION_PURGE_INTERVAL_SECONDS,
+        clock: Callable[[], float] = time.time,
+        max_size: int = DEFAULT_POOL_SIZE,
+        pool_timeout: float | timedelta = DEFAULT_POOL_TIMEOUT_SECONDS,
+    ) -> None:
+        seconds = duration_seconds(ttl, "ttl")
+        check_max_entries(max_entries)
+        interval = None if purge_interval is None else duration_seconds(purge_interval, "purge_interval")
+        db = PostgresPool(
+            conninfo,
+            owner="PostgresSessionStore",
+            schema=schema,
+            component="sessions",
+            migrations=MIGRATIONS,
+            max_size=max_size,
+            pool_timeout=pool_timeout,
+        )
+        self._postgres = PostgresRecords(db, ttl=seconds, max_entries=max_entries, purge_interval=interval, clock=clock)
+        super().__init__(self._postgres)
+
+    @property
+    def records(self) -> PostgresRecords:
+        """The backend's records (sessions, and AG-UI snapshots kept here)."""
+        return self._postgres
+
+    async def __aenter__(self) -> PostgresSessionStore:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    @property
+    def schema(self) -> str:
+        """The PostgreSQL schema that holds the store's table."""
+        return self.records.db.schema
+
+    async def count(self) -> int:
+        """Rows held now (sessions and snapshots; expired ones not yet purged included)."""
+        return await self.records.count()
+
+    async def purge_expired(self) -> int:
+        """Delete the expired rows and trim to ``max_entries`` now; return how many were deleted."""
+        return await self.records.purge()
+
+    async def aclose(self) -> None:
+        """Close the pool if the store created it; a pool passed in is left open."""
+        await self.records.db.aclose()

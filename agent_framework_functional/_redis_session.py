@@ -1,0 +1,204 @@
+"""RedisSessionStore: bounded sessions (and AG-UI thread snapshots) on Redis, for workers on several machines."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from types import TracebackType
+from typing import Any
+
+from ._redis_client import DEFAULT_MAX_CONNECTIONS, DEFAULT_POOL_TIMEOUT_SECONDS, pooled_client
+from ._redis_client import text as as_text
+from ._session_store import (
+    DEFAULT_MAX_STORED_SESSIONS,
+    DEFAULT_SESSION_PURGE_INTERVAL_SECONDS,
+    BoundedSessionStore,
+    check_max_entries,
+    group_key,
+    record_key,
+)
+from ._store import DEFAULT_TTL_SECONDS, duration_seconds
+
+DEFAULT_SESSION_NAMESPACE = "aff:sessions"
+"""The key prefix of a :class:`RedisSessionStore` by default."""
+
+
+class RedisRecords:
+    """Records as Redis strings with a Redis TTL, plus one sorted set (key -> expiry) that bounds their number."""
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        owns_client: bool,
+        namespace: str,
+        ttl: float,
+        max_entries: int,
+        purge_interval: float | None,
+        clock: Callable[[], float],
+    ) -> None:
+        self.client, self._owns_client, self.namespace = client, owns_client, namespace
+        self.ttl, self.max_entries, self._purge_interval, self._clock = ttl, max_entries, purge_interval, clock
+        self._index = f"{namespace}:index"
+        self._next_purge = float("-inf")
+
+    def now(self) -> float:
+        """The store's clock, seconds since the epoch."""
+        return self._clock()
+
+    def _key(self, group: str, key: str) -> str:
+        return f"{self.namespace}:{group_key(group)[:32]}:{record_key(group, key)}"
+
+    async def read(self, group: str, key: str) -> str | None:
+        value = await self.client.get(self._key(group, key))
+        return None if value is None else as_text(value)
+
+    async def write(self, group: str, key: str, text: str) -> None:
+        now = self.now()
+        stored = self._key(group, key)
+        async with self.client.pipeline(transaction=True) as pipe:
+            pipe.set(stored, text, px=max(1, int(self.ttl * 1000)))
+            pipe.zadd(self._index, {stored: now + self.ttl})
+            await pipe.execute()
+        if self._purge_interval is not None and now >= self._next_purge:
+            await self.purge()
+
+    async def remove(self, group: str, key: str) -> bool:
+        stored = self._key(group, key)
+        async with self.client.pipeline(transaction=True) as pipe:
+            pipe.delete(stored)
+            pipe.zrem(self._index, stored)
+            deleted, _ = await pipe.execute()
+        return int(deleted) == 1
+
+    async def remove_group(self, group: str) -> int:
+        found = [key async for key in self.client.scan_iter(match=f"{self.namespace}:{group_key(group)[:32]}:*")]
+        if not found:
+            return 0
+        async with self.client.pipeline(transaction=True) as pipe:
+            pipe.delete(*found)
+            pipe.zrem(self._index, *found)
+            deleted, _ = await pipe.execute()
+        return int(deleted)
+
+    async def count(self) -> int:
+        """Records the index holds now (expired ones not yet purged included)."""
+        return int(await self.client.zcard(self._index))
+
+    async def purge(self) -> int:
+        """Forget expired keys (Redis deleted them already) and delete the oldest past ``max_entries``."""
+        now = self.now()
+        if self._purge_interval is not None:
+            self._next_purge = now + self._purge_interval
+        dropped = int(await self.client.zremrangebyscore(self._index, "-inf", now))
+        excess = int(await self.client.zcard(self._index)) - self.max_entries
+        if excess > 0:
+            oldest = [member for member, _ in await self.client.zpopmin(self._index, excess)]
+            if oldest:
+                await self.client.delete(*oldest)
+            dropped += len(oldest)
+        return dropped
+
+    async def aclose(self) -> None:
+        if self._owns_client:
+            await self.client.aclose()
+
+
+class RedisSessionStore(BoundedSessionStore):
+    """Core's ``SessionStore`` on Redis: sessions shared by workers on several machines, kept across restarts.
+
+    Each session is one Redis string of JSON (core's ``AgentSession.to_dict``; it holds a paused
+    conversation's continuation token, so never pickle) under ``<namespace>:<digests>``, with a Redis TTL,
+    so Redis deletes it ``ttl`` after its last write (reads do not extend it). A sorted set
+    ``<namespace>:index`` bounds the count: the first write of a store object, then the first write after
+    each ``purge_interval``, deletes the sessions past ``max_entries`` that expire first (the least
+    recently written). Writes are last-writer-wins (the hosts allow one request per conversation at a
+    time). Losing a write in a Redis crash loses that turn of the conversation (its token), never grants
+    a second resume: the continuation store decides that, so Redis's default persistence is acceptable
+    here. Use the same store for the host's AG-UI snapshots (``hosting.ThreadSnapshotStore``).
+
+    Needs the ``redis`` package (``pip install "agent-framework-functional[durable]"``).
+
+    Args:
+        client: A ``redis.asyncio.Redis`` client (the caller owns and closes it), or a URL such as
+            ``"redis://localhost:6379/0"`` (the store owns a pooled client; close it with :meth:`aclose`).
+
+    Keyword Args:
+        ttl: How long a session is kept after its last write (seconds or ``timedelta``); default 24
+            hours, the continuation token's default TTL: keep it at least the token's.
+        max_entries: Sessions (and snapshots) kept at most (default 1,000,000).
+        namespace: Key prefix, so several applications can share one Redis database.
+        purge_interval: Least time between two trims to ``max_entries`` (default 60 s); ``None`` turns them
+            off (call :meth:`purge_expired` yourself; Redis still expires each key).
+        clock: Seconds since the epoch; defaults to ``time.time``.
+        max_connections: With a URL: connections in the store's pool (default 50).
+        pool_timeout: With a URL: how long an operation waits for a free connection (default 20 s).
+
+    Raises:
+        ImportError: The ``redis`` package is not installed.
+        ValueError: A duration is not positive (at most ten years), or ``max_entries`` /
+            ``max_connections`` is not a positive integer.
+
+    Examples:
+        .. code-block:: python
+
+            app = responses_app(agent, session_store=RedisSessionStore("redis://cache:6379/0"))
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        ttl: float | timedelta = DEFAULT_TTL_SECONDS,
+        max_entries: int = DEFAULT_MAX_STORED_SESSIONS,
+        namespace: str = DEFAULT_SESSION_NAMESPACE,
+        purge_interval: float | timedelta | None = DEFAULT_SESSION_PURGE_INTERVAL_SECONDS,
+        clock: Callable[[], float] = time.time,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        pool_timeout: float | timedelta = DEFAULT_POOL_TIMEOUT_SECONDS,
+    ) -> None:
+        seconds = duration_seconds(ttl, "ttl")
+        check_max_entries(max_entries)
+        interval = None if purge_interval is None else duration_seconds(purge_interval, "purge_interval")
+        owns = isinstance(client, str)
+        if owns:
+            client = pooled_client(
+                client, max_connections=max_connections, pool_timeout=pool_timeout, owner="RedisSessionStore"
+            )
+        records = RedisRecords(
+            client,
+            owns_client=owns,
+            namespace=namespace,
+            ttl=seconds,
+            max_entries=max_entries,
+            purge_interval=interval,
+            clock=clock,
+        )
+        self._redis = records
+        super().__init__(records)
+
+    @property
+    def records(self) -> RedisRecords:
+        """The backend's records (sessions, and AG-UI snapshots kept here)."""
+        return self._redis
+
+    async def __aenter__(self) -> RedisSessionStore:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def count(self) -> int:
+        """Sessions and snapshots the store's index holds now (expired ones not yet purged included)."""
+        return await self.records.count()
+
+    async def purge_expired(self) -> int:
+        """Forget expired sessions and trim to ``max_entries`` now; return how many were dropped."""
+        return await self.records.purge()
+
+    async def aclose(self) -> None:
+        """Close the client if the store created it from a URL; a client passed in is left open."""
+        await self.records.aclose()

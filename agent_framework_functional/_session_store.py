@@ -1,0 +1,241 @@
+"""Bounded session stores: core's ``SessionStore`` with a TTL and a maximum size, sessions kept as JSON.
+
+A session holds a paused conversation's continuation token, so it is treated like the continuation
+stores treat their records: JSON only (core's ``AgentSession.to_dict`` / ``from_dict``), never pickle.
+Every store keeps opaque text records in one key space split into groups (sessions; AG-UI thread
+snapshots per scope, through ``hosting.ThreadSnapshotStore``); :class:`InMemorySessionStore` here,
+the durable backends in ``_sqlite_session``, ``_redis_session`` and ``_postgres_session``.
+
+Eviction rule (every backend): a record expires ``ttl`` after its last write (reads do not extend it)
+and is never returned after that; past ``max_entries`` the records that expire first (the least
+recently written) are deleted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any, Protocol, cast
+
+from agent_framework import AgentSession, SessionStore
+
+from ._store import DEFAULT_TTL_SECONDS, duration_seconds
+
+SESSION_GROUP = "session"
+"""The group of core sessions in a store's records (AG-UI snapshots use ``agui:<scope>``)."""
+
+DEFAULT_MAX_SESSIONS = 10_000
+"""Records an :class:`InMemorySessionStore` keeps at most by default; more evict the least recently written."""
+
+DEFAULT_MAX_STORED_SESSIONS = 1_000_000
+"""Records a durable session store keeps at most by default (trimmed at each purge)."""
+
+DEFAULT_SESSION_PURGE_INTERVAL_SECONDS = 60.0
+"""How often (at most) a durable session store deletes expired records and trims to ``max_entries`` on a write."""
+
+
+def record_key(group: str, key: str) -> str:
+    """The stored key of ``key`` in ``group``: a sha256 hex digest (any text, any length, fits every backend)."""
+    raw = json.dumps([group, key], ensure_ascii=True, separators=(",", ":"))
+    return hashlib.sha256(raw.encode("ascii")).hexdigest()
+
+
+def group_key(group: str) -> str:
+    """The stored form of a group name (sha256 hex digest)."""
+    return hashlib.sha256(group.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def encode_session(session: AgentSession) -> str:
+    """``session`` as JSON text (core's ``to_dict``).
+
+    Raises:
+        TypeError: The session's state holds a value JSON cannot represent (keep state JSON-safe, or
+            register the type with core's state registry).
+    """
+    return json.dumps(session.to_dict(), ensure_ascii=True, separators=(",", ":"))
+
+
+def decode_session(text: str) -> AgentSession:
+    """The session stored as ``text`` by :func:`encode_session`."""
+    return AgentSession.from_dict(cast("dict[str, Any]", json.loads(text)))
+
+
+def check_max_entries(value: int) -> int:
+    """Return ``value`` if it is a positive integer; raise ``ValueError`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise ValueError(f"max_entries must be a positive integer, got {value!r}.")
+    return value
+
+
+class SessionRecords(Protocol):
+    """Text records with a TTL, in groups: what a bounded session store keeps (``SessionRecords`` of each backend)."""
+
+    async def read(self, group: str, key: str) -> str | None:
+        """The text under ``key`` in ``group``, or None (absent or expired)."""
+        ...
+
+    async def write(self, group: str, key: str, text: str) -> None:
+        """Store ``text`` under ``key`` in ``group``; it expires ``ttl`` from now."""
+        ...
+
+    async def remove(self, group: str, key: str) -> bool:
+        """Delete ``key`` in ``group``; True when it was there."""
+        ...
+
+    async def remove_group(self, group: str) -> int:
+        """Delete every record of ``group``; return how many."""
+        ...
+
+
+class BoundedSessionStore(SessionStore):
+    """Core's ``SessionStore`` on :class:`SessionRecords`: get, set and delete, as JSON, bounded by the records.
+
+    The base of this package's session stores; ``records`` is also where ``hosting.ThreadSnapshotStore``
+    keeps AG-UI thread snapshots, in the same backend with the same TTL and bounds.
+    """
+
+    def __init__(self, records: SessionRecords) -> None:
+        super().__init__()
+        self._records = records
+
+    @property
+    def records(self) -> SessionRecords:
+        """The backend's records: sessions, and the AG-UI snapshots a ``ThreadSnapshotStore`` keeps here."""
+        return self._records
+
+    async def get(self, session_id: str) -> AgentSession | None:
+        """Return the stored session (a fresh object), or None when absent or expired.
+
+        Raises:
+            ValueError: ``session_id`` is empty.
+        """
+        SessionStore.validate_session_id(session_id)
+        text = await self.records.read(SESSION_GROUP, session_id)
+        return None if text is None else decode_session(text)
+
+    async def set(self, session_id: str, session: AgentSession) -> None:
+        """Store ``session`` under ``session_id`` as JSON; it expires ``ttl`` from now.
+
+        Raises:
+            ValueError: ``session_id`` is empty.
+            TypeError: The session's state is not JSON-safe.
+        """
+        SessionStore.validate_session_id(session_id)
+        await self.records.write(SESSION_GROUP, session_id, encode_session(session))
+
+    async def delete(self, session_id: str) -> None:
+        """Delete the stored session, if present.
+
+        Raises:
+            ValueError: ``session_id`` is empty.
+        """
+        SessionStore.validate_session_id(session_id)
+        await self.records.remove(SESSION_GROUP, session_id)
+
+
+class MemoryRecords:
+    """:class:`SessionRecords` in a dict ordered by expiry: expired ones dropped on each write, then the oldest."""
+
+    def __init__(self, *, ttl: float | timedelta, max_entries: int, clock: Callable[[], float]) -> None:
+        self.ttl = duration_seconds(ttl, "ttl")
+        self.max_entries = check_max_entries(max_entries)
+        self._clock = clock
+        self._items: OrderedDict[str, tuple[float, str, str]] = OrderedDict()  # key -> (expires_at, group, text)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def now(self) -> float:
+        """The store's clock, seconds since the epoch."""
+        return self._clock()
+
+    async def read(self, group: str, key: str) -> str | None:
+        stored = record_key(group, key)
+        item = self._items.get(stored)
+        if item is None:
+            return None
+        if item[0] <= self._clock():
+            del self._items[stored]
+            return None
+        return item[2]
+
+    async def write(self, group: str, key: str, text: str) -> None:
+        now = self._clock()
+        stored = record_key(group, key)
+        self._items.pop(stored, None)
+        self._items[stored] = (now + self.ttl, group, text)  # the newest last: the order is the expiry order
+        self.evict(now)
+
+    async def remove(self, group: str, key: str) -> bool:
+        return self._items.pop(record_key(group, key), None) is not None
+
+    async def remove_group(self, group: str) -> int:
+        doomed = [key for key, item in self._items.items() if item[1] == group]
+        for key in doomed:
+            del self._items[key]
+        return len(doomed)
+
+    def evict(self, now: float) -> int:
+        """Drop the expired records, then the oldest past ``max_entries``; return how many."""
+        dropped = 0
+        while self._items:
+            key, item = next(iter(self._items.items()))
+            if item[0] > now and len(self._items) <= self.max_entries:
+                break
+            del self._items[key]
+            dropped += 1
+        return dropped
+
+
+class InMemorySessionStore(BoundedSessionStore):
+    """A bounded, process-local session store: the hosts' default when they are given no shared store.
+
+    Unlike core's ``SessionStore`` (no eviction, a deep copy per entry), it keeps each session as JSON
+    text and bounds what it keeps. What it drops: a session ``ttl`` after its last write (a paused
+    conversation whose session is dropped can no longer be answered through the host: its token was
+    there), and, past ``max_entries``, the least recently written sessions first. Every write drops
+    what is due, so memory stays bounded without a background task. For several workers or restarts
+    use :class:`SQLiteSessionStore`, :class:`RedisSessionStore` or :class:`PostgresSessionStore`.
+
+    Keyword Args:
+        ttl: How long a session is kept after its last write (seconds or ``timedelta``); default 24 hours,
+            the continuation stores' token TTL.
+        max_entries: Sessions kept at most (default 10,000).
+        clock: Seconds since the epoch; defaults to ``time.time`` (tests inject a fake clock).
+
+    Raises:
+        ValueError: ``ttl`` is not a positive duration of at most ten years, or ``max_entries`` is not a
+            positive integer.
+
+    Examples:
+        .. code-block:: python
+
+            app = responses_app(agent, session_store=InMemorySessionStore(ttl=3600, max_entries=50_000))
+    """
+
+    def __init__(
+        self,
+        *,
+        ttl: float | timedelta = DEFAULT_TTL_SECONDS,
+        max_entries: int = DEFAULT_MAX_SESSIONS,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._memory = MemoryRecords(ttl=ttl, max_entries=max_entries, clock=clock)
+        super().__init__(self._memory)
+
+    @property
+    def records(self) -> MemoryRecords:
+        """The records in this process (``ttl`` and ``max_entries`` are theirs)."""
+        return self._memory
+
+    def __len__(self) -> int:
+        """Records held now (sessions, and AG-UI snapshots kept here), expired ones not yet dropped included."""
+        return len(self.records)
+
+    async def purge_expired(self) -> int:
+        """Drop the expired records now (writes also do it); return how many."""
+        return self.records.evict(self.records.now())

@@ -1,0 +1,219 @@
+"""SQLiteSessionStore: bounded sessions (and AG-UI thread snapshots) in one SQLite file, for workers on one machine."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar, cast
+
+from ._session_store import (
+    DEFAULT_MAX_STORED_SESSIONS,
+    DEFAULT_SESSION_PURGE_INTERVAL_SECONDS,
+    BoundedSessionStore,
+    check_max_entries,
+    group_key,
+    record_key,
+)
+from ._store import DEFAULT_TTL_SECONDS, duration_seconds
+
+_T = TypeVar("_T")
+
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS session_records ("
+    "key TEXT PRIMARY KEY, grp TEXT NOT NULL, body TEXT NOT NULL, expires_at REAL NOT NULL) WITHOUT ROWID",
+    "CREATE INDEX IF NOT EXISTS session_records_expires_at ON session_records (expires_at)",
+    "CREATE INDEX IF NOT EXISTS session_records_grp ON session_records (grp)",
+)
+_WRITE = (
+    "INSERT INTO session_records (key, grp, body, expires_at) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (key) DO UPDATE SET grp = excluded.grp, body = excluded.body, expires_at = excluded.expires_at"
+)
+_EXPIRE = "DELETE FROM session_records WHERE expires_at <= ?"
+_TRIM = (
+    "DELETE FROM session_records WHERE key IN "
+    "(SELECT key FROM session_records ORDER BY expires_at DESC LIMIT -1 OFFSET ?)"
+)
+
+
+def _close_dropped(conn: sqlite3.Connection) -> None:
+    conn.close()
+
+
+class SQLiteRecords:
+    """The ``session_records`` table of one SQLite file (WAL), used from a worker thread under a lock."""
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        ttl: float,
+        max_entries: int,
+        purge_interval: float | None,
+        busy_timeout: float,
+        clock: Callable[[], float],
+    ) -> None:
+        self.ttl, self.max_entries, self._purge_interval, self._clock = ttl, max_entries, purge_interval, clock
+        self._next_purge = float("-inf")
+        self._lock = threading.Lock()
+        self._conn = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None, check_same_thread=False)
+        try:
+            self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+            self._conn.execute("PRAGMA journal_mode = WAL")
+            self._conn.execute("PRAGMA synchronous = NORMAL")
+            for statement in _SCHEMA:
+                self._conn.execute(statement)
+        except BaseException:
+            self._conn.close()
+            raise
+        self._finalizer = weakref.finalize(self, _close_dropped, self._conn)
+
+    def now(self) -> float:
+        """The store's clock, seconds since the epoch."""
+        return self._clock()
+
+    async def read(self, group: str, key: str) -> str | None:
+        sql = "SELECT body FROM session_records WHERE key = ? AND expires_at > ?"
+        params = (record_key(group, key), self.now())
+        row = await self._run(lambda c: cast("tuple[Any, ...] | None", c.execute(sql, params).fetchone()))
+        return None if row is None else str(row[0])
+
+    async def write(self, group: str, key: str, text: str) -> None:
+        params = (record_key(group, key), group_key(group), text, self.now() + self.ttl)
+        await self._run(lambda c: c.execute(_WRITE, params), write=True)
+
+    async def remove(self, group: str, key: str) -> bool:
+        sql = "DELETE FROM session_records WHERE key = ?"
+        return await self._run(lambda c: c.execute(sql, (record_key(group, key),)).rowcount == 1)
+
+    async def remove_group(self, group: str) -> int:
+        sql = "DELETE FROM session_records WHERE grp = ?"
+        return await self._run(lambda c: c.execute(sql, (group_key(group),)).rowcount)
+
+    async def count(self) -> int:
+        """Records held now (expired ones not yet purged included)."""
+        row = await self._run(lambda c: c.execute("SELECT count(*) FROM session_records").fetchone())
+        return int(row[0])
+
+    async def purge(self) -> int:
+        return await self._run(lambda c: self._purge(c, self.now()))
+
+    def close(self) -> None:
+        with self._lock:
+            if self._finalizer.detach() is not None:
+                self._conn.close()
+
+    def _purge(self, conn: sqlite3.Connection, now: float) -> int:
+        deleted = conn.execute(_EXPIRE, (now,)).rowcount + conn.execute(_TRIM, (self.max_entries,)).rowcount
+        if self._purge_interval is not None:
+            self._next_purge = now + self._purge_interval
+        return deleted
+
+    async def _run(self, operation: Callable[[sqlite3.Connection], _T], *, write: bool = False) -> _T:
+        def locked() -> _T:
+            with self._lock:
+                result = operation(self._conn)
+                if write and self._purge_interval is not None:
+                    now = self.now()
+                    if now >= self._next_purge:
+                        self._purge(self._conn, now)
+                return result
+
+        return await asyncio.to_thread(locked)
+
+
+class SQLiteSessionStore(BoundedSessionStore):
+    """Core's ``SessionStore`` in one SQLite file: sessions shared by the workers of one machine, kept across restarts.
+
+    Each session is one row of JSON (core's ``AgentSession.to_dict``; it holds a paused conversation's
+    continuation token, so never pickle) in the ``session_records`` table, keyed by a sha256 digest of
+    its id. Writes are last-writer-wins (the hosts allow one request per conversation at a time).
+
+    **Bounded.** A session expires ``ttl`` after its last write (reads do not extend it; an expired one
+    is never returned). The first write of a store object, then the first write after each
+    ``purge_interval``, deletes the expired rows and, past ``max_entries``, the rows that expire first
+    (the least recently written); between purges the table may exceed ``max_entries`` by the writes
+    made since. Use the same file for the host's AG-UI snapshots (``hosting.ThreadSnapshotStore``).
+    Put the file on a local disk; use :class:`RedisSessionStore` or :class:`PostgresSessionStore` for
+    several machines. Close it with :meth:`aclose` (or ``async with``).
+
+    Args:
+        path: The database file; created (with its table) if missing. It may be the
+            :class:`SQLiteContinuationStore`'s file (separate tables).
+
+    Keyword Args:
+        ttl: How long a session is kept after its last write (seconds or ``timedelta``); default 24
+            hours, the continuation token's default TTL: keep it at least the token's.
+        max_entries: Sessions (and snapshots) kept at most (default 1,000,000).
+        purge_interval: Least time between two automatic purges (default 60 s); ``None`` turns them off
+            (call :meth:`purge_expired` yourself).
+        busy_timeout: Seconds to wait for another process's write lock before failing.
+        clock: Seconds since the epoch; defaults to ``time.time``.
+
+    Raises:
+        ValueError: A duration is not positive (at most ten years) or ``max_entries`` not a positive integer.
+        sqlite3.Error: The file cannot be opened or initialised.
+
+    Examples:
+        .. code-block:: python
+
+            app = responses_app(agent, session_store=SQLiteSessionStore("sessions.db"))
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        ttl: float | timedelta = DEFAULT_TTL_SECONDS,
+        max_entries: int = DEFAULT_MAX_STORED_SESSIONS,
+        purge_interval: float | timedelta | None = DEFAULT_SESSION_PURGE_INTERVAL_SECONDS,
+        busy_timeout: float = 30.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.path = Path(path)
+        records = SQLiteRecords(
+            self.path,
+            ttl=duration_seconds(ttl, "ttl"),
+            max_entries=check_max_entries(max_entries),
+            purge_interval=None if purge_interval is None else duration_seconds(purge_interval, "purge_interval"),
+            busy_timeout=duration_seconds(busy_timeout, "busy_timeout"),
+            clock=clock,
+        )
+        self._sqlite = records
+        super().__init__(records)
+
+    @property
+    def records(self) -> SQLiteRecords:
+        """The backend's records (sessions, and AG-UI snapshots kept here)."""
+        return self._sqlite
+
+    async def __aenter__(self) -> SQLiteSessionStore:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def count(self) -> int:
+        """Rows held now (sessions and snapshots; expired ones not yet purged included)."""
+        return await self.records.count()
+
+    async def purge_expired(self) -> int:
+        """Delete the expired rows and trim to ``max_entries`` now; return how many were deleted."""
+        return await self.records.purge()
+
+    def close(self) -> None:
+        """Close the database connection (idempotent); the store cannot be used afterwards."""
+        self._sqlite.close()
+
+    async def aclose(self) -> None:
+        """Close the database connection without blocking the event loop; see :meth:`close`."""
+        await asyncio.to_thread(self._sqlite.close)

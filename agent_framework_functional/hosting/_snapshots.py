@@ -1,0 +1,104 @@
+"""AG-UI thread snapshots kept in one of the package's bounded session stores (same backend, TTL and bounds)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, cast
+
+from agent_framework import SessionStore
+from agent_framework_ag_ui import AGUIThreadSnapshot, AGUIThreadSnapshotStore
+
+from .._session_store import BoundedSessionStore
+from ._defaults import default_session_store
+
+_GROUP = "agui:"
+
+
+def _check_part(value: Any, name: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a string.")
+    if not value:
+        raise ValueError(f"{name} must be a non-empty string.")
+    return value
+
+
+class ThreadSnapshotStore:
+    """An ``AGUIThreadSnapshotStore`` kept in a bounded session store: several AG-UI workers share threads.
+
+    Each snapshot is one JSON record (its fields: messages, shared state, open interrupts and the private
+    session state, which holds a paused thread's continuation token; never pickle) in ``sessions``'s
+    backend, in a key space of its own per scope, with that store's TTL (from the last save) and
+    ``max_entries`` bound (README "Run it in production").
+
+    Args:
+        sessions: :class:`~agent_framework_functional.InMemorySessionStore` (one process),
+            ``SQLiteSessionStore`` (one machine), ``RedisSessionStore`` or ``PostgresSessionStore``
+            (several machines). The caller closes it.
+
+    Raises:
+        TypeError: ``sessions`` is not one of the package's bounded session stores.
+
+    Examples:
+        .. code-block:: python
+
+            agui_endpoint(app, agent, snapshot_store=ThreadSnapshotStore(RedisSessionStore(url)), single_user=True)
+    """
+
+    def __init__(self, sessions: BoundedSessionStore) -> None:
+        if not isinstance(sessions, BoundedSessionStore):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(
+                "ThreadSnapshotStore needs one of the package's session stores (InMemorySessionStore, "
+                f"SQLiteSessionStore, RedisSessionStore, PostgresSessionStore), not {type(sessions).__name__}."
+            )
+        self.sessions = sessions
+
+    async def save(self, *, scope: str, thread_id: str, snapshot: AGUIThreadSnapshot) -> None:
+        """Save the latest snapshot of a thread (it expires the store's TTL from now)."""
+        body = json.dumps(dataclasses.asdict(snapshot), ensure_ascii=True, separators=(",", ":"))
+        await self.sessions.records.write(
+            _GROUP + _check_part(scope, "scope"), _check_part(thread_id, "thread_id"), body
+        )
+
+    async def get(self, *, scope: str, thread_id: str) -> AGUIThreadSnapshot | None:
+        """The latest snapshot of a thread, or None (never saved, deleted or expired)."""
+        text = await self.sessions.records.read(
+            _GROUP + _check_part(scope, "scope"), _check_part(thread_id, "thread_id")
+        )
+        if text is None:
+            return None
+        return AGUIThreadSnapshot(**cast("dict[str, Any]", json.loads(text)))
+
+    async def delete(self, *, scope: str, thread_id: str) -> bool:
+        """Delete a thread's snapshot; True when there was one."""
+        return await self.sessions.records.remove(
+            _GROUP + _check_part(scope, "scope"), _check_part(thread_id, "thread_id")
+        )
+
+    async def clear(self, *, scope: str | None = None) -> None:
+        """Delete every snapshot of ``scope``.
+
+        Raises:
+            ValueError: ``scope`` is None: a shared store is not cleared wholesale; clear scope by scope.
+        """
+        if scope is None:
+            raise ValueError(
+                "ThreadSnapshotStore.clear needs a scope: a shared store is not cleared wholesale. Clear each "
+                "scope, or let the store's TTL expire the snapshots."
+            )
+        await self.sessions.records.remove_group(_GROUP + _check_part(scope, "scope"))
+
+
+def snapshot_store_for(store: AGUIThreadSnapshotStore | SessionStore | None, agent: Any) -> AGUIThreadSnapshotStore:
+    """The AG-UI snapshot store a host uses: ``store`` as given, a session store's snapshots, or a bounded default."""
+    if store is None:
+        return ThreadSnapshotStore(default_session_store(agent))
+    if isinstance(store, BoundedSessionStore):
+        return ThreadSnapshotStore(store)
+    if isinstance(store, SessionStore):
+        raise TypeError(
+            "agui_endpoint keeps thread snapshots, not core sessions: pass one of the package's session stores "
+            "(InMemorySessionStore, SQLiteSessionStore, RedisSessionStore, PostgresSessionStore) or an "
+            "AGUIThreadSnapshotStore."
+        )
+    return store

@@ -1,0 +1,178 @@
+"""Every bounded session store, one contract: core's SessionStore as JSON, a TTL from the last write, ``max_entries``.
+
+Runs once per backend (in memory, SQLite, a real Redis, a real PostgreSQL), and for each the AG-UI snapshot view
+(``hosting.ThreadSnapshotStore``) kept in the same store.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agent_framework import AgentSession, SessionStore
+from agent_framework_ag_ui import AGUIThreadSnapshot
+
+from agent_framework_functional import (
+    SESSION_STATE_KEY,
+    InMemorySessionStore,
+    PostgresSessionStore,
+    RedisSessionStore,
+    SQLiteSessionStore,
+)
+from agent_framework_functional._session_store import BoundedSessionStore
+from agent_framework_functional.hosting import ThreadSnapshotStore
+
+KINDS = ["memory", "sqlite", "redis", "postgres"]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture(params=KINDS)
+async def make(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Callable[..., BoundedSessionStore]]:
+    """Open session stores (``make(ttl=..., max_entries=..., clock=...)``) on one fresh database."""
+    kind: str = request.param
+    tag = uuid.uuid4().hex
+    opened: list[Any] = []
+
+    def open_store(**options: Any) -> BoundedSessionStore:
+        store: BoundedSessionStore
+        if kind == "memory":
+            store = InMemorySessionStore(**options)
+        elif kind == "sqlite":
+            store = SQLiteSessionStore(tmp_path / "sessions.db", purge_interval=None, **options)
+        elif kind == "redis":
+            url = request.getfixturevalue("redis_server")
+            store = RedisSessionStore(url, namespace=f"s:{tag}", purge_interval=None, **options)
+        else:
+            url = request.getfixturevalue("postgres_server")
+            store = PostgresSessionStore(url, schema=f"s_{tag}", purge_interval=None, **options)
+        opened.append(store)
+        return store
+
+    yield open_store
+    for store in opened:
+        closer = getattr(store, "aclose", None)
+        if closer is not None:
+            await closer()
+
+
+def _session(session_id: str = "conversation:c1") -> AgentSession:
+    session = AgentSession(session_id=session_id, service_session_id="svc")
+    session.state[SESSION_STATE_KEY] = {"agent": {"continuation_token": {"kind": "functional_workflow", "token": "x"}}}
+    session.state["notes"] = ["é", 1, None, {"nested": True}]
+    return session
+
+
+async def test_a_session_round_trips_as_json_and_is_a_fresh_object(make: Callable[..., BoundedSessionStore]) -> None:
+    store = make()
+    assert isinstance(store, SessionStore)
+    session = _session("conversation:\udc80 surrogate and é")
+    await store.set(session.session_id, session)
+    found = await store.get(session.session_id)
+    assert found is not None and found is not session
+    assert found.to_dict() == session.to_dict()
+    found.state["notes"].append("changed")
+    assert (await store.get(session.session_id)).to_dict() == session.to_dict()  # type: ignore[union-attr]
+    await store.delete(session.session_id)
+    assert await store.get(session.session_id) is None
+    await store.delete(session.session_id)  # deleting what is gone is fine
+
+
+async def test_a_second_store_object_on_the_same_backend_sees_the_session(
+    make: Callable[..., BoundedSessionStore],
+) -> None:
+    first, second = make(), make()
+    await first.set("k", _session())
+    if isinstance(first, InMemorySessionStore):
+        assert await second.get("k") is None  # one process only: that is what the durable stores are for
+    else:
+        assert (await second.get("k")).to_dict() == _session().to_dict()  # type: ignore[union-attr]
+
+
+async def test_a_session_expires_ttl_after_its_last_write_and_reads_do_not_extend_it(
+    make: Callable[..., BoundedSessionStore],
+) -> None:
+    clock = Clock()
+    store = make(ttl=100, clock=clock)
+    await store.set("k", _session())
+    clock.now += 60
+    assert await store.get("k") is not None
+    await store.set("k", _session())  # a write extends
+    clock.now += 60
+    assert await store.get("k") is not None
+    clock.now += 41
+    if isinstance(store, RedisSessionStore):
+        return  # Redis expires keys by its own clock (a real TTL of 100 s); the clock judges only the trim
+    assert await store.get("k") is None
+
+
+async def test_past_max_entries_the_least_recently_written_sessions_go_first(
+    make: Callable[..., BoundedSessionStore],
+) -> None:
+    clock = Clock()
+    store = make(max_entries=3, clock=clock)
+    for number in range(5):
+        clock.now += 1
+        await store.set(f"s{number}", _session(f"s{number}"))
+    await store.set("s1", _session("s1"))  # rewritten: now the newest
+    purge = getattr(store, "purge_expired", None)
+    assert purge is not None
+    await purge()
+    kept = [name for name in ("s0", "s1", "s2", "s3", "s4") if await store.get(name) is not None]
+    assert kept == ["s1", "s3", "s4"]
+
+
+async def test_bad_input_is_refused_and_changes_nothing(make: Callable[..., BoundedSessionStore]) -> None:
+    store = make()
+    await store.set("k", _session())
+    with pytest.raises(ValueError, match="non-empty"):
+        await store.set("", _session())
+    session = _session()
+    session.state["not json"] = object()
+    with pytest.raises(TypeError), pytest.warns(RuntimeWarning, match="unsupported type"):  # core warns first
+        await store.set("k", session)
+    assert (await store.get("k")).to_dict() == _session().to_dict()  # type: ignore[union-attr]
+    with pytest.raises(ValueError, match="max_entries"):
+        make(max_entries=0)
+
+
+async def test_agui_snapshots_live_in_the_same_store_apart_per_scope(make: Callable[..., BoundedSessionStore]) -> None:
+    store = make()
+    snapshots = ThreadSnapshotStore(store)
+    snapshot = AGUIThreadSnapshot(
+        messages=[{"id": "m1", "role": "user", "content": "deploy"}],
+        state={"shared": 1},
+        interrupt=[{"id": "auto::0", "value": {"x": 1}}],
+        session_state={SESSION_STATE_KEY: {"agent": {"continuation_token": {"token": "t"}}}},
+    )
+    await snapshots.save(scope="alice", thread_id="t1", snapshot=snapshot)
+    await snapshots.save(scope="bob", thread_id="t1", snapshot=AGUIThreadSnapshot())
+    await store.set("t1", _session("t1"))  # a session of the same name is another record
+    found = await snapshots.get(scope="alice", thread_id="t1")
+    assert found == snapshot and found is not snapshot
+    assert json.loads(json.dumps(found.session_state)) == snapshot.session_state
+    await snapshots.clear(scope="alice")
+    assert await snapshots.get(scope="alice", thread_id="t1") is None
+    assert await snapshots.get(scope="bob", thread_id="t1") == AGUIThreadSnapshot()
+    assert await store.get("t1") is not None
+    assert await snapshots.delete(scope="bob", thread_id="t1") is True
+    assert await snapshots.delete(scope="bob", thread_id="t1") is False
+    with pytest.raises(ValueError, match="needs a scope"):
+        await snapshots.clear()
+    with pytest.raises(ValueError, match="non-empty"):
+        await snapshots.get(scope="", thread_id="t1")
+
+
+def test_thread_snapshot_store_needs_one_of_the_package_stores() -> None:
+    with pytest.raises(TypeError, match="session stores"):
+        ThreadSnapshotStore(SessionStore())  # type: ignore[arg-type]
