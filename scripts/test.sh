@@ -14,7 +14,7 @@ if [ ! -x "$venv/bin/python" ]; then
   "${PYTHON:-python3}" -m venv "$venv"
 fi
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[test,bench,hosting,postgres]"
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[test,bench,hosting,postgres,a2a,mcp]"
 
 for hook in scripts/services/*.sh; do
   [ -e "$hook" ] && bash "$hook"
