@@ -7,7 +7,7 @@ task with a data part ``{"request_id": ..., "answer": true}`` and the task compl
 Run it (needs ``pip install "agent-framework-functional[a2a]"``; no API key):
 
     python samples/host_a2a.py            # self-check: serve on 127.0.0.1, one approval round trip, exit
-    python samples/host_a2a.py --serve    # serve on http://127.0.0.1:16791/ until Ctrl+C (card at
+    python samples/host_a2a.py --serve    # serve on http://127.0.0.1:16793/ until Ctrl+C (card at
                                           # /.well-known/agent-card.json; A2AAgent(url=...) talks to it)
 """
 
@@ -28,7 +28,7 @@ from agent_framework_functional import RunContext, workflow
 from agent_framework_functional.hosting import a2a_app
 from agent_framework_functional.hosting.a2a import new_answer_part
 
-PORT = 16791
+PORT = 16793
 
 
 @workflow(name="deployer", description="Asks one approval, then deploys.")
@@ -75,7 +75,7 @@ async def self_check() -> str:
 
 
 async def main() -> None:
-    """Self-check by default; ``--serve`` serves on 127.0.0.1:16791 until interrupted."""
+    """Self-check by default; ``--serve`` serves on 127.0.0.1:16793 until interrupted."""
     if "--serve" in sys.argv[1:]:
         app = a2a_app(deployer.build().as_agent(name="deployer"), url=f"http://127.0.0.1:{PORT}/")
         print(f"Serving A2A on http://127.0.0.1:{PORT}/ (Ctrl+C stops)")

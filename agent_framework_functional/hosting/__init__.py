@@ -4,7 +4,7 @@ Installed with the ``hosting`` extra (``pip install "agent-framework-functional[
 ``agui_endpoint`` (AG-UI), ``serve_devui`` / ``devui_app`` (DevUI) and ``responses_app``
 (``agent-framework-hosting-responses``). Each host package is imported only when its call is first
 used, so ``import agent_framework_functional`` never needs them. ``a2a_app`` (A2A) needs the ``a2a`` extra,
-``mcp_server`` (an MCP tool) the ``mcp`` extra. README "Host it" shows each call.
+``mcp_app`` (an MCP tool) the ``mcp`` extra. README "Host it" shows each call.
 """
 
 from __future__ import annotations
@@ -16,19 +16,21 @@ if TYPE_CHECKING:
     from .a2a import a2a_app
     from .agui import agui_endpoint
     from .devui import devui_app, serve_devui
+    from .mcp import mcp_app
     from .responses import responses_app
 
 _MODULES = {
     "a2a_app": ".a2a",
     "agui_endpoint": ".agui",
     "devui_app": ".devui",
+    "mcp_app": ".mcp",
     "responses_app": ".responses",
     "serve_devui": ".devui",
 }
 
 _EXTRAS = {".a2a": "a2a", ".mcp": "mcp"}
 
-__all__ = ["a2a_app", "agui_endpoint", "devui_app", "responses_app", "serve_devui"]
+__all__ = ["a2a_app", "agui_endpoint", "devui_app", "mcp_app", "responses_app", "serve_devui"]
 
 
 def __getattr__(name: str) -> Any:
