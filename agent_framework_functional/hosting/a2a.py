@@ -1,21 +1,19 @@
 """A2A in one call: :func:`a2a_app` serves a FunctionalWorkflowAgent to other agents over the A2A protocol.
 
-Built on ``a2a-sdk`` (its request handler, task store and JSON-RPC routes) and ``agent-framework-hosting-a2a``
-(its agent card). This module owns what they leave to the app for a pausing agent: a pause is a task in
-``input-required`` whose status message carries the request as a data part; an answer on that task resumes
-the workflow; the session of each A2A context lives in a session store. Needs the ``a2a`` extra.
+Built on ``a2a-sdk`` (its request handler, task store, agent card and JSON-RPC routes). This module owns what
+it leaves to the app for a pausing agent: a pause is a task in ``input-required`` whose status message carries
+the request as a data part; an answer on that task resumes the workflow; the session of each A2A context lives
+in a session store. Needs the ``a2a`` extra.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, cast
 
-from a2a.helpers import new_data_part, new_task_from_user_message, new_text_part
+from a2a.helpers import get_message_text, new_task_from_user_message, new_text_part
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.cluster import StoredTask
 from a2a.server.context import ServerCallContext
@@ -28,27 +26,30 @@ from a2a.types import (
     AgentCard,
     AgentInterface,
     AgentSkill,
-    Part,
     SendMessageRequest,
     Task,
     TaskState,
 )
 from a2a.types import Message as A2AMessage
 from a2a.utils.errors import InvalidParamsError
-from agent_framework import AgentSession, Content, Message, SessionStore, WorkflowEvent
-from google.protobuf.json_format import MessageToDict
+from agent_framework import AgentSession, Message, SessionStore
 from starlette.applications import Starlette
 
 from .._agent import FunctionalWorkflowAgent
-from .._chat import answers_to_responses
 from .._errors import FunctionalWorkflowError, ResponseMismatchError
 from .._updates import approval_request
-from ._adapter import ANSWER_FIELD, parse_typed_text, result_answer
+from ._a2a_parts import BOOL_WORDS, message_answers, new_answer_part, request_part
+
+__all__ = [
+    "BOOL_WORDS",
+    "FunctionalA2AExecutor",
+    "FunctionalA2ARequestHandler",
+    "a2a_app",
+    "message_answers",
+    "new_answer_part",
+]
 
 logger = logging.getLogger(__name__)
-
-BOOL_WORDS: Mapping[str, bool] = {"approve": True, "yes": True, "reject": False, "no": False}
-"""The text answers a ``bool`` request takes when ``text_answers=True`` (case and surrounding space ignored)."""
 
 _TERMINAL = frozenset(
     {
@@ -58,90 +59,8 @@ _TERMINAL = frozenset(
         TaskState.TASK_STATE_REJECTED,
     }
 )
+_BUSY = "Another task of this context is running; send this message again when it ends."
 _HOST_KEY = "a2a_host"  # session.state entry of this host: the id of the task that holds the pause
-
-
-def _json_value(value: Any) -> Any:
-    """A data part's value with whole floats as ints (``google.protobuf.Value`` stores every number as a double)."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, dict):
-        return {key: _json_value(item) for key, item in cast(dict[str, Any], value).items()}
-    if isinstance(value, list):
-        return [_json_value(item) for item in cast(list[Any], value)]
-    return value
-
-
-def _text_value(text: str, event: WorkflowEvent[Any], request_id: str) -> Any:
-    if event.response_type is str:
-        return text
-    if event.response_type is bool:
-        word = text.strip().lower()
-        if word not in BOOL_WORDS:
-            raise ResponseMismatchError(
-                f"Request {request_id!r} expects a yes/no answer: send one of {sorted(BOOL_WORDS)!r} as text, or a "
-                f'data part {{"request_id": {request_id!r}, "answer": true}}. The task is still waiting for input.'
-            )
-        return BOOL_WORDS[word]
-    return parse_typed_text(text)
-
-
-def message_answers(
-    message: A2AMessage, pending: Mapping[str, WorkflowEvent[Any]], *, text_answers: bool
-) -> list[Content]:
-    """The agent's answer contents for an A2A message sent on a task in ``input-required``.
-
-    A data part ``{"request_id": <id>, "answer": <JSON value>}`` answers that request (``request_id`` may be
-    left out while one request is pending). With ``text_answers``, a text part answers the one pending
-    request: a ``str`` request takes the text, a ``bool`` request one word of :data:`BOOL_WORDS`, any
-    other type the JSON of the value. The values are checked against each request's ``response_type``.
-
-    Raises:
-        ResponseMismatchError: A part of another kind, a data part of another shape, text when not
-            allowed, or a value the request's type refuses (the message says what to send).
-    """
-    only = next(iter(pending)) if len(pending) == 1 else None
-    answers: list[Content] = []
-    for part in message.parts:
-        kind = part.WhichOneof("content")
-        if kind == "data":
-            data = _json_value(MessageToDict(part.data))
-            if not isinstance(data, dict) or ANSWER_FIELD not in data:
-                raise ResponseMismatchError(
-                    'An answer data part must be an object {"request_id": <id>, "answer": <value>}; the task is '
-                    "still waiting for input."
-                )
-            request_id = cast(dict[str, Any], data).get("request_id", only)
-            answers.append(result_answer(str(request_id), cast(dict[str, Any], data)[ANSWER_FIELD]))
-        elif kind == "text" and text_answers and only is not None:
-            answers.append(result_answer(only, _text_value(part.text, pending[only], only)))
-        elif kind == "text" and not part.text.strip():
-            continue
-        else:
-            raise ResponseMismatchError(
-                f"This task waits for input on {sorted(pending)!r}: answer with a data part "
-                '{"request_id": <id>, "answer": <value>}'
-                + (" or, while one request is pending, text" if text_answers else "")
-                + f" (a {kind} part cannot answer). The task is still waiting for input."
-            )
-    if not answers:
-        raise ResponseMismatchError("The message carries no answer; the task is still waiting for input.")
-    answers_to_responses(answers, pending)  # converts each value; refuses unknown ids and duplicates
-    return answers
-
-
-def _request_part(content: Content) -> Part:
-    props = content.additional_properties or {}
-    call = content.function_call
-    arguments = (call.parse_arguments() if call is not None else None) or {}
-    return new_data_part(
-        {
-            "request_id": content.id,
-            "data": arguments.get("data"),
-            "response_type": props.get("response_type"),
-            "response_schema": props.get("response_schema"),
-        }
-    )
 
 
 class FunctionalA2AExecutor(AgentExecutor):
@@ -160,6 +79,7 @@ class FunctionalA2AExecutor(AgentExecutor):
         self.agent = agent
         self.session_store = session_store
         self.text_answers = text_answers
+        self.busy: set[str] = set()  # session keys with a run in flight; bounded by those runs
 
     @staticmethod
     def session_key(context_id: str) -> str:
@@ -183,54 +103,72 @@ class FunctionalA2AExecutor(AgentExecutor):
         answering = task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
         updater = TaskUpdater(event_queue, task.id, task.context_id)
         key = self.session_key(task.context_id)
+        if key in self.busy:  # one run per context (per process); a2a-sdk serializes only one task's messages
+            await updater.failed(updater.new_agent_message([new_text_part(_BUSY)]))
+            return
+        self.busy.add(key)
+        try:
+            await self._run(context.message, task.id, answering, key, updater)
+        finally:
+            self.busy.discard(key)
+
+    async def _run(self, message: A2AMessage, task_id: str, answering: bool, key: str, updater: TaskUpdater) -> None:
         session = await self.session_store.get(key) or self.agent.create_session(session_id=key)
         paused_on = cast(dict[str, Any], session.state.get(_HOST_KEY) or {}).get("task_id")
-        if paused_on not in (None, task.id):  # the context waits on another task (checked on receipt too)
+        if paused_on not in (None, task_id):  # the context waits on another task (checked on receipt too)
             await updater.failed(updater.new_agent_message([new_text_part(f"Context waits on task {paused_on}.")]))
             return
         await updater.start_work()
         try:
             if answering:
                 pending = self.agent.pending_requests_for(session)
-                answers = message_answers(context.message, pending, text_answers=self.text_answers)
+                answers = message_answers(message, pending, text_answers=self.text_answers)
                 messages: Any = [Message(role="user", contents=answers)]
             else:
-                messages = context.get_user_input()
+                messages = get_message_text(message)
             response = await self.agent.run(messages, session=session)
-        except FunctionalWorkflowError as exc:  # refused, nothing changed: a pause stays a pause
-            await self.session_store.set(key, session)
+        except FunctionalWorkflowError as exc:  # refused and nothing changed (the stored session is still right)
             parts = [new_text_part(str(exc))]
             if answering:  # the task still waits: its status keeps the requests
                 events = self.agent.pending_requests_for(session).values()
-                parts += [_request_part(c) for e in events for c in approval_request(e)[1:]]
+                parts += [request_part(c) for e in events for c in approval_request(e)[1:]]
                 await updater.requires_input(updater.new_agent_message(parts))
             else:
                 await updater.failed(updater.new_agent_message(parts))
             return
         except Exception:
-            logger.exception("The workflow of A2A task %s failed.", task.id)
+            logger.exception("The workflow of A2A task %s failed.", task_id)
             session.state.pop(_HOST_KEY, None)
             await self.session_store.set(key, session)
             await updater.failed(updater.new_agent_message([new_text_part("The workflow failed.")]))
             return
         requests = [c for m in response.messages for c in m.contents if c.type == "function_approval_request"]
         if requests:
-            session.state[_HOST_KEY] = {"task_id": task.id}
+            session.state[_HOST_KEY] = {"task_id": task_id}
         else:
             session.state.pop(_HOST_KEY, None)
         await self.session_store.set(key, session)
         if requests:
             parts = [new_text_part(f"{self.agent.name} waits for input: {len(requests)} request(s).")]
-            await updater.requires_input(updater.new_agent_message(parts + [_request_part(c) for c in requests]))
+            await updater.requires_input(updater.new_agent_message(parts + [request_part(c) for c in requests]))
             return
         if response.text:
             await updater.add_artifact([new_text_part(response.text)], name="output")
         await updater.complete()
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
-        """Cancel the task; a pause it held stays in the context's session (a new task cannot answer it)."""
-        updater = TaskUpdater(event_queue, context.task_id or "", context.context_id or "")
-        await updater.cancel()
+        """Cancel the task; a pause it held is abandoned, so its context takes new input."""
+        key = self.session_key(context.context_id or "")
+        session = await self.session_store.get(key) if context.context_id else None
+        held = cast(dict[str, Any], session.state.get(_HOST_KEY) or {}) if session is not None else {}
+        if session is not None and held.get("task_id") == context.task_id:
+            try:
+                await self.agent.abandon_continuation_async(session=session)
+            except FunctionalWorkflowError:
+                logger.warning("A2A task %s was cancelled; its pause could not be abandoned.", context.task_id)
+            session.state.pop(_HOST_KEY, None)
+            await self.session_store.set(key, session)
+        await TaskUpdater(event_queue, context.task_id or "", context.context_id or "").cancel()
 
 
 class FunctionalA2ARequestHandler(DefaultRequestHandler):
@@ -375,16 +313,3 @@ def a2a_app(
     )
     app.state.a2a_handler = handler
     return app
-
-
-def new_answer_part(value: Any, request_id: str | None = None) -> Part:
-    """A data part answering ``request_id`` (or the one pending request) with ``value`` (any JSON)."""
-    data: dict[str, Any] = {ANSWER_FIELD: json.loads(json.dumps(value))}
-    if request_id is not None:
-        data["request_id"] = request_id
-    return new_data_part(data)
-
-
-def new_message_id() -> str:
-    """A fresh A2A message id."""
-    return uuid.uuid4().hex

@@ -9,6 +9,7 @@ protocol error and the task still waits for input.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -18,8 +19,22 @@ import httpx
 import pytest
 from a2a.client import Client, ClientConfig, create_client
 from a2a.helpers import get_data_parts, new_text_part
-from a2a.types import GetTaskRequest, Message, Part, Role, SendMessageRequest, Task, TaskState
+from a2a.server.agent_execution import RequestContext
+from a2a.server.context import ServerCallContext
+from a2a.server.events import EventQueue
+from a2a.types import (
+    CancelTaskRequest,
+    GetTaskRequest,
+    Message,
+    Part,
+    Role,
+    SendMessageRequest,
+    Task,
+    TaskState,
+    TaskStatus,
+)
 from a2a.utils.errors import A2AError
+from agent_framework import AgentSession, SessionStore
 from hosting_support import (
     DEPLOYS,
     PUBLISHED,
@@ -32,7 +47,7 @@ from hosting_support import (
     run_sample_self_check,
 )
 
-from agent_framework_functional.hosting.a2a import BOOL_WORDS, a2a_app, new_answer_part
+from agent_framework_functional.hosting.a2a import BOOL_WORDS, FunctionalA2AExecutor, a2a_app, new_answer_part
 
 INPUT_REQUIRED = TaskState.TASK_STATE_INPUT_REQUIRED
 COMPLETED = TaskState.TASK_STATE_COMPLETED
@@ -151,6 +166,85 @@ async def test_two_answers_at_once_run_once(serve_port: Any, http: httpx.AsyncCl
     )
     assert any(isinstance(result, Task) and output_of(result) == "deployed: a2a-race" for result in results)
     assert DEPLOYS["a2a-race"] == 1
+
+
+class MeetingStore(SessionStore):
+    """Core's in-memory store whose first read waits (up to a second) for a second read: two runs read together."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+        self.second = asyncio.Event()
+
+    async def get(self, session_id: str) -> AgentSession | None:
+        self.reads += 1
+        if self.reads == 2:
+            self.second.set()
+        if self.reads == 1:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.second.wait(), 1)
+        return await super().get(session_id)
+
+
+class Recorded(EventQueue):
+    """An a2a-sdk event queue that keeps what the executor publishes."""
+
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+
+    async def enqueue_event(self, event: Any) -> None:
+        self.events.append(event)
+
+
+async def test_an_answer_queued_on_a_task_that_ended_does_not_run() -> None:
+    """a2a-sdk hands the executor a message queued before the task completed: it must not resume anything."""
+    executor = FunctionalA2AExecutor(make_agent(), session_store=SessionStore(), text_answers=False)
+    message = Message(role=Role.ROLE_USER, parts=[new_answer_part(True)], message_id="m", task_id="t", context_id="c")
+    ended = Task(id="t", context_id="c", status=TaskStatus(state=COMPLETED))
+    context = RequestContext(ServerCallContext(), SendMessageRequest(message=message), "t", "c", ended)
+    queue = Recorded()
+    await executor.execute(context, queue)
+    assert queue.events == []
+
+
+async def test_two_new_tasks_on_one_context_keep_the_pause() -> None:
+    """One run per context: a second task read at the same time is refused and cannot write over the pause."""
+    store = MeetingStore()
+    executor = FunctionalA2AExecutor(make_agent(), session_store=store, text_answers=False)
+
+    def start(task_id: str) -> RequestContext:
+        parts = [new_text_part("a2a-ctx")]
+        message = Message(role=Role.ROLE_USER, parts=parts, message_id=task_id, task_id=task_id, context_id="ctx")
+        return RequestContext(ServerCallContext(), SendMessageRequest(message=message), task_id, "ctx", None)
+
+    queues = [Recorded(), Recorded()]
+    await asyncio.gather(executor.execute(start("a"), queues[0]), executor.execute(start("b"), queues[1]))
+    session = await store.get(executor.session_key("ctx"))
+    assert session is not None
+    assert set(executor.agent.pending_requests_for(session)) == {"auto::0"}
+    ends = [[event.status.state for event in queue.events if hasattr(event, "status")][-1] for queue in queues]
+    assert sorted(ends) == sorted([INPUT_REQUIRED, TaskState.TASK_STATE_FAILED]), ends
+    paused_id = "ab"[ends.index(INPUT_REQUIRED)]
+    answer = Message(role=Role.ROLE_USER, parts=[new_answer_part(True)], message_id="m", task_id=paused_id)
+    waiting = Task(id=paused_id, context_id="ctx", status=TaskStatus(state=INPUT_REQUIRED))
+    done = Recorded()
+    await executor.execute(
+        RequestContext(ServerCallContext(), SendMessageRequest(message=answer), paused_id, "ctx", waiting), done
+    )
+    assert [event.status.state for event in done.events if hasattr(event, "status")][-1] == COMPLETED
+    assert DEPLOYS["a2a-ctx"] == 1
+
+
+async def test_cancelling_a_paused_task_frees_its_context(serve_port: Any, http: httpx.AsyncClient) -> None:
+    client = await client_for(serve_a2a(serve_port), http)
+    paused = await send(client, [new_text_part("a2a-cancel")])
+    cancelled = await client.cancel_task(CancelTaskRequest(id=paused.id))
+    assert cancelled.status.state == TaskState.TASK_STATE_CANCELED
+    with pytest.raises(A2AError, match="terminal state"):
+        await send(client, [new_answer_part(True)], paused)
+    again = await send(client, [new_text_part("a2a-cancel-2")], context_id=paused.context_id)
+    assert output_of(await send(client, [new_answer_part(True)], again)) == "deployed: a2a-cancel-2"
+    assert DEPLOYS["a2a-cancel"] == 0
 
 
 async def test_client_gone_at_the_pause_answers_later(serve_port: Any) -> None:
