@@ -97,11 +97,14 @@ async def send(client: Client, parts: list[Part], task: Task | None = None, cont
         message.task_id, message.context_id = task.id, task.context_id
     elif context_id is not None:
         message.context_id = context_id
-    found: Task | None = None
+    last: Any = None
     async for event in client.send_message(SendMessageRequest(message=message)):
-        found = event.task
-    assert found is not None
-    return found
+        last = event
+    assert last is not None
+    if last.HasField("task"):
+        return last.task
+    # a stream ends with a status update: read the task it settled
+    return await client.get_task(GetTaskRequest(id=last.status_update.task_id))
 
 
 def request_of(task: Task) -> dict[str, Any]:
@@ -126,6 +129,14 @@ async def test_bool_approval_round_trip(serve_port: Any, http: httpx.AsyncClient
     done = await send(client, [new_answer_part(True, "auto::0")], paused)
     assert output_of(done) == "deployed: a2a-bool"
     assert DEPLOYS["a2a-bool"] == 1
+
+
+async def test_streaming_client_round_trip(serve_port: Any, http: httpx.AsyncClient) -> None:
+    client = await create_client(serve_a2a(serve_port), ClientConfig(httpx_client=http, streaming=True))
+    paused = await send(client, [new_text_part("a2a-stream")])
+    assert request_of(paused)["request_id"] == "auto::0"
+    assert output_of(await send(client, [new_answer_part(True)], paused)) == "deployed: a2a-stream"
+    assert DEPLOYS["a2a-stream"] == 1
 
 
 async def test_str_and_structured_answers(serve_port: Any, http: httpx.AsyncClient) -> None:

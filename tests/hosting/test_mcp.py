@@ -124,6 +124,25 @@ async def test_client_gone_at_the_pause_answers_later_and_replay_is_refused(serv
     assert DEPLOYS["mcp-later"] == 1
 
 
+async def test_two_answers_with_one_state_resume_once(serve: Any) -> None:
+    async with Client(serve_mcp(serve)) as client:
+        paused = await pause(client, "deployer", "mcp-race")
+
+        async def answer() -> Any:
+            return await client.call_tool(
+                "deployer",
+                {"task": "mcp-race"},
+                input_responses=accept({"answer": True}),
+                request_state=paused.request_state,
+            )
+
+        results = await asyncio.gather(*(answer() for _ in range(3)), return_exceptions=True)
+    done = [result for result in results if isinstance(result, types.CallToolResult)]
+    assert [first_text(result) for result in done] == ["deployed: mcp-race"], results
+    assert all(isinstance(result, MCPError) for result in results if result not in done)
+    assert DEPLOYS["mcp-race"] == 1
+
+
 async def test_hostile_state_and_answers_are_errors_and_the_pause_stays(serve: Any) -> None:
     async with Client(serve_mcp(serve)) as client:
         paused = await pause(client, "deployer", "mcp-hostile")
