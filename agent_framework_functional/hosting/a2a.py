@@ -37,7 +37,6 @@ from starlette.applications import Starlette
 
 from .._agent import FunctionalWorkflowAgent
 from .._errors import FunctionalWorkflowError, ResponseMismatchError
-from .._updates import approval_request
 from ._a2a_parts import BOOL_WORDS, message_answers, new_answer_part, request_part
 
 __all__ = [
@@ -108,11 +107,12 @@ class FunctionalA2AExecutor(AgentExecutor):
             return
         self.busy.add(key)
         try:
-            await self._run(context.message, task.id, answering, key, updater)
+            await self._run(context.message, task, answering, key, updater)
         finally:
             self.busy.discard(key)
 
-    async def _run(self, message: A2AMessage, task_id: str, answering: bool, key: str, updater: TaskUpdater) -> None:
+    async def _run(self, message: A2AMessage, waiting: Task, answering: bool, key: str, updater: TaskUpdater) -> None:
+        task_id = waiting.id
         session = await self.session_store.get(key) or self.agent.create_session(session_id=key)
         paused_on = cast(dict[str, Any], session.state.get(_HOST_KEY) or {}).get("task_id")
         if paused_on not in (None, task_id):  # the context waits on another task (checked on receipt too)
@@ -129,9 +129,8 @@ class FunctionalA2AExecutor(AgentExecutor):
             response = await self.agent.run(messages, session=session)
         except FunctionalWorkflowError as exc:  # refused and nothing changed (the stored session is still right)
             parts = [new_text_part(str(exc))]
-            if answering:  # the task still waits: its status keeps the requests
-                events = self.agent.pending_requests_for(session).values()
-                parts += [request_part(c) for e in events for c in approval_request(e)[1:]]
+            if answering:  # the task still waits: its status keeps the request parts it had
+                parts += [part for part in waiting.status.message.parts if part.HasField("data")]
                 await updater.requires_input(updater.new_agent_message(parts))
             else:
                 await updater.failed(updater.new_agent_message(parts))
@@ -204,10 +203,8 @@ class FunctionalA2ARequestHandler(DefaultRequestHandler):
             return  # an ended task: a2a-sdk refuses it; a running one: the executor's guard ignores it
         if message.context_id and message.context_id != task.context_id:
             return  # a2a-sdk refuses a context that is not the task's
-        pending = self.executor.agent.pending_requests_for(session)
-        if not pending:
-            return  # held by another process: the executor checks it (a refusal keeps the task waiting)
-        try:
+        pending = self.executor.agent.pending_requests_for(session)  # empty when another worker holds the pause:
+        try:  # then only the shape is checked here and the agent's run checks the values (the task keeps waiting)
             message_answers(message, pending, text_answers=self.executor.text_answers)
         except ResponseMismatchError as exc:
             raise InvalidParamsError(str(exc)) from None

@@ -329,3 +329,43 @@ async def test_a2a_agent_in_a_sequential_orchestration(serve_port: Any) -> None:
 def test_host_a2a_sample_self_check() -> None:
     out = run_sample_self_check(ROOT / "samples" / "host_a2a.py")
     assert "self-check passed: deployed: ship it" in out
+
+
+async def test_a_pause_taken_by_one_worker_is_answered_on_another(serve_port: Any, tmp_path: Any) -> None:
+    """Two workers share the session and task stores and the workflow's continuation store and checkpoints."""
+    from a2a.server.tasks import InMemoryTaskStore
+    from agent_framework import FileCheckpointStorage
+
+    from agent_framework_functional import SQLiteContinuationStore
+
+    sessions, tasks = SessionStore(), InMemoryTaskStore()
+    async with SQLiteContinuationStore(tmp_path / "continuations.db") as store:
+
+        def worker() -> str:
+            workflow = deployer.build(
+                checkpoint_storage=FileCheckpointStorage(tmp_path / "checkpoints"), continuation_store=store
+            )
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                port = probe.getsockname()[1]
+            url = f"http://127.0.0.1:{port}/"
+            serve_port(
+                a2a_app(workflow.as_agent(name="deployer"), url=url, session_store=sessions, task_store=tasks), port
+            )
+            return url
+
+        first_url, second_url = worker(), worker()
+        async with httpx.AsyncClient(trust_env=False, timeout=60) as http:
+            first, second = await client_for(first_url, http), await client_for(second_url, http)
+            paused = await send(first, [new_text_part("a2a-workers")])
+            for parts in ([new_text_part("approve")], [Part(url="http://example.com/x")], [new_answer_part(True)]):
+                with pytest.raises(A2AError, match="data part"):  # the shape is checked on any worker
+                    await send(second, parts, paused)
+            refused = await send(second, [new_answer_part("yes", "auto::0")], paused)  # the agent's check
+            assert "only true or false" in refused.status.message.parts[0].text
+            assert request_of(refused)["request_id"] == "auto::0"  # still waiting, with its request
+            assert output_of(await send(second, [new_answer_part(True, "auto::0")], paused)) == "deployed: a2a-workers"
+            # worker one still holds the task as waiting: a2a-sdk runs the late answer, the executor ignores it
+            late = await send(first, [new_answer_part(True, "auto::0")], paused)
+            assert output_of(late) == "deployed: a2a-workers"
+    assert DEPLOYS["a2a-workers"] == 1

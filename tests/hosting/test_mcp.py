@@ -188,3 +188,37 @@ async def test_hostile_state_and_answers_are_errors_and_the_pause_stays(serve: A
 def test_host_mcp_sample_self_check() -> None:
     out = run_sample_self_check(ROOT / "samples" / "host_mcp.py")
     assert "self-check passed: deployed: ship it" in out
+
+
+async def test_a_pause_taken_by_one_worker_is_answered_on_another(serve: Any, tmp_path: Any) -> None:
+    """Two workers share the host key and the workflow's continuation store and checkpoints, nothing else."""
+    from agent_framework import FileCheckpointStorage
+
+    from agent_framework_functional import SQLiteContinuationStore
+
+    async with SQLiteContinuationStore(tmp_path / "continuations.db") as store:
+
+        def worker() -> str:
+            checkpoints = FileCheckpointStorage(tmp_path / "checkpoints")
+            agent = deployer.build(checkpoint_storage=checkpoints, continuation_store=store).as_agent(name="deployer")
+            return f"{serve(mcp_app(agent, key=KEY)).base}/mcp"
+
+        first_url, second_url = worker(), worker()
+        async with Client(first_url) as first:
+            paused = await pause(first, "deployer", "mcp-workers")
+        state = paused.request_state
+        async with Client(second_url) as second:
+            with pytest.raises(MCPError, match="bool"):  # the agent's own check: nothing changes
+                await second.call_tool(
+                    "deployer", {"task": "mcp-workers"}, input_responses=accept({"answer": "yes"}), request_state=state
+                )
+            done = await second.call_tool(
+                "deployer", {"task": "mcp-workers"}, input_responses=accept({"answer": True}), request_state=state
+            )
+            assert first_text(done) == "deployed: mcp-workers"
+        async with Client(first_url) as first:
+            with pytest.raises(MCPError, match="continuation"):  # a replay on the worker that paused
+                await first.call_tool(
+                    "deployer", {"task": "mcp-workers"}, input_responses=accept({"answer": True}), request_state=state
+                )
+    assert DEPLOYS["mcp-workers"] == 1
