@@ -192,7 +192,7 @@ class MeetingStore(SessionStore):
         if self.reads == 2:
             self.second.set()
         if self.reads == 1:
-            with contextlib.suppress(TimeoutError):
+            with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self.second.wait(), 1)
         return await super().get(session_id)
 
