@@ -26,6 +26,7 @@ from a2a.types import (
     AgentCard,
     AgentInterface,
     AgentSkill,
+    Part,
     SendMessageRequest,
     Task,
     TaskState,
@@ -113,6 +114,8 @@ class FunctionalA2AExecutor(AgentExecutor):
 
     async def _run(self, message: A2AMessage, waiting: Task, answering: bool, key: str, updater: TaskUpdater) -> None:
         task_id = waiting.id
+        # copies: a2a-sdk updates the task object it handed over once start_work is processed
+        asked = [Part.FromString(p.SerializeToString()) for p in waiting.status.message.parts if p.HasField("data")]
         session = await self.session_store.get(key) or self.agent.create_session(session_id=key)
         paused_on = cast(dict[str, Any], session.state.get(_HOST_KEY) or {}).get("task_id")
         if paused_on not in (None, task_id):  # the context waits on another task (checked on receipt too)
@@ -130,7 +133,7 @@ class FunctionalA2AExecutor(AgentExecutor):
         except FunctionalWorkflowError as exc:  # refused and nothing changed (the stored session is still right)
             parts = [new_text_part(str(exc))]
             if answering:  # the task still waits: its status keeps the request parts it had
-                parts += [part for part in waiting.status.message.parts if part.HasField("data")]
+                parts += asked
                 await updater.requires_input(updater.new_agent_message(parts))
             else:
                 await updater.failed(updater.new_agent_message(parts))
