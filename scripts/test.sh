@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The project's test command (README Quickstart, step 2; .ci/run calls it too).
-# Creates .venv if it is missing, installs the package with its test, bench, hosting and postgres extras (the smoke
-# test of benchmarks/bench_peers.py needs LangGraph; tests/hosting needs the host packages), installs the
+# Creates .venv if it is missing, installs the package with its test, bench, hosting, postgres, a2a and mcp extras (the
+# smoke test of benchmarks/bench_peers.py needs LangGraph; tests/hosting needs the host packages), installs the
 # services the tests need when they are missing, and runs the whole test suite.
 # Extra arguments go to pytest, e.g. `bash scripts/test.sh tests/test_workflow.py -q`.
 # PYTHON= picks the interpreter that creates a missing venv (default python3), VENV= the venv folder (default
@@ -14,7 +14,7 @@ if [ ! -x "$venv/bin/python" ]; then
   "${PYTHON:-python3}" -m venv "$venv"
 fi
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[test,bench,hosting,postgres]"
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[test,bench,hosting,postgres,a2a,mcp]"
 
 for hook in scripts/services/*.sh; do
   [ -e "$hook" ] && bash "$hook"

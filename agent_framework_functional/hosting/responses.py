@@ -162,7 +162,9 @@ class _ResponsesHost:
                 if size <= limit:
                     chunks.append(chunk)
         except ClientDisconnect:  # hung up before the body ended: nothing was read, nothing to run or log
-            raise _Refusal(400, "client_disconnected", "The client closed the connection before the body ended.")
+            raise _Refusal(
+                400, "client_disconnected", "The client closed the connection before the body ended."
+            ) from None
         if size > limit:
             raise _Refusal(413, "body_too_large", f"The request body is larger than {limit} bytes.")
         return b"".join(chunks)

@@ -69,8 +69,8 @@ class ServerThread:
     socket only. ``start()`` waits until it listens (and the app's lifespan ran).
     """
 
-    def __init__(self, app: Any) -> None:
-        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
+    def __init__(self, app: Any, port: int = 0) -> None:
+        config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name="uvicorn-test-server", daemon=True)
         self.port = 0

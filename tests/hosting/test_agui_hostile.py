@@ -184,7 +184,7 @@ def test_importing_the_package_needs_no_host_package() -> None:
     assert out == [
         "[]",
         "['agent_framework_ag_ui']",
-        "['ThreadSnapshotStore', 'agui_endpoint', 'devui_app', 'responses_app', 'serve_devui']",
+        "['ThreadSnapshotStore', 'a2a_app', 'agui_endpoint', 'devui_app', 'mcp_app', 'responses_app', 'serve_devui']",
     ]
 
 

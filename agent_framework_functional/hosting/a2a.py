@@ -1,0 +1,315 @@
+"""A2A in one call: :func:`a2a_app` serves a FunctionalWorkflowAgent to other agents over the A2A protocol.
+
+Built on ``a2a-sdk`` (its request handler, task store, agent card and JSON-RPC routes). This module owns what
+it leaves to the app for a pausing agent: a pause is a task in ``input-required`` whose status message carries
+the request as a data part; an answer on that task resumes the workflow; the session of each A2A context lives
+in a session store. Needs the ``a2a`` extra.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any, cast
+
+from a2a.helpers import get_message_text, new_task_from_user_message, new_text_part
+from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.cluster import StoredTask
+from a2a.server.context import ServerCallContext
+from a2a.server.events import EventQueue
+from a2a.server.request_handlers import DefaultRequestHandler
+from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+from a2a.server.tasks import InMemoryTaskStore, TaskStore, TaskUpdater
+from a2a.types import (
+    AgentCapabilities,
+    AgentCard,
+    AgentInterface,
+    AgentSkill,
+    Part,
+    SendMessageRequest,
+    Task,
+    TaskState,
+)
+from a2a.types import Message as A2AMessage
+from a2a.utils.errors import InvalidParamsError
+from agent_framework import AgentSession, Message, SessionStore
+from starlette.applications import Starlette
+
+from .._agent import FunctionalWorkflowAgent
+from .._errors import FunctionalWorkflowError, ResponseMismatchError
+from ._a2a_parts import BOOL_WORDS, message_answers, new_answer_part, request_part
+
+__all__ = [
+    "BOOL_WORDS",
+    "FunctionalA2AExecutor",
+    "FunctionalA2ARequestHandler",
+    "a2a_app",
+    "message_answers",
+    "new_answer_part",
+]
+
+logger = logging.getLogger(__name__)
+
+_TERMINAL = frozenset(
+    {
+        TaskState.TASK_STATE_COMPLETED,
+        TaskState.TASK_STATE_FAILED,
+        TaskState.TASK_STATE_CANCELED,
+        TaskState.TASK_STATE_REJECTED,
+    }
+)
+_BUSY = "Another task of this context is running; send this message again when it ends."
+_HOST_KEY = "a2a_host"  # session.state entry of this host: the id of the task that holds the pause
+
+
+class FunctionalA2AExecutor(AgentExecutor):
+    """Runs a FunctionalWorkflowAgent for ``a2a-sdk``: pauses become ``input-required`` tasks.
+
+    Args:
+        agent: The agent; one object serves every A2A context.
+
+    Keyword Args:
+        session_store: Where each context's session lives (key ``a2a:context:<context id>``).
+        text_answers: Accept text parts as answers (see :func:`message_answers`).
+    """
+
+    def __init__(self, agent: FunctionalWorkflowAgent, *, session_store: SessionStore, text_answers: bool) -> None:
+        super().__init__()
+        self.agent = agent
+        self.session_store = session_store
+        self.text_answers = text_answers
+        self.busy: set[str] = set()  # session keys with a run in flight; bounded by those runs
+
+    @staticmethod
+    def session_key(context_id: str) -> str:
+        """The session store key of one A2A context."""
+        return f"a2a:context:{context_id}"
+
+    async def session_for(self, context_id: str) -> AgentSession | None:
+        """The stored session of ``context_id`` (None: the context never ran here)."""
+        return await self.session_store.get(self.session_key(context_id))
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        """Run one message of a task: start the workflow, or answer its pause; publish the task's new state."""
+        task = context.current_task
+        if task is not None and task.status.state in _TERMINAL:
+            return  # an answer queued on a task that ended meanwhile: it must not run (a2a-sdk would run it)
+        if context.message is None:
+            raise ValueError("An A2A request without a message cannot run.")
+        if task is None:
+            task = new_task_from_user_message(context.message)
+            await event_queue.enqueue_event(task)
+        answering = task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+        updater = TaskUpdater(event_queue, task.id, task.context_id)
+        key = self.session_key(task.context_id)
+        if key in self.busy:  # one run per context (per process); a2a-sdk serializes only one task's messages
+            await updater.failed(updater.new_agent_message([new_text_part(_BUSY)]))
+            return
+        self.busy.add(key)
+        try:
+            await self._run(context.message, task, answering, key, updater)
+        finally:
+            self.busy.discard(key)
+
+    async def _run(self, message: A2AMessage, waiting: Task, answering: bool, key: str, updater: TaskUpdater) -> None:
+        task_id = waiting.id
+        # copies: a2a-sdk updates the task object it handed over once start_work is processed
+        asked = [Part.FromString(p.SerializeToString()) for p in waiting.status.message.parts if p.HasField("data")]
+        session = await self.session_store.get(key) or self.agent.create_session(session_id=key)
+        paused_on = cast(dict[str, Any], session.state.get(_HOST_KEY) or {}).get("task_id")
+        if paused_on not in (None, task_id):  # the context waits on another task (checked on receipt too)
+            await updater.failed(updater.new_agent_message([new_text_part(f"Context waits on task {paused_on}.")]))
+            return
+        await updater.start_work()
+        try:
+            if answering:
+                pending = self.agent.pending_requests_for(session)
+                answers = message_answers(message, pending, text_answers=self.text_answers)
+                messages: Any = [Message(role="user", contents=answers)]
+            else:
+                messages = get_message_text(message)
+            response = await self.agent.run(messages, session=session)
+        except FunctionalWorkflowError as exc:  # refused and nothing changed (the stored session is still right)
+            parts = [new_text_part(str(exc))]
+            if answering:  # the task still waits: its status keeps the request parts it had
+                parts += asked
+                await updater.requires_input(updater.new_agent_message(parts))
+            else:
+                await updater.failed(updater.new_agent_message(parts))
+            return
+        except Exception:
+            logger.exception("The workflow of A2A task %s failed.", task_id)
+            session.state.pop(_HOST_KEY, None)
+            await self.session_store.set(key, session)
+            await updater.failed(updater.new_agent_message([new_text_part("The workflow failed.")]))
+            return
+        requests = [c for m in response.messages for c in m.contents if c.type == "function_approval_request"]
+        if requests:
+            session.state[_HOST_KEY] = {"task_id": task_id}
+        else:
+            session.state.pop(_HOST_KEY, None)
+        await self.session_store.set(key, session)
+        if requests:
+            parts = [new_text_part(f"{self.agent.name} waits for input: {len(requests)} request(s).")]
+            await updater.requires_input(updater.new_agent_message(parts + [request_part(c) for c in requests]))
+            return
+        if response.text:
+            await updater.add_artifact([new_text_part(response.text)], name="output")
+        await updater.complete()
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        """Cancel the task; a pause it held is abandoned, so its context takes new input."""
+        key = self.session_key(context.context_id or "")
+        session = await self.session_store.get(key) if context.context_id else None
+        held = cast(dict[str, Any], session.state.get(_HOST_KEY) or {}) if session is not None else {}
+        if session is not None and held.get("task_id") == context.task_id:
+            try:
+                await self.agent.abandon_continuation_async(session=session)
+            except FunctionalWorkflowError:
+                logger.warning("A2A task %s was cancelled; its pause could not be abandoned.", context.task_id)
+            session.state.pop(_HOST_KEY, None)
+            await self.session_store.set(key, session)
+        await TaskUpdater(event_queue, context.task_id or "", context.context_id or "").cancel()
+
+
+class FunctionalA2ARequestHandler(DefaultRequestHandler):
+    """``a2a-sdk``'s request handler that refuses a wrong answer with a protocol error before the task runs.
+
+    ``a2a-sdk`` fails a task whose executor raises; this check makes a malformed or mistyped answer a JSON-RPC
+    ``InvalidParams`` error instead, with the task still in ``input-required``.
+    """
+
+    def __init__(self, executor: FunctionalA2AExecutor, **kwargs: Any) -> None:
+        super().__init__(agent_executor=executor, **kwargs)
+        self.executor = executor
+
+    async def check(self, message: A2AMessage, context: ServerCallContext) -> None:
+        """Refuse ``message`` when it cannot answer the pause it names (or ignores the pause of its context).
+
+        Raises:
+            InvalidParamsError: The answer does not fit the pending requests, or a new message was sent on a
+                context whose pause is still open (the message says which task to answer).
+        """
+        found = await self.task_store.get(message.task_id, context) if message.task_id else None
+        task: Task | None = found.task if isinstance(found, StoredTask) else found
+        context_id = task.context_id if task is not None else message.context_id
+        session = await self.executor.session_for(context_id) if context_id else None
+        paused_on = cast(dict[str, Any], session.state.get(_HOST_KEY) or {}).get("task_id") if session else None
+        if task is None:
+            if paused_on and not message.task_id:
+                raise InvalidParamsError(
+                    f"Context {context_id} waits for input on task {paused_on}: send the answer with that task_id."
+                )
+            return  # an unknown task id: a2a-sdk refuses it (TaskNotFound)
+        if task.status.state != TaskState.TASK_STATE_INPUT_REQUIRED or session is None:
+            return  # an ended task: a2a-sdk refuses it; a running one: the executor's guard ignores it
+        if message.context_id and message.context_id != task.context_id:
+            return  # a2a-sdk refuses a context that is not the task's
+        pending = self.executor.agent.pending_requests_for(session)  # empty when another worker holds the pause:
+        try:  # then only the shape is checked here and the agent's run checks the values (the task keeps waiting)
+            message_answers(message, pending, text_answers=self.executor.text_answers)
+        except ResponseMismatchError as exc:
+            raise InvalidParamsError(str(exc)) from None
+
+    async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Any:  # pyright: ignore[reportIncompatibleMethodOverride]
+        """Check the answer, then a2a-sdk's ``message/send``."""
+        await self.check(params.message, context)
+        send = cast(Callable[..., Awaitable[Any]], super().on_message_send)  # pyright: ignore[reportUnknownMemberType]
+        return await send(params, context)
+
+    async def on_message_send_stream(  # pyright: ignore[reportIncompatibleMethodOverride]
+        self, params: SendMessageRequest, context: ServerCallContext
+    ) -> AsyncGenerator[Any, None]:
+        """Check the answer, then a2a-sdk's ``message/stream``."""
+        await self.check(params.message, context)
+        stream = cast(Callable[..., AsyncIterator[Any]], super().on_message_send_stream)  # pyright: ignore[reportUnknownMemberType]
+        async for event in stream(params, context):
+            yield event
+
+
+def a2a_app(
+    agent: FunctionalWorkflowAgent,
+    *,
+    url: str,
+    session_store: SessionStore | None = None,
+    task_store: TaskStore | None = None,
+    text_answers: bool = False,
+    version: str = "1.0.0",
+    rpc_path: str = "/",
+) -> Starlette:
+    """A Starlette app that serves ``agent`` over A2A (JSON-RPC, streaming), correct by default.
+
+    A message starts a task that runs the workflow. A pause leaves the task in ``input-required``; its
+    status message has a text part and, per request, a data part ``{"request_id", "data",
+    "response_type", "response_schema"}`` (the answer's JSON Schema). Answer with a message on the same
+    task (``task_id``) holding a data part ``{"request_id": <id>, "answer": <value>}``; the task then
+    completes with the workflow's text as an artifact, or pauses again.
+
+    What it sets, and why:
+
+    * Each A2A context has one session in ``session_store`` (key ``a2a:context:<id>``): the pause and its
+      continuation token live there between messages, so a client that disconnects at the pause answers
+      later, from anywhere that knows the task id.
+    * A wrong answer (unknown request id, wrong shape or type, a part kind that cannot answer) and a new
+      message on a context whose pause is open are JSON-RPC ``InvalidParams`` errors and change nothing:
+      the task stays in ``input-required``. Unknown task ids, a context that is not the task's, and
+      messages on ended tasks (a replayed answer) are refused by ``a2a-sdk``.
+    * An answer queued on a task that ended meanwhile (two answers at once) is ignored, not run.
+    * Text answers are off by default (a word like "ok" must not approve a deploy). ``text_answers=True``
+      lets a text-only client (``A2AAgent``, and orchestrations around it) answer the one pending request:
+      ``str`` takes the text, ``bool`` exactly one of approve/yes (true) or reject/no (false), other types
+      the JSON of the value.
+
+    Args:
+        agent: The agent; one object serves every context.
+
+    Keyword Args:
+        url: The public URL of the JSON-RPC endpoint, advertised in the agent card.
+        session_store: Where sessions live (core's in-memory ``SessionStore`` by default; pass a shared one
+            for several workers, together with a shared ``task_store``).
+        task_store: Where ``a2a-sdk`` keeps tasks (its ``InMemoryTaskStore`` by default).
+        text_answers: Accept text parts as answers (see above).
+        version: The agent card's version.
+        rpc_path: The path of the JSON-RPC endpoint.
+
+    Returns:
+        The app; the agent card is served at ``/.well-known/agent-card.json``.
+
+    Examples:
+        .. code-block:: python
+
+            app = a2a_app(review.build().as_agent(name="review"), url="http://127.0.0.1:8000/")
+            uvicorn.run(app, host="127.0.0.1", port=8000)  # A2AAgent(url="http://127.0.0.1:8000/")
+    """
+    executor = FunctionalA2AExecutor(
+        agent, session_store=session_store if session_store is not None else SessionStore(), text_answers=text_answers
+    )
+    card = AgentCard(
+        name=agent.name or agent.id,
+        description=agent.description or f"{agent.name}: a functional workflow agent.",
+        version=version,
+        default_input_modes=["text", "application/json"],
+        default_output_modes=["text", "application/json"],
+        capabilities=AgentCapabilities(streaming=True),
+        supported_interfaces=[AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="1.0")],
+        skills=[
+            AgentSkill(id=agent.id, name=agent.name or agent.id, description=agent.description or "", tags=["workflow"])
+        ],
+    )
+    handler = FunctionalA2ARequestHandler(
+        executor, task_store=task_store if task_store is not None else InMemoryTaskStore(), agent_card=card
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncGenerator[None, None]:
+        try:
+            yield
+        finally:
+            await handler.aclose()
+
+    app = Starlette(
+        routes=[*create_agent_card_routes(card), *create_jsonrpc_routes(handler, rpc_path)], lifespan=lifespan
+    )
+    app.state.a2a_handler = handler
+    return app
