@@ -39,6 +39,7 @@ from starlette.applications import Starlette
 from .._agent import FunctionalWorkflowAgent
 from .._errors import FunctionalWorkflowError, ResponseMismatchError
 from ._a2a_parts import BOOL_WORDS, message_answers, new_answer_part, request_part
+from ._defaults import default_session_store
 
 __all__ = [
     "BOOL_WORDS",
@@ -266,8 +267,8 @@ def a2a_app(
 
     Keyword Args:
         url: The public URL of the JSON-RPC endpoint, advertised in the agent card.
-        session_store: Where sessions live (core's in-memory ``SessionStore`` by default; pass a shared one
-            for several workers, together with a shared ``task_store``).
+        session_store: Where sessions live (a bounded ``InMemorySessionStore`` by default; pass a shared one,
+            ``RedisSessionStore`` or ``PostgresSessionStore``, for several workers, with a shared ``task_store``).
         task_store: Where ``a2a-sdk`` keeps tasks (its ``InMemoryTaskStore`` by default).
         text_answers: Accept text parts as answers (see above).
         version: The agent card's version.
@@ -283,7 +284,7 @@ def a2a_app(
             uvicorn.run(app, host="127.0.0.1", port=8000)  # A2AAgent(url="http://127.0.0.1:8000/")
     """
     executor = FunctionalA2AExecutor(
-        agent, session_store=session_store if session_store is not None else SessionStore(), text_answers=text_answers
+        agent, session_store=session_store if session_store is not None else default_session_store(agent), text_answers=text_answers
     )
     card = AgentCard(
         name=agent.name or agent.id,
