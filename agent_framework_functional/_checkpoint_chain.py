@@ -58,6 +58,11 @@ class RecordingCheckpointStorage:
         if self.resumed_checkpoint_id is not None and self.resumed_checkpoint_id != keep:
             doomed.append(self.resumed_checkpoint_id)
         self.saved_ids, self.resumed_checkpoint_id = [], None
+        delete_many = getattr(self.inner, "delete_many", None)
+        if delete_many is not None and doomed:  # one round trip for the whole chain (PostgresCheckpointStorage)
+            with contextlib.suppress(Exception):  # cleanup must never fail the run
+                await delete_many(doomed)
+            return
         for checkpoint_id in doomed:
             with contextlib.suppress(Exception):  # cleanup must never fail the run
                 await self.inner.delete(checkpoint_id)
