@@ -190,7 +190,8 @@ class PostgresContinuationStore:
 
         identifier = sql.Identifier(self._db.schema)
         self._sql = {
-            name: sql.SQL(text).format(schema=identifier)  # pyright: ignore[reportArgumentType]
+            # Rendered once to bytes: psycopg then caches their parsing (a Composed is rendered on every execute).
+            name: sql.SQL(text).format(schema=identifier).as_bytes(None)  # pyright: ignore[reportArgumentType]
             for name, text in {
                 "insert": _INSERT,
                 "get": _GET,
