@@ -39,6 +39,7 @@ Run it:
     pip install -e ".[bench]"                     # LangGraph, for the last table
     python benchmarks/bench_durable.py            # about two minutes on 2 cores
     python benchmarks/bench_durable.py --quick    # a few seconds (1 and 2 processes), for smoke tests
+    python benchmarks/bench_durable.py --postgres-only   # only the PostgreSQL rows (claims, cycles, LangGraph)
 """
 
 from __future__ import annotations
