@@ -19,6 +19,7 @@ from agent_framework import WorkflowCheckpoint
 from durable_support import new_record
 
 from agent_framework_functional import (
+    ContinuationAuthorityError,
     PostgresCheckpointStorage,
     PostgresContinuationStore,
     RunContext,
@@ -167,3 +168,35 @@ def test_a_cached_signature_is_core_s_and_follows_a_rebound_global() -> None:
         assert rebuilt.graph_signature_hash != core.graph_signature_hash
     finally:
         globals()["_draft"] = original
+
+
+class _LoadCountingStorage(PostgresCheckpointStorage):
+    """Counts loads."""
+
+    loads: list[str]
+
+    async def load(self, checkpoint_id: str) -> WorkflowCheckpoint:
+        self.loads.append(checkpoint_id)
+        return await super().load(checkpoint_id)
+
+
+async def test_a_resume_on_another_worker_loads_the_pause_checkpoint_once(postgres_server: str) -> None:
+    schema = _schema()
+    pausing_storage = PostgresCheckpointStorage(postgres_server, schema=schema)
+    resuming_storage = _LoadCountingStorage(postgres_server, schema=schema)
+    resuming_storage.loads = []
+    pausing_store = PostgresContinuationStore(postgres_server, schema=schema)
+    resuming_store = PostgresContinuationStore(postgres_server, schema=schema)
+    try:
+        paused = await _review.build(checkpoint_storage=pausing_storage, continuation_store=pausing_store).run("y")
+        request_id = paused.get_request_info_events()[0].request_id
+        wf = _review.build(checkpoint_storage=resuming_storage, continuation_store=resuming_store)
+        done = await wf.run(responses={request_id: "fine"}, continuation_token=paused.continuation_token)
+        assert done.get_outputs() == ["draft about y: fine"]
+        assert len(resuming_storage.loads) == 1  # the answer-type check's load serves core's restore too
+        again = _review.build(checkpoint_storage=resuming_storage, continuation_store=resuming_store)
+        with pytest.raises(ContinuationAuthorityError):  # spent: the record is claimed
+            await again.run(responses={request_id: "twice"}, continuation_token=paused.continuation_token)
+    finally:
+        for closable in (pausing_store, resuming_store, pausing_storage, resuming_storage):
+            await closable.aclose()
