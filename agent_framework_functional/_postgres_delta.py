@@ -107,9 +107,10 @@ DECLARE
 BEGIN
     PERFORM set_config('synchronous_commit', 'off', true);
     WITH gone AS (
-        DELETE FROM {schema}.checkpoints WHERE checkpoint_id = ANY(p_ids) RETURNING segment_ids
+        DELETE FROM {schema}.checkpoints WHERE checkpoint_id = ANY(p_ids) RETURNING checkpoint_id, segment_ids
     )
-    SELECT count(*), array_agg(ids.id) FILTER (WHERE ids.id IS NOT NULL) INTO deleted, freed
+    SELECT count(DISTINCT gone.checkpoint_id), array_agg(ids.id) FILTER (WHERE ids.id IS NOT NULL)
+        INTO deleted, freed
         FROM gone LEFT JOIN LATERAL unnest(gone.segment_ids) AS ids(id) ON TRUE;
     IF freed IS NOT NULL THEN
         PERFORM {schema}.release_checkpoint_segments(freed);

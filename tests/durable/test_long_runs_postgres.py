@@ -105,6 +105,8 @@ async def test_a_thousand_step_run_stores_each_result_once_and_reads_back_what_c
         assert _stored(postgres_server, schema) == (STEPS + 5 + (STEPS - STEPS // 2 - 1), 3)
         listed = await storage.list_checkpoints(workflow_name="batch")
         assert len(listed) == len(tee.ids) + (STEPS - STEPS // 2 - 1) + 1
+        assert await storage.delete(tee.ids[-1])  # the end: its head references two segments, one row deleted
+        assert await storage.delete_many(tee.ids[-3:]) == 2
     finally:
         await storage.aclose()
 
