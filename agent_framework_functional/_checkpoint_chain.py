@@ -25,7 +25,7 @@ class RecordingCheckpointStorage:
             deletes nothing.
     """
 
-    __slots__ = ("gone", "inner", "keep", "last_saved_id", "resumed_checkpoint_id", "saved_ids")
+    __slots__ = ("gone", "inner", "keep", "last_saved_id", "preloaded", "resumed_checkpoint_id", "saved_ids")
 
     def __init__(self, inner: CheckpointStorage, *, keep: bool = False) -> None:
         self.inner = inner
@@ -36,6 +36,9 @@ class RecordingCheckpointStorage:
         self.resumed_checkpoint_id: str | None = None
         # Set for a remote resume: raises the authority error when the pause was resumed meanwhile.
         self.gone: Callable[[], Awaitable[None]] | None = None
+        # The pause's checkpoint a remote resume loaded before core's run (its requests' answer types):
+        # core's restore of the same id in this run takes it instead of loading it again (once).
+        self.preloaded: WorkflowCheckpoint | None = None
 
     async def save(self, checkpoint: WorkflowCheckpoint) -> str:
         checkpoint_id = await self.inner.save(checkpoint)
@@ -58,11 +61,19 @@ class RecordingCheckpointStorage:
         if self.resumed_checkpoint_id is not None and self.resumed_checkpoint_id != keep:
             doomed.append(self.resumed_checkpoint_id)
         self.saved_ids, self.resumed_checkpoint_id = [], None
+        delete_many = getattr(self.inner, "delete_many", None)
+        if delete_many is not None and doomed:  # one round trip for the whole chain (PostgresCheckpointStorage)
+            with contextlib.suppress(Exception):  # cleanup must never fail the run
+                await delete_many(doomed)
+            return
         for checkpoint_id in doomed:
             with contextlib.suppress(Exception):  # cleanup must never fail the run
                 await self.inner.delete(checkpoint_id)
 
     async def load(self, checkpoint_id: str) -> WorkflowCheckpoint:
+        preloaded, self.preloaded = self.preloaded, None
+        if preloaded is not None and preloaded.checkpoint_id == checkpoint_id:
+            return preloaded
         try:
             return await self.inner.load(checkpoint_id)
         except Exception:

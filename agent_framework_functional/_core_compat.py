@@ -35,15 +35,25 @@ every one of them, so an upgrade of core that moves them fails loudly instead of
   offers that log to the storage (:func:`step_cache_offer`), and whose ``_capture_replay_state`` /
   ``_restore_replay_state`` link a response-only replay to the log of the pause it continues. Core's
   own classes are untouched: code that uses core directly in the same process keeps core's behaviour.
+* ``agent_framework._workflows._functional.dis``: core computes a workflow's signature on every
+  build and every run, reading each reachable function's bytecode with ``dis.get_instructions``
+  (most of a fresh worker's build). That module attribute is a :class:`_CachedDis` that hands back
+  the instructions of a code object (immutable) from a cache, but only inside our
+  ``LinearFunctionalWorkflow._discover_workflow_dependencies``; globals are still looked up on every
+  call, so the signature is the one core computes. Everywhere else it is ``dis`` itself.
 """
 
 from __future__ import annotations
 
+import dis
 import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
+from types import CodeType, ModuleType
 from typing import Any, cast
+from weakref import WeakKeyDictionary
 
+import agent_framework._workflows._functional as _core_functional
 from agent_framework import (
     AgentResponse,
     CheckpointStorage,
@@ -279,6 +289,14 @@ class LinearFunctionalWorkflow(_CoreFunctionalWorkflow):
     _af_replay: tuple[StepCacheLog, int, int] | None = None
     _af_next: tuple[RunContext, tuple[StepCacheLog, int, int] | None] | None = None
 
+    @classmethod
+    def _discover_workflow_dependencies(cls, func: Callable[..., Any]) -> Any:
+        token = _CACHED_INSTRUCTIONS.set(True)  # core's signature, from cached bytecode (see the module docstring)
+        try:
+            return super()._discover_workflow_dependencies(func)  # pyright: ignore[reportPrivateUsage]
+        finally:
+            _CACHED_INSTRUCTIONS.reset(token)
+
     def _capture_replay_state(self, ctx: RunContext, message: Any | None = None) -> None:
         super()._capture_replay_state(ctx, message)
         log = ctx.__dict__.get("af_log")
@@ -316,6 +334,33 @@ class LinearFunctionalWorkflow(_CoreFunctionalWorkflow):
         if offer.taken:
             log.live_storage = storage
         return checkpoint_id
+
+
+_CACHED_INSTRUCTIONS: ContextVar[bool] = ContextVar("af_cached_instructions", default=False)
+
+
+class _CachedDis:
+    """``dis`` as core's ``_functional`` module sees it: instructions cached per code object, for our builds only."""
+
+    def __init__(self, real: ModuleType) -> None:
+        self._real = real
+        self._cache: WeakKeyDictionary[CodeType, tuple[dis.Instruction, ...]] = WeakKeyDictionary()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    def get_instructions(self, x: Any, *args: Any, **kwargs: Any) -> Iterator[dis.Instruction]:
+        """``dis.get_instructions``; from the cache for a code object inside our signature computation."""
+        if not _CACHED_INSTRUCTIONS.get() or args or kwargs or not isinstance(x, CodeType):
+            return self._real.get_instructions(x, *args, **kwargs)
+        found = self._cache.get(x)
+        if found is None:
+            found = self._cache[x] = tuple(self._real.get_instructions(x))
+        return iter(found)
+
+
+if isinstance(getattr(_core_functional, "dis", None), ModuleType):
+    _core_functional.dis = _CachedDis(dis)  # type: ignore[attr-defined]  # pyright: ignore[reportAttributeAccessIssue]
 
 
 def build_core(

@@ -9,6 +9,7 @@ _checkpoint_encoding``), as ``RedisCheckpointStorage`` does, imported on first u
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -17,8 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 
+from ._checkpoint_delta import DeltaSave, StepCacheDeduper
 from ._checkpoint_seal import CheckpointSealer, is_sealed, warn_unsealed
+from ._postgres_delta import CHUNKS, DELETE, MIGRATION, PURGE_SEGMENTS, SAVE_DELTA, gather_chunks
 from ._postgres_schema import DEFAULT_POOL_SIZE, DEFAULT_POOL_TIMEOUT_SECONDS, DEFAULT_SCHEMA, PostgresPool
+from ._redis_delta import chunk_context, head_context, parse_references
 from ._store import duration_seconds
 
 if TYPE_CHECKING:
@@ -45,21 +49,23 @@ MIGRATIONS = (
     CREATE INDEX IF NOT EXISTS checkpoints_workflow ON {schema}.checkpoints (workflow_name, saved_at);
     CREATE INDEX IF NOT EXISTS checkpoints_expires_at ON {schema}.checkpoints (expires_at);
     """,
+    # 2: step results stored once: checkpoint heads over segment chunks (``_postgres_delta.py``).
+    MIGRATION,
 )
 """The ``checkpoints`` component's migrations, version 1 first (``_postgres_schema`` applies them)."""
 
 _SAVE = (
     "INSERT INTO {schema}.checkpoints (checkpoint_id, workflow_name, saved_at, expires_at, body) "
     "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (checkpoint_id) DO UPDATE SET workflow_name = EXCLUDED.workflow_name, "
-    "saved_at = EXCLUDED.saved_at, expires_at = EXCLUDED.expires_at, body = EXCLUDED.body"
+    "saved_at = EXCLUDED.saved_at, expires_at = EXCLUDED.expires_at, body = EXCLUDED.body, "
+    "segments = NULL, segment_ids = NULL"
 )
 _LIVE = "(expires_at IS NULL OR expires_at > %(now)s)"
-_LOAD = f"SELECT body FROM {{schema}}.checkpoints WHERE checkpoint_id = %(id)s AND {_LIVE}"
+_LOAD = f"SELECT body, segments, segment_ids FROM {{schema}}.checkpoints WHERE checkpoint_id = %(id)s AND {_LIVE}"
 _LIST = (
-    f"SELECT checkpoint_id, body FROM {{schema}}.checkpoints WHERE workflow_name = %(name)s AND {_LIVE} "
-    "ORDER BY saved_at, checkpoint_id"
+    f"SELECT checkpoint_id, body, segments, segment_ids FROM {{schema}}.checkpoints "
+    f"WHERE workflow_name = %(name)s AND {_LIVE} ORDER BY saved_at, checkpoint_id"
 )
-_DELETE = "DELETE FROM {schema}.checkpoints WHERE checkpoint_id = %s"
 _PURGE = "DELETE FROM {schema}.checkpoints WHERE expires_at <= %s"
 
 
@@ -205,9 +211,20 @@ class PostgresCheckpointStorage:
 
         identifier = sql.Identifier(self._db.schema)
         self._sql = {
-            name: sql.SQL(text).format(schema=identifier)  # pyright: ignore[reportArgumentType]
-            for name, text in {"save": _SAVE, "load": _LOAD, "list": _LIST, "delete": _DELETE, "purge": _PURGE}.items()
+            # Rendered once to bytes: psycopg then caches their parsing (a Composed is rendered on every execute).
+            name: sql.SQL(text).format(schema=identifier).as_bytes(None)  # pyright: ignore[reportArgumentType]
+            for name, text in {
+                "save": _SAVE,
+                "load": _LOAD,
+                "list": _LIST,
+                "delete": DELETE,
+                "purge": _PURGE,
+                "purge_segments": PURGE_SEGMENTS,
+                "save_delta": SAVE_DELTA,
+                "chunks": CHUNKS,
+            }.items()
         }
+        self._deduper = StepCacheDeduper(self._allowed_types)
 
     @property
     def allowed_checkpoint_types(self) -> frozenset[str]:
@@ -233,6 +250,10 @@ class PostgresCheckpointStorage:
                 this storage's allowed types (add the type to ``allowed_checkpoint_types``).
             psycopg.OperationalError: PostgreSQL is unreachable.
         """
+        plan = self._deduper.prepare(checkpoint)  # before any await: reads this save's offer
+        if plan is not None:
+            await self._store_delta(checkpoint, plan)
+            return checkpoint.checkpoint_id
         body = encode_body(checkpoint, self._allowed_types)
         if self.sealer is not None:
             body = self.sealer.seal(body, context=checkpoint.checkpoint_id.encode("utf-8"))
@@ -241,13 +262,51 @@ class PostgresCheckpointStorage:
         row = (checkpoint.checkpoint_id, checkpoint.workflow_name, now, expires_at, body)
 
         async def save(conn: AsyncConnection[Any]) -> None:
-            if self._ttl is not None and now >= self._next_purge:
-                self._next_purge = now + PURGE_INTERVAL_SECONDS
-                await conn.execute(self._sql["purge"], (now,))
+            await self._purge_when_due(conn, now)
             await conn.execute(self._sql["save"], row)
 
         await self._db.run("checkpoint save", save)
         return checkpoint.checkpoint_id
+
+    async def _purge_when_due(self, conn: AsyncConnection[Any], now: float) -> None:
+        """Delete expired checkpoints and segments, at most once per ``PURGE_INTERVAL_SECONDS``."""
+        if self._ttl is not None and now >= self._next_purge:
+            self._next_purge = now + PURGE_INTERVAL_SECONDS
+            await conn.execute(self._sql["purge"], (now,))
+            await conn.execute(self._sql["purge_segments"], (now,))
+
+    async def _store_delta(self, checkpoint: WorkflowCheckpoint, plan: DeltaSave | None) -> None:
+        """Store a head over chunks (``save_checkpoint_delta``); once more as one segment if one went missing."""
+        for _ in range(2):
+            if plan is None:
+                break
+            head = plan.body.encode("utf-8")
+            chunk = None if plan.chunk is None else plan.chunk.encode("utf-8")
+            if self.sealer is not None:  # the head binds its id and references; a chunk its segment and index
+                head = self.sealer.seal(head, context=head_context(checkpoint.checkpoint_id, plan.references.encode()))
+                if chunk is not None:
+                    chunk = self.sealer.seal(chunk, context=chunk_context(plan.segment, plan.chunk_index))
+            now = time.time()
+            expires_at = None if self._ttl is None else now + self._ttl
+            ref_ids = [str(ref[0]) for ref in plan.refs]
+            ref_counts = [int(ref[1]) for ref in plan.refs]
+            params = (checkpoint.checkpoint_id, checkpoint.workflow_name, now, expires_at, head, plan.references)
+            params += (ref_ids, ref_counts, plan.segment, chunk, plan.chunk_index)
+
+            if await self._db.run("checkpoint save", functools.partial(self._save_delta, now, params)):
+                self._deduper.saved(plan, checkpoint.checkpoint_id)
+                return
+            self._deduper.forget(plan)
+            plan = self._deduper.prepare(checkpoint, fresh=True)
+        raise WorkflowCheckpointException(
+            f"Checkpoint {checkpoint.checkpoint_id} could not be stored: its step cache changed in PostgreSQL "
+            "meanwhile."
+        )
+
+    async def _save_delta(self, now: float, params: tuple[Any, ...], conn: AsyncConnection[Any]) -> bool:
+        await self._purge_when_due(conn, now)
+        row = await (await conn.execute(self._sql["save_delta"], params)).fetchone()
+        return bool(row is not None and row[0])
 
     async def load(self, checkpoint_id: str) -> WorkflowCheckpoint:
         """Load a checkpoint by id.
@@ -262,13 +321,16 @@ class PostgresCheckpointStorage:
             WorkflowCheckpointException: No live checkpoint has this id, or its body does not decode.
         """
 
-        async def load(conn: AsyncConnection[Any]) -> tuple[Any, ...] | None:
-            return await (await conn.execute(self._sql["load"], {"id": checkpoint_id, "now": time.time()})).fetchone()
+        async def load(conn: AsyncConnection[Any]) -> tuple[tuple[Any, ...] | None, list[tuple[Any, ...]]]:
+            row = await (await conn.execute(self._sql["load"], {"id": checkpoint_id, "now": time.time()})).fetchone()
+            if row is None or row[2] is None:
+                return row, []
+            return row, await (await conn.execute(self._sql["chunks"], (list(row[2]),))).fetchall()
 
-        row = await self._db.run("checkpoint load", load)
+        row, chunks = await self._db.run("checkpoint load", load)
         if row is None:
             raise WorkflowCheckpointException(f"No checkpoint found with ID {checkpoint_id}")
-        return self._open(checkpoint_id, bytes(row[0]))
+        return self._materialize(checkpoint_id, bytes(row[0]), row[1], chunks)
 
     async def list_checkpoints(self, *, workflow_name: str) -> list[WorkflowCheckpoint]:
         """Return the workflow's live checkpoints that decode, oldest save first (others skipped with a warning).
@@ -280,13 +342,20 @@ class PostgresCheckpointStorage:
             The decoded checkpoints.
         """
 
-        async def rows(conn: AsyncConnection[Any]) -> list[tuple[Any, ...]]:
-            return await (await conn.execute(self._sql["list"], {"name": workflow_name, "now": time.time()})).fetchall()
+        async def rows(conn: AsyncConnection[Any]) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+            found = await (
+                await conn.execute(self._sql["list"], {"name": workflow_name, "now": time.time()})
+            ).fetchall()
+            segments = sorted({str(segment) for row in found for segment in (row[3] or ())})
+            if not segments:
+                return found, []
+            return found, await (await conn.execute(self._sql["chunks"], (segments,))).fetchall()
 
+        found, chunks = await self._db.run("checkpoint list", rows)
         checkpoints: list[WorkflowCheckpoint] = []
-        for checkpoint_id, body in await self._db.run("checkpoint list", rows):
+        for checkpoint_id, body, references, _ in found:
             try:
-                checkpoint = self._open(str(checkpoint_id), bytes(body))
+                checkpoint = self._materialize(str(checkpoint_id), bytes(body), references, chunks)
             except WorkflowCheckpointException as exc:
                 logger.warning("Skipping checkpoint %s of workflow %s: %s", checkpoint_id, workflow_name, exc)
                 continue
@@ -300,14 +369,47 @@ class PostgresCheckpointStorage:
                 )
         return checkpoints
 
-    def _open(self, checkpoint_id: str, body: bytes) -> WorkflowCheckpoint:
-        """Open (with a sealer, before any decoding) and decode one body; every failure: core's exception."""
+    def _materialize(
+        self, checkpoint_id: str, body: bytes, references: str | None, chunks: list[tuple[Any, ...]]
+    ) -> WorkflowCheckpoint:
+        """Decode a stored checkpoint: whole, or its head over the chunks of its segments (each opened first)."""
+        if references is None:
+            return self._open(checkpoint_id, body)
+        refs_bytes = references.encode("utf-8")
+        head = self._unseal(checkpoint_id, body, head_context(checkpoint_id, refs_bytes))
+        refs = parse_references(checkpoint_id, refs_bytes)
+        texts = gather_chunks(refs, chunks, self.sealer)
+        if texts is None:
+            raise WorkflowCheckpointException(
+                f"Checkpoint {checkpoint_id} lost part of its step cache in PostgreSQL (expired or deleted)."
+            )
+        try:
+            checkpoint = self._deduper.assemble(checkpoint_id, head.decode("utf-8"), references, texts)
+        except WorkflowCheckpointException:
+            raise
+        except Exception as exc:  # UnicodeDecodeError, RecursionError, core's decoder on a malformed value, ...
+            raise WorkflowCheckpointException(
+                f"Checkpoint {checkpoint_id} cannot be loaded: its stored parts do not decode ({type(exc).__name__})."
+            ) from exc
+        if checkpoint.checkpoint_id != checkpoint_id:
+            raise WorkflowCheckpointException(
+                f"The body stored for checkpoint {checkpoint_id} is another checkpoint's; it was not loaded."
+            )
+        return checkpoint
+
+    def _unseal(self, checkpoint_id: str, body: bytes, context: bytes) -> bytes:
+        """Open a sealed body (a sealer configured), or refuse a sealed one (none configured)."""
         if self.sealer is not None:
-            body = self.sealer.open(body, context=checkpoint_id.encode("utf-8"))
-        elif is_sealed(body):
+            return self.sealer.open(body, context=context)  # before any decoding
+        if is_sealed(body):
             raise WorkflowCheckpointException(
                 f"Checkpoint {checkpoint_id} is sealed, but this storage has no sealer: pass sealer=CheckpointSealer()"
             )
+        return body
+
+    def _open(self, checkpoint_id: str, body: bytes) -> WorkflowCheckpoint:
+        """Open (with a sealer, before any decoding) and decode one whole body; every failure: core's exception."""
+        body = self._unseal(checkpoint_id, body, checkpoint_id.encode("utf-8"))
         return decode_body(checkpoint_id, body, self._allowed_types)
 
     async def delete(self, checkpoint_id: str) -> bool:
@@ -322,14 +424,26 @@ class PostgresCheckpointStorage:
         The delete commits without waiting for the server's disk: one a crash undoes comes back and
         expires after ``ttl``.
         """
+        return await self.delete_many([checkpoint_id]) == 1
 
-        async def delete(conn: AsyncConnection[Any]) -> bool:
-            # A delete lost in a server crash only leaves a row that expires, so it need not wait for
-            # the write-ahead log flush (saves do: they back issued tokens). One round trip (pipeline).
-            async with conn.pipeline(), conn.transaction():
-                await conn.execute("SET LOCAL synchronous_commit TO OFF")
-                cursor = await conn.execute(self._sql["delete"], (checkpoint_id,))
-            return cursor.rowcount == 1
+    async def delete_many(self, checkpoint_ids: list[str]) -> int:
+        """Delete several checkpoints in one statement (a run chain's spent checkpoints, in one round trip).
+
+        Args:
+            checkpoint_ids: The checkpoints' ids.
+
+        Returns:
+            How many of them this call deleted.
+
+        As :meth:`delete`, the delete commits without waiting for the server's disk.
+        """
+        ids = list(dict.fromkeys(checkpoint_ids))
+        if not ids:
+            return 0
+
+        async def delete(conn: AsyncConnection[Any]) -> int:
+            row = await (await conn.execute(self._sql["delete"], (ids,))).fetchone()
+            return 0 if row is None else int(row[0] or 0)
 
         return await self._db.run("checkpoint delete", delete)
 

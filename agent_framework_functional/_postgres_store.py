@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -60,6 +62,16 @@ _CLAIM = (
     "UPDATE {schema}.continuations SET status = 'claimed', updated_at = %s, claimed_by = %s "
     "WHERE token_hash = %s AND status = 'issued' AND expires_at > %s"
 )
+# Claims launched together (one event-loop tick) go out as one statement: one round trip and one
+# commit for all. Each hash appears once per batch, so each returned hash is exactly one winner; row
+# locks and PostgreSQL's re-check of the WHERE clause keep it a compare-and-set across processes.
+_CLAIM_MANY = (
+    "UPDATE {schema}.continuations AS c SET status = 'claimed', updated_at = %(now)s, claimed_by = v.claimer "
+    "FROM unnest(%(hashes)s::text[], %(claimers)s::text[]) AS v(token_hash, claimer) "
+    "WHERE c.token_hash = v.token_hash AND c.status = 'issued' AND c.expires_at > %(now)s "
+    "RETURNING c.token_hash"
+)
+_CLAIM_BATCH_MAX = 256
 _RELEASE = (
     "UPDATE {schema}.continuations SET status = 'issued', updated_at = %s, claimed_by = NULL "
     "WHERE token_hash = %s AND status = 'claimed' AND claimed_by = %s"
@@ -92,7 +104,8 @@ class PostgresContinuationStore:
     One row per pause in ``<schema>.continuations``. A claim, release, abandon and supersede are
     each one ``UPDATE ... WHERE status = ...`` in its own transaction, checked by its row count:
     PostgreSQL's row locks make it a compare-and-set, so exactly one caller wins however many
-    processes race. A write is acknowledged after PostgreSQL committed it (with the server's
+    processes race (claims made together share one such statement, one row per token).
+    A write is acknowledged after PostgreSQL committed it (with the server's
     default ``synchronous_commit = on`` that means flushed to its write-ahead log), so a claim
     survives a server crash; do not run the database with ``fsync = off``. With asynchronous
     replication a failover can still lose the last commits; use synchronous replication when a
@@ -162,6 +175,8 @@ class PostgresContinuationStore:
         self._purge_interval = None if purge_interval is None else duration_seconds(purge_interval, "purge_interval")
         self._next_purge = float("-inf")  # the first write purges
         self._clock = clock
+        self._claims: list[tuple[str, str | None, asyncio.Future[bool]]] = []
+        self._batches: set[asyncio.Task[None]] = set()
         self._db = PostgresPool(
             conninfo,
             owner="PostgresContinuationStore",
@@ -175,11 +190,13 @@ class PostgresContinuationStore:
 
         identifier = sql.Identifier(self._db.schema)
         self._sql = {
-            name: sql.SQL(text).format(schema=identifier)  # pyright: ignore[reportArgumentType]
+            # Rendered once to bytes: psycopg then caches their parsing (a Composed is rendered on every execute).
+            name: sql.SQL(text).format(schema=identifier).as_bytes(None)  # pyright: ignore[reportArgumentType]
             for name, text in {
                 "insert": _INSERT,
                 "get": _GET,
                 "claim": _CLAIM,
+                "claim_many": _CLAIM_MANY,
                 "release": _RELEASE,
                 "abandon": _ABANDON,
                 "supersede": _SUPERSEDE,
@@ -242,6 +259,9 @@ class PostgresContinuationStore:
     async def claim(self, token_hash: str, *, claimer: str | None = None) -> bool:
         """Atomically move an ``issued``, unexpired record to ``claimed`` (one conditional ``UPDATE``).
 
+        Claims made in the same event-loop tick (a host answering many requests at once) share one
+        statement and one commit; each still has exactly one winner.
+
         Args:
             token_hash: Hex sha256 of the token's secret.
 
@@ -256,8 +276,61 @@ class PostgresContinuationStore:
             psycopg.OperationalError: PostgreSQL is unreachable or the connection broke (then the claim
                 may have been committed: the token counts as spent; see the message).
         """
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._claims.append((token_hash, claimer, future))
+        if len(self._claims) == 1:  # the first claim of this tick sends the batch on the next one
+            asyncio.get_running_loop().call_soon(self._send_claims)
+        return await future
+
+    def _send_claims(self) -> None:
+        """Send the claims made since the last tick: batches of distinct hashes, one statement each.
+
+        Two claims of one hash go out in separate statements, which PostgreSQL's row lock serializes.
+        Each batch runs in a task started from an empty context (core's engine cancels the tasks a
+        workflow run started when the run ends; a claim must not be cut off by another run's end).
+        """
+        pending, self._claims = [claim for claim in self._claims if not claim[2].done()], []
+        loop = asyncio.get_running_loop()
+        while pending:
+            batch: dict[str, tuple[str, str | None, asyncio.Future[bool]]] = {}
+            later: list[tuple[str, str | None, asyncio.Future[bool]]] = []
+            for claim in pending:
+                if claim[0] in batch or len(batch) >= _CLAIM_BATCH_MAX:
+                    later.append(claim)
+                else:
+                    batch[claim[0]] = claim
+            pending = later
+            task = contextvars.Context().run(loop.create_task, self._claim_batch(list(batch.values())))
+            self._batches.add(task)
+            task.add_done_callback(self._batches.discard)
+
+    async def _claim_batch(self, claims: list[tuple[str, str | None, asyncio.Future[bool]]]) -> None:
+        """Claim ``claims`` (distinct hashes) in one statement and answer each future."""
         now = self.now()
-        return await self._update("claim", (now, claimer, token_hash, now))
+        try:
+            if len(claims) == 1:
+                token_hash, claimer, _ = claims[0]
+                won = {token_hash} if await self._update("claim", (now, claimer, token_hash, now)) else set[str]()
+            else:
+                params = {"now": now, "hashes": [c[0] for c in claims], "claimers": [c[1] for c in claims]}
+
+                async def claim_many(conn: AsyncConnection[Any]) -> set[str]:
+                    rows = await (await conn.execute(self._sql["claim_many"], params)).fetchall()
+                    return {str(row[0]) for row in rows}
+
+                won = await self._write("claim", claim_many)
+        except asyncio.CancelledError:
+            for _, _, future in claims:
+                future.cancel()
+            raise
+        except Exception as exc:
+            for _, _, future in claims:
+                if not future.done():
+                    future.set_exception(exc)
+            return
+        for token_hash, _, future in claims:
+            if not future.done():
+                future.set_result(token_hash in won)
 
     async def release(self, token_hash: str, claimer: str) -> bool:
         """Atomically hand a claim back (``claimed`` -> ``issued``) for the run that claimed it.

@@ -275,6 +275,25 @@ class RedisCheckpointStorage:
         deleted = await self._delete(keys=[self._checkpoint_key(checkpoint_id)], args=[checkpoint_id, self._prefix])
         return bool(int(deleted))
 
+    async def delete_many(self, checkpoint_ids: list[str]) -> int:
+        """Delete several checkpoints in one round trip (a run chain's spent checkpoints; pipelined scripts).
+
+        Args:
+            checkpoint_ids: The checkpoints' ids.
+
+        Returns:
+            How many of them this call deleted.
+        """
+        ids = list(dict.fromkeys(checkpoint_ids))
+        if not ids:
+            return 0
+        async with self._client.pipeline(transaction=False) as pipe:
+            for checkpoint_id in ids:
+                key = self._checkpoint_key(checkpoint_id)
+                await self._delete(keys=[key], args=[checkpoint_id, self._prefix], client=pipe)  # queued
+            deleted = cast("list[Any]", await pipe.execute())
+        return sum(int(result) for result in deleted)
+
     async def get_latest(self, *, workflow_name: str) -> WorkflowCheckpoint | None:
         """Return the workflow's checkpoint with the latest ``timestamp`` (as core's storages order them).
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import sys
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any, Literal, cast
@@ -80,7 +82,53 @@ def pooled_client(
     if on_connect is not None:
         options["redis_connect_func"] = on_connect
     pool = BlockingConnectionPool.from_url(url, max_connections=max_connections, timeout=wait, **options)  # pyright: ignore[reportUnknownMemberType]
+    pool.connection_class = timed_send_class(pool.connection_class)  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
     return Redis.from_pool(pool)  # pyright: ignore[reportUnknownMemberType]
+
+
+_TIMED_SEND: dict[type, type] = {}
+
+
+def timed_send_class(connection_class: type) -> type:
+    """``connection_class`` whose writes time out under ``asyncio.timeout`` instead of ``asyncio.wait_for``.
+
+    redis-py sends each command under ``asyncio.wait_for(..., socket_timeout)``, which on Python
+    3.11 wraps the write in a new task: inside a workflow run core's task factory then tracks that
+    task too, and the two cost about a quarter of a step's CPU with ``RedisCheckpointStorage``
+    (``benchmarks/README.md``). The same timeout under ``asyncio.timeout`` needs no task; a write
+    that times out still closes the connection and raises redis-py's ``TimeoutError``. Before
+    Python 3.11 (no ``asyncio.timeout``) the class is returned unchanged.
+    """
+    if sys.version_info < (3, 11):
+        return connection_class
+    found = _TIMED_SEND.get(connection_class)
+    if found is None:
+        found = _TIMED_SEND[connection_class] = type(
+            f"TimedSend{connection_class.__name__}", (_TimedSendMixin, connection_class), {}
+        )
+    return found
+
+
+class _TimedSendMixin:
+    """See :func:`timed_send_class` (internal)."""
+
+    socket_timeout: float | None
+
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        timeout = self.socket_timeout
+        if not timeout:
+            return await super().send_packed_command(command, check_health)  # type: ignore[misc]  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType]
+        from redis.exceptions import TimeoutError as RedisTimeoutError
+
+        try:
+            async with asyncio.timeout(timeout):  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType]
+                self.socket_timeout = None  # redis-py then writes directly (it disconnects on any error)
+                try:
+                    await super().send_packed_command(command, check_health)  # type: ignore[misc]  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType]
+                finally:
+                    self.socket_timeout = timeout
+        except TimeoutError:
+            raise RedisTimeoutError("Timeout writing to socket") from None
 
 
 def text(value: Any) -> str:

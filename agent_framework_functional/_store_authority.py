@@ -170,8 +170,13 @@ class StoreAuthority(InMemoryAuthority):
             raise ContinuationAuthorityError()
         return record
 
-    async def _pause_requests(self, record: ContinuationRecord) -> dict[str, WorkflowEvent[Any]]:
+    async def _pause_requests(
+        self, record: ContinuationRecord, recorder: CheckpointStorage | None = None
+    ) -> dict[str, WorkflowEvent[Any]]:
         """The ``request_info`` events of a recorded pause, loaded from its checkpoint (non-mutating).
+
+        With ``recorder`` (the run's :class:`RecordingCheckpointStorage`), the checkpoint is kept for
+        core's restore of it in the same run: one load, not two (the claim still decides the run).
 
         Raises:
             ContinuationAuthorityError: The checkpoint is gone because the pause was resumed (or
@@ -182,6 +187,8 @@ class StoreAuthority(InMemoryAuthority):
         except Exception:
             await self._record(record.token_hash)  # raises the authority error once the pause is gone
             raise
+        if isinstance(recorder, RecordingCheckpointStorage):
+            recorder.preloaded = checkpoint
         events = checkpoint.pending_request_info_events
         return {request_id: events[request_id] for request_id in record.pending_request_ids if request_id in events}
 
@@ -265,7 +272,7 @@ class StoreAuthority(InMemoryAuthority):
             record = await self._record(ticket.remote_hash)
         await self.check_conflict()
         if ticket.record is None:
-            pending = await self._pause_requests(record)
+            pending = await self._pause_requests(record, ticket.storage)
             requests = {**earlier_requests(record, pending), **pending}
         else:
             requests = ticket.requests

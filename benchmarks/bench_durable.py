@@ -39,6 +39,7 @@ Run it:
     pip install -e ".[bench]"                     # LangGraph, for the last table
     python benchmarks/bench_durable.py            # about two minutes on 2 cores
     python benchmarks/bench_durable.py --quick    # a few seconds (1 and 2 processes), for smoke tests
+    python benchmarks/bench_durable.py --postgres-only   # only the PostgreSQL rows (claims, cycles, LangGraph)
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ from agent_framework_functional import (
     step,
     workflow,
 )
+from agent_framework_functional._postgres_schema import DEFAULT_POOL_SIZE
 
 if TYPE_CHECKING:
     from bench_peers import Block
@@ -107,7 +109,8 @@ def open_store(spec: dict[str, str]) -> ContinuationStore:
     if spec["kind"] == "sqlite":
         return SQLiteContinuationStore(spec["location"])
     if spec["kind"] == "postgres":
-        return PostgresContinuationStore(spec["location"], schema=spec["namespace"])
+        size = int(spec.get("max_size", "0")) or DEFAULT_POOL_SIZE
+        return PostgresContinuationStore(spec["location"], schema=spec["namespace"], max_size=size)
     return RedisContinuationStore(spec["location"], namespace=spec["namespace"])
 
 
@@ -403,6 +406,24 @@ async def beside_langgraph(
 # ---------------------------------------------------------------- main
 
 
+async def postgres_rows(
+    spec: dict[str, str], postgres_url: str, *, rounds: int, cycles: int, warmup: int, folder: Path
+) -> None:
+    """``--postgres-only``: the durable-cycle rows and the LangGraph table of PostgreSQL alone."""
+    scratch = Path(tempfile.mkdtemp(dir=folder))
+    makers = {"durable Postgres, same worker": same_worker(spec), "durable Postgres, fresh worker": fresh_worker(spec)}
+    print()
+    print(f"{f'durable cycles, {rounds} blocks of {cycles}':<40}{'cycles/s':>12}   (pause + resume, median wall)")
+    for label, rate in (
+        await cycle_rates(makers, rounds=rounds, cycles=cycles, warmup=warmup, scratch=scratch)
+    ).items():
+        print(f"{label:<40}{rate:>12.1f}")
+    if not peers().LANGGRAPH_RUNS:
+        print(peers().LANGGRAPH_SKIPPED)
+        return
+    await beside_langgraph_postgres(postgres_url, rounds=rounds, cycles=cycles, warmup=warmup, scratch=scratch)
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for smoke tests")
@@ -411,6 +432,11 @@ async def main() -> None:
     parser.add_argument("--repeat", type=int, help="runs per throughput row; the best is shown (default 3)")
     parser.add_argument("--rounds", type=int, help="rounds of concurrent claims and of cycle blocks (default 15)")
     parser.add_argument("--cycles", type=int, help="cycles per timed block (default 10)")
+    parser.add_argument(
+        "--postgres-only",
+        action="store_true",
+        help="only the PostgreSQL rows: claim latency (also with a pool of 64), durable cycles, beside LangGraph",
+    )
     args = parser.parse_args()
     rounds = args.rounds or (1 if args.quick else 15)
     cycles = args.cycles or (2 if args.quick else 10)
@@ -423,7 +449,7 @@ async def main() -> None:
     redis_proc = None
     redis_url = args.redis_url
     folder = Path(tempfile.mkdtemp(prefix="bench-durable-"))
-    if redis_url is None:
+    if redis_url is None and not args.postgres_only:
         redis_proc, redis_url = start_redis(folder)
     postgres = None
     postgres_url = args.postgres_url
@@ -436,6 +462,8 @@ async def main() -> None:
             "Redis": {"kind": "redis", "location": redis_url, "namespace": f"bench:{os.getpid()}"},
             "Postgres": {"kind": "postgres", "location": postgres_url, "namespace": f"bench_{os.getpid()}"},
         }
+        if args.postgres_only:
+            specs = {"Postgres": specs["Postgres"]}
         print(
             f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, claims={claims}, resumes={resumes}, "
             f"best of {repeat} per throughput row"
@@ -450,6 +478,15 @@ async def main() -> None:
         for name, spec in specs.items():
             median, p99 = await concurrent_claim_latency(spec, concurrency, rounds)
             print(f"{f'{name}, {concurrency} concurrent':<40}{median:>12.1f}{p99:>12.1f}")
+        # The default pool holds 10 connections; a host expecting 64 concurrent claims sizes it for them.
+        pooled = {**specs["Postgres"], "max_size": str(concurrency)}
+        median, p99 = await concurrent_claim_latency(pooled, concurrency, rounds)
+        print(f"{f'Postgres, max_size={concurrency}, {concurrency} concurrent':<40}{median:>12.1f}{p99:>12.1f}")
+        if args.postgres_only:
+            await postgres_rows(
+                specs["Postgres"], postgres_url, rounds=rounds, cycles=cycles, warmup=warmup, folder=folder
+            )
+            return
         print()
         print(f"{'resume throughput':<40}{'resumes/s':>12}")
         rate = max([await in_memory_throughput(resumes, None, folder) for _ in range(repeat)])

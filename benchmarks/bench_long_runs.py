@@ -11,6 +11,13 @@ by ``core`` and through this package by ``ours``) and LangGraph's ``entrypoint``
   ``redis-server`` the benchmark starts on a free loopback port (no persistence: memory only);
   LangGraph with ``AsyncSqliteSaver`` (its durable saver here).
 * ``file``: core and ours with core's ``FileCheckpointStorage``; LangGraph with ``AsyncSqliteSaver``.
+* ``postgres``: core and ours with ``PostgresCheckpointStorage``; LangGraph with its
+  ``AsyncPostgresSaver``, on one throwaway PostgreSQL cluster the benchmark starts
+  (``tests/postgres_server.py``; default ``fsync`` and ``synchronous_commit``), each run in a fresh
+  schema. The server's CPU (the postmaster and its backends, from ``/proc``) is added as for Redis;
+  ``stored`` is the schema's tables with their indexes and TOAST (``pg_total_relation_size``),
+  ``payload`` the stored bodies (ours: heads, whole bodies and chunks; LangGraph: its checkpoint and
+  metadata columns and its blobs).
 
 Each N runs its sides interleaved (the order rotates every round), ``--repeats`` times; a side's
 figure is its best run. Columns: ``cpu us/step`` is process CPU time (``time.process_time``, all
@@ -57,13 +64,14 @@ import agent_framework
 from agent_framework import FileCheckpointStorage, step
 
 import agent_framework_functional
-from agent_framework_functional import RedisCheckpointStorage
+from agent_framework_functional import PostgresCheckpointStorage, RedisCheckpointStorage
 
 warnings.filterwarnings("ignore")  # core's ExperimentalWarning
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
     from langgraph.func import entrypoint, task
 
@@ -75,7 +83,7 @@ LANGGRAPH_SKIPPED = (
     f"needs Python 3.11 or newer; this is Python {platform.python_version()}"
 )
 SIDES = ("core", "ours", "langgraph") if LANGGRAPH_RUNS else ("core", "ours")
-ROWS = ("memory", "redis", "file")
+ROWS = ("memory", "redis", "file", "postgres")
 
 
 @step
@@ -104,6 +112,10 @@ async def lg_batch(docs: list[str]) -> int:
 
 CORE = agent_framework.workflow(batch)
 OURS = agent_framework_functional.workflow(batch)
+# With a storage, ours keeps its checkpoints, as LangGraph's savers do, so ``stored`` compares what a run
+# wrote (a default run deletes its chain's checkpoints when it ends: invariant 30).
+OURS_KEPT = agent_framework_functional.workflow(keep_checkpoints=True)(batch)
+HERE = Path(__file__).resolve().parent
 
 
 @dataclass
@@ -180,6 +192,54 @@ async def redis_bytes(url: str, namespace: str) -> tuple[int, int]:
     return stored, payload
 
 
+def tree_cpu(pid: int) -> float:
+    """CPU seconds of a server process, its reaped children and its live children (PostgreSQL's backends)."""
+    clock = os.sysconf("SC_CLK_TCK")
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    total = sum(int(value) for value in fields[11:15])
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            child = stat.read_text().rsplit(")", 1)[1].split()
+            if int(child[1]) == pid:
+                total += int(child[11]) + int(child[12])
+    return total / clock
+
+
+def new_schema(url: str) -> str:
+    import psycopg
+
+    schema = f"b_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    return schema
+
+
+def postgres_bytes(url: str, schema: str, ours: bool) -> tuple[int, int]:
+    """The schema's tables with indexes and TOAST, and the bytes of the stored bodies."""
+    import psycopg
+
+    if ours:
+        payload = (
+            f'SELECT (SELECT coalesce(sum(length(body)), 0) FROM "{schema}".checkpoints)'
+            f' + (SELECT coalesce(sum(length(body)), 0) FROM "{schema}".checkpoint_chunks)'
+        )
+    else:
+        payload = (
+            "SELECT (SELECT coalesce(sum(pg_column_size(checkpoint) + pg_column_size(metadata)), 0) "
+            f'FROM "{schema}".checkpoints)'
+            f' + (SELECT coalesce(sum(length(blob)), 0) FROM "{schema}".checkpoint_blobs)'
+            f' + (SELECT coalesce(sum(length(blob)), 0) FROM "{schema}".checkpoint_writes)'
+        )
+    with psycopg.connect(url, autocommit=True) as conn:
+        stored = conn.execute(
+            "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relkind = 'r'",
+            (schema,),
+        ).fetchone()
+        found = conn.execute(payload).fetchone()
+    return int(stored[0]) if stored else 0, int(found[0]) if found else 0
+
+
 def folder_bytes(folder: Path) -> int:
     return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
 
@@ -198,18 +258,55 @@ def sqlite_payload(path: Path) -> int:
 # ---------------------------------------------------------------- one run per side and row
 
 
-async def timed(run: Callable[[], Awaitable[Any]], pid: int | None = None) -> Measure:
+async def timed(
+    run: Callable[[], Awaitable[Any]], pid: int | None = None, cpu_of: Callable[[int], float] = server_cpu
+) -> Measure:
     gc.collect()
-    server = server_cpu(pid) if pid else 0.0
+    server = cpu_of(pid) if pid else 0.0
     cpu, wall = time.process_time(), time.perf_counter()
     await run()
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     if pid:
-        cpu += server_cpu(pid) - server
+        cpu += cpu_of(pid) - server
     return Measure(cpu, wall)
 
 
-async def run_one(side: str, row: str, docs: list[str], folder: Path, redis_url: str, redis_pid: int) -> Measure:
+@dataclass
+class Servers:
+    """Where the storages of the redis and postgres rows live."""
+
+    redis_url: str
+    redis_pid: int
+    postgres_url: str | None = None
+    postgres_pid: int | None = None
+
+
+async def run_postgres(side: str, docs: list[str], servers: Servers) -> Measure:
+    assert servers.postgres_url is not None
+    url, schema = servers.postgres_url, new_schema(servers.postgres_url)
+    if side == "langgraph":
+        separator = "&" if "?" in url else "?"
+        async with AsyncPostgresSaver.from_conn_string(f"{url}{separator}options=-csearch_path%3D{schema}") as saver:
+            await saver.setup()
+            graph = entrypoint(checkpointer=saver)(lg_batch)
+            config = {"configurable": {"thread_id": "run"}}
+            measure = await timed(lambda: graph.ainvoke(docs, config), servers.postgres_pid, tree_cpu)
+    else:
+        storage = PostgresCheckpointStorage(url, schema=schema)
+        try:
+            await storage.list_checkpoint_ids(workflow_name="batch")  # creates the tables, outside the timing
+            wf = (CORE if side == "core" else OURS_KEPT).build(checkpoint_storage=storage)
+            measure = await timed(lambda: wf.run(docs), servers.postgres_pid, tree_cpu)
+        finally:
+            await storage.aclose()
+    measure.stored, measure.payload = postgres_bytes(url, schema, side != "langgraph")
+    return measure
+
+
+async def run_one(side: str, row: str, docs: list[str], folder: Path, servers: Servers) -> Measure:
+    redis_url, redis_pid = servers.redis_url, servers.redis_pid
+    if row == "postgres":
+        return await run_postgres(side, docs, servers)
     if side == "langgraph":
         if row == "memory":
             graph = entrypoint(checkpointer=InMemorySaver())(lg_batch)
@@ -223,7 +320,7 @@ async def run_one(side: str, row: str, docs: list[str], folder: Path, redis_url:
         measure.stored = folder_bytes_of(folder, path.name)
         measure.payload = sqlite_payload(path)
         return measure
-    definition = CORE if side == "core" else OURS
+    definition = CORE if side == "core" else OURS if row == "memory" else OURS_KEPT
     if row == "memory":
         wf = definition.build()
         return await timed(lambda: wf.run(docs))
@@ -271,25 +368,43 @@ async def main() -> None:
         args.sizes, args.repeats = [5, 20], 1
     print(
         f"agent-framework-core {agent_framework.__version__}; repeats={args.repeats}; best run per cell; "
-        f"cpu = process CPU (+ redis-server CPU on the redis row) per step"
+        f"cpu = process CPU (+ the server's CPU on the redis and postgres rows) per step"
     )
     with tempfile.TemporaryDirectory() as tmp, redis_server(Path(tmp)) as (redis_url, redis_pid):
         folder = Path(tmp)
-        results: dict[tuple[str, str, int], Measure] = {}
-        for n in args.sizes:
-            docs = [f"doc-{index:05d}" for index in range(n)]
-            cells = [(side, row) for row in args.rows for side in SIDES]
-            cells = [cell for cell in cells if not (quadratic(*cell) and n > args.max_quadratic)]
-            for round_index in range(args.repeats):
-                shift = round_index % len(cells)
-                for side, row in itertools.chain(cells[shift:], cells[:shift]):
-                    measure = await run_one(side, row, docs, folder, redis_url, redis_pid)
-                    best = results.get((side, row, n))
-                    if best is None or measure.cpu < best.cpu:
-                        if best is not None and measure.stored is None:
-                            measure.stored, measure.payload = best.stored, best.payload
-                        results[side, row, n] = measure
+        servers = Servers(redis_url, redis_pid)
+        postgres = None
+        if "postgres" in args.rows:
+            sys.path.insert(0, str(HERE))
+            from postgres_peers import start_postgres
+
+            postgres = start_postgres()
+            servers.postgres_url, servers.postgres_pid = postgres.url, postgres.postmaster_pid()
+        try:
+            results = await measure_all(args, folder, servers)
+        finally:
+            if postgres is not None:
+                postgres.stop()
         report(results, args)
+
+
+async def measure_all(args: argparse.Namespace, folder: Path, servers: Servers) -> dict[tuple[str, str, int], Measure]:
+    """Every cell of every N, interleaved; the best run per cell."""
+    results: dict[tuple[str, str, int], Measure] = {}
+    for n in args.sizes:
+        docs = [f"doc-{index:05d}" for index in range(n)]
+        cells = [(side, row) for row in args.rows for side in SIDES]
+        cells = [cell for cell in cells if not (quadratic(*cell) and n > args.max_quadratic)]
+        for round_index in range(args.repeats):
+            shift = round_index % len(cells)
+            for side, row in itertools.chain(cells[shift:], cells[:shift]):
+                measure = await run_one(side, row, docs, folder, servers)
+                best = results.get((side, row, n))
+                if best is None or measure.cpu < best.cpu:
+                    if best is not None and measure.stored is None:
+                        measure.stored, measure.payload = best.stored, best.payload
+                    results[side, row, n] = measure
+    return results
 
 
 def report(results: dict[tuple[str, str, int], Measure], args: argparse.Namespace) -> None:

@@ -284,7 +284,9 @@ def a2a_app(
             uvicorn.run(app, host="127.0.0.1", port=8000)  # A2AAgent(url="http://127.0.0.1:8000/")
     """
     executor = FunctionalA2AExecutor(
-        agent, session_store=session_store if session_store is not None else default_session_store(agent), text_answers=text_answers
+        agent,
+        session_store=session_store if session_store is not None else default_session_store(agent),
+        text_answers=text_answers,
     )
     card = AgentCard(
         name=agent.name or agent.id,

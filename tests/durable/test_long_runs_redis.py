@@ -183,3 +183,26 @@ async def test_a_segment_lost_meanwhile_is_written_again_whole(redis_url: str, c
         assert latest.state["_original_message"] == [f"d{index}" for index in range(6)]
     finally:
         await storage.aclose()
+
+
+async def test_a_finished_run_deletes_its_chain_with_delete_many(redis_url: str, client: aioredis.Redis) -> None:
+    namespace = f"many-{uuid.uuid4().hex}"
+    storage = RedisCheckpointStorage(redis_url, namespace=namespace)
+    calls: list[int] = []
+    delete_many = storage.delete_many
+
+    async def counted(checkpoint_ids: list[str]) -> int:
+        calls.append(len(checkpoint_ids))
+        return await delete_many(checkpoint_ids)
+
+    storage.delete_many = counted  # type: ignore[method-assign]
+    try:
+        done = await workflow(batch).build(checkpoint_storage=storage).run([f"d{index}" for index in range(6)])
+        assert done.get_final_state().name == "IDLE_WITH_PENDING_REQUESTS"
+        assert calls == [6]  # one call for the six step checkpoints; the pause's is kept
+        assert (await _stored_entries(client, namespace))[1] == 1
+        [kept] = await storage.list_checkpoint_ids(workflow_name="batch")
+        assert await storage.delete_many([kept, kept, "missing"]) == 1
+        assert [key async for key in client.scan_iter(f"{namespace}:*")] == []
+    finally:
+        await storage.aclose()

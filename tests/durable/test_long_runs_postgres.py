@@ -1,0 +1,214 @@
+"""Long runs on ``PostgresCheckpointStorage``: each step result stored once, each checkpoint read back as saved.
+
+The same cases as ``test_long_runs_redis.py``, on a real PostgreSQL cluster: a 1,000-step run that
+pauses, its response-only resume and a restore from a checkpoint in the middle read back every
+checkpoint equal to what core handed to ``save``; the step-cache entries stored across all chunks
+are exactly the run's step calls; core used directly stores whole checkpoints; deleting checkpoints
+frees their segments once nothing references them; a segment lost meanwhile is rewritten whole; a
+sealed storage refuses a chunk moved to another position; a version-1 table is upgraded in place.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import agent_framework
+import psycopg
+import pytest
+from agent_framework import RunContext, WorkflowCheckpoint, WorkflowCheckpointException, step
+from agent_framework._workflows._checkpoint_encoding import encode_checkpoint_value
+
+from agent_framework_functional import CheckpointSealer, PostgresCheckpointStorage, workflow
+from agent_framework_functional._postgres_checkpoint import MIGRATIONS
+
+pytestmark = pytest.mark.slow
+
+STEPS = 1000
+
+
+@step
+async def review(doc: str) -> dict[str, Any]:
+    return {"id": doc, "flagged": doc.endswith("7"), "summary": f"document {doc} reviewed"}
+
+
+async def batch(docs: list[str], ctx: RunContext) -> int:
+    flagged = sum([(await review(doc))["flagged"] for doc in docs])
+    answer = await ctx.request_info({"flagged": flagged}, response_type=str)
+    for doc in docs[:5]:
+        await review(f"{doc}:{answer}")
+    return flagged
+
+
+class Tee:
+    """Keeps a deep copy of the checkpoints core saves at the chosen positions, then saves them."""
+
+    def __init__(self, inner: PostgresCheckpointStorage, keep: Callable[[int], bool]) -> None:
+        self.inner, self.keep, self.count = inner, keep, 0
+        self.kept: list[WorkflowCheckpoint] = []
+        self.ids: list[str] = []
+
+    async def save(self, checkpoint: WorkflowCheckpoint) -> str:
+        if self.keep(self.count):
+            self.kept.append(copy.deepcopy(checkpoint))
+        self.count += 1
+        self.ids.append(checkpoint.checkpoint_id)
+        return await self.inner.save(checkpoint)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def _canonical(checkpoint: WorkflowCheckpoint) -> str:
+    return json.dumps(encode_checkpoint_value(checkpoint.to_dict()), sort_keys=True, default=str)
+
+
+def _schema() -> str:
+    return f"t_{uuid.uuid4().hex}"
+
+
+def _stored(url: str, schema: str) -> tuple[int, int]:
+    """(step-cache entries in all chunks, number of segments) in ``schema`` (unsealed chunks)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        chunks = conn.execute(f'SELECT body FROM "{schema}".checkpoint_chunks').fetchall()
+        segments = conn.execute(f'SELECT count(*) FROM "{schema}".checkpoint_segments').fetchone()
+    entries = sum(len(json.loads(bytes(chunk)).get("c", [])) for (chunk,) in chunks)
+    return entries, int(segments[0]) if segments else 0
+
+
+async def test_a_thousand_step_run_stores_each_result_once_and_reads_back_what_core_wrote(postgres_server: str) -> None:
+    schema = _schema()
+    storage = PostgresCheckpointStorage(postgres_server, schema=schema)
+    tee = Tee(storage, keep=lambda index: index % 97 == 0 or index >= STEPS - 2)
+    try:
+        wf = workflow(keep_checkpoints=True)(batch).build(checkpoint_storage=tee)  # type: ignore[arg-type]
+        docs = [f"doc-{index:04d}" for index in range(STEPS)]
+        paused = await wf.run(docs)
+        assert wf.pending_request_ids
+        done = await wf.run(
+            responses=dict.fromkeys(wf.pending_request_ids, "ok"), continuation_token=paused.continuation_token
+        )
+        assert done.get_outputs() == [sum(doc.endswith("7") for doc in docs)]
+        assert len(tee.ids) == STEPS + 1 + 5 + 1  # a checkpoint per step, the pause, and the end
+        for saved in tee.kept:
+            assert _canonical(await storage.load(saved.checkpoint_id)) == _canonical(saved)
+        assert _stored(postgres_server, schema) == (STEPS + 5, 2)  # each result once; the resume continues
+
+        middle = tee.ids[STEPS // 2]  # a restore on a fresh instance: core's replay, one more segment
+        restored = (
+            await workflow(keep_checkpoints=True)(batch).build(checkpoint_storage=storage).run(checkpoint_id=middle)
+        )
+        assert restored.get_final_state().name == "IDLE_WITH_PENDING_REQUESTS"
+        assert _stored(postgres_server, schema) == (STEPS + 5 + (STEPS - STEPS // 2 - 1), 3)
+        listed = await storage.list_checkpoints(workflow_name="batch")
+        assert len(listed) == len(tee.ids) + (STEPS - STEPS // 2 - 1) + 1
+        assert await storage.delete(tee.ids[-1])  # the end: its head references two segments, one row deleted
+        assert await storage.delete_many(tee.ids[-3:]) == 2
+    finally:
+        await storage.aclose()
+
+
+async def test_core_used_directly_on_the_same_storage_stores_whole_checkpoints(postgres_server: str) -> None:
+    schema = _schema()
+    storage = PostgresCheckpointStorage(postgres_server, schema=schema)
+    try:
+        core = agent_framework.workflow(batch).build(checkpoint_storage=storage)
+        await core.run([f"d{index}" for index in range(5)])
+        ids = await storage.list_checkpoint_ids(workflow_name="batch")
+        assert len(ids) == 6
+        with psycopg.connect(postgres_server, autocommit=True) as conn:
+            rows = conn.execute(f'SELECT body, segments FROM "{schema}".checkpoints').fetchall()
+        assert all(segments is None for _, segments in rows)
+        assert max(len(json.loads(bytes(body))["state"]["_step_cache"]) for body, _ in rows) == 5
+        assert _stored(postgres_server, schema) == (0, 0)
+    finally:
+        await storage.aclose()
+
+
+async def test_deleting_checkpoints_frees_a_segment_once_nothing_references_it(postgres_server: str) -> None:
+    schema = _schema()
+    storage = PostgresCheckpointStorage(postgres_server, schema=schema)
+    try:
+        await (
+            workflow(keep_checkpoints=True)(batch)
+            .build(checkpoint_storage=storage)
+            .run([f"d{index}" for index in range(4)])
+        )
+        ids = await storage.list_checkpoint_ids(workflow_name="batch")
+        assert len(ids) == 5
+        assert await storage.delete_many(ids[:-1]) == 4
+        assert _stored(postgres_server, schema)[1] == 1
+        last = await storage.load(ids[-1])
+        assert len(last.state["_step_cache"]) == 4
+        assert await storage.delete(ids[-1])
+        assert not await storage.delete(ids[-1])
+        assert _stored(postgres_server, schema) == (0, 0)
+    finally:
+        await storage.aclose()
+
+
+async def test_a_segment_lost_meanwhile_is_written_again_whole(postgres_server: str) -> None:
+    schema = _schema()
+    storage = PostgresCheckpointStorage(postgres_server, schema=schema)
+    try:
+        wf = workflow(keep_checkpoints=True)(batch).build(checkpoint_storage=storage)
+        paused = await wf.run([f"d{index}" for index in range(6)])
+        with psycopg.connect(postgres_server, autocommit=True) as conn:  # as if it expired while the pause waited
+            conn.execute(f'DELETE FROM "{schema}".checkpoint_chunks')
+            conn.execute(f'DELETE FROM "{schema}".checkpoint_segments')
+        done = await wf.run(
+            responses=dict.fromkeys(wf.pending_request_ids, "ok"), continuation_token=paused.continuation_token
+        )
+        assert done.get_final_state().name == "IDLE"
+        latest = await storage.get_latest(workflow_name="batch")
+        assert latest is not None
+        assert len(latest.state["_step_cache"]) == 6 + 5
+        assert latest.state["_original_message"] == [f"d{index}" for index in range(6)]
+    finally:
+        await storage.aclose()
+
+
+async def test_a_sealed_chunk_moved_to_another_position_is_refused(postgres_server: str) -> None:
+    schema = _schema()
+    storage = PostgresCheckpointStorage(postgres_server, schema=schema, sealer=CheckpointSealer({"k1": b"k" * 32}))
+    try:
+        await workflow(keep_checkpoints=True)(batch).build(checkpoint_storage=storage).run(["a1", "a2", "a3"])
+        ids = await storage.list_checkpoint_ids(workflow_name="batch")
+        assert len(ids) == 4
+        with psycopg.connect(postgres_server, autocommit=True) as conn:  # swap the first two chunks
+            conn.execute(f'UPDATE "{schema}".checkpoint_chunks SET chunk_index = -1 WHERE chunk_index = 0')
+            conn.execute(f'UPDATE "{schema}".checkpoint_chunks SET chunk_index = 0 WHERE chunk_index = 1')
+            conn.execute(f'UPDATE "{schema}".checkpoint_chunks SET chunk_index = 1 WHERE chunk_index = -1')
+        with pytest.raises(WorkflowCheckpointException):
+            await storage.load(ids[-1])
+        assert await storage.list_checkpoint_ids(workflow_name="batch") == []  # each one skipped
+    finally:
+        await storage.aclose()
+
+
+async def test_a_version_1_table_is_upgraded_and_its_whole_checkpoints_still_load(postgres_server: str) -> None:
+    schema = _schema()
+    with psycopg.connect(postgres_server, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+        conn.execute(MIGRATIONS[0].replace("{schema}", f'"{schema}"'))
+        conn.execute(
+            f'CREATE TABLE "{schema}".schema_version (component TEXT PRIMARY KEY, version INTEGER NOT NULL, '
+            "applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+        )
+        conn.execute(f"INSERT INTO \"{schema}\".schema_version (component, version) VALUES ('checkpoints', 1)")
+    old = workflow(keep_checkpoints=True)(batch)
+    storage = PostgresCheckpointStorage(postgres_server, schema=schema)
+    try:
+        checkpoint = WorkflowCheckpoint(workflow_name="batch", graph_signature_hash="g", state={"n": 1})
+        await storage.save(checkpoint)  # first use: migrates to version 2, then saves whole
+        with psycopg.connect(postgres_server, autocommit=True) as conn:
+            version = conn.execute(f'SELECT version FROM "{schema}".schema_version').fetchone()
+        assert version is not None and version[0] == len(MIGRATIONS) == 2
+        assert (await storage.load(checkpoint.checkpoint_id)).state == {"n": 1}
+        await old.build(checkpoint_storage=storage).run(["x1", "x2"])
+        assert _stored(postgres_server, schema) == (2, 1)
+    finally:
+        await storage.aclose()
