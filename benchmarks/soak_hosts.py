@@ -64,8 +64,12 @@ async def deployer(text: str, ctx: RunContext) -> str:
 # ---------------------------------------------------------------------------------------------- server side
 
 
-def serve(host: str, ttl: float | None) -> None:
-    """Serve one host on a free loopback port; print the port on stdout, then serve until killed."""
+def serve(host: str, ttl: float | None, cap: int | None) -> None:
+    """Serve one host on a free loopback port; print the port on stdout, then serve until killed.
+
+    ``cap`` bounds the host's session store (Responses: oldest entries dropped; AG-UI: its
+    ``max_snapshots``), a measuring device that separates the agent's own cost from the store's.
+    """
     import uvicorn
     from fastapi import FastAPI
 
@@ -76,13 +80,15 @@ def serve(host: str, ttl: float | None) -> None:
     agent = deployer.build(continuation_ttl=ttl).as_agent(name="deployer")
     stores: list[Any] = []
     if host == "responses":
-        session_store = agent_framework.SessionStore()
+        session_store = agent_framework.SessionStore() if cap is None else CappedSessionStore(cap)
         stores.append(session_store)
         app: Any = responses_app(agent, session_store=session_store)
     elif host == "agui":
         from agent_framework_ag_ui import InMemoryAGUIThreadSnapshotStore
 
-        snapshots = InMemoryAGUIThreadSnapshotStore()
+        snapshots = (
+            InMemoryAGUIThreadSnapshotStore() if cap is None else InMemoryAGUIThreadSnapshotStore(max_snapshots=cap)
+        )
         stores.append(snapshots)
         app = FastAPI()
         agui_endpoint(app, agent, "/agent", snapshot_store=snapshots, single_user=True)
@@ -117,6 +123,21 @@ def serve(host: str, ttl: float | None) -> None:
         await task
 
     asyncio.run(run())
+
+
+class CappedSessionStore(agent_framework.SessionStore):
+    """Core's in-memory ``SessionStore`` keeping only the newest ``cap`` entries (a measuring device only)."""
+
+    def __init__(self, cap: int) -> None:
+        super().__init__()
+        self.cap = cap
+
+    async def set(self, session_id: str, session: agent_framework.AgentSession) -> None:
+        """Store the session, then drop the oldest entries beyond ``cap``."""
+        await super().set(session_id, session)
+        sessions = self._sessions  # pyright: ignore[reportPrivateUsage]
+        while len(sessions) > self.cap:
+            sessions.pop(next(iter(sessions)))
 
 
 # ---------------------------------------------------------------------------------------------- conversations
@@ -244,7 +265,14 @@ async def conversation(client: Client, soak: Soak, index: str, timed: list[tuple
 
 async def soak_host(host: str, args: argparse.Namespace) -> Soak:
     process = await asyncio.create_subprocess_exec(
-        sys.executable, __file__, "--serve", host, "--ttl", str(args.ttl), stdout=asyncio.subprocess.PIPE
+        sys.executable,
+        __file__,
+        "--serve",
+        host,
+        "--ttl",
+        str(args.ttl),
+        *(["--cap", str(args.cap)] if args.cap else []),
+        stdout=asyncio.subprocess.PIPE,
     )
     try:
         assert process.stdout is not None
@@ -357,6 +385,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--ttl", type=float, default=5.0, help="the server's continuation_ttl (seconds)")
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between samples")
     parser.add_argument("--warmup", type=int, default=300, help="answered conversations before the slope counts")
+    parser.add_argument("--cap", type=int, help="bound the host's session store (Responses, AG-UI) to this many")
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny sizes, numbers meaningless")
     args = parser.parse_args(argv)
     if args.quick:
@@ -368,6 +397,6 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 if __name__ == "__main__":
     arguments = parse()
     if arguments.serve:
-        serve(arguments.serve, arguments.ttl)
+        serve(arguments.serve, arguments.ttl, arguments.cap)
     else:
         asyncio.run(main(arguments))
