@@ -257,3 +257,16 @@ async def test_keep_checkpoints_keeps_them_on_abandonment(tmp_path: Path) -> Non
     await agent.abandon_continuation_async(session=session)
     await checkpoint_deletions()
     assert files(folder) == saved > 0
+
+
+async def test_with_a_store_an_evicted_conversation_still_resumes_through_the_store(tmp_path: Path) -> None:
+    store = SQLiteContinuationStore(tmp_path / "c.db")
+    try:
+        storage = FileCheckpointStorage(tmp_path / "cp")
+        agent = deployer.build(checkpoint_storage=storage, continuation_store=store).as_agent(max_conversations=1)
+        paused = await pause_many(agent, 3)
+        assert live_conversations(agent.workflow) == 1  # only the instances went
+        for session, response in paused:
+            assert (await agent.run(approve(response), session=session)).text.startswith("deployed app")
+    finally:
+        await store.aclose()
