@@ -43,8 +43,8 @@ class ContinuationAbandonment:
         """Drop the pending continuation and all replay state, so fresh runs are allowed again.
 
         Clears the retained message, step cache, state and pending request ids by replacing the
-        wrapped core instance with a fresh one (no core internals are touched).
-        Checkpoints already saved in storage are not deleted.
+        wrapped core instance with a fresh one (no core internals are touched), and deletes the
+        pause's checkpoint (unless ``keep_checkpoints``; other saved checkpoints are left).
 
         Args:
             token: The current continuation token. Required unless ``force`` is True.

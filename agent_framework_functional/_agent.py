@@ -27,7 +27,6 @@ from ._agent_plan import CallPlanner
 from ._agent_run import AgentRunner, close_workflow_stream, drop_workflow_stream
 from ._chat import InputMapper, input_mode_for
 from ._core_compat import functional_workflows_experimental
-from ._session import clear_session_token, session_token
 from ._updates import REQUEST_INFO_FUNCTION_NAME
 from ._workflow import FunctionalWorkflow
 
@@ -125,6 +124,9 @@ class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAge
             updates carry none. Hosts that read a response's ``continuation_token`` as core's
             "background run still in progress" (Responses hosting) then report the paused turn as
             ``completed``. Every run must then pass a ``session`` (``ValueError`` otherwise).
+        max_conversations: Most paused conversations whose live instance this process keeps (None:
+            bounded by :attr:`continuation_ttl` only); past it the least recently paused one is
+            evicted, never a running one (README "Durable continuations").
 
     Examples:
         .. code-block:: python
@@ -157,6 +159,7 @@ class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAge
         input_mapper: InputMapper | None = None,
         text_answers: bool = True,
         continuation_token_on_response: bool = True,
+        max_conversations: int | None = None,
     ) -> None:
         if input_mapper is not None and not callable(input_mapper):
             raise TypeError(
@@ -174,8 +177,9 @@ class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAge
         self._workflow = workflow
         self._input_mapper: InputMapper | None = input_mapper
         self.continuation_token_on_response: bool = continuation_token_on_response
+        mode = input_mode_for(workflow.definition.func)
         self._planner = CallPlanner(
-            self, workflow, input_mapper, input_mode_for(workflow.definition.func), text_answers=text_answers
+            self, workflow, input_mapper, mode, text_answers=text_answers, max_conversations=max_conversations
         )
         self._runner = AgentRunner(self, self._planner)
 
@@ -183,6 +187,11 @@ class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAge
     def workflow(self) -> FunctionalWorkflow:
         """The workflow instance this agent drives."""
         return self._workflow
+
+    @property
+    def continuation_ttl(self) -> float:
+        """Seconds a pause stays resumable: :attr:`FunctionalWorkflow.continuation_ttl` of :attr:`workflow`."""
+        return self._workflow.continuation_ttl
 
     @property
     def input_mapper(self) -> Callable[[list[Message]], Any] | None:
@@ -248,10 +257,10 @@ class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAge
         workflow = self._planner.workflow_for(session)
         assert workflow is not None
         try:
-            workflow.abandon_continuation(self._abandon_token(token, force, session), force=force)
+            workflow.abandon_continuation(self._planner.abandon_token(token, force, session), force=force)
         finally:
             self._planner.release(session, workflow)  # a rejected call leaves no instance behind
-        self._forget_abandoned(session, workflow)
+        self._planner.forget_abandoned(session, workflow)
 
     async def abandon_continuation_async(
         self,
@@ -284,23 +293,10 @@ class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAge
         workflow = self._planner.workflow_for(session)
         assert workflow is not None
         try:
-            await workflow.abandon_continuation_async(self._abandon_token(token, force, session), force=force)
+            await workflow.abandon_continuation_async(self._planner.abandon_token(token, force, session), force=force)
         finally:
             self._planner.release(session, workflow)  # a rejected call leaves no instance behind
-        self._forget_abandoned(session, workflow)
-
-    def _abandon_token(
-        self, token: Mapping[str, Any] | None, force: bool, session: AgentSession | None
-    ) -> Mapping[str, Any] | None:
-        """The token both abandon methods use: the given one, else (without ``force``) the session's."""
-        return session_token(session, self.id) if token is None and not force else token
-
-    def _forget_abandoned(self, session: AgentSession | None, workflow: FunctionalWorkflow) -> None:
-        if session is None:
-            self._planner.forget_answers()
-            return
-        clear_session_token(session, self.id)
-        self._planner.release(session, workflow)
+        self._planner.forget_abandoned(session, workflow)
 
     @overload
     def run(

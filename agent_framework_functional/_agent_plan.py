@@ -40,14 +40,17 @@ from ._errors import (
     WorkflowRunningError,
 )
 from ._session import (
+    LiveConversations,
     attach_workflow,
     attached_workflow,
     clear_session_token,
     conversation_of,
     detach_workflow,
+    register_template,
     resolve_token,
     session_answers,
     session_token,
+    touch_workflow,
 )
 from ._workflow import FunctionalWorkflow, FunctionalWorkflowRunResult, authority_of
 
@@ -115,6 +118,7 @@ class CallPlanner:
         input_mapper: The agent's explicit input mapper, if any.
         input_mode: What the workflow function's message parameter receives (``_chat.input_mode_for``).
         text_answers: A plain text reply answers the one pending ``str`` request.
+        max_conversations: Most conversations whose live instance is kept (``_session.LiveConversations``).
     """
 
     def __init__(
@@ -125,7 +129,21 @@ class CallPlanner:
         input_mode: InputMode,
         *,
         text_answers: bool = True,
+        max_conversations: int | None = None,
     ) -> None:
+        if max_conversations is not None and (
+            type(max_conversations) is not int or max_conversations < 1  # pyright: ignore[reportUnnecessaryComparison]
+        ):
+            raise ValueError("'max_conversations' must be a positive int (or None for no limit but the pause TTL).")
+        register_template(
+            workflow,
+            LiveConversations(
+                lambda live: authority_of(live).expires_at(),
+                lambda live, now: authority_of(live).lapse(now),
+                lambda live: authority_of(live).evict(),
+                max_conversations,
+            ),
+        )
         self.agent = agent
         self.workflow = workflow
         self.input_mapper = input_mapper
@@ -139,6 +157,28 @@ class CallPlanner:
         """Drop the session-less conversation's remembered answers (its continuation was abandoned)."""
         self.answers_so_far, self.answers_token = {}, None
 
+    def abandon_token(
+        self, token: Mapping[str, Any] | None, force: bool, session: AgentSession | None
+    ) -> Mapping[str, Any] | None:
+        """The token the agent's abandon methods use: the given one, else (without ``force``) the session's."""
+        return session_token(session, self.agent.id) if token is None and not force else token
+
+    def forget_abandoned(self, session: AgentSession | None, workflow: FunctionalWorkflow) -> None:
+        """After an abandonment: drop the remembered answers and the session's token, and the instance."""
+        if session is None:
+            self.forget_answers()
+            return
+        clear_session_token(session, self.agent.id)
+        self.release(session, workflow)
+
+    def live_workflow(self, session: AgentSession) -> FunctionalWorkflow | None:
+        """The session's live instance; one whose pause expired is released first (then None)."""
+        workflow = attached_workflow(self.workflow, session)
+        if workflow is not None and not workflow.is_running and authority_of(workflow).lapse():
+            detach_workflow(self.workflow, session)
+            return None
+        return workflow
+
     def workflow_for(self, session: AgentSession | None, *, create: bool = True) -> FunctionalWorkflow | None:
         """The workflow instance of a conversation: the agent's own without a session, else the session's."""
         if session is None:
@@ -147,7 +187,9 @@ class CallPlanner:
         if workflow is None and create:
             template = self.workflow
             workflow = template.definition.build(
-                checkpoint_storage=template.checkpoint_storage, continuation_store=template.continuation_store
+                checkpoint_storage=template.checkpoint_storage,
+                continuation_store=template.continuation_store,
+                continuation_ttl=template.continuation_ttl,
             )
             authority_of(workflow).conversation = conversation_of(session)
             attach_workflow(self.workflow, session, workflow)
@@ -155,11 +197,12 @@ class CallPlanner:
 
     def release(self, session: AgentSession | None, workflow: FunctionalWorkflow) -> None:
         """Detach a conversation's instance from its session once it holds nothing (memory back to baseline)."""
-        if session is None or workflow is self.workflow:
+        if session is None or workflow is self.workflow or attached_workflow(self.workflow, session) is not workflow:
             return
-        idle = not workflow.has_pending_continuation and not workflow.is_running
-        if idle and attached_workflow(self.workflow, session) is workflow:
+        if not workflow.has_pending_continuation and not workflow.is_running:
             detach_workflow(self.workflow, session)
+        else:
+            touch_workflow(self.workflow, session)  # paused (or still running): last in the sweep order
 
     def _remembered(self, session: AgentSession | None, token: Any) -> dict[str, Any]:
         """The answers given so far in the run chain whose pause ``token`` names."""
@@ -193,7 +236,7 @@ class CallPlanner:
                 "pass session=... so the token of a pause is not lost."
             )
         input_messages = chat_messages(messages)
-        was_live = session is not None and self.workflow_for(session, create=False) is not None
+        was_live = session is not None and self.live_workflow(session) is not None
         workflow = self.workflow_for(session)
         assert workflow is not None
         plan = RunPlan(

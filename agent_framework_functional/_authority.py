@@ -26,6 +26,7 @@ once before its claim.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -36,6 +37,7 @@ from ._answers import convert_answer
 from ._checkpoint_chain import RecordingCheckpointStorage
 from ._continuation import Continuation, issue_continuation, known_spent, remember_spent, verify_token
 from ._errors import ContinuationAuthorityError, PendingContinuationError, ResponseMismatchError
+from ._expiry import delete_checkpoint, delete_checkpoint_soon
 
 if TYPE_CHECKING:
     from ._store import ContinuationRecord, ContinuationStore
@@ -190,6 +192,8 @@ class InMemoryAuthority:
 
     Keyword Args:
         keep_checkpoints: Never delete the checkpoints of a finished or re-paused run chain.
+        ttl: Seconds a pause stays resumable (``_expiry.resolve_ttl``); past it, it is dropped on the
+            next look and its checkpoint deleted.
 
     Attributes:
         conversation: Digest of the conversation this instance serves (``_session.conversation_of``),
@@ -198,12 +202,14 @@ class InMemoryAuthority:
 
     __slots__ = (
         "_held_checkpoint_id",
+        "_held_storage",
         "_on_reset",
         "checkpoint_storage",
         "conversation",
         "keep_checkpoints",
         "pending",
         "spent_hash",
+        "ttl",
     )
 
     store: ContinuationStore | None = None
@@ -214,8 +220,10 @@ class InMemoryAuthority:
         checkpoint_storage: CheckpointStorage | None = None,
         *,
         keep_checkpoints: bool = False,
+        ttl: float = 24 * 60 * 60.0,
     ) -> None:
         self._on_reset = on_reset
+        self.ttl = ttl
         self.pending: Continuation | None = None
         # The conversation (agent session) this instance serves, set by the agent; None outside one.
         # In memory the instance itself is the conversation's; a store records it with each pause.
@@ -223,6 +231,7 @@ class InMemoryAuthority:
         self.checkpoint_storage: CheckpointStorage | None = checkpoint_storage
         self.keep_checkpoints = keep_checkpoints
         self._held_checkpoint_id: str | None = None  # the checkpoint of the pause held in memory
+        self._held_storage: CheckpointStorage | None = None  # and the storage it is in
         # hash() of the last secret spent here: telemetry tells "spent" from "bad token" (an int, not the text).
         self.spent_hash: int | None = None
 
@@ -230,12 +239,35 @@ class InMemoryAuthority:
 
     @property
     def has_pending(self) -> bool:
-        """True while a pause waits for a resume that no accepted run has claimed yet."""
-        return self.pending is not None and not self.pending.claimed
+        """True while a pause waits for a resume that no accepted run has claimed yet (and has not expired)."""
+        pending = self.pending
+        return pending is not None and not pending.claimed and not self.lapse()
 
     def pending_requests(self) -> Mapping[str, WorkflowEvent[Any]]:
         """The pending requests (empty when nothing unclaimed is pending)."""
-        return self.pending.pending_requests if self.pending is not None and not self.pending.claimed else {}
+        return self.pending.pending_requests if self.has_pending and self.pending is not None else {}
+
+    def expires_at(self) -> float | None:
+        """When the unclaimed pending pause expires (seconds since the epoch), or None when none is pending."""
+        pending = self.pending
+        return None if pending is None or pending.claimed else pending.issued_at + self.ttl
+
+    def lapse(self, now: float | None = None) -> bool:
+        """Drop the unclaimed pending pause once its TTL has passed (token, replay state, checkpoint).
+
+        Returns:
+            True when a pause expired and was dropped.
+        """
+        expires_at = self.expires_at()
+        if expires_at is None or (time.time() if now is None else now) < expires_at:
+            return False
+        self.drop()
+        return True
+
+    def evict(self) -> None:
+        """Release the pause of an instance the agent no longer keeps; in memory nothing else can resume it."""
+        if self.has_pending:
+            self.drop()
 
     # ------------------------------------------------------------------ read-only checks
 
@@ -247,6 +279,7 @@ class InMemoryAuthority:
         Raises:
             ContinuationAuthorityError: Nothing unclaimed is pending here, or the token is wrong.
         """
+        self.lapse()
         continuation = verify_token(raw_token(token), self.pending)
         return VerifiedContinuation(
             authority=self,
@@ -305,6 +338,7 @@ class InMemoryAuthority:
             ResponseMismatchError: The answers do not fit the pause (the token stays valid).
         """
         del checkpoint_storage
+        self.lapse()
         continuation = verify_token(raw_token(token), self.pending)
         converted = check_answers(responses, continuation.pending_requests, continuation.known_requests())
         ticket = ResumeTicket()
@@ -318,8 +352,7 @@ class InMemoryAuthority:
             PendingContinuationError: A continuation is pending (it stays intact).
         """
         del checkpoint_storage
-        pending = self.pending
-        if pending is not None and not pending.claimed:  # has_pending, without the property call
+        if self.has_pending:
             raise PendingContinuationError()
         return ResumeTicket()
 
@@ -399,9 +432,9 @@ class InMemoryAuthority:
         ticket.issued = continuation
         recorder = ticket.storage
         if not isinstance(recorder, RecordingCheckpointStorage) or recorder.last_saved_id is None:
-            self._held_checkpoint_id = None
+            self._held_checkpoint_id = self._held_storage = None
             return None
-        self._held_checkpoint_id = recorder.last_saved_id
+        self._held_checkpoint_id, self._held_storage = recorder.last_saved_id, recorder.inner
         return recorder.drop_chain(keep=recorder.last_saved_id)
 
     # ------------------------------------------------------------------ 5. abandonment
@@ -416,6 +449,7 @@ class InMemoryAuthority:
             ContinuationAuthorityError: Without ``force``, a missing or wrong token.
         """
         if not force:
+            self.lapse()
             verify_token(token, self.pending)
         return True  # the local continuation (or, with force, whatever is there) is what goes
 
@@ -425,15 +459,31 @@ class InMemoryAuthority:
         self.drop()
 
     async def abandon_async(self, token: object, *, force: bool) -> None:
-        """:meth:`abandon`; a store implementation also updates the store."""
+        """:meth:`abandon`, awaiting the deletion of the pause's checkpoint (a store authority updates the store)."""
+        held = self.take_held_checkpoint()
         self.abandon(token, force=force)
+        if held is not None:
+            await delete_checkpoint(*held)
 
     def drop(self) -> None:
-        """Forget the pending continuation (remembered as spent) and let the workflow drop its replay state."""
+        """Forget the pending continuation (remembered as spent), the replay state and the pause's checkpoint."""
+        held = self.take_held_checkpoint()
         if self.pending is not None:
             self._remember_spent(self.pending)
         self.pending = None
         self._on_reset()
+        if held is not None:
+            delete_checkpoint_soon(*held)
+
+    def take_held_checkpoint(self) -> tuple[CheckpointStorage, str] | None:
+        """Hand over the pending pause's checkpoint for deletion (None with ``keep_checkpoints`` or none pending)."""
+        if self.pending is None:
+            return None  # a spent pause's checkpoint is its run's to delete (a failed run keeps it restorable)
+        held = (self._held_storage, self._held_checkpoint_id)
+        self._held_storage = self._held_checkpoint_id = None
+        if self.keep_checkpoints or held[0] is None or held[1] is None:
+            return None
+        return (held[0], held[1])
 
     def _remember_spent(self, continuation: Continuation) -> None:
         """Note a spent or dropped token of a conversation (session copies may present it again).

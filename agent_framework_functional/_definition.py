@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, overload
 
 from agent_framework import CheckpointStorage
@@ -70,6 +71,7 @@ class FunctionalWorkflowDefinition:
         *,
         checkpoint_storage: CheckpointStorage | None = None,
         continuation_store: ContinuationStore | None = None,
+        continuation_ttl: float | timedelta | None = None,
     ) -> FunctionalWorkflow:
         """Build a stateful workflow instance for one logical caller or session.
 
@@ -80,16 +82,26 @@ class FunctionalWorkflowDefinition:
             continuation_store: Makes continuation tokens durable and usable from any process that
                 shares this store and ``checkpoint_storage`` (see :class:`ContinuationStore`).
                 Requires ``checkpoint_storage``.
+            continuation_ttl: How long a pause stays resumable (seconds or ``timedelta``; default 24
+                hours): its token, an agent's live instance of the conversation and the pause's
+                checkpoint expire together. With a store the store's ``ttl`` is the one TTL: leave
+                this out or pass the same value.
 
         Returns:
             A new :class:`FunctionalWorkflow` with no pending continuation.
 
         Raises:
-            ValueError: ``continuation_store`` without ``checkpoint_storage``.
+            ValueError: ``continuation_store`` without ``checkpoint_storage``; ``continuation_ttl``
+                is not positive or differs from the store's ``ttl``.
             TypeError: ``continuation_store`` does not implement :class:`ContinuationStore`, or
                 ``checkpoint_storage`` is not a core ``CheckpointStorage``.
         """
-        return FunctionalWorkflow(self, checkpoint_storage=checkpoint_storage, continuation_store=continuation_store)
+        return FunctionalWorkflow(
+            self,
+            checkpoint_storage=checkpoint_storage,
+            continuation_store=continuation_store,
+            continuation_ttl=continuation_ttl,
+        )
 
 
 @overload

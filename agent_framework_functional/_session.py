@@ -9,9 +9,11 @@ session's id and never serialized. Nothing about a conversation is kept on the a
 from __future__ import annotations
 
 import hashlib
+import time
 import typing
 import weakref
-from collections.abc import Mapping
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from agent_framework import AgentSession
@@ -133,40 +135,140 @@ def _agent_entry(session: AgentSession, agent_id: str) -> Mapping[str, Any] | No
 # ---------------------------------------------------------------------------------------------- live instances
 
 
-_LIVE: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
-"""The live workflow instance of each paused conversation in this process: template -> session id -> instance.
+class LiveConversations:
+    """The live workflow instances of one template's conversations, by session id, bounded (internal).
+
+    Bounded by the pause TTL and an optional maximum count, swept on access (no thread):
+
+    * expired first: an instance whose pause is older than its TTL is released (token refused,
+      checkpoint deleted; with a store the record has expired too);
+    * then, when a pause leaves more than ``max_count`` held, the least recently paused one is evicted
+      (without a store its pause is released: a later answer gets ``StaleContinuationError``; with a
+      store only the instance goes, the pause stays resumable through the store);
+    * a running instance, or one not paused yet, is never evicted (so the count can exceed
+      ``max_count`` while that many run at once).
+
+    Entries are kept in the order they last paused (``touch``), so the expired ones are at the front
+    and a sweep stops at the first pause still live: its cost is the number of entries it releases.
+
+    Args:
+        expires_at: The instance's pause expiry (seconds since the epoch), or None when it holds no pause.
+        lapse: Release an expired instance's pause.
+        evict: Release an evicted instance's pause.
+        max_count: Most instances kept (None: no limit but the TTL).
+    """
+
+    __slots__ = ("_evict", "_expires_at", "_lapse", "entries", "max_count")
+
+    def __init__(
+        self,
+        expires_at: Callable[[Any], float | None],
+        lapse: Callable[[Any, float], object],
+        evict: Callable[[Any], None],
+        max_count: int | None = None,
+    ) -> None:
+        self._expires_at = expires_at
+        self._lapse = lapse
+        self._evict = evict
+        self.max_count = max_count
+        self.entries: OrderedDict[str, Any] = OrderedDict()
+
+    def add(self, session_id: str, workflow: Any) -> None:
+        """Hold ``workflow`` for ``session_id``, after a sweep of the expired ones."""
+        self.sweep()
+        self.entries[session_id] = workflow
+
+    def touch(self, session_id: str) -> None:
+        """Mark the conversation as just paused (back of the sweep order); over the count, evict the oldest pauses."""
+        if session_id in self.entries:
+            self.entries.move_to_end(session_id)
+            if self.max_count is not None and len(self.entries) > self.max_count:
+                self._evict_over_count(keep=session_id)
+
+    def sweep(self, now: float | None = None) -> int:
+        """Release the instances whose pause expired; returns how many were released."""
+        now = time.time() if now is None else now
+        released: list[str] = []
+        for session_id, workflow in self.entries.items():
+            expires_at = self._expires_at(workflow)
+            if expires_at is None or workflow.is_running:
+                continue  # running or not paused yet: never released here
+            if expires_at > now:
+                break  # the rest paused later
+            released.append(session_id)
+        for session_id in released:
+            self._lapse(self.entries.pop(session_id), now)
+        return len(released)
+
+    def _evict_over_count(self, keep: str) -> None:
+        assert self.max_count is not None
+        doomed: list[str] = []
+        excess = len(self.entries) - self.max_count
+        for session_id, workflow in self.entries.items():
+            if len(doomed) >= excess:
+                break
+            if session_id != keep and self._expires_at(workflow) is not None and not workflow.is_running:
+                doomed.append(session_id)
+        for session_id in doomed:
+            self._evict(self.entries.pop(session_id))
+
+
+_LIVE: weakref.WeakKeyDictionary[Any, LiveConversations] = weakref.WeakKeyDictionary()
+"""The live workflow instance of each paused conversation in this process: template -> conversations.
 
 The template is the workflow instance an agent was built on (its session-less conversation); each
 conversation with a session gets its own instance of the same definition, found by the session's id, not
 the session object: hosts rebuild session objects between turns (AG-UI), copy them (Responses hosting) or
 restore them from a checkpoint (orchestrations), and the conversation is still the same. An entry exists
 only while its instance has something pending or running, so memory returns to its baseline when the
-conversations finish. It is never serialized: a session restored in another process (or served by
-another template) resumes through the workflow's continuation store. Resuming still needs the token
-(from the session's state, the argument or ``options``); the id only finds the instance holding the pause.
+conversations finish, and a pause nobody answers is released within its TTL (:class:`LiveConversations`).
+It is never serialized: a session restored in another process (or served by another template) resumes
+through the workflow's continuation store. Resuming still needs the token (from the session's state, the
+argument or ``options``); the id only finds the instance holding the pause.
 """
+
+
+def live_registry(template: Any) -> LiveConversations | None:
+    """The registry of ``template``'s conversations, if one was made (``register_template``)."""
+    return _LIVE.get(template)
+
+
+def register_template(template: Any, registry: LiveConversations) -> LiveConversations:
+    """Use ``registry`` for ``template``'s conversations (the first one made for it stays)."""
+    return _LIVE.setdefault(template, registry)
 
 
 def attached_workflow(template: Any, session: AgentSession) -> Any:
     """The live workflow instance of ``session``'s conversation on ``template``, or None."""
-    entries = _LIVE.get(template)
-    return entries.get(session.session_id) if entries is not None else None
+    registry = _LIVE.get(template)
+    return registry.entries.get(session.session_id) if registry is not None else None
 
 
 def attach_workflow(template: Any, session: AgentSession, workflow: Any) -> None:
-    """Make ``workflow`` the live instance of ``session``'s conversation on ``template``."""
-    _LIVE.setdefault(template, {})[session.session_id] = workflow
+    """Make ``workflow`` the live instance of ``session``'s conversation on ``template`` (after a sweep)."""
+    registry = _LIVE.get(template)
+    if registry is None:
+        raise RuntimeError("register_template() first")  # pragma: no cover - the planner registers at start
+    registry.add(session.session_id, workflow)
+
+
+def touch_workflow(template: Any, session: AgentSession) -> None:
+    """Mark ``session``'s conversation on ``template`` as just paused (last in the sweep order)."""
+    registry = _LIVE.get(template)
+    if registry is not None:
+        registry.touch(session.session_id)
 
 
 def detach_workflow(template: Any, session: AgentSession) -> None:
     """Forget the live instance of ``session``'s conversation on ``template``."""
-    entries = _LIVE.get(template)
-    if entries is not None:
-        entries.pop(session.session_id, None)
-        if not entries:
-            _LIVE.pop(template, None)
+    registry = _LIVE.get(template)
+    if registry is not None:
+        registry.entries.pop(session.session_id, None)
+        if not registry.entries:
+            registry.entries = OrderedDict()  # a dict keeps its peak size: memory back to the baseline
 
 
 def live_conversations(template: Any) -> int:
     """How many conversations on ``template`` have a live workflow instance (for tests and benchmarks)."""
-    return len(_LIVE.get(template, ()))
+    registry = _LIVE.get(template)
+    return len(registry.entries) if registry is not None else 0

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
+from datetime import timedelta
 from typing import Any, cast
 
 from agent_framework import CheckpointStorage, WorkflowEvent
@@ -37,6 +38,7 @@ from ._errors import (
     PauseNotSavedError,
     PendingContinuationError,
 )
+from ._expiry import delete_checkpoint, resolve_ttl
 from ._response_types import describe_requests, resolve_type
 from ._store import ContinuationRecord, ContinuationStore
 
@@ -78,7 +80,7 @@ class StoreAuthority(InMemoryAuthority):
                 "A continuation_store needs checkpoint_storage as well: a resume in another process restores "
                 "the pause's checkpoint. Pass checkpoint_storage=... (shared by every worker) to build()."
             )
-        super().__init__(on_reset, checkpoint_storage, keep_checkpoints=keep_checkpoints)
+        super().__init__(on_reset, checkpoint_storage, keep_checkpoints=keep_checkpoints, ttl=store.ttl_seconds)
         self.store: ContinuationStore = store  # pyright: ignore[reportIncompatibleVariableOverride]
         self.checkpoint_storage: CheckpointStorage = checkpoint_storage  # pyright: ignore[reportIncompatibleVariableOverride]
         self._identity = identity
@@ -364,7 +366,7 @@ class StoreAuthority(InMemoryAuthority):
             )
         )
         self.pending = continuation
-        self._held_checkpoint_id = checkpoint_id
+        self._held_checkpoint_id, self._held_storage = checkpoint_id, self.checkpoint_storage
         if isinstance(ticket.storage, RecordingCheckpointStorage):
             await ticket.storage.drop_chain(keep=checkpoint_id)
         ticket.issued = continuation
@@ -389,6 +391,9 @@ class StoreAuthority(InMemoryAuthority):
     async def _is_live(self, continuation: Continuation) -> bool:
         record = await self.store.get(hash_secret(continuation.secret))
         return record is not None and record.is_claimable(self.store.now())
+
+    def evict(self) -> None:
+        """Nothing to release: the pause stays in the store, resumable from any worker (this one included)."""
 
     # ------------------------------------------------------------------ 5. abandonment
 
@@ -415,7 +420,10 @@ class StoreAuthority(InMemoryAuthority):
         if local is not None and (is_local or force):
             accepted = await self.store.abandon(hash_secret(local.secret), force=force)
             if self.pending is local:
+                held = self.take_held_checkpoint()
                 self.drop()
+                if held is not None:
+                    await delete_checkpoint(*held)
             if not accepted and not force:
                 raise ContinuationAuthorityError()
         if is_local or (force and token is None):
@@ -427,6 +435,8 @@ class StoreAuthority(InMemoryAuthority):
             record = await self._record(hash_secret(secret), allow_expired=force)
             if not await self.store.abandon(record.token_hash, force=force):
                 raise ContinuationAuthorityError()
+            if not self.keep_checkpoints:  # the abandoned pause's checkpoint backs nothing any more
+                await delete_checkpoint(self.checkpoint_storage, record.checkpoint_id)
         except ContinuationAuthorityError:
             if not force:
                 raise
@@ -480,13 +490,18 @@ def make_authority(
     on_reset: Callable[[], None],
     identity: Callable[[], tuple[str, str]],
     keep_checkpoints: bool = False,
+    ttl: float | timedelta | None = None,
 ) -> InMemoryAuthority:
     """The authority strategy for a workflow instance: in memory, or with ``store`` when one is given.
 
     Raises:
-        TypeError: ``store`` does not implement :class:`ContinuationStore`.
-        ValueError: ``store`` without ``checkpoint_storage``.
+        TypeError: ``store`` does not implement :class:`ContinuationStore`; ``ttl`` is not a duration.
+        ValueError: ``store`` without ``checkpoint_storage``; ``ttl`` differs from the store's.
     """
     if store is None:
-        return InMemoryAuthority(on_reset, checkpoint_storage, keep_checkpoints=keep_checkpoints)
+        return InMemoryAuthority(
+            on_reset, checkpoint_storage, keep_checkpoints=keep_checkpoints, ttl=resolve_ttl(ttl, None)
+        )
+    if isinstance(store, ContinuationStore):  # pyright: ignore[reportUnnecessaryIsInstance]
+        resolve_ttl(ttl, store)  # raises when the two disagree
     return StoreAuthority(store, checkpoint_storage, on_reset, identity, keep_checkpoints=keep_checkpoints)

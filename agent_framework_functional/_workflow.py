@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import weakref
 from collections.abc import Awaitable, Mapping, Sequence
+from datetime import timedelta
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, overload
 
@@ -72,6 +73,9 @@ class FunctionalWorkflow(ContinuationAbandonment):
 
     Keyword Args:
         checkpoint_storage: Default checkpoint storage for runs of this instance.
+        continuation_store: Shares pauses across processes (see ``build``).
+        continuation_ttl: How long a pause stays resumable (see ``build``); past it the pause is
+            dropped on the next look (its token refused, its checkpoint deleted).
 
     Examples:
         .. code-block:: python
@@ -92,13 +96,19 @@ class FunctionalWorkflow(ContinuationAbandonment):
         *,
         checkpoint_storage: CheckpointStorage | None = None,
         continuation_store: ContinuationStore | None = None,
+        continuation_ttl: float | timedelta | None = None,
     ) -> None:
         check_checkpoint_storage(checkpoint_storage, "checkpoint_storage")
         self._definition = definition
         self._checkpoint_storage = checkpoint_storage
         # Raises on a store that is not one, or a store without checkpoint storage.
         self._authority = make_authority(
-            continuation_store, checkpoint_storage, self._reset_core, self._identity, definition.keep_checkpoints
+            continuation_store,
+            checkpoint_storage,
+            self._reset_core,
+            self._identity,
+            definition.keep_checkpoints,
+            continuation_ttl,
         )
         self._core = self._new_core()
         self._active: WorkflowRun | None = None
@@ -139,6 +149,15 @@ class FunctionalWorkflow(ContinuationAbandonment):
     def continuation_store(self) -> ContinuationStore | None:
         """The continuation store given to :meth:`FunctionalWorkflowDefinition.build`, if any."""
         return self._authority.store
+
+    @property
+    def continuation_ttl(self) -> float:
+        """Seconds a pause stays resumable: its token, the agent's live instance and its checkpoint.
+
+        The continuation store's ``ttl_seconds`` with a store, else ``build(continuation_ttl=...)``
+        (default 24 hours). README "Durable continuations" says what expires when.
+        """
+        return self._authority.ttl
 
     @property
     def has_pending_continuation(self) -> bool:

@@ -32,6 +32,7 @@ EXTRA_NAMES: dict[str, dict[str, str]] = {
         "abandon_continuation_async": "abandonment that also updates a continuation store",
         "checkpoint_storage": "the storage given to build(), read by the agent for per-session instances",
         "continuation_store": "the continuation store given to build()",
+        "continuation_ttl": "the one pause TTL: token, live instance and checkpoint expire together",
         "definition": "the definition an instance was built from (the agent builds one per session)",
         "has_pending_continuation": "read-only view of the continuation state",
         "is_running": "read-only view of the run guard",
@@ -44,6 +45,7 @@ EXTRA_NAMES: dict[str, dict[str, str]] = {
         "abandon_continuation": "delegates to the conversation's workflow",
         "abandon_continuation_async": "delegates to the conversation's workflow",
         "continuation_token_on_response": "hosts that read the token as a background run turn it off",
+        "continuation_ttl": "the workflow's pause TTL (hosts size their session entries by it)",
         "input_mapper": "chat input to workflow input",
         "pending_requests_for": "one agent, many conversations: each session's pending requests",
         "run_stream": "alias of run(stream=True), as older agents offer",
@@ -61,11 +63,15 @@ EXTRA_NAMES: dict[str, dict[str, str]] = {
 
 # Parameters ours adds to core's methods (keyword-only, defaulted), each with why.
 EXTRA_PARAMETERS: dict[str, dict[str, str]] = {
-    "definition.build": {"continuation_store": "durable tokens shared by workers"},
+    "definition.build": {
+        "continuation_store": "durable tokens shared by workers",
+        "continuation_ttl": "one pause TTL for the token, the live instance and the checkpoint",
+    },
     "definition.__init__": {"keep_checkpoints": "finished chains keep their checkpoints (history) when True"},
     "workflow.__init__": {
         "definition": "an instance is built by FunctionalWorkflowDefinition.build() from its definition",
         "continuation_store": "durable tokens shared by workers",
+        "continuation_ttl": "one pause TTL for the token, the live instance and the checkpoint",
     },
     "workflow.run": {"continuation_token": "a response-only resume must present the paused run's token"},
     "agent.__init__": {
@@ -75,6 +81,7 @@ EXTRA_PARAMETERS: dict[str, dict[str, str]] = {
         "input_mapper": "chat input to workflow input",
         "text_answers": "a typed reply answers the one pending str request",
         "continuation_token_on_response": "Responses hosting reads a response token as a background run",
+        "max_conversations": "bounds the live conversation instances one agent keeps",
     },
     "agent.run": {
         "session": "the conversation: one agent serves many (core's functional agent ignores it)",

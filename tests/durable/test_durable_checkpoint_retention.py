@@ -3,7 +3,7 @@
 When a claimed resume pauses again, the resumed pause's checkpoint and the run's other checkpoints
 go (the new pause's checkpoint stays: it backs the new token); when a run finishes, every
 checkpoint of its chain goes. A resume that fails keeps the resumed pause's checkpoint (restoring
-it is the recovery path), and so do abandoned and expired pauses.
+it is the recovery path); an abandoned pause deletes its checkpoint (nothing can resume it).
 """
 
 from __future__ import annotations
@@ -80,14 +80,15 @@ async def test_a_failed_resume_keeps_the_checkpoint_it_resumed(
     assert restored.continuation_token is not None
 
 
-async def test_an_abandoned_pause_keeps_its_checkpoint(
-    build: Callable[[], FunctionalWorkflow], storage: FileCheckpointStorage
+@pytest.mark.parametrize("where", ["owner", "elsewhere"])
+async def test_an_abandoned_pause_deletes_its_checkpoint(
+    build: Callable[[], FunctionalWorkflow], storage: FileCheckpointStorage, where: str
 ) -> None:
     owner = build()
     paused = await owner.run("tea")
-    first = await _checkpoint_of(owner, paused.continuation_token)
-    await owner.abandon_continuation_async(paused.continuation_token)
-    assert await _ids(storage) == {first}
+    assert await _checkpoint_of(owner, paused.continuation_token) in await _ids(storage)
+    await (owner if where == "owner" else build()).abandon_continuation_async(paused.continuation_token)
+    assert await _ids(storage) == set()  # nothing can resume it: its checkpoint backs nothing
 
 
 @pytest.mark.parametrize("verified", [False, True])

@@ -1,0 +1,402 @@
+"""Soak: many conversations through each host over time; does the server's memory, fds or latency drift?
+
+Each host runs as a server subprocess on 127.0.0.1 (``--serve``): Responses (``hosting.responses_app``),
+AG-UI (``hosting.agui_endpoint`` with AG-UI's in-memory snapshot store) and DevUI (``hosting.devui_app``),
+each serving one pausing agent (a ``bool`` approval). The driver (this process) runs, per host:
+
+1. ``sequential``: N conversations one after another (text, then the approval);
+2. ``concurrent``: C clients for S seconds, each running conversations back to back;
+3. ``paused``: P conversations left paused (never answered), then one TTL waited (the server is
+   started with a short ``continuation_ttl``) and one more conversation sent; reclaimed means the
+   agent's live instances went back to at most that one.
+
+Every ``--interval`` seconds it samples the server's RSS and open file descriptors (``/proc``), and
+the server reports the agent's live instances and the host's session-store size (``/_soak``: core's
+``SessionStore`` entries, AG-UI's snapshots, DevUI's conversations). Approval turns are timed.
+
+Printed per host: RSS slope after warm-up (KB per 1,000 answered conversations, least squares over
+the samples after the first ``--warmup`` conversations), fds first/last, store size, approval p50/p99
+in the first and last window of the concurrent phase, and the paused phase's outcome. Goals and
+figures: benchmarks/README.md "Soak".
+
+Run:
+    python benchmarks/soak_hosts.py                 # moderate: a few minutes on 2 cores
+    python benchmarks/soak_hosts.py --quick         # smoke run (the tests run it), numbers meaningless
+    python benchmarks/soak_hosts.py --hosts responses --sequential 5000 --seconds 120 --clients 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gc
+import json
+import logging
+import os
+import statistics
+import sys
+import time
+import uuid
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import agent_framework
+import httpx
+from agent_framework import RunContext
+
+from agent_framework_functional import workflow
+
+HOSTS = ("responses", "agui", "devui")
+TOKEN = "soak-token"
+
+warnings.filterwarnings("ignore", category=agent_framework._feature_stage.ExperimentalWarning)  # pyright: ignore
+
+
+@workflow(name="deployer")
+async def deployer(text: str, ctx: RunContext) -> str:
+    """One ``bool`` approval, then the answer's text."""
+    approved = await ctx.request_info({"action": "deploy", "target": text}, response_type=bool)
+    return f"deployed: {text}" if approved else f"not deployed: {text}"
+
+
+# ---------------------------------------------------------------------------------------------- server side
+
+
+def serve(host: str, ttl: float | None, cap: int | None) -> None:
+    """Serve one host on a free loopback port; print the port on stdout, then serve until killed.
+
+    ``cap`` bounds the host's session store (Responses: oldest entries dropped; AG-UI: its
+    ``max_snapshots``), a measuring device that separates the agent's own cost from the store's.
+    """
+    import uvicorn
+    from fastapi import FastAPI
+
+    from agent_framework_functional._session import live_conversations
+    from agent_framework_functional.hosting import agui_endpoint, devui_app, responses_app
+
+    logging.getLogger("agent_framework_devui._tracing").setLevel(logging.ERROR)  # "no real TracerProvider"
+    agent = deployer.build(continuation_ttl=ttl).as_agent(name="deployer")
+    stores: list[Any] = []
+    if host == "responses":
+        session_store = agent_framework.SessionStore() if cap is None else CappedSessionStore(cap)
+        stores.append(session_store)
+        app: Any = responses_app(agent, session_store=session_store)
+    elif host == "agui":
+        from agent_framework_ag_ui import InMemoryAGUIThreadSnapshotStore
+
+        snapshots = (
+            InMemoryAGUIThreadSnapshotStore() if cap is None else InMemoryAGUIThreadSnapshotStore(max_snapshots=cap)
+        )
+        stores.append(snapshots)
+        app = FastAPI()
+        agui_endpoint(app, agent, "/agent", snapshot_store=snapshots, single_user=True)
+    else:
+        from opentelemetry import trace
+
+        trace.set_tracer_provider(trace.NoOpTracerProvider())
+        app = devui_app(agent, auth_token=TOKEN)
+
+    def store_size() -> int:
+        if host == "devui":  # DevUI keeps its conversation store inside its app: find it
+            from agent_framework_devui._conversations import InMemoryConversationStore
+
+            found = [obj for obj in gc.get_objects() if isinstance(obj, InMemoryConversationStore)]
+            return sum(len(store._conversations) for store in found)  # pyright: ignore[reportPrivateUsage]
+        store = stores[0]
+        return len(getattr(store, "_sessions", None) or getattr(store, "_snapshots", {}))
+
+    async def stats() -> dict[str, int]:
+        return {"live": live_conversations(agent.workflow), "store": store_size()}
+
+    app.add_api_route("/_soak", stats, methods=["GET"])
+    app.router.routes.insert(0, app.router.routes.pop())  # ahead of a host's catch-all (DevUI's UI mount)
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error", backlog=2048, timeout_keep_alive=120)
+    server = uvicorn.Server(config)
+
+    async def run() -> None:
+        task = asyncio.ensure_future(server.serve())
+        while not server.started:  # noqa: ASYNC110 - uvicorn offers no event for "started"
+            await asyncio.sleep(0.02)
+        print(server.servers[0].sockets[0].getsockname()[1], flush=True)
+        await task
+
+    asyncio.run(run())
+
+
+class CappedSessionStore(agent_framework.SessionStore):
+    """Core's in-memory ``SessionStore`` keeping only the newest ``cap`` entries (a measuring device only)."""
+
+    def __init__(self, cap: int) -> None:
+        super().__init__()
+        self.cap = cap
+
+    async def set(self, session_id: str, session: agent_framework.AgentSession) -> None:
+        """Store the session, then drop the oldest entries beyond ``cap``."""
+        await super().set(session_id, session)
+        sessions = self._sessions  # pyright: ignore[reportPrivateUsage]
+        while len(sessions) > self.cap:
+            sessions.pop(next(iter(sessions)))
+
+
+# ---------------------------------------------------------------------------------------------- conversations
+
+
+def _sse(body: str) -> list[dict[str, Any]]:
+    return [json.loads(line[5:]) for line in body.splitlines() if line.startswith("data:") and "{" in line[:8]]
+
+
+class Client:
+    """One host's conversations over HTTP: ``pause`` (returns what the answer needs) and ``answer`` (timed)."""
+
+    def __init__(self, host: str, base: str, http: httpx.AsyncClient) -> None:
+        self.host, self.base, self.http = host, base, http
+        self.entity: str | None = None
+        self.headers = {"Authorization": f"Bearer {TOKEN}"} if host == "devui" else {}
+
+    async def pause(self, target: str) -> Any:
+        """Start a conversation that pauses for the approval; returns what :meth:`answer` needs."""
+        if self.host == "responses":
+            return (await self.http.post(f"{self.base}/v1/responses", json={"input": target})).json()["id"]
+        if self.host == "agui":
+            thread = uuid.uuid4().hex
+            events = await self._agui(thread, [{"id": uuid.uuid4().hex, "role": "user", "content": target}])
+            finished = next(e for e in events if e["type"] in ("RUN_FINISHED", "RUN_ERROR"))
+            (interrupt,) = finished["outcome"]["interrupts"]
+            transcript = next(e["messages"] for e in events if e["type"] == "MESSAGES_SNAPSHOT")
+            return thread, interrupt["id"], transcript
+        if self.entity is None:
+            listed = await self.http.get(f"{self.base}/v1/entities", headers=self.headers)
+            self.entity = listed.json()["entities"][0]["id"]
+        created = await self.http.post(
+            f"{self.base}/v1/conversations", json={"metadata": {"agent_id": self.entity}}, headers=self.headers
+        )
+        body = {"metadata": {"entity_id": self.entity}, "conversation": created.json()["id"], "stream": True}
+        reply = await self.http.post(f"{self.base}/v1/responses", json={**body, "input": target}, headers=self.headers)
+        (request,) = [e for e in _sse(reply.text) if e["type"] == "response.function_approval.requested"]
+        return body, request["request_id"]
+
+    async def answer(self, target: str, paused: Any) -> tuple[float, bool]:
+        """Approve the pause; returns (seconds of the approval turn, whether the reply was right)."""
+        started = time.perf_counter()
+        if self.host == "responses":
+            answer = {"type": "mcp_approval_response", "approval_request_id": "auto::0", "approve": True}
+            done = await self.http.post(
+                f"{self.base}/v1/responses", json={"previous_response_id": paused, "input": [answer]}
+            )
+            payload = done.json()
+            text = "".join(
+                p["text"] for item in payload.get("output", []) if item["type"] == "message" for p in item["content"]
+            )
+        elif self.host == "agui":
+            thread, interrupt, transcript = paused
+            resume = [{"interruptId": interrupt, "status": "resolved", "payload": {"approved": True}}]
+            events = await self._agui(thread, transcript, resume=resume)
+            text = "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
+        else:
+            body, request_id = paused
+            answer = {"type": "function_approval_response", "request_id": request_id, "approved": True}
+            message = {"type": "message", "role": "user", "content": [answer]}
+            done = await self.http.post(
+                f"{self.base}/v1/responses", json={**body, "input": [message]}, headers=self.headers
+            )
+            text = "".join(e["delta"] for e in _sse(done.text) if e["type"] == "response.output_text.delta")
+        return time.perf_counter() - started, text == f"deployed: {target}"
+
+    async def _agui(self, thread: str, messages: list[Any], **extra: Any) -> list[Any]:
+        body = {"threadId": thread, "runId": uuid.uuid4().hex, "messages": messages, "tools": [], "context": []}
+        reply = await self.http.post(f"{self.base}/agent", json={**body, "state": {}, "forwardedProps": {}, **extra})
+        return [json.loads(line[5:]) for line in reply.text.splitlines() if line.startswith("data:")]
+
+
+# ---------------------------------------------------------------------------------------------- driver
+
+
+@dataclass
+class Soak:
+    """What one host's run measured."""
+
+    host: str
+    answered: int = 0
+    wrong: int = 0
+    # (t, answered, rss KB, fds, live instances, session-store size)
+    samples: list[tuple[float, int, int, int, int, int]] = field(default_factory=list)
+    turns: list[tuple[float, float]] = field(default_factory=list)  # (t, ms) of the concurrent phase
+    paused_live_before: int = 0
+    paused_live_after: int = 0
+    paused_store_after: int = 0
+
+
+def proc_stats(pid: int) -> tuple[int, int]:
+    """(RSS in KB, open fds) of process ``pid``."""
+    with open(f"/proc/{pid}/status") as status:
+        rss = next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+    return rss, len(os.listdir(f"/proc/{pid}/fd"))
+
+
+async def server_stats(http: httpx.AsyncClient, base: str) -> dict[str, int]:
+    """The server's live instances and session-store size (``/_soak``)."""
+    reply = await http.get(f"{base}/_soak", headers={"Authorization": f"Bearer {TOKEN}"})
+    if reply.status_code != 200:
+        raise RuntimeError(f"/_soak answered {reply.status_code}: {reply.text[:200]}")
+    return reply.json()
+
+
+async def sample(soak: Soak, pid: int, http: httpx.AsyncClient, base: str, started: float) -> None:
+    rss, fds = proc_stats(pid)
+    stats = await server_stats(http, base)
+    soak.samples.append((time.perf_counter() - started, soak.answered, rss, fds, stats["live"], stats["store"]))
+
+
+async def conversation(client: Client, soak: Soak, index: str, timed: list[tuple[float, float]] | None) -> None:
+    target = f"{soak.host} {index}"
+    try:
+        paused = await client.pause(target)
+        seconds, right = await client.answer(target, paused)
+    except Exception:
+        soak.wrong += 1
+        return
+    soak.answered += right
+    soak.wrong += not right
+    if timed is not None and right:
+        timed.append((time.perf_counter(), seconds * 1000))
+
+
+async def soak_host(host: str, args: argparse.Namespace) -> Soak:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        __file__,
+        "--serve",
+        host,
+        "--ttl",
+        str(args.ttl),
+        *(["--cap", str(args.cap)] if args.cap else []),
+        stdout=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert process.stdout is not None
+        port = int(await process.stdout.readline())
+        base = f"http://127.0.0.1:{port}"
+        soak = Soak(host)
+        limits = httpx.Limits(max_connections=args.clients + 2, max_keepalive_connections=args.clients + 2)
+        async with httpx.AsyncClient(timeout=120, trust_env=False, limits=limits) as http:
+            client = Client(host, base, http)
+            started = time.perf_counter()
+            stop = asyncio.Event()
+
+            async def sampler() -> None:
+                while not stop.is_set():
+                    await sample(soak, process.pid, http, base, started)
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(stop.wait(), args.interval)
+
+            sampling = asyncio.ensure_future(sampler())
+            for index in range(args.sequential):
+                await conversation(client, soak, f"s{index}", None)
+            deadline = time.perf_counter() + args.seconds
+            counter = iter(range(10**9))
+
+            async def worker() -> None:
+                while time.perf_counter() < deadline:
+                    await conversation(client, soak, f"c{next(counter)}", soak.turns)
+
+            await asyncio.gather(*(worker() for _ in range(args.clients)))
+            stop.set()
+            await sampling
+            await sample(soak, process.pid, http, base, started)
+            # Paused mode: conversations nobody answers, then one TTL, then one more conversation (it sweeps).
+            for index in range(args.paused):
+                await client.pause(f"{host} p{index}")
+            soak.paused_live_before = (await server_stats(http, base))["live"]
+            await asyncio.sleep(args.ttl * 1.1)
+            await client.pause(f"{host} after-ttl")
+            after = await server_stats(http, base)
+            soak.paused_live_after, soak.paused_store_after = after["live"], after["store"]
+        return soak
+    finally:
+        process.kill()
+        await process.wait()
+
+
+def slope_kb_per_1000(samples: list[tuple[float, int, int, int, int, int]], warmup: int) -> float:
+    """Least-squares slope of RSS (KB) over answered conversations, after ``warmup`` answered, per 1,000."""
+    points = [(answered, rss) for _, answered, rss, *_ in samples if answered >= warmup]
+    if len(points) < 3 or points[-1][0] == points[0][0]:
+        return float("nan")
+    mean_x = statistics.fmean(x for x, _ in points)
+    mean_y = statistics.fmean(y for _, y in points)
+    numerator = sum((x - mean_x) * (y - mean_y) for x, y in points)
+    denominator = sum((x - mean_x) ** 2 for x, _ in points)
+    return numerator / denominator * 1000 if denominator else float("nan")
+
+
+def window_percentiles(turns: list[tuple[float, float]], window: float, last: bool) -> tuple[float, float]:
+    if not turns:
+        return float("nan"), float("nan")
+    edge = turns[-1][0] - window if last else turns[0][0] + window
+    chosen = sorted(ms for t, ms in turns if (t >= edge if last else t <= edge))
+    if not chosen:
+        return float("nan"), float("nan")
+    return statistics.median(chosen), chosen[min(len(chosen) - 1, round(0.99 * (len(chosen) - 1)))]
+
+
+def report(soak: Soak, args: argparse.Namespace) -> dict[str, Any]:
+    first, last = soak.samples[0], soak.samples[-1]
+    window = min(60.0, args.seconds / 3)
+    p50_first, p99_first = window_percentiles(soak.turns, window, last=False)
+    p50_last, p99_last = window_percentiles(soak.turns, window, last=True)
+    return {
+        "host": soak.host,
+        "answered": soak.answered,
+        "wrong": soak.wrong,
+        "rss_mb_first_last": (round(first[2] / 1024, 1), round(last[2] / 1024, 1)),
+        "rss_slope_kb_per_1000": round(slope_kb_per_1000(soak.samples, args.warmup), 1),
+        "fds_first_last": (first[3], last[3]),
+        "live_last": last[4],
+        "store_last": last[5],
+        "p50_p99_first_ms": (round(p50_first, 1), round(p99_first, 1)),
+        "p50_p99_last_ms": (round(p50_last, 1), round(p99_last, 1)),
+        "p99_last_over_first": round(p99_last / p99_first, 2) if p99_first == p99_first and p99_first else None,
+        "paused": args.paused,
+        "paused_live_before_after_ttl": (soak.paused_live_before, soak.paused_live_after),
+        "reclaimed_within_ttl": soak.paused_live_after <= 1,
+        "store_after_ttl": soak.paused_store_after,
+    }
+
+
+async def main(args: argparse.Namespace) -> list[dict[str, Any]]:
+    results: list[dict[str, Any]] = []
+    for host in args.hosts.split(","):
+        soak = await soak_host(host, args)
+        results.append(report(soak, args))
+        print(json.dumps(results[-1]), flush=True)
+    return results
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--serve", choices=HOSTS, help=argparse.SUPPRESS)
+    parser.add_argument("--hosts", default=",".join(HOSTS))
+    parser.add_argument("--sequential", type=int, default=1500, help="conversations one after another")
+    parser.add_argument("--seconds", type=float, default=40.0, help="length of the concurrent phase")
+    parser.add_argument("--clients", type=int, default=10, help="concurrent clients")
+    parser.add_argument("--paused", type=int, default=500, help="conversations left paused")
+    parser.add_argument("--ttl", type=float, default=5.0, help="the server's continuation_ttl (seconds)")
+    parser.add_argument("--interval", type=float, default=1.0, help="seconds between samples")
+    parser.add_argument("--warmup", type=int, default=300, help="answered conversations before the slope counts")
+    parser.add_argument("--cap", type=int, help="bound the host's session store (Responses, AG-UI) to this many")
+    parser.add_argument("--quick", action="store_true", help="smoke run: tiny sizes, numbers meaningless")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.sequential, args.seconds, args.clients, args.paused = 5, 1.0, 2, 5
+        args.ttl, args.interval, args.warmup = 0.5, 0.2, 0
+    return args
+
+
+if __name__ == "__main__":
+    arguments = parse()
+    if arguments.serve:
+        serve(arguments.serve, arguments.ttl, arguments.cap)
+    else:
+        asyncio.run(main(arguments))

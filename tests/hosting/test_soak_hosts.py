@@ -1,0 +1,21 @@
+"""Smoke run of ``benchmarks/soak_hosts.py``: every host served as a subprocess, no figure checked."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from script_runner import assert_ok, run_script
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_soak_hosts_quick_runs_every_host_and_reclaims_the_paused_conversations() -> None:
+    """Tiny sizes; only that each host answered every conversation right and released the unanswered ones."""
+    out = assert_ok(run_script(ROOT / "benchmarks" / "soak_hosts.py", "--quick", timeout=300))
+    rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert [row["host"] for row in rows] == ["responses", "agui", "devui"], out
+    for row in rows:
+        assert row["answered"] > 0 and row["wrong"] == 0, row
+        assert row["live_last"] == 0, row  # answered conversations keep no instance
+        assert row["paused_live_before_after_ttl"] == [5, 1], row  # the unanswered five went within one TTL
