@@ -9,6 +9,7 @@ from typing import Any, cast
 from agent_framework import SessionStore
 from agent_framework_ag_ui import AGUIThreadSnapshot, AGUIThreadSnapshotStore
 
+from .._agent import FunctionalWorkflowAgent
 from .._session_store import BoundedSessionStore
 from ._defaults import default_session_store
 
@@ -89,7 +90,9 @@ class ThreadSnapshotStore:
         await self.sessions.records.remove_group(_GROUP + _check_part(scope, "scope"))
 
 
-def snapshot_store_for(store: AGUIThreadSnapshotStore | SessionStore | None, agent: Any) -> AGUIThreadSnapshotStore:
+def snapshot_store_for(
+    store: AGUIThreadSnapshotStore | SessionStore | None, agent: FunctionalWorkflowAgent
+) -> AGUIThreadSnapshotStore:
     """The AG-UI snapshot store a host uses: ``store`` as given, a session store's snapshots, or a bounded default."""
     if store is None:
         return ThreadSnapshotStore(default_session_store(agent))

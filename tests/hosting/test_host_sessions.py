@@ -29,6 +29,18 @@ def test_responses_app_keeps_sessions_in_a_bounded_store_by_default(serve: Any, 
     assert host.session_store.records.max_entries == 10_000
 
 
+def test_every_host_keeps_sessions_for_the_agents_pause_ttl() -> None:
+    """One TTL: without a store, the sessions a host keeps live as long as the agent's pause (its token)."""
+    from agent_framework_functional.hosting._snapshots import snapshot_store_for
+
+    agent = deployer.build(continuation_ttl=90).as_agent(name="deployer")
+    assert agent.continuation_ttl == 90
+    assert responses_app(agent).state.responses_host.session_store.records.ttl == 90
+    snapshots = snapshot_store_for(None, agent)
+    assert isinstance(snapshots, ThreadSnapshotStore)
+    assert snapshots.sessions.records.ttl == 90  # type: ignore[attr-defined]
+
+
 def test_responses_sessions_past_max_entries_are_dropped_oldest_first(serve: Any, http: httpx.Client) -> None:
     sessions = InMemorySessionStore(max_entries=4)
     app = responses_app(deployer.build().as_agent(name="deployer"), session_store=sessions)
