@@ -29,10 +29,12 @@ every one of them, so an upgrade of core that moves them fails loudly instead of
 * The step cache of runs this package drives (``tests/test_long_runs.py`` pins every name): core 1.23's
   ``RunContext._has_incompatible_versioned_cache_entry`` decodes every cached key on each cache miss,
   and each step's checkpoint copies the whole cache, so a run's cost grows with the square of its
-  ``@step`` calls. :func:`build_core` builds a subclass of core's ``FunctionalWorkflow`` whose
-  ``_execute`` turns the run's ``RunContext`` into :class:`LinearRunContext` (the same check over an
-  index, and a :class:`StepCacheLog` of the cache in insertion order), whose ``_save_checkpoint``
-  offers that log to the storage (:func:`step_cache_offer`), and whose ``_capture_replay_state`` /
+  ``@step`` calls. :func:`build_core` builds a subclass of core's ``FunctionalWorkflow`` that turns
+  a run's ``RunContext`` into :class:`LinearRunContext` (the same check over an index) once its cache
+  holds :data:`LINEAR_FROM` entries (short runs keep core's class: core's code then sees one context
+  class, which keeps CPython's specialised attribute lookups in core's code valid for both), keeps a
+  :class:`StepCacheLog` of a run with checkpoint storage, whose ``_save_checkpoint`` offers that
+  log to the storage (:func:`step_cache_offer`), and whose ``_capture_replay_state`` /
   ``_restore_replay_state`` link a response-only replay to the log of the pause it continues. Core's
   own classes are untouched: code that uses core directly in the same process keeps core's behaviour.
 * ``agent_framework._workflows._functional.dis``: core computes a workflow's signature on every
@@ -47,9 +49,10 @@ from __future__ import annotations
 
 import dis
 import functools
+import itertools
 from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
-from types import CodeType, ModuleType
+from types import CodeType, CoroutineType, ModuleType
 from typing import Any, cast
 from weakref import WeakKeyDictionary
 
@@ -169,8 +172,11 @@ class StepCacheLog:
     """One run's step cache and request counts, with their keys in insertion order (internal).
 
     Core only ever adds entries during a run, so "what the last save did not store" is a slice of
-    ``cache_keys`` / ``count_keys``. ``parent`` is ``(log, cache_len, counts_len)`` of the pause a
-    response-only replay continues (its cache starts as that log's first entries), else None.
+    ``cache_keys`` / ``count_keys``. The key lists are brought up to the dicts only when a
+    checkpoint save asks (:meth:`sync`: the last ``len(dict) - len(list)`` keys of the dict, read
+    from its end), so a run without checkpoint storage never builds them. ``parent`` is
+    ``(log, cache_len, counts_len)`` of the pause a response-only replay continues (its cache starts
+    as that log's first entries), else None.
     """
 
     __slots__ = ("__weakref__", "base", "cache", "cache_keys", "count_keys", "counts", "live_storage", "parent")
@@ -178,12 +184,27 @@ class StepCacheLog:
     def __init__(self, ctx: RunContext, parent: tuple[StepCacheLog, int, int] | None) -> None:
         self.cache: dict[str, Any] = ctx._step_cache  # pyright: ignore[reportPrivateUsage]
         self.counts: dict[str, int] = ctx._step_cache_auto_request_info_counts  # pyright: ignore[reportPrivateUsage]
-        self.cache_keys = list(self.cache)
-        self.count_keys = list(self.counts)
-        self.base = (len(self.cache_keys), len(self.count_keys))
+        self.cache_keys: list[str] = []
+        self.count_keys: list[str] = []
+        self.base = (len(self.cache), len(self.counts))
         self.parent = parent if parent is not None and parent[1:] == self.base else None
         # The storage that took this run's first offer: later saves hand it core's live dicts, uncopied.
         self.live_storage: CheckpointStorage | None = None
+
+    def sync(self) -> None:
+        """Append to ``cache_keys`` / ``count_keys`` the keys added to the dicts since the last sync."""
+        _append_new_keys(self.cache_keys, self.cache)
+        _append_new_keys(self.count_keys, self.counts)
+
+
+def _append_new_keys(keys: list[str], entries: dict[str, Any]) -> None:
+    new = len(entries) - len(keys)
+    if new <= 0:
+        return
+    if keys:  # the newest keys, read from the dict's end: O(new), not O(len)
+        keys.extend(reversed(list(itertools.islice(reversed(entries), new))))
+    else:
+        keys.extend(entries)
 
 
 class StepCacheOffer:
@@ -198,6 +219,7 @@ class StepCacheOffer:
     __slots__ = ("cache_len", "counts_len", "log", "taken")
 
     def __init__(self, log: StepCacheLog) -> None:
+        log.sync()
         self.log = log
         self.cache_len = len(log.cache_keys)
         self.counts_len = len(log.count_keys)
@@ -222,70 +244,95 @@ def step_cache_offer() -> StepCacheOffer | None:
     return _OFFER.get()
 
 
-class LinearRunContext(RunContext):
-    """Core's ``RunContext`` with its cache check over an index and its cache logged (internal).
+LINEAR_FROM = 4
+"""Cached step entries from which a run we drive checks its cache over an index (:class:`LinearRunContext`).
 
-    Set on core's context by :meth:`LinearFunctionalWorkflow._execute` (class swap; no new slots).
+Below it the run keeps core's own ``RunContext`` (its scan of a few keys costs less than the switch,
+and core's code keeps seeing one context class)."""
+
+
+class LinearRunContext(RunContext):
+    """Core's ``RunContext`` with its cache check over an index (internal).
+
+    A run's context becomes one (:func:`make_linear`: class swap, no new slots) once its step cache
+    holds :data:`LINEAR_FROM` entries. The index maps ``(kind, step name, occurrence)`` to the wrapper
+    identities cached for it; it is brought up to the cache at each check (the entries added since
+    the last one, each decoded once; the previous miss's key, cached right after its check, reuses
+    that check's decode).
     """
 
-    af_log: StepCacheLog
     af_index: dict[tuple[str, str, int | None], set[str]]
-    af_live: bool
+    af_indexed: int  # how many of the cache's entries (its first ones) the index holds
+    af_live: bool = False
     af_last: tuple[str, Any] | None = None
-
-    def af_adopt(self, parent: tuple[StepCacheLog, int, int] | None) -> None:
-        self.af_log = StepCacheLog(self, parent)
-        self.af_index = {}
-        self.af_live = False
-        for key in self.af_log.cache_keys:
-            self.af_note(key)
-
-    def af_note(self, key: str) -> None:
-        last = self.af_last
-        decoded = last[1] if last is not None and last[0] == key else _decode_versioned_step_cache_key(key)
-        if decoded is not None:
-            kind, step_name, wrapper, _identity, occurrence = decoded
-            self.af_index.setdefault((kind, step_name, occurrence), set()).add(wrapper)
 
     def _has_incompatible_versioned_cache_entry(self, key: str) -> bool:
         """Core's check (an entry for this call made by an unknown step definition), over the index."""
         current = _decode_versioned_step_cache_key(key)
-        self.af_last = (key, current)  # the miss is cached next: af_note reuses the decode
         if current is None:
             return False
+        cache = self._step_cache
+        index = self.af_index
+        indexed = self.af_indexed
+        if len(cache) > indexed:
+            last = self.af_last
+            # Core only adds entries during a run: the unindexed ones are the newest, at the dict's end.
+            for cached_key in itertools.islice(reversed(cache), len(cache) - indexed) if indexed else cache:
+                if last is not None and last[0] == cached_key:
+                    decoded = last[1]
+                else:
+                    decoded = _decode_versioned_step_cache_key(cached_key)
+                if decoded is not None:
+                    entry = (decoded[0], decoded[1], decoded[4])
+                    wrappers = index.get(entry)
+                    if wrappers is None:
+                        index[entry] = {decoded[2]}
+                    else:
+                        wrappers.add(decoded[2])
+            self.af_indexed = len(cache)
+        self.af_last = (key, current)  # the miss is cached next: the next check reuses this decode
         kind, step_name, wrapper, _identity, occurrence = current
-        cached = self.af_index.get((kind, step_name, occurrence))
+        cached = index.get((kind, step_name, occurrence))
         if not cached:
             return False
         expected = self._expected_step_wrapper_identities.get(step_name, set())
         return any(other != wrapper and other not in expected for other in cached)
 
-    def _set_cached_result(self, key: str, value: Any, *, replayable: bool = True) -> None:
-        super()._set_cached_result(key, value, replayable=replayable)
-        self.af_log.cache_keys.append(key)
-        self.af_note(key)
-
-    def _set_cached_step_auto_request_info_count(self, key: str, count: int) -> None:
-        super()._set_cached_step_auto_request_info_count(key, count)
-        self.af_log.count_keys.append(key)
-
     def _export_step_cache(self) -> dict[str, Any]:
         if not self.af_live:
-            return super()._export_step_cache()
+            return RunContext._export_step_cache(self)  # pyright: ignore[reportPrivateUsage]
         if self._non_replayable_step_cache_keys:
-            super()._export_step_cache()  # raises core's error
+            RunContext._export_step_cache(self)  # pyright: ignore[reportPrivateUsage]  # raises core's error
         return self._step_cache
 
     def _export_step_cache_auto_request_info_counts(self) -> dict[str, int]:
         if not self.af_live:
-            return super()._export_step_cache_auto_request_info_counts()
+            return RunContext._export_step_cache_auto_request_info_counts(self)  # pyright: ignore[reportPrivateUsage]
         self.af_live = False
         return self._step_cache_auto_request_info_counts
 
 
-class LinearFunctionalWorkflow(_CoreFunctionalWorkflow):
-    """Core's ``FunctionalWorkflow`` whose runs cost linear time in their ``@step`` calls (internal)."""
+def make_linear(ctx: RunContext) -> LinearRunContext:
+    """Turn core's context of a run we drive into a :class:`LinearRunContext` (its index built at the next check)."""
+    ctx.__class__ = LinearRunContext
+    linear: LinearRunContext = ctx  # pyright: ignore[reportAssignmentType]  # the class swap above
+    linear.af_index = {}
+    linear.af_indexed = 0
+    return linear
 
+
+class LinearFunctionalWorkflow(_CoreFunctionalWorkflow):
+    """Core's ``FunctionalWorkflow`` whose runs cost linear time in their ``@step`` calls (internal).
+
+    A run keeps core's ``RunContext`` until its step cache holds :data:`LINEAR_FROM` entries
+    (checked after each step: in a checkpoint save, or without checkpoint storage in core's
+    per-step hook, ``RunContext._on_step_completed``, which core leaves unset then), and then
+    becomes a :class:`LinearRunContext`. A run with checkpoint storage keeps a :class:`StepCacheLog`
+    (``_af_log``; one run at a time per instance, core's run guard) that each save offers.
+    Overrides call core's methods by class, not through ``super()`` (no ``super`` object per call).
+    """
+
+    _af_log: StepCacheLog | None = None
     _af_replay: tuple[StepCacheLog, int, int] | None = None
     _af_next: tuple[RunContext, tuple[StepCacheLog, int, int] | None] | None = None
 
@@ -298,39 +345,57 @@ class LinearFunctionalWorkflow(_CoreFunctionalWorkflow):
             _CACHED_INSTRUCTIONS.reset(token)
 
     def _capture_replay_state(self, ctx: RunContext, message: Any | None = None) -> None:
-        super()._capture_replay_state(ctx, message)
-        log = ctx.__dict__.get("af_log")
-        self._af_replay = None if log is None else (log, len(log.cache_keys), len(log.count_keys))
+        _CoreFunctionalWorkflow._capture_replay_state(self, ctx, message)  # pyright: ignore[reportPrivateUsage]
+        log = self._af_log
+        if log is not None and log.cache is ctx._step_cache:  # pyright: ignore[reportPrivateUsage]
+            self._af_replay = (log, len(log.cache), len(log.counts))
+        else:
+            self._af_replay = None
 
     def _restore_replay_state(self, ctx: RunContext) -> Any:
-        message = super()._restore_replay_state(ctx)
+        message = _CoreFunctionalWorkflow._restore_replay_state(self, ctx)  # pyright: ignore[reportPrivateUsage]
         self._af_next = (ctx, self._af_replay)
         return message
 
     def _clear_replay_state(self) -> None:
-        super()._clear_replay_state()
-        self._af_replay = None
+        _CoreFunctionalWorkflow._clear_replay_state(self)  # pyright: ignore[reportPrivateUsage]
+        self._af_replay = self._af_log = None
 
-    async def _execute(self, ctx: RunContext, message: Any) -> Any:
+    def _execute(self, ctx: RunContext, message: Any) -> CoroutineType[Any, Any, Any]:
+        # A plain method returning core's coroutine: no coroutine frame of its own around the run.
         pending, self._af_next = self._af_next, None
-        ctx.__class__ = LinearRunContext
-        cast(LinearRunContext, ctx).af_adopt(pending[1] if pending is not None and pending[0] is ctx else None)
-        return await super()._execute(ctx, message)
+        grown = len(ctx._step_cache) >= LINEAR_FROM  # pyright: ignore[reportPrivateUsage]  # a restore or replay
+        if grown:
+            make_linear(ctx)
+        if ctx._on_step_completed is not None:  # pyright: ignore[reportPrivateUsage]  # core saves after each step
+            self._af_log = StepCacheLog(ctx, pending[1] if pending is not None and pending[0] is ctx else None)
+        else:
+            self._af_log = None
+            if not grown:
+                ctx._on_step_completed = _linear_when_grown(ctx)  # pyright: ignore[reportPrivateUsage]
+        return _CoreFunctionalWorkflow._execute(self, ctx, message)  # pyright: ignore[reportPrivateUsage]
 
     async def _save_checkpoint(
         self, ctx: RunContext, storage: CheckpointStorage, previous_checkpoint_id: str | None = None
     ) -> str:
-        if not isinstance(ctx, LinearRunContext):
-            return await super()._save_checkpoint(ctx, storage, previous_checkpoint_id)
-        log = ctx.af_log
+        save = _CoreFunctionalWorkflow._save_checkpoint  # pyright: ignore[reportPrivateUsage]
+        log = self._af_log
+        if log is None or log.cache is not ctx._step_cache:  # pyright: ignore[reportPrivateUsage]
+            return await save(self, ctx, storage, previous_checkpoint_id)
+        if isinstance(ctx, LinearRunContext):
+            linear: LinearRunContext | None = ctx
+        else:
+            linear = make_linear(ctx) if len(log.cache) >= LINEAR_FROM else None
         offer = StepCacheOffer(log)
-        ctx.af_live = log.live_storage is storage
+        if linear is not None:
+            linear.af_live = log.live_storage is storage
         token = _OFFER.set(offer)
         try:
-            checkpoint_id = await super()._save_checkpoint(ctx, storage, previous_checkpoint_id)
+            checkpoint_id = await save(self, ctx, storage, previous_checkpoint_id)
         finally:
             _OFFER.reset(token)
-            ctx.af_live = False
+            if linear is not None:
+                linear.af_live = False
         if offer.taken:
             log.live_storage = storage
         return checkpoint_id
@@ -361,6 +426,17 @@ class _CachedDis:
 
 if isinstance(getattr(_core_functional, "dis", None), ModuleType):
     _core_functional.dis = _CachedDis(dis)  # type: ignore[attr-defined]  # pyright: ignore[reportAttributeAccessIssue]
+
+
+def _linear_when_grown(ctx: RunContext) -> Callable[[], Awaitable[None]]:
+    """Core's per-step hook for a run without checkpoint storage: switch to the index once the cache grew."""
+
+    async def after_step() -> None:
+        if len(ctx._step_cache) >= LINEAR_FROM:  # pyright: ignore[reportPrivateUsage]
+            make_linear(ctx)
+            ctx._on_step_completed = None  # pyright: ignore[reportPrivateUsage]
+
+    return after_step
 
 
 def build_core(

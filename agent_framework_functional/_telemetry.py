@@ -1,7 +1,9 @@
 """Continuation telemetry: span events and metrics of a continuation's life, through the OpenTelemetry API.
 
 Every point of a continuation's life adds an event to the current span (the caller's span: the
-agent's ``invoke_agent`` span when the workflow runs under an agent) and updates three metrics.
+agent's ``invoke_agent`` span when the workflow runs under an agent), and the same point as a child
+span of it (for viewers that do not draw span events, such as DevUI's Traces panel), and updates
+three metrics.
 Events carry the token's hash (:func:`continuation_token_hash`), the workflow name and request ids,
 never a secret or an answer. With no OpenTelemetry SDK configured the current span does not record
 and the instruments are the API's no-op proxies, so a run pays one ``is_recording()`` check per
@@ -64,6 +66,7 @@ _rejected = _meter.create_counter(
     METRIC_REJECTED, unit="{attempt}", description="Refused resume or abandonment attempts, by reason (error.type)."
 )
 _get_current_span = trace.get_current_span
+_tracer = trace.get_tracer("agent_framework_functional")  # a proxy until a provider is set
 
 
 def _token_hash(token: object) -> str | None:
@@ -117,10 +120,17 @@ async def counted_refusal(checking: Awaitable[None], workflow: str) -> None:
 
 
 def _event(name: str, workflow: str, attributes: dict[str, Any], span: trace.Span | None = None) -> None:
+    """Add the event to ``span`` (a recording one) and the same point as a child span of it.
+
+    The child span (same name and attributes, started and ended at this point, through the global
+    tracer provider) is for trace viewers that draw spans but not span events: DevUI's Traces panel
+    draws a span's name, duration and, for a leaf span, its attributes, and never its events.
+    """
     attributes[ATTR_WORKFLOW_NAME] = workflow
-    (span or _get_current_span()).add_event(
-        name, {key: value for key, value in attributes.items() if value is not None}
-    )
+    target = span or _get_current_span()
+    kept = {key: value for key, value in attributes.items() if value is not None}
+    target.add_event(name, kept)
+    _tracer.start_span(name, context=trace.set_span_in_context(target), attributes=kept).end()
 
 
 def continuation_issued(workflow: str, continuation: Continuation, span: trace.Span) -> None:

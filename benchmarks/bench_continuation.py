@@ -28,6 +28,9 @@ Run it:
 
     python benchmarks/bench_continuation.py            # about 30 seconds on 2 cores
     python benchmarks/bench_continuation.py --quick    # a few seconds, for smoke tests
+    # instructions per cycle, load-independent: (count at 220 cycles - count at 20) / 200
+    PYTHONHASHSEED=0 valgrind --tool=callgrind python benchmarks/bench_continuation.py \
+        --only pause+resume ours --cycles 220
 """
 
 from __future__ import annotations
@@ -169,13 +172,37 @@ async def measure(row: Row, *, rounds: int, cycles: int, warmup: int) -> tuple[f
     return min(core_us), min(ours_us), paired
 
 
+async def run_only(row_name: str, side: str, cycles: int) -> None:
+    """Run ``cycles`` untimed cycles of one side of one row after 5 warm-up cycles (for instruction counts).
+
+    Under ``valgrind --tool=callgrind`` the difference between two cycle counts, divided by the
+    difference in cycles, is the instructions per cycle without start-up and imports.
+    """
+    (row,) = [row for row in ROWS if row.name == row_name]
+    cycle = (row.core if side == "core" else row.ours)(InMemoryCheckpointStorage() if row.checkpoints else None)
+    for _ in range(5):
+        await cycle()
+    gc.collect()  # as before each timed block: the counts then do not depend on when a full collection falls
+    for _ in range(cycles):
+        await cycle()
+
+
 async def main() -> int:
     """Measure every row and print the table; exit 1 when a ratio misses the target (full runs only)."""
     parser = argparse.ArgumentParser(description="Continuation authority overhead: ours vs core.")
     parser.add_argument("--quick", action="store_true", help="short run for smoke tests (numbers are noisy)")
     parser.add_argument("--rounds", type=int, help="interleaved rounds per row (default 60, quick 2)")
     parser.add_argument("--cycles", type=int, help="cycles per timed block (default 50, quick 10)")
+    parser.add_argument(
+        "--only",
+        nargs=2,
+        metavar=("ROW", "SIDE"),
+        help="run --cycles untimed cycles of one row ('pause+resume', ...) and side (core, ours): for callgrind",
+    )
     args = parser.parse_args()
+    if args.only:
+        await run_only(args.only[0], args.only[1], args.cycles or 50)
+        return 0
     rounds = args.rounds or (2 if args.quick else 60)
     cycles = args.cycles or (10 if args.quick else 50)
     warmup = 1 if args.quick else 2

@@ -47,8 +47,6 @@ def _docs(count: int) -> list[str]:
 def test_core_names_the_linear_step_cache_relies_on_exist() -> None:
     for name in (
         "_has_incompatible_versioned_cache_entry",
-        "_set_cached_result",
-        "_set_cached_step_auto_request_info_count",
         "_export_step_cache",
         "_export_step_cache_auto_request_info_counts",
     ):
@@ -64,23 +62,45 @@ def test_core_names_the_linear_step_cache_relies_on_exist() -> None:
         "_non_replayable_step_cache_keys",
     ):
         assert isinstance(getattr(ctx, name), (dict, set)), name
+    assert ctx._on_step_completed is None  # pyright: ignore[reportPrivateUsage]  # core's per-step hook, unset by default
     assert callable(core_functional._decode_versioned_step_cache_key)  # pyright: ignore[reportPrivateUsage]
     assert _core_compat.STEP_CACHE == "_step_cache"
 
 
 async def test_ours_runs_on_the_linear_context_and_core_keeps_its_own_in_the_same_process() -> None:
+    steps = _core_compat.LINEAR_FROM + 3
     SEEN_CONTEXTS.clear()
-    core_result = await agent_framework.workflow(batch).build().run(_docs(3))
+    core_result = await agent_framework.workflow(batch).build().run(_docs(steps))
     core_types = set(SEEN_CONTEXTS)
     SEEN_CONTEXTS.clear()
     ours = our_workflow(batch).build()
-    our_result = await ours.run(_docs(3))
+    our_result = await ours.run(_docs(steps))
     assert core_types == {RunContext}
-    assert set(SEEN_CONTEXTS) == {LinearRunContext}
+    # A short run keeps core's context; once LINEAR_FROM results are cached, the run checks over an index.
+    assert [RunContext] * _core_compat.LINEAR_FROM + [LinearRunContext] * 3 == SEEN_CONTEXTS
     assert core_result.get_outputs() == our_result.get_outputs() == [0]
     assert type(ours._core) is LinearFunctionalWorkflow  # pyright: ignore[reportPrivateUsage]
     # Core's class still has core's method: the fix is a subclass, never a patch.
     assert RunContext._has_incompatible_versioned_cache_entry.__module__ == core_functional.__name__  # pyright: ignore[reportPrivateUsage]
+
+
+@pytest.mark.parametrize("storage", [None, "memory"])
+async def test_a_run_that_pauses_after_the_switch_resumes_on_the_index(storage: str | None) -> None:
+    steps = _core_compat.LINEAR_FROM + 2
+
+    async def gated(docs: list[str], ctx: RunContext) -> int:
+        flagged = await batch(docs)
+        approved = await ctx.request_info({"flagged": flagged}, response_type=bool)
+        return flagged + await batch(docs[:1]) if approved else -1
+
+    wf = our_workflow(gated).build(checkpoint_storage=InMemoryCheckpointStorage() if storage else None)
+    SEEN_CONTEXTS.clear()
+    paused = await wf.run(_docs(steps))
+    request_id = paused.get_request_info_events()[0].request_id
+    SEEN_CONTEXTS.clear()
+    done = await wf.run(responses={request_id: True}, continuation_token=paused.continuation_token)
+    assert done.get_outputs() == [0]
+    assert [LinearRunContext] == SEEN_CONTEXTS  # the replayed cache is past LINEAR_FROM: the index from the start
 
 
 async def test_key_decodes_grow_linearly_in_ours_and_quadratically_in_core(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -113,3 +113,13 @@ def test_metrics_follow_the_opentelemetry_naming_and_count_what_happened(recorde
         for point in metrics[telemetry.METRIC_REJECTED]
         if point["attributes"]["workflow.name"] == "probe_store"
     ] == [(telemetry.BAD_TOKEN, 1)]
+
+
+def test_each_continuation_point_is_also_a_child_span_for_viewers_that_do_not_draw_events(
+    recorded: dict[str, Any],
+) -> None:
+    # DevUI's Traces panel draws span names and leaf attributes, never span events (test_devui_traces.py).
+    for span in [span for span in recorded["spans"] if span["name"] == "invoke_agent prober"]:
+        children = [child for child in recorded["spans"] if child["parent"] == span["id"]]
+        points = [(child["name"], child["attributes"]) for child in children if child["name"].startswith("functional")]
+        assert points == [(event["name"], event["attributes"]) for event in span["events"]]

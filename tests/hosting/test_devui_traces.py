@@ -1,9 +1,12 @@
-"""DevUI's Traces panel after an approval: the pause and the resume as two traced turns, with our span events.
+"""DevUI's Traces panel after an approval: the pause and the resume as two traced turns, with our continuation spans.
 
 DevUI runs in its own process (``devui_traces_server.py``) with its documented tracing switch
 (``serve(..., instrumentation_enabled=True)``): it installs a process-global OpenTelemetry provider, which
 the rest of the suite must not share. ``js/devui_traces.mjs`` drives the page in headless Chromium,
-approves, opens the Traces panel, saves ``docs/devui_traces.png`` and prints the spans DevUI streamed.
+approves, opens the Traces panel and the continuation spans it draws under each turn's agent span
+(``functional_workflow.continuation.issued`` in the pause's turn, ``.accepted`` and ``.spent`` in the
+resume's, each with the token hash among its attributes), saves ``docs/devui_traces.png`` and prints the
+page's text and the spans DevUI streamed.
 """
 
 from __future__ import annotations
@@ -79,3 +82,17 @@ def test_devui_traces_panel_shows_the_pause_and_the_resume() -> None:
     assert len(token_hash) == 64
     assert all(e["attributes"]["functional_workflow.continuation_token_hash"] == token_hash for e in resumed["events"])
     assert issued["attributes"]["functional_workflow.request_ids"] == ["auto::0"]
+    # What the Traces panel draws: under each turn's agent span, the continuation points as child spans
+    # (DevUI draws span names and a leaf span's attributes, never span events).
+    assert [span["name"] for span in paused_turn if span["name"].startswith("functional_workflow.")] == [
+        "functional_workflow.continuation.issued"
+    ]
+    assert [span["name"] for span in resumed_turn if span["name"].startswith("functional_workflow.")] == names
+    (line,) = [line for line in proc.stdout.splitlines() if line.startswith("PANEL ")]
+    panel = json.loads(line.removeprefix("PANEL "))
+    text: str = panel["text"]
+    assert panel["shown"] == ["functional_workflow.continuation.issued", *names]
+    # Turns are listed newest first: the resume (accepted, spent) above the pause (issued).
+    accepted, spent = text.index(names[0]), text.index(names[1])
+    assert accepted < spent < text.index("functional_workflow.continuation.issued")
+    assert text.count(token_hash) == 3  # the opened spans' attributes: issued, accepted and spent name one token

@@ -1,16 +1,22 @@
 // Headless Chromium on DevUI's Traces panel after an approval (run by tests/hosting/test_devui_traces.py).
 // Usage: node devui_traces.mjs <base url> <auth token> <message> <screenshot path>
 // Sends <message>, clicks Approve on the approval card, waits for "deployed: <message>", opens the
-// Traces panel and waits until it lists the two invoke_agent spans (the pause and the resume); prints
-// a JSON line "TRACES <json>" with the spans DevUI streamed to the page (response.trace.completed events
-// of /v1/responses: name, attributes, span events; DevUI's panel shows a span's attributes only for
-// leaf spans and never its events), saves the screenshot and exits 0, or 1 on failure.
+// Traces panel, waits until it lists the two turns (the pause and the resume), widens the panel and opens
+// the continuation spans DevUI draws under each turn's invoke_agent span (issued in the pause's turn,
+// accepted and spent in the resume's: DevUI draws span names and, for a leaf span, its attributes, never
+// span events); prints "PANEL <json>" (the page's text) and "TRACES <json>" (the spans DevUI streamed to
+// the page: response.trace.completed events of /v1/responses), saves the screenshot and exits 0, or 1.
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { chromium } from "playwright-core";
 
 const [base, token, message, shot] = process.argv.slice(2);
+const POINTS = [
+  "functional_workflow.continuation.issued",
+  "functional_workflow.continuation.accepted",
+  "functional_workflow.continuation.spent",
+];
 if (!base || !token || !message || !shot) {
   console.error("usage: node devui_traces.mjs <base url> <auth token> <message> <screenshot path>");
   process.exit(2);
@@ -23,7 +29,7 @@ const context = await chromium.launchPersistentContext(profile, {
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
   ],
-  viewport: { width: 1600, height: 1000 },
+  viewport: { width: 1600, height: 1400 },
 });
 let ok = false;
 try {
@@ -53,8 +59,30 @@ try {
   console.log("  final text shown");
   await page.getByRole("tab", { name: /Traces/ }).first().click();
   await page.getByText("2 turns").first().waitFor({ timeout: 30000 });
-  // Each turn's invoke_agent span is labelled with the agent's name: open both to show their events.
-  await page.waitForTimeout(500);
+  // Widen the side panel (drag its divider left) so span names and attributes are readable.
+  const divider = page.locator("[class*='cursor-col-resize']").first();
+  if (await divider.count()) {
+    const area = await divider.boundingBox();
+    if (area) {
+      await page.mouse.move(area.x + area.width / 2, area.y + area.height / 2);
+      await page.mouse.down();
+      await page.mouse.move(620, area.y + area.height / 2, { steps: 8 });
+      await page.mouse.up();
+    }
+  }
+  // The continuation points are child spans of each turn's invoke_agent span (DevUI draws spans, not
+  // span events); a leaf span's attributes show when its row's toggle is clicked.
+  const shown = [];
+  for (const name of POINTS) {
+    const badge = page.getByText(name, { exact: true }).first();
+    await badge.waitFor({ timeout: 30000 });
+    await badge.locator("xpath=..").locator("button").first().click();
+    shown.push(name);
+  }
+  await page.getByText("continuation_token_hash").first().waitFor({ timeout: 10000 });
+  await page.waitForTimeout(300);
+  const panel = await page.locator("body").innerText();
+  console.log(`PANEL ${JSON.stringify({ shown, text: panel })}`);
   console.log(`TRACES ${JSON.stringify(turns)}`);
   await page.screenshot({ path: shot, fullPage: true });
   ok = true;
