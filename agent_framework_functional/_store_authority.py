@@ -3,19 +3,15 @@
 The store implementation of the authority strategy (``_authority``). Every saved pause is recorded
 in the store (by the sha256 of its token's secret) before its token is handed out; then:
 
-1. ``run(responses=..., continuation_token=...)`` with a token this process does not hold checks the
-   token's shape synchronously (the same fixed authority error as in memory). A
-   :class:`VerifiedContinuation` from ``verify_continuation_token_async`` carries the record and
-   the pause's requests instead, so nothing is read again.
-2. Inside the run, before any user code: look the record up by hash (non-mutating, skipped for a
-   verdict), verify the workflow name and signature hash, status ``issued`` and expiry; then the
-   local pending conflict (a local copy the store says is gone is dropped as stale, not a
-   conflict); then correlate the responses and check their types against the pause's requests.
+1. A resume with a token this process does not hold checks the token's shape synchronously (the same
+   fixed authority error as in memory); a :class:`VerifiedContinuation` carries the record and requests.
+2. Inside the run, before any user code: the record by hash (non-mutating; skipped for a verdict), its
+   workflow name, signature hash, status ``issued`` and expiry; the local pending conflict (a local copy
+   the store says is gone is stale, not a conflict); the responses against the pause's requests.
 3. Core restores the pause's checkpoint with the responses (``run(checkpoint_id=..., responses=...)``).
-4. Right before the resumed user code runs, the store claims the record atomically
-   (``issued -> claimed``, exactly one winner). A loser gets the authority error and no user code
-   runs. The in-memory fast path claims through the store at the same point, so an in-memory resume
-   and a remote resume of one pause cannot both run.
+4. Right before the resumed user code runs, the store claims the record atomically (``issued ->
+   claimed``, one winner; a loser gets the authority error). The in-memory fast path claims through the
+   store at the same point, so an in-memory and a remote resume of one pause cannot both run.
 """
 
 from __future__ import annotations
@@ -175,21 +171,18 @@ class StoreAuthority(InMemoryAuthority):
     async def _pause_requests(
         self, record: ContinuationRecord, recorder: CheckpointStorage | None = None
     ) -> dict[str, WorkflowEvent[Any]]:
-        """The ``request_info`` events of a recorded pause, loaded from its checkpoint (non-mutating).
+        """The ``request_info`` events of a recorded pause, from its checkpoint (non-mutating).
 
-        With ``recorder`` (the run's :class:`RecordingCheckpointStorage`), the checkpoint is kept for
-        core's restore of it in the same run: one load, not two (the claim still decides the run).
 
         Raises:
-            ContinuationAuthorityError: The checkpoint is gone because the pause was resumed (or
-                abandoned) meanwhile: a winner that finished deleted it.
+            ContinuationAuthorityError: The checkpoint is gone: the pause was resumed or abandoned meanwhile.
         """
         try:
             checkpoint = await self.checkpoint_storage.load(record.checkpoint_id)
         except Exception:
             await self._record(record.token_hash)  # raises the authority error once the pause is gone
             raise
-        if isinstance(recorder, RecordingCheckpointStorage):
+        if isinstance(recorder, RecordingCheckpointStorage):  # the run's recorder: core's restore reuses this load
             recorder.preloaded = checkpoint
         events = checkpoint.pending_request_info_events
         return {request_id: events[request_id] for request_id in record.pending_request_ids if request_id in events}
