@@ -173,7 +173,6 @@ class StoreAuthority(InMemoryAuthority):
     ) -> dict[str, WorkflowEvent[Any]]:
         """The ``request_info`` events of a recorded pause, from its checkpoint (non-mutating).
 
-
         Raises:
             ContinuationAuthorityError: The checkpoint is gone: the pause was resumed or abandoned meanwhile.
         """
