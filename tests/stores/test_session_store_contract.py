@@ -146,6 +146,16 @@ async def test_bad_input_is_refused_and_changes_nothing(make: Callable[..., Boun
         make(max_entries=0)
 
 
+async def test_a_huge_max_entries_is_refused_when_made_or_works(make: Callable[..., BoundedSessionStore]) -> None:
+    """A bound past what SQL takes as a row count failed every write (OverflowError) instead of the constructor."""
+    with pytest.raises(ValueError, match="at most 2\\*\\*63 - 1"):
+        make(max_entries=2**63)
+    store = make(max_entries=2**63 - 1)
+    await store.set("k", _session())
+    assert await store.purge_expired() == 0  # type: ignore[attr-defined]
+    assert (await store.get("k")).to_dict() == _session().to_dict()  # type: ignore[union-attr]
+
+
 async def test_agui_snapshots_live_in_the_same_store_apart_per_scope(make: Callable[..., BoundedSessionStore]) -> None:
     store = make()
     snapshots = ThreadSnapshotStore(store)
