@@ -15,7 +15,7 @@ from typing import Any, cast
 
 from a2a.helpers import get_message_text, new_task_from_user_message, new_text_part
 from a2a.server.agent_execution import AgentExecutor, RequestContext
-from a2a.server.cluster import StoredTask
+from a2a.server.cluster import StoredTask, VersionedTaskStore
 from a2a.server.context import ServerCallContext
 from a2a.server.events import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler
@@ -81,6 +81,21 @@ class FunctionalA2AExecutor(AgentExecutor):
         self.session_store = session_store
         self.text_answers = text_answers
         self.busy: set[str] = set()  # session keys with a run in flight; bounded by those runs
+        # the handler's task store (set by it): a pause on a task that ended is stale
+        self.task_store: TaskStore | VersionedTaskStore | None = None
+
+    async def waits_on(self, session: AgentSession | None, context: ServerCallContext) -> str | None:
+        """The task whose pause ``session``'s context waits on, or None (none, or that task has ended).
+
+        A task that ended (failed, cancelled) cannot be answered, so its pause must not hold the context: the
+        session write that would clear it can be lost (a store outage after the run).
+        """
+        paused_on = cast(dict[str, Any], session.state.get(_HOST_KEY) or {}).get("task_id") if session else None
+        if not paused_on or self.task_store is None:
+            return paused_on
+        found = await self.task_store.get(paused_on, context)
+        task: Task | None = found.task if isinstance(found, StoredTask) else found
+        return None if task is not None and task.status.state in _TERMINAL else paused_on
 
     @staticmethod
     def session_key(context_id: str) -> str:
@@ -109,16 +124,24 @@ class FunctionalA2AExecutor(AgentExecutor):
             return
         self.busy.add(key)
         try:
-            await self._run(context.message, task, answering, key, updater)
+            await self._run(context.message, task, answering, key, updater, context.call_context)
         finally:
             self.busy.discard(key)
 
-    async def _run(self, message: A2AMessage, waiting: Task, answering: bool, key: str, updater: TaskUpdater) -> None:
+    async def _run(
+        self,
+        message: A2AMessage,
+        waiting: Task,
+        answering: bool,
+        key: str,
+        updater: TaskUpdater,
+        call: ServerCallContext,
+    ) -> None:
         task_id = waiting.id
         # copies: a2a-sdk updates the task object it handed over once start_work is processed
         asked = [Part.FromString(p.SerializeToString()) for p in waiting.status.message.parts if p.HasField("data")]
         session = await self.session_store.get(key) or self.agent.create_session(session_id=key)
-        paused_on = cast(dict[str, Any], session.state.get(_HOST_KEY) or {}).get("task_id")
+        paused_on = await self.waits_on(session, call)
         if paused_on not in (None, task_id):  # the context waits on another task (checked on receipt too)
             await updater.failed(updater.new_agent_message([new_text_part(f"Context waits on task {paused_on}.")]))
             return
@@ -184,6 +207,7 @@ class FunctionalA2ARequestHandler(DefaultRequestHandler):
     def __init__(self, executor: FunctionalA2AExecutor, **kwargs: Any) -> None:
         super().__init__(agent_executor=executor, **kwargs)
         self.executor = executor
+        executor.task_store = self.task_store
 
     async def check(self, message: A2AMessage, context: ServerCallContext) -> None:
         """Refuse ``message`` when it cannot answer the pause it names (or ignores the pause of its context).
@@ -196,7 +220,7 @@ class FunctionalA2ARequestHandler(DefaultRequestHandler):
         task: Task | None = found.task if isinstance(found, StoredTask) else found
         context_id = task.context_id if task is not None else message.context_id
         session = await self.executor.session_for(context_id) if context_id else None
-        paused_on = cast(dict[str, Any], session.state.get(_HOST_KEY) or {}).get("task_id") if session else None
+        paused_on = await self.executor.waits_on(session, context)
         if task is None:
             if paused_on and not message.task_id:
                 raise InvalidParamsError(

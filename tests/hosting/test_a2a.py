@@ -369,3 +369,36 @@ async def test_a_pause_taken_by_one_worker_is_answered_on_another(serve_port: An
             late = await send(first, [new_answer_part(True, "auto::0")], paused)
             assert output_of(late) == "deployed: a2a-workers"
     assert DEPLOYS["a2a-workers"] == 1
+
+
+class FailingWrites(SessionStore):
+    """Core's in-memory store whose writes fail while ``down`` is set (a Redis or Postgres outage)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = False
+
+    async def set(self, session_id: str, session: AgentSession) -> None:
+        if self.down:
+            raise ConnectionError("the session store is unreachable")
+        await super().set(session_id, session)
+
+
+async def test_a_session_write_lost_in_an_outage_does_not_lock_the_context(
+    serve_port: Any, http: httpx.AsyncClient
+) -> None:
+    """The answer ran but its session write failed: the task ended, and its context must take new input after."""
+    store = FailingWrites()
+    client = await client_for(serve_a2a(serve_port, session_store=store), http)
+    paused = await send(client, [new_text_part("a2a-outage")])
+    store.down = True
+    with pytest.raises(A2AError):
+        await send(client, [new_answer_part(True)], paused)
+    store.down = False
+    ended = await client.get_task(GetTaskRequest(id=paused.id))
+    assert ended.status.state == TaskState.TASK_STATE_FAILED
+    with pytest.raises(A2AError, match="terminal state"):
+        await send(client, [new_answer_part(True)], paused)  # nothing runs twice
+    assert DEPLOYS["a2a-outage"] == 1
+    again = await send(client, [new_text_part("a2a-outage-2")], context_id=paused.context_id)
+    assert output_of(await send(client, [new_answer_part(True)], again)) == "deployed: a2a-outage-2"
