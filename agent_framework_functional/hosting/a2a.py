@@ -61,7 +61,21 @@ _TERMINAL = frozenset(
     }
 )
 _BUSY = "Another task of this context is running; send this message again when it ends."
-_HOST_KEY = "a2a_host"  # session.state entry of this host: the id of the task that holds the pause
+_HOST_KEY = "a2a_host"  # session.state entry of this host: the task that holds the pause, the messages it ran
+_HANDLED_KEPT = 64  # message ids kept per paused task: a retried message must not answer the next pause
+
+
+def _handled(session: AgentSession | None, task_id: str) -> list[str]:
+    """The ids of the messages that ran on ``task_id`` (the task whose pause ``session`` holds)."""
+    held = cast(dict[str, Any], session.state.get(_HOST_KEY) or {}) if session is not None else {}
+    return list(held.get("messages") or []) if held.get("task_id") == task_id else []
+
+
+def _replayed(message: A2AMessage, task_id: str) -> str:
+    return (
+        f"Message {message.message_id!r} already ran on task {task_id} (a retried answer); it does not answer "
+        "the requests asked since. The task still waits for input: send the answer as a new message."
+    )
 
 
 class FunctionalA2AExecutor(AgentExecutor):
@@ -145,6 +159,12 @@ class FunctionalA2AExecutor(AgentExecutor):
         if paused_on not in (None, task_id):  # the context waits on another task (checked on receipt too)
             await updater.failed(updater.new_agent_message([new_text_part(f"Context waits on task {paused_on}.")]))
             return
+        handled = _handled(session, task_id)
+        if answering and message.message_id in handled:  # checked on receipt too; this one raced it
+            await updater.requires_input(
+                updater.new_agent_message([new_text_part(_replayed(message, task_id)), *asked])
+            )
+            return
         await updater.start_work()
         try:
             if answering:
@@ -170,7 +190,7 @@ class FunctionalA2AExecutor(AgentExecutor):
             return
         requests = [c for m in response.messages for c in m.contents if c.type == "function_approval_request"]
         if requests:
-            session.state[_HOST_KEY] = {"task_id": task_id}
+            session.state[_HOST_KEY] = {"task_id": task_id, "messages": [*handled, message.message_id][-_HANDLED_KEPT:]}
         else:
             session.state.pop(_HOST_KEY, None)
         await self.session_store.set(key, session)
@@ -231,6 +251,8 @@ class FunctionalA2ARequestHandler(DefaultRequestHandler):
             return  # an ended task: a2a-sdk refuses it; a running one: the executor's guard ignores it
         if message.context_id and message.context_id != task.context_id:
             return  # a2a-sdk refuses a context that is not the task's
+        if message.message_id in _handled(session, task.id):
+            raise InvalidParamsError(_replayed(message, task.id))
         pending = self.executor.agent.pending_requests_for(session)  # empty when another worker holds the pause:
         try:  # then only the shape is checked here and the agent's run checks the values (the task keeps waiting)
             message_answers(message, pending, text_answers=self.executor.text_answers)
@@ -280,7 +302,8 @@ def a2a_app(
       message on a context whose pause is open are JSON-RPC ``InvalidParams`` errors and change nothing:
       the task stays in ``input-required``. Unknown task ids, a context that is not the task's, and
       messages on ended tasks (a replayed answer) are refused by ``a2a-sdk``.
-    * An answer queued on a task that ended meanwhile (two answers at once) is ignored, not run.
+    * An answer queued on a task that ended meanwhile (two answers at once) is ignored, not run; a message
+      sent again (same ``message_id``, a client retry) is ``InvalidParams``, never an answer to a later pause.
     * Text answers are off by default (a word like "ok" must not approve a deploy). ``text_answers=True``
       lets a text-only client (``A2AAgent``, and orchestrations around it) answer the one pending request:
       ``str`` takes the text, ``bool`` exactly one of approve/yes (true) or reject/no (false), other types
