@@ -116,7 +116,8 @@ def convert_answer(value: Any, response_type: Any, request_id: str) -> Any:
 
     Returns:
         ``value`` when core's rule accepts it, else pydantic's validated value (an instance core accepts). A
-        ``bool`` request takes only ``True`` / ``False``: an approval is never inferred from text or numbers.
+        ``bool`` request, and each ``bool`` field of a model or list, takes only ``True`` / ``False``: an
+        approval is never inferred from text or numbers.
 
     Raises:
         ResponseMismatchError: The value fits neither; the message names each failing field path
@@ -124,11 +125,15 @@ def convert_answer(value: Any, response_type: Any, request_id: str) -> Any:
     """
     if value is None or (isinstance(response_type, type) and type(value) is response_type):
         return value
-    if response_fits(value, response_type, request_id):
-        return value
-    # An approval is never inferred: pydantic would take "yes", "off", 1 or 0.0 for a bool (only true / false do).
+    # An approval is never inferred: pydantic would take "yes", "off", 1 or 0.0 for a bool (only true / false do),
+    # and so would core for a bool field of a model or list.
     adapter = None if response_type is bool else _adapter(response_type)
     details = ": only true or false answers a bool request" if response_type is bool else ""
+    inferred = _inferred_bools(adapter, value) if adapter is not None else []
+    if inferred:
+        adapter, details = None, ": " + _describe_errors(inferred)
+    elif response_fits(value, response_type, request_id):
+        return value
     if adapter is not None:
         try:
             converted = adapter.validate_python(value)
@@ -146,6 +151,18 @@ def convert_answer(value: Any, response_type: Any, request_id: str) -> Any:
         "continuation is still pending.",
         request_id=request_id,
     )
+
+
+def _inferred_bools(adapter: TypeAdapter[Any], value: Any) -> list[ErrorDetails]:
+    """The bool fields in ``value`` that are not true / false (pydantic's lax rules would read "yes" or 1 as one)."""
+    try:
+        adapter.validate_json(json.dumps(value), strict=True)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False, include_input=False, include_context=False)
+        return [error for error in errors if error["type"] == "bool_type"]
+    except (RecursionError, ValueError, TypeError):  # not JSON (a Python caller's value): the lax rules decide
+        pass
+    return []
 
 
 def _describe_errors(errors: list[ErrorDetails]) -> str:

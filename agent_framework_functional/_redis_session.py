@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -73,7 +74,8 @@ class RedisRecords:
         return int(deleted) == 1
 
     async def remove_group(self, group: str) -> int:
-        found = [key async for key in self.client.scan_iter(match=f"{self.namespace}:{group_key(group)[:32]}:*")]
+        prefix = re.sub(r"([\\*?\[\]^-])", r"\\\1", self.namespace)  # a key prefix, not a glob pattern
+        found = [key async for key in self.client.scan_iter(match=f"{prefix}:{group_key(group)[:32]}:*")]
         if not found:
             return 0
         async with self.client.pipeline(transaction=True) as pipe:

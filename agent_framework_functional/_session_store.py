@@ -64,10 +64,14 @@ def decode_session(text: str) -> AgentSession:
     return AgentSession.from_dict(cast("dict[str, Any]", json.loads(text)))
 
 
+MAX_ENTRIES_LIMIT = 2**63 - 1
+"""The largest ``max_entries`` (a signed 64-bit integer: what SQLite and PostgreSQL take as a row count)."""
+
+
 def check_max_entries(value: int) -> int:
-    """Return ``value`` if it is a positive integer; raise ``ValueError`` otherwise."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:  # pyright: ignore[reportUnnecessaryIsInstance]
-        raise ValueError(f"max_entries must be a positive integer, got {value!r}.")
+    """Return ``value`` if it is a positive integer up to :data:`MAX_ENTRIES_LIMIT`; raise ``ValueError`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ENTRIES_LIMIT:  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise ValueError(f"max_entries must be a positive integer of at most 2**63 - 1, got {value!r}.")
     return value
 
 

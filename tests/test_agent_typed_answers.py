@@ -241,3 +241,21 @@ def test_a_bool_request_takes_only_true_or_false(answer: Any) -> None:
         _answers.convert_answer(answer, bool, "auto::0")
     assert _answers.convert_answer(True, bool, "auto::0") is True
     assert _answers.convert_answer(_answers.parse_json_text("false", bool), bool, "auto::0") is False
+
+
+@pytest.mark.parametrize("answer", ["yes", 1, "on"])
+def test_a_bool_field_takes_only_true_or_false(answer: Any) -> None:
+    """A model's bool field (an ``approved`` flag) follows the bool request's rule: ``"yes"`` approved a publish."""
+    from agent_framework_functional import _answers
+
+    class Review(BaseModel):
+        title: str
+        approved: bool
+        checks: list[bool] = []
+
+    with pytest.raises(ResponseMismatchError, match="approved: Input should be a valid boolean"):
+        _answers.convert_answer({"title": "t", "approved": answer}, Review, "auto::0")
+    with pytest.raises(ResponseMismatchError, match=r"checks\[0\]"):
+        _answers.convert_answer({"title": "t", "approved": True, "checks": [answer]}, Review, "auto::0")
+    kept = _answers.convert_answer({"title": "t", "approved": True, "checks": [False]}, Review, "auto::0")
+    assert Review.model_validate(kept) == Review(title="t", approved=True, checks=[False])

@@ -15,7 +15,7 @@ from typing import Any, cast
 
 from a2a.helpers import get_message_text, new_task_from_user_message, new_text_part
 from a2a.server.agent_execution import AgentExecutor, RequestContext
-from a2a.server.cluster import StoredTask
+from a2a.server.cluster import StoredTask, VersionedTaskStore
 from a2a.server.context import ServerCallContext
 from a2a.server.events import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler
@@ -61,7 +61,21 @@ _TERMINAL = frozenset(
     }
 )
 _BUSY = "Another task of this context is running; send this message again when it ends."
-_HOST_KEY = "a2a_host"  # session.state entry of this host: the id of the task that holds the pause
+_HOST_KEY = "a2a_host"  # session.state entry of this host: the task that holds the pause, the messages it ran
+_HANDLED_KEPT = 64  # message ids kept per paused task: a retried message must not answer the next pause
+
+
+def _handled(session: AgentSession | None, task_id: str) -> list[str]:
+    """The ids of the messages that ran on ``task_id`` (the task whose pause ``session`` holds)."""
+    held = cast(dict[str, Any], session.state.get(_HOST_KEY) or {}) if session is not None else {}
+    return list(held.get("messages") or []) if held.get("task_id") == task_id else []
+
+
+def _replayed(message: A2AMessage, task_id: str) -> str:
+    return (
+        f"Message {message.message_id!r} already ran on task {task_id} (a retried answer); it does not answer "
+        "the requests asked since. The task still waits for input: send the answer as a new message."
+    )
 
 
 class FunctionalA2AExecutor(AgentExecutor):
@@ -81,6 +95,21 @@ class FunctionalA2AExecutor(AgentExecutor):
         self.session_store = session_store
         self.text_answers = text_answers
         self.busy: set[str] = set()  # session keys with a run in flight; bounded by those runs
+        # the handler's task store (set by it): a pause on a task that ended is stale
+        self.task_store: TaskStore | VersionedTaskStore | None = None
+
+    async def waits_on(self, session: AgentSession | None, context: ServerCallContext) -> str | None:
+        """The task whose pause ``session``'s context waits on, or None (none, or that task has ended).
+
+        A task that ended (failed, cancelled) cannot be answered, so its pause must not hold the context: the
+        session write that would clear it can be lost (a store outage after the run).
+        """
+        paused_on = cast(dict[str, Any], session.state.get(_HOST_KEY) or {}).get("task_id") if session else None
+        if not paused_on or self.task_store is None:
+            return paused_on
+        found = await self.task_store.get(paused_on, context)
+        task: Task | None = found.task if isinstance(found, StoredTask) else found
+        return None if task is not None and task.status.state in _TERMINAL else paused_on
 
     @staticmethod
     def session_key(context_id: str) -> str:
@@ -109,18 +138,32 @@ class FunctionalA2AExecutor(AgentExecutor):
             return
         self.busy.add(key)
         try:
-            await self._run(context.message, task, answering, key, updater)
+            await self._run(context.message, task, answering, key, updater, context.call_context)
         finally:
             self.busy.discard(key)
 
-    async def _run(self, message: A2AMessage, waiting: Task, answering: bool, key: str, updater: TaskUpdater) -> None:
+    async def _run(
+        self,
+        message: A2AMessage,
+        waiting: Task,
+        answering: bool,
+        key: str,
+        updater: TaskUpdater,
+        call: ServerCallContext,
+    ) -> None:
         task_id = waiting.id
         # copies: a2a-sdk updates the task object it handed over once start_work is processed
         asked = [Part.FromString(p.SerializeToString()) for p in waiting.status.message.parts if p.HasField("data")]
         session = await self.session_store.get(key) or self.agent.create_session(session_id=key)
-        paused_on = cast(dict[str, Any], session.state.get(_HOST_KEY) or {}).get("task_id")
+        paused_on = await self.waits_on(session, call)
         if paused_on not in (None, task_id):  # the context waits on another task (checked on receipt too)
             await updater.failed(updater.new_agent_message([new_text_part(f"Context waits on task {paused_on}.")]))
+            return
+        handled = _handled(session, task_id)
+        if answering and message.message_id in handled:  # checked on receipt too; this one raced it
+            await updater.requires_input(
+                updater.new_agent_message([new_text_part(_replayed(message, task_id)), *asked])
+            )
             return
         await updater.start_work()
         try:
@@ -147,7 +190,7 @@ class FunctionalA2AExecutor(AgentExecutor):
             return
         requests = [c for m in response.messages for c in m.contents if c.type == "function_approval_request"]
         if requests:
-            session.state[_HOST_KEY] = {"task_id": task_id}
+            session.state[_HOST_KEY] = {"task_id": task_id, "messages": [*handled, message.message_id][-_HANDLED_KEPT:]}
         else:
             session.state.pop(_HOST_KEY, None)
         await self.session_store.set(key, session)
@@ -184,6 +227,7 @@ class FunctionalA2ARequestHandler(DefaultRequestHandler):
     def __init__(self, executor: FunctionalA2AExecutor, **kwargs: Any) -> None:
         super().__init__(agent_executor=executor, **kwargs)
         self.executor = executor
+        executor.task_store = self.task_store
 
     async def check(self, message: A2AMessage, context: ServerCallContext) -> None:
         """Refuse ``message`` when it cannot answer the pause it names (or ignores the pause of its context).
@@ -196,7 +240,7 @@ class FunctionalA2ARequestHandler(DefaultRequestHandler):
         task: Task | None = found.task if isinstance(found, StoredTask) else found
         context_id = task.context_id if task is not None else message.context_id
         session = await self.executor.session_for(context_id) if context_id else None
-        paused_on = cast(dict[str, Any], session.state.get(_HOST_KEY) or {}).get("task_id") if session else None
+        paused_on = await self.executor.waits_on(session, context)
         if task is None:
             if paused_on and not message.task_id:
                 raise InvalidParamsError(
@@ -207,6 +251,8 @@ class FunctionalA2ARequestHandler(DefaultRequestHandler):
             return  # an ended task: a2a-sdk refuses it; a running one: the executor's guard ignores it
         if message.context_id and message.context_id != task.context_id:
             return  # a2a-sdk refuses a context that is not the task's
+        if message.message_id in _handled(session, task.id):
+            raise InvalidParamsError(_replayed(message, task.id))
         pending = self.executor.agent.pending_requests_for(session)  # empty when another worker holds the pause:
         try:  # then only the shape is checked here and the agent's run checks the values (the task keeps waiting)
             message_answers(message, pending, text_answers=self.executor.text_answers)
@@ -256,7 +302,8 @@ def a2a_app(
       message on a context whose pause is open are JSON-RPC ``InvalidParams`` errors and change nothing:
       the task stays in ``input-required``. Unknown task ids, a context that is not the task's, and
       messages on ended tasks (a replayed answer) are refused by ``a2a-sdk``.
-    * An answer queued on a task that ended meanwhile (two answers at once) is ignored, not run.
+    * An answer queued on a task that ended meanwhile (two answers at once) is ignored, not run; a message
+      sent again (same ``message_id``, a client retry) is ``InvalidParams``, never an answer to a later pause.
     * Text answers are off by default (a word like "ok" must not approve a deploy). ``text_answers=True``
       lets a text-only client (``A2AAgent``, and orchestrations around it) answer the one pending request:
       ``str`` takes the text, ``bool`` exactly one of approve/yes (true) or reject/no (false), other types

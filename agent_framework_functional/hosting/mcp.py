@@ -8,6 +8,7 @@ back but cannot read, forge or swap it. Needs the ``mcp`` extra.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -35,6 +36,9 @@ DEFAULT_STATE_TTL_SECONDS = 3600.0
 
 MODERN_PROTOCOL = "2026-07-28"
 """The first MCP version with ``input_required`` results; older clients get ``elicitation/create`` in the call."""
+
+LEGACY_ATTEMPTS = 3
+"""Refused answers an older client (no ``input_required``) may send in one call before it gives up."""
 
 _PRIMITIVE = frozenset({"string", "number", "integer", "boolean"})
 _STATE_VERSION = 1
@@ -153,16 +157,37 @@ class MCPWorkflowTool:
             result = await self._run(task, session)
             if is_version_at_least(ctx.protocol_version, MODERN_PROTOCOL):
                 return result
-            while isinstance(result, types.InputRequiredResult):  # older clients: elicitation/create in the call
-                responses: dict[str, Any] = {}
-                for request_id, request in (result.input_requests or {}).items():
-                    form = cast(types.ElicitRequestFormParams, request.params)  # pyright: ignore[reportAttributeAccessIssue]
-                    responses[request_id] = await ctx.session.elicit_form(
-                        form.message, form.requested_schema, related_request_id=ctx.request_id
-                    )
-                result = await self._resume(session, responses)
-            return result
+            return await self._elicit_in_call(ctx, session, result)
         return await self._resume(self._session_from_state(params.request_state), params.input_responses or {})
+
+    async def _elicit_in_call(self, ctx: Any, session: AgentSession, result: Any) -> Any:
+        """Older clients: ``elicitation/create`` in the call until the workflow ends.
+
+        They hold no ``requestState`` to retry with, so a refused answer is asked again (the form's message
+        says why); after :data:`LEGACY_ATTEMPTS` refused answers the pause is abandoned and the call fails.
+        """
+        refused, refusals = "", 0
+        while isinstance(result, types.InputRequiredResult):
+            responses: dict[str, Any] = {}
+            for request_id, request in (result.input_requests or {}).items():
+                form = cast(types.ElicitRequestFormParams, request.params)  # pyright: ignore[reportAttributeAccessIssue]
+                responses[request_id] = await ctx.session.elicit_form(
+                    refused + form.message, form.requested_schema, related_request_id=ctx.request_id
+                )
+            try:
+                result = await self._resume(session, responses)
+                refused = ""
+            except MCPError as exc:  # the call is still paused: ask again, saying what was wrong
+                refusals += 1
+                if refusals >= LEGACY_ATTEMPTS:
+                    with contextlib.suppress(FunctionalWorkflowError):
+                        await self.agent.abandon_continuation_async(session=session)
+                    raise MCPError(
+                        types.INVALID_PARAMS,
+                        f"{exc.message} The call ended after {refusals} refused answers: call the tool again.",
+                    ) from None
+                refused = f"Your answer was refused: {exc.message} Answer again. "
+        return result
 
     async def _resume(self, session: AgentSession, responses: Mapping[str, Any]) -> Any:
         pending = self.agent.pending_requests_for(session)

@@ -43,6 +43,7 @@ from hosting_support import (
     deployer,
     editor,
     make_agent,
+    releaser,
     reviewer,
     run_sample_self_check,
 )
@@ -369,3 +370,54 @@ async def test_a_pause_taken_by_one_worker_is_answered_on_another(serve_port: An
             late = await send(first, [new_answer_part(True, "auto::0")], paused)
             assert output_of(late) == "deployed: a2a-workers"
     assert DEPLOYS["a2a-workers"] == 1
+
+
+class FailingWrites(SessionStore):
+    """Core's in-memory store whose writes fail while ``down`` is set (a Redis or Postgres outage)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = False
+
+    async def set(self, session_id: str, session: AgentSession) -> None:
+        if self.down:
+            raise ConnectionError("the session store is unreachable")
+        await super().set(session_id, session)
+
+
+async def test_a_session_write_lost_in_an_outage_does_not_lock_the_context(
+    serve_port: Any, http: httpx.AsyncClient
+) -> None:
+    """The answer ran but its session write failed: the task ended, and its context must take new input after."""
+    store = FailingWrites()
+    client = await client_for(serve_a2a(serve_port, session_store=store), http)
+    paused = await send(client, [new_text_part("a2a-outage")])
+    store.down = True
+    with pytest.raises(A2AError):
+        await send(client, [new_answer_part(True)], paused)
+    store.down = False
+    ended = await client.get_task(GetTaskRequest(id=paused.id))
+    assert ended.status.state == TaskState.TASK_STATE_FAILED
+    with pytest.raises(A2AError, match="terminal state"):
+        await send(client, [new_answer_part(True)], paused)  # nothing runs twice
+    assert DEPLOYS["a2a-outage"] == 1
+    again = await send(client, [new_text_part("a2a-outage-2")], context_id=paused.context_id)
+    assert output_of(await send(client, [new_answer_part(True)], again)) == "deployed: a2a-outage-2"
+
+
+async def test_a_retried_answer_does_not_answer_the_next_pause(serve_port: Any, http: httpx.AsyncClient) -> None:
+    """A client retry re-sends the same message: it approved the build gate, then the release gate it never saw."""
+    client = await client_for(serve_a2a(serve_port, releaser), http)
+    paused = await send(client, [new_text_part("a2a-retry")])
+    answer = Message(role=Role.ROLE_USER, parts=[new_answer_part(True)], message_id=uuid.uuid4().hex)
+    answer.task_id, answer.context_id = paused.id, paused.context_id
+    for _ in range(2):
+        with contextlib.suppress(A2AError):
+            async for _event in client.send_message(SendMessageRequest(message=answer)):
+                pass
+    with pytest.raises(A2AError, match="already ran on task"):
+        async for _event in client.send_message(SendMessageRequest(message=answer)):
+            pass
+    waiting = await client.get_task(GetTaskRequest(id=paused.id))
+    assert request_of(waiting)["data"] == {"gate": "release", "target": "a2a-retry"}
+    assert output_of(await send(client, [new_answer_part(False)], waiting)) == "a2a-retry: build=True release=False"

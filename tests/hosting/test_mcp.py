@@ -222,3 +222,24 @@ async def test_a_pause_taken_by_one_worker_is_answered_on_another(serve: Any, tm
                     "deployer", {"task": "mcp-workers"}, input_responses=accept({"answer": True}), request_state=state
                 )
     assert DEPLOYS["mcp-workers"] == 1
+
+
+async def test_older_protocol_clients_are_asked_again_after_a_refused_answer(serve: Any) -> None:
+    """An older client holds no requestState to retry with: a refused answer is asked again, not a dead pause."""
+    seen: list[Any] = []
+    answers = iter([{"answer": "yes"}, {"answer": True}])
+
+    async def callback(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        seen.append(params)
+        return types.ElicitResult(action="accept", content=next(answers))
+
+    url = serve_mcp(serve)
+    async with Client(url, elicitation_callback=callback, mode="legacy") as client:
+        result = await client.call_tool("deployer", {"task": "mcp-legacy-retry"})
+    assert first_text(result) == "deployed: mcp-legacy-retry"
+    assert len(seen) == 2 and "refused" in seen[1].message and "not a bool" in seen[1].message
+    assert DEPLOYS["mcp-legacy-retry"] == 1
+    async with Client(url, elicitation_callback=answering({"answer": "yes"}), mode="legacy") as client:
+        with pytest.raises(MCPError, match="call the tool again"):
+            await client.call_tool("deployer", {"task": "mcp-legacy-bad"})
+    assert DEPLOYS["mcp-legacy-bad"] == 0

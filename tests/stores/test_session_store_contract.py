@@ -146,6 +146,16 @@ async def test_bad_input_is_refused_and_changes_nothing(make: Callable[..., Boun
         make(max_entries=0)
 
 
+async def test_a_huge_max_entries_is_refused_when_made_or_works(make: Callable[..., BoundedSessionStore]) -> None:
+    """A bound past what SQL takes as a row count failed every write (OverflowError) instead of the constructor."""
+    with pytest.raises(ValueError, match="at most 2\\*\\*63 - 1"):
+        make(max_entries=2**63)
+    store = make(max_entries=2**63 - 1)
+    await store.set("k", _session())
+    assert await store.purge_expired() == 0  # type: ignore[attr-defined]
+    assert (await store.get("k")).to_dict() == _session().to_dict()  # type: ignore[union-attr]
+
+
 async def test_agui_snapshots_live_in_the_same_store_apart_per_scope(make: Callable[..., BoundedSessionStore]) -> None:
     store = make()
     snapshots = ThreadSnapshotStore(store)
@@ -176,3 +186,20 @@ async def test_agui_snapshots_live_in_the_same_store_apart_per_scope(make: Calla
 def test_thread_snapshot_store_needs_one_of_the_package_stores() -> None:
     with pytest.raises(TypeError, match="session stores"):
         ThreadSnapshotStore(SessionStore())  # type: ignore[arg-type]
+
+
+async def test_redis_clear_keeps_to_its_namespace_whatever_its_characters(redis_server: str) -> None:
+    """A namespace is a key prefix, not a pattern: clearing a scope in ``app*`` must not clear ``apple``'s."""
+    tag = uuid.uuid4().hex
+    stores = [RedisSessionStore(redis_server, namespace=tag + name, purge_interval=None) for name in ("app*", "apple")]
+    try:
+        globbed, other = (ThreadSnapshotStore(store) for store in stores)
+        await globbed.save(scope="alice", thread_id="t1", snapshot=AGUIThreadSnapshot())
+        await other.save(scope="alice", thread_id="t1", snapshot=AGUIThreadSnapshot(state={"kept": 1}))
+        await globbed.clear(scope="alice")
+        assert await globbed.get(scope="alice", thread_id="t1") is None
+        kept = await other.get(scope="alice", thread_id="t1")
+        assert kept is not None and kept.state == {"kept": 1}
+    finally:
+        for store in stores:
+            await store.aclose()
