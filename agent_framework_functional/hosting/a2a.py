@@ -37,7 +37,7 @@ from agent_framework import AgentSession, Message, SessionStore
 from starlette.applications import Starlette
 
 from .._agent import FunctionalWorkflowAgent
-from .._errors import FunctionalWorkflowError, ResponseMismatchError
+from .._errors import ContinuationAuthorityError, FunctionalWorkflowError, ResponseMismatchError
 from ._a2a_parts import BOOL_WORDS, message_answers, new_answer_part, request_part
 from ._defaults import default_session_store
 
@@ -52,6 +52,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+_GONE = "This task's pause can no longer be answered; start a new task on this context."
 _TERMINAL = frozenset(
     {
         TaskState.TASK_STATE_COMPLETED,
@@ -174,6 +175,17 @@ class FunctionalA2AExecutor(AgentExecutor):
             else:
                 messages = get_message_text(message)
             response = await self.agent.run(messages, session=session)
+        except ContinuationAuthorityError as exc:  # the pause is gone (expired, answered, abandoned): nothing ran
+            stored = await self.session_store.get(key)
+            if answering and stored is not None and stored.state != session.state:
+                # another worker's run moved this context on (a racing answer won): leave its session and task be
+                await updater.requires_input(updater.new_agent_message([new_text_part(str(exc)), *asked]))
+                return
+            if answering:  # no answer can reach this pause any more: end the task and free the context
+                session.state.pop(_HOST_KEY, None)
+                await self.session_store.set(key, session)
+            await updater.failed(updater.new_agent_message([new_text_part(f"{exc} {_GONE}")]))
+            return
         except FunctionalWorkflowError as exc:  # refused and nothing changed (the stored session is still right)
             parts = [new_text_part(str(exc))]
             if answering:  # the task still waits: its status keeps the request parts it had

@@ -421,3 +421,26 @@ async def test_a_retried_answer_does_not_answer_the_next_pause(serve_port: Any, 
     waiting = await client.get_task(GetTaskRequest(id=paused.id))
     assert request_of(waiting)["data"] == {"gate": "release", "target": "a2a-retry"}
     assert output_of(await send(client, [new_answer_part(False)], waiting)) == "a2a-retry: build=True release=False"
+
+
+async def test_an_answer_after_the_pause_expired_fails_the_task_and_frees_the_context(
+    serve_port: Any, http: httpx.AsyncClient
+) -> None:
+    """A task whose pause expired cannot be answered any more: the answer fails the task (saying why and what to do),
+    runs nothing, and the context takes new input. (It stayed ``input-required`` for good, refusing every answer.)"""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/"
+    serve_port(a2a_app(deployer.build(continuation_ttl=1).as_agent(name="deployer"), url=url), port=port)
+    client = await client_for(url, http)
+    paused = await send(client, [new_text_part("a2a-expired")])
+    assert request_of(paused)["request_id"] == "auto::0"
+    await asyncio.sleep(1.3)
+    failed = await send(client, [new_answer_part(True, "auto::0")], paused)
+    assert failed.status.state == TaskState.TASK_STATE_FAILED, failed.status
+    reason = " ".join(part.text for part in failed.status.message.parts if part.HasField("text"))
+    assert "new task" in reason, reason
+    assert DEPLOYS["a2a-expired"] == 0
+    again = await send(client, [new_text_part("a2a-expired-2")], context_id=paused.context_id)
+    assert output_of(await send(client, [new_answer_part(True, "auto::0")], again)) == "deployed: a2a-expired-2"
