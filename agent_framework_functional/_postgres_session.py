@@ -5,14 +5,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from datetime import timedelta
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from ._postgres_schema import DEFAULT_POOL_SIZE, DEFAULT_POOL_TIMEOUT_SECONDS, DEFAULT_SCHEMA, PostgresPool
 from ._session_store import (
     DEFAULT_MAX_STORED_SESSIONS,
     DEFAULT_SESSION_PURGE_INTERVAL_SECONDS,
-    BoundedSessionStore,
+    DurableSessionStore,
     check_max_entries,
     group_key,
     record_key,
@@ -120,7 +119,7 @@ class PostgresRecords:
         return expired + int(await self._execute("session purge", "trim", (self.max_entries,)))
 
 
-class PostgresSessionStore(BoundedSessionStore):
+class PostgresSessionStore(DurableSessionStore[PostgresRecords]):
     """Core's ``SessionStore`` on PostgreSQL: sessions shared by workers on several machines, kept across restarts.
 
     Each session is one row of JSON (core's ``AgentSession.to_dict``; it holds a paused conversation's
@@ -187,34 +186,14 @@ class PostgresSessionStore(BoundedSessionStore):
             max_size=max_size,
             pool_timeout=pool_timeout,
         )
-        self._postgres = PostgresRecords(db, ttl=seconds, max_entries=max_entries, purge_interval=interval, clock=clock)
-        super().__init__(self._postgres)
-
-    @property
-    def records(self) -> PostgresRecords:
-        """The backend's records (sessions, and AG-UI snapshots kept here)."""
-        return self._postgres
-
-    async def __aenter__(self) -> PostgresSessionStore:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
+        super().__init__(
+            PostgresRecords(db, ttl=seconds, max_entries=max_entries, purge_interval=interval, clock=clock)
+        )
 
     @property
     def schema(self) -> str:
         """The PostgreSQL schema that holds the store's table."""
         return self.records.db.schema
-
-    async def count(self) -> int:
-        """Rows held now (sessions and snapshots; expired ones not yet purged included)."""
-        return await self.records.count()
-
-    async def purge_expired(self) -> int:
-        """Delete the expired rows and trim to ``max_entries`` now; return how many were deleted."""
-        return await self.records.purge()
 
     async def aclose(self) -> None:
         """Close the pool if the store created it; a pool passed in is left open."""

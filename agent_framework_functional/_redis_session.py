@@ -6,7 +6,6 @@ import re
 import time
 from collections.abc import Callable
 from datetime import timedelta
-from types import TracebackType
 from typing import Any
 
 from ._redis_client import DEFAULT_MAX_CONNECTIONS, DEFAULT_POOL_TIMEOUT_SECONDS, pooled_client
@@ -14,7 +13,7 @@ from ._redis_client import text as as_text
 from ._session_store import (
     DEFAULT_MAX_STORED_SESSIONS,
     DEFAULT_SESSION_PURGE_INTERVAL_SECONDS,
-    BoundedSessionStore,
+    DurableSessionStore,
     check_max_entries,
     group_key,
     record_key,
@@ -107,7 +106,7 @@ class RedisRecords:
             await self.client.aclose()
 
 
-class RedisSessionStore(BoundedSessionStore):
+class RedisSessionStore(DurableSessionStore[RedisRecords]):
     """Core's ``SessionStore`` on Redis: sessions shared by workers on several machines, kept across restarts.
 
     Each session is one Redis string of JSON (core's ``AgentSession.to_dict``; it holds a paused
@@ -177,29 +176,7 @@ class RedisSessionStore(BoundedSessionStore):
             purge_interval=interval,
             clock=clock,
         )
-        self._redis = records
         super().__init__(records)
-
-    @property
-    def records(self) -> RedisRecords:
-        """The backend's records (sessions, and AG-UI snapshots kept here)."""
-        return self._redis
-
-    async def __aenter__(self) -> RedisSessionStore:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
-
-    async def count(self) -> int:
-        """Sessions and snapshots the store's index holds now (expired ones not yet purged included)."""
-        return await self.records.count()
-
-    async def purge_expired(self) -> int:
-        """Forget expired sessions and trim to ``max_entries`` now; return how many were dropped."""
-        return await self.records.purge()
 
     async def aclose(self) -> None:
         """Close the client if the store created it from a URL; a client passed in is left open."""

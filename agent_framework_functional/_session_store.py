@@ -19,7 +19,8 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, Protocol, cast
+from types import TracebackType
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 from agent_framework import AgentSession, SessionStore
 
@@ -139,6 +140,58 @@ class BoundedSessionStore(SessionStore):
         """
         SessionStore.validate_session_id(session_id)
         await self.records.remove(SESSION_GROUP, session_id)
+
+
+class DurableRecords(SessionRecords, Protocol):
+    """:class:`SessionRecords` on a shared backend, which can also count and purge what it holds."""
+
+    async def count(self) -> int:
+        """Records held now (sessions and snapshots; expired ones not yet purged included)."""
+        ...
+
+    async def purge(self) -> int:
+        """Delete the expired records and trim to ``max_entries`` now; return how many were deleted."""
+        ...
+
+
+_Records = TypeVar("_Records", bound=DurableRecords)
+_Store = TypeVar("_Store", bound="DurableSessionStore[Any]")
+
+
+class DurableSessionStore(Generic[_Records], BoundedSessionStore):
+    """The shared part of the durable session stores (SQLite, Redis, PostgreSQL).
+
+    Typed records, ``count``, ``purge_expired`` and ``async with`` (which calls the backend's ``aclose``).
+    """
+
+    def __init__(self, records: _Records) -> None:
+        super().__init__(records)
+        self._durable = records
+
+    @property
+    def records(self) -> _Records:
+        """The backend's records (sessions, and AG-UI snapshots kept here)."""
+        return self._durable
+
+    async def __aenter__(self: _Store) -> _Store:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def count(self) -> int:
+        """Records held now (sessions and snapshots; expired ones not yet purged included)."""
+        return await self.records.count()
+
+    async def purge_expired(self) -> int:
+        """Delete the expired records and trim to ``max_entries`` now; return how many were deleted."""
+        return await self.records.purge()
+
+    async def aclose(self) -> None:
+        """Release the backend's connections (each backend says which)."""
+        raise NotImplementedError
 
 
 class MemoryRecords:

@@ -11,13 +11,12 @@ import weakref
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from types import TracebackType
 from typing import Any, TypeVar, cast
 
 from ._session_store import (
     DEFAULT_MAX_STORED_SESSIONS,
     DEFAULT_SESSION_PURGE_INTERVAL_SECONDS,
-    BoundedSessionStore,
+    DurableSessionStore,
     check_max_entries,
     group_key,
     record_key,
@@ -129,7 +128,7 @@ class SQLiteRecords:
         return await asyncio.to_thread(locked)
 
 
-class SQLiteSessionStore(BoundedSessionStore):
+class SQLiteSessionStore(DurableSessionStore[SQLiteRecords]):
     """Core's ``SessionStore`` in one SQLite file: sessions shared by the workers of one machine, kept across restarts.
 
     Each session is one row of JSON (core's ``AgentSession.to_dict``; it holds a paused conversation's
@@ -186,34 +185,12 @@ class SQLiteSessionStore(BoundedSessionStore):
             busy_timeout=duration_seconds(busy_timeout, "busy_timeout"),
             clock=clock,
         )
-        self._sqlite = records
         super().__init__(records)
-
-    @property
-    def records(self) -> SQLiteRecords:
-        """The backend's records (sessions, and AG-UI snapshots kept here)."""
-        return self._sqlite
-
-    async def __aenter__(self) -> SQLiteSessionStore:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
-
-    async def count(self) -> int:
-        """Rows held now (sessions and snapshots; expired ones not yet purged included)."""
-        return await self.records.count()
-
-    async def purge_expired(self) -> int:
-        """Delete the expired rows and trim to ``max_entries`` now; return how many were deleted."""
-        return await self.records.purge()
 
     def close(self) -> None:
         """Close the database connection (idempotent); the store cannot be used afterwards."""
-        self._sqlite.close()
+        self.records.close()
 
     async def aclose(self) -> None:
         """Close the database connection without blocking the event loop; see :meth:`close`."""
-        await asyncio.to_thread(self._sqlite.close)
+        await asyncio.to_thread(self.records.close)
