@@ -95,17 +95,16 @@ def serve(host: str, ttl: float | None, cap: int | None) -> None:
 
         trace.set_tracer_provider(trace.NoOpTracerProvider())
         app = devui_app(agent, auth_token=TOKEN)
-    # The store the hosting call made (or was given), found once: its size is sampled.
-    if host == "devui":
-        from agent_framework_devui._conversations import InMemoryConversationStore
-
-        kept: list[Any] = [obj for obj in gc.get_objects() if isinstance(obj, InMemoryConversationStore)]
-    else:
-        kept = [store] if store is not None else [o for o in gc.get_objects() if isinstance(o, InMemorySessionStore)]
+    # The store the hosting call made (or was given), found once (DevUI makes its own when it starts).
+    kept: list[Any] = [store] if store is not None else []
 
     def store_size() -> int:
         if host == "devui":
+            from agent_framework_devui._conversations import InMemoryConversationStore
+
+            kept[:] = kept or [obj for obj in gc.get_objects() if isinstance(obj, InMemoryConversationStore)]
             return sum(len(found._conversations) for found in kept)  # pyright: ignore[reportPrivateUsage]
+        kept[:] = kept or [obj for obj in gc.get_objects() if isinstance(obj, InMemorySessionStore)]
         return sum(len(found) for found in kept)
 
     async def stats() -> dict[str, int]:
