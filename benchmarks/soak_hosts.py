@@ -1,8 +1,9 @@
 """Soak: many conversations through each host over time; does the server's memory, fds or latency drift?
 
 Each host runs as a server subprocess on 127.0.0.1 (``--serve``): Responses (``hosting.responses_app``),
-AG-UI (``hosting.agui_endpoint`` with AG-UI's in-memory snapshot store) and DevUI (``hosting.devui_app``),
-each serving one pausing agent (a ``bool`` approval). The driver (this process) runs, per host:
+AG-UI (``hosting.agui_endpoint``) and DevUI (``hosting.devui_app``), each with the stores its call makes by
+default (``--cap N``: the session store's ``max_entries``, as a user sets it), serving one pausing agent (a
+``bool`` approval). The driver (this process) runs, per host:
 
 1. ``sequential``: N conversations one after another (text, then the approval);
 2. ``concurrent``: C clients for S seconds, each running conversations back to back;
@@ -11,8 +12,8 @@ each serving one pausing agent (a ``bool`` approval). The driver (this process) 
    agent's live instances went back to at most that one.
 
 Every ``--interval`` seconds it samples the server's RSS and open file descriptors (``/proc``), and
-the server reports the agent's live instances and the host's session-store size (``/_soak``: core's
-``SessionStore`` entries, AG-UI's snapshots, DevUI's conversations). Approval turns are timed.
+the server reports the agent's live instances and the host's session-store size (``/_soak``: the
+``InMemorySessionStore`` records, sessions or AG-UI snapshots; DevUI's conversations). Approval turns are timed.
 
 Printed per host: RSS slope after warm-up (KB per 1,000 answered conversations, least squares over
 the samples after the first ``--warmup`` conversations), fds first/last, store size, approval p50/p99
@@ -22,7 +23,7 @@ figures: benchmarks/README.md "Soak".
 Run:
     python benchmarks/soak_hosts.py                 # moderate: a few minutes on 2 cores
     python benchmarks/soak_hosts.py --quick         # smoke run (the tests run it), numbers meaningless
-    python benchmarks/soak_hosts.py --hosts responses --sequential 5000 --seconds 120 --clients 20
+    python benchmarks/soak_hosts.py --cap 300 --warmup 1000   # every bound passed during warm-up
 """
 
 from __future__ import annotations
@@ -67,45 +68,44 @@ async def deployer(text: str, ctx: RunContext) -> str:
 def serve(host: str, ttl: float | None, cap: int | None) -> None:
     """Serve one host on a free loopback port; print the port on stdout, then serve until killed.
 
-    ``cap`` bounds the host's session store (Responses: oldest entries dropped; AG-UI: its
-    ``max_snapshots``), a measuring device that separates the agent's own cost from the store's.
+    Each host is what its hosting call gives by default: Responses and AG-UI keep their sessions and
+    thread snapshots in the bounded ``InMemorySessionStore`` the call makes (the agent's
+    ``continuation_ttl``, 10,000 entries). ``cap`` is that store's ``max_entries``, as a user sets it:
+    ``responses_app(agent, session_store=InMemorySessionStore(max_entries=cap, ttl=...))``, and AG-UI's
+    ``agui_endpoint(..., snapshot_store=InMemorySessionStore(...))`` (kept through ``ThreadSnapshotStore``).
+    DevUI keeps its own conversation store (no option to bound it).
     """
     import uvicorn
     from fastapi import FastAPI
 
+    from agent_framework_functional import InMemorySessionStore
     from agent_framework_functional._session import live_conversations
     from agent_framework_functional.hosting import agui_endpoint, devui_app, responses_app
 
     logging.getLogger("agent_framework_devui._tracing").setLevel(logging.ERROR)  # "no real TracerProvider"
     agent = deployer.build(continuation_ttl=ttl).as_agent(name="deployer")
-    stores: list[Any] = []
+    store = None if cap is None else InMemorySessionStore(ttl=agent.continuation_ttl, max_entries=cap)
     if host == "responses":
-        session_store = agent_framework.SessionStore() if cap is None else CappedSessionStore(cap)
-        stores.append(session_store)
-        app: Any = responses_app(agent, session_store=session_store)
+        app: Any = responses_app(agent, session_store=store)
     elif host == "agui":
-        from agent_framework_ag_ui import InMemoryAGUIThreadSnapshotStore
-
-        snapshots = (
-            InMemoryAGUIThreadSnapshotStore() if cap is None else InMemoryAGUIThreadSnapshotStore(max_snapshots=cap)
-        )
-        stores.append(snapshots)
         app = FastAPI()
-        agui_endpoint(app, agent, "/agent", snapshot_store=snapshots, single_user=True)
+        agui_endpoint(app, agent, "/agent", snapshot_store=store, single_user=True)
     else:
         from opentelemetry import trace
 
         trace.set_tracer_provider(trace.NoOpTracerProvider())
         app = devui_app(agent, auth_token=TOKEN)
+    # The store the hosting call made (or was given), found once (DevUI makes its own when it starts).
+    kept: list[Any] = [store] if store is not None else []
 
     def store_size() -> int:
-        if host == "devui":  # DevUI keeps its conversation store inside its app: find it
+        if host == "devui":
             from agent_framework_devui._conversations import InMemoryConversationStore
 
-            found = [obj for obj in gc.get_objects() if isinstance(obj, InMemoryConversationStore)]
-            return sum(len(store._conversations) for store in found)  # pyright: ignore[reportPrivateUsage]
-        store = stores[0]
-        return len(getattr(store, "_sessions", None) or getattr(store, "_snapshots", {}))
+            kept[:] = kept or [obj for obj in gc.get_objects() if isinstance(obj, InMemoryConversationStore)]
+            return sum(len(found._conversations) for found in kept)  # pyright: ignore[reportPrivateUsage]
+        kept[:] = kept or [obj for obj in gc.get_objects() if isinstance(obj, InMemorySessionStore)]
+        return sum(len(found) for found in kept)
 
     async def stats() -> dict[str, int]:
         return {"live": live_conversations(agent.workflow), "store": store_size()}
@@ -123,21 +123,6 @@ def serve(host: str, ttl: float | None, cap: int | None) -> None:
         await task
 
     asyncio.run(run())
-
-
-class CappedSessionStore(agent_framework.SessionStore):
-    """Core's in-memory ``SessionStore`` keeping only the newest ``cap`` entries (a measuring device only)."""
-
-    def __init__(self, cap: int) -> None:
-        super().__init__()
-        self.cap = cap
-
-    async def set(self, session_id: str, session: agent_framework.AgentSession) -> None:
-        """Store the session, then drop the oldest entries beyond ``cap``."""
-        await super().set(session_id, session)
-        sessions = self._sessions  # pyright: ignore[reportPrivateUsage]
-        while len(sessions) > self.cap:
-            sessions.pop(next(iter(sessions)))
 
 
 # ---------------------------------------------------------------------------------------------- conversations
@@ -385,7 +370,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--ttl", type=float, default=5.0, help="the server's continuation_ttl (seconds)")
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between samples")
     parser.add_argument("--warmup", type=int, default=300, help="answered conversations before the slope counts")
-    parser.add_argument("--cap", type=int, help="bound the host's session store (Responses, AG-UI) to this many")
+    parser.add_argument(
+        "--cap", type=int, help="the session store's max_entries (Responses, AG-UI), as a user would set it"
+    )
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny sizes, numbers meaningless")
     args = parser.parse_args(argv)
     if args.quick:

@@ -16,10 +16,38 @@ from typing import Any, cast
 from agent_framework import Content
 from agent_framework_ag_ui import AgentFrameworkAgent, AGUIThreadSnapshot
 from agent_framework_ag_ui._approval_lifecycle import ApprovalExecutionOwner  # pyright: ignore[reportPrivateUsage]
-from agent_framework_ag_ui._approval_state import approval_state_thread_id  # pyright: ignore[reportPrivateUsage]
+from agent_framework_ag_ui._approval_state import (  # pyright: ignore[reportPrivateUsage]
+    InMemoryAGUIApprovalStateStore,
+    approval_state_thread_id,
+)
 from agent_framework_ag_ui._utils import canonical_function_arguments  # pyright: ignore[reportPrivateUsage]
 
+from .._agent import FunctionalWorkflowAgent
 from .._updates import REQUEST_INFO_FUNCTION_NAME
+
+ANSWERED_APPROVAL_RETENTION_SECONDS = 60.0
+"""How long AG-UI keeps an answered approval of an ``agui_endpoint`` (AG-UI's default: 900 s), at most the TTL.
+
+AG-UI keeps each answered approval (about 8 KB) to refuse a resent answer, and refuses every new approval of
+a scope once it keeps 10,000 (one scope for ``single_user``): at its 900 s default, past about 11 answered
+approvals a second. Here a resent answer is refused anyway: ``check_request`` finds no open interrupt, and the
+pause's token is spent.
+"""
+
+
+def bound_approval_state(runner: AgentFrameworkAgent, agent: FunctionalWorkflowAgent) -> None:
+    """Give ``runner`` an AG-UI approval state that keeps what the agent keeps: pauses for one TTL.
+
+    An unanswered approval expires with the agent's ``continuation_ttl`` (AG-UI's default: 24 h, whatever the
+    TTL); answered and expired ones are dropped :data:`ANSWERED_APPROVAL_RETENTION_SECONDS` (or the TTL, if
+    shorter) later, on AG-UI's next touch of its approval state.
+    ``AgentFrameworkAgent`` builds its store with AG-UI's defaults and offers no option, so it is replaced.
+    """
+    ttl = agent.continuation_ttl
+    runner._approval_state_store = InMemoryAGUIApprovalStateStore(  # pyright: ignore[reportPrivateUsage]
+        pending_retention_seconds=ttl,
+        terminal_retention_seconds=min(ANSWERED_APPROVAL_RETENTION_SECONDS, ttl),
+    )
 
 
 def _request_call(interrupt: dict[str, Any]) -> Content | None:

@@ -22,7 +22,7 @@ from .._errors import ResponseMismatchError
 from .._session import SESSION_STATE_KEY
 from .._updates import REQUEST_INFO_FUNCTION_NAME
 from ._adapter import ANSWER_FIELD, HostedAgent, as_messages, check_answer, replace_contents, result_answer
-from ._agui_approvals import restore_open_approvals
+from ._agui_approvals import bound_approval_state, restore_open_approvals
 from ._snapshots import snapshot_store_for
 
 DEFAULT_MAX_BODY_BYTES = 1_000_000
@@ -257,6 +257,9 @@ def agui_endpoint(
       state only from the thread's snapshot; the agent keeps each thread's pause (its token) there. Without
       ``snapshot_store``, a bounded in-memory one (24 h TTL from each save, the least recently saved dropped
       past 10,000 threads).
+    - AG-UI's approval state keeps what the agent keeps: an unanswered approval for the agent's
+      ``continuation_ttl`` (AG-UI's own default is 24 h), an answered one for 60 s (AG-UI's: 15 min, and at
+      10,000 kept per scope it refuses new approvals).
     - ``detached_runs=True``: a client that hangs up at the approval request does not cancel the run, so the
       snapshot save after it still happens and the answer can resume the pause. A client that reconnects
       before that save ends gets 409 from AG-UI and retries (``@ag-ui/client`` does not; README shows how).
@@ -294,6 +297,7 @@ def agui_endpoint(
     """
     snapshots = snapshot_store_for(snapshot_store, agent)
     runner = AgentFrameworkAgent(agent=AGUIAgent(agent), snapshot_store=snapshots)  # pyright: ignore[reportArgumentType]
+    bound_approval_state(runner, agent)
     if single_user == (authorization_scope_resolver is not None):
         raise ValueError(
             "agui_endpoint needs exactly one of single_user=True (every caller is one user) and "

@@ -7,10 +7,13 @@ ends; AG-UI's endpoint keeps thread snapshots the same way without ``snapshot_st
 
 from __future__ import annotations
 
+import gc
 import json
+import time
 from typing import Any
 
 import httpx
+from agent_framework_ag_ui._approval_lifecycle import ApprovalOccurrence  # pyright: ignore[reportPrivateUsage]
 from agui_support import Thread, errors, text_of
 from fastapi import FastAPI
 from hosting_support import DEPLOYS, deployer, make_agent
@@ -122,3 +125,27 @@ def test_two_apps_on_one_sqlite_file_share_agui_threads_and_responses_conversati
     finally:
         for item in opened:
             item.close()
+
+
+def test_agui_endpoint_keeps_answered_and_unanswered_approvals_for_one_ttl_only(serve: Any, http: httpx.Client) -> None:
+    """AG-UI's approval state drops answered approvals (its own default keeps them 15 minutes, and refuses new
+    approvals at 10,000 per scope) and unanswered ones (its default: 24 h) by the agent's TTL."""
+    agent = deployer.build(continuation_ttl=0.5).as_agent(name="deployer")
+    app = FastAPI()
+    agui_endpoint(app, agent, "/agent", single_user=True)
+    url = f"{serve(app).base}/agent"
+
+    def kept() -> int:
+        return sum(isinstance(obj, ApprovalOccurrence) for obj in gc.get_objects())
+
+    before = kept()
+    for index in range(3):
+        thread = Thread(http, url)
+        thread.say(f"answered {index}")
+        assert not errors(thread.answer())
+    Thread(http, url).say("left paused")
+    assert kept() - before == 4
+    time.sleep(1.1)  # unanswered: expired after one TTL, then kept as answered ones are (the TTL here, 0.5 s)
+    Thread(http, url).say("after one ttl")
+    gc.collect()
+    assert kept() - before == 1
