@@ -13,6 +13,8 @@ from collections.abc import Awaitable, Callable
 
 from agent_framework import CheckpointStorage, WorkflowCheckpoint
 
+from ._expiry import checkpoint_deletions
+
 
 class RecordingCheckpointStorage:
     """Checkpoint storage proxy that remembers what one run saved through it (internal).
@@ -74,6 +76,7 @@ class RecordingCheckpointStorage:
         preloaded, self.preloaded = self.preloaded, None
         if preloaded is not None and preloaded.checkpoint_id == checkpoint_id:
             return preloaded
+        await checkpoint_deletions()  # an abandoned pause's checkpoint is gone before any restore reads it
         try:
             return await self.inner.load(checkpoint_id)
         except Exception:

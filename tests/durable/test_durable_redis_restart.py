@@ -86,6 +86,15 @@ async def _make_durable_at_runtime(url: str, *, rewrite: bool) -> None:
         await admin.config_set("appendfsync", "always")
         if rewrite:
             await admin.execute_command("CONFIG", "REWRITE")
+        # Turning the AOF on at runtime starts a rewrite; until it ends there is no AOF to load after a kill (on a
+        # loaded machine the test's writes and kill raced it and the records were lost).
+        for _ in range(200):
+            info = await admin.info("persistence")
+            if not info.get("aof_rewrite_in_progress") and not info.get("aof_rewrite_scheduled"):
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("Redis did not finish the AOF rewrite that CONFIG SET appendonly yes started")
     finally:
         await admin.aclose()
 
