@@ -916,7 +916,10 @@ async def keeps_the_response(topic: str, ctx: RunContext) -> str:
 
 
 @pytest.mark.parametrize("resume", ["token", "checkpoint"])
-async def test_a_step_returning_the_agent_response_replays_it_from_the_cache(resume: str) -> None:
+async def test_a_step_returning_the_agent_response_replays_it_from_the_cache(
+    resume: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(keeps_the_response, "keep_checkpoints", True)  # "checkpoint" restores an abandoned pause
     WRITER.runs = 0
     storage = InMemoryCheckpointStorage()
     wf = keeps_the_response.build(checkpoint_storage=storage)

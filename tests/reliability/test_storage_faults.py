@@ -198,8 +198,9 @@ async def test_save_failure_when_a_resume_pauses_again(storage: FlakyStorage, hi
 
 
 async def test_load_failure_gives_an_error_and_the_instance_stays_usable(
-    storage: FlakyStorage, history: dict[str, str]
+    storage: FlakyStorage, history: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(refund, "keep_checkpoints", True)  # it restores an abandoned pause: keep its checkpoint
     wf = refund.build(checkpoint_storage=storage)
     paused = await wf.run(4)
     ids = sorted(snapshot(storage.storage_path))
