@@ -18,9 +18,18 @@ from agent_framework import RunContext, get_run_context, step
 from ._agent import FunctionalWorkflowAgent
 from ._answers import response_schema
 from ._authority import VerifiedContinuation
-from ._checkpoint_seal import CheckpointSealer
 from ._continuation import FunctionalWorkflowContinuationToken, continuation_token_hash
 from ._definition import FunctionalWorkflowDefinition, workflow
+from ._durable.checkpoint_seal import CheckpointSealer
+from ._durable.postgres_checkpoint import PostgresCheckpointStorage
+from ._durable.postgres_session import PostgresSessionStore
+from ._durable.postgres_store import PostgresContinuationStore
+from ._durable.redis_checkpoint import RedisCheckpointStorage
+from ._durable.redis_session import RedisSessionStore
+from ._durable.redis_store import RedisContinuationStore
+from ._durable.session_store import InMemorySessionStore
+from ._durable.sqlite_session import SQLiteSessionStore
+from ._durable.sqlite_store import SQLiteContinuationStore
 from ._emit import emit_update, stream_agent
 from ._errors import (
     CheckpointRestoreConflictError,
@@ -35,16 +44,7 @@ from ._errors import (
     StaleContinuationError,
     WorkflowRunningError,
 )
-from ._postgres_checkpoint import PostgresCheckpointStorage
-from ._postgres_session import PostgresSessionStore
-from ._postgres_store import PostgresContinuationStore
-from ._redis_checkpoint import RedisCheckpointStorage
-from ._redis_session import RedisSessionStore
-from ._redis_store import RedisContinuationStore
 from ._session import SESSION_STATE_KEY
-from ._session_store import InMemorySessionStore
-from ._sqlite_session import SQLiteSessionStore
-from ._sqlite_store import SQLiteContinuationStore
 from ._store import ContinuationRecord, ContinuationStore
 from ._workflow import FunctionalWorkflow, FunctionalWorkflowRunResult
 from .hosting._responses_input import responses_approval_messages, responses_to_run_with_approvals

@@ -210,7 +210,7 @@ def _append_new_keys(keys: list[str], entries: dict[str, Any]) -> None:
 class StepCacheOffer:
     """What one checkpoint save offers a storage: the log and its length at this save (internal).
 
-    A storage that stores step-cache entries once (:mod:`._checkpoint_delta`) calls :meth:`take`
+    A storage that stores step-cache entries once (:mod:`._durable.checkpoint_delta`) calls :meth:`take`
     before its first ``await``; from then on this run hands it core's live dicts instead of copies
     (the checkpoint then holds the whole cache only until ``save`` returns; such a storage reads
     the entries by key, up to ``cache_len`` / ``counts_len``, so later steps cannot leak in).

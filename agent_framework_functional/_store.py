@@ -4,7 +4,7 @@ With a :class:`ContinuationStore` given to ``build(..., continuation_store=...)`
 is also recorded in the store (by the sha256 of its token's secret, never the secret), so that any
 process with the same workflow definition, checkpoint storage and store can resume it, exactly once.
 The resume path that uses the store is ``_store_authority.StoreAuthority``; the stores themselves
-are ``_sqlite_store`` and ``_redis_store``. Both build and read records through
+are ``_durable.sqlite_store`` and ``_durable.redis_store``. Both build and read records through
 :meth:`ContinuationRecord.to_fields` / :meth:`ContinuationRecord.from_fields`, so a record has one
 serial form.
 

@@ -76,7 +76,7 @@ from agent_framework_functional import (
     step,
     workflow,
 )
-from agent_framework_functional._postgres_schema import DEFAULT_POOL_SIZE
+from agent_framework_functional._durable.postgres_schema import DEFAULT_POOL_SIZE
 
 if TYPE_CHECKING:
     from bench_peers import Block

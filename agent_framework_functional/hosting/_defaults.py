@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .._agent import FunctionalWorkflowAgent
-from .._session_store import InMemorySessionStore
+from .._durable.session_store import InMemorySessionStore
 
 
 def default_session_ttl(agent: FunctionalWorkflowAgent) -> float:

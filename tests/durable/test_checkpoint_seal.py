@@ -30,8 +30,8 @@ from agent_framework_functional import (
     CheckpointSealer,
     RedisCheckpointStorage,
     RedisContinuationStore,
-    _checkpoint_seal,
 )
+from agent_framework_functional._durable import checkpoint_seal as _checkpoint_seal
 
 KEY_A = secrets.token_bytes(32)
 KEY_B = secrets.token_bytes(32)

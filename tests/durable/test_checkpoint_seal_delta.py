@@ -28,8 +28,8 @@ from agent_framework._workflows._checkpoint_encoding import encode_checkpoint_va
 from test_checkpoint_seal import _from_dict_hijack_pickle, _pickled, _posix_path_pickle
 
 from agent_framework_functional import CheckpointSealer, RedisCheckpointStorage, workflow
-from agent_framework_functional._checkpoint_seal import is_sealed
-from agent_framework_functional._redis_delta import chunk_context
+from agent_framework_functional._durable.checkpoint_seal import is_sealed
+from agent_framework_functional._durable.redis_delta import chunk_context
 
 KEY = secrets.token_bytes(32)
 DOCS = [f"doc-{index:02d}" for index in range(8)]

@@ -37,8 +37,8 @@ from agent_framework_functional import (
     PostgresContinuationStore,
     continuation_token_hash,
 )
-from agent_framework_functional._postgres_checkpoint import MIGRATIONS as CHECKPOINT_MIGRATIONS
-from agent_framework_functional._postgres_store import MIGRATIONS as STORE_MIGRATIONS
+from agent_framework_functional._durable.postgres_checkpoint import MIGRATIONS as CHECKPOINT_MIGRATIONS
+from agent_framework_functional._durable.postgres_store import MIGRATIONS as STORE_MIGRATIONS
 
 pytestmark = pytest.mark.slow
 

@@ -23,7 +23,7 @@ from agent_framework import RunContext, WorkflowCheckpoint, WorkflowCheckpointEx
 from agent_framework._workflows._checkpoint_encoding import encode_checkpoint_value
 
 from agent_framework_functional import CheckpointSealer, PostgresCheckpointStorage, workflow
-from agent_framework_functional._postgres_checkpoint import MIGRATIONS
+from agent_framework_functional._durable.postgres_checkpoint import MIGRATIONS
 
 pytestmark = pytest.mark.slow
 

@@ -23,7 +23,7 @@ from agent_framework_functional import (
     RedisSessionStore,
     SQLiteSessionStore,
 )
-from agent_framework_functional._session_store import BoundedSessionStore
+from agent_framework_functional._durable.session_store import BoundedSessionStore
 from agent_framework_functional.hosting import ThreadSnapshotStore
 
 KINDS = ["memory", "sqlite", "redis", "postgres"]

@@ -17,7 +17,7 @@ Loading reads the referenced chunks in order and rebuilds the encoded checkpoint
 encoding of the saved checkpoint, then decodes it with core's decoder. A checkpoint saved without
 an offer (core used directly, or an unknown storage wrapper in between) is stored whole, as before.
 
-A backend (``_redis_checkpoint.py`` does this with one Lua script) must, for a :class:`DeltaSave`:
+A backend (``_durable/redis_checkpoint.py`` does this with one Lua script) must, for a :class:`DeltaSave`:
 store atomically, and only when ``plan.segment`` holds exactly ``plan.chunk_index`` chunks and every
 other referenced segment holds at least its count: append ``plan.chunk`` (if any) to
 ``plan.segment``, store ``plan.body`` and ``plan.references`` under the checkpoint id, and count one
@@ -38,7 +38,7 @@ from weakref import WeakKeyDictionary
 
 from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 
-from ._core_compat import ORIGINAL_MESSAGE, STEP_CACHE, STEP_COUNTS, StepCacheLog, StepCacheOffer, step_cache_offer
+from .._core_compat import ORIGINAL_MESSAGE, STEP_CACHE, STEP_COUNTS, StepCacheLog, StepCacheOffer, step_cache_offer
 
 _HEAD = ("checkpoint_id", "previous_checkpoint_id", "timestamp")
 _KNOWN_HEADS = 256  # references of recently saved or loaded checkpoints, to continue a restore's segments

@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any, cast
 
 from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 
-from ._checkpoint_delta import DeltaSave, StepCacheDeduper
-from ._checkpoint_seal import CheckpointSealer, is_sealed, warn_unsealed
-from ._redis_client import DEFAULT_MAX_CONNECTIONS, DEFAULT_POOL_TIMEOUT_SECONDS, pooled_client, text
-from ._redis_delta import DELETE_SCRIPT, SAVE_SCRIPT, chunk_context, head_context, parse_references, read_chunks
-from ._store import duration_seconds
+from .._store import duration_seconds
+from .checkpoint_delta import DeltaSave, StepCacheDeduper
+from .checkpoint_seal import CheckpointSealer, is_sealed, warn_unsealed
+from .redis_client import DEFAULT_MAX_CONNECTIONS, DEFAULT_POOL_TIMEOUT_SECONDS, pooled_client, text
+from .redis_delta import DELETE_SCRIPT, SAVE_SCRIPT, chunk_context, head_context, parse_references, read_chunks
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -69,7 +69,7 @@ class RedisCheckpointStorage:
     older than ``ttl``, so storage stays bounded. Checkpoints of runs this package drives store each
     step result once: the checkpoint's hash holds a small head and its ``segments``, and the step
     cache lives in ``<namespace>:segment:<id>`` lists shared by the run's checkpoints (see
-    ``_checkpoint_delta.py``); ``load`` returns the same checkpoint either way. Keep ``ttl`` at
+    ``_durable/checkpoint_delta.py``); ``load`` returns the same checkpoint either way. Keep ``ttl`` at
     least as long as the continuation store's ``ttl + retention``, so a pause's checkpoint outlives
     its token and its recovery window.
 
@@ -347,7 +347,7 @@ class RedisCheckpointStorage:
         return f"{self.namespace}:"
 
     async def _store_delta(self, checkpoint: WorkflowCheckpoint, plan: DeltaSave | None) -> None:
-        """Store a head over chunks (``_redis_delta.SAVE_SCRIPT``); once more as one segment if one went missing."""
+        """Store a head over chunks (``redis_delta.SAVE_SCRIPT``); once more as one segment if one went missing."""
         key = self._checkpoint_key(checkpoint.checkpoint_id)
         index = self._index_key(checkpoint.workflow_name)
         for _ in range(2):

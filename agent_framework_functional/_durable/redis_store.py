@@ -9,8 +9,9 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from ._errors import ContinuationStoreDurabilityError
-from ._redis_client import (
+from .._errors import ContinuationStoreDurabilityError
+from .._store import DEFAULT_RETENTION_SECONDS, DEFAULT_TTL_SECONDS, ContinuationRecord, duration_seconds
+from .redis_client import (
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_POOL_TIMEOUT_SECONDS,
     DURABILITY_ADVICE,
@@ -19,7 +20,6 @@ from ._redis_client import (
     probe_durability,
     text,
 )
-from ._store import DEFAULT_RETENTION_SECONDS, DEFAULT_TTL_SECONDS, ContinuationRecord, duration_seconds
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis

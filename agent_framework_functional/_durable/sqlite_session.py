@@ -13,7 +13,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from ._session_store import (
+from .._store import DEFAULT_TTL_SECONDS, duration_seconds
+from .session_store import (
     DEFAULT_MAX_STORED_SESSIONS,
     DEFAULT_SESSION_PURGE_INTERVAL_SECONDS,
     DurableSessionStore,
@@ -21,7 +22,6 @@ from ._session_store import (
     group_key,
     record_key,
 )
-from ._store import DEFAULT_TTL_SECONDS, duration_seconds
 
 _T = TypeVar("_T")
 

@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 
-from ._checkpoint_delta import DeltaSave, StepCacheDeduper
-from ._checkpoint_seal import CheckpointSealer, is_sealed, warn_unsealed
-from ._postgres_delta import CHUNKS, DELETE, MIGRATION, PURGE_SEGMENTS, SAVE_DELTA, gather_chunks
-from ._postgres_schema import DEFAULT_POOL_SIZE, DEFAULT_POOL_TIMEOUT_SECONDS, DEFAULT_SCHEMA, PostgresPool
-from ._redis_delta import chunk_context, head_context, parse_references
-from ._store import duration_seconds
+from .._store import duration_seconds
+from .checkpoint_delta import DeltaSave, StepCacheDeduper
+from .checkpoint_seal import CheckpointSealer, is_sealed, warn_unsealed
+from .postgres_delta import CHUNKS, DELETE, MIGRATION, PURGE_SEGMENTS, SAVE_DELTA, gather_chunks
+from .postgres_schema import DEFAULT_POOL_SIZE, DEFAULT_POOL_TIMEOUT_SECONDS, DEFAULT_SCHEMA, PostgresPool
+from .redis_delta import chunk_context, head_context, parse_references
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
@@ -49,10 +49,10 @@ MIGRATIONS = (
     CREATE INDEX IF NOT EXISTS checkpoints_workflow ON {schema}.checkpoints (workflow_name, saved_at);
     CREATE INDEX IF NOT EXISTS checkpoints_expires_at ON {schema}.checkpoints (expires_at);
     """,
-    # 2: step results stored once: checkpoint heads over segment chunks (``_postgres_delta.py``).
+    # 2: step results stored once: checkpoint heads over segment chunks (``_durable/postgres_delta.py``).
     MIGRATION,
 )
-"""The ``checkpoints`` component's migrations, version 1 first (``_postgres_schema`` applies them)."""
+"""The ``checkpoints`` component's migrations, version 1 first (``_durable.postgres_schema`` applies them)."""
 
 _SAVE = (
     "INSERT INTO {schema}.checkpoints (checkpoint_id, workflow_name, saved_at, expires_at, body) "

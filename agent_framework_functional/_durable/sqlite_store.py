@@ -15,7 +15,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar, cast
 
-from ._store import DEFAULT_RETENTION_SECONDS, DEFAULT_TTL_SECONDS, ContinuationRecord, duration_seconds
+from .._store import DEFAULT_RETENTION_SECONDS, DEFAULT_TTL_SECONDS, ContinuationRecord, duration_seconds
 
 _T = TypeVar("_T")
 

@@ -9,8 +9,8 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any, Literal, cast
 
-from ._errors import ContinuationStoreDurabilityError
-from ._store import duration_seconds
+from .._errors import ContinuationStoreDurabilityError
+from .._store import duration_seconds
 
 RedisDurabilityMode = Literal["appendfsync_always", "waitaof", "best_effort"]
 """How a :class:`RedisContinuationStore` keeps its writes: what its ``check_durability()`` found."""

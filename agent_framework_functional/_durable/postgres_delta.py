@@ -5,7 +5,7 @@ Schema version 2 of the ``checkpoints`` component (:data:`MIGRATION`): a checkpo
 head is bound to) and ``segment_ids`` (the same ids as an array, for the functions); its ``body``
 holds the head. ``checkpoint_segments`` has one row per segment (how many checkpoints reference it,
 how many chunks it holds, when it expires) and ``checkpoint_chunks`` one row per chunk. Two PL/pgSQL
-functions keep them consistent, each one statement and one round trip, as ``_redis_delta.py``'s Lua
+functions keep them consistent, each one statement and one round trip, as ``_durable/redis_delta.py``'s Lua
 scripts do for Redis:
 
 * ``save_checkpoint_delta``: locks the referenced segment rows (creating the run's own one), checks
@@ -18,7 +18,7 @@ scripts do for Redis:
   checkpoint delete (a delete a crash undoes leaves rows that expire).
 
 Expired segments are deleted by the storage's purge, with its expired checkpoints. See
-``_checkpoint_delta.py`` for the layout of heads and chunks, and ``_redis_delta.py`` for the
+``_durable/checkpoint_delta.py`` for the layout of heads and chunks, and ``_durable/redis_delta.py`` for the
 sealing contexts (:func:`head_context`, :func:`chunk_context`), shared by both backends.
 """
 
@@ -28,8 +28,8 @@ from typing import Any
 
 from agent_framework import WorkflowCheckpointException
 
-from ._checkpoint_seal import CheckpointSealer
-from ._redis_delta import chunk_context
+from .checkpoint_seal import CheckpointSealer
+from .redis_delta import chunk_context
 
 MIGRATION = """
 ALTER TABLE {schema}.checkpoints ADD COLUMN IF NOT EXISTS segments TEXT;

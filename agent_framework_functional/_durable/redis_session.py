@@ -8,9 +8,10 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from ._redis_client import DEFAULT_MAX_CONNECTIONS, DEFAULT_POOL_TIMEOUT_SECONDS, pooled_client
-from ._redis_client import text as as_text
-from ._session_store import (
+from .._store import DEFAULT_TTL_SECONDS, duration_seconds
+from .redis_client import DEFAULT_MAX_CONNECTIONS, DEFAULT_POOL_TIMEOUT_SECONDS, pooled_client
+from .redis_client import text as as_text
+from .session_store import (
     DEFAULT_MAX_STORED_SESSIONS,
     DEFAULT_SESSION_PURGE_INTERVAL_SECONDS,
     DurableSessionStore,
@@ -18,7 +19,6 @@ from ._session_store import (
     group_key,
     record_key,
 )
-from ._store import DEFAULT_TTL_SECONDS, duration_seconds
 
 DEFAULT_SESSION_NAMESPACE = "aff:sessions"
 """The key prefix of a :class:`RedisSessionStore` by default."""

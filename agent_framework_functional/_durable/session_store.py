@@ -4,7 +4,7 @@ A session holds a paused conversation's continuation token, so it is treated lik
 stores treat their records: JSON only (core's ``AgentSession.to_dict`` / ``from_dict``), never pickle.
 Every store keeps opaque text records in one key space split into groups (sessions; AG-UI thread
 snapshots per scope, through ``hosting.ThreadSnapshotStore``); :class:`InMemorySessionStore` here,
-the durable backends in ``_sqlite_session``, ``_redis_session`` and ``_postgres_session``.
+the durable backends in ``_durable.sqlite_session``, ``_durable.redis_session`` and ``_durable.postgres_session``.
 
 Eviction rule (every backend): a record expires ``ttl`` after its last write (reads do not extend it)
 and is never returned after that; past ``max_entries`` the records that expire first (the least
@@ -24,7 +24,7 @@ from typing import Any, Generic, Protocol, TypeVar, cast
 
 from agent_framework import AgentSession, SessionStore
 
-from ._store import DEFAULT_TTL_SECONDS, duration_seconds
+from .._store import DEFAULT_TTL_SECONDS, duration_seconds
 
 SESSION_GROUP = "session"
 """The group of core sessions in a store's records (AG-UI snapshots use ``agui:<scope>``)."""

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from ._postgres_schema import DEFAULT_POOL_SIZE, DEFAULT_POOL_TIMEOUT_SECONDS, DEFAULT_SCHEMA, PostgresPool
-from ._store import DEFAULT_RETENTION_SECONDS, DEFAULT_TTL_SECONDS, ContinuationRecord, duration_seconds
+from .._store import DEFAULT_RETENTION_SECONDS, DEFAULT_TTL_SECONDS, ContinuationRecord, duration_seconds
+from .postgres_schema import DEFAULT_POOL_SIZE, DEFAULT_POOL_TIMEOUT_SECONDS, DEFAULT_SCHEMA, PostgresPool
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
@@ -51,7 +51,7 @@ MIGRATIONS = (
     # 2: the conversation (agent session digest) a pause belongs to (ContinuationRecord.conversation).
     "ALTER TABLE {schema}.continuations ADD COLUMN IF NOT EXISTS conversation TEXT;",
 )
-"""The ``continuations`` component's migrations, version 1 first (``_postgres_schema`` applies them)."""
+"""The ``continuations`` component's migrations, version 1 first (``_durable.postgres_schema`` applies them)."""
 
 _INSERT = (
     f"INSERT INTO {{schema}}.continuations (token_hash, {', '.join(_COLUMNS)}, updated_at) "

@@ -7,8 +7,9 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from ._postgres_schema import DEFAULT_POOL_SIZE, DEFAULT_POOL_TIMEOUT_SECONDS, DEFAULT_SCHEMA, PostgresPool
-from ._session_store import (
+from .._store import DEFAULT_TTL_SECONDS, duration_seconds
+from .postgres_schema import DEFAULT_POOL_SIZE, DEFAULT_POOL_TIMEOUT_SECONDS, DEFAULT_SCHEMA, PostgresPool
+from .session_store import (
     DEFAULT_MAX_STORED_SESSIONS,
     DEFAULT_SESSION_PURGE_INTERVAL_SECONDS,
     DurableSessionStore,
@@ -16,7 +17,6 @@ from ._session_store import (
     group_key,
     record_key,
 )
-from ._store import DEFAULT_TTL_SECONDS, duration_seconds
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
@@ -34,7 +34,7 @@ MIGRATIONS = (
     CREATE INDEX IF NOT EXISTS session_records_grp ON {schema}.session_records (grp);
     """,
 )
-"""The ``sessions`` component's migrations, version 1 first (``_postgres_schema`` applies them)."""
+"""The ``sessions`` component's migrations, version 1 first (``_durable.postgres_schema`` applies them)."""
 
 _STATEMENTS = {
     "read": "SELECT body FROM {schema}.session_records WHERE key = %s AND expires_at > %s",

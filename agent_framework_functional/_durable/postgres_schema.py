@@ -20,7 +20,7 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._store import duration_seconds
+from .._store import duration_seconds
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator

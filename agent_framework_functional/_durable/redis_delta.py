@@ -6,9 +6,9 @@ list of chunks; ``segrefs:<id>`` counts the checkpoints that reference the segme
 that every referenced segment still holds its chunks (else it writes nothing and returns 0, and the
 storage saves again with one segment holding everything); a delete drops its references and deletes
 a segment once nothing references it. Every referenced segment expires with the checkpoint that was
-saved last over it. See ``_checkpoint_delta.py`` for the layout of heads and chunks.
+saved last over it. See ``_durable/checkpoint_delta.py`` for the layout of heads and chunks.
 
-With a :class:`~._checkpoint_seal.CheckpointSealer`, the head is sealed under :func:`head_context`
+With a :class:`~.checkpoint_seal.CheckpointSealer`, the head is sealed under :func:`head_context`
 (its checkpoint id and its exact references, so neither can change) and each chunk under
 :func:`chunk_context` (its segment id and index, so chunks cannot be swapped, reordered or moved
 between segments); :func:`read_chunks` opens every chunk before anything parses it.
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, cast
 from agent_framework import WorkflowCheckpointException
 
 if TYPE_CHECKING:
-    from ._checkpoint_seal import CheckpointSealer
+    from .checkpoint_seal import CheckpointSealer
 
 _MAX_REFERENCES = 4096
 
