@@ -20,7 +20,8 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Literal, Protocol, cast, runtime_checkable
+from types import TracebackType
+from typing import Any, Literal, Protocol, TypeVar, cast, runtime_checkable
 
 ContinuationStatus = Literal["issued", "claimed", "abandoned"]
 """Lifecycle of a stored continuation: ``issued`` (resumable) -> ``claimed`` or ``abandoned`` (final)."""
@@ -180,6 +181,25 @@ def _text_mapping(value: Any) -> dict[str, str]:
     return {str(key): str(item) for key, item in cast("dict[Any, Any]", value).items()}
 
 
+_Closing = TypeVar("_Closing", bound="AsyncClosing")
+
+
+class AsyncClosing:
+    """``async with`` for a store or storage that holds connections: the block's end awaits ``aclose()``."""
+
+    async def __aenter__(self: _Closing) -> _Closing:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Release what this object holds (each backend says what); a second call does nothing."""
+        raise NotImplementedError
+
+
 @runtime_checkable
 class ContinuationStore(Protocol):
     """Durable home of continuation tokens shared by several processes (a small async protocol).
@@ -293,4 +313,8 @@ class ContinuationStore(Protocol):
             True when this call abandoned the record; False when it is missing, not ``issued``, or
             expired (without ``force``).
         """
+        ...
+
+    async def aclose(self) -> None:
+        """Release the store's connections (or file); ``async with store:`` calls it at the block's end."""
         ...

@@ -115,7 +115,7 @@ def open_store(spec: dict[str, str]) -> ContinuationStore:
 
 
 async def close_store(store: ContinuationStore) -> None:
-    await store.aclose()  # type: ignore[attr-defined]
+    await store.aclose()
 
 
 REDIS_PORTS = range(16900, 16950)  # loopback ports this benchmark may use

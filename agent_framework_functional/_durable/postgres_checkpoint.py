@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 
-from .._store import duration_seconds
+from .._store import AsyncClosing, duration_seconds
 from .checkpoint_delta import DeltaSave, StepCacheDeduper
 from .checkpoint_seal import CheckpointSealer, is_sealed, warn_unsealed
 from .postgres_delta import CHUNKS, DELETE, MIGRATION, PURGE_SEGMENTS, SAVE_DELTA, gather_chunks
@@ -124,7 +124,7 @@ def decode_body(checkpoint_id: str, body: bytes, allowed_types: frozenset[str]) 
         ) from exc
 
 
-class PostgresCheckpointStorage:
+class PostgresCheckpointStorage(AsyncClosing):
     """Core's ``CheckpointStorage`` protocol on PostgreSQL, so workers on several machines share checkpoints.
 
     A drop-in for ``FileCheckpointStorage`` when the workers share a database instead of a file

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from .._store import DEFAULT_RETENTION_SECONDS, DEFAULT_TTL_SECONDS, ContinuationRecord, duration_seconds
+from .._store import DEFAULT_RETENTION_SECONDS, DEFAULT_TTL_SECONDS, AsyncClosing, ContinuationRecord, duration_seconds
 from .postgres_schema import DEFAULT_POOL_SIZE, DEFAULT_POOL_TIMEOUT_SECONDS, DEFAULT_SCHEMA, PostgresPool
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ DEFAULT_PURGE_INTERVAL_SECONDS = 600.0
 """How often (at most) a :class:`PostgresContinuationStore` deletes records past retention on a write."""
 
 
-class PostgresContinuationStore:
+class PostgresContinuationStore(AsyncClosing):
     """A :class:`ContinuationStore` on PostgreSQL, for workers on several machines.
 
     One row per pause in ``<schema>.continuations``. A claim, release, abandon and supersede are

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 
-from .._store import duration_seconds
+from .._store import AsyncClosing, duration_seconds
 from .checkpoint_delta import DeltaSave, StepCacheDeduper
 from .checkpoint_seal import CheckpointSealer, is_sealed, warn_unsealed
 from .redis_client import DEFAULT_MAX_CONNECTIONS, DEFAULT_POOL_TIMEOUT_SECONDS, pooled_client, text
@@ -51,7 +51,7 @@ def _decode(encoded: Any, allowed_types: frozenset[str]) -> WorkflowCheckpoint:
     return WorkflowCheckpoint.from_dict(decode_checkpoint_value(encoded, allowed_types=allowed_types))
 
 
-class RedisCheckpointStorage:
+class RedisCheckpointStorage(AsyncClosing):
     """Core's ``CheckpointStorage`` protocol on Redis, so workers on several machines share checkpoints.
 
     A drop-in for ``FileCheckpointStorage`` when the workers share no file system: give every worker

@@ -10,7 +10,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from .._errors import ContinuationStoreDurabilityError
-from .._store import DEFAULT_RETENTION_SECONDS, DEFAULT_TTL_SECONDS, ContinuationRecord, duration_seconds
+from .._store import DEFAULT_RETENTION_SECONDS, DEFAULT_TTL_SECONDS, AsyncClosing, ContinuationRecord, duration_seconds
 from .redis_client import (
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_POOL_TIMEOUT_SECONDS,
@@ -73,7 +73,7 @@ return 1
 """
 
 
-class RedisContinuationStore:
+class RedisContinuationStore(AsyncClosing):
     """A :class:`ContinuationStore` on Redis, for workers on several machines.
 
     Each record is one hash under ``<namespace>:<token hash>``. Inserting, claiming and abandoning

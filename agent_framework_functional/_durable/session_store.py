@@ -19,12 +19,11 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from datetime import timedelta
-from types import TracebackType
 from typing import Any, Generic, Protocol, TypeVar, cast
 
 from agent_framework import AgentSession, SessionStore
 
-from .._store import DEFAULT_TTL_SECONDS, duration_seconds
+from .._store import DEFAULT_TTL_SECONDS, AsyncClosing, duration_seconds
 
 SESSION_GROUP = "session"
 """The group of core sessions in a store's records (AG-UI snapshots use ``agui:<scope>``)."""
@@ -96,7 +95,7 @@ class SessionRecords(Protocol):
         ...
 
 
-class BoundedSessionStore(SessionStore):
+class BoundedSessionStore(AsyncClosing, SessionStore):
     """Core's ``SessionStore`` on :class:`SessionRecords`: get, set and delete, as JSON, bounded by the records.
 
     The base of this package's session stores; ``records`` is also where ``hosting.ThreadSnapshotStore``
@@ -106,6 +105,9 @@ class BoundedSessionStore(SessionStore):
     def __init__(self, records: SessionRecords) -> None:
         super().__init__()
         self._records = records
+
+    async def aclose(self) -> None:
+        """Nothing to release in memory; the durable stores release their connections."""
 
     @property
     def records(self) -> SessionRecords:
@@ -155,7 +157,6 @@ class DurableRecords(SessionRecords, Protocol):
 
 
 _Records = TypeVar("_Records", bound=DurableRecords)
-_Store = TypeVar("_Store", bound="DurableSessionStore[Any]")
 
 
 class DurableSessionStore(Generic[_Records], BoundedSessionStore):
@@ -172,14 +173,6 @@ class DurableSessionStore(Generic[_Records], BoundedSessionStore):
     def records(self) -> _Records:
         """The backend's records (sessions, and AG-UI snapshots kept here)."""
         return self._durable
-
-    async def __aenter__(self: _Store) -> _Store:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
 
     async def count(self) -> int:
         """Records held now (sessions and snapshots; expired ones not yet purged included)."""

@@ -12,10 +12,9 @@ import weakref
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from types import TracebackType
 from typing import Any, TypeVar, cast
 
-from .._store import DEFAULT_RETENTION_SECONDS, DEFAULT_TTL_SECONDS, ContinuationRecord, duration_seconds
+from .._store import DEFAULT_RETENTION_SECONDS, DEFAULT_TTL_SECONDS, AsyncClosing, ContinuationRecord, duration_seconds
 
 _T = TypeVar("_T")
 
@@ -78,7 +77,7 @@ def _close_dropped(conn: sqlite3.Connection, path: Path) -> None:
     )
 
 
-class SQLiteContinuationStore:
+class SQLiteContinuationStore(AsyncClosing):
     """A :class:`ContinuationStore` in one SQLite file, safe for several processes on one machine.
 
     Uses the standard library's ``sqlite3`` in WAL mode. A claim is one
@@ -158,14 +157,6 @@ class SQLiteContinuationStore:
             self._conn.close()
             raise
         self._finalizer = weakref.finalize(self, _close_dropped, self._conn, self.path)
-
-    async def __aenter__(self) -> SQLiteContinuationStore:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
 
     @property
     def ttl_seconds(self) -> float:

@@ -97,9 +97,8 @@ def open_worker_stores(
 
 
 async def close_store(store: ContinuationStore | CheckpointStorage) -> None:
-    closer = getattr(store, "aclose", None)
-    if closer is not None:
-        await closer()
+    if isinstance(store, (ContinuationStore, RedisCheckpointStorage, PostgresCheckpointStorage)):
+        await store.aclose()  # core's checkpoint storages hold nothing to close
 
 
 # ---------------------------------------------------------------- worker processes (both sides)

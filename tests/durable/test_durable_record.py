@@ -183,6 +183,9 @@ class _FailingSaveStore:
     async def abandon(self, token_hash: str, *, force: bool = False) -> bool:
         return await self.inner.abandon(token_hash, force=force)
 
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
     async def supersede(self, checkpoint_id: str, *, since: float) -> bool:
         return await self.inner.supersede(checkpoint_id, since=since)
 

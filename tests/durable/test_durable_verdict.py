@@ -60,6 +60,9 @@ class CountingStore:
         self._count("abandon")
         return await self.inner.abandon(token_hash, force=force)
 
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
     async def supersede(self, checkpoint_id: str, *, since: float) -> bool:
         self._count("supersede")
         return await self.inner.supersede(checkpoint_id, since=since)

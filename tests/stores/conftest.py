@@ -17,7 +17,7 @@ import pytest
 from agent_framework import CheckpointStorage
 from store_backends import Clock, StorageBackend, custom_factory, open_storage_backend, open_store_backend
 
-from agent_framework_functional import ContinuationStore
+from agent_framework_functional import ContinuationStore, PostgresCheckpointStorage, RedisCheckpointStorage
 
 STORE_KINDS = ["sqlite", "redis", "postgres"] + (["custom"] if custom_factory("AFF_STORE_FACTORY") else [])
 STORAGE_KINDS = ["memory", "file", "redis", "postgres"] + (
@@ -26,11 +26,10 @@ STORAGE_KINDS = ["memory", "file", "redis", "postgres"] + (
 SERVERS = {"redis": "redis_server", "postgres": "postgres_server"}
 
 
-async def _close(opened: list[Any]) -> None:
+async def _close(opened: list[ContinuationStore] | list[CheckpointStorage]) -> None:
     for item in opened:
-        closer = getattr(item, "aclose", None)
-        if closer is not None:
-            await closer()
+        if isinstance(item, (ContinuationStore, RedisCheckpointStorage, PostgresCheckpointStorage)):
+            await item.aclose()  # core's checkpoint storages hold nothing to close
 
 
 @pytest.fixture

@@ -4,7 +4,8 @@ A continuation-store backend is a function ``open_backend(workdir: Path) -> open
 folder of its own, it prepares a fresh, empty database and returns ``opener(**options)``, which opens
 one more store object on that same database each time it is called (``options`` may hold ``ttl=``
 and ``clock=``, passed to the store). A checkpoint-storage backend is the same with
-``opener()`` returning a ``CheckpointStorage``. Objects with an ``aclose()`` are closed after each test.
+``opener()`` returning a ``CheckpointStorage``. Every store, and the checkpoint storages that hold connections
+(this package's), are closed after each test.
 
 To run the suite against your own store, name your function in an environment variable:
 
@@ -71,7 +72,8 @@ class StorageBackend:
     open: StorageOpener
     encodes: bool  # stores an encoded copy (refuses types outside its allow-list at save)
     plant: Plant | None = None
-    sealed: Callable[[CheckpointSealer], CheckpointStorage] | None = None  # the same storage with a sealer
+    # The same storage with a sealer (or none: a plain one with its own type).
+    sealed: Callable[[CheckpointSealer | None], RedisCheckpointStorage | PostgresCheckpointStorage] | None = None
 
 
 def open_storage_backend(kind: str, workdir: Path, server: str | None) -> StorageBackend:

@@ -242,7 +242,7 @@ async def test_with_a_sealer_a_planted_body_is_refused_before_decoding(
         assert await storage.list_checkpoint_ids(workflow_name="wf") == [good.checkpoint_id]
         assert await storage.load(good.checkpoint_id) == good
     finally:
-        await storage.aclose()  # type: ignore[attr-defined]
+        await storage.aclose()
 
 
 @pytest.mark.parametrize("storage_backend", SEALABLE, indirect=True)
@@ -250,7 +250,7 @@ async def test_a_sealed_body_is_bound_to_its_id_and_needs_the_key(storage_backen
     assert storage_backend.plant is not None and storage_backend.sealed is not None
     sealer = CheckpointSealer({"k1": secrets.token_bytes(32)}, encrypt=True)
     sealed = storage_backend.sealed(sealer)
-    plain = storage_backend.open()
+    plain = storage_backend.sealed(None)
     try:
         paused = await _review.build(checkpoint_storage=sealed).run("tea")
         latest = await sealed.get_latest(workflow_name="conformance_review")
@@ -265,10 +265,10 @@ async def test_a_sealed_body_is_bound_to_its_id_and_needs_the_key(storage_backen
             )
             assert done.get_outputs() == ["draft about tea (ok)"]
         finally:
-            await other.aclose()  # type: ignore[attr-defined]
+            await other.aclose()
     finally:
-        await sealed.aclose()  # type: ignore[attr-defined]
-        await plain.aclose()  # type: ignore[attr-defined]
+        await sealed.aclose()
+        await plain.aclose()
 
 
 @pytest.mark.parametrize("storage_backend", PLANTABLE, indirect=True)
@@ -286,3 +286,13 @@ async def test_a_checkpoint_of_another_workflow_filed_under_this_one_is_not_list
     assert await checkpoint_storage.list_checkpoint_ids(workflow_name="wf") == [good.checkpoint_id]
     latest = await checkpoint_storage.get_latest(workflow_name="wf")
     assert latest is not None and latest.workflow_name == "wf"
+
+
+@pytest.mark.parametrize("storage_backend", SEALABLE, indirect=True)
+async def test_a_storage_that_holds_connections_works_with_async_with(storage_backend: StorageBackend) -> None:
+    assert storage_backend.sealed is not None
+    async with storage_backend.sealed(None) as storage:
+        checkpoint = _checkpoint()
+        await storage.save(checkpoint)
+        assert await storage.list_checkpoint_ids(workflow_name="wf") == [checkpoint.checkpoint_id]
+    await storage.aclose()  # closing twice does nothing

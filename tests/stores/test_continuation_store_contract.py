@@ -257,3 +257,15 @@ async def test_a_cancelled_claim_never_lets_two_claims_win_and_never_loses_the_r
         assert await _status(checker, record.token_hash) == "claimed"
         if not task.cancelled():
             assert [task.result(), won].count(True) == 1
+
+
+async def test_a_store_works_with_async_with_and_closes_at_its_end(make_store: Callable[..., ContinuationStore]) -> None:
+    opened = make_store()
+    if not hasattr(opened, "__aenter__"):
+        pytest.skip("a custom store without async with: the protocol asks only for aclose()")
+    async with opened as store:
+        assert store is opened
+        record = _record(store)
+        await store.save(record)
+        assert await _status(store, record.token_hash) == "issued"
+    await store.aclose()  # closing twice does nothing

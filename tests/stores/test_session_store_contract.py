@@ -42,7 +42,7 @@ async def make(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[
     """Open session stores (``make(ttl=..., max_entries=..., clock=...)``) on one fresh database."""
     kind: str = request.param
     tag = uuid.uuid4().hex
-    opened: list[Any] = []
+    opened: list[BoundedSessionStore] = []
 
     def open_store(**options: Any) -> BoundedSessionStore:
         store: BoundedSessionStore
@@ -61,9 +61,7 @@ async def make(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[
 
     yield open_store
     for store in opened:
-        closer = getattr(store, "aclose", None)
-        if closer is not None:
-            await closer()
+        await store.aclose()
 
 
 def _session(session_id: str = "conversation:c1") -> AgentSession:
@@ -203,3 +201,10 @@ async def test_redis_clear_keeps_to_its_namespace_whatever_its_characters(redis_
     finally:
         for store in stores:
             await store.aclose()
+
+
+async def test_every_session_store_works_with_async_with(make: Callable[..., BoundedSessionStore]) -> None:
+    async with make() as store:
+        await store.set("k", _session())
+        assert (await store.get("k")) is not None
+    await store.aclose()  # closing twice does nothing
