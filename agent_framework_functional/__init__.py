@@ -32,10 +32,12 @@ from ._durable.sqlite_session import SQLiteSessionStore
 from ._durable.sqlite_store import SQLiteContinuationStore
 from ._emit import emit_update, stream_agent
 from ._errors import (
+    CallRefusedError,
     CheckpointRestoreConflictError,
     ContinuationAuthorityError,
     ContinuationStoreAsyncError,
     ContinuationStoreDurabilityError,
+    DurableStoreError,
     FunctionalWorkflowError,
     NotInWorkflowRunError,
     PauseNotSavedError,
@@ -55,6 +57,7 @@ except importlib.metadata.PackageNotFoundError:  # pragma: no cover - running fr
     __version__ = "0.0.0"
 
 __all__ = [  # noqa: RUF022 - plain sorted(), as tests/test_public_api.py checks
+    "CallRefusedError",
     "CheckpointRestoreConflictError",
     "CheckpointSealer",
     "ContinuationAuthorityError",
@@ -62,6 +65,7 @@ __all__ = [  # noqa: RUF022 - plain sorted(), as tests/test_public_api.py checks
     "ContinuationStore",
     "ContinuationStoreAsyncError",
     "ContinuationStoreDurabilityError",
+    "DurableStoreError",
     "FunctionalWorkflow",
     "FunctionalWorkflowAgent",
     "FunctionalWorkflowContinuationToken",

@@ -1,24 +1,33 @@
 """Every exception this package raises on purpose, in one tree.
 
-Every error subclasses both :class:`FunctionalWorkflowError` and the builtin that callers already
-catch, so existing ``except ValueError`` / ``except RuntimeError`` handlers keep working::
+Every concrete error subclasses both :class:`FunctionalWorkflowError` and the builtin that callers already
+catch, so existing ``except ValueError`` / ``except RuntimeError`` handlers keep working. Two
+intermediate bases group them by what the caller can do: :class:`CallRefusedError` (the call was
+refused before it changed anything: fix the call and retry) and :class:`DurableStoreError` (a store
+or checkpoint storage failed: the message says whether a write may have happened)::
 
     Exception
      └── FunctionalWorkflowError
-          ├── ContinuationAuthorityError    (also ValueError)   bad, missing or spent continuation token
-          │    └── StaleContinuationError                       the session's own stored token is spent,
-          │                                                     abandoned or expired (the agent knows it)
-          ├── ResponseMismatchError         (also ValueError)   answers match no pending request, or have the
-          │                                                     wrong type; the continuation stays pending
-          ├── PendingContinuationError      (also RuntimeError) new input while a continuation is pending
-          ├── WorkflowRunningError          (also RuntimeError) the instance is already running
-          ├── ContinuationStoreAsyncError   (also RuntimeError) a synchronous call on an instance with a
-          │                                                     continuation store: use the async method
-          ├── ContinuationStoreDurabilityError (also RuntimeError) Redis cannot keep a claim through a crash
+          ├── CallRefusedError                                  refused; nothing ran, nothing changed
+          │    ├── ContinuationAuthorityError (also ValueError) bad, missing or spent continuation token
+          │    │    └── StaleContinuationError                  the session's own stored token is spent,
+          │    │                                                abandoned or expired (the agent knows it)
+          │    ├── ResponseMismatchError     (also ValueError)  answers match no pending request, or have
+          │    │                                                the wrong type; the continuation stays pending
+          │    ├── PendingContinuationError  (also RuntimeError) new input while a continuation is pending
+          │    ├── WorkflowRunningError      (also RuntimeError) the instance is already running
+          │    ├── ContinuationStoreAsyncError (also RuntimeError) a synchronous call on an instance with a
+          │    │                                                continuation store: use the async method
+          │    └── CheckpointRestoreConflictError (also RuntimeError) a checkpoint restore lost the race to
+          │                                                     a resume with the pause's continuation token
+          ├── DurableStoreError                                 a store or checkpoint storage failed
+          │    ├── ContinuationStoreDurabilityError (also RuntimeError) Redis cannot keep a claim through
+          │    │                                                a crash
+          │    └── PostgresUnavailableError (also psycopg.OperationalError) PostgreSQL unreachable or the
+          │                                                connection lost (``_durable/postgres_errors.py``,
+          │                                                loaded with psycopg)
           ├── PauseNotSavedError            (also RuntimeError) a pause could not be checkpointed, so it
           │                                                     cannot be recorded in the continuation store
-          ├── CheckpointRestoreConflictError (also RuntimeError) a checkpoint restore lost the race to a
-          │                                                     resume with the pause's continuation token
           └── NotInWorkflowRunError         (also RuntimeError) emit_update / stream_agent outside a run
 
 All of them pickle (hosts send them across processes) and none of their messages echo a secret or
@@ -55,7 +64,24 @@ class FunctionalWorkflowError(Exception):
     """
 
 
-class ContinuationAuthorityError(FunctionalWorkflowError, ValueError):
+class CallRefusedError(FunctionalWorkflowError):
+    """A call was refused before it changed anything: no user code ran, no token was spent or issued.
+
+    Catch it to tell "fix the call and try again" from a failure: every refusal (authority, answers that
+    do not fit, a pending continuation, a running instance, a sync call that needs the async one, a restore
+    that lost to a resume) derives from it and keeps its builtin base (``ValueError`` or ``RuntimeError``).
+    """
+
+
+class DurableStoreError(FunctionalWorkflowError):
+    """A continuation store or checkpoint storage failed: unreachable, or it could not keep a write.
+
+    The message says whether the operation may have happened (a claim whose reply was lost may have spent
+    its token). Each subclass keeps the base its backend's callers already catch.
+    """
+
+
+class ContinuationAuthorityError(CallRefusedError, ValueError):
     """A response-only resume or an abandonment did not present valid continuation authority.
 
     Raised for every authority problem with one fixed message: no pending continuation, token
@@ -99,7 +125,7 @@ class StaleContinuationError(ContinuationAuthorityError):
         ValueError.__init__(self, STALE_CONTINUATION_MESSAGE)
 
 
-class ResponseMismatchError(FunctionalWorkflowError, ValueError):
+class ResponseMismatchError(CallRefusedError, ValueError):
     """The answers of an authorised resume do not fit the pause; nothing was spent or changed.
 
     Raised after authority passed (so the message may name the pause's request ids) when no answer
@@ -129,7 +155,7 @@ class ResponseMismatchError(FunctionalWorkflowError, ValueError):
         self.request_id = request_id
 
 
-class PendingContinuationError(FunctionalWorkflowError, RuntimeError):
+class PendingContinuationError(CallRefusedError, RuntimeError):
     """New input or a checkpoint restore arrived while a continuation is pending.
 
     The pending continuation is left intact and still resumes with its token. Resolve it first:
@@ -145,7 +171,7 @@ class PendingContinuationError(FunctionalWorkflowError, RuntimeError):
         super().__init__(message)
 
 
-class WorkflowRunningError(FunctionalWorkflowError, RuntimeError):
+class WorkflowRunningError(CallRefusedError, RuntimeError):
     """The workflow instance is already running; one run at a time per instance.
 
     Wait for the active run to finish (or close its stream) and try again, or build a separate
@@ -165,7 +191,7 @@ class WorkflowRunningError(FunctionalWorkflowError, RuntimeError):
         super().__init__(message)
 
 
-class ContinuationStoreAsyncError(FunctionalWorkflowError, RuntimeError):
+class ContinuationStoreAsyncError(CallRefusedError, RuntimeError):
     """A synchronous method was called on an instance that records continuations in a store.
 
     The store can only be updated asynchronously, so the synchronous method would leave it out of
@@ -226,7 +252,7 @@ class NotInWorkflowRunError(FunctionalWorkflowError, RuntimeError):
         super().__init__(message)
 
 
-class ContinuationStoreDurabilityError(FunctionalWorkflowError, RuntimeError):
+class ContinuationStoreDurabilityError(DurableStoreError, RuntimeError):
     """Redis cannot keep a claim through a crash, or did not confirm that it kept one.
 
     Raised by :class:`RedisContinuationStore` (with the default ``durability="fsync"``) before its first
@@ -248,7 +274,7 @@ class ContinuationStoreDurabilityError(FunctionalWorkflowError, RuntimeError):
         super().__init__(message)
 
 
-class CheckpointRestoreConflictError(FunctionalWorkflowError, RuntimeError):
+class CheckpointRestoreConflictError(CallRefusedError, RuntimeError):
     """A checkpoint restore lost the race to a resume that presented the pause's continuation token.
 
     With a continuation store, restoring the checkpoint of a pause whose token is still ``issued``

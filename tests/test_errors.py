@@ -5,23 +5,49 @@ from __future__ import annotations
 import copy
 import pickle
 
+import psycopg
 import pytest
 
+import agent_framework_functional._durable.postgres_errors  # noqa: F401  # its error joins the tree (needs psycopg)
 from agent_framework_functional import (
+    CallRefusedError,
     CheckpointRestoreConflictError,
     ContinuationAuthorityError,
     ContinuationStoreAsyncError,
     ContinuationStoreDurabilityError,
+    DurableStoreError,
     FunctionalWorkflowError,
-    NotInWorkflowRunError,
-    PauseNotSavedError,
     PendingContinuationError,
     ResponseMismatchError,
     StaleContinuationError,
     WorkflowRunningError,
 )
 
-ERRORS = [ContinuationAuthorityError, PendingContinuationError, WorkflowRunningError]
+
+def _tree(base: type[FunctionalWorkflowError]) -> list[type[FunctionalWorkflowError]]:
+    found: list[type[FunctionalWorkflowError]] = []
+    for sub in base.__subclasses__():
+        if sub.__module__.startswith("agent_framework_functional."):
+            found += [sub, *_tree(sub)]
+    return found
+
+
+BASES = {CallRefusedError, DurableStoreError}  # groups to catch; the errors raised are below them
+TREE = sorted(set(_tree(FunctionalWorkflowError)), key=lambda error: error.__name__)
+ERRORS = [error for error in TREE if error not in BASES]
+BUILTINS = (ValueError, RuntimeError, psycopg.OperationalError)
+
+
+def _builtin_of(error_type: type[FunctionalWorkflowError]) -> type[Exception]:
+    """The builtin (or driver) exception class the error also derives from, which existing handlers catch."""
+    (builtin,) = {base for base in BUILTINS if issubclass(error_type, base)}
+    return builtin
+
+
+def test_the_tree_holds_every_error_and_the_two_bases() -> None:
+    assert set(TREE) >= BASES
+    assert {ContinuationAuthorityError, StaleContinuationError, ContinuationStoreDurabilityError} <= set(ERRORS)
+    assert len(ERRORS) >= 10
 
 
 @pytest.mark.parametrize("error_type", ERRORS)
@@ -34,7 +60,7 @@ def test_default_instances_pickle_round_trip(error_type: type[FunctionalWorkflow
         assert clone.args == error.args
 
 
-@pytest.mark.parametrize("error_type", [PendingContinuationError, WorkflowRunningError])
+@pytest.mark.parametrize("error_type", [e for e in ERRORS if not issubclass(e, ContinuationAuthorityError)])
 def test_custom_messages_pickle_round_trip(error_type: type[FunctionalWorkflowError]) -> None:
     error = error_type("custom: wait and retry")
     clone = pickle.loads(pickle.dumps(error))
@@ -62,23 +88,15 @@ def test_raised_errors_pickle_with_traceback_context() -> None:
     assert isinstance(clone, ValueError)
 
 
-@pytest.mark.parametrize(
-    ("error_type", "builtin"),
-    [
-        (ContinuationAuthorityError, ValueError),
-        (PendingContinuationError, RuntimeError),
-        (WorkflowRunningError, RuntimeError),
-    ],
-)
-def test_errors_are_caught_by_the_builtin_and_the_base(
-    error_type: type[FunctionalWorkflowError], builtin: type[Exception]
-) -> None:
-    with pytest.raises(builtin):
+@pytest.mark.parametrize("error_type", ERRORS)
+def test_errors_are_caught_by_the_builtin_and_the_base(error_type: type[FunctionalWorkflowError]) -> None:
+    with pytest.raises(_builtin_of(error_type)):
         raise error_type()
     with pytest.raises(FunctionalWorkflowError):
         raise error_type()
     assert issubclass(FunctionalWorkflowError, Exception)
-    assert not issubclass(FunctionalWorkflowError, (ValueError, RuntimeError))
+    for base in (FunctionalWorkflowError, *BASES):
+        assert not issubclass(base, BUILTINS), base  # a base adds no builtin: its members keep their own
 
 
 def test_messages_say_what_to_do_next() -> None:
@@ -90,42 +108,48 @@ def test_messages_say_what_to_do_next() -> None:
     assert "new run" in authority
 
 
-NEW_ERRORS = [
-    (ResponseMismatchError, ValueError),
-    (ContinuationStoreAsyncError, RuntimeError),
-    (PauseNotSavedError, RuntimeError),
-    (CheckpointRestoreConflictError, RuntimeError),
-    (NotInWorkflowRunError, RuntimeError),
-    (ContinuationStoreDurabilityError, RuntimeError),
-    (StaleContinuationError, ValueError),
-]
-
-
-@pytest.mark.parametrize(("error_type", "builtin"), NEW_ERRORS)
-def test_every_error_is_in_the_tree_pickles_and_says_what_to_do(
-    error_type: type[FunctionalWorkflowError], builtin: type[Exception]
-) -> None:
-    assert issubclass(error_type, FunctionalWorkflowError) and issubclass(error_type, builtin)
-    for error in (error_type(), error_type("custom: do this next")):
+@pytest.mark.parametrize("error_type", ERRORS)
+def test_every_error_pickles_and_says_what_to_do(error_type: type[FunctionalWorkflowError]) -> None:
+    for error in (error_type(), error_type("custom: do this next.")):
         clone = pickle.loads(pickle.dumps(error))
         assert type(clone) is error_type and str(clone) == str(error)
     assert str(error_type()).rstrip().endswith(".")
 
 
-def test_errors_module_tree_lists_every_error() -> None:
+def _documented_parents() -> dict[str, str]:
+    """Each name in ``_errors.py``'s docstring tree, mapped to the name it hangs under."""
     import agent_framework_functional._errors as errors_module
 
-    classes = {
-        name
-        for name, value in vars(errors_module).items()
-        if isinstance(value, type) and issubclass(value, FunctionalWorkflowError)
+    parents: dict[str, str] = {}
+    stack: list[tuple[int, str]] = [(-1, "FunctionalWorkflowError")]
+    for line in (errors_module.__doc__ or "").splitlines():
+        marker = max(line.find("├── "), line.find("└── "))
+        if marker < 0 or "FunctionalWorkflowError" in line:
+            continue
+        name = line[marker + 4 :].split()[0]
+        while stack[-1][0] >= marker:
+            stack.pop()
+        parents[name] = stack[-1][1]
+        stack.append((marker, name))
+    return parents
+
+
+def test_errors_module_tree_is_the_class_tree() -> None:
+    documented = _documented_parents()
+    actual = {
+        error.__name__: next(base.__name__ for base in error.__bases__ if issubclass(base, FunctionalWorkflowError))
+        for error in TREE
     }
-    assert classes == {error.__name__ for error, _ in NEW_ERRORS} | {e.__name__ for e in ERRORS} | {
-        "FunctionalWorkflowError"
-    }
-    tree = errors_module.__doc__ or ""
-    for name in classes:
-        assert name in tree, f"{name} is missing from the tree in _errors.py's docstring"
+    assert documented == actual, "the tree in _errors.py's docstring must match the classes"
+
+
+def test_refusals_and_store_failures_are_grouped() -> None:
+    for refusal in (ContinuationAuthorityError, ResponseMismatchError, PendingContinuationError, WorkflowRunningError):
+        assert issubclass(refusal, CallRefusedError)
+    for refusal in (ContinuationStoreAsyncError, CheckpointRestoreConflictError):
+        assert issubclass(refusal, CallRefusedError)
+    assert issubclass(ContinuationStoreDurabilityError, DurableStoreError)
+    assert not set(_tree(CallRefusedError)) & set(_tree(DurableStoreError))
 
 
 async def test_agent_conflict_message_lives_in_the_errors_module() -> None:

@@ -25,6 +25,7 @@ from agent_framework_functional import (
 )
 
 EXPECTED_ALL = [
+    "CallRefusedError",
     "CheckpointRestoreConflictError",
     "CheckpointSealer",
     "ContinuationAuthorityError",
@@ -32,6 +33,7 @@ EXPECTED_ALL = [
     "ContinuationStore",
     "ContinuationStoreAsyncError",
     "ContinuationStoreDurabilityError",
+    "DurableStoreError",
     "FunctionalWorkflow",
     "FunctionalWorkflowAgent",
     "FunctionalWorkflowContinuationToken",
@@ -90,8 +92,18 @@ def test_error_hierarchy_matches_builtins_callers_catch() -> None:
     assert issubclass(ContinuationAuthorityError, ValueError)
     assert issubclass(PendingContinuationError, RuntimeError)
     assert issubclass(WorkflowRunningError, RuntimeError)
-    for error in (ContinuationAuthorityError, PendingContinuationError, WorkflowRunningError):
-        assert issubclass(error, FunctionalWorkflowError)
+    public_errors = {
+        value for value in map(vars(aff).get, aff.__all__) if isinstance(value, type) and issubclass(value, Exception)
+    }
+
+    def tree(base: type[Exception]) -> set[type[Exception]]:
+        return {base}.union(*(tree(sub) for sub in base.__subclasses__()))
+
+    # Every error the package exports is in the tree, and every error in the tree that its modules define
+    # at the package's top level (the durable backends' own errors are private) is exported.
+    assert public_errors <= tree(FunctionalWorkflowError)
+    top_level = {e for e in tree(FunctionalWorkflowError) if e.__module__ == "agent_framework_functional._errors"}
+    assert top_level == public_errors
 
 
 def test_token_typeddict_extends_core_continuation_token() -> None:

@@ -89,7 +89,8 @@ class PostgresPool:
     checked before use, usually without a round trip, so connections a server restart closed are replaced
     instead of failing an operation); built from a pool, it borrows it (the caller opens and closes it). Any
     ``psycopg.OperationalError`` (server down, connection lost, no connection within the timeout)
-    is re-raised as an ``OperationalError`` that names the backend and the operation.
+    is re-raised as a ``PostgresUnavailableError`` (an ``OperationalError`` and a ``DurableStoreError``)
+    that names the backend and the operation.
     """
 
     def __init__(
@@ -155,16 +156,18 @@ class PostgresPool:
         from psycopg import OperationalError
         from psycopg_pool import PoolTimeout
 
+        from .postgres_errors import PostgresUnavailableError
+
         try:
             async with self._pool.connection() as conn:
                 yield conn
         except PoolTimeout as exc:
-            raise OperationalError(
+            raise PostgresUnavailableError(
                 f"{self.owner}: no connection to PostgreSQL within {self._timeout:g} s ({exc}); the {what} did not "
                 "happen. Check that the server is up and reachable, or raise pool_timeout / max_size."
             ) from exc
         except OperationalError as exc:
-            raise OperationalError(
+            raise PostgresUnavailableError(
                 f"{self.owner}: the connection to PostgreSQL failed during a {what} ({exc}). A write whose reply was "
                 "lost may have been applied: read the record before retrying (a claim that did happen spent the "
                 "token; restore the pause's checkpoint to recover it)."

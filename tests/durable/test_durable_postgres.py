@@ -33,6 +33,7 @@ from durable_workflows import approval
 from postgres_server import PostgresServer
 
 from agent_framework_functional import (
+    DurableStoreError,
     PostgresCheckpointStorage,
     PostgresContinuationStore,
     continuation_token_hash,
@@ -159,8 +160,9 @@ async def test_a_clear_error_while_postgres_is_down_and_the_same_store_works_aft
         record = new_record(store)
         await store.save(record)
         server.kill()
-        with pytest.raises(psycopg.OperationalError, match=r"PostgresContinuationStore: .*PostgreSQL"):
+        with pytest.raises(psycopg.OperationalError, match=r"PostgresContinuationStore: .*PostgreSQL") as caught:
             await store.claim(record.token_hash)
+        assert isinstance(caught.value, DurableStoreError)  # a store failure, for callers that catch the group
         with pytest.raises(psycopg.OperationalError, match=r"PostgresCheckpointStorage: .*PostgreSQL"):
             await storage.load("any")
         server.start()
