@@ -259,7 +259,9 @@ async def test_a_cancelled_claim_never_lets_two_claims_win_and_never_loses_the_r
             assert [task.result(), won].count(True) == 1
 
 
-async def test_a_store_works_with_async_with_and_closes_at_its_end(make_store: Callable[..., ContinuationStore]) -> None:
+async def test_a_store_works_with_async_with_and_closes_at_its_end(
+    make_store: Callable[..., ContinuationStore],
+) -> None:
     opened = make_store()
     if not hasattr(opened, "__aenter__"):
         pytest.skip("a custom store without async with: the protocol asks only for aclose()")
