@@ -29,9 +29,8 @@ core's, outside this bound.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 from collections import deque
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from contextvars import ContextVar
 from typing import Any, Literal
 
@@ -236,15 +235,6 @@ class LiveCollector(_Channel):
         self._check_open()
         self.entries.append((_LIVE, self._take_collected(ctx), event))
 
-    def bind(self) -> contextvars.Token[_Channel | None]:
-        """Bind the collector for the code that runs from here (core's workflow task copies it)."""
-        return live_channel.set(self)
-
-    @staticmethod
-    def unbind(token: contextvars.Token[_Channel | None]) -> None:
-        """Undo :meth:`bind`."""
-        live_channel.reset(token)
-
     def drain(self) -> list[WorkflowEvent[Any]]:
         """The events emitted since the last drain, each preceded by core's events collected before it."""
         merge = self.merge
@@ -259,10 +249,6 @@ class LiveCollector(_Channel):
     def is_new(self, event: WorkflowEvent[Any]) -> bool:
         """True when core's ``event`` was not already drained ahead of a live update."""
         return self.merge is None or self.merge.is_new(event)
-
-    def close(self) -> None:
-        """Refuse further updates (the run ended)."""
-        self.closed = True
 
 
 async def _pump(core_stream: ResponseStream[WorkflowEvent[Any], Any], channel: _LiveChannel) -> None:
@@ -297,52 +283,64 @@ async def stream_live(
     this generator cancels the pump and so the workflow task (core cancels it and its children);
     it returns once the pump has finished.
     """
-    while True:
-        try:
-            event = await core_stream.__anext__()
-        except StopAsyncIteration:
-            return
+    while (event := await _next_core_event(core_stream)) is not None:
         yield event
         if event.type == "status":
             break
+    else:
+        return  # core's stream ended before user code
     merge = _Merge()
     channel = _LiveChannel(maxsize, source)
     pump = asyncio.get_running_loop().create_task(_pump(core_stream, channel))
-    out: list[WorkflowEvent[Any]] = []
     try:
-        while True:
-            item = await channel.get()
-            kind = item[0]
-            if kind == _LIVE:
-                merge.live(item, out)
-                for merged in out:
-                    yield merged
-                out.clear()
-            elif kind == _CORE:
-                if merge.is_new(item[1]):
-                    yield item[1]
-            else:
-                error: BaseException | None = item[1]
-                if error is not None:
-                    raise error
-                return
+        while (events := _released(await channel.get(), merge)) is not None:
+            for merged in events:
+                yield merged
     finally:
-        cancelled_again = False
-        if not pump.done():
-            # Abandoned: cancel first, so the workflow task sees a cancellation (core cancels it and
-            # its children) rather than a closed channel at its next emit_update().
-            pump.cancel()
-            # Wait until core's stream is wound down even if this wait is cancelled too (anyio's
-            # cancel scopes, as in Starlette when a client hangs up, cancel again at every await):
-            # leaving while the pump is inside core's stream makes closing that stream fail with
-            # "asynchronous generator is already running" instead of the cancellation.
-            while not pump.done():
-                try:
-                    await asyncio.wait({pump})
-                except asyncio.CancelledError:
-                    cancelled_again = True
-        channel.close()
-        if not pump.cancelled():
-            pump.exception()  # retrieved: a failure already reached the caller through the channel
-        if cancelled_again:
+        if await _stop_pump(pump, channel):
             raise asyncio.CancelledError
+
+
+async def _next_core_event(core_stream: ResponseStream[WorkflowEvent[Any], Any]) -> WorkflowEvent[Any] | None:
+    """Core's next event, or None at the end of its stream."""
+    try:
+        return await core_stream.__anext__()
+    except StopAsyncIteration:
+        return None
+
+
+def _released(item: _Item, merge: _Merge) -> Sequence[WorkflowEvent[Any]] | None:
+    """The events one channel item releases to the caller, in order; None at the run's end (its error raised)."""
+    kind = item[0]
+    if kind == _LIVE:
+        out: list[WorkflowEvent[Any]] = []
+        merge.live(item, out)
+        return out
+    if kind == _CORE:
+        return (item[1],) if merge.is_new(item[1]) else ()
+    error: BaseException | None = item[1]
+    if error is not None:
+        raise error
+    return None
+
+
+async def _stop_pump(pump: asyncio.Task[None], channel: _LiveChannel) -> bool:
+    """Wind the pump down and close the channel; True when this wait was cancelled again (re-raise it)."""
+    cancelled_again = False
+    if not pump.done():
+        # Abandoned: cancel first, so the workflow task sees a cancellation (core cancels it and
+        # its children) rather than a closed channel at its next emit_update().
+        pump.cancel()
+        # Wait until core's stream is wound down even if this wait is cancelled too (anyio's
+        # cancel scopes, as in Starlette when a client hangs up, cancel again at every await):
+        # leaving while the pump is inside core's stream makes closing that stream fail with
+        # "asynchronous generator is already running" instead of the cancellation.
+        while not pump.done():
+            try:
+                await asyncio.wait({pump})
+            except asyncio.CancelledError:
+                cancelled_again = True
+    channel.close()
+    if not pump.cancelled():
+        pump.exception()  # retrieved: a failure already reached the caller through the channel
+    return cancelled_again
