@@ -3,10 +3,10 @@
 Each name here is used by core itself for the same job; ``tests/test_agent_protocol.py`` imports
 every one of them, so an upgrade of core that moves them fails loudly instead of silently.
 
-* ``is_instance_of`` / ``try_coerce_to_type`` (``agent_framework._workflows._typing_utils``): the
-  rules core applies to a ``request_info`` response (``_coerce_request_info_response``). Chat-native
-  answers are converted with the same rules before a resume is accepted, so core cannot reject the
-  value later, after the continuation token was spent.
+* ``is_instance_of`` (``agent_framework._workflows._typing_utils``): the type rule core applies to a
+  ``request_info`` response (``_coerce_request_info_response``). Chat-native answers are checked with
+  the same rule before a resume is accepted, so core cannot reject the value later, after the
+  continuation token was spent.
 * ``_coerce_request_info_response`` (``agent_framework._workflows._workflow``): core's exact check of
   a response against its request's ``response_type`` (also turning ``str`` into ``Content``). A
   response-only resume runs it on every answer to a pending request before the token is claimed.
@@ -73,7 +73,7 @@ from agent_framework._middleware import categorize_middleware
 from agent_framework._workflows._functional import (
     _decode_versioned_step_cache_key,  # pyright: ignore[reportPrivateUsage]
 )
-from agent_framework._workflows._typing_utils import is_instance_of, try_coerce_to_type
+from agent_framework._workflows._typing_utils import is_instance_of
 from agent_framework._workflows._workflow import _coerce_request_info_response  # pyright: ignore[reportPrivateUsage]
 
 # Core's marker for its functional workflow API; ours is the same feature (same warning, shown once).
@@ -83,16 +83,6 @@ functional_workflows_experimental = experimental(feature_id=ExperimentalFeature.
 def set_context_response(context: SessionContext, response: AgentResponse[Any]) -> None:
     """Give the after-run context providers the run's response, as core's ``WorkflowAgent`` does."""
     context._response = response  # pyright: ignore[reportPrivateUsage]
-
-
-def coerce_to(value: Any, target_type: Any) -> tuple[bool, Any]:
-    """Coerce ``value`` to ``target_type`` with core's response rules.
-
-    Returns:
-        ``(True, converted)`` when the converted value is an instance of the type, else ``(False, value)``.
-    """
-    converted = try_coerce_to_type(value, target_type)
-    return (True, converted) if is_instance_of(converted, target_type) else (False, value)
 
 
 def response_fits(value: Any, response_type: Any, request_id: str) -> bool:
