@@ -1,4 +1,4 @@
-"""Items 2 and 3: pause/resume with a rotating single-use token, and authority validation.
+"""Pause/resume with a rotating single-use token, and authority validation.
 
 Every authority problem raises ``ContinuationAuthorityError`` (a ``ValueError``) with one fixed
 message that reveals nothing, is checked before any request correlation, changes no state, and

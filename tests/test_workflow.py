@@ -1,4 +1,4 @@
-"""Items 4-6: one pending continuation per instance, abandonment, and consumption before resumed code."""
+"""One pending continuation per instance, abandonment, and consumption before resumed code."""
 
 from __future__ import annotations
 

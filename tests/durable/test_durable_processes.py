@@ -1,4 +1,4 @@
-"""Items 5 and 6: real worker processes race for one pause; a SIGKILL after the claim spends the token.
+"""Real worker processes race for one pause; a SIGKILL after the claim spends the token.
 
 Every worker is a separate Python process (``durable_worker.py``) that opens its own store on the
 shared database and its own ``FileCheckpointStorage`` on the shared folder. Resumed user code

@@ -157,7 +157,7 @@ async def test_default_snapshot_persistence_is_refused_before_the_first_write(
 async def test_best_effort_on_snapshot_persistence_can_lose_a_claim_and_resume_twice(
     redis_servers: Callable[..., RedisServer], checkpoint_dir: Path, tmp_path: Path, effects_file: Path
 ) -> None:
-    """The documented weaker guarantee: what the issue saw, now only by explicit opt-in."""
+    """The documented weaker guarantee: a lost claim is possible, only by explicit opt-in."""
     server = redis_servers()  # defaults: RDB snapshots, appendonly no
     spec = StoreSpec("redis", server.url, namespace=f"aff-test:{uuid.uuid4().hex}", durability="best_effort")
     state = tmp_path / "state.json"

@@ -1,4 +1,4 @@
-"""Issue 11, task 4: ``RedisCheckpointStorage``, core's ``CheckpointStorage`` on a real redis-server.
+"""``RedisCheckpointStorage``, core's ``CheckpointStorage`` on a real redis-server.
 
 Unit behaviour of every protocol method, core's encoding (the stored body is what
 ``FileCheckpointStorage`` writes) and allow-list, bounded storage through ``ttl``, and two worker
