@@ -1,26 +1,30 @@
 """PostgresCheckpointStorage: core's ``CheckpointStorage`` on PostgreSQL, for workers without a shared file system.
 
-A body is written and read only through :func:`encode_body` / :func:`decode_body`, the one place
-that turns a checkpoint into stored bytes and back. They use core's private
-``encode_checkpoint_value`` / ``decode_checkpoint_value`` (``agent_framework._workflows.
-_checkpoint_encoding``), as ``RedisCheckpointStorage`` does, imported on first use and pinned by
-``tests/stores/test_checkpoint_storage_contract.py``.
+A whole body is written and read only through ``checkpoint_storage``'s :func:`encode_body` /
+:func:`decode_body`, the one place that turns a checkpoint into stored bytes and back.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import time
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 
-from .._store import AsyncClosing, duration_seconds
+from .._store import duration_seconds
 from .checkpoint_delta import DeltaSave, StepCacheDeduper
-from .checkpoint_seal import CheckpointSealer, is_sealed, warn_unsealed
+from .checkpoint_seal import CheckpointSealer
+from .checkpoint_storage import (
+    DurableCheckpointStorage,
+    check_allowed_types,
+    check_sealer,
+    decode_body,
+    encode_body,
+    same_id,
+)
 from .postgres_delta import CHUNKS, DELETE, MIGRATION, PURGE_SEGMENTS, SAVE_DELTA, gather_chunks
 from .postgres_schema import DEFAULT_POOL_SIZE, DEFAULT_POOL_TIMEOUT_SECONDS, DEFAULT_SCHEMA, PostgresPool
 from .redis_delta import chunk_context, head_context, parse_references
@@ -69,62 +73,7 @@ _LIST = (
 _PURGE = "DELETE FROM {schema}.checkpoints WHERE expires_at <= %s"
 
 
-def encode_body(checkpoint: WorkflowCheckpoint, allowed_types: frozenset[str]) -> bytes:
-    """Return the stored bytes of ``checkpoint``: core's checkpoint encoding as UTF-8 JSON.
-
-    Args:
-        checkpoint: The checkpoint to store.
-        allowed_types: Extra ``"module:QualName"`` types the body may hold.
-
-    Returns:
-        The body.
-
-    Raises:
-        WorkflowCheckpointException: It cannot be encoded, or would not decode under ``allowed_types``.
-    """
-    from agent_framework._workflows._checkpoint_encoding import decode_checkpoint_value, encode_checkpoint_value
-
-    try:
-        encoded = encode_checkpoint_value(checkpoint.to_dict())
-        decode_checkpoint_value(encoded, allowed_types=allowed_types)  # refuse now what a load would refuse
-        return json.dumps(encoded, ensure_ascii=False).encode("utf-8")
-    except Exception as exc:
-        raise WorkflowCheckpointException(
-            f"Checkpoint {checkpoint.checkpoint_id} cannot be encoded or restored under this storage's allowed "
-            "types; refusing to save. Add its types to allowed_checkpoint_types."
-        ) from exc
-
-
-def decode_body(checkpoint_id: str, body: bytes, allowed_types: frozenset[str]) -> WorkflowCheckpoint:
-    """Return the checkpoint stored as ``body``; any problem is a ``WorkflowCheckpointException``.
-
-    Args:
-        checkpoint_id: The checkpoint's id, for the message.
-        body: What :func:`encode_body` returned (or what someone else wrote in its place).
-        allowed_types: Extra ``"module:QualName"`` types the body may hold.
-
-    Returns:
-        The checkpoint.
-
-    Raises:
-        WorkflowCheckpointException: The body is not UTF-8 JSON, is nested too deeply, holds a type
-            outside the allow-list, or is not a checkpoint.
-    """
-    from agent_framework._workflows._checkpoint_encoding import decode_checkpoint_value
-
-    try:
-        decoded = decode_checkpoint_value(json.loads(body.decode("utf-8")), allowed_types=allowed_types)
-        return WorkflowCheckpoint.from_dict(decoded)
-    except (RecursionError, MemoryError) as exc:
-        raise WorkflowCheckpointException(f"Checkpoint {checkpoint_id} is nested too deeply to load.") from exc
-    except Exception as exc:
-        raise WorkflowCheckpointException(
-            f"Checkpoint {checkpoint_id} cannot be loaded: its stored body is not a checkpoint this storage "
-            f"accepts ({type(exc).__name__})."
-        ) from exc
-
-
-class PostgresCheckpointStorage(AsyncClosing):
+class PostgresCheckpointStorage(DurableCheckpointStorage):
     """Core's ``CheckpointStorage`` protocol on PostgreSQL, so workers on several machines share checkpoints.
 
     A drop-in for ``FileCheckpointStorage`` when the workers share a database instead of a file
@@ -176,6 +125,8 @@ class PostgresCheckpointStorage(AsyncClosing):
             )
     """
 
+    logger = logger
+
     def __init__(
         self,
         conninfo: str | AsyncConnectionPool,
@@ -187,15 +138,8 @@ class PostgresCheckpointStorage(AsyncClosing):
         pool_timeout: float | timedelta = DEFAULT_POOL_TIMEOUT_SECONDS,
         sealer: CheckpointSealer | None = None,
     ) -> None:
-        if sealer is not None and not isinstance(sealer, CheckpointSealer):  # pyright: ignore[reportUnnecessaryIsInstance]
-            raise TypeError("sealer must be a CheckpointSealer (or None).")
-        if sealer is None:
-            warn_unsealed("PostgresCheckpointStorage")
-        self.sealer = sealer
-        types = list(allowed_checkpoint_types or [])
-        if not all(isinstance(name, str) for name in types):  # pyright: ignore[reportUnnecessaryIsInstance]
-            raise TypeError("allowed_checkpoint_types must be a list of 'module:QualName' strings.")
-        self._allowed_types = frozenset(types)
+        self.sealer = check_sealer("PostgresCheckpointStorage", sealer)
+        self._allowed_types = check_allowed_types(allowed_checkpoint_types)
         self._ttl = None if ttl is None else duration_seconds(ttl, "ttl")
         self._next_purge = float("-inf")
         self._db = PostgresPool(
@@ -225,11 +169,6 @@ class PostgresCheckpointStorage(AsyncClosing):
             }.items()
         }
         self._deduper = StepCacheDeduper(self._allowed_types)
-
-    @property
-    def allowed_checkpoint_types(self) -> frozenset[str]:
-        """The extra ``"module:QualName"`` types this storage decodes (besides core's safe set)."""
-        return self._allowed_types
 
     @property
     def schema(self) -> str:
@@ -352,22 +291,13 @@ class PostgresCheckpointStorage(AsyncClosing):
             return found, await (await conn.execute(self._sql["chunks"], (segments,))).fetchall()
 
         found, chunks = await self._db.run("checkpoint list", rows)
-        checkpoints: list[WorkflowCheckpoint] = []
-        for checkpoint_id, body, references, _ in found:
-            try:
-                checkpoint = self._materialize(str(checkpoint_id), bytes(body), references, chunks)
-            except WorkflowCheckpointException as exc:
-                logger.warning("Skipping checkpoint %s of workflow %s: %s", checkpoint_id, workflow_name, exc)
-                continue
-            if checkpoint.workflow_name == workflow_name:  # as core's FileCheckpointStorage: the body decides
-                checkpoints.append(checkpoint)
-            else:
-                logger.warning(
-                    "Skipping checkpoint %s: filed under %s, it belongs to another workflow",
-                    checkpoint_id,
-                    workflow_name,
-                )
-        return checkpoints
+
+        async def load(checkpoint_id: str, body: Any, references: str | None) -> WorkflowCheckpoint:
+            return self._materialize(checkpoint_id, bytes(body), references, chunks)
+
+        return await self._listed(
+            workflow_name, ((str(cid), functools.partial(load, str(cid), body, refs)) for cid, body, refs, _ in found)
+        )
 
     def _materialize(
         self, checkpoint_id: str, body: bytes, references: str | None, chunks: list[tuple[Any, ...]]
@@ -391,21 +321,7 @@ class PostgresCheckpointStorage(AsyncClosing):
             raise WorkflowCheckpointException(
                 f"Checkpoint {checkpoint_id} cannot be loaded: its stored parts do not decode ({type(exc).__name__})."
             ) from exc
-        if checkpoint.checkpoint_id != checkpoint_id:
-            raise WorkflowCheckpointException(
-                f"The body stored for checkpoint {checkpoint_id} is another checkpoint's; it was not loaded."
-            )
-        return checkpoint
-
-    def _unseal(self, checkpoint_id: str, body: bytes, context: bytes) -> bytes:
-        """Open a sealed body (a sealer configured), or refuse a sealed one (none configured)."""
-        if self.sealer is not None:
-            return self.sealer.open(body, context=context)  # before any decoding
-        if is_sealed(body):
-            raise WorkflowCheckpointException(
-                f"Checkpoint {checkpoint_id} is sealed, but this storage has no sealer: pass sealer=CheckpointSealer()"
-            )
-        return body
+        return same_id(checkpoint_id, checkpoint)
 
     def _open(self, checkpoint_id: str, body: bytes) -> WorkflowCheckpoint:
         """Open (with a sealer, before any decoding) and decode one whole body; every failure: core's exception."""
@@ -446,31 +362,6 @@ class PostgresCheckpointStorage(AsyncClosing):
             return 0 if row is None else int(row[0] or 0)
 
         return await self._db.run("checkpoint delete", delete)
-
-    async def get_latest(self, *, workflow_name: str) -> WorkflowCheckpoint | None:
-        """Return the workflow's checkpoint with the latest ``timestamp`` (as core's storages order them).
-
-        Keyword Args:
-            workflow_name: The workflow's name.
-
-        Returns:
-            That checkpoint, or None when the workflow has none.
-        """
-        checkpoints = await self.list_checkpoints(workflow_name=workflow_name)
-        if not checkpoints:
-            return None
-        return max(checkpoints, key=lambda checkpoint: datetime.fromisoformat(checkpoint.timestamp))
-
-    async def list_checkpoint_ids(self, *, workflow_name: str) -> list[str]:
-        """Return the ids of the checkpoints :meth:`list_checkpoints` returns, oldest save first.
-
-        Keyword Args:
-            workflow_name: The workflow's name.
-
-        Returns:
-            Checkpoint ids.
-        """
-        return [checkpoint.checkpoint_id for checkpoint in await self.list_checkpoints(workflow_name=workflow_name)]
 
     async def aclose(self) -> None:
         """Close the connection pool if the storage created it; a pool passed in is left open."""

@@ -10,17 +10,19 @@ compares the stored body with what ``FileCheckpointStorage`` writes, so such an 
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 
-from .._store import AsyncClosing, duration_seconds
+from .._store import duration_seconds
 from .checkpoint_delta import DeltaSave, StepCacheDeduper
-from .checkpoint_seal import CheckpointSealer, is_sealed, warn_unsealed
+from .checkpoint_seal import CheckpointSealer
+from .checkpoint_storage import DurableCheckpointStorage, check_allowed_types, check_sealer, same_id
 from .redis_client import DEFAULT_MAX_CONNECTIONS, DEFAULT_POOL_TIMEOUT_SECONDS, pooled_client, text
 from .redis_delta import DELETE_SCRIPT, SAVE_SCRIPT, chunk_context, head_context, parse_references, read_chunks
 
@@ -51,7 +53,7 @@ def _decode(encoded: Any, allowed_types: frozenset[str]) -> WorkflowCheckpoint:
     return WorkflowCheckpoint.from_dict(decode_checkpoint_value(encoded, allowed_types=allowed_types))
 
 
-class RedisCheckpointStorage(AsyncClosing):
+class RedisCheckpointStorage(DurableCheckpointStorage):
     """Core's ``CheckpointStorage`` protocol on Redis, so workers on several machines share checkpoints.
 
     A drop-in for ``FileCheckpointStorage`` when the workers share no file system: give every worker
@@ -120,6 +122,8 @@ class RedisCheckpointStorage(AsyncClosing):
             )
     """
 
+    logger = logger
+
     def __init__(
         self,
         client: Redis | str,
@@ -133,16 +137,9 @@ class RedisCheckpointStorage(AsyncClosing):
     ) -> None:
         if not namespace:
             raise ValueError("namespace must be a non-empty key prefix, for example 'myapp'.")
-        types = list(allowed_checkpoint_types or [])
-        if not all(isinstance(name, str) for name in types):  # pyright: ignore[reportUnnecessaryIsInstance]
-            raise TypeError("allowed_checkpoint_types must be a list of 'module:QualName' strings.")
-        if sealer is not None and not isinstance(sealer, CheckpointSealer):  # pyright: ignore[reportUnnecessaryIsInstance]
-            raise TypeError("sealer must be a CheckpointSealer (or None).")
-        if sealer is None:
-            warn_unsealed("RedisCheckpointStorage")
-        self.sealer = sealer
+        self._allowed_types = check_allowed_types(allowed_checkpoint_types)
+        self.sealer = check_sealer("RedisCheckpointStorage", sealer)
         self.namespace = namespace
-        self._allowed_types = frozenset(types)
         self._ttl_ms = None if ttl is None else max(1, int(duration_seconds(ttl, "ttl") * 1000))
         if isinstance(client, str):
             self._client: Any = pooled_client(
@@ -158,11 +155,6 @@ class RedisCheckpointStorage(AsyncClosing):
         self._save_delta: Any = self._client.register_script(SAVE_SCRIPT)
         self._delete: Any = self._client.register_script(DELETE_SCRIPT)
         self._deduper = StepCacheDeduper(self._allowed_types)
-
-    @property
-    def allowed_checkpoint_types(self) -> frozenset[str]:
-        """The extra ``"module:QualName"`` types this storage decodes (besides core's safe set)."""
-        return self._allowed_types
 
     def _checkpoint_key(self, checkpoint_id: str) -> str:
         return f"{self.namespace}:checkpoint:{checkpoint_id}"
@@ -246,22 +238,10 @@ class RedisCheckpointStorage(AsyncClosing):
         Returns:
             The decoded checkpoints.
         """
-        checkpoints: list[WorkflowCheckpoint] = []
-        for checkpoint_id, raw, segments in await self._bodies(workflow_name):
-            try:
-                checkpoint = await self._materialize(checkpoint_id, raw, segments)
-            except WorkflowCheckpointException as exc:
-                logger.warning("Skipping checkpoint %s of workflow %s: %s", checkpoint_id, workflow_name, exc)
-                continue
-            if checkpoint.workflow_name == workflow_name:  # as core's FileCheckpointStorage: the body decides
-                checkpoints.append(checkpoint)
-            else:
-                logger.warning(
-                    "Skipping checkpoint %s: filed under %s, it belongs to another workflow",
-                    checkpoint_id,
-                    workflow_name,
-                )
-        return checkpoints
+        bodies = await self._bodies(workflow_name)
+        return await self._listed(
+            workflow_name, ((cid, functools.partial(self._materialize, cid, raw, segs)) for cid, raw, segs in bodies)
+        )
 
     async def delete(self, checkpoint_id: str) -> bool:
         """Delete a checkpoint by id.
@@ -293,31 +273,6 @@ class RedisCheckpointStorage(AsyncClosing):
                 await self._delete(keys=[key], args=[checkpoint_id, self._prefix], client=pipe)  # queued
             deleted = cast("list[Any]", await pipe.execute())
         return sum(int(result) for result in deleted)
-
-    async def get_latest(self, *, workflow_name: str) -> WorkflowCheckpoint | None:
-        """Return the workflow's checkpoint with the latest ``timestamp`` (as core's storages order them).
-
-        Keyword Args:
-            workflow_name: The workflow's name.
-
-        Returns:
-            That checkpoint, or None when the workflow has none.
-        """
-        checkpoints = await self.list_checkpoints(workflow_name=workflow_name)
-        if not checkpoints:
-            return None
-        return max(checkpoints, key=lambda checkpoint: datetime.fromisoformat(checkpoint.timestamp))
-
-    async def list_checkpoint_ids(self, *, workflow_name: str) -> list[str]:
-        """Return the ids of the workflow's checkpoints that :meth:`list_checkpoints` returns.
-
-        Keyword Args:
-            workflow_name: The workflow's name.
-
-        Returns:
-            Checkpoint ids, oldest save first; only checkpoints that decode under the allow-list.
-        """
-        return [checkpoint.checkpoint_id for checkpoint in await self.list_checkpoints(workflow_name=workflow_name)]
 
     async def aclose(self) -> None:
         """Close the client if the storage created it from a URL; a client passed in is left open."""
@@ -380,7 +335,7 @@ class RedisCheckpointStorage(AsyncClosing):
         if segments is None:
             return self._parse(checkpoint_id, raw)
         references = _as_bytes(segments)
-        head = self._open(checkpoint_id, _as_bytes(raw), head_context(checkpoint_id, references))
+        head = self._unseal(checkpoint_id, _as_bytes(raw), head_context(checkpoint_id, references))
         refs = parse_references(checkpoint_id, references)
         chunks = await read_chunks(self._client, self._prefix, refs, self.sealer)
         if chunks is None:
@@ -395,21 +350,11 @@ class RedisCheckpointStorage(AsyncClosing):
             raise WorkflowCheckpointException(
                 f"Checkpoint {checkpoint_id} in Redis cannot be decoded ({type(exc).__name__}); it was not loaded."
             ) from exc
-        return _same_id(checkpoint_id, checkpoint)
-
-    def _open(self, checkpoint_id: str, body: bytes, context: bytes) -> bytes:
-        """Open a sealed body (a sealer configured), or refuse a sealed one (none configured)."""
-        if self.sealer is not None:
-            return self.sealer.open(body, context=context)  # before any decoding
-        if is_sealed(body):
-            raise WorkflowCheckpointException(
-                f"Checkpoint {checkpoint_id} is sealed, but this storage has no sealer: pass sealer=CheckpointSealer()"
-            )
-        return body
+        return same_id(checkpoint_id, checkpoint)
 
     def _parse(self, checkpoint_id: str, raw: Any) -> WorkflowCheckpoint:
         """Open (with a sealer) then decode one body; every failure is ``WorkflowCheckpointException``."""
-        body = self._open(checkpoint_id, _as_bytes(raw), checkpoint_id.encode("utf-8"))
+        body = self._unseal(checkpoint_id, _as_bytes(raw), checkpoint_id.encode("utf-8"))
         try:
             checkpoint = _decode(json.loads(body.decode("utf-8")), self._allowed_types)
         except WorkflowCheckpointException:
@@ -418,16 +363,8 @@ class RedisCheckpointStorage(AsyncClosing):
             raise WorkflowCheckpointException(
                 f"Checkpoint {checkpoint_id} in Redis cannot be decoded ({type(exc).__name__}); it was not loaded."
             ) from exc
-        return _same_id(checkpoint_id, checkpoint)
+        return same_id(checkpoint_id, checkpoint)
 
 
 def _as_bytes(raw: Any) -> bytes:
     return raw if isinstance(raw, bytes) else str(raw).encode("utf-8", "surrogatepass")
-
-
-def _same_id(checkpoint_id: str, checkpoint: WorkflowCheckpoint) -> WorkflowCheckpoint:
-    if checkpoint.checkpoint_id != checkpoint_id:
-        raise WorkflowCheckpointException(
-            f"The body stored for checkpoint {checkpoint_id} is another checkpoint's; it was not loaded."
-        )
-    return checkpoint

@@ -194,7 +194,7 @@ async def test_a_planted_type_outside_the_allow_list_is_refused(
 
 
 def test_cores_encoding_helpers_are_where_the_postgres_storage_expects_them() -> None:
-    from agent_framework_functional._durable.postgres_checkpoint import decode_body, encode_body
+    from agent_framework_functional._durable.checkpoint_storage import decode_body, encode_body
 
     checkpoint = _checkpoint()
     body = encode_body(checkpoint, frozenset())

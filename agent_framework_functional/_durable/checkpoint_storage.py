@@ -1,0 +1,180 @@
+"""What the Redis and PostgreSQL checkpoint storages share: options, the body codec, sealing, the listing.
+
+Core's ``FileCheckpointStorage`` is the reference: a checkpoint that does not load, or whose body names
+another workflow than the one it is filed under, is skipped by the listing with a warning. A whole
+body is written and read only through :func:`encode_body` / :func:`decode_body` (PostgreSQL; Redis keeps
+its own messages), with core's private ``encode_checkpoint_value`` / ``decode_checkpoint_value``
+(``agent_framework._workflows._checkpoint_encoding``), imported on first use and pinned by
+``tests/stores/test_checkpoint_storage_contract.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from datetime import datetime
+from typing import ClassVar
+
+from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
+
+from .._store import AsyncClosing
+from .checkpoint_seal import CheckpointSealer, is_sealed, warn_unsealed
+
+
+def encode_body(checkpoint: WorkflowCheckpoint, allowed_types: frozenset[str]) -> bytes:
+    """Return the stored bytes of ``checkpoint``: core's checkpoint encoding as UTF-8 JSON.
+
+    Args:
+        checkpoint: The checkpoint to store.
+        allowed_types: Extra ``"module:QualName"`` types the body may hold.
+
+    Returns:
+        The body.
+
+    Raises:
+        WorkflowCheckpointException: It cannot be encoded, or would not decode under ``allowed_types``.
+    """
+    from agent_framework._workflows._checkpoint_encoding import decode_checkpoint_value, encode_checkpoint_value
+
+    try:
+        encoded = encode_checkpoint_value(checkpoint.to_dict())
+        decode_checkpoint_value(encoded, allowed_types=allowed_types)  # refuse now what a load would refuse
+        return json.dumps(encoded, ensure_ascii=False).encode("utf-8")
+    except Exception as exc:
+        raise WorkflowCheckpointException(
+            f"Checkpoint {checkpoint.checkpoint_id} cannot be encoded or restored under this storage's allowed "
+            "types; refusing to save. Add its types to allowed_checkpoint_types."
+        ) from exc
+
+
+def decode_body(checkpoint_id: str, body: bytes, allowed_types: frozenset[str]) -> WorkflowCheckpoint:
+    """Return the checkpoint stored as ``body``; any problem is a ``WorkflowCheckpointException``.
+
+    Args:
+        checkpoint_id: The checkpoint's id, for the message.
+        body: What :func:`encode_body` returned (or what someone else wrote in its place).
+        allowed_types: Extra ``"module:QualName"`` types the body may hold.
+
+    Returns:
+        The checkpoint.
+
+    Raises:
+        WorkflowCheckpointException: The body is not UTF-8 JSON, is nested too deeply, holds a type
+            outside the allow-list, or is not a checkpoint.
+    """
+    from agent_framework._workflows._checkpoint_encoding import decode_checkpoint_value
+
+    try:
+        decoded = decode_checkpoint_value(json.loads(body.decode("utf-8")), allowed_types=allowed_types)
+        return WorkflowCheckpoint.from_dict(decoded)
+    except (RecursionError, MemoryError) as exc:
+        raise WorkflowCheckpointException(f"Checkpoint {checkpoint_id} is nested too deeply to load.") from exc
+    except Exception as exc:
+        raise WorkflowCheckpointException(
+            f"Checkpoint {checkpoint_id} cannot be loaded: its stored body is not a checkpoint this storage "
+            f"accepts ({type(exc).__name__})."
+        ) from exc
+
+
+def check_sealer(owner: str, sealer: CheckpointSealer | None) -> CheckpointSealer | None:
+    """Return ``sealer`` once checked; without one, warn once per storage class and process."""
+    if sealer is not None and not isinstance(sealer, CheckpointSealer):  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise TypeError("sealer must be a CheckpointSealer (or None).")
+    if sealer is None:
+        warn_unsealed(owner)
+    return sealer
+
+
+def check_allowed_types(allowed_checkpoint_types: list[str] | None) -> frozenset[str]:
+    """The allow-list as a frozen set; ``TypeError`` unless every entry is a ``"module:QualName"`` string."""
+    types = list(allowed_checkpoint_types or [])
+    if not all(isinstance(name, str) for name in types):  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise TypeError("allowed_checkpoint_types must be a list of 'module:QualName' strings.")
+    return frozenset(types)
+
+
+class DurableCheckpointStorage(AsyncClosing):
+    """The shared part of ``RedisCheckpointStorage`` and ``PostgresCheckpointStorage`` (internal)."""
+
+    logger: ClassVar[logging.Logger]
+    sealer: CheckpointSealer | None
+    _allowed_types: frozenset[str]
+
+    async def list_checkpoints(self, *, workflow_name: str) -> list[WorkflowCheckpoint]:
+        """Return the workflow's checkpoints that still exist and load, oldest save first.
+
+        Keyword Args:
+            workflow_name: The workflow's name.
+        """
+        raise NotImplementedError
+
+    @property
+    def allowed_checkpoint_types(self) -> frozenset[str]:
+        """The extra ``"module:QualName"`` types this storage decodes (besides core's safe set)."""
+        return self._allowed_types
+
+    async def get_latest(self, *, workflow_name: str) -> WorkflowCheckpoint | None:
+        """Return the workflow's checkpoint with the latest ``timestamp`` (as core's storages order them).
+
+        Keyword Args:
+            workflow_name: The workflow's name.
+
+        Returns:
+            That checkpoint, or None when the workflow has none.
+        """
+        checkpoints = await self.list_checkpoints(workflow_name=workflow_name)
+        if not checkpoints:
+            return None
+        return max(checkpoints, key=lambda checkpoint: datetime.fromisoformat(checkpoint.timestamp))
+
+    async def list_checkpoint_ids(self, *, workflow_name: str) -> list[str]:
+        """Return the ids of the checkpoints :meth:`list_checkpoints` returns, oldest save first.
+
+        Keyword Args:
+            workflow_name: The workflow's name.
+
+        Returns:
+            Checkpoint ids; only checkpoints that load under the allow-list.
+        """
+        return [checkpoint.checkpoint_id for checkpoint in await self.list_checkpoints(workflow_name=workflow_name)]
+
+    async def _listed(
+        self, workflow_name: str, loads: Iterable[tuple[str, Callable[[], Awaitable[WorkflowCheckpoint]]]]
+    ) -> list[WorkflowCheckpoint]:
+        """The checkpoints that load and whose body names ``workflow_name``, in order; others skipped with a warning."""
+        checkpoints: list[WorkflowCheckpoint] = []
+        for checkpoint_id, load in loads:
+            try:
+                checkpoint = await load()
+            except WorkflowCheckpointException as exc:
+                self.logger.warning("Skipping checkpoint %s of workflow %s: %s", checkpoint_id, workflow_name, exc)
+                continue
+            if checkpoint.workflow_name == workflow_name:  # as core's FileCheckpointStorage: the body decides
+                checkpoints.append(checkpoint)
+            else:
+                self.logger.warning(
+                    "Skipping checkpoint %s: filed under %s, it belongs to another workflow",
+                    checkpoint_id,
+                    workflow_name,
+                )
+        return checkpoints
+
+    def _unseal(self, checkpoint_id: str, body: bytes, context: bytes) -> bytes:
+        """Open a sealed piece (a sealer configured), or refuse a sealed one (none configured)."""
+        if self.sealer is not None:
+            return self.sealer.open(body, context=context)  # before any decoding
+        if is_sealed(body):
+            raise WorkflowCheckpointException(
+                f"Checkpoint {checkpoint_id} is sealed, but this storage has no sealer: pass sealer=CheckpointSealer()"
+            )
+        return body
+
+
+def same_id(checkpoint_id: str, checkpoint: WorkflowCheckpoint) -> WorkflowCheckpoint:
+    """Return ``checkpoint`` when it is the one stored under ``checkpoint_id``; refuse another's body."""
+    if checkpoint.checkpoint_id != checkpoint_id:
+        raise WorkflowCheckpointException(
+            f"The body stored for checkpoint {checkpoint_id} is another checkpoint's; it was not loaded."
+        )
+    return checkpoint
