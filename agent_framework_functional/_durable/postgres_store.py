@@ -101,6 +101,8 @@ DEFAULT_PURGE_INTERVAL_SECONDS = 600.0
 class PostgresContinuationStore(AsyncClosing):
     """A :class:`ContinuationStore` on PostgreSQL, for workers on several machines.
 
+    Each operation keeps the protocol's contract (its docstrings give the arguments and results).
+
     One row per pause in ``<schema>.continuations``. A claim, release, abandon and supersede are
     each one ``UPDATE ... WHERE status = ...`` in its own transaction, checked by its row count:
     PostgreSQL's row locks make it a compare-and-set, so exactly one caller wins however many
@@ -221,9 +223,6 @@ class PostgresContinuationStore(AsyncClosing):
     async def save(self, record: ContinuationRecord) -> None:
         """Insert a freshly issued record (committed before this returns).
 
-        Args:
-            record: The record; its ``token_hash`` must be new.
-
         Raises:
             ValueError: A record with this hash exists already.
             psycopg.OperationalError: PostgreSQL is unreachable; no token should be handed out.
@@ -238,14 +237,7 @@ class PostgresContinuationStore(AsyncClosing):
             raise ValueError("A continuation with this token hash is already recorded; issue a new token.") from exc
 
     async def get(self, token_hash: str) -> ContinuationRecord | None:
-        """Return the record for ``token_hash`` (any status), or None; never mutates.
-
-        Args:
-            token_hash: Hex sha256 of the token's secret.
-
-        Returns:
-            The record, or None.
-        """
+        """Return the record for ``token_hash`` (any status), or None; never mutates."""
 
         async def read(conn: AsyncConnection[Any]) -> tuple[Any, ...] | None:
             return await (await conn.execute(self._sql["get"], (token_hash,))).fetchone()
@@ -261,16 +253,6 @@ class PostgresContinuationStore(AsyncClosing):
 
         Claims made in the same event-loop tick (a host answering many requests at once) share one
         statement and one commit; each still has exactly one winner.
-
-        Args:
-            token_hash: Hex sha256 of the token's secret.
-
-        Keyword Args:
-            claimer: A secret of the claiming run, kept with the claim so that only it can
-                :meth:`release` the claim.
-
-        Returns:
-            True for the one caller that claimed it; False when it is missing, not ``issued`` or expired.
 
         Raises:
             psycopg.OperationalError: PostgreSQL is unreachable or the connection broke (then the claim
@@ -333,31 +315,11 @@ class PostgresContinuationStore(AsyncClosing):
                 future.set_result(token_hash in won)
 
     async def release(self, token_hash: str, claimer: str) -> bool:
-        """Atomically hand a claim back (``claimed`` -> ``issued``) for the run that claimed it.
-
-        Args:
-            token_hash: Hex sha256 of the token's secret.
-            claimer: The ``claimer`` the claim was made with.
-
-        Returns:
-            True when this call handed the claim back; False when the record is not ``claimed`` by
-            ``claimer`` (or is gone).
-        """
+        """Atomically hand a claim back (``claimed`` -> ``issued``) for the run that claimed it."""
         return await self._update("release", (self.now(), token_hash, claimer))
 
     async def supersede(self, checkpoint_id: str, *, since: float) -> bool:
-        """Atomically abandon the ``issued`` record of the pause saved in ``checkpoint_id`` (for its restore).
-
-        Args:
-            checkpoint_id: The checkpoint being restored.
-
-        Keyword Args:
-            since: When the restore started (the store's clock).
-
-        Returns:
-            False when a resume claimed that pause's token at or after ``since`` (the restore lost the
-            race); True otherwise (the issued record, if any, is now ``abandoned``).
-        """
+        """Atomically abandon the ``issued`` record of the pause saved in ``checkpoint_id`` (for its restore)."""
         params = {"now": self.now(), "checkpoint_id": checkpoint_id, "since": since}
 
         async def supersede(conn: AsyncConnection[Any]) -> bool:
@@ -367,17 +329,7 @@ class PostgresContinuationStore(AsyncClosing):
         return await self._write("supersede", supersede)
 
     async def abandon(self, token_hash: str, *, force: bool = False) -> bool:
-        """Atomically move an ``issued`` record to ``abandoned``.
-
-        Args:
-            token_hash: Hex sha256 of the token's secret.
-
-        Keyword Args:
-            force: Also abandon an expired record (while the store still keeps it).
-
-        Returns:
-            True when this call abandoned it.
-        """
+        """Atomically move an ``issued`` record to ``abandoned``."""
         now = self.now()
         return await self._update("abandon", (now, token_hash, force, now))
 

@@ -76,6 +76,8 @@ return 1
 class RedisContinuationStore(AsyncClosing):
     """A :class:`ContinuationStore` on Redis, for workers on several machines.
 
+    Each operation keeps the protocol's contract (its docstrings give the arguments and results).
+
     Each record is one hash under ``<namespace>:<token hash>``. Inserting, claiming and abandoning
     are each a single Lua script, which Redis runs atomically: a claim is a compare-and-set on
     ``status == "issued"`` and the expiry, so exactly one caller wins however many race. Keys carry
@@ -284,9 +286,6 @@ class RedisContinuationStore(AsyncClosing):
         The index key (checkpoint id -> token hash, same TTL) is written in the same round trip; it
         is how :meth:`supersede` finds the pause of a checkpoint.
 
-        Args:
-            record: The record; its ``token_hash`` must be new.
-
         Raises:
             ValueError: A record with this hash exists already.
             ContinuationStoreDurabilityError: Redis cannot keep the record through a crash, or did
@@ -303,14 +302,7 @@ class RedisContinuationStore(AsyncClosing):
             raise ValueError("A continuation with this token hash is already recorded; issue a new token.")
 
     async def get(self, token_hash: str) -> ContinuationRecord | None:
-        """Return the record for ``token_hash`` (any status), or None; never mutates.
-
-        Args:
-            token_hash: Hex sha256 of the token's secret.
-
-        Returns:
-            The record, or None (also once Redis has deleted it after ``ttl + retention``).
-        """
+        """Return the record for ``token_hash`` (any status), or None; never mutates."""
         raw = cast("dict[Any, Any]", await self._client.hgetall(self._key(token_hash)))
         if not raw:
             return None
@@ -318,18 +310,6 @@ class RedisContinuationStore(AsyncClosing):
 
     async def claim(self, token_hash: str, *, claimer: str | None = None) -> bool:
         """Atomically move an ``issued``, unexpired record to ``claimed`` (one Lua script).
-
-        Args:
-            token_hash: Hex sha256 of the token's secret.
-
-        Keyword Args:
-            claimer: A secret of the claiming run, kept with the claim so that only it can
-                :meth:`release` the claim.
-
-        Returns:
-            True for the one caller that claimed it (again True for the same non-empty ``claimer``,
-            so a retry after a lost reply cannot lose its own claim); False when it is missing, not
-            ``issued`` or expired.
 
         Raises:
             ContinuationStoreDurabilityError: Redis cannot keep the claim through a crash, or did not
@@ -341,14 +321,6 @@ class RedisContinuationStore(AsyncClosing):
     async def release(self, token_hash: str, claimer: str) -> bool:
         """Atomically hand a claim back (``claimed`` -> ``issued``) for the run that claimed it (one Lua script).
 
-        Args:
-            token_hash: Hex sha256 of the token's secret.
-            claimer: The ``claimer`` the claim was made with.
-
-        Returns:
-            True when this call handed the claim back; False when the record is not ``claimed`` by
-            ``claimer`` (or is gone).
-
         Raises:
             ContinuationStoreDurabilityError: Redis cannot keep the change through a crash, or did not
                 confirm it in time.
@@ -358,16 +330,6 @@ class RedisContinuationStore(AsyncClosing):
 
     async def supersede(self, checkpoint_id: str, *, since: float) -> bool:
         """Atomically abandon the ``issued`` record of the pause saved in ``checkpoint_id`` (for its restore).
-
-        Args:
-            checkpoint_id: The checkpoint being restored.
-
-        Keyword Args:
-            since: When the restore started (the store's clock).
-
-        Returns:
-            False when a resume claimed that pause's token at or after ``since`` (the restore lost the
-            race); True otherwise (the issued record, if any, is now ``abandoned``).
 
         Raises:
             ContinuationStoreDurabilityError: Redis cannot keep the change through a crash.
@@ -380,15 +342,6 @@ class RedisContinuationStore(AsyncClosing):
 
     async def abandon(self, token_hash: str, *, force: bool = False) -> bool:
         """Atomically move an ``issued`` record to ``abandoned`` (one Lua script).
-
-        Args:
-            token_hash: Hex sha256 of the token's secret.
-
-        Keyword Args:
-            force: Also abandon an expired record (while Redis still keeps it).
-
-        Returns:
-            True when this call abandoned it.
 
         Raises:
             ContinuationStoreDurabilityError: Redis cannot keep the change through a crash, or did not

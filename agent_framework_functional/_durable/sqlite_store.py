@@ -80,6 +80,8 @@ def _close_dropped(conn: sqlite3.Connection, path: Path) -> None:
 class SQLiteContinuationStore(AsyncClosing):
     """A :class:`ContinuationStore` in one SQLite file, safe for several processes on one machine.
 
+    Each operation keeps the protocol's contract (its docstrings give the arguments and results).
+
     Uses the standard library's ``sqlite3`` in WAL mode. A claim is one
     ``UPDATE ... WHERE token_hash = ? AND status = 'issued' AND expires_at > ?`` inside an
     immediate transaction, checked by its row count, so exactly one process wins however many race.
@@ -170,9 +172,6 @@ class SQLiteContinuationStore(AsyncClosing):
     async def save(self, record: ContinuationRecord) -> None:
         """Insert a freshly issued record.
 
-        Args:
-            record: The record; its ``token_hash`` must be new.
-
         Raises:
             sqlite3.IntegrityError: A record with this hash exists already.
         """
@@ -185,14 +184,7 @@ class SQLiteContinuationStore(AsyncClosing):
         await self._run(lambda c: c.execute(sql, row), write=True)
 
     async def get(self, token_hash: str) -> ContinuationRecord | None:
-        """Return the record for ``token_hash`` (any status), or None; never mutates.
-
-        Args:
-            token_hash: Hex sha256 of the token's secret.
-
-        Returns:
-            The record, or None.
-        """
+        """Return the record for ``token_hash`` (any status), or None; never mutates."""
         sql = f"SELECT {', '.join(_RECORD_COLUMNS)} FROM continuations WHERE token_hash = ?"
         row = await self._run(lambda c: cast("tuple[Any, ...] | None", c.execute(sql, (token_hash,)).fetchone()))
         if row is None:
@@ -201,18 +193,7 @@ class SQLiteContinuationStore(AsyncClosing):
         return ContinuationRecord.from_fields(token_hash, fields)
 
     async def claim(self, token_hash: str, *, claimer: str | None = None) -> bool:
-        """Atomically move an ``issued``, unexpired record to ``claimed``.
-
-        Args:
-            token_hash: Hex sha256 of the token's secret.
-
-        Keyword Args:
-            claimer: A secret of the claiming run, kept with the claim so that only it can
-                :meth:`release` the claim.
-
-        Returns:
-            True for the one caller that claimed it; False when it is missing, not ``issued`` or expired.
-        """
+        """Atomically move an ``issued``, unexpired record to ``claimed``."""
         now = self.now()
         sql = (
             "UPDATE continuations SET status = 'claimed', updated_at = ?, claimed_by = ? "
@@ -221,16 +202,7 @@ class SQLiteContinuationStore(AsyncClosing):
         return await self._transition(sql, (now, claimer, token_hash, now))
 
     async def release(self, token_hash: str, claimer: str) -> bool:
-        """Atomically hand a claim back (``claimed`` -> ``issued``) for the run that claimed it.
-
-        Args:
-            token_hash: Hex sha256 of the token's secret.
-            claimer: The ``claimer`` the claim was made with.
-
-        Returns:
-            True when this call handed the claim back; False when the record is not ``claimed`` by
-            ``claimer`` (or is gone).
-        """
+        """Atomically hand a claim back (``claimed`` -> ``issued``) for the run that claimed it."""
         sql = (
             "UPDATE continuations SET status = 'issued', updated_at = ?, claimed_by = NULL "
             "WHERE token_hash = ? AND status = 'claimed' AND claimed_by = ?"
@@ -238,18 +210,7 @@ class SQLiteContinuationStore(AsyncClosing):
         return await self._transition(sql, (self.now(), token_hash, claimer))
 
     async def supersede(self, checkpoint_id: str, *, since: float) -> bool:
-        """Atomically abandon the ``issued`` record of the pause saved in ``checkpoint_id`` (for its restore).
-
-        Args:
-            checkpoint_id: The checkpoint being restored.
-
-        Keyword Args:
-            since: When the restore started (the store's clock).
-
-        Returns:
-            False when a resume claimed that pause's token at or after ``since`` (the restore lost the
-            race); True otherwise (the issued record, if any, is now ``abandoned``).
-        """
+        """Atomically abandon the ``issued`` record of the pause saved in ``checkpoint_id`` (for its restore)."""
         now = self.now()
 
         def supersede(conn: sqlite3.Connection) -> bool:
@@ -274,17 +235,7 @@ class SQLiteContinuationStore(AsyncClosing):
         return await self._run(supersede, write=True)
 
     async def abandon(self, token_hash: str, *, force: bool = False) -> bool:
-        """Atomically move an ``issued`` record to ``abandoned``.
-
-        Args:
-            token_hash: Hex sha256 of the token's secret.
-
-        Keyword Args:
-            force: Also abandon an expired record.
-
-        Returns:
-            True when this call abandoned it.
-        """
+        """Atomically move an ``issued`` record to ``abandoned``."""
         now = self.now()
         horizon = float("-inf") if force else now
         sql = (
