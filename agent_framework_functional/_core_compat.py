@@ -1,48 +1,25 @@
 """The few places this package touches core's private API, kept together so they are easy to audit.
 
-Each name here is used by core itself for the same job; ``tests/test_agent_protocol.py`` imports
-every one of them, so an upgrade of core that moves them fails loudly instead of silently.
+Each name is one core itself uses for the same job; the test named beside it imports it, so an upgrade
+of core that moves one fails loudly (AGENTS.md's module table says why each is needed):
 
-* ``is_instance_of`` (``agent_framework._workflows._typing_utils``): the type rule core applies to a
-  ``request_info`` response (``_coerce_request_info_response``). Chat-native answers are checked with
-  the same rule before a resume is accepted, so core cannot reject the value later, after the
-  continuation token was spent.
-* ``_coerce_request_info_response`` (``agent_framework._workflows._workflow``): core's exact check of
-  a response against its request's ``response_type`` (also turning ``str`` into ``Content``). A
-  response-only resume runs it on every answer to a pending request before the token is claimed.
-* ``SessionContext._response``: core's graph ``WorkflowAgent`` sets it before the after-run
-  providers; ``SessionContext`` has no public setter.
-* ``RunContext._events``: the events core's functional engine collected so far in a run (it yields
-  them only after the workflow function returns). Live streaming reads it so that those events go
-  out ahead of a later live update, in production order (``tests/test_live_streaming.py`` pins it).
-* ``agent_framework._feature_stage.experimental``: core's experimental marker (``__feature_stage__``,
-  the docstring note, one ``ExperimentalWarning`` per feature), applied to our functional workflow
-  API with core's ``FUNCTIONAL_WORKFLOWS`` feature id, so it is marked exactly as core's is.
-* ``categorize_middleware`` (``agent_framework._middleware``) and the agent layers' helpers
-  ``AgentMiddlewareLayer._get_agent_middleware_pipeline`` / ``AgentTelemetryLayer._trace_agent_invocation``:
-  the agent inherits core's two layers but runs them itself (``_agent_layers.py``), because their
-  ``run`` drops the agent's resume arguments (``tests/test_agent_layers.py`` pins them).
+* ``is_instance_of`` and ``_coerce_request_info_response``: core's type rule for a ``request_info``
+  response, run on every answer before a token is claimed (``tests/test_agent_protocol.py``).
+* ``SessionContext._response``: set before the after-run providers, as core's ``WorkflowAgent`` does.
+* ``RunContext._events``: core's events so far, sent ahead of a later live update (``test_live_streaming.py``).
+* ``agent_framework._feature_stage.experimental``: core's experimental marker, with core's feature id.
+* ``categorize_middleware`` and the agent layers' ``_get_agent_middleware_pipeline`` /
+  ``_trace_agent_invocation``: core's two agent layers, run by ``_agent_layers.py`` because their
+  ``run`` drops the resume arguments (``tests/test_agent_layers.py``).
 * ``FunctionalWorkflow._run_core`` / ``_finalize_events`` / ``_run_cleanup`` / ``_ensure_not_running``:
-  what core's ``run(stream=False)`` wraps. A non-streaming run must pull core's first events (to
-  spend the token right before user code) yet leave ``RunContext.is_streaming()`` False, and core's
-  public ``run`` ties the two together (``tests/test_core_parity.py`` pins them).
-* The step cache of runs this package drives (``tests/test_long_runs.py`` pins every name): core 1.23's
-  ``RunContext._has_incompatible_versioned_cache_entry`` decodes every cached key on each cache miss,
-  and each step's checkpoint copies the whole cache, so a run's cost grows with the square of its
-  ``@step`` calls. :func:`build_core` builds a subclass of core's ``FunctionalWorkflow`` that turns
-  a run's ``RunContext`` into :class:`LinearRunContext` (the same check over an index) once its cache
-  holds :data:`LINEAR_FROM` entries (short runs keep core's class: core's code then sees one context
-  class, which keeps CPython's specialised attribute lookups in core's code valid for both), keeps a
-  :class:`StepCacheLog` of a run with checkpoint storage, whose ``_save_checkpoint`` offers that
-  log to the storage (:func:`step_cache_offer`), and whose ``_capture_replay_state`` /
-  ``_restore_replay_state`` link a response-only replay to the log of the pause it continues. Core's
-  own classes are untouched: code that uses core directly in the same process keeps core's behaviour.
-* ``agent_framework._workflows._functional.dis``: core computes a workflow's signature on every
-  build and every run, reading each reachable function's bytecode with ``dis.get_instructions``
-  (most of a fresh worker's build). That module attribute is a :class:`_CachedDis` that hands back
-  the instructions of a code object (immutable) from a cache, but only inside our
-  ``LinearFunctionalWorkflow._discover_workflow_dependencies``; globals are still looked up on every
-  call, so the signature is the one core computes. Everywhere else it is ``dis`` itself.
+  what core's ``run(stream=False)`` wraps, so a non-streaming run spends the token before user code
+  and ``is_streaming()`` stays False (``tests/test_core_parity.py``).
+* The step cache of the runs we drive: :func:`build_core`'s :class:`LinearFunctionalWorkflow` turns a
+  long run's ``RunContext`` into :class:`LinearRunContext` (core's versioned-cache check over an index,
+  not a scan of every key) and offers each checkpoint save the entries added since the last one
+  (:class:`StepCacheLog`, :func:`step_cache_offer`); core's own classes stay untouched
+  (``tests/test_long_runs.py``).
+* Core's ``_functional.dis``: :class:`_CachedDis`, instructions cached per code object, for our builds only.
 """
 
 from __future__ import annotations
@@ -102,11 +79,7 @@ def accepts(value: Any, target_type: Any) -> bool:
 
 
 def collected_events(ctx: RunContext) -> list[WorkflowEvent[Any]] | None:
-    """Core's list of events collected so far in this run (``RunContext._events``), or None.
-
-    If core renames it, live updates still stream, but core's collected events are no longer moved
-    ahead of later live updates; the pinning test fails first.
-    """
+    """Core's list of events collected so far in this run (``RunContext._events``), or None (renamed by core)."""
     events = getattr(ctx, "_events", None)
     return cast("list[WorkflowEvent[Any]]", events) if isinstance(events, list) else None
 
@@ -116,9 +89,8 @@ def core_event_stream(
 ) -> ResponseStream[WorkflowEvent[Any], WorkflowRunResult]:
     """Core's ``run(stream=False)`` as the event stream it wraps, so its first events can be pulled.
 
-    Core's non-streaming ``run`` returns ``stream.get_final_response()`` of exactly this stream
-    (``_run_core(streaming=False)``, its finalizer and cleanup hook, its run guard), so user code
-    sees ``ctx.is_streaming()`` False, as in core; ``run(stream=True)`` would report True.
+    Core's non-streaming ``run`` returns this stream's ``get_final_response()``, so user code sees
+    ``ctx.is_streaming()`` False, as in core (``run(stream=True)`` would report True).
     """
     core._ensure_not_running()  # pyright: ignore[reportPrivateUsage]
     return ResponseStream(
@@ -161,12 +133,8 @@ _OFFER: ContextVar[StepCacheOffer | None] = ContextVar("agent_framework_function
 class StepCacheLog:
     """One run's step cache and request counts, with their keys in insertion order (internal).
 
-    Core only ever adds entries during a run, so "what the last save did not store" is a slice of
-    ``cache_keys`` / ``count_keys``. The key lists are brought up to the dicts only when a
-    checkpoint save asks (:meth:`sync`: the last ``len(dict) - len(list)`` keys of the dict, read
-    from its end), so a run without checkpoint storage never builds them. ``parent`` is
-    ``(log, cache_len, counts_len)`` of the pause a response-only replay continues (its cache starts
-    as that log's first entries), else None.
+    Core only adds entries in a run: what the last save did not store is a slice of the key lists
+    (synced when a save asks, :meth:`sync`). ``parent``: the replayed pause's ``(log, cache_len, counts_len)``.
     """
 
     __slots__ = ("__weakref__", "base", "cache", "cache_keys", "count_keys", "counts", "live_storage", "parent")
@@ -200,10 +168,8 @@ def _append_new_keys(keys: list[str], entries: dict[str, Any]) -> None:
 class StepCacheOffer:
     """What one checkpoint save offers a storage: the log and its length at this save (internal).
 
-    A storage that stores step-cache entries once (:mod:`._durable.checkpoint_delta`) calls :meth:`take`
-    before its first ``await``; from then on this run hands it core's live dicts instead of copies
-    (the checkpoint then holds the whole cache only until ``save`` returns; such a storage reads
-    the entries by key, up to ``cache_len`` / ``counts_len``, so later steps cannot leak in).
+    A storage that takes it (:meth:`take`, before its first ``await``) gets core's live dicts, not copies,
+    and reads entries by key up to ``cache_len`` / ``counts_len``, so later steps cannot leak in.
     """
 
     __slots__ = ("cache_len", "counts_len", "log", "taken")
@@ -244,11 +210,8 @@ and core's code keeps seeing one context class)."""
 class LinearRunContext(RunContext):
     """Core's ``RunContext`` with its cache check over an index (internal).
 
-    A run's context becomes one (:func:`make_linear`: class swap, no new slots) once its step cache
-    holds :data:`LINEAR_FROM` entries. The index maps ``(kind, step name, occurrence)`` to the wrapper
-    identities cached for it; it is brought up to the cache at each check (the entries added since
-    the last one, each decoded once; the previous miss's key, cached right after its check, reuses
-    that check's decode).
+    A run's context becomes one (:func:`make_linear`, a class swap) at :data:`LINEAR_FROM` cached steps;
+    the index (``(kind, step name, occurrence)`` -> wrapper identities) decodes each new entry once.
     """
 
     af_index: dict[tuple[str, str, int | None], set[str]]
@@ -314,12 +277,9 @@ def make_linear(ctx: RunContext) -> LinearRunContext:
 class LinearFunctionalWorkflow(_CoreFunctionalWorkflow):
     """Core's ``FunctionalWorkflow`` whose runs cost linear time in their ``@step`` calls (internal).
 
-    A run keeps core's ``RunContext`` until its step cache holds :data:`LINEAR_FROM` entries
-    (checked after each step: in a checkpoint save, or without checkpoint storage in core's
-    per-step hook, ``RunContext._on_step_completed``, which core leaves unset then), and then
-    becomes a :class:`LinearRunContext`. A run with checkpoint storage keeps a :class:`StepCacheLog`
-    (``_af_log``; one run at a time per instance, core's run guard) that each save offers.
-    Overrides call core's methods by class, not through ``super()`` (no ``super`` object per call).
+    A run becomes a :class:`LinearRunContext` at :data:`LINEAR_FROM` cached steps (checked in each save,
+    else in core's per-step hook ``_on_step_completed``); with storage it keeps a :class:`StepCacheLog`
+    each save offers. Overrides call core's methods by class, not ``super()`` (no object per call).
     """
 
     _af_log: StepCacheLog | None = None
