@@ -1,47 +1,105 @@
-"""The package's layout: modules import each other without cycles, each has one stated job and stays small."""
+"""The package's layout: modules import each other without cycles, each has one stated job and stays small.
+
+Module names below are dotted paths inside the package: ``_workflow``, ``_durable.redis_store``, ``hosting.agui``.
+"""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "agent_framework_functional"
-MAX_LINES = 500  # "near 400": the longest modules carry long docstrings (run(), verify_*)
+MAX_LINES = 400
+# Modules other work is bringing under MAX_LINES; delete this constant (and its use) once they are.
+NOT_YET_UNDER_400 = frozenset(
+    {
+        "_agent",
+        "_agent_plan",
+        "_authority",
+        "_run",
+        "_store_authority",
+        "_workflow",
+    }
+)
 # The one deferred import: from a workflow instance back to its chat adapter (as_agent).
 DEFERRED_ALLOWED = {("_workflow", "_agent")}
+# Reads of another module's private names (``from ._x import _y``, ``obj._attr`` of a name this module does
+# not define) that other work is removing; delete this constant (and its use) once they are gone.
+NOT_YET_PRIVATE_CLEAN = frozenset(
+    {
+        ("_agent_run", "_run_after_providers"),
+        ("_workflow", "_note_rejected"),
+    }
+)
+# Every touch of core's private API sits here (AGENTS.md, Architecture).
+CORE_PRIVATE_ALLOWED = {"_core_compat"}
+# Host packages' private API, each pinned by a test that names it (AGENTS.md's module table).
+HOST_PRIVATE_ALLOWED = {"hosting.agui", "hosting._agui_approvals"}
 
 
-def _modules() -> dict[str, ast.Module]:
-    return {path.stem: ast.parse(path.read_text(encoding="utf-8")) for path in sorted(PACKAGE.glob("*.py"))}
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1] or ["__init__"]
+    return ".".join(parts)
+
+
+def _paths() -> dict[str, Path]:
+    return {_module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _modules(*, hosting: bool = False) -> dict[str, ast.Module]:
+    return {
+        name: ast.parse(path.read_text(encoding="utf-8"))
+        for name, path in _paths().items()
+        if hosting or not name.startswith("hosting")
+    }
+
+
+def _package_of(name: str, path: Path) -> list[str]:
+    """The dotted package a module's relative imports start from."""
+    parts = name.split(".") if name != "__init__" else []
+    return parts if path.name == "__init__.py" else parts[:-1]
+
+
+def _resolve(name: str, node: ast.ImportFrom) -> str | None:
+    """The package module a relative ``from`` import names (``None`` for absolute imports)."""
+    if node.level == 0:
+        return None
+    base = _package_of(name, _paths()[name])
+    base = base[: len(base) - (node.level - 1)] if node.level > 1 else base
+    target = ".".join([*base, *(node.module.split(".") if node.module else [])])
+    return target or "__init__"
 
 
 def _is_type_checking_block(node: ast.stmt) -> bool:
     return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
 
 
-def _package_imports(statements: list[ast.stmt], *, top_level: bool) -> set[str]:
+def _package_imports(name: str, statements: list[ast.stmt], *, top_level: bool) -> set[str]:
     """Package modules imported by these statements (at run time; ``if TYPE_CHECKING`` blocks excluded)."""
     found: set[str] = set()
     for node in statements:
         if _is_type_checking_block(node):
             continue
-        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
-            found.add(node.module)
+        if isinstance(node, ast.ImportFrom) and (target := _resolve(name, node)) is not None:
+            found.add(target)
         if top_level and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             continue
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.stmt):
-                found |= _package_imports([child], top_level=top_level)
+                found |= _package_imports(name, [child], top_level=top_level)
     return found
 
 
-def _deferred_imports(tree: ast.Module) -> set[str]:
-    everything = _package_imports(list(tree.body), top_level=False)
-    return everything - _package_imports(list(tree.body), top_level=True)
+def _deferred_imports(name: str, tree: ast.Module) -> set[str]:
+    everything = _package_imports(name, list(tree.body), top_level=False)
+    return everything - _package_imports(name, list(tree.body), top_level=True)
 
 
 def _module_graph() -> dict[str, set[str]]:
-    return {name: _package_imports(list(tree.body), top_level=True) for name, tree in _modules().items()}
+    return {name: _package_imports(name, list(tree.body), top_level=True) for name, tree in _modules().items()}
 
 
 def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -66,9 +124,48 @@ def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _own_names(tree: ast.Module) -> set[str]:
+    """Every name a module defines: functions, classes, assigned names and attributes, parameters."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            names.add(node.attr)
+        elif isinstance(node, ast.alias):
+            names.add((node.asname or node.name).split(".")[0])
+    return names
+
+
+def _private_reads(name: str, tree: ast.Module) -> set[str]:
+    """The private names of other modules this module reads (package modules and core)."""
+    own = _own_names(tree)
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            core = node.level == 0 and (node.module or "").split(".")[0] == "agent_framework"
+            if node.level == 0 and not core:
+                continue
+            found |= {alias.name for alias in node.names if _is_private(alias.name)}
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and _is_private(node.attr):
+            on_self = isinstance(node.value, ast.Name) and node.value.id in {"self", "cls"}
+            if not on_self and node.attr not in own:
+                found.add(node.attr)
+    return found
+
+
 def test_module_level_imports_have_no_cycle() -> None:
     graph = _module_graph()
-    assert "_workflow" in graph and "_agent" in graph  # the walk sees the package
+    assert {"_workflow", "_agent", "_durable.redis_store"} <= set(graph)  # the walk sees the package
+    assert "_durable.redis_client" in graph["_durable.redis_store"]  # and resolves imports in a subpackage
     assert _find_cycle(graph) is None
 
 
@@ -78,7 +175,7 @@ def test_the_walker_finds_a_cycle_when_there_is_one() -> None:
 
 
 def test_deferred_imports_are_only_the_documented_one() -> None:
-    deferred = {(name, target) for name, tree in _modules().items() for target in _deferred_imports(tree)}
+    deferred = {(name, target) for name, tree in _modules().items() for target in _deferred_imports(name, tree)}
     assert deferred == DEFERRED_ALLOWED
     graph = _module_graph()
     # The deferred import goes back up the layers: the target does import the importer at module level.
@@ -87,29 +184,70 @@ def test_deferred_imports_are_only_the_documented_one() -> None:
 
 def test_agent_and_chat_do_not_import_the_store_modules() -> None:
     graph = _module_graph()
-    stores = {"_store", "_sqlite_store", "_redis_store", "_postgres_store", "_postgres_checkpoint", "_postgres_schema"}
     for name in ("_agent", "_agent_plan", "_agent_run", "_chat", "_workflow"):
-        assert not graph[name] & stores, name
+        assert not {target for target in graph[name] if target == "_store" or target.startswith("_durable")}, name
+
+
+def test_the_durable_backends_live_in_one_folder() -> None:
+    flat = sorted(path.name for path in PACKAGE.glob("*.py"))
+    assert not [name for name in flat if name.startswith(("_sqlite", "_redis", "_postgres"))], flat
+    assert (PACKAGE / "_durable" / "redis_store.py").is_file()
 
 
 def test_every_module_states_its_job_and_stays_small() -> None:
-    for name, tree in _modules().items():
+    too_long: dict[str, int] = {}
+    for name, path in _paths().items():
+        text = path.read_text(encoding="utf-8")
+        docstring = ast.get_docstring(ast.parse(text))
         if name == "__init__":
             continue
-        docstring = ast.get_docstring(tree)
         assert docstring, f"{name} has no module docstring"
         first = docstring.splitlines()[0]
         assert first.endswith("."), f"{name}: the first docstring line states its job in one sentence"
-        lines = len((PACKAGE / f"{name}.py").read_text(encoding="utf-8").splitlines())
-        assert lines <= MAX_LINES, f"{name}.py has {lines} lines"
+        lines = len(text.splitlines())
+        if lines > MAX_LINES and name not in NOT_YET_UNDER_400:
+            too_long[name] = lines
+    assert not too_long, f"modules over {MAX_LINES} lines: {too_long}"
 
 
-def test_hosting_modules_state_their_job_and_stay_small() -> None:
-    modules = sorted((PACKAGE / "hosting").glob("*.py"))
-    assert any(path.stem == "responses" for path in modules)
-    for path in modules:
-        text = path.read_text(encoding="utf-8")
-        docstring = ast.get_docstring(ast.parse(text))
-        assert docstring, f"hosting/{path.name} has no module docstring"
-        assert docstring.splitlines()[0].endswith("."), f"hosting/{path.name}: state its job in one sentence"
-        assert len(text.splitlines()) <= MAX_LINES, f"hosting/{path.name} is too long"
+def test_no_module_reads_another_modules_private_names() -> None:
+    found: set[tuple[str, str]] = set()
+    for name, tree in _modules(hosting=True).items():
+        if name in CORE_PRIVATE_ALLOWED or name in HOST_PRIVATE_ALLOWED:
+            continue
+        found |= {(name, attr) for attr in _private_reads(name, tree)}
+    assert found - NOT_YET_PRIVATE_CLEAN == set(), "read a public name, or move the touch into _core_compat.py"
+
+
+def test_the_private_read_check_sees_both_forms() -> None:
+    tree = ast.parse("from ._x import _y\nfrom ._store import ContinuationStore\n\ndef f(w):\n    return w._active\n")
+    assert _private_reads("_workflow", tree) == {"_y", "_active"}
+    own = ast.parse(
+        "class A:\n    def __init__(self):\n        self._n = 1\n\n    def eq(self, o):\n        return o._n\n"
+    )
+    assert _private_reads("_workflow", own) == set()
+
+
+# What a reader of the repository cannot open: another repository's design notes, numbered items or issues.
+UNOPENABLE = re.compile(r"design(\.md| rule)|\bitems? [0-9]|\bissues? #?[0-9]", re.IGNORECASE)
+DOCUMENTED = ("agent_framework_functional", "tests", "samples", "benchmarks", "scripts", "README.md", "AGENTS.md")
+
+
+def test_no_reference_to_what_a_reader_cannot_open() -> None:
+    root = PACKAGE.parent
+    paths = [root / name for name in DOCUMENTED]
+    files = [path for path in paths if path.is_file()]
+    files += [
+        path
+        for folder in paths
+        if folder.is_dir()
+        for path in folder.rglob("*")
+        if path.suffix in {".py", ".md", ".sh", ".js", ".toml"} and "node_modules" not in path.parts
+    ]
+    found = [
+        f"{path.relative_to(root)}:{number}"
+        for path in files
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if UNOPENABLE.search(line)
+    ]
+    assert len(files) > 100 and not found, found

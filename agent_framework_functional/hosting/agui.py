@@ -8,12 +8,17 @@ refuses bad requests with a 4xx before AG-UI or the agent touch anything, and a 
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from inspect import isawaitable
 from typing import Any, cast
 
-from agent_framework import AgentResponseUpdate, AgentSession, Content, ContextProvider, SessionStore
-from agent_framework_ag_ui import AgentFrameworkAgent, AGUIThreadSnapshotStore, add_agent_framework_fastapi_endpoint
+from agent_framework import AgentResponseUpdate, AgentSession, Content, ContextProvider, SessionStore, WorkflowEvent
+from agent_framework_ag_ui import (
+    AgentFrameworkAgent,
+    AGUIThreadSnapshot,
+    AGUIThreadSnapshotStore,
+    add_agent_framework_fastapi_endpoint,
+)
 from agent_framework_ag_ui._snapshots import _session_id_for_thread  # pyright: ignore[reportPrivateUsage]
 from fastapi import Depends, FastAPI, HTTPException, Request
 
@@ -139,16 +144,38 @@ async def check_request(
     if not isinstance(body, dict):
         return
     request = cast(dict[str, Any], body)
-    state = request.get("state")
+    _refuse_reserved_state(request.get("state"))
+    entries = _resume_entries(request)
+    thread_id = request.get("threadId", request.get("thread_id"))
+    if not entries or not isinstance(thread_id, str):
+        return
+    _refuse_unresolved(entries)
+    session = AgentSession(session_id=_session_id_for_thread(scope=scope, thread_id=thread_id))
+    pending = agent.pending_requests_for(session)
+    if pending:
+        for entry in entries:
+            _check_answer_entry(entry, pending)
+        return
+    snapshot = await snapshot_store.get(scope=scope, thread_id=thread_id)
+    _refuse_not_open(entries, snapshot)
+    if runner is not None and snapshot is not None:
+        restore_open_approvals(runner, scope, thread_id, snapshot)
+    # Open in the thread's snapshot: the agent decides (it holds the pause's token in the session).
+
+
+def _interrupt_id(entry: dict[str, Any]) -> Any:
+    return entry.get("interruptId", entry.get("interrupt_id", entry.get("id")))
+
+
+def _refuse_reserved_state(state: Any) -> None:
     if isinstance(state, dict) and SESSION_STATE_KEY in state:
         raise _refuse(
             f"The state key {SESSION_STATE_KEY!r} is reserved: the server keeps each thread's pause there. "
             "Remove it from the client state and send the request again."
         )
-    entries = _resume_entries(request)
-    thread_id = request.get("threadId", request.get("thread_id"))
-    if not entries or not isinstance(thread_id, str):
-        return
+
+
+def _refuse_unresolved(entries: list[dict[str, Any]]) -> None:
     for entry in entries:
         if entry.get("status", "resolved") != "resolved":
             raise _refuse(
@@ -156,40 +183,36 @@ async def check_request(
                 "paused, and the thread then accepts nothing. Decline a bool request with "
                 "{'approved': false}, or answer the request; its owner can abandon the pause."
             )
-    session = AgentSession(session_id=_session_id_for_thread(scope=scope, thread_id=thread_id))
-    pending = agent.pending_requests_for(session)
-    if not pending:
-        snapshot = await snapshot_store.get(scope=scope, thread_id=thread_id)
-        open_ids: set[str] = set()
-        if snapshot is not None:
-            open_ids = {str(i.get("id")) for i in snapshot.interrupt or []}
-        for entry in entries:
-            interrupt_id = entry.get("interruptId", entry.get("interrupt_id", entry.get("id")))
-            if interrupt_id not in open_ids:
-                raise _refuse(
-                    f"Interrupt {interrupt_id!r} is not pending on this thread (already answered, or never raised); "
-                    "nothing was run. Read the thread's latest run (its RUN_FINISHED) before answering, and send "
-                    "new input as a run without 'resume'."
-                )
-        if runner is not None and snapshot is not None:
-            restore_open_approvals(runner, scope, thread_id, snapshot)
-        return  # open in the thread's snapshot: the agent decides (it holds the pause's token in the session)
+
+
+def _refuse_not_open(entries: list[dict[str, Any]], snapshot: AGUIThreadSnapshot | None) -> None:
+    """Nothing pending in this process: each entry must name an interrupt the thread's snapshot holds open."""
+    open_ids: set[str] = set() if snapshot is None else {str(i.get("id")) for i in snapshot.interrupt or []}
     for entry in entries:
-        interrupt_id = entry.get("interruptId", entry.get("interrupt_id", entry.get("id")))
-        if not isinstance(interrupt_id, str) or interrupt_id not in pending:
+        interrupt_id = _interrupt_id(entry)
+        if interrupt_id not in open_ids:
             raise _refuse(
-                f"Interrupt {interrupt_id!r} is not pending on this thread; resume one of {sorted(pending)!r}."
+                f"Interrupt {interrupt_id!r} is not pending on this thread (already answered, or never raised); "
+                "nothing was run. Read the thread's latest run (its RUN_FINISHED) before answering, and send "
+                "new input as a run without 'resume'."
             )
-        payload = entry.get("payload")
-        if not isinstance(payload, dict) or not isinstance(cast(dict[str, Any], payload).get("approved"), bool):
-            raise _refuse(
-                f"The resume payload for {interrupt_id!r} must be an object with a boolean 'approved', plus "
-                f"'{ANSWER_FIELD}': <value> when the request expects something other than a bool."
-            )
-        try:
-            check_answer(payload_answer(interrupt_id, cast(dict[str, Any], payload)), pending)
-        except ResponseMismatchError as exc:
-            raise _refuse(str(exc)) from None
+
+
+def _check_answer_entry(entry: dict[str, Any], pending: Mapping[str, WorkflowEvent[Any]]) -> None:
+    """One resume entry against this process's pending requests: a pending id, ``approved``, a fitting answer."""
+    interrupt_id = _interrupt_id(entry)
+    if not isinstance(interrupt_id, str) or interrupt_id not in pending:
+        raise _refuse(f"Interrupt {interrupt_id!r} is not pending on this thread; resume one of {sorted(pending)!r}.")
+    payload = entry.get("payload")
+    if not isinstance(payload, dict) or not isinstance(cast(dict[str, Any], payload).get("approved"), bool):
+        raise _refuse(
+            f"The resume payload for {interrupt_id!r} must be an object with a boolean 'approved', plus "
+            f"'{ANSWER_FIELD}': <value> when the request expects something other than a bool."
+        )
+    try:
+        check_answer(payload_answer(interrupt_id, cast(dict[str, Any], payload)), pending)
+    except ResponseMismatchError as exc:
+        raise _refuse(str(exc)) from None
 
 
 class _BodyLimit:
