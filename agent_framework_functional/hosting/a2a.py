@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any, cast
 
 from a2a.helpers import get_message_text, new_task_from_user_message, new_text_part
@@ -33,7 +34,7 @@ from a2a.types import (
 )
 from a2a.types import Message as A2AMessage
 from a2a.utils.errors import InvalidParamsError
-from agent_framework import AgentSession, Message, SessionStore
+from agent_framework import AgentResponse, AgentSession, Message, SessionStore
 from starlette.applications import Starlette
 
 from .._agent import FunctionalWorkflowAgent
@@ -77,6 +78,20 @@ def _replayed(message: A2AMessage, task_id: str) -> str:
         f"Message {message.message_id!r} already ran on task {task_id} (a retried answer); it does not answer "
         "the requests asked since. The task still waits for input: send the answer as a new message."
     )
+
+
+@dataclass
+class _Attempt:
+    """One message run on a task: what the outcome paths need."""
+
+    message: A2AMessage
+    task_id: str
+    answering: bool
+    key: str
+    updater: TaskUpdater
+    session: AgentSession
+    asked: list[Part]  # the waiting task's request parts, copied
+    handled: list[str]  # the ids of the messages that already ran on the task
 
 
 class FunctionalA2AExecutor(AgentExecutor):
@@ -152,60 +167,75 @@ class FunctionalA2AExecutor(AgentExecutor):
         updater: TaskUpdater,
         call: ServerCallContext,
     ) -> None:
-        task_id = waiting.id
         # copies: a2a-sdk updates the task object it handed over once start_work is processed
         asked = [Part.FromString(p.SerializeToString()) for p in waiting.status.message.parts if p.HasField("data")]
         session = await self.session_store.get(key) or self.agent.create_session(session_id=key)
-        paused_on = await self.waits_on(session, call)
-        if paused_on not in (None, task_id):  # the context waits on another task (checked on receipt too)
-            await updater.failed(updater.new_agent_message([new_text_part(f"Context waits on task {paused_on}.")]))
-            return
-        handled = _handled(session, task_id)
-        if answering and message.message_id in handled:  # checked on receipt too; this one raced it
-            await updater.requires_input(
-                updater.new_agent_message([new_text_part(_replayed(message, task_id)), *asked])
-            )
+        attempt = _Attempt(message, waiting.id, answering, key, updater, session, asked, _handled(session, waiting.id))
+        if await self._refused_at_start(attempt, call):
             return
         await updater.start_work()
         try:
-            if answering:
-                pending = self.agent.pending_requests_for(session)
-                answers = message_answers(message, pending, text_answers=self.text_answers)
-                messages: Any = [Message(role="user", contents=answers)]
-            else:
-                messages = get_message_text(message)
-            response = await self.agent.run(messages, session=session)
+            response = await self.agent.run(self._agent_input(attempt), session=session)
         except ContinuationAuthorityError as exc:  # the pause is gone (expired, answered, abandoned): nothing ran
-            stored = await self.session_store.get(key)
-            if answering and stored is not None and stored.state != session.state:
-                # another worker's run moved this context on (a racing answer won): leave its session and task be
-                await updater.requires_input(updater.new_agent_message([new_text_part(str(exc)), *asked]))
-                return
-            if answering:  # no answer can reach this pause any more: end the task and free the context
-                session.state.pop(_HOST_KEY, None)
-                await self.session_store.set(key, session)
-            await updater.failed(updater.new_agent_message([new_text_part(f"{exc} {_GONE}")]))
-            return
+            await self._pause_gone(attempt, exc)
         except FunctionalWorkflowError as exc:  # refused and nothing changed (the stored session is still right)
             parts = [new_text_part(str(exc))]
             if answering:  # the task still waits: its status keeps the request parts it had
-                parts += asked
-                await updater.requires_input(updater.new_agent_message(parts))
+                await updater.requires_input(updater.new_agent_message([*parts, *asked]))
             else:
                 await updater.failed(updater.new_agent_message(parts))
-            return
         except Exception:
-            logger.exception("The workflow of A2A task %s failed.", task_id)
+            logger.exception("The workflow of A2A task %s failed.", attempt.task_id)
             session.state.pop(_HOST_KEY, None)
             await self.session_store.set(key, session)
             await updater.failed(updater.new_agent_message([new_text_part("The workflow failed.")]))
+        else:
+            await self._settle(attempt, response)
+
+    async def _refused_at_start(self, attempt: _Attempt, call: ServerCallContext) -> bool:
+        """Refuse a message the context cannot run now (it waits on another task, or this answer already ran)."""
+        updater = attempt.updater
+        paused_on = await self.waits_on(attempt.session, call)
+        if paused_on not in (None, attempt.task_id):  # the context waits on another task (checked on receipt too)
+            await updater.failed(updater.new_agent_message([new_text_part(f"Context waits on task {paused_on}.")]))
+            return True
+        if attempt.answering and attempt.message.message_id in attempt.handled:  # checked on receipt; this raced it
+            text = new_text_part(_replayed(attempt.message, attempt.task_id))
+            await updater.requires_input(updater.new_agent_message([text, *attempt.asked]))
+            return True
+        return False
+
+    def _agent_input(self, attempt: _Attempt) -> Any:
+        """The agent's input: the answers to the pause the task waits on, or the message's text."""
+        if not attempt.answering:
+            return get_message_text(attempt.message)
+        pending = self.agent.pending_requests_for(attempt.session)
+        answers = message_answers(attempt.message, pending, text_answers=self.text_answers)
+        return [Message(role="user", contents=answers)]
+
+    async def _pause_gone(self, attempt: _Attempt, exc: ContinuationAuthorityError) -> None:
+        """The pause cannot be answered: leave a context another worker moved on, else end the task."""
+        updater, session = attempt.updater, attempt.session
+        stored = await self.session_store.get(attempt.key)
+        if attempt.answering and stored is not None and stored.state != session.state:
+            # another worker's run moved this context on (a racing answer won): leave its session and task be
+            await updater.requires_input(updater.new_agent_message([new_text_part(str(exc)), *attempt.asked]))
             return
+        if attempt.answering:  # no answer can reach this pause any more: end the task and free the context
+            session.state.pop(_HOST_KEY, None)
+            await self.session_store.set(attempt.key, session)
+        await updater.failed(updater.new_agent_message([new_text_part(f"{exc} {_GONE}")]))
+
+    async def _settle(self, attempt: _Attempt, response: AgentResponse[Any]) -> None:
+        """Store the session (with the task a new pause waits on), then report the pause or the result."""
+        updater, session = attempt.updater, attempt.session
         requests = [c for m in response.messages for c in m.contents if c.type == "function_approval_request"]
         if requests:
-            session.state[_HOST_KEY] = {"task_id": task_id, "messages": [*handled, message.message_id][-_HANDLED_KEPT:]}
+            messages = [*attempt.handled, attempt.message.message_id][-_HANDLED_KEPT:]
+            session.state[_HOST_KEY] = {"task_id": attempt.task_id, "messages": messages}
         else:
             session.state.pop(_HOST_KEY, None)
-        await self.session_store.set(key, session)
+        await self.session_store.set(attempt.key, session)
         if requests:
             parts = [new_text_part(f"{self.agent.name} waits for input: {len(requests)} request(s).")]
             await updater.requires_input(updater.new_agent_message(parts + [request_part(c) for c in requests]))
@@ -305,21 +335,11 @@ def a2a_app(
     task (``task_id``) holding a data part ``{"request_id": <id>, "answer": <value>}``; the task then
     completes with the workflow's text as an artifact, or pauses again.
 
-    What it sets, and why:
-
-    * Each A2A context has one session in ``session_store`` (key ``a2a:context:<id>``): the pause and its
-      continuation token live there between messages, so a client that disconnects at the pause answers
-      later, from anywhere that knows the task id.
-    * A wrong answer (unknown request id, wrong shape or type, a part kind that cannot answer) and a new
-      message on a context whose pause is open are JSON-RPC ``InvalidParams`` errors and change nothing:
-      the task stays in ``input-required``. Unknown task ids, a context that is not the task's, and
-      messages on ended tasks (a replayed answer) are refused by ``a2a-sdk``.
-    * An answer queued on a task that ended meanwhile (two answers at once) is ignored, not run; a message
-      sent again (same ``message_id``, a client retry) is ``InvalidParams``, never an answer to a later pause.
-    * Text answers are off by default (a word like "ok" must not approve a deploy). ``text_answers=True``
-      lets a text-only client (``A2AAgent``, and orchestrations around it) answer the one pending request:
-      ``str`` takes the text, ``bool`` exactly one of approve/yes (true) or reject/no (false), other types
-      the JSON of the value.
+    What it sets, and why (README "Host it", A2A): one session per A2A context in ``session_store`` (key
+    ``a2a:context:<id>``), so a client that left at the pause answers later; a wrong answer, or new input on
+    a context whose pause is open, is JSON-RPC ``InvalidParams`` and changes nothing; an answer queued on a
+    task that ended meanwhile is not run, and a message sent again never answers a later pause; text
+    answers only with ``text_answers=True`` (``str`` takes the text, ``bool`` approve/yes or reject/no).
 
     Args:
         agent: The agent; one object serves every context.
