@@ -161,13 +161,7 @@ class StepCacheDeduper:
         count_keys = log.count_keys[seg.counts_done : offer.counts_len]
         last = seg.last_key
         if cache_keys:
-            values = encode_value([log.cache[key] for key in cache_keys])
-            entries: list[list[Any]] = []
-            for key, value in zip(cache_keys, values, strict=True):
-                shared = _shared_prefix(last, key)
-                entries.append([shared, key[shared:], value])
-                last = key
-            chunk["c"] = entries
+            chunk["c"], last = _front_coded(cache_keys, encode_value([log.cache[key] for key in cache_keys]), last)
         if count_keys:
             counts = [log.counts[key] for key in count_keys]
             chunk["n"] = counts if count_keys == cache_keys else dict(zip(count_keys, counts, strict=True))
@@ -256,16 +250,7 @@ class StepCacheDeduper:
                 last = ""
                 for text in texts:
                     chunk = json.loads(text)
-                    keys: list[str] = []
-                    for shared, suffix, value in chunk.get("c", ()):
-                        last = last[:shared] + suffix
-                        cache[last] = value
-                        keys.append(last)
-                    numbers = chunk.get("n")
-                    if isinstance(numbers, list):
-                        counts.update(zip(keys, cast("list[Any]", numbers), strict=True))
-                    elif numbers:
-                        counts.update(cast("dict[str, Any]", numbers))
+                    last = _replay_entries(chunk, last, cache, counts)
                     if "m" in chunk:
                         message = chunk["m"]
                     if "h" in chunk:
@@ -281,6 +266,31 @@ class StepCacheDeduper:
         checkpoint = WorkflowCheckpoint.from_dict(decode_value(encoded, self._allowed_types))
         self._remember(checkpoint_id, refs, (len(cache), len(counts)))
         return checkpoint
+
+
+def _front_coded(keys: list[str], values: list[Any], last: str) -> tuple[list[list[Any]], str]:
+    """Cache entries as ``[shared prefix length, key suffix, value]`` after ``last``; and the new last key."""
+    entries: list[list[Any]] = []
+    for key, value in zip(keys, values, strict=True):
+        shared = _shared_prefix(last, key)
+        entries.append([shared, key[shared:], value])
+        last = key
+    return entries, last
+
+
+def _replay_entries(chunk: dict[str, Any], last: str, cache: dict[str, Any], counts: dict[str, Any]) -> str:
+    """Add one chunk's cache entries and request counts; return the last key (front coding goes on from it)."""
+    keys: list[str] = []
+    for shared, suffix, value in chunk.get("c", ()):
+        last = last[:shared] + suffix
+        cache[last] = value
+        keys.append(last)
+    numbers = chunk.get("n")
+    if isinstance(numbers, list):
+        counts.update(zip(keys, cast("list[Any]", numbers), strict=True))
+    elif numbers:
+        counts.update(cast("dict[str, Any]", numbers))
+    return last
 
 
 def _shared_prefix(previous: str, key: str) -> int:

@@ -70,6 +70,21 @@ def _refuse(why: str) -> WorkflowCheckpointException:
     return WorkflowCheckpointException(f"Checkpoint body refused: {why}. It was not decoded.")
 
 
+def _checked_key_id(key_id: object) -> bytes:
+    if not isinstance(key_id, str) or _KEY_ID.fullmatch(key_id) is None:
+        raise ValueError("Key ids are 1-64 characters of A-Z, a-z, 0-9, '.', '_' and '-'.")
+    return key_id.encode("ascii")
+
+
+def _derived_keys(key_id: str, key: object) -> tuple[bytes, bytes]:
+    """The MAC key and the AES-256-GCM key derived from one host key (checked first)."""
+    if not isinstance(key, bytes):
+        raise TypeError(f"Key {key_id!r} must be bytes (for example base64-decoded from your secret store).")
+    if len(key) < MIN_KEY_BYTES:
+        raise ValueError(f"Key {key_id!r} is shorter than {MIN_KEY_BYTES} bytes; use secrets.token_bytes(32).")
+    return _derive(key, b"mac"), _derive(key, b"aes-256-gcm")
+
+
 class CheckpointSealer:
     """Seal checkpoint bodies with the host's keys: HMAC-SHA256 always, AES-256-GCM on request.
 
@@ -111,15 +126,7 @@ class CheckpointSealer:
             )
         if not keys:
             raise ValueError("CheckpointSealer needs at least one key: {'key-id': secrets.token_bytes(32)}.")
-        derived: dict[bytes, tuple[bytes, bytes]] = {}
-        for key_id, key in keys.items():
-            if not isinstance(key_id, str) or _KEY_ID.fullmatch(key_id) is None:  # pyright: ignore[reportUnnecessaryIsInstance]
-                raise ValueError("Key ids are 1-64 characters of A-Z, a-z, 0-9, '.', '_' and '-'.")
-            if not isinstance(key, bytes):  # pyright: ignore[reportUnnecessaryIsInstance]
-                raise TypeError(f"Key {key_id!r} must be bytes (for example base64-decoded from your secret store).")
-            if len(key) < MIN_KEY_BYTES:
-                raise ValueError(f"Key {key_id!r} is shorter than {MIN_KEY_BYTES} bytes; use secrets.token_bytes(32).")
-            derived[key_id.encode("ascii")] = (_derive(key, b"mac"), _derive(key, b"aes-256-gcm"))
+        derived = {_checked_key_id(key_id): _derived_keys(key_id, key) for key_id, key in keys.items()}
         if signing_key_id is None:
             if len(keys) != 1:
                 raise ValueError("With several keys, name the one that seals new bodies: signing_key_id=...")
@@ -129,9 +136,7 @@ class CheckpointSealer:
         self._keys = derived
         self._signing_id = signing_key_id.encode("ascii")
         self._encrypt = bool(encrypt)
-        self._aead: Any = None
-        if encrypt:
-            self._aead = _aesgcm_class()
+        self._aead: Any = _aesgcm_class() if encrypt else None
 
     @property
     def signing_key_id(self) -> str:

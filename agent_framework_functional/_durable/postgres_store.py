@@ -290,17 +290,7 @@ class PostgresContinuationStore(AsyncClosing):
         """Claim ``claims`` (distinct hashes) in one statement and answer each future."""
         now = self.now()
         try:
-            if len(claims) == 1:
-                token_hash, claimer, _ = claims[0]
-                won = {token_hash} if await self._update("claim", (now, claimer, token_hash, now)) else set[str]()
-            else:
-                params = {"now": now, "hashes": [c[0] for c in claims], "claimers": [c[1] for c in claims]}
-
-                async def claim_many(conn: AsyncConnection[Any]) -> set[str]:
-                    rows = await (await conn.execute(self._sql["claim_many"], params)).fetchall()
-                    return {str(row[0]) for row in rows}
-
-                won = await self._write("claim", claim_many)
+            won = await self._claimed(claims, now)
         except asyncio.CancelledError:
             for _, _, future in claims:
                 future.cancel()
@@ -313,6 +303,19 @@ class PostgresContinuationStore(AsyncClosing):
         for token_hash, _, future in claims:
             if not future.done():
                 future.set_result(token_hash in won)
+
+    async def _claimed(self, claims: list[tuple[str, str | None, asyncio.Future[bool]]], now: float) -> set[str]:
+        """The hashes among ``claims`` this statement claimed (one row: the plain claim)."""
+        if len(claims) == 1:
+            token_hash, claimer, _ = claims[0]
+            return {token_hash} if await self._update("claim", (now, claimer, token_hash, now)) else set()
+        params = {"now": now, "hashes": [c[0] for c in claims], "claimers": [c[1] for c in claims]}
+
+        async def claim_many(conn: AsyncConnection[Any]) -> set[str]:
+            rows = await (await conn.execute(self._sql["claim_many"], params)).fetchall()
+            return {str(row[0]) for row in rows}
+
+        return await self._write("claim", claim_many)
 
     async def release(self, token_hash: str, claimer: str) -> bool:
         """Atomically hand a claim back (``claimed`` -> ``issued``) for the run that claimed it."""
