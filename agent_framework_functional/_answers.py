@@ -135,15 +135,10 @@ def convert_answer(value: Any, response_type: Any, request_id: str) -> Any:
     elif response_fits(value, response_type, request_id):
         return value
     if adapter is not None:
-        try:
-            converted = adapter.validate_python(value)
-        except ValidationError as exc:
-            details = ": " + _describe_errors(exc.errors(include_url=False, include_input=False, include_context=False))
-        except (RecursionError, ValueError, TypeError):
-            details = ": the value nests too deeply or cannot be read"
-        else:
-            if response_fits(converted, response_type, request_id):
-                return converted
+        converted, refused = _validated(adapter, value, response_type, request_id)
+        if refused is None:
+            return converted
+        details = refused
     name = type_name(response_type)
     raise ResponseMismatchError(
         f"The answer to request {request_id!r} is not a {name} and cannot be converted to {name}{details}. "
@@ -151,6 +146,17 @@ def convert_answer(value: Any, response_type: Any, request_id: str) -> Any:
         "continuation is still pending.",
         request_id=request_id,
     )
+
+
+def _validated(adapter: TypeAdapter[Any], value: Any, response_type: Any, request_id: str) -> tuple[Any, str | None]:
+    """Pydantic's validated value and None when core's rule accepts it; else None and why not (or "")."""
+    try:
+        converted = adapter.validate_python(value)
+    except ValidationError as exc:
+        return None, ": " + _describe_errors(exc.errors(include_url=False, include_input=False, include_context=False))
+    except (RecursionError, ValueError, TypeError):
+        return None, ": the value nests too deeply or cannot be read"
+    return (converted, None) if response_fits(converted, response_type, request_id) else (None, "")
 
 
 def _inferred_bools(adapter: TypeAdapter[Any], value: Any) -> list[ErrorDetails]:

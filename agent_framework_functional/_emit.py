@@ -39,12 +39,7 @@ def _json_copy(value: Any, depth: int = 0) -> Any:
     if depth >= _MAX_JSON_DEPTH:
         raise TypeError(f"emit_update() data nests deeper than {_MAX_JSON_DEPTH} levels; flatten it.")
     if isinstance(value, dict):
-        copied: dict[str, Any] = {}
-        for key, item in cast("dict[Any, Any]", value).items():
-            if not isinstance(key, str):
-                raise TypeError(f"emit_update() data has a {type(key).__name__} dict key; JSON keys must be str.")
-            copied[key] = _json_copy(item, depth + 1)
-        return copied
+        return _json_dict_copy(cast("dict[Any, Any]", value), depth)
     if isinstance(value, (list, tuple)):
         return [_json_copy(item, depth + 1) for item in cast("Sequence[Any]", value)]
     raise TypeError(
@@ -52,6 +47,15 @@ def _json_copy(value: Any, depth: int = 0) -> Any:
         "AgentResponseUpdate, or JSON-safe data (dict with str keys, list, str, int, float, bool, None); "
         "convert other objects first, e.g. model.model_dump(mode='json')."
     )
+
+
+def _json_dict_copy(value: dict[Any, Any], depth: int) -> dict[str, Any]:
+    copied: dict[str, Any] = {}
+    for key, item in value.items():
+        if not isinstance(key, str):
+            raise TypeError(f"emit_update() data has a {type(key).__name__} dict key; JSON keys must be str.")
+        copied[key] = _json_copy(item, depth + 1)
+    return copied
 
 
 def _checked_payload(update: Any) -> Any:
@@ -207,40 +211,50 @@ async def stream_agent(
     if not isinstance(result, (ResponseStream, AsyncIterable, AgentResponse)) and isinstance(result, Awaitable):
         result = await cast("Awaitable[Any]", result)
     if isinstance(result, AgentResponse):
-        whole = cast("AgentResponse[Any]", result)
-        for message in whole.messages:
-            await emit_update(
-                AgentResponseUpdate(
-                    contents=list(message.contents),
-                    role=message.role,
-                    author_name=message.author_name,
-                    message_id=message.message_id,
-                    response_id=whole.response_id,
-                )
-            )
-        return whole
+        return await _emit_whole(cast("AgentResponse[Any]", result))
     if not isinstance(result, AsyncIterable):
         raise TypeError(
             f"{type(agent).__name__}.run(stream=True) returned {type(result).__name__}; stream_agent() needs a "
             "ResponseStream or an async iterable of AgentResponseUpdate."
         )
+    updates = await _forward(type(agent).__name__, cast("AsyncIterable[Any]", result))
+    if isinstance(result, ResponseStream):
+        return await cast("ResponseStream[AgentResponseUpdate, AgentResponse]", result).get_final_response()
+    return AgentResponse.from_updates(updates)
+
+
+async def _emit_whole(whole: AgentResponse[Any]) -> AgentResponse[Any]:
+    """Forward a response an agent returned whole, one update per message; return it."""
+    for message in whole.messages:
+        await emit_update(
+            AgentResponseUpdate(
+                contents=list(message.contents),
+                role=message.role,
+                author_name=message.author_name,
+                message_id=message.message_id,
+                response_id=whole.response_id,
+            )
+        )
+    return whole
+
+
+async def _forward(agent_name: str, stream: AsyncIterable[Any]) -> list[AgentResponseUpdate]:
+    """Forward each update of an inner agent's stream as it arrives; close the stream if anything fails."""
     updates: list[AgentResponseUpdate] = []
-    iterator: AsyncIterator[Any] = aiter(cast("AsyncIterable[Any]", result))
+    iterator: AsyncIterator[Any] = aiter(stream)
     try:
         async for update in iterator:
             if not isinstance(update, AgentResponseUpdate):
                 raise TypeError(
-                    f"{type(agent).__name__}.run(stream=True) yielded {type(update).__name__}; "
+                    f"{agent_name}.run(stream=True) yielded {type(update).__name__}; "
                     "stream_agent() forwards AgentResponseUpdate only."
                 )
             updates.append(update)
             await emit_update(update)
     except BaseException:
-        await _close_inner(cast(object, result))
+        await _close_inner(cast(object, stream))
         raise
-    if isinstance(result, ResponseStream):
-        return await cast("ResponseStream[AgentResponseUpdate, AgentResponse]", result).get_final_response()
-    return AgentResponse.from_updates(updates)
+    return updates
 
 
 async def _close_inner(stream: object) -> None:
