@@ -91,21 +91,24 @@ def _describe(value: Any) -> str | None:
         return _ANY
     origin = typing.get_origin(value)
     if origin is not None:
-        args = typing.get_args(value)
-        if not args:
-            return None
-        if origin is typing.Literal:
-            if not all(arg is None or type(arg) in (str, int, bool) for arg in args):
-                return None
-            return f"{_LITERAL}[{', '.join(json.dumps(arg) for arg in args)}]"
-        head = _UNION if origin in (typing.Union, UnionType) else _describe(origin)
-        parts = [_describe(arg) for arg in args]
-        if head is None or any(part is None for part in parts):
-            return None
-        return f"{head}[{', '.join(typing.cast('list[str]', parts))}]"
+        return _describe_generic(origin, typing.get_args(value))
     if isinstance(value, type):
         return f"{value.__module__}:{value.__qualname__}"
     return None
+
+
+def _describe_generic(origin: Any, args: tuple[Any, ...]) -> str | None:
+    if not args:
+        return None
+    if origin is typing.Literal:
+        if not all(arg is None or type(arg) in (str, int, bool) for arg in args):
+            return None
+        return f"{_LITERAL}[{', '.join(json.dumps(arg) for arg in args)}]"
+    head = _UNION if origin in (typing.Union, UnionType) else _describe(origin)
+    parts = [_describe(arg) for arg in args]
+    if head is None or any(part is None for part in parts):
+        return None
+    return f"{head}[{', '.join(typing.cast('list[str]', parts))}]"
 
 
 def _parse(text: str) -> tuple[Any, str]:
@@ -119,24 +122,27 @@ def _parse(text: str) -> tuple[Any, str]:
     if name == _LITERAL and rest.startswith("["):
         return _parse_literal(rest[1:])
     if rest.startswith("["):
-        args: list[Any] = []
-        rest = rest[1:]
-        while True:
-            arg, rest = _parse(rest)
-            args.append(arg)
-            rest = rest.lstrip()
-            if rest.startswith(","):
-                rest = rest[1:]
-                continue
-            if not rest.startswith("]"):
-                raise ValueError("unclosed type arguments")
-            rest = rest[1:]
-            break
+        args, rest = _parse_arguments(rest[1:])
         if name == _UNION:
             return typing.Union[tuple(args)], rest  # noqa: UP007 - built from recorded arguments
         origin = _lookup(name)
         return origin[tuple(args) if len(args) > 1 else args[0]], rest
     return _lookup(name), rest
+
+
+def _parse_arguments(rest: str) -> tuple[list[Any], str]:
+    """Parse a generic's type arguments up to its closing bracket."""
+    args: list[Any] = []
+    while True:
+        arg, rest = _parse(rest)
+        args.append(arg)
+        rest = rest.lstrip()
+        if rest.startswith(","):
+            rest = rest[1:]
+            continue
+        if not rest.startswith("]"):
+            raise ValueError("unclosed type arguments")
+        return args, rest[1:]
 
 
 def _parse_literal(rest: str) -> tuple[Any, str]:
