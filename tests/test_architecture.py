@@ -20,10 +20,12 @@ NOT_YET_UNDER_400 = frozenset(
         "_run",
         "_store_authority",
         "_workflow",
+        "hosting.responses",
     }
 )
-# The one deferred import: from a workflow instance back to its chat adapter (as_agent).
-DEFERRED_ALLOWED = {("_workflow", "_agent")}
+# The deferred imports: from a workflow instance back to its chat adapter (as_agent), and the Postgres
+# outage error, which subclasses psycopg's (an optional dependency), imported on the first failure.
+DEFERRED_ALLOWED = {("_workflow", "_agent"), ("_durable.postgres_schema", "_durable.postgres_errors")}
 # Reads of another module's private names (``from ._x import _y``, ``obj._attr`` of a name this module does
 # not define) that other work is removing; delete this constant (and its use) once they are gone.
 NOT_YET_PRIVATE_CLEAN = frozenset(
