@@ -199,78 +199,95 @@ def verify_agui_events(events: list[dict[str, Any]]) -> None:
     ``STEP_FINISHED`` needs its ``STEP_STARTED``; reasoning START/END pair up; ``RUN_FINISHED`` is refused
     while a text message, tool call, step or reasoning block is open; ``subagentRunId: null`` is refused.
     """
-    active_run = False
-    finished = False
-    errored = False
-    texts: set[str] = set()
-    tools: set[str] = set()
-    steps: set[str] = set()
-    reasoning: set[str] = set()
-    reasoning_messages: set[str] = set()
-
-    def fail(index: int, event: dict[str, Any], why: str) -> None:
-        raise AGUIOrderError(f"event #{index} {event.get('type')}: {why}; events: {[e.get('type') for e in events]}")
-
+    order = _AGUIOrder(events)
     for index, event in enumerate(events):
+        order.check(index, event)
+
+
+# An event that opens, uses or closes a part: (the open set, the id field, what it does, the refusal).
+_PARTS: dict[str, tuple[str, str, str, str]] = {
+    "TEXT_MESSAGE_START": ("text messages", "messageId", "start", "text message {} already started"),
+    "TEXT_MESSAGE_CONTENT": ("text messages", "messageId", "use", "no open TEXT_MESSAGE_START for {}"),
+    "TEXT_MESSAGE_END": ("text messages", "messageId", "end", "no open TEXT_MESSAGE_START for {}"),
+    "TOOL_CALL_START": ("tool calls", "toolCallId", "start", "tool call {} already started"),
+    "TOOL_CALL_ARGS": ("tool calls", "toolCallId", "use", "no open TOOL_CALL_START for {}"),
+    "TOOL_CALL_END": ("tool calls", "toolCallId", "end", "no open TOOL_CALL_START for {}"),
+    "STEP_STARTED": ("steps", "stepName", "add", ""),
+    "STEP_FINISHED": ("steps", "stepName", "end", "no STEP_STARTED for {}"),
+    "REASONING_START": ("reasoning", "messageId", "add", ""),
+    "REASONING_END": ("reasoning", "messageId", "end", "REASONING_END without REASONING_START"),
+    "REASONING_MESSAGE_START": ("reasoning messages", "messageId", "add", ""),
+    "REASONING_MESSAGE_CONTENT": (
+        "reasoning messages",
+        "messageId",
+        "use",
+        "reasoning message content/end without its start",
+    ),
+    "REASONING_MESSAGE_END": (
+        "reasoning messages",
+        "messageId",
+        "end",
+        "reasoning message content/end without its start",
+    ),
+}
+_OPEN_AT_FINISH = ("text messages", "tool calls", "steps", "reasoning")  # RUN_FINISHED refuses these open
+
+
+class _AGUIOrder:
+    """The state ``verifyEvents`` keeps while it reads one event stream."""
+
+    def __init__(self, events: list[dict[str, Any]]) -> None:
+        self.events = events
+        self.active_run = self.finished = self.errored = False
+        self.open: dict[str, set[str]] = {name: set() for name, *_ in _PARTS.values()}
+
+    def fail(self, index: int, event: dict[str, Any], why: str) -> None:
+        kinds = [e.get("type") for e in self.events]
+        raise AGUIOrderError(f"event #{index} {event.get('type')}: {why}; events: {kinds}")
+
+    def check(self, index: int, event: dict[str, Any]) -> None:
         kind = event.get("type")
-        if "subagentRunId" in event and event["subagentRunId"] is None:
-            fail(index, event, "subagentRunId is null (omit the field instead)")
-        if index == 0 and kind not in ("RUN_STARTED", "RUN_ERROR"):
-            fail(index, event, "the first event must be RUN_STARTED or RUN_ERROR")
-        if errored and kind != "RUN_STARTED":
-            fail(index, event, "only RUN_STARTED may follow RUN_ERROR")
-        if finished and kind not in ("RUN_STARTED", "RUN_ERROR"):
-            fail(index, event, "only RUN_STARTED or RUN_ERROR may follow RUN_FINISHED")
-        if kind == "RUN_STARTED":
-            if active_run:
-                fail(index, event, "RUN_STARTED inside an active run")
-            active_run, finished, errored = True, False, False
-            texts.clear(), tools.clear(), steps.clear(), reasoning.clear(), reasoning_messages.clear()
+        self.check_position(index, event, kind)
+        if kind in _PARTS:
+            self.check_part(index, event, *_PARTS[kind])
+        elif kind == "RUN_STARTED":
+            self.start_run(index, event)
         elif kind == "RUN_FINISHED":
-            open_parts = {"text messages": texts, "tool calls": tools, "steps": steps, "reasoning": reasoning}
-            for what, still_open in open_parts.items():
-                if still_open:
-                    fail(index, event, f"RUN_FINISHED while {what} {sorted(still_open)} are open")
-            active_run, finished = False, True
+            self.finish_run(index, event)
         elif kind == "RUN_ERROR":
-            active_run, errored = False, True
-        elif kind == "TEXT_MESSAGE_START":
-            if event["messageId"] in texts:
-                fail(index, event, f"text message {event['messageId']} already started")
-            texts.add(event["messageId"])
-        elif kind in ("TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END"):
-            if event["messageId"] not in texts:
-                fail(index, event, f"no open TEXT_MESSAGE_START for {event['messageId']}")
-            if kind == "TEXT_MESSAGE_END":
-                texts.discard(event["messageId"])
-        elif kind == "TOOL_CALL_START":
-            if event["toolCallId"] in tools:
-                fail(index, event, f"tool call {event['toolCallId']} already started")
-            tools.add(event["toolCallId"])
-        elif kind in ("TOOL_CALL_ARGS", "TOOL_CALL_END"):
-            if event["toolCallId"] not in tools:
-                fail(index, event, f"no open TOOL_CALL_START for {event['toolCallId']}")
-            if kind == "TOOL_CALL_END":
-                tools.discard(event["toolCallId"])
-        elif kind == "STEP_STARTED":
-            steps.add(event["stepName"])
-        elif kind == "STEP_FINISHED":
-            if event["stepName"] not in steps:
-                fail(index, event, f"no STEP_STARTED for {event['stepName']}")
-            steps.discard(event["stepName"])
-        elif kind == "REASONING_START":
-            reasoning.add(event["messageId"])
-        elif kind == "REASONING_END":
-            if event["messageId"] not in reasoning:
-                fail(index, event, "REASONING_END without REASONING_START")
-            reasoning.discard(event["messageId"])
-        elif kind == "REASONING_MESSAGE_START":
-            reasoning_messages.add(event["messageId"])
-        elif kind in ("REASONING_MESSAGE_CONTENT", "REASONING_MESSAGE_END"):
-            if event["messageId"] not in reasoning_messages:
-                fail(index, event, "reasoning message content/end without its start")
-            if kind == "REASONING_MESSAGE_END":
-                reasoning_messages.discard(event["messageId"])
+            self.active_run, self.errored = False, True
+
+    def start_run(self, index: int, event: dict[str, Any]) -> None:
+        if self.active_run:
+            self.fail(index, event, "RUN_STARTED inside an active run")
+        self.active_run, self.finished, self.errored = True, False, False
+        for parts in self.open.values():
+            parts.clear()
+
+    def finish_run(self, index: int, event: dict[str, Any]) -> None:
+        for what in _OPEN_AT_FINISH:
+            if self.open[what]:
+                self.fail(index, event, f"RUN_FINISHED while {what} {sorted(self.open[what])} are open")
+        self.active_run, self.finished = False, True
+
+    def check_position(self, index: int, event: dict[str, Any], kind: Any) -> None:
+        if "subagentRunId" in event and event["subagentRunId"] is None:
+            self.fail(index, event, "subagentRunId is null (omit the field instead)")
+        if index == 0 and kind not in ("RUN_STARTED", "RUN_ERROR"):
+            self.fail(index, event, "the first event must be RUN_STARTED or RUN_ERROR")
+        if self.errored and kind != "RUN_STARTED":
+            self.fail(index, event, "only RUN_STARTED may follow RUN_ERROR")
+        if self.finished and kind not in ("RUN_STARTED", "RUN_ERROR"):
+            self.fail(index, event, "only RUN_STARTED or RUN_ERROR may follow RUN_FINISHED")
+
+    def check_part(self, index: int, event: dict[str, Any], name: str, field: str, does: str, refusal: str) -> None:
+        parts, part = self.open[name], event[field]
+        if (part in parts) if does == "start" else (does in ("use", "end") and part not in parts):
+            self.fail(index, event, refusal.format(part))
+        if does == "end":
+            parts.discard(part)
+        elif does != "use":
+            parts.add(part)
 
 
 def node_env() -> dict[str, str]:
