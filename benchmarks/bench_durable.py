@@ -424,7 +424,7 @@ async def postgres_rows(
     await beside_langgraph_postgres(postgres_url, rounds=rounds, cycles=cycles, warmup=warmup, scratch=scratch)
 
 
-async def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for smoke tests")
     parser.add_argument("--redis-url", help="use this Redis instead of starting redis-server")
@@ -438,14 +438,19 @@ async def main() -> None:
         help="only the PostgreSQL rows: claim latency (also with a pool of 64), durable cycles, beside LangGraph",
     )
     args = parser.parse_args()
-    rounds = args.rounds or (1 if args.quick else 15)
-    cycles = args.cycles or (2 if args.quick else 10)
-    warmup = 0 if args.quick else 1  # warm-up blocks per side (each block's first cycle is untimed anyway)
-    concurrency = 64
-    repeat = args.repeat or (1 if args.quick else 3)
-    claims = 100 if args.quick else 2000
-    resumes = 8 if args.quick else 160
-    process_counts = (1, 2) if args.quick else (1, 4, 8)
+    args.rounds = args.rounds or (1 if args.quick else 15)
+    args.cycles = args.cycles or (2 if args.quick else 10)
+    args.warmup = 0 if args.quick else 1  # warm-up blocks per side (each block's first cycle is untimed anyway)
+    args.concurrency = 64
+    args.repeat = args.repeat or (1 if args.quick else 3)
+    args.claims = 100 if args.quick else 2000
+    args.resumes = 8 if args.quick else 160
+    args.process_counts = (1, 2) if args.quick else (1, 4, 8)
+    return args
+
+
+async def main() -> None:
+    args = parse_args()
     redis_proc = None
     redis_url = args.redis_url
     folder = Path(tempfile.mkdtemp(prefix="bench-durable-"))
@@ -457,84 +462,7 @@ async def main() -> None:
         postgres = start_postgres()
         postgres_url = postgres.url
     try:
-        specs = {
-            "SQLite": {"kind": "sqlite", "location": str(folder / "continuations.db"), "namespace": ""},
-            "Redis": {"kind": "redis", "location": redis_url, "namespace": f"bench:{os.getpid()}"},
-            "Postgres": {"kind": "postgres", "location": postgres_url, "namespace": f"bench_{os.getpid()}"},
-        }
-        if args.postgres_only:
-            specs = {"Postgres": specs["Postgres"]}
-        print(
-            f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, claims={claims}, resumes={resumes}, "
-            f"best of {repeat} per throughput row"
-        )
-        print()
-        print(f"{'claim latency':<16}{'median us':>12}{'p99 us':>12}")
-        for name, spec in specs.items():
-            median, p99 = await claim_latency(spec, claims)
-            print(f"{name:<16}{median:>12.1f}{p99:>12.1f}")
-        print()
-        print(f"{f'claim latency, {concurrency} concurrent, {rounds} rounds':<40}{'median us':>12}{'p99 us':>12}")
-        for name, spec in specs.items():
-            median, p99 = await concurrent_claim_latency(spec, concurrency, rounds)
-            print(f"{f'{name}, {concurrency} concurrent':<40}{median:>12.1f}{p99:>12.1f}")
-        # The default pool holds 10 connections; a host expecting 64 concurrent claims sizes it for them.
-        pooled = {**specs["Postgres"], "max_size": str(concurrency)}
-        median, p99 = await concurrent_claim_latency(pooled, concurrency, rounds)
-        print(f"{f'Postgres, max_size={concurrency}, {concurrency} concurrent':<40}{median:>12.1f}{p99:>12.1f}")
-        if args.postgres_only:
-            await postgres_rows(
-                specs["Postgres"], postgres_url, rounds=rounds, cycles=cycles, warmup=warmup, folder=folder
-            )
-            return
-        print()
-        print(f"{'resume throughput':<40}{'resumes/s':>12}")
-        rate = max([await in_memory_throughput(resumes, None, folder) for _ in range(repeat)])
-        print(f"{'in-memory, no store, 1 process':<40}{rate:>12.1f}")
-        for name, spec in specs.items():
-            rate = max([await in_memory_throughput(resumes, spec, folder) for _ in range(repeat)])
-            print(f"{f'in-memory fast path + {name}, 1 process':<40}{rate:>12.1f}")
-        storage = FileCheckpointStorage(folder / "checkpoints")
-        for name, spec in specs.items():
-            for processes in process_counts:
-                rates: list[float] = []
-                for _ in range(repeat):
-                    store = open_store(spec)
-                    try:
-                        handoffs = await make_pauses(
-                            lambda s=store: bench_approval.build(checkpoint_storage=storage, continuation_store=s),
-                            resumes,
-                        )
-                    finally:
-                        await close_store(store)
-                    rates.append(remote_throughput(spec, handoffs, processes, folder))
-                rate = max(rates)
-                label = f"durable {name}, {processes} process{'es' if processes > 1 else ''}"
-                print(f"{label:<40}{rate:>12.1f}")
-        print()
-        scratch = Path(tempfile.mkdtemp(dir=folder))
-        makers: dict[str, BlockMaker] = {}
-        for name, spec in specs.items():
-            makers[f"durable {name}, same worker"] = same_worker(spec)
-            makers[f"durable {name}, fresh worker"] = fresh_worker(spec)
-        print(f"{f'durable cycles, {rounds} blocks of {cycles}':<40}{'cycles/s':>12}   (pause + resume, median wall)")
-        rates = await cycle_rates(makers, rounds=rounds, cycles=cycles, warmup=warmup, scratch=scratch)
-        for label, rate in rates.items():
-            print(f"{label:<40}{rate:>12.1f}")
-        print()
-        if not peers().LANGGRAPH_RUNS:
-            print(peers().LANGGRAPH_SKIPPED)
-            return
-        print(
-            f"{f'beside LangGraph, {rounds} paired blocks':<40}{'ours us':>12}{'lg us':>12}{'ours/lg':>10}"
-            "   (disk same of bench_peers.py; medians)"
-        )
-        figures = await beside_langgraph(rounds=rounds, cycles=cycles, warmup=warmup, scratch=scratch)
-        for clock, (ours, lg, paired) in figures.items():
-            label = f"SQLite+file vs AsyncSqliteSaver, {clock}"
-            print(f"{label:<40}{ours:>12.1f}{lg:>12.1f}{paired:>10.3f}")
-        await beside_langgraph_postgres(postgres_url, rounds=rounds, cycles=cycles, warmup=warmup, scratch=scratch)
-        print(langgraph_redis_note(redis_url))
+        await run_rows(args, folder, redis_url, postgres_url)
     finally:
         if postgres is not None:
             postgres.stop()
@@ -542,6 +470,110 @@ async def main() -> None:
             redis_proc.terminate()
             redis_proc.wait(timeout=10)
         shutil.rmtree(folder, ignore_errors=True)
+
+
+async def run_rows(args: argparse.Namespace, folder: Path, redis_url: str | None, postgres_url: str) -> None:
+    specs = {
+        "SQLite": {"kind": "sqlite", "location": str(folder / "continuations.db"), "namespace": ""},
+        "Redis": {"kind": "redis", "location": redis_url, "namespace": f"bench:{os.getpid()}"},
+        "Postgres": {"kind": "postgres", "location": postgres_url, "namespace": f"bench_{os.getpid()}"},
+    }
+    if args.postgres_only:
+        specs = {"Postgres": specs["Postgres"]}
+    print(
+        f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, claims={args.claims}, resumes={args.resumes}, "
+        f"best of {args.repeat} per throughput row"
+    )
+    await latency_rows(args, specs)
+    if args.postgres_only:
+        await postgres_rows(
+            specs["Postgres"], postgres_url, rounds=args.rounds, cycles=args.cycles, warmup=args.warmup, folder=folder
+        )
+        return
+    await throughput_rows(args, specs, folder)
+    scratch = Path(tempfile.mkdtemp(dir=folder))
+    await cycle_rows(args, specs, scratch)
+    if not peers().LANGGRAPH_RUNS:
+        print(peers().LANGGRAPH_SKIPPED)
+        return
+    await peer_rows(args, scratch, redis_url, postgres_url)
+
+
+async def latency_rows(args: argparse.Namespace, specs: dict[str, Any]) -> None:
+    concurrency, rounds = args.concurrency, args.rounds
+    print()
+    print(f"{'claim latency':<16}{'median us':>12}{'p99 us':>12}")
+    for name, spec in specs.items():
+        median, p99 = await claim_latency(spec, args.claims)
+        print(f"{name:<16}{median:>12.1f}{p99:>12.1f}")
+    print()
+    print(f"{f'claim latency, {concurrency} concurrent, {rounds} rounds':<40}{'median us':>12}{'p99 us':>12}")
+    for name, spec in specs.items():
+        median, p99 = await concurrent_claim_latency(spec, concurrency, rounds)
+        print(f"{f'{name}, {concurrency} concurrent':<40}{median:>12.1f}{p99:>12.1f}")
+    # The default pool holds 10 connections; a host expecting 64 concurrent claims sizes it for them.
+    pooled = {**specs["Postgres"], "max_size": str(concurrency)}
+    median, p99 = await concurrent_claim_latency(pooled, concurrency, rounds)
+    print(f"{f'Postgres, max_size={concurrency}, {concurrency} concurrent':<40}{median:>12.1f}{p99:>12.1f}")
+
+
+async def throughput_rows(args: argparse.Namespace, specs: dict[str, Any], folder: Path) -> None:
+    repeat, resumes = args.repeat, args.resumes
+    print()
+    print(f"{'resume throughput':<40}{'resumes/s':>12}")
+    rate = max([await in_memory_throughput(resumes, None, folder) for _ in range(repeat)])
+    print(f"{'in-memory, no store, 1 process':<40}{rate:>12.1f}")
+    for name, spec in specs.items():
+        rate = max([await in_memory_throughput(resumes, spec, folder) for _ in range(repeat)])
+        print(f"{f'in-memory fast path + {name}, 1 process':<40}{rate:>12.1f}")
+    storage = FileCheckpointStorage(folder / "checkpoints")
+    for name, spec in specs.items():
+        for processes in args.process_counts:
+            rates = [await remote_rate(spec, storage, resumes, processes, folder) for _ in range(repeat)]
+            label = f"durable {name}, {processes} process{'es' if processes > 1 else ''}"
+            print(f"{label:<40}{max(rates):>12.1f}")
+
+
+async def remote_rate(
+    spec: dict[str, str], storage: FileCheckpointStorage, resumes: int, processes: int, folder: Path
+) -> float:
+    store = open_store(spec)
+    try:
+        handoffs = await make_pauses(
+            lambda s=store: bench_approval.build(checkpoint_storage=storage, continuation_store=s),
+            resumes,
+        )
+    finally:
+        await close_store(store)
+    return remote_throughput(spec, handoffs, processes, folder)
+
+
+async def cycle_rows(args: argparse.Namespace, specs: dict[str, Any], scratch: Path) -> None:
+    print()
+    makers: dict[str, BlockMaker] = {}
+    for name, spec in specs.items():
+        makers[f"durable {name}, same worker"] = same_worker(spec)
+        makers[f"durable {name}, fresh worker"] = fresh_worker(spec)
+    title = f"durable cycles, {args.rounds} blocks of {args.cycles}"
+    print(f"{title:<40}{'cycles/s':>12}   (pause + resume, median wall)")
+    rates = await cycle_rates(makers, rounds=args.rounds, cycles=args.cycles, warmup=args.warmup, scratch=scratch)
+    for label, rate in rates.items():
+        print(f"{label:<40}{rate:>12.1f}")
+    print()
+
+
+async def peer_rows(args: argparse.Namespace, scratch: Path, redis_url: str | None, postgres_url: str) -> None:
+    rounds, cycles, warmup = args.rounds, args.cycles, args.warmup
+    print(
+        f"{f'beside LangGraph, {rounds} paired blocks':<40}{'ours us':>12}{'lg us':>12}{'ours/lg':>10}"
+        "   (disk same of bench_peers.py; medians)"
+    )
+    figures = await beside_langgraph(rounds=rounds, cycles=cycles, warmup=warmup, scratch=scratch)
+    for clock, (ours, lg, paired) in figures.items():
+        label = f"SQLite+file vs AsyncSqliteSaver, {clock}"
+        print(f"{label:<40}{ours:>12.1f}{lg:>12.1f}{paired:>10.3f}")
+    await beside_langgraph_postgres(postgres_url, rounds=rounds, cycles=cycles, warmup=warmup, scratch=scratch)
+    print(langgraph_redis_note(redis_url))
 
 
 if __name__ == "__main__":

@@ -427,13 +427,17 @@ def report(results: dict[tuple[str, str, int], Measure], args: argparse.Namespac
                     line += f"{ours.cpu / core.cpu:>11.3f}" if ours and core else f"{'-':>11}"
                     line += f"{ours.cpu / lg.cpu:>9.3f}" if ours and lg else f"{'-':>9}"
                 print(line)
+    report_linearity(results, args)
+    print(json.dumps({"sizes": args.sizes, "repeats": args.repeats}))
+
+
+def report_linearity(results: dict[tuple[str, str, int], Measure], args: argparse.Namespace) -> None:
     print("linearity (cpu per step at the largest N over the smallest), ours:")
     small, large = min(args.sizes), max(args.sizes)
     for row in args.rows:
         first, last = results.get(("ours", row, small)), results.get(("ours", row, large))
         if first and last:
             print(f"  {row:7} {last.cpu / large / (first.cpu / small):.3f}")
-    print(json.dumps({"sizes": args.sizes, "repeats": args.repeats}))
 
 
 if __name__ == "__main__":

@@ -52,8 +52,13 @@ def _in_schema(url: str, schema: str) -> str:
 
 def makers(url: str) -> dict[str, Callable[[Path], Awaitable[Any]]]:
     """Block makers for ``bench_peers._time_block``: ours and LangGraph's, same and other worker."""
+    ours, theirs = _our_makers(url), _langgraph_makers(url)
+    return {"ours same": ours[0], "lg same": theirs[0], "ours other": ours[1], "lg other": theirs[1]}
+
+
+def _our_makers(url: str) -> tuple[Callable[[Path], Awaitable[Any]], Callable[[Path], Awaitable[Any]]]:
+    """Ours: one worker pauses and resumes, or one pauses and another resumes."""
     import bench_peers as bp
-    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
     def ours_pair(schema: str) -> tuple[PostgresContinuationStore, PostgresCheckpointStorage]:
         return PostgresContinuationStore(url, schema=schema), PostgresCheckpointStorage(url, schema=schema)
@@ -86,6 +91,14 @@ def makers(url: str) -> dict[str, Callable[[Path], Awaitable[Any]]]:
 
         return bp.Block(cycle, close)
 
+    return ours_same, ours_other
+
+
+def _langgraph_makers(url: str) -> tuple[Callable[[Path], Awaitable[Any]], Callable[[Path], Awaitable[Any]]]:
+    """LangGraph's ``AsyncPostgresSaver``: the same two shapes."""
+    import bench_peers as bp
+    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+
     async def lg_saver(stack: contextlib.AsyncExitStack, schema: str) -> Any:
         saver = await stack.enter_async_context(AsyncPostgresSaver.from_conn_string(_in_schema(url, schema)))
         await saver.setup()
@@ -102,7 +115,7 @@ def makers(url: str) -> dict[str, Callable[[Path], Awaitable[Any]]]:
         pausing, resuming = bp.lg_graph(await lg_saver(stack, schema)), bp.lg_graph(await lg_saver(stack, schema))
         return bp.Block(bp._lg_cycle(pausing, resuming), stack.aclose)
 
-    return {"ours same": ours_same, "lg same": lg_same, "ours other": ours_other, "lg other": lg_other}
+    return lg_same, lg_other
 
 
 async def beside_langgraph_postgres(url: str, *, rounds: int, cycles: int, warmup: int, scratch: Path) -> None:

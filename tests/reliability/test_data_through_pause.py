@@ -192,13 +192,19 @@ def assert_same_types(actual: Any, expected: Any) -> None:
         assert len(actual) == len(expected)
         for a, e in zip(actual, expected, strict=True):
             assert_same_types(a, e)
-    elif hasattr(expected, "__dataclass_fields__"):
-        for name in expected.__dataclass_fields__:
-            assert_same_types(getattr(actual, name), getattr(expected, name))
-    elif isinstance(expected, BaseModel):
-        for name in type(expected).model_fields:
+    else:
+        for name in _field_names(expected):
             assert_same_types(getattr(actual, name), getattr(expected, name))
     assert actual == expected
+
+
+def _field_names(value: Any) -> list[str]:
+    """The fields of a dataclass or pydantic model (none for anything else)."""
+    if hasattr(value, "__dataclass_fields__"):
+        return list(value.__dataclass_fields__)
+    if isinstance(value, BaseModel):
+        return list(type(value).model_fields)
+    return []
 
 
 @pytest.mark.parametrize("as_json", [False, True], ids=["objects", "json-answers"])
