@@ -26,10 +26,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent_framework import WorkflowCheckpointException
-
 from .checkpoint_seal import CheckpointSealer
-from .redis_delta import chunk_context
+from .redis_delta import open_chunk
 
 MIGRATION = """
 ALTER TABLE {schema}.checkpoints ADD COLUMN IF NOT EXISTS segments TEXT;
@@ -156,11 +154,6 @@ def gather_chunks(
             raw = found.get((segment, index))
             if raw is None:
                 return None
-            if sealer is not None:
-                raw = sealer.open(raw, context=chunk_context(segment, index))  # before any parsing
-            try:
-                texts.append(raw.decode("utf-8"))
-            except UnicodeDecodeError as exc:
-                raise WorkflowCheckpointException(f"A chunk of segment {segment} is not UTF-8; not loaded.") from exc
+            texts.append(open_chunk(segment, index, raw, sealer))
         opened.append(texts)
     return opened

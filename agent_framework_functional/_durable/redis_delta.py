@@ -26,10 +26,8 @@ if TYPE_CHECKING:
 
 _MAX_REFERENCES = 4096
 
-# KEYS[1] = checkpoint key, KEYS[2] = workflow index. ARGV: 1 checkpoint id, 2 workflow name, 3 body,
-# 4 references (JSON), 5 own segment id, 6 chunk ('' = none), 7 chunks the own segment must hold,
-# 8 now (ms), 9 ttl (ms, '' = none), 10 index cutoff ('(<ms>'), 11 key prefix ('<namespace>:').
-SAVE_SCRIPT = """
+# Lua: the segment ids of stored references (JSON); none when they are not well-formed.
+_STORED_SEGMENTS = """
 local function stored(json)
   local ok, refs = pcall(cjson.decode, json)
   local ids = {}
@@ -40,6 +38,14 @@ local function stored(json)
   end
   return ids
 end
+"""
+
+# KEYS[1] = checkpoint key, KEYS[2] = workflow index. ARGV: 1 checkpoint id, 2 workflow name, 3 body,
+# 4 references (JSON), 5 own segment id, 6 chunk ('' = none), 7 chunks the own segment must hold,
+# 8 now (ms), 9 ttl (ms, '' = none), 10 index cutoff ('(<ms>'), 11 key prefix ('<namespace>:').
+SAVE_SCRIPT = (
+    _STORED_SEGMENTS
+    + """
 local p = ARGV[11]
 local refs = cjson.decode(ARGV[4])
 local keep = {}
@@ -76,20 +82,13 @@ if ARGV[9] ~= '' then
 end
 return 1
 """
+)
 
 # KEYS[1] = checkpoint key. ARGV: 1 checkpoint id, 2 key prefix ('<namespace>:'). Returns 1 if deleted.
 # Stored references that are not well-formed (altered in Redis) free nothing and never fail the script.
-DELETE_SCRIPT = """
-local function stored(json)
-  local ok, refs = pcall(cjson.decode, json)
-  local ids = {}
-  if ok and type(refs) == 'table' then
-    for _, ref in ipairs(refs) do
-      if type(ref) == 'table' and type(ref[1]) == 'string' then ids[#ids + 1] = ref[1] end
-    end
-  end
-  return ids
-end
+DELETE_SCRIPT = (
+    _STORED_SEGMENTS
+    + """
 local p = ARGV[2]
 local fields = redis.call('HMGET', KEYS[1], 'workflow_name', 'segments')
 if fields[2] then
@@ -103,6 +102,7 @@ local deleted = redis.call('DEL', KEYS[1])
 if fields[1] then redis.call('ZREM', p .. 'workflow:' .. fields[1], ARGV[1]) end
 return deleted
 """
+)
 
 
 def head_context(checkpoint_id: str, references: bytes) -> bytes:
@@ -155,11 +155,16 @@ async def read_chunks(
         texts: list[str] = []
         for index, chunk in enumerate(chunks):
             raw = chunk if isinstance(chunk, bytes) else str(chunk).encode("utf-8", "surrogatepass")
-            if sealer is not None:
-                raw = sealer.open(raw, context=chunk_context(segment, index))  # before any parsing
-            try:
-                texts.append(raw.decode("utf-8"))
-            except UnicodeDecodeError as exc:
-                raise WorkflowCheckpointException(f"A chunk of segment {segment} is not UTF-8; not loaded.") from exc
+            texts.append(open_chunk(segment, index, raw, sealer))
         opened.append(texts)
     return opened
+
+
+def open_chunk(segment: str, index: int, raw: bytes, sealer: CheckpointSealer | None) -> str:
+    """One stored chunk as text: opened first with a sealer (bound to its segment and index), then decoded."""
+    if sealer is not None:
+        raw = sealer.open(raw, context=chunk_context(segment, index))  # before any parsing
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise WorkflowCheckpointException(f"A chunk of segment {segment} is not UTF-8; not loaded.") from exc
