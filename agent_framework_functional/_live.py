@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator
 from contextvars import ContextVar
 from typing import Any, Literal
 
@@ -292,10 +292,12 @@ async def stream_live(
     merge = _Merge()
     channel = _LiveChannel(maxsize, source)
     pump = asyncio.get_running_loop().create_task(_pump(core_stream, channel))
+    out: list[WorkflowEvent[Any]] = []
     try:
-        while (events := _released(await channel.get(), merge)) is not None:
-            for merged in events:
+        while _released(await channel.get(), merge, out):
+            for merged in out:
                 yield merged
+            out.clear()
     finally:
         if await _stop_pump(pump, channel):
             raise asyncio.CancelledError
@@ -309,19 +311,20 @@ async def _next_core_event(core_stream: ResponseStream[WorkflowEvent[Any], Any])
         return None
 
 
-def _released(item: _Item, merge: _Merge) -> Sequence[WorkflowEvent[Any]] | None:
-    """The events one channel item releases to the caller, in order; None at the run's end (its error raised)."""
+def _released(item: _Item, merge: _Merge, out: list[WorkflowEvent[Any]]) -> bool:
+    """Put the events one channel item releases into ``out``, in order; False at the run's end (its error raised)."""
     kind = item[0]
     if kind == _LIVE:
-        out: list[WorkflowEvent[Any]] = []
         merge.live(item, out)
-        return out
+        return True
     if kind == _CORE:
-        return (item[1],) if merge.is_new(item[1]) else ()
+        if merge.is_new(item[1]):
+            out.append(item[1])
+        return True
     error: BaseException | None = item[1]
     if error is not None:
         raise error
-    return None
+    return False
 
 
 async def _stop_pump(pump: asyncio.Task[None], channel: _LiveChannel) -> bool:
