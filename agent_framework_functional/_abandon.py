@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ._authority import InMemoryAuthority, ResumeTicket
+from ._authority_protocol import NEW_INPUT, Authority, ResumeTicket
 from ._errors import WorkflowRunningError
 from ._telemetry import continuation_abandoned, continuation_rejected, reason_for
 
@@ -23,7 +23,7 @@ class ContinuationAbandonment:
 
     __slots__ = ()
 
-    _authority: InMemoryAuthority
+    _authority: Authority
     _active: WorkflowRun | None
 
     @property
@@ -103,7 +103,7 @@ class ContinuationAbandonment:
         """
         local = self._checked_abandon(token, force)
         if local is not None:
-            guard = self._new_run(ResumeTicket())  # hold the run guard across the store call: no run starts
+            guard = self._new_run(NEW_INPUT)  # hold the run guard across the store call: no run starts
             self._active = guard
             try:
                 await self._abandoned_or_rejected(self._authority.abandon_async(token, force=force), token)

@@ -18,11 +18,13 @@ from agent_framework import CheckpointStorage, ResponseStream, WorkflowEvent
 from agent_framework import FunctionalWorkflow as _CoreFunctionalWorkflow
 
 from ._abandon import ContinuationAbandonment
-from ._authority import InMemoryAuthority, ResumeTicket, VerifiedContinuation
+from ._authority import VerifiedContinuation
+from ._authority_protocol import Authority, ResumeTicket
 from ._core_compat import build_core, functional_workflows_experimental
 from ._errors import ContinuationAuthorityError, WorkflowRunningError
 from ._run import (
     FunctionalWorkflowRunResult,
+    RunLease,
     WorkflowRun,
     check_checkpoint_storage,
     check_run_arguments,
@@ -34,19 +36,6 @@ if TYPE_CHECKING:
     from ._agent import FunctionalWorkflowAgent
     from ._definition import FunctionalWorkflowDefinition
     from ._store import ContinuationStore
-
-
-class _RunLease:
-    """Held only by a non-streaming run's coroutine frame: ``__del__`` frees the run if it never started (internal)."""
-
-    __slots__ = ("_run", "_workflow")
-
-    def __init__(self, workflow: FunctionalWorkflow, run: WorkflowRun) -> None:
-        self._workflow, self._run = workflow, run
-
-    def __del__(self) -> None:
-        if self._workflow._active is self._run:  # pyright: ignore[reportPrivateUsage]
-            self._workflow._release_dropped_run(self._run)  # pyright: ignore[reportPrivateUsage]
 
 
 @functional_workflows_experimental
@@ -353,16 +342,16 @@ class FunctionalWorkflow(ContinuationAbandonment):
                 run.stream(core_kwargs),
                 finalizer=functools.partial(finalize_events, run=run, include_status_events=include_status_events),
                 # Runs on close(), also of a stream that was never iterated (its generator never ran).
-                cleanup_hooks=[functools.partial(self._release_dropped_run, run)],
+                cleanup_hooks=[functools.partial(self._drop_run, run)],
             )
-            weakref.finalize(response_stream, self._release_dropped_run, run).atexit = False
+            weakref.finalize(response_stream, self._drop_run, run).atexit = False
             result = response_stream
         else:
             # Non-streaming: one coroutine drives core directly (no ResponseStream or generator layer).
             # The lease lives only in the coroutine's frame, so an awaitable that is dropped, or closed
             # without being awaited, releases the run at once.
-            result = run.collect(core_kwargs, include_status_events, _RunLease(self, run))
-        self._authority.begin(ticket)
+            result = run.collect(core_kwargs, include_status_events, RunLease(run))
+        self._authority.reserve(ticket)
         self._active = run
         return result
 
@@ -443,13 +432,19 @@ class FunctionalWorkflow(ContinuationAbandonment):
     def _new_run(self, ticket: ResumeTicket) -> WorkflowRun:
         name = self._definition.name
         return WorkflowRun(
-            ticket, self._authority, self._core, name, is_current=self._holds_guard, settle=self._end_run
+            ticket,
+            self._authority,
+            self._core,
+            name,
+            holds_guard=self._holds_guard,
+            on_end=self._end_run,
+            drop=self._drop_run,
         )
 
     def _holds_guard(self, run: WorkflowRun) -> bool:
         return self._active is run
 
-    def _release_dropped_run(self, run: WorkflowRun) -> None:
+    def _drop_run(self, run: WorkflowRun) -> None:
         """Free the instance if a run's stream was closed or garbage-collected unfinished.
 
         Runs as the stream's cleanup hook (``close()``, ``async with``, end of consumption) and as
@@ -457,18 +452,18 @@ class FunctionalWorkflow(ContinuationAbandonment):
         """
         if self._active is run:
             self._active = None
-            if run.release(dropped=True):
+            if run.end(dropped=True):
                 self._core = self._new_core()  # the dropped core stream is closed later by the loop
 
     def _end_run(self, run: WorkflowRun) -> None:
         """Settle the instance after a run's stream finished, failed, or was closed."""
         if self._active is run:  # else already released by the weak finalizer: a newer run may own it
             self._active = None
-            if run.release(dropped=False):
+            if run.end(dropped=False):
                 self._core = self._new_core()  # failed, cancelled or closed after user code: drop replay
 
 
-def authority_of(workflow: FunctionalWorkflow) -> InMemoryAuthority:
+def authority_of(workflow: FunctionalWorkflow) -> Authority:
     """The authority strategy of ``workflow`` (for the agent adapter, which checks tokens before answers)."""
     return workflow._authority  # pyright: ignore[reportPrivateUsage]
 
