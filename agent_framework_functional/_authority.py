@@ -1,15 +1,9 @@
-"""Continuation authority: who may resume a pause, as one strategy the workflow never asks about.
+"""Continuation authority in memory: who may resume a pause this process holds.
 
-:class:`Authority` is the protocol :class:`FunctionalWorkflow` calls at fixed points of a run, in
-this order: ``accept_resume`` / ``accept_new_input`` (synchronous, inside ``run()``: authority,
-then the pending conflict, then the answers), ``before_core`` (checks that need I/O, the run's
-checkpoint recorder), ``claim`` (spend the token right before resumed user code), ``record_pause``
-(issue the next continuation once core saved the pause) or ``finish``, and ``hand_back`` when the
-run ends. Each hook returns its outcome; the :class:`ResumeTicket` it gets is an immutable value.
-
-:class:`InMemoryAuthority` (here) holds the pause in this process; ``_store_authority.StoreAuthority``
-wraps one and adds a :class:`ContinuationStore`. A check is done once and its verdict passed on:
-:class:`VerifiedContinuation` is accepted by ``run()`` in place of the token (AGENTS.md invariant 22).
+:class:`InMemoryAuthority` is the in-memory strategy of the ``Authority`` protocol
+(``_authority_protocol``); ``_store_authority.StoreAuthority`` wraps one and adds a store. A check is
+done once and its verdict passed on: :class:`VerifiedContinuation` stands for the token in ``run()``
+(AGENTS.md invariant 22). :func:`check_answers` is the one correlation and answer-type check.
 """
 
 from __future__ import annotations
@@ -34,10 +28,8 @@ if TYPE_CHECKING:
 class VerifiedContinuation(Mapping[str, WorkflowEvent[Any]]):
     """The outcome of a successful token check: the pause's pending requests, and what was checked.
 
-    A read-only mapping request id -> ``request_info`` event, returned by
-    ``verify_continuation_token(_async)``. Passed to ``run(..., continuation_token=...)`` of the same
-    instance it stands for the token, and the run skips the store read. It is no credential outside
-    this process (it does not pickle), and the run's claim still decides.
+    A read-only mapping request id -> ``request_info`` event. Passed to ``run(continuation_token=...)``
+    of the same instance it stands for the token (no second store read); it does not pickle.
 
     Attributes:
         token: The continuation token that was checked (a plain dict).
@@ -132,8 +124,7 @@ class InMemoryAuthority:
     """Continuation authority held in this process only: the token is valid on this instance.
 
     Args:
-        on_reset: Called when the pending continuation is dropped for good, so the workflow drops
-            core's replay state too.
+        on_reset: Called when the pending continuation is dropped for good (the workflow drops replay state).
         checkpoint_storage: The instance's checkpoint storage (a run may name another).
 
     Keyword Args:

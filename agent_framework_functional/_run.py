@@ -17,25 +17,25 @@ core raises without a ``failed`` event, the caller still gets the failure surfac
 from __future__ import annotations
 
 import enum
-from collections.abc import AsyncIterable, Callable, Mapping, Sequence
+import functools
+import weakref
+from collections.abc import AsyncIterable, Awaitable, Callable, Mapping, Sequence
 from typing import Any, cast
 
 from agent_framework import FunctionalWorkflow as _CoreFunctionalWorkflow
 from agent_framework import (
     ResponseStream,
-    WorkflowErrorDetails,
     WorkflowEvent,
-    WorkflowEventSource,
     WorkflowRunResult,
     WorkflowRunState,
 )
-from agent_framework.observability import OBSERVABILITY_SETTINGS
 
 from ._authority_protocol import Authority, Requests, ResumeTicket
 from ._continuation import FunctionalWorkflowContinuationToken
 from ._core_compat import core_event_stream
 from ._errors import ContinuationAuthorityError
 from ._live import LiveCollector, live_channel, stream_live
+from ._run_result import FunctionalWorkflowRunResult, failure_surface, finalize_events, merge_live
 from ._telemetry import (
     SPENT,
     continuation_issued,
@@ -60,29 +60,6 @@ _PAUSED = WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
 _IDLE = WorkflowRunState.IDLE
 _STR_ONLY = frozenset({str})
 _RESPONSES_SHAPE = "'responses' must be a mapping from request id (str) to the answer for that request."
-
-
-class FunctionalWorkflowRunResult(WorkflowRunResult):
-    """Core's ``WorkflowRunResult`` plus the continuation token of a paused run.
-
-    Args:
-        events: Data-plane events of the run, as core collects them.
-        status_events: Status events of the run (core's status timeline).
-
-    Keyword Args:
-        continuation_token: The token that authorises a response-only resume, or None when the
-            run did not end paused (finished, or failed).
-    """
-
-    def __init__(
-        self,
-        events: list[WorkflowEvent[Any]],
-        status_events: list[WorkflowEvent[Any]] | None = None,
-        *,
-        continuation_token: FunctionalWorkflowContinuationToken | None = None,
-    ) -> None:
-        super().__init__(events, status_events)
-        self.continuation_token: FunctionalWorkflowContinuationToken | None = continuation_token
 
 
 class RunLease:
@@ -272,7 +249,7 @@ class WorkflowRun:
 
         Core's ``get_final_response()`` runs user code and builds the result as ``run(stream=False)``
         does. Nobody reads before this returns, so a pause's token is issued once core's stream ended.
-        Live updates go to a collector and are merged in production order (:func:`_merge_live`).
+        Live updates go to a collector and are merged in production order (``_run_result.merge_live``).
         """
         # ``lease`` stays referenced by this frame until the run ends; never ``del`` it here.
         if not self.holds_guard(self):
@@ -294,7 +271,7 @@ class WorkflowRun:
             self.on_end(self)
         events: list[WorkflowEvent[Any]] = result
         if collector.entries:  # something was emitted: merge it in
-            events = _merge_live(result, collector, include_status_events)
+            events = merge_live(result, collector, include_status_events)
         return FunctionalWorkflowRunResult(events, result.status_timeline(), continuation_token=self.token)
 
     async def _pull_to_user_code(self, core_stream: ResponseStream[WorkflowEvent[Any], WorkflowRunResult]) -> None:
@@ -325,54 +302,24 @@ class WorkflowRun:
         await self._ended()
 
 
-def _merge_live(
-    result: WorkflowRunResult, collector: LiveCollector, include_status_events: bool
-) -> list[WorkflowEvent[Any]]:
-    """Core's result events with the live updates of a non-streaming run merged in production order.
+def handle(
+    run: WorkflowRun, core_kwargs: dict[str, Any], *, stream: bool, include_status_events: bool
+) -> ResponseStream[WorkflowEvent[Any], FunctionalWorkflowRunResult] | Awaitable[FunctionalWorkflowRunResult]:
+    """The caller's handle on an accepted run: a ``ResponseStream``, or one coroutine (non-streaming).
 
-    Every live entry carries the events core collected before it (they go first, and are skipped
-    when core's result has them again), so the entries go right after what core yielded before user
-    code (its first status, when status events are included), followed by core's remaining events.
+    Either frees the guard when dropped unfinished (AGENTS.md invariant 9): the stream through its
+    cleanup hook (also on ``close()`` of a stream never iterated) and a weak finalizer, the
+    coroutine through the :class:`RunLease` only its frame holds.
     """
-    head = 1 if include_status_events and result and result[0].type == "status" else 0
-    events: list[WorkflowEvent[Any]] = list(result[:head])
-    events.extend(collector.drain())
-    events.extend(event for event in result[head:] if collector.is_new(event))
-    return events
-
-
-def failure_surface(exc: Exception) -> list[WorkflowEvent[Any]]:
-    """The failed event and FAILED status core omits when saving the pause checkpoint fails.
-
-    Redacted as core's own failed event is: message and traceback only with sensitive data on.
-    """
-    details = WorkflowErrorDetails.from_exception(
-        exc, include_sensitive_data=OBSERVABILITY_SETTINGS.SENSITIVE_DATA_ENABLED
+    if not stream:
+        return run.collect(core_kwargs, include_status_events, RunLease(run))
+    response_stream: ResponseStream[WorkflowEvent[Any], FunctionalWorkflowRunResult] = ResponseStream(
+        run.stream(core_kwargs),
+        finalizer=functools.partial(finalize_events, run=run, include_status_events=include_status_events),
+        cleanup_hooks=[functools.partial(run.drop, run)],
     )
-    return [
-        WorkflowEvent("failed", details=details, origin=WorkflowEventSource.FRAMEWORK),
-        WorkflowEvent("status", state=WorkflowRunState.FAILED, origin=WorkflowEventSource.FRAMEWORK),
-    ]
-
-
-def finalize_events(
-    events: Sequence[WorkflowEvent[Any]],
-    *,
-    run: WorkflowRun,
-    include_status_events: bool,
-) -> FunctionalWorkflowRunResult:
-    """Build the run result the way core's finalizer does, plus the continuation token."""
-    kept: list[WorkflowEvent[Any]] = []
-    status_events: list[WorkflowEvent[Any]] = []
-    for event in events:
-        if event.type == "started":
-            continue
-        if event.type == "status":
-            status_events.append(event)
-            if not include_status_events:
-                continue
-        kept.append(event)
-    return FunctionalWorkflowRunResult(kept, status_events, continuation_token=run.token)
+    weakref.finalize(response_stream, run.drop, run).atexit = False
+    return response_stream
 
 
 def check_run_arguments(message: Any, responses: Any, checkpoint_id: Any) -> None:

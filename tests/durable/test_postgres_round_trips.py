@@ -1,4 +1,4 @@
-"""Postgres round trips and CPU per HITL cycle (issue 18 point 6): batched claims, one delete per chain, signatures.
+"""Postgres round trips and CPU per HITL cycle: batched claims, one delete per chain, signatures.
 
 Every test runs against a real PostgreSQL cluster (``postgres_server``). What is asserted is behaviour:
 exactly one winner per token however claims are batched, which statements a chain's cleanup sends,
