@@ -68,8 +68,10 @@ class Authority(Protocol):
     ``before_core``, ``claim``, ``record_pause`` or ``finish``, and ``hand_back`` as the run ends.
     """
 
-    conversation: str | None
-
+    @property
+    def conversation(self) -> str | None: ...
+    @conversation.setter
+    def conversation(self, value: str | None) -> None: ...
     @property
     def store(self) -> ContinuationStore | None: ...
 

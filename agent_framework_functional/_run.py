@@ -63,7 +63,7 @@ _RESPONSES_SHAPE = "'responses' must be a mapping from request id (str) to the a
 
 
 class RunLease:
-    """Held only by a non-streaming run's coroutine frame: ``__del__`` drops the run if it never ended (internal)."""
+    """Held only by a non-streaming run's coroutine frame: ``__del__`` frees the guard of a run never awaited."""
 
     __slots__ = ("_run",)
 
@@ -71,7 +71,7 @@ class RunLease:
         self._run = run
 
     def __del__(self) -> None:
-        self._run.drop(self._run)
+        self._run.free(self._run)
 
 
 class WorkflowRun:
@@ -86,7 +86,7 @@ class WorkflowRun:
         name: The workflow name (source of live events).
         holds_guard: True while this run still holds the instance's guard (AGENTS.md invariant 8).
         on_end: Called once when the run's driving ends (the instance settles its state).
-        drop: Frees the instance if this run still holds it (a dropped stream or awaitable).
+        free: Frees the instance if this run still holds it (a dropped stream or awaitable).
     """
 
     core_started = False
@@ -107,7 +107,7 @@ class WorkflowRun:
         *,
         holds_guard: Callable[[WorkflowRun], bool],
         on_end: Callable[[WorkflowRun], None],
-        drop: Callable[[WorkflowRun], None],
+        free: Callable[[WorkflowRun], None],
     ) -> None:
         self.ticket = ticket
         self.authority = authority
@@ -115,7 +115,7 @@ class WorkflowRun:
         self.name = name
         self.holds_guard = holds_guard
         self.on_end = on_end
-        self.drop = drop
+        self.free = free
 
     def end(self, *, dropped: bool) -> bool:
         """Hand back what the run did not spend as it lets go of the guard; True when core's replay state must go.
@@ -200,7 +200,7 @@ class WorkflowRun:
     async def stream(self, core_kwargs: dict[str, Any]) -> AsyncIterable[WorkflowEvent[Any]]:
         """Streaming run: core's events merged with live updates, the token spent before user code."""
         if not self.holds_guard(self):
-            return  # closed before it was iterated: its guard is released, so never call core
+            return  # closed before it was iterated: its guard was freed, so never call core
         self.early = []
         try:
             await self._start(core_kwargs)
@@ -316,9 +316,9 @@ def handle(
     response_stream: ResponseStream[WorkflowEvent[Any], FunctionalWorkflowRunResult] = ResponseStream(
         run.stream(core_kwargs),
         finalizer=functools.partial(finalize_events, run=run, include_status_events=include_status_events),
-        cleanup_hooks=[functools.partial(run.drop, run)],
+        cleanup_hooks=[functools.partial(run.free, run)],
     )
-    weakref.finalize(response_stream, run.drop, run).atexit = False
+    weakref.finalize(response_stream, run.free, run).atexit = False
     return response_stream
 
 

@@ -1,8 +1,8 @@
-"""FunctionalWorkflow: one workflow instance, its run guard, and the driving of core's engine.
+"""FunctionalWorkflow: one workflow instance: acceptance in ``run()``, the run guard, token checks, views.
 
-It wraps one core ``agent_framework.FunctionalWorkflow`` by composition and drives it through its
-public ``run(..., stream=True)``; core keeps replay, step caching and checkpointing. Its authority
-strategy (``_authority`` / ``_store_authority``) decides who may resume, at fixed points of a run.
+It wraps one core ``FunctionalWorkflow`` (core keeps replay, step caching and checkpointing), asks
+its authority strategy (``_authority_protocol.Authority``) who may resume, and hands each accepted
+run to ``_run.WorkflowRun``, which drives core.
 """
 
 from __future__ import annotations
@@ -49,13 +49,7 @@ class FunctionalWorkflow(ContinuationAbandonment):
         continuation_store: Shares pauses across processes (see ``build``).
         continuation_ttl: How long a pause stays resumable (see ``build``).
 
-    Examples:
-        .. code-block:: python
-
-            wf = review.build(checkpoint_storage=InMemoryCheckpointStorage())
-            paused = await wf.run("tea")
-            request_id = paused.get_request_info_events()[0].request_id
-            done = await wf.run(responses={request_id: "ok"}, continuation_token=paused.continuation_token)
+    Usage: README "Quickstart" and "The API in brief".
     """
 
     # __dict__: functools.update_wrapper gives the instance the function's name and docstring, as core's.
@@ -155,12 +149,10 @@ class FunctionalWorkflow(ContinuationAbandonment):
             token: Whatever the caller presented as a continuation token.
 
         Returns:
-            A :class:`VerifiedContinuation` (request id -> ``request_info`` event of the pending
-            continuation), which :meth:`run` also accepts as ``continuation_token``.
+            A :class:`VerifiedContinuation`, which :meth:`run` also accepts as ``continuation_token``.
 
         Raises:
-            ContinuationAuthorityError: Nothing unreserved is pending here, or the token is missing,
-                malformed or wrong (one fixed message; constant-time compare).
+            ContinuationAuthorityError: Nothing unreserved is pending here, or a wrong token (one message).
         """
         try:
             return self._authority.verify(token)
@@ -245,22 +237,18 @@ class FunctionalWorkflow(ContinuationAbandonment):
 
         Keyword Args:
             stream: True for a ``ResponseStream`` of ``WorkflowEvent``; False for an awaitable result.
-            responses: Answers keyed by request id. Without ``checkpoint_id`` this is a
-                response-only resume and needs ``continuation_token``. Pass all answers so far on
-                multi-round pauses (core replays from the top; extra keys are fine).
-            continuation_token: The token from the paused run's result, or the
-                :class:`VerifiedContinuation` that :meth:`verify_continuation_token` /
-                :meth:`verify_continuation_token_async` of this instance returned for it (the run
-                then reuses that check instead of reading the continuation store again).
+            responses: Answers keyed by request id; without ``checkpoint_id`` a response-only resume,
+                which needs ``continuation_token``. Pass all answers so far on multi-round pauses.
+            continuation_token: The paused run's token, or this instance's :class:`VerifiedContinuation`
+                for it (the run then reuses that check).
             checkpoint_id: Restore this checkpoint (optionally with ``responses``); needs no token.
             checkpoint_storage: Checkpoint storage for this run, overriding the instance default.
             include_status_events: Non-streaming only: keep status events in the result list.
             **kwargs: Forwarded unchanged to core's ``run`` (available to steps as run kwargs).
 
         Returns:
-            ``Awaitable[FunctionalWorkflowRunResult]`` or
-            ``ResponseStream[WorkflowEvent, FunctionalWorkflowRunResult]``; the result's
-            ``continuation_token`` is set only when the run ended paused.
+            An awaitable ``FunctionalWorkflowRunResult`` or a ``ResponseStream`` of events; the
+            result's ``continuation_token`` is set only when the run ended paused.
 
         Raises:
             ValueError: Wrong argument shape (as core), or with a continuation store a per-run
@@ -278,8 +266,7 @@ class FunctionalWorkflow(ContinuationAbandonment):
             self._note_rejected(exc, continuation_token)
             raise
         run = self._new_run(ticket)
-        # Everything that can fail (copying the caller's responses) happens before this instance's
-        # state changes, so a rejected call leaves it exactly as it was.
+        # Everything that can fail happens before this instance's state changes (invariant 1).
         core_kwargs: dict[str, Any] = {
             "message": message,
             # A resume's answers as its authority converted them (each to its request's response_type).
@@ -341,11 +328,7 @@ class FunctionalWorkflow(ContinuationAbandonment):
         Keyword Args:
             description: Agent description; defaults to the workflow description.
             context_providers: Core context providers, run before and after each agent run.
-            **kwargs: Passed to :class:`FunctionalWorkflowAgent` (for example ``id``,
-                ``middleware``); unknown names raise ``TypeError`` there.
-
-        Returns:
-            An agent bound to this workflow instance.
+            **kwargs: Passed to :class:`FunctionalWorkflowAgent` (for example ``id``, ``middleware``).
         """
         from ._agent import FunctionalWorkflowAgent
 
@@ -376,13 +359,13 @@ class FunctionalWorkflow(ContinuationAbandonment):
             name,
             holds_guard=self._holds_guard,
             on_end=self._end_run,
-            drop=self._drop_run,
+            free=self._free_run,
         )
 
     def _holds_guard(self, run: WorkflowRun) -> bool:
         return self._active is run
 
-    def _drop_run(self, run: WorkflowRun) -> None:
+    def _free_run(self, run: WorkflowRun) -> None:
         """Free the instance from a run dropped unfinished (stream cleanup hook, weak finalizer, lease)."""
         self._settle(run, dropped=True)  # the dropped core stream is closed later by the loop
 
