@@ -1,9 +1,9 @@
 """A continuation store's records as one workflow instance may act on them.
 
 The one record check (workflow name, signature hash, conversation, status, expiry), the pause's
-requests read from its checkpoint, and the store's claim that cancellation cannot split from its
-outcome (AGENTS.md invariant 28). ``_store_authority.StoreAuthority`` reads the store only here
-and through ``save``, ``abandon`` and ``supersede``.
+requests read from its checkpoint, saving a pause, abandoning one held elsewhere, and the claim that
+cancellation cannot split from its outcome (AGENTS.md invariant 28). ``StoreAuthority`` calls the
+store itself only to abandon a pause held here and to supersede one on a restore.
 """
 
 from __future__ import annotations
