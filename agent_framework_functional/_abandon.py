@@ -1,8 +1,7 @@
 """Abandoning a pending continuation: the abandon methods of ``FunctionalWorkflow`` (a mixin).
 
-Kept apart from the run path of ``_workflow.py``: abandonment checks the token (or ``force``), holds
-the run guard across a store update, drops the instance's replay state, and reports the outcome to
-telemetry (``_telemetry``).
+Abandonment checks the token (or ``force``), holds the run guard across a store update, drops the
+instance's replay state, and reports the outcome to telemetry.
 """
 
 from __future__ import annotations
@@ -10,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ._authority import InMemoryAuthority, ResumeTicket
+from ._authority_protocol import NEW_INPUT, Authority, ResumeTicket
 from ._errors import WorkflowRunningError
 from ._telemetry import continuation_abandoned, continuation_rejected, reason_for
 
@@ -23,7 +22,7 @@ class ContinuationAbandonment:
 
     __slots__ = ()
 
-    _authority: InMemoryAuthority
+    _authority: Authority
     _active: WorkflowRun | None
 
     @property
@@ -42,24 +41,20 @@ class ContinuationAbandonment:
     ) -> None:
         """Drop the pending continuation and all replay state, so fresh runs are allowed again.
 
-        Clears the retained message, step cache, state and pending request ids by replacing the
-        wrapped core instance with a fresh one (no core internals are touched), and deletes the
-        pause's checkpoint (unless ``keep_checkpoints``; other saved checkpoints are left).
+        Replaces the wrapped core instance with a fresh one and deletes the pause's checkpoint (unless
+        ``keep_checkpoints``). README "Durable continuations" says when to use which variant.
 
         Args:
             token: The current continuation token. Required unless ``force`` is True.
 
         Keyword Args:
-            force: Clear without a token. Owner-only recovery for a lost token: hosts must never
-                expose this to untrusted callers, since it lets anyone discard a pending review.
+            force: Clear without a token; owner-only recovery, never for untrusted callers.
 
         Raises:
-            ContinuationAuthorityError: Without ``force``, when the token is missing or wrong, or
-                nothing is pending. Nothing changes.
+            ContinuationAuthorityError: Without ``force``, a missing or wrong token, or nothing pending.
             WorkflowRunningError: A run is in progress (including an accepted resume).
-            ContinuationStoreAsyncError: The instance has a continuation store: abandoning must also
-                update the store, so use :meth:`abandon_continuation_async` (also a ``RuntimeError``).
-                Nothing changes.
+            ContinuationStoreAsyncError: The instance has a continuation store: use
+                :meth:`abandon_continuation_async`. Nothing changes.
         """
         self._authority.require_sync()
         request_ids = self._checked_abandon(token, force)
@@ -74,21 +69,12 @@ class ContinuationAbandonment:
     ) -> None:
         """Abandon a pending continuation, in this process and in the continuation store.
 
-        Without a continuation store this is :meth:`abandon_continuation`. With one, it works from
-        any process that shares the store: the store marks the record ``abandoned`` atomically, so
-        a concurrent resume (here or in another process) and this call cannot both succeed.
-
-        * ``token`` held by this instance: the store must still accept it (``issued``, not
-          expired); then the local continuation and replay state are cleared. If the store says it
-          is gone (resumed elsewhere, abandoned, expired), the local copy is dropped as stale and
-          the authority error is raised.
-        * ``token`` of a pause this process does not hold: the record must belong to this
-          workflow (name and signature) and conversation and be ``issued`` and unexpired; it is
-          marked abandoned.
-          This instance is not changed.
-        * ``force=True`` (owner-only, never expose it to untrusted callers): clears this instance's
-          continuation and marks it abandoned in the store, and also abandons the record of
-          ``token`` if one is given, even if it has expired. Problems are ignored, not raised.
+        Without a store this is :meth:`abandon_continuation`. With one it works from any process
+        sharing the store, which marks the record ``abandoned`` atomically (a concurrent resume and
+        this call cannot both succeed). A token held here must still be ``issued`` (else the local
+        copy is dropped as stale and the authority error raised); one held elsewhere must belong to
+        this workflow and conversation. ``force`` (owner-only) clears this instance's pause and
+        abandons ``token``'s record even if expired, ignoring problems.
 
         Args:
             token: The continuation token. Required unless ``force`` is True.
@@ -97,13 +83,12 @@ class ContinuationAbandonment:
             force: Owner recovery without authority (for a lost or expired token).
 
         Raises:
-            ContinuationAuthorityError: Without ``force``: the token is missing, malformed, unknown,
-                of another workflow, already claimed or abandoned, or expired.
+            ContinuationAuthorityError: Without ``force``: the token does not authorise the abandonment.
             WorkflowRunningError: A run of this instance holds the continuation being abandoned.
         """
         local = self._checked_abandon(token, force)
         if local is not None:
-            guard = self._new_run(ResumeTicket())  # hold the run guard across the store call: no run starts
+            guard = self._new_run(NEW_INPUT)  # hold the run guard across the store call: no run starts
             self._active = guard
             try:
                 await self._abandoned_or_rejected(self._authority.abandon_async(token, force=force), token)

@@ -197,7 +197,7 @@ class AgentRunner:
         if stored is None:
             return
         try:
-            current = await authority_of(plan.workflow).is_current(stored)
+            current = await authority_of(plan.workflow).is_resumable(stored)
         except Exception:  # store unreadable: keep the token; a resume checks it again anyway
             current = True
         if not current:

@@ -65,11 +65,11 @@ class Continuation:
         earlier_requests: Requests of earlier pauses of the same run chain (already answered); a
             resume passes their answers again (core replays from the top), so they are checked too.
             A shared empty read-only mapping when there are none.
-        claimed: True while an accepted resume holds it (before it is spent or handed back).
+        reserved: True while an accepted run resumes it (before it is spent or handed back).
         issued_at: When it was issued, seconds since the epoch (telemetry: time from pause to resume).
     """
 
-    __slots__ = ("claimed", "earlier_requests", "issued_at", "pending_requests", "secret")
+    __slots__ = ("earlier_requests", "issued_at", "pending_requests", "reserved", "secret")
 
     def __init__(
         self,
@@ -80,7 +80,7 @@ class Continuation:
         self.secret = secret
         self.pending_requests = pending_requests
         self.earlier_requests = earlier_requests
-        self.claimed = False
+        self.reserved = False
         self.issued_at = time.time()
 
     def known_requests(self) -> dict[str, WorkflowEvent[Any]]:
@@ -158,7 +158,7 @@ def matches(presented: object, continuation: Continuation | None) -> bool:
 
 
 def verify_token(presented: object, continuation: Continuation | None) -> Continuation:
-    """Check ``presented`` against the unclaimed pending continuation.
+    """Check ``presented`` against the unreserved pending continuation.
 
     Args:
         presented: Whatever the caller passed as ``continuation_token``.
@@ -168,10 +168,10 @@ def verify_token(presented: object, continuation: Continuation | None) -> Contin
         The continuation the token authorises.
 
     Raises:
-        ContinuationAuthorityError: When nothing unclaimed is pending, or the token is missing,
+        ContinuationAuthorityError: When nothing unreserved is pending, or the token is missing,
             malformed or wrong. Always the same message.
     """
-    candidate = continuation if continuation is not None and not continuation.claimed else None
+    candidate = continuation if continuation is not None and not continuation.reserved else None
     if not matches(presented, candidate):
         raise ContinuationAuthorityError()
     assert candidate is not None

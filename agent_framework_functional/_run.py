@@ -1,38 +1,41 @@
-"""One run of a workflow instance: drives core's stream, spends the token before user code, issues one on a pause.
+"""One run of a workflow instance: one driver over core's stream, in both run modes.
 
-:class:`WorkflowRun` is the bookkeeping of the run that holds an instance's run guard, and the one
-place that drives core's ``run(stream=True)``, in either mode: :meth:`WorkflowRun.stream` (an async
-generator merged with live updates) or :meth:`WorkflowRun.collect` (one coroutine, no generator
-layer, for non-streaming runs). Both call the same :meth:`WorkflowRun.observe` on every event:
+:class:`WorkflowRun` holds the run guard of one accepted run and drives core through the same steps
+whether the caller streams or not; each step calls one authority hook, from this one place:
 
-* core yields ``started`` and the first ``status`` before it calls user code; they are held, the
-  authority claims (spends) the token, and only then are they released to the caller;
-* on the ``IDLE_WITH_PENDING_REQUESTS`` status (core saved the pause and its checkpoint) the
-  authority issues the next continuation before that status reaches the caller;
-* when core raises without a ``failed`` event (its pause handler failing to save), the caller gets
-  the normal failure surface (:func:`failure_surface`).
+* ``_start``: the authority's ``before_core`` (a store's checks, the checkpoint recorder);
+* ``_claim``: after core's first status and before user code, spend the token (AGENTS.md invariant 5);
+* ``_issue``: once core saved a pause, issue its token before the paused status reaches the caller
+  (invariant 6); ``_ended``: a run that finished deletes its chain's checkpoints.
+
+:meth:`WorkflowRun.stream` (streaming) classifies each event with :meth:`WorkflowRun.observe` into a
+:class:`Phase`, merged with live updates. :meth:`WorkflowRun.collect` (non-streaming) pulls core's
+first events itself, then lets core's own non-streaming path build the result (invariant 40). When
+core raises without a ``failed`` event, the caller still gets the failure surface (:func:`failure_surface`).
 """
 
 from __future__ import annotations
 
+import enum
+import functools
+import weakref
 from collections.abc import AsyncIterable, Awaitable, Callable, Mapping, Sequence
 from typing import Any, cast
 
 from agent_framework import FunctionalWorkflow as _CoreFunctionalWorkflow
 from agent_framework import (
-    WorkflowErrorDetails,
+    ResponseStream,
     WorkflowEvent,
-    WorkflowEventSource,
     WorkflowRunResult,
     WorkflowRunState,
 )
-from agent_framework.observability import OBSERVABILITY_SETTINGS
 
-from ._authority import InMemoryAuthority, ResumeTicket
+from ._authority_protocol import Authority, Requests, ResumeTicket
 from ._continuation import FunctionalWorkflowContinuationToken
 from ._core_compat import core_event_stream
 from ._errors import ContinuationAuthorityError
 from ._live import LiveCollector, live_channel, stream_live
+from ._run_result import FunctionalWorkflowRunResult, failure_surface, finalize_events, merge_live
 from ._telemetry import (
     SPENT,
     continuation_issued,
@@ -42,58 +45,55 @@ from ._telemetry import (
     counted_refusal,
 )
 
-# What the driving loop does with one event of core's stream (see WorkflowRun.observe).
-_EMIT, _HOLD, _CLAIM, _ISSUE = 0, 1, 2, 3
+
+class Phase(enum.Enum):
+    """Where one core event puts a streaming run, so what the driver does with it."""
+
+    EARLY = "early"  # before user code: withheld until the token is spent
+    CLAIM = "claim"  # core's first status: user code is next, so spend the token, then pass the early events
+    ISSUE = "issue"  # the status of a saved pause: issue its token, then pass it
+    EMIT = "emit"  # anything else: pass it on
+
+
+_EARLY, _CLAIM, _ISSUE, _EMIT = Phase.EARLY, Phase.CLAIM, Phase.ISSUE, Phase.EMIT
 _PAUSED = WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
+_IDLE = WorkflowRunState.IDLE
 _STR_ONLY = frozenset({str})
 _RESPONSES_SHAPE = "'responses' must be a mapping from request id (str) to the answer for that request."
 
 
-class FunctionalWorkflowRunResult(WorkflowRunResult):
-    """Core's ``WorkflowRunResult`` plus the continuation token of a paused run.
+class RunLease:
+    """Held only by a non-streaming run's coroutine frame: ``__del__`` frees the guard of a run never awaited."""
 
-    Args:
-        events: Data-plane events of the run, as core collects them.
-        status_events: Status events of the run (core's status timeline).
+    __slots__ = ("_run",)
 
-    Keyword Args:
-        continuation_token: The token that authorises a response-only resume, or None when the
-            run did not end paused (finished, or failed).
-    """
+    def __init__(self, run: WorkflowRun) -> None:
+        self._run = run
 
-    def __init__(
-        self,
-        events: list[WorkflowEvent[Any]],
-        status_events: list[WorkflowEvent[Any]] | None = None,
-        *,
-        continuation_token: FunctionalWorkflowContinuationToken | None = None,
-    ) -> None:
-        super().__init__(events, status_events)
-        self.continuation_token: FunctionalWorkflowContinuationToken | None = continuation_token
+    def __del__(self) -> None:
+        self._run.free(self._run)
 
 
 class WorkflowRun:
     """The one run that holds an instance's run guard, and its driving of core (internal).
 
-    A plain class whose state fields default on the class: one is made per run, and a plain run
-    sets only the fields it uses.
+    State fields default on the class: one run is made per call and sets only what it uses.
 
     Args:
         ticket: What the authority accepted for this run.
         authority: The instance's authority strategy.
         core: The core instance this run drives.
         name: The workflow name (source of live events).
-        is_current: True while this run still holds the instance's guard.
-        settle: Called once when the run's driving ends (the instance settles its state).
+        holds_guard: True while this run still holds the instance's guard (AGENTS.md invariant 8).
+        on_end: Called once when the run's driving ends (the instance settles its state).
+        free: Frees the instance if this run still holds it (a dropped stream or awaitable).
     """
 
     core_started = False
     token: FunctionalWorkflowContinuationToken | None = None
-    # Requests of this run's pause; handed to its continuation (not copied) when it is issued.
-    pending_requests: dict[str, WorkflowEvent[Any]] | None = None
-    # Streaming: core yields "started" and "in progress" before it calls user code; they are held
-    # until the token is spent, so no event reaches the caller before that. None once released.
-    held: list[WorkflowEvent[Any]] | None = None
+    chain: Requests | None = None  # the requests of the run chain up to the resumed pause (from the claim)
+    requests: dict[str, WorkflowEvent[Any]] | None = None  # this run's pause, handed to its continuation
+    early: list[WorkflowEvent[Any]] | None = None  # streaming: withheld until the claim; None once passed
     final_state: WorkflowRunState | None = None
     saw_failed = False
     span: Any = None  # the span this run reports continuation events to (_telemetry.continuation_started)
@@ -101,269 +101,225 @@ class WorkflowRun:
     def __init__(
         self,
         ticket: ResumeTicket,
-        authority: InMemoryAuthority,
+        authority: Authority,
         core: _CoreFunctionalWorkflow,
         name: str,
         *,
-        is_current: Callable[[WorkflowRun], bool],
-        settle: Callable[[WorkflowRun], None],
+        holds_guard: Callable[[WorkflowRun], bool],
+        on_end: Callable[[WorkflowRun], None],
+        free: Callable[[WorkflowRun], None],
     ) -> None:
         self.ticket = ticket
         self.authority = authority
         self.core = core
         self.name = name
-        self.is_current = is_current
-        self.settle = settle
+        self.holds_guard = holds_guard
+        self.on_end = on_end
+        self.free = free
 
-    def release(self, *, dropped: bool) -> bool:
-        """Settle the authority when the run lets go of the guard; True when core's replay state must go.
+    def end(self, *, dropped: bool) -> bool:
+        """Hand back what the run did not spend as it lets go of the guard; True when core's replay state must go.
 
-        A run that never reached user code hands its continuation back untouched. A dropped stream
-        (closed or collected unfinished) whose core run started leaves core mid-run; a run that failed,
-        was cancelled or closed after user code leaves replay state that must not be resumed. A run
-        that finished cleanly or ended paused with a token keeps it.
+        A dropped stream whose core run started leaves core mid-run; a run that failed, was
+        cancelled or closed after user code leaves replay state that must not be resumed.
         """
-        handed_back = self.ticket.claimed is not None and self.authority.release(self.ticket)
+        handed_back = self.authority.hand_back(self.ticket)
         if dropped:
             return self.core_started
         if handed_back or not self.core_started:
             return False
-        return self.final_state != WorkflowRunState.IDLE and self.token is None
+        return self.final_state != _IDLE and self.token is None
 
     def record_request(self, event: WorkflowEvent[Any]) -> None:
         """Keep a ``request_info`` event of this run's pause (by its request id)."""
         request_id = event.request_id
         if request_id:
-            if self.pending_requests is None:
-                self.pending_requests = {}
-            self.pending_requests[request_id] = event
+            if self.requests is None:
+                self.requests = {}
+            self.requests[request_id] = event
 
-    def observe(self, event: WorkflowEvent[Any]) -> int:
-        """Streaming: record what one core event says about the run; return what the loop does with it."""
+    def observe(self, event: WorkflowEvent[Any]) -> Phase:
+        """Streaming: record what one core event says about the run; return its :class:`Phase`."""
         kind = event.type
-        held = self.held
+        early = self.early
         if kind == "status":
-            state = event.state
-            self.final_state = state
-            if held is not None:
-                held.append(event)
+            self.final_state = event.state
+            if early is not None:
+                early.append(event)
                 return _CLAIM
-            if state == _PAUSED and self.token is None and self.is_current(self):
-                # Core saved the pause (its checkpoint too) before this last status: issue the token
-                # before the caller sees the pause, so closing the stream on it keeps the pause.
+            if event.state == _PAUSED and self.token is None and self.holds_guard(self):
                 return _ISSUE
             return _EMIT
         if kind == "failed":
             self.saw_failed = True
         elif kind == "request_info":
             self.record_request(event)
-        if held is not None:
-            held.append(event)
-            return _HOLD
+        if early is not None:
+            early.append(event)
+            return _EARLY
         return _EMIT
 
-    def claim(self) -> Awaitable[None] | None:
-        """Right before user code: spend the token (with a store, claim it); None when nothing is to await."""
+    # ------------------------------------------------------------------ the steps (one authority hook each)
+
+    async def _start(self, core_kwargs: dict[str, Any]) -> None:
+        """Before core: the authority's checks (a refusal is counted) and the run's checkpoint recorder."""
+        self.span = continuation_started(self.name, self.ticket, core_kwargs["checkpoint_id"])
+        self.ticket = await counted_refusal(self.authority.before_core(self.ticket, core_kwargs), self.name)
+
+    async def _claim(self) -> None:
+        """Right before user code: spend the token (with a store, claim it)."""
         ticket = self.ticket
-        continuation, claim_hash = ticket.claimed, ticket.claim_hash
-        pending = self.authority.claim(ticket)
-        if continuation is None and claim_hash is None:
-            return pending  # a fresh run or a restore: nothing spent
-        if pending is None:
-            continuation_spent(self.name, continuation, ticket.record, claim_hash, self.span)
-            return None
-        return self._spent_after(pending, continuation, claim_hash)
-
-    async def _spent_after(self, claiming: Awaitable[None], continuation: Any, claim_hash: str | None) -> None:
         try:
-            await claiming
+            self.chain = await self.authority.claim(ticket)
         except ContinuationAuthorityError:
-            continuation_rejected(self.name, SPENT)  # another resume (or an abandonment) won the claim
+            if ticket.resumes:
+                continuation_rejected(self.name, SPENT)  # another resume (or an abandonment) won the claim
             raise
-        continuation_spent(self.name, continuation, self.ticket.record, claim_hash, self.span)
+        if ticket.resumes:
+            continuation_spent(self.name, ticket.continuation, ticket.record, ticket.claim_hash, self.span)
 
-    def issue(self) -> Awaitable[None] | None:
+    async def _issue(self) -> None:
         """Issue the continuation of a saved pause (recorded in the store first, if there is one)."""
-        pending = self.authority.record_pause(
+        continuation = await self.authority.record_pause(
             self.ticket,
-            self.pending_requests or {},
+            self.chain,
+            self.requests or {},
             workflow_name=self.name,
             signature_hash=self.core.graph_signature_hash,
         )
-        if pending is not None:
-            return self._token_after(pending)
-        self.token = self.ticket.issued.token()  # pyright: ignore[reportOptionalMemberAccess]
-        continuation_issued(self.name, self.ticket.issued, self.span)  # pyright: ignore[reportArgumentType]
-        return None
+        self.token = continuation.token()
+        continuation_issued(self.name, continuation, self.span)
 
-    async def _token_after(self, recording: Awaitable[None]) -> None:
-        await recording
-        self.token = self.ticket.issued.token()  # pyright: ignore[reportOptionalMemberAccess]
-        continuation_issued(self.name, self.ticket.issued, self.span)  # pyright: ignore[reportArgumentType]
+    async def _ended(self) -> None:
+        """Core's stream ended: a run that finished deletes its chain's checkpoints."""
+        if self.final_state == _IDLE:
+            await self.authority.finish(self.ticket)
+
+    # ------------------------------------------------------------------ streaming
 
     async def stream(self, core_kwargs: dict[str, Any]) -> AsyncIterable[WorkflowEvent[Any]]:
         """Streaming run: core's events merged with live updates, the token spent before user code."""
-        if not self.is_current(self):
-            return  # closed before it was iterated: its guard is released, so never call core
-        self.held = []
-        self.span = continuation_started(self.name, self.ticket, core_kwargs["checkpoint_id"])
+        if not self.holds_guard(self):
+            return  # closed before it was iterated: its guard was freed, so never call core
+        self.early = []
         try:
-            pending = self.authority.before_core(self.ticket, core_kwargs)
-            if pending is not None:
-                await counted_refusal(pending, self.name)  # a store's checks: a refusal is counted
+            await self._start(core_kwargs)
             core_stream = self.core.run(stream=True, **core_kwargs)
             self.core_started = True
-            # User code runs in a task bound to a live channel, so emit_update() reaches the caller
-            # while the workflow runs, merged in order with core's events (_live.stream_live).
+            # User code runs in a task bound to a live channel (_live.stream_live, AGENTS.md invariant 15).
             live_events = stream_live(core_stream, source=self.name)
             try:
                 async for event in live_events:
-                    action = self.observe(event)
-                    if action == _HOLD:
-                        continue
-                    if action == _CLAIM:
-                        pending = self.claim()
-                        if pending is not None:
-                            await pending
-                        held, self.held = self.held or [], None
-                        for early in held:
-                            yield early
-                        continue
-                    if action == _ISSUE:
-                        pending = self.issue()
-                        if pending is not None:
-                            await pending
-                    yield event
-                if self.final_state == WorkflowRunState.IDLE:
-                    pending = self.authority.finish(self.ticket)
-                    if pending is not None:
-                        await pending
+                    phase = self.observe(event)
+                    if phase is _EMIT:
+                        yield event
+                    elif phase is not _EARLY:
+                        for passed in await self._turn(phase, event):
+                            yield passed
+                await self._ended()
             except Exception as exc:
-                if not self.saw_failed:
-                    for failure in failure_surface(exc):
-                        yield failure
+                for failure in self._failure(exc):
+                    yield failure
                 raise
             finally:
                 await live_events.aclose()  # cancels the workflow task if the stream was abandoned
                 await core_stream.close()
         finally:
-            self.settle(self)
+            self.on_end(self)
+
+    async def _turn(self, phase: Phase, event: WorkflowEvent[Any]) -> Sequence[WorkflowEvent[Any]]:
+        """The claim or the issue a streaming run does at ``event``; the events to pass on then."""
+        if phase is _CLAIM:
+            await self._claim()
+            early, self.early = self.early or [], None
+            return early
+        await self._issue()
+        return (event,)
+
+    def _failure(self, exc: Exception) -> list[WorkflowEvent[Any]]:
+        """The failure surface a streaming run adds when core raised without its ``failed`` event."""
+        return [] if self.saw_failed else failure_surface(exc)
+
+    # ------------------------------------------------------------------ non-streaming
 
     async def collect(
-        self, core_kwargs: dict[str, Any], include_status_events: bool, lease: object
+        self, core_kwargs: dict[str, Any], include_status_events: bool, lease: RunLease
     ) -> FunctionalWorkflowRunResult:
         """Non-streaming run: the token spent before user code, then core's own non-streaming collection.
 
-        Core yields ``started`` and its first status before it calls user code. Those are pulled
-        here, the authority claims (spends) the token, and then core's ``get_final_response()``
-        runs the rest exactly as core's ``run(stream=False)`` does: its loop pulls the stream (user
-        code runs in the first of those pulls) and its finalizer builds the result. Nobody reads
-        before this returns, so the token of a pause is issued once core's stream has ended (core
-        saved the pause and its checkpoint before its last status). The live collector is bound for
-        the run (core's workflow task copies it); a run that emitted live updates gets them merged
-        into the result in production order (:func:`_merge_live`). Core's ``ResponseStream`` closes
-        itself when it ends or raises, so it is closed here only when a claim fails.
+        Core's ``get_final_response()`` runs user code and builds the result as ``run(stream=False)``
+        does. Nobody reads before this returns, so a pause's token is issued once core's stream ended.
+        Live updates go to a collector and are merged in production order (``_run_result.merge_live``).
         """
         # ``lease`` stays referenced by this frame until the run ends; never ``del`` it here.
-        if not self.is_current(self):
+        if not self.holds_guard(self):
             return FunctionalWorkflowRunResult([], [])
         collector = LiveCollector(self.name)
-        bound = live_channel.set(collector)  # LiveCollector.bind / unbind / close, inlined: one per run
-        self.span = continuation_started(self.name, self.ticket, core_kwargs["checkpoint_id"])
+        bound = live_channel.set(collector)
         try:
-            pending = self.authority.before_core(self.ticket, core_kwargs)
-            if pending is not None:
-                await counted_refusal(pending, self.name)  # a store's checks: a refusal is counted
+            await self._start(core_kwargs)
             # Core's own non-streaming stream (ctx.is_streaming() False), not run(stream=True).
             core_stream = core_event_stream(self.core, include_status_events=include_status_events, **core_kwargs)
             self.core_started = True
-            pull = core_stream.__anext__
-            try:
-                while (await pull()).type != "status":  # "started", then the first status: user code is next
-                    pass
-            except StopAsyncIteration:
-                pass  # no status at all: nothing ran, core's result says so
-            else:
-                pending = self.claim()
-                try:
-                    if pending is not None:
-                        await pending
-                except BaseException:
-                    await core_stream.close()
-                    raise
+            await self._pull_to_user_code(core_stream)
             result = await core_stream.get_final_response()
             collector.closed = True  # core's stream ended: later updates are refused, as in a streaming run
-            state = self.final_state = result.get_final_state()
-            if state == _PAUSED:
-                if self.is_current(self):
-                    for event in result:
-                        if event.type == "request_info":
-                            self.record_request(event)
-                    pending = self.issue()
-                    if pending is not None:
-                        await pending
-            elif state == WorkflowRunState.IDLE:
-                pending = self.authority.finish(self.ticket)
-                if pending is not None:
-                    await pending
+            await self._collected(result)
         finally:
             live_channel.reset(bound)
             collector.closed = True
-            self.settle(self)
+            self.on_end(self)
         events: list[WorkflowEvent[Any]] = result
         if collector.entries:  # something was emitted: merge it in
-            events = _merge_live(result, collector, include_status_events)
+            events = merge_live(result, collector, include_status_events)
         return FunctionalWorkflowRunResult(events, result.status_timeline(), continuation_token=self.token)
 
+    async def _pull_to_user_code(self, core_stream: ResponseStream[WorkflowEvent[Any], WorkflowRunResult]) -> None:
+        """Pull core's events up to its first status (user code is next), then claim; close core if that fails.
 
-def _merge_live(
-    result: WorkflowRunResult, collector: LiveCollector, include_status_events: bool
-) -> list[WorkflowEvent[Any]]:
-    """Core's result events with the live updates of a non-streaming run merged in production order.
+        Core's ``ResponseStream`` closes itself when it ends or raises, so only a failed claim closes it.
+        """
+        pull = core_stream.__anext__
+        try:
+            while (await pull()).type != "status":
+                pass
+        except StopAsyncIteration:
+            return  # no status at all: nothing ran, core's result says so
+        try:
+            await self._claim()
+        except BaseException:
+            await core_stream.close()
+            raise
 
-    Every live entry carries the events core collected before it (they go first, and are skipped
-    when core's result has them again), so the entries go right after what core yielded before user
-    code (its first status, when status events are included), followed by core's remaining events.
+    async def _collected(self, result: WorkflowRunResult) -> None:
+        """Core's non-streaming result is in: issue the token of a saved pause, or end the run."""
+        state = self.final_state = result.get_final_state()
+        if state == _PAUSED and self.holds_guard(self):
+            for event in result:
+                if event.type == "request_info":
+                    self.record_request(event)
+            await self._issue()
+        await self._ended()
+
+
+def handle(
+    run: WorkflowRun, core_kwargs: dict[str, Any], *, stream: bool, include_status_events: bool
+) -> ResponseStream[WorkflowEvent[Any], FunctionalWorkflowRunResult] | Awaitable[FunctionalWorkflowRunResult]:
+    """The caller's handle on an accepted run: a ``ResponseStream``, or one coroutine (non-streaming).
+
+    Either frees the guard when dropped unfinished (AGENTS.md invariant 9): the stream through its
+    cleanup hook (also on ``close()`` of a stream never iterated) and a weak finalizer, the
+    coroutine through the :class:`RunLease` only its frame holds.
     """
-    head = 1 if include_status_events and result and result[0].type == "status" else 0
-    events: list[WorkflowEvent[Any]] = list(result[:head])
-    events.extend(collector.drain())
-    events.extend(event for event in result[head:] if collector.is_new(event))
-    return events
-
-
-def failure_surface(exc: Exception) -> list[WorkflowEvent[Any]]:
-    """The failed event and FAILED status core omits when saving the pause checkpoint fails.
-
-    Redacted as core's own failed event is: message and traceback only with sensitive data on.
-    """
-    details = WorkflowErrorDetails.from_exception(
-        exc, include_sensitive_data=OBSERVABILITY_SETTINGS.SENSITIVE_DATA_ENABLED
+    if not stream:
+        return run.collect(core_kwargs, include_status_events, RunLease(run))
+    response_stream: ResponseStream[WorkflowEvent[Any], FunctionalWorkflowRunResult] = ResponseStream(
+        run.stream(core_kwargs),
+        finalizer=functools.partial(finalize_events, run=run, include_status_events=include_status_events),
+        cleanup_hooks=[functools.partial(run.free, run)],
     )
-    return [
-        WorkflowEvent("failed", details=details, origin=WorkflowEventSource.FRAMEWORK),
-        WorkflowEvent("status", state=WorkflowRunState.FAILED, origin=WorkflowEventSource.FRAMEWORK),
-    ]
-
-
-def finalize_events(
-    events: Sequence[WorkflowEvent[Any]],
-    *,
-    run: WorkflowRun,
-    include_status_events: bool,
-) -> FunctionalWorkflowRunResult:
-    """Build the run result the way core's finalizer does, plus the continuation token."""
-    kept: list[WorkflowEvent[Any]] = []
-    status_events: list[WorkflowEvent[Any]] = []
-    for event in events:
-        if event.type == "started":
-            continue
-        if event.type == "status":
-            status_events.append(event)
-            if not include_status_events:
-                continue
-        kept.append(event)
-    return FunctionalWorkflowRunResult(kept, status_events, continuation_token=run.token)
+    weakref.finalize(response_stream, run.free, run).atexit = False
+    return response_stream
 
 
 def check_run_arguments(message: Any, responses: Any, checkpoint_id: Any) -> None:

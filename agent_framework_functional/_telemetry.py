@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 from opentelemetry import metrics, trace
 
-from ._authority import InMemoryAuthority, ResumeTicket, raw_token
+from ._authority import raw_token
+from ._authority_protocol import Authority, ResumeTicket
 from ._continuation import Continuation, hash_secret, presented_secret
 from ._errors import (
     CheckpointRestoreConflictError,
@@ -74,7 +75,7 @@ def _token_hash(token: object) -> str | None:
     return hash_secret(secret) if secret is not None else None
 
 
-def reason_for(exc: BaseException, authority: InMemoryAuthority, token: object) -> str | None:
+def reason_for(exc: BaseException, authority: Authority, token: object) -> str | None:
     """Why a call was refused, for telemetry only (callers still get one fixed authority error).
 
     None for errors that are not a refused continuation (a wrong argument shape).
@@ -84,7 +85,7 @@ def reason_for(exc: BaseException, authority: InMemoryAuthority, token: object) 
         if secret is not None:
             text = secret.decode("ascii")
             pending = authority.pending
-            if pending is not None and pending.claimed and pending.secret == text:
+            if pending is not None and pending.reserved and pending.secret == text:
                 return RUNNING  # its resume was accepted and has not finished
             if authority.spent_hash == hash(text):
                 return SPENT
@@ -104,14 +105,17 @@ def _reason_of_type(exc: BaseException) -> str | None:
     return None
 
 
-async def counted_refusal(checking: Awaitable[None], workflow: str) -> None:
-    """Await a continuation store's checks of an accepted run; count a refusal by its error type.
+_T = TypeVar("_T")
+
+
+async def counted_refusal(checking: Awaitable[_T], workflow: str) -> _T:
+    """Await the authority's checks of an accepted run (their outcome); count a refusal by its error type.
 
     The store does not say why it refused a token (unknown, spent, abandoned or expired look alike),
     so an authority refusal here counts as ``bad_token``.
     """
     try:
-        await checking
+        return await checking
     except Exception as exc:
         reason = _reason_of_type(exc)
         if reason is not None:
@@ -159,7 +163,7 @@ def continuation_started(workflow: str, ticket: ResumeTicket, checkpoint_id: str
     if checkpoint_id is not None:
         _event(EVENT_RESTORED, workflow, {ATTR_CHECKPOINT_ID: checkpoint_id}, span)
     elif ticket.responses is not None:
-        continuation = ticket.claimed
+        continuation = ticket.continuation
         token_hash = hash_secret(continuation.secret) if continuation is not None else ticket.claim_hash
         attributes = {ATTR_TOKEN_HASH: token_hash, ATTR_REQUEST_IDS: sorted(ticket.responses)}
         _event(EVENT_ACCEPTED, workflow, attributes, span)

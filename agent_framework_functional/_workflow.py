@@ -1,14 +1,13 @@
-"""FunctionalWorkflow: one workflow instance, its run guard, and the driving of core's engine.
+"""FunctionalWorkflow: one workflow instance: acceptance in ``run()``, the run guard, token checks, views.
 
-It wraps one core ``agent_framework.FunctionalWorkflow`` by composition and drives it through its
-public ``run(..., stream=True)``; core keeps replay, step caching and checkpointing. Its authority
-strategy (``_authority`` / ``_store_authority``) decides who may resume, at fixed points of a run.
+It wraps one core ``FunctionalWorkflow`` (core keeps replay, step caching and checkpointing), asks
+its authority strategy (``_authority_protocol.Authority``) who may resume, and hands each accepted
+run to ``_run.WorkflowRun``, which drives core.
 """
 
 from __future__ import annotations
 
 import functools
-import weakref
 from collections.abc import Awaitable, Mapping, Sequence
 from datetime import timedelta
 from types import MappingProxyType
@@ -18,16 +17,12 @@ from agent_framework import CheckpointStorage, ResponseStream, WorkflowEvent
 from agent_framework import FunctionalWorkflow as _CoreFunctionalWorkflow
 
 from ._abandon import ContinuationAbandonment
-from ._authority import InMemoryAuthority, ResumeTicket, VerifiedContinuation
+from ._authority import VerifiedContinuation
+from ._authority_protocol import Authority, ResumeTicket
 from ._core_compat import build_core, functional_workflows_experimental
 from ._errors import ContinuationAuthorityError, WorkflowRunningError
-from ._run import (
-    FunctionalWorkflowRunResult,
-    WorkflowRun,
-    check_checkpoint_storage,
-    check_run_arguments,
-    finalize_events,
-)
+from ._run import WorkflowRun, check_checkpoint_storage, check_run_arguments, handle
+from ._run_result import FunctionalWorkflowRunResult
 from ._store_authority import make_authority
 
 if TYPE_CHECKING:
@@ -36,37 +31,15 @@ if TYPE_CHECKING:
     from ._store import ContinuationStore
 
 
-class _RunLease:
-    """Held only by a non-streaming run's coroutine frame: ``__del__`` frees the run if it never started (internal)."""
-
-    __slots__ = ("_run", "_workflow")
-
-    def __init__(self, workflow: FunctionalWorkflow, run: WorkflowRun) -> None:
-        self._workflow, self._run = workflow, run
-
-    def __del__(self) -> None:
-        if self._workflow._active is self._run:  # pyright: ignore[reportPrivateUsage]
-            self._workflow._release_dropped_run(self._run)  # pyright: ignore[reportPrivateUsage]
-
-
 @functional_workflows_experimental
 class FunctionalWorkflow(ContinuationAbandonment):
     """A functional workflow instance whose pauses can only be resumed with their continuation token.
 
     Build it with :meth:`FunctionalWorkflowDefinition.build`. It wraps one core ``FunctionalWorkflow``
-    and adds continuation authority (README, "The rules"): a run that pauses on ``ctx.request_info``
-    returns ``continuation_token``, opaque and single-use, which a response-only resume must present
-    (spent right before the resumed code runs; every pause issues a new one, only once its checkpoint
-    saved); one pending continuation per instance (new input or a restore meanwhile raises
-    :class:`PendingContinuationError`; :meth:`abandon_continuation` clears it); a checkpoint restore
-    needs no token (checkpoint ids are locators, so the host authorises access); one run at a time,
-    and a dropped stream releases the instance.
-
-    With a continuation store (``build(..., continuation_store=...)``) any process sharing the store
-    and the checkpoint storage can resume the pause, and the store's atomic claim makes exactly one
-    resume run. If resumed code fails, is cancelled or its process dies after the claim, the token
-    stays spent (at most once); recover with a checkpoint restore or a fresh run. To check a token
-    without a run, use :meth:`verify_continuation_token` (or ``..._async`` for pauses held elsewhere).
+    and adds continuation authority (README "The rules"): a paused run returns a single-use
+    ``continuation_token`` that a response-only resume must present; one pending continuation and
+    one run at a time. With a continuation store any process sharing it and the checkpoint storage
+    can resume the pause, exactly once (README "Durable continuations").
 
     Args:
         definition: The definition this instance runs.
@@ -74,17 +47,9 @@ class FunctionalWorkflow(ContinuationAbandonment):
     Keyword Args:
         checkpoint_storage: Default checkpoint storage for runs of this instance.
         continuation_store: Shares pauses across processes (see ``build``).
-        continuation_ttl: How long a pause stays resumable (see ``build``); past it the pause is
-            dropped on the next look (its token refused, its checkpoint deleted).
+        continuation_ttl: How long a pause stays resumable (see ``build``).
 
-    Examples:
-        .. code-block:: python
-
-            wf = review.build(checkpoint_storage=InMemoryCheckpointStorage())
-            paused = await wf.run("tea")
-            request_id = paused.get_request_info_events()[0].request_id
-            done = await wf.run(responses={request_id: "ok"}, continuation_token=paused.continuation_token)
-            assert done.continuation_token is None
+    Usage: README "Quickstart" and "The API in brief".
     """
 
     # __dict__: functools.update_wrapper gives the instance the function's name and docstring, as core's.
@@ -128,11 +93,7 @@ class FunctionalWorkflow(ContinuationAbandonment):
 
     @property
     def graph_signature_hash(self) -> str:
-        """Core's signature hash of the workflow function and the steps it reaches.
-
-        Checkpoints record it; a checkpoint restores only into the same hash (core's rule), and a
-        continuation store checks it before a resume from another worker.
-        """
+        """Core's signature hash of the workflow function and the steps it reaches (checkpoints carry it)."""
         return self._core.graph_signature_hash
 
     @property
@@ -152,11 +113,7 @@ class FunctionalWorkflow(ContinuationAbandonment):
 
     @property
     def continuation_ttl(self) -> float:
-        """Seconds a pause stays resumable: its token, the agent's live instance and its checkpoint.
-
-        The continuation store's ``ttl_seconds`` with a store, else ``build(continuation_ttl=...)``
-        (default 24 hours). README "Durable continuations" says what expires when.
-        """
+        """Seconds a pause stays resumable: the store's ``ttl_seconds``, else ``build(continuation_ttl=...)``."""
         return self._authority.ttl
 
     @property
@@ -184,28 +141,18 @@ class FunctionalWorkflow(ContinuationAbandonment):
     def verify_continuation_token(self, token: object) -> VerifiedContinuation:
         """Check that ``token`` authorises a resume of the continuation this instance holds in memory.
 
-        Read-only: nothing is claimed, spent or changed. Use it to check a token before looking at
-        anything that depends on the pause (authority before correlation, AGENTS.md invariant 2);
-        :meth:`run` decides acceptance again and spends the token. With a continuation store only the
-        in-memory copy is checked (use :meth:`verify_continuation_token_async` for pauses held
-        elsewhere; the store's claim in :meth:`run` still refuses a pause resumed elsewhere).
+        Read-only: nothing is claimed or spent (authority before correlation, AGENTS.md invariant 2).
+        With a continuation store only the in-memory copy is checked; use
+        :meth:`verify_continuation_token_async` for pauses held elsewhere.
 
         Args:
             token: Whatever the caller presented as a continuation token.
 
         Returns:
-            A :class:`VerifiedContinuation`: the read-only mapping request id -> ``request_info``
-            event of the pending continuation, which :meth:`run` also accepts as ``continuation_token``.
+            A :class:`VerifiedContinuation`, which :meth:`run` also accepts as ``continuation_token``.
 
         Raises:
-            ContinuationAuthorityError: Nothing unclaimed is pending here, or the token is missing,
-                malformed or wrong (one fixed message for every cause; constant-time compare).
-
-        Examples:
-            .. code-block:: python
-
-                pending = wf.verify_continuation_token(token)
-                done = await wf.run(responses={rid: True for rid in pending}, continuation_token=token)
+            ContinuationAuthorityError: Nothing unreserved is pending here, or a wrong token (one message).
         """
         try:
             return self._authority.verify(token)
@@ -216,25 +163,19 @@ class FunctionalWorkflow(ContinuationAbandonment):
     async def verify_continuation_token_async(self, token: object) -> VerifiedContinuation:
         """Check ``token`` like :meth:`verify_continuation_token`, also for pauses held by other processes.
 
-        Read-only, here and in the store. Without a continuation store this is
-        :meth:`verify_continuation_token`. With one, a token held here must also still be ``issued``
-        in the store; any other token is looked up by the hash of its secret, must belong to this
-        workflow (name, signature hash and, for an agent session's instance, conversation) and be
-        ``issued`` and unexpired, and the pause's ``request_info`` events are loaded from its
+        Read-only, here and in the store: the record must belong to this workflow (name, signature
+        hash, conversation) and be ``issued`` and unexpired; the pause's requests are loaded from its
         checkpoint. The store's claim in :meth:`run` still decides which resume runs.
 
         Args:
             token: Whatever the caller presented as a continuation token.
 
         Returns:
-            A :class:`VerifiedContinuation` of the pause the token names, with the store's record; pass
-            it to :meth:`run` as ``continuation_token`` and the run reuses this check.
+            A :class:`VerifiedContinuation` with the store's record; :meth:`run` reuses the check.
 
         Raises:
-            ContinuationAuthorityError: The token is missing, malformed, unknown, of another
-                workflow, version or conversation, claimed, abandoned or expired (one fixed message).
-            Exception: Whatever the store or the checkpoint storage raises when it cannot be read
-                (for example when the pause's checkpoint was deleted); nothing changes.
+            ContinuationAuthorityError: The token does not authorise a resume (one fixed message).
+            Exception: Whatever the store or the checkpoint storage raises when it cannot be read.
         """
         try:
             return await self._authority.verify_async(token)
@@ -286,50 +227,38 @@ class FunctionalWorkflow(ContinuationAbandonment):
     ) -> ResponseStream[WorkflowEvent[Any], FunctionalWorkflowRunResult] | Awaitable[FunctionalWorkflowRunResult]:
         """Start, resume, or restore a run, as core's ``run`` does, with continuation authority.
 
-        Every check happens here, synchronously, so a rejected call raises at the call site (also
-        with ``stream=True``) and changes nothing. In order: argument shape; for a response-only
-        resume, the token; a pending continuation blocks new input and restores; at least one
-        response key must name a pending request, and each answer is converted to its
-        ``response_type`` (JSON values too); the instance must not be running. The one exception:
-        with a continuation store, a token this process does not hold is looked up in the store
-        inside the run (first ``await`` or iteration), still before any user code and in the same
-        order; a resume that loses the store's claim fails there too, with the authority error.
+        Every check happens here, synchronously, in the order of README "The rules", so a rejected
+        call raises at the call site (also with ``stream=True``) and changes nothing. With a
+        continuation store, a token this process does not hold is checked inside the run (first
+        ``await`` or iteration), still before any user code and in the same order.
 
         Args:
             message: Input for a fresh run (the workflow function's message parameter).
 
         Keyword Args:
             stream: True for a ``ResponseStream`` of ``WorkflowEvent``; False for an awaitable result.
-            responses: Answers keyed by request id. Without ``checkpoint_id`` this is a
-                response-only resume and needs ``continuation_token``. Pass all answers so far on
-                multi-round pauses (core replays from the top; extra keys are fine).
-            continuation_token: The token from the paused run's result, or the
-                :class:`VerifiedContinuation` that :meth:`verify_continuation_token` /
-                :meth:`verify_continuation_token_async` of this instance returned for it (the run
-                then reuses that check instead of reading the continuation store again).
+            responses: Answers keyed by request id; without ``checkpoint_id`` a response-only resume,
+                which needs ``continuation_token``. Pass all answers so far on multi-round pauses.
+            continuation_token: The paused run's token, or this instance's :class:`VerifiedContinuation`
+                for it (the run then reuses that check).
             checkpoint_id: Restore this checkpoint (optionally with ``responses``); needs no token.
             checkpoint_storage: Checkpoint storage for this run, overriding the instance default.
             include_status_events: Non-streaming only: keep status events in the result list.
             **kwargs: Forwarded unchanged to core's ``run`` (available to steps as run kwargs).
 
         Returns:
-            ``Awaitable[FunctionalWorkflowRunResult]`` or
-            ``ResponseStream[WorkflowEvent, FunctionalWorkflowRunResult]``; the result's
-            ``continuation_token`` is set only when the run ended paused.
+            An awaitable ``FunctionalWorkflowRunResult`` or a ``ResponseStream`` of events; the
+            result's ``continuation_token`` is set only when the run ended paused.
 
         Raises:
-            ValueError: Wrong argument shape (as core).
-            ResponseMismatchError: No response key names a pending request, or an answer cannot be
-                converted to its ``response_type`` (also a ``ValueError``; the message names the field);
-                the continuation stays pending.
-            TypeError: ``responses`` is not a mapping with string keys, ``checkpoint_id`` is not a
-                string, or ``checkpoint_storage`` is not a core ``CheckpointStorage``.
-            ContinuationAuthorityError: A response-only resume without valid authority (one fixed
-                message for every cause).
+            ValueError: Wrong argument shape (as core), or with a continuation store a per-run
+                ``checkpoint_storage`` other than the instance's.
+            TypeError: ``responses``, ``checkpoint_id`` or ``checkpoint_storage`` of the wrong type.
+            ContinuationAuthorityError: A response-only resume without valid authority (one fixed message).
+            ResponseMismatchError: No answer names a pending request, or one does not fit its
+                ``response_type``; the continuation stays pending.
             PendingContinuationError: New input or a checkpoint restore while a continuation is pending.
             WorkflowRunningError: The instance is already running.
-            ValueError: With a continuation store, a per-run ``checkpoint_storage`` other than the
-                instance's (every pause must be restorable by every worker).
         """
         try:
             ticket = self._accept(message, responses, continuation_token, checkpoint_id, checkpoint_storage)
@@ -337,8 +266,7 @@ class FunctionalWorkflow(ContinuationAbandonment):
             self._note_rejected(exc, continuation_token)
             raise
         run = self._new_run(ticket)
-        # Everything that can fail (copying the caller's responses) happens before this instance's
-        # state changes, so a rejected call leaves it exactly as it was.
+        # Everything that can fail happens before this instance's state changes (invariant 1).
         core_kwargs: dict[str, Any] = {
             "message": message,
             # A resume's answers as its authority converted them (each to its request's response_type).
@@ -347,22 +275,8 @@ class FunctionalWorkflow(ContinuationAbandonment):
             "checkpoint_storage": checkpoint_storage,
             **kwargs,
         }
-        result: ResponseStream[WorkflowEvent[Any], FunctionalWorkflowRunResult] | Awaitable[FunctionalWorkflowRunResult]
-        if stream:
-            response_stream: ResponseStream[WorkflowEvent[Any], FunctionalWorkflowRunResult] = ResponseStream(
-                run.stream(core_kwargs),
-                finalizer=functools.partial(finalize_events, run=run, include_status_events=include_status_events),
-                # Runs on close(), also of a stream that was never iterated (its generator never ran).
-                cleanup_hooks=[functools.partial(self._release_dropped_run, run)],
-            )
-            weakref.finalize(response_stream, self._release_dropped_run, run).atexit = False
-            result = response_stream
-        else:
-            # Non-streaming: one coroutine drives core directly (no ResponseStream or generator layer).
-            # The lease lives only in the coroutine's frame, so an awaitable that is dropped, or closed
-            # without being awaited, releases the run at once.
-            result = run.collect(core_kwargs, include_status_events, _RunLease(self, run))
-        self._authority.begin(ticket)
+        result = handle(run, core_kwargs, stream=stream, include_status_events=include_status_events)
+        self._authority.reserve(ticket)
         self._active = run
         return result
 
@@ -414,11 +328,7 @@ class FunctionalWorkflow(ContinuationAbandonment):
         Keyword Args:
             description: Agent description; defaults to the workflow description.
             context_providers: Core context providers, run before and after each agent run.
-            **kwargs: Passed to :class:`FunctionalWorkflowAgent` (for example ``id``,
-                ``middleware``); unknown names raise ``TypeError`` there.
-
-        Returns:
-            An agent bound to this workflow instance.
+            **kwargs: Passed to :class:`FunctionalWorkflowAgent` (for example ``id``, ``middleware``).
         """
         from ._agent import FunctionalWorkflowAgent
 
@@ -443,32 +353,35 @@ class FunctionalWorkflow(ContinuationAbandonment):
     def _new_run(self, ticket: ResumeTicket) -> WorkflowRun:
         name = self._definition.name
         return WorkflowRun(
-            ticket, self._authority, self._core, name, is_current=self._holds_guard, settle=self._end_run
+            ticket,
+            self._authority,
+            self._core,
+            name,
+            holds_guard=self._holds_guard,
+            on_end=self._end_run,
+            free=self._free_run,
         )
 
     def _holds_guard(self, run: WorkflowRun) -> bool:
         return self._active is run
 
-    def _release_dropped_run(self, run: WorkflowRun) -> None:
-        """Free the instance if a run's stream was closed or garbage-collected unfinished.
-
-        Runs as the stream's cleanup hook (``close()``, ``async with``, end of consumption) and as
-        its weak finalizer; a no-op once ``_end_run`` settled the run.
-        """
-        if self._active is run:
-            self._active = None
-            if run.release(dropped=True):
-                self._core = self._new_core()  # the dropped core stream is closed later by the loop
+    def _free_run(self, run: WorkflowRun) -> None:
+        """Free the instance from a run dropped unfinished (stream cleanup hook, weak finalizer, lease)."""
+        self._settle(run, dropped=True)  # the dropped core stream is closed later by the loop
 
     def _end_run(self, run: WorkflowRun) -> None:
-        """Settle the instance after a run's stream finished, failed, or was closed."""
-        if self._active is run:  # else already released by the weak finalizer: a newer run may own it
+        """Settle the instance after a run's driving finished, failed, or was closed."""
+        self._settle(run, dropped=False)
+
+    def _settle(self, run: WorkflowRun, *, dropped: bool) -> None:
+        """Only the run that holds the guard settles (AGENTS.md invariant 8); replay state goes when it must."""
+        if self._active is run:  # else already settled: a newer run may own the instance
             self._active = None
-            if run.release(dropped=False):
-                self._core = self._new_core()  # failed, cancelled or closed after user code: drop replay
+            if run.end(dropped=dropped):
+                self._core = self._new_core()
 
 
-def authority_of(workflow: FunctionalWorkflow) -> InMemoryAuthority:
+def authority_of(workflow: FunctionalWorkflow) -> Authority:
     """The authority strategy of ``workflow`` (for the agent adapter, which checks tokens before answers)."""
     return workflow._authority  # pyright: ignore[reportPrivateUsage]
 

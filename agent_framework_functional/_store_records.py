@@ -1,0 +1,199 @@
+"""A continuation store's records as one workflow instance may act on them.
+
+The one record check (workflow name, signature hash, conversation, status, expiry), the pause's
+requests read from its checkpoint, saving a pause, abandoning one held elsewhere, and the claim that
+cancellation cannot split from its outcome (AGENTS.md invariant 28). ``StoreAuthority`` calls the
+store itself only to abandon a pause held here and to supersede one on a restore.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from agent_framework import CheckpointStorage, WorkflowEvent
+
+from ._continuation import Continuation, hash_secret, presented_secret
+from ._errors import ContinuationAuthorityError
+from ._expiry import delete_checkpoint
+from ._response_types import describe_requests, resolve_type
+from ._store import ContinuationRecord, ContinuationStore
+
+if TYPE_CHECKING:
+    from ._authority import InMemoryAuthority
+    from ._checkpoint_chain import RecordingCheckpointStorage
+
+
+class StoreRecords:
+    """The store, the checkpoint storage and the identity a record must match (internal).
+
+    Args:
+        store: The continuation store.
+        checkpoint_storage: Where the pauses' checkpoints are.
+        identity: Returns the workflow's ``(name, signature hash)``.
+        memory: The in-memory authority whose ``conversation`` a record must name (or none).
+    """
+
+    __slots__ = ("checkpoint_storage", "identity", "memory", "store")
+
+    def __init__(
+        self,
+        store: ContinuationStore,
+        checkpoint_storage: CheckpointStorage,
+        identity: Callable[[], tuple[str, str]],
+        memory: InMemoryAuthority,
+    ) -> None:
+        self.store = store
+        self.checkpoint_storage = checkpoint_storage
+        self.identity = identity
+        self.memory = memory
+
+    async def claimable(self, token: object) -> ContinuationRecord:
+        """The record of ``token`` if this workflow may claim it now.
+
+        Raises:
+            ContinuationAuthorityError: See :meth:`get`; also a malformed token.
+        """
+        secret = presented_secret(token)
+        if secret is None:
+            raise ContinuationAuthorityError()
+        return await self.get(hash_secret(secret))
+
+    async def get(self, token_hash: str, *, allow_expired: bool = False) -> ContinuationRecord:
+        """The record of ``token_hash`` if this workflow may act on it (the one record check).
+
+        Raises:
+            ContinuationAuthorityError: No record, another workflow, version or conversation, not
+                ``issued``, or expired (unless ``allow_expired``).
+        """
+        record = await self.store.get(token_hash)
+        name, signature_hash = self.identity()
+        if (
+            record is None
+            or not record.belongs_to(name, signature_hash)
+            or not _same_conversation(record.conversation, self.memory.conversation)
+            or record.status != "issued"
+            or not (allow_expired or record.is_claimable(self.store.now()))
+        ):
+            raise ContinuationAuthorityError()
+        return record
+
+    async def pause_requests(
+        self, record: ContinuationRecord, recorder: RecordingCheckpointStorage | None = None
+    ) -> dict[str, WorkflowEvent[Any]]:
+        """The ``request_info`` events of a recorded pause, from its checkpoint (non-mutating).
+
+        Raises:
+            ContinuationAuthorityError: The checkpoint is gone: the pause was resumed or abandoned meanwhile.
+        """
+        try:
+            checkpoint = await self.checkpoint_storage.load(record.checkpoint_id)
+        except Exception:
+            await self.get(record.token_hash)  # raises the authority error once the pause is gone
+            raise
+        if recorder is not None:  # the run's recorder: core's restore reuses this load
+            recorder.preloaded = checkpoint
+        events = checkpoint.pending_request_info_events
+        return {request_id: events[request_id] for request_id in record.pending_request_ids if request_id in events}
+
+    async def save(
+        self, continuation: Continuation, checkpoint_id: str, workflow_name: str, signature_hash: str
+    ) -> None:
+        """Record a saved pause (its token's hash, the chain's response types, the conversation)."""
+        now = self.store.now()
+        await self.store.save(
+            ContinuationRecord(
+                token_hash=hash_secret(continuation.secret),
+                workflow_name=workflow_name,
+                signature_hash=signature_hash,
+                checkpoint_id=checkpoint_id,
+                pending_request_ids=tuple(continuation.pending_requests),
+                created_at=now,
+                expires_at=now + self.store.ttl_seconds,
+                response_types=describe_requests(continuation.known_requests()),
+                conversation=self.memory.conversation,
+            )
+        )
+
+    async def is_live(self, continuation: Continuation) -> bool:
+        """True while the store has ``continuation``'s pause claimable (any conversation, no identity check)."""
+        record = await self.store.get(hash_secret(continuation.secret))
+        return record is not None and record.is_claimable(self.store.now())
+
+    async def claim(self, claim_hash: str) -> bool:
+        """The store's claim, which cancellation cannot split from its outcome (AGENTS.md invariant 28).
+
+        The claim runs shielded: a caller cancelled while it waits still learns whether it won, and
+        a won claim is handed back (the store's ``release``, claimer-only) before the cancellation
+        goes on; the local copy is handed back when the run ends.
+
+        Raises:
+            asyncio.CancelledError: The caller was cancelled; the claim, if won, was handed back.
+        """
+        claimer = secrets.token_hex(16)
+        claim = asyncio.ensure_future(self.store.claim(claim_hash, claimer=claimer))
+        try:
+            return await asyncio.shield(claim)
+        except asyncio.CancelledError:
+            if await _outcome(claim) is True:
+                await _outcome(asyncio.ensure_future(self.store.release(claim_hash, claimer)))
+            raise
+
+    async def abandon(self, token: object, *, force: bool, keep_checkpoint: bool) -> None:
+        """Abandon the record of a pause held elsewhere and delete its checkpoint (``force``: errors ignored)."""
+        secret = presented_secret(token)
+        try:
+            if secret is None:
+                raise ContinuationAuthorityError()
+            record = await self.get(hash_secret(secret), allow_expired=force)
+            if not await self.store.abandon(record.token_hash, force=force):
+                raise ContinuationAuthorityError()
+            if not keep_checkpoint:  # the abandoned pause's checkpoint backs nothing any more
+                await delete_checkpoint(self.checkpoint_storage, record.checkpoint_id)
+        except ContinuationAuthorityError:
+            if not force:
+                raise
+
+
+async def _outcome(operation: Awaitable[bool]) -> bool | None:
+    """Wait for a shielded store operation despite further cancellations; None when it failed.
+
+    A store that fails here cannot be asked again: the token then stays spent (at most once).
+    """
+    task = asyncio.ensure_future(operation)
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            continue
+        except Exception:
+            break
+    return None if task.cancelled() or task.exception() is not None else task.result()
+
+
+def earlier_requests(
+    record: ContinuationRecord, pending: Mapping[str, WorkflowEvent[Any]]
+) -> dict[str, WorkflowEvent[Any]]:
+    """The earlier rounds' requests a record names, as ``request_info`` events carrying only their type.
+
+    Their answers are checked like the pending ones before the claim (core would check them only
+    on the replay, after the token was spent). A type that does not resolve in this process (its
+    module is not imported) is left to core's check.
+    """
+    events: dict[str, WorkflowEvent[Any]] = {}
+    for request_id, text in (record.response_types or {}).items():
+        response_type = None if request_id in pending else resolve_type(text)
+        if response_type is not None:
+            events[request_id] = WorkflowEvent.request_info(request_id, "", None, response_type)
+    return events
+
+
+def _same_conversation(recorded: str | None, here: str | None) -> bool:
+    """A session's instance acts only on its own conversation's pauses (or unbound ones, older records).
+
+    An instance outside a conversation (a workflow used directly, an agent called without a session)
+    may act on any pause whose token it presents: the token alone is its authority.
+    """
+    return recorded is None or here is None or recorded == here
