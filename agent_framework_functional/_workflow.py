@@ -18,7 +18,7 @@ from agent_framework import CheckpointStorage, ResponseStream, WorkflowEvent
 from agent_framework import FunctionalWorkflow as _CoreFunctionalWorkflow
 
 from ._abandon import ContinuationAbandonment
-from ._authority import InMemoryAuthority, ResumeTicket, VerifiedContinuation
+from ._authority import ResumeTicket, VerifiedContinuation
 from ._core_compat import build_core, functional_workflows_experimental
 from ._errors import ContinuationAuthorityError, WorkflowRunningError
 from ._run import (
@@ -408,17 +408,7 @@ class FunctionalWorkflow(ContinuationAbandonment):
     ) -> FunctionalWorkflowAgent:
         """Wrap this instance as a :class:`FunctionalWorkflowAgent` (a core ``BaseAgent``).
 
-        Args:
-            name: Agent name; defaults to the workflow name.
-
-        Keyword Args:
-            description: Agent description; defaults to the workflow description.
-            context_providers: Core context providers, run before and after each agent run.
-            **kwargs: Passed to :class:`FunctionalWorkflowAgent` (for example ``id``,
-                ``middleware``); unknown names raise ``TypeError`` there.
-
-        Returns:
-            An agent bound to this workflow instance.
+        ``name``, ``description`` (default: the workflow's), ``context_providers`` and ``**kwargs`` go to the agent.
         """
         from ._agent import FunctionalWorkflowAgent
 
@@ -467,16 +457,44 @@ class FunctionalWorkflow(ContinuationAbandonment):
             if run.release(dropped=False):
                 self._core = self._new_core()  # failed, cancelled or closed after user code: drop replay
 
+    # Package-internal questions the agent asks (not public API).
 
-def authority_of(workflow: FunctionalWorkflow) -> InMemoryAuthority:
-    """The authority strategy of ``workflow`` (for the agent adapter, which checks tokens before answers)."""
-    return workflow._authority  # pyright: ignore[reportPrivateUsage]
+    def pause_expires_at(self) -> float | None:
+        """When the unclaimed pause expires (seconds since the epoch), or None when none waits."""
+        return self._authority.expires_at()
 
+    def lapse_pause(self, now: float | None = None) -> bool:
+        """Drop the pause once its TTL has passed; True when one expired."""
+        return self._authority.lapse(now)
 
-def verify_now(workflow: FunctionalWorkflow, token: object) -> VerifiedContinuation | None:
-    """The agent's synchronous token check (None: only the store can decide); a refusal is counted."""
-    try:
-        return workflow._authority.verify_now(token)  # pyright: ignore[reportPrivateUsage]
-    except ContinuationAuthorityError as exc:
-        workflow._note_rejected(exc, token)  # pyright: ignore[reportPrivateUsage]
-        raise
+    def evict_pause(self) -> None:
+        """Let go of the pause of an instance the agent no longer keeps (in memory: dropped)."""
+        self._authority.evict()
+
+    def bind_conversation(self, conversation: str) -> None:
+        """Bind this instance to a conversation digest (a store refuses another conversation's token)."""
+        self._authority.conversation = conversation
+
+    def verify_token_now(self, token: object) -> VerifiedContinuation | None:
+        """The synchronous token check (None: only the store can decide); a refusal is counted."""
+        try:
+            return self._authority.verify_now(token)
+        except ContinuationAuthorityError as exc:
+            self._note_rejected(exc, token)
+            raise
+
+    def token_known_stale(self, token: object) -> bool | None:
+        """Whether ``token`` is known to resume nothing, without I/O (None: only the store can tell)."""
+        return self._authority.known_stale(token)
+
+    async def token_is_stale(self, token: object) -> bool:
+        """True only when ``token`` is known spent, abandoned or expired (a store read with a store)."""
+        return await self._authority.is_stale(token)
+
+    async def token_is_resumable(self, token: object) -> bool:
+        """True while ``token`` still authorises a resume (read-only)."""
+        return await self._authority.is_current(token)
+
+    async def check_pause_conflict(self, verdict: VerifiedContinuation) -> None:
+        """Refuse a resume of a pause kept elsewhere while one waits here (``PendingContinuationError``)."""
+        await self._authority.check_conflict(verdict)
