@@ -27,6 +27,7 @@ from ._agent_plan import CallArgs, CallPlanner
 from ._agent_run import AgentCall, AgentRunner, close_workflow_stream, drop_workflow_stream
 from ._chat import InputMapper, input_mode_for
 from ._core_compat import functional_workflows_experimental
+from ._session import Conversations
 from ._updates import REQUEST_INFO_FUNCTION_NAME
 from ._workflow import FunctionalWorkflow
 
@@ -97,11 +98,10 @@ class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAge
         self._workflow = workflow
         self._input_mapper: InputMapper | None = input_mapper
         self.continuation_token_on_response: bool = continuation_token_on_response
+        self._conversations = Conversations(workflow, self.id, max_conversations)
         mode = input_mode_for(workflow.definition.func)
-        self._planner = CallPlanner(
-            self, workflow, input_mapper, mode, text_answers=text_answers, max_conversations=max_conversations
-        )
-        self._runner = AgentRunner(self, self._planner, self._run_after_providers)
+        self._planner = CallPlanner(self, self._conversations, input_mapper, mode, text_answers=text_answers)
+        self._runner = AgentRunner(self, self._planner, self._conversations, self._run_after_providers)
 
     @property
     def workflow(self) -> FunctionalWorkflow:
@@ -127,30 +127,20 @@ class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAge
         return self._workflow.pending_requests
 
     def pending_requests_for(self, session: AgentSession) -> Mapping[str, WorkflowEvent[Any]]:
-        """Read-only mapping request id -> ``request_info`` event of one conversation's pending pause.
+        """One conversation's pending requests (request id -> ``request_info`` event), read-only.
 
-        Args:
-            session: The conversation's session.
-
-        Returns:
-            The pending requests of the workflow instance attached to ``session`` (empty when it has
-            none attached, e.g. a session restored in another process: its pause is in the
-            continuation store, see :meth:`FunctionalWorkflow.verify_continuation_token_async`).
+        Empty when ``session`` has no instance here (e.g. restored in another process: its pause is in
+        the continuation store, see :meth:`FunctionalWorkflow.verify_continuation_token_async`).
         """
-        workflow = self._planner.workflow_for(session, create=False)
+        workflow = self._conversations.workflow_for(session, create=False)
         return workflow.pending_requests if workflow is not None else MappingProxyType({})
 
     def workflow_for(self, session: AgentSession | None) -> FunctionalWorkflow | None:
-        """The workflow instance of one conversation: :attr:`workflow` without a session, else the session's.
+        """One conversation's instance: :attr:`workflow` without a session, else the one attached to ``session``.
 
-        Args:
-            session: The conversation's session, or None.
-
-        Returns:
-            The instance attached to ``session`` while it has something pending or running (None
-            when it has none attached).
+        None when ``session`` has none attached (nothing pending or running).
         """
-        return self._planner.workflow_for(session, create=False)
+        return self._conversations.workflow_for(session, create=False)
 
     def abandon_continuation(
         self,
@@ -159,28 +149,26 @@ class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAge
         force: bool = False,
         session: AgentSession | None = None,
     ) -> None:
-        """Abandon the workflow's pending continuation; see :meth:`FunctionalWorkflow.abandon_continuation`.
+        """Abandon the conversation's pending continuation; see :meth:`FunctionalWorkflow.abandon_continuation`.
 
         Args:
-            token: The current continuation token. When omitted (and not ``force``), the token
-                stored in ``session`` is used.
+            token: The current token; omitted (and not ``force``): the one stored in ``session``.
 
         Keyword Args:
             force: Owner-only recovery without a token; never expose it to untrusted callers.
-            session: The session the paused run was called with; its stored token is removed
-                once the continuation is abandoned.
+            session: The paused conversation; its stored token is removed once abandoned.
 
         Raises:
             ContinuationAuthorityError: Missing or wrong token without ``force``; nothing changes.
             WorkflowRunningError: A run is in progress.
         """
-        workflow = self._planner.workflow_for(session)
+        workflow = self._conversations.workflow_for(session)
         assert workflow is not None
         try:
-            workflow.abandon_continuation(self._planner.abandon_token(token, force, session), force=force)
+            workflow.abandon_continuation(self._conversations.abandon_token(token, force, session), force=force)
         finally:
-            self._planner.detach_idle(session, workflow)  # a rejected call leaves no instance behind
-        self._planner.forget_abandoned(session, workflow)
+            self._conversations.detach_idle(session, workflow)  # a rejected call leaves no instance behind
+        self._conversations.forget_abandoned(session, workflow)
 
     async def abandon_continuation_async(
         self,
@@ -189,34 +177,19 @@ class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAge
         force: bool = False,
         session: AgentSession | None = None,
     ) -> None:
-        """Abandon the pending continuation, also in the workflow's continuation store.
+        """:meth:`abandon_continuation`, also in the continuation store (the synchronous one refuses a store).
 
-        Use this on a workflow built with ``continuation_store=...`` (the synchronous
-        :meth:`abandon_continuation` cannot update a store and raises ``RuntimeError`` there); see
-        :meth:`FunctionalWorkflow.abandon_continuation_async`. Without a store it behaves exactly
-        like :meth:`abandon_continuation`.
-
-        Args:
-            token: The current continuation token. When omitted (and not ``force``), the token
-                stored in ``session`` is used.
-
-        Keyword Args:
-            force: Owner-only recovery without a token; never expose it to untrusted callers.
-            session: The session the paused run was called with; its stored token is removed
-                once the continuation is abandoned.
-
-        Raises:
-            ContinuationAuthorityError: Missing, wrong, spent or expired token without ``force``;
-                nothing changes.
-            WorkflowRunningError: A run is in progress.
+        Same arguments and errors; see :meth:`FunctionalWorkflow.abandon_continuation_async`.
         """
-        workflow = self._planner.workflow_for(session)
+        workflow = self._conversations.workflow_for(session)
         assert workflow is not None
         try:
-            await workflow.abandon_continuation_async(self._planner.abandon_token(token, force, session), force=force)
+            await workflow.abandon_continuation_async(
+                self._conversations.abandon_token(token, force, session), force=force
+            )
         finally:
-            self._planner.detach_idle(session, workflow)  # a rejected call leaves no instance behind
-        self._planner.forget_abandoned(session, workflow)
+            self._conversations.detach_idle(session, workflow)  # a rejected call leaves no instance behind
+        self._conversations.forget_abandoned(session, workflow)
 
     @overload
     def run(
@@ -273,48 +246,35 @@ class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAge
         client_kwargs: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> Awaitable[AgentResponse] | ResponseStream[AgentResponseUpdate, AgentResponse]:
-        """Run the workflow and answer as an agent; every check raises here, synchronously.
+        """Run the workflow and answer as an agent; every check that needs no I/O raises here.
 
         Args:
-            messages: Chat input (``str``, ``Message``, ``Content`` or a list of them; mapped to the
-                workflow input as the class docstring says) or any other value (passed as given).
-                While a continuation is pending, messages that carry only answers
-                (``function_approval_response`` / ``function_result`` contents) resume it.
+            messages: Chat input (mapped as the class docstring says) or any value (passed as given);
+                while paused, messages that carry only answers resume.
 
         Keyword Args:
-            stream: True for ``ResponseStream[AgentResponseUpdate, AgentResponse]``.
-            session: The conversation session: context providers keep their state in it, and a
-                run that pauses stores its continuation token there for a later resume.
+            stream: True for a ``ResponseStream`` whose last update carries the token.
+            session: The conversation: providers' state and the token of a pause live in it.
             middleware: Run-level agent middleware, after the agent's own (core's ``Agent`` order).
-            responses: Answers keyed by request id (see :attr:`pending_requests`), passed to the
-                workflow unchanged.
-            continuation_token: The token from the paused response; overrides ``options`` and
-                the session.
-            checkpoint_id: Restore this checkpoint; needs no token.
+            responses: Answers keyed by request id, with ``continuation_token`` (or the session's).
+            continuation_token: The paused response's token; overrides ``options`` and the session.
+            checkpoint_id: Restore this checkpoint (needs no token).
             checkpoint_storage: Checkpoint storage for this run.
-            options: Run options. ``continuation_token`` is read as the resume token (core's
-                convention for resumable agents); the mapping is given to context providers as
-                ``SessionContext.options``.
-            tools: Forwarded to the workflow run as a run keyword argument when not None.
+            options: Run options (``continuation_token`` read from them; given to context providers).
+            tools: Forwarded to the workflow run (when not None).
             function_invocation_kwargs: Forwarded like ``tools`` (orchestrations pass it).
-            client_kwargs: Forwarded like ``tools`` (orchestrations pass it).
+            client_kwargs: Forwarded like ``tools``.
             **kwargs: Forwarded to :meth:`FunctionalWorkflow.run`.
 
-        Returns:
-            An awaitable ``AgentResponse`` or a response stream whose last update carries the token.
-
         Raises:
-            ValueError: Wrong argument shape; no response names a pending request; an answer
-                matches no pending request or cannot be converted to its ``response_type``.
+            ValueError: Wrong argument shape, or an answer that matches no request or does not convert.
             TypeError: ``options`` is not a mapping; an ``input_mapper`` agent got non-chat input.
             ContinuationAuthorityError: A resume without valid authority.
             PendingContinuationError: New input or a checkpoint restore while a continuation is pending.
             WorkflowRunningError: The workflow is already running.
 
-        With a continuation store, a resume whose token this process does not hold raises these
-        (except the argument-shape errors and a malformed token, which still raise here) on the
-        first ``await`` of the result or the first iteration of the stream, not at this call; the
-        rejected call changes nothing.
+        With a continuation store, a resume only the store can judge raises these on the first
+        ``await`` or iteration instead, changing nothing.
         """
         extras: dict[str, Any] = {
             "responses": responses,

@@ -37,19 +37,7 @@ from ._errors import (
     StaleContinuationError,
     WorkflowRunningError,
 )
-from ._session import (
-    LiveConversations,
-    attach_workflow,
-    attached_workflow,
-    clear_session_token,
-    conversation_of,
-    detach_workflow,
-    register_template,
-    resolve_token,
-    session_answers,
-    session_token,
-    touch_workflow,
-)
+from ._session import Conversations, clear_session_token, resolve_token, session_token
 from ._workflow import FunctionalWorkflow, FunctionalWorkflowRunResult
 
 if TYPE_CHECKING:
@@ -118,109 +106,41 @@ class CallPlan:
 
 
 class CallPlanner:
-    """Plans the calls of one :class:`FunctionalWorkflowAgent` and keeps its conversations' instances (internal).
+    """Plans the calls of one :class:`FunctionalWorkflowAgent` (internal).
 
-    Without a session the agent is one conversation on its own workflow instance; with one, each
-    conversation has its own instance (same definition and storages, bound to the conversation),
-    attached by session id while it has something pending, its token and answers in ``session.state``.
+    Args:
+        agent: The agent (its id and options).
+        conversations: The agent's conversations (their instances and answers so far).
+        input_mapper: The agent's explicit input mapper, if any.
+        input_mode: What the workflow function's message parameter receives (``_chat.input_mode_for``).
+        text_answers: A plain text reply answers the one pending ``str`` request.
     """
 
     def __init__(
         self,
         agent: FunctionalWorkflowAgent,
-        workflow: FunctionalWorkflow,
+        conversations: Conversations,
         input_mapper: InputMapper | None,
         input_mode: InputMode,
         *,
         text_answers: bool = True,
-        max_conversations: int | None = None,
     ) -> None:
-        if max_conversations is not None and (
-            type(max_conversations) is not int or max_conversations < 1  # pyright: ignore[reportUnnecessaryComparison]
-        ):
-            raise ValueError("'max_conversations' must be a positive int (or None for no limit but the pause TTL).")
-        conversations = LiveConversations(
-            FunctionalWorkflow.pause_expires_at,
-            FunctionalWorkflow.lapse_pause,
-            FunctionalWorkflow.evict_pause,
-            max_conversations,
-        )
-        register_template(workflow, conversations)
         self.agent = agent
-        self.workflow = workflow
+        self.conversations = conversations
         self.input_mapper = input_mapper
         self.input_mode: InputMode = input_mode
         self.text_answers = text_answers
-        # The session-less conversation's answers so far, valid only with the token they paused with.
-        self.answers_so_far: dict[str, Any] = {}
-        self.answers_token: dict[str, Any] | None = None
-
-    # ------------------------------------------------------------------ conversations
-
-    def remember_answers(self, answers: dict[str, Any], token: Mapping[str, Any] | None) -> None:
-        """Keep the session-less conversation's answers for its new pause (``token``); None forgets them."""
-        self.answers_so_far, self.answers_token = (answers, dict(token)) if token is not None else ({}, None)
-
-    def abandon_token(
-        self, token: Mapping[str, Any] | None, force: bool, session: AgentSession | None
-    ) -> Mapping[str, Any] | None:
-        """The token the agent's abandon methods use: the given one, else (without ``force``) the session's."""
-        return session_token(session, self.agent.id) if token is None and not force else token
-
-    def forget_abandoned(self, session: AgentSession | None, workflow: FunctionalWorkflow) -> None:
-        """After an abandonment: drop the remembered answers, the session's token and the instance."""
-        if session is None:
-            self.remember_answers({}, None)
-            return
-        clear_session_token(session, self.agent.id)
-        self.detach_idle(session, workflow)
-
-    def existing_instance(self, session: AgentSession) -> FunctionalWorkflow | None:
-        """The session's attached instance; one whose pause expired is detached first (then None)."""
-        workflow = attached_workflow(self.workflow, session)
-        if workflow is not None and not workflow.is_running and workflow.lapse_pause():
-            detach_workflow(self.workflow, session)
-            return None
-        return workflow
-
-    def workflow_for(self, session: AgentSession | None, *, create: bool = True) -> FunctionalWorkflow | None:
-        """The workflow instance of a conversation: the agent's own without a session, else the session's."""
-        if session is None:
-            return self.workflow
-        workflow = attached_workflow(self.workflow, session)
-        if workflow is None and create:
-            template = self.workflow
-            workflow = template.definition.build(
-                checkpoint_storage=template.checkpoint_storage,
-                continuation_store=template.continuation_store,
-                continuation_ttl=template.continuation_ttl,
-            )
-            workflow.bind_conversation(conversation_of(session))
-            attach_workflow(self.workflow, session, workflow)
-        return workflow
-
-    def detach_idle(self, session: AgentSession | None, workflow: FunctionalWorkflow) -> None:
-        """Detach a conversation's instance once it holds nothing (memory back to baseline)."""
-        if session is None or workflow is self.workflow or attached_workflow(self.workflow, session) is not workflow:
-            return
-        if not workflow.has_pending_continuation and not workflow.is_running:
-            detach_workflow(self.workflow, session)
-        else:
-            touch_workflow(self.workflow, session)  # paused (or still running): last in the sweep order
 
     def discard(self, plan: CallPlan) -> None:
         """A rejected call leaves behind no instance it created."""
         if not plan.had_instance:
-            self.detach_idle(plan.session, plan.workflow)
+            self.conversations.detach_idle(plan.session, plan.workflow)
 
     def _remembered(self, session: AgentSession | None, token: Any) -> dict[str, Any]:
         """The answers given so far in the run chain whose pause ``token`` names."""
         secret = presented_secret(token.token if type(token) is VerifiedContinuation else token)
-        if secret is None:
-            return {}  # never raises, whatever the caller passed: the resume fails authority later
-        if session is not None:
-            return session_answers(session, self.agent.id, secret)
-        return dict(self.answers_so_far) if presented_secret(self.answers_token) == secret else {}
+        # Never raises, whatever the caller passed: the resume fails authority later.
+        return {} if secret is None else self.conversations.answers_for(session, secret)
 
     # ------------------------------------------------------------------ plan (synchronous)
 
@@ -242,8 +162,8 @@ class CallPlanner:
                 "pass session=... so the token of a pause is not lost."
             )
         input_messages = chat_messages(args.messages)
-        had_instance = session is not None and self.existing_instance(session) is not None
-        workflow = self.workflow_for(session)
+        had_instance = session is not None and self.conversations.existing_instance(session) is not None
+        workflow = self.conversations.workflow_for(session)
         assert workflow is not None
         base = CallPlan(
             CallKind.FRESH,

@@ -25,7 +25,7 @@ from agent_framework import (
 from ._agent_plan import CallKind, CallPlan, CallPlanner, WorkflowStream
 from ._continuation import FunctionalWorkflowContinuationToken
 from ._core_compat import set_context_response
-from ._session import clear_session_token, session_token, store_session_token
+from ._session import Conversations, clear_session_token, session_token, store_session_token
 from ._updates import UpdateConverter
 from ._workflow import FunctionalWorkflowRunResult
 
@@ -103,12 +103,20 @@ class AgentRunner:
     Args:
         agent: The agent it serves (id, name, context providers).
         planner: The agent's :class:`~._agent_plan.CallPlanner`.
+        conversations: The agent's conversations (instances, the session-less one's answers).
         after_providers: The agent's ``after_run`` step of the context providers.
     """
 
-    def __init__(self, agent: FunctionalWorkflowAgent, planner: CallPlanner, after_providers: AfterProviders) -> None:
+    def __init__(
+        self,
+        agent: FunctionalWorkflowAgent,
+        planner: CallPlanner,
+        conversations: Conversations,
+        after_providers: AfterProviders,
+    ) -> None:
         self.agent = agent
         self.planner = planner
+        self.conversations = conversations
         self.after_providers = after_providers
 
     def open(self, plan: CallPlan) -> AgentCall:
@@ -215,7 +223,7 @@ class AgentRunner:
         # Dropping the last reference lets an unstarted run hand its claim back right away.
         del workflow_stream
         await self._settle_session(call.plan, token)
-        self.planner.detach_idle(call.plan.session, call.plan.workflow)
+        self.conversations.detach_idle(call.plan.session, call.plan.workflow)
 
     async def _settle_session(self, plan: CallPlan, token: Mapping[str, Any] | None) -> None:
         """Keep the conversation's stored token and answers equal to its resumable pause (stored, or removed).
@@ -226,7 +234,7 @@ class AgentRunner:
         session = plan.session
         if session is None:
             if token is not None or not plan.workflow.has_pending_continuation:
-                self.planner.remember_answers(plan.answers, token)
+                self.conversations.remember_answers(plan.answers, token)
             return
         if token is not None:
             store_session_token(session, self.agent.id, token, plan.answers)

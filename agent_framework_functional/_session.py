@@ -14,12 +14,15 @@ import typing
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent_framework import AgentSession
 from pydantic_core import to_jsonable_python
 
 from ._continuation import presented_secret
+
+if TYPE_CHECKING:
+    from ._workflow import FunctionalWorkflow
 
 SESSION_STATE_KEY = "agent_framework_functional"
 """Key of this package's entry in ``AgentSession.state``: ``{agent_id: {"continuation_token": ..., "answers": ...}}``.
@@ -272,3 +275,90 @@ def live_conversations(template: Any) -> int:
     """How many conversations on ``template`` have a live workflow instance (for tests and benchmarks)."""
     registry = _LIVE.get(template)
     return len(registry.entries) if registry is not None else 0
+
+
+# ---------------------------------------------------------------------------------------------- one agent's
+
+
+class Conversations:
+    """One agent's conversations: each one's workflow instance, and the session-less one's answers (internal).
+
+    Without a session the agent is one conversation on ``template``; with one, each conversation has
+    its own instance (same definition and storages, bound to the conversation), attached by session id
+    while it has something pending, its token and answers in ``session.state``.
+    """
+
+    def __init__(self, template: FunctionalWorkflow, agent_id: str, max_conversations: int | None) -> None:
+        if max_conversations is not None and (
+            type(max_conversations) is not int or max_conversations < 1  # pyright: ignore[reportUnnecessaryComparison]
+        ):
+            raise ValueError("'max_conversations' must be a positive int (or None for no limit but the pause TTL).")
+        registry = LiveConversations(
+            lambda live: live.pause_expires_at(),
+            lambda live, now: live.lapse_pause(now),
+            lambda live: live.evict_pause(),
+            max_conversations,
+        )
+        register_template(template, registry)
+        self.template = template
+        self.agent_id = agent_id
+        # The session-less conversation's answers so far, valid only with the token they paused with.
+        self.answers_so_far: dict[str, Any] = {}
+        self.answers_token: dict[str, Any] | None = None
+
+    def workflow_for(self, session: AgentSession | None, *, create: bool = True) -> FunctionalWorkflow | None:
+        """The conversation's instance: ``template`` without a session, else the session's (made when asked)."""
+        if session is None:
+            return self.template
+        workflow = attached_workflow(self.template, session)
+        if workflow is None and create:
+            template = self.template
+            workflow = template.definition.build(
+                checkpoint_storage=template.checkpoint_storage,
+                continuation_store=template.continuation_store,
+                continuation_ttl=template.continuation_ttl,
+            )
+            workflow.bind_conversation(conversation_of(session))
+            attach_workflow(template, session, workflow)
+        return workflow
+
+    def existing_instance(self, session: AgentSession) -> FunctionalWorkflow | None:
+        """The session's attached instance; one whose pause expired is detached first (then None)."""
+        workflow: FunctionalWorkflow | None = attached_workflow(self.template, session)
+        if workflow is not None and not workflow.is_running and workflow.lapse_pause():
+            detach_workflow(self.template, session)
+            return None
+        return workflow
+
+    def detach_idle(self, session: AgentSession | None, workflow: FunctionalWorkflow) -> None:
+        """Detach a conversation's instance once it holds nothing (memory back to baseline)."""
+        if session is None or workflow is self.template or attached_workflow(self.template, session) is not workflow:
+            return
+        if not workflow.has_pending_continuation and not workflow.is_running:
+            detach_workflow(self.template, session)
+        else:
+            touch_workflow(self.template, session)  # paused (or still running): last in the sweep order
+
+    def remember_answers(self, answers: dict[str, Any], token: Mapping[str, Any] | None) -> None:
+        """Keep the session-less conversation's answers for its new pause (``token``); None forgets them."""
+        self.answers_so_far, self.answers_token = (answers, dict(token)) if token is not None else ({}, None)
+
+    def answers_for(self, session: AgentSession | None, secret: bytes) -> dict[str, Any]:
+        """The answers given so far in the run chain whose pause has the token ``secret``."""
+        if session is not None:
+            return session_answers(session, self.agent_id, secret)
+        return dict(self.answers_so_far) if presented_secret(self.answers_token) == secret else {}
+
+    def abandon_token(
+        self, token: Mapping[str, Any] | None, force: bool, session: AgentSession | None
+    ) -> Mapping[str, Any] | None:
+        """The token an abandonment uses: the given one, else (without ``force``) the session's."""
+        return session_token(session, self.agent_id) if token is None and not force else token
+
+    def forget_abandoned(self, session: AgentSession | None, workflow: FunctionalWorkflow) -> None:
+        """After an abandonment: drop the remembered answers, the session's token and the instance."""
+        if session is None:
+            self.remember_answers({}, None)
+            return
+        clear_session_token(session, self.agent_id)
+        self.detach_idle(session, workflow)
