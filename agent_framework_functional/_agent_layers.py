@@ -155,7 +155,7 @@ def _traced(
 
     Without a tracer provider the span could not record; skipping it also keeps a dropped response
     stream free of the layer's hooks, which reference the stream (a cycle only the garbage collector
-    frees), so the workflow is released the moment the stream is dropped.
+    frees), so the workflow is freed the moment the stream is dropped.
     """
     if not OBSERVABILITY_SETTINGS.ENABLED or isinstance(trace.get_tracer_provider(), _UNSET_PROVIDERS):
         return cast("AgentResult", start())

@@ -146,7 +146,7 @@ class AgentRunner:
         local holds the workflow stream across a ``yield``, so dropping the agent stream frees the run.
         """
         if call.closed:
-            return  # closed before it was iterated: its run was released, so start nothing
+            return  # closed before it was iterated: its run was freed, so start nothing
         await self._accept_deferred(call)
         reply = _Reply(UpdateConverter(author_name=self.agent.name, agent_id=self.agent.id, response_id=response_id))
         token: FunctionalWorkflowContinuationToken | None = None

@@ -141,23 +141,15 @@ def _agent_entry(session: AgentSession, agent_id: str) -> Mapping[str, Any] | No
 class LiveConversations:
     """The live workflow instances of one template's conversations, by session id, bounded (internal).
 
-    Bounded by the pause TTL and an optional maximum count, swept on access (no thread):
-
-    * expired first: an instance whose pause is older than its TTL is released (token refused,
-      checkpoint deleted; with a store the record has expired too);
-    * then, when a pause leaves more than ``max_count`` held, the least recently paused one is evicted
-      (without a store its pause is released: a later answer gets ``StaleContinuationError``; with a
-      store only the instance goes, the pause stays resumable through the store);
-    * a running instance, or one not paused yet, is never evicted (so the count can exceed
-      ``max_count`` while that many run at once).
-
-    Entries are kept in the order they last paused (``touch``), so the expired ones are at the front
-    and a sweep stops at the first pause still live: its cost is the number of entries it releases.
+    Swept on access (no thread): a pause past its TTL lapses (token, checkpoint and instance go);
+    over ``max_count`` the least recently paused instance is evicted (without a store its pause is
+    dropped, with one only the instance goes); a running or not yet paused instance is never touched.
+    Entries stay in the order they last paused (``touch``), so a sweep stops at the first live pause.
 
     Args:
-        expires_at: The instance's pause expiry (seconds since the epoch), or None when it holds no pause.
-        lapse: Release an expired instance's pause.
-        evict: Release an evicted instance's pause.
+        expires_at: The instance's pause expiry (seconds since the epoch), or None when it has no pause.
+        lapse: Drop an expired instance's pause.
+        evict: Let go of an evicted instance's pause.
         max_count: Most instances kept (None: no limit but the TTL).
     """
 
@@ -177,7 +169,7 @@ class LiveConversations:
         self.entries: OrderedDict[str, Any] = OrderedDict()
 
     def add(self, session_id: str, workflow: Any) -> None:
-        """Hold ``workflow`` for ``session_id``, after a sweep of the expired ones."""
+        """Keep ``workflow`` for ``session_id``, after a sweep of the expired ones."""
         self.sweep()
         self.entries[session_id] = workflow
 
@@ -189,19 +181,19 @@ class LiveConversations:
                 self._evict_over_count(keep=session_id)
 
     def sweep(self, now: float | None = None) -> int:
-        """Release the instances whose pause expired; returns how many were released."""
+        """Lapse the instances whose pause expired; returns how many lapsed."""
         now = time.time() if now is None else now
-        released: list[str] = []
+        lapsed: list[str] = []
         for session_id, workflow in self.entries.items():
             expires_at = self._expires_at(workflow)
             if expires_at is None or workflow.is_running:
-                continue  # running or not paused yet: never released here
+                continue  # running or not paused yet: never lapsed here
             if expires_at > now:
                 break  # the rest paused later
-            released.append(session_id)
-        for session_id in released:
+            lapsed.append(session_id)
+        for session_id in lapsed:
             self._lapse(self.entries.pop(session_id), now)
-        return len(released)
+        return len(lapsed)
 
     def _evict_over_count(self, keep: str) -> None:
         assert self.max_count is not None
@@ -224,10 +216,10 @@ conversation with a session gets its own instance of the same definition, found 
 the session object: hosts rebuild session objects between turns (AG-UI), copy them (Responses hosting) or
 restore them from a checkpoint (orchestrations), and the conversation is still the same. An entry exists
 only while its instance has something pending or running, so memory returns to its baseline when the
-conversations finish, and a pause nobody answers is released within its TTL (:class:`LiveConversations`).
+conversations finish, and a pause nobody answers lapses within its TTL (:class:`LiveConversations`).
 It is never serialized: a session restored in another process (or served by another template) resumes
 through the workflow's continuation store. Resuming still needs the token (from the session's state, the
-argument or ``options``); the id only finds the instance holding the pause.
+argument or ``options``); the id only finds the instance with the pause.
 """
 
 
@@ -331,7 +323,7 @@ class Conversations:
         return workflow
 
     def detach_idle(self, session: AgentSession | None, workflow: FunctionalWorkflow) -> None:
-        """Detach a conversation's instance once it holds nothing (memory back to baseline)."""
+        """Detach a conversation's instance once it has nothing paused or running (memory back to baseline)."""
         if session is None or workflow is self.template or attached_workflow(self.template, session) is not workflow:
             return
         if not workflow.has_pending_continuation and not workflow.is_running:
