@@ -36,20 +36,14 @@ from ._workflow import FunctionalWorkflow
 class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAgent):
     """A functional workflow as a core agent that carries the continuation token (README "Use it as an agent").
 
-    It works wherever Agent Framework takes an agent (chat apps, orchestrations, hosts). Chat input is
-    mapped by the workflow function's message annotation (``str``, ``Message``, ``list[Message]``,
-    else as given) or ``input_mapper``. Each pending request surfaces as a ``function_call`` plus a
-    ``function_approval_request``, yielded once the pause is saved and its token is in the session;
-    the token also rides on the response (streaming: the last update). A resume is
-    ``responses=`` with a token (argument, ``options``, then the session), or chat-native: messages
-    whose contents answer the requests (on a session, a plain text reply answers one ``str`` request).
-
-    Without a session the agent is one conversation on :attr:`workflow`; with one, each conversation
-    has its own instance of the same definition (AGENTS.md invariant 24), so one agent serves every
-    conversation a host has. With a continuation store any worker resumes (README "Durable
-    continuations"). Rejected calls raise at ``run(...)`` and change nothing; a check that needs the
-    store raises on the first ``await`` or iteration. Agent middleware, the ``invoke_agent`` span
-    and context providers run as for core's ``Agent`` and graph ``WorkflowAgent`` (README "Observe it").
+    It works wherever Agent Framework takes an agent. Chat input is mapped by the workflow function's
+    message annotation or ``input_mapper``; each pending request surfaces as a ``function_call`` plus
+    a ``function_approval_request`` once the pause is saved and its token is in the session. A resume
+    is ``responses=`` with a token (argument, ``options``, then the session) or chat-native answers.
+    One agent serves every conversation (an instance per session, AGENTS.md invariant 24); with a
+    continuation store any worker resumes (README "Durable continuations"). Rejected calls raise at
+    ``run(...)`` and change nothing. Middleware, the ``invoke_agent`` span and context providers run
+    as for core's ``Agent`` and graph ``WorkflowAgent`` (README "Observe it").
 
     Args:
         workflow: The session-less conversation's instance (the template of the others).
@@ -348,18 +342,7 @@ class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAge
     def run_stream(
         self, messages: Any | None = None, **kwargs: Any
     ) -> ResponseStream[AgentResponseUpdate, AgentResponse]:
-        """Alias of ``run(messages, stream=True, **kwargs)``.
-
-        Args:
-            messages: As for :meth:`run`.
-            **kwargs: Any keyword argument of :meth:`run` except ``stream``.
-
-        Returns:
-            The response stream.
-
-        Raises:
-            TypeError: If ``stream`` is passed.
-        """
+        """Alias of ``run(messages, stream=True, **kwargs)``; passing ``stream`` raises ``TypeError``."""
         if "stream" in kwargs:
             raise TypeError("run_stream() always streams; call run(..., stream=False) for a single response.")
         return self.run(messages, stream=True, **kwargs)

@@ -51,19 +51,10 @@ def chat_messages(value: Any) -> list[Message]:
 
 
 def input_mode_for(func: Callable[..., Any]) -> InputMode:
-    """Decide what the workflow function's message parameter receives, from its annotation.
+    """What the workflow function's message parameter (the first that is not the ``RunContext``) receives.
 
-    Core gives the message to the first parameter that is not the ``RunContext`` (annotated
-    ``RunContext`` or named ``ctx``); this reads that parameter's annotation:
-    ``str`` -> ``"text"``, ``Message`` -> ``"message"``, ``list[Message]`` / ``Sequence[Message]``
-    -> ``"messages"``, anything else (unannotated, ``Any``, other types) -> ``"as_given"``.
-    ``X | None`` counts as ``X``.
-
-    Args:
-        func: The workflow function.
-
-    Returns:
-        The input mode.
+    ``str`` -> ``"text"``, ``Message`` -> ``"message"``, ``list[Message]`` / ``Sequence[Message]`` ->
+    ``"messages"``, anything else -> ``"as_given"``; ``X | None`` counts as ``X``.
     """
     try:
         hints = typing.get_type_hints(func)
@@ -100,17 +91,10 @@ def map_input(
     conversation: list[Message],
     mapper: InputMapper | None,
 ) -> Any:
-    """Return what the workflow function receives for a fresh run.
+    """What the workflow function receives for a fresh run.
 
-    Args:
-        mode: From :func:`input_mode_for`.
-        raw: The ``messages`` argument exactly as the caller passed it.
-        caller_messages: ``raw`` normalised to messages (empty for non-chat input).
-        conversation: Context-provider messages followed by ``caller_messages``.
-        mapper: Explicit ``input_mapper``; receives ``conversation``.
-
-    Returns:
-        The workflow input.
+    ``raw`` is the caller's argument, ``caller_messages`` it normalised, ``conversation`` the context
+    providers' messages then ``caller_messages`` (what an ``input_mapper`` receives).
     """
     if mapper is not None:
         return mapper(conversation)
@@ -212,29 +196,15 @@ def has_other_contents(messages: Sequence[Message]) -> bool:
 
 
 def answers_to_responses(answers: Sequence[Content], requests: Mapping[str, WorkflowEvent[Any]]) -> dict[str, Any]:
-    """Map chat-native answers to ``responses`` for the pending requests, converting each value.
+    """Chat-native answers as ``responses`` for the pause's requests, each converted to its ``response_type``.
 
-    Matching: a ``function_approval_response`` answers the request whose id equals its ``id``; a
-    ``function_result`` answers the request whose id equals its ``call_id``.
-
-    Values: an approval gives ``approved`` when the request's ``response_type`` is ``bool`` and the
-    ``Content`` itself when the type accepts it (``Content``, ``Any``); a function result gives the
-    ``Content`` itself when the type is ``Content``, else its ``result`` (a JSON value, or JSON text
-    of one; text the type takes stays text) converted to the type by ``_answers.convert_answer``:
-    core's rules, then pydantic's (enums, ``Literal``, dataclasses, pydantic models, lists of them).
-    An empty result answers only a type that takes ``None``.
-
-    Args:
-        answers: From :func:`answer_contents`.
-        requests: The pause's requests (request id -> ``request_info`` event).
-
-    Returns:
-        Request id -> converted value, ready for ``FunctionalWorkflow.run(responses=...)``.
+    A ``function_approval_response`` answers the request named by its ``id`` (``approved`` for a
+    ``bool``, the ``Content`` for a type that takes it); a ``function_result`` the one named by its
+    ``call_id`` (its ``result`` through ``_answers.convert_answer``, or the ``Content`` for ``Content``).
 
     Raises:
-        ResponseMismatchError: An answer has no id, matches no pending request, answers a request
-            twice, or cannot be converted to the request's ``response_type`` (also when its JSON
-            nests too deeply to read). Nothing has changed.
+        ResponseMismatchError: An answer names no pending request, answers one twice, or does not
+            convert. Nothing has changed.
     """
     responses: dict[str, Any] = {}
     for answer in answers:

@@ -56,15 +56,9 @@ def session_token(session: AgentSession | None, agent_id: str) -> Mapping[str, A
 def store_session_token(
     session: AgentSession, agent_id: str, token: Mapping[str, Any], answers: Mapping[str, Any] | None = None
 ) -> None:
-    """Store ``token`` (a plain JSON-safe dict) and the answers so far under this agent's entry of ``session.state``.
+    """Store ``token`` and the answers so far (JSON-safe, so hosts can serialise the session) under ``agent_id``.
 
-    Args:
-        session: The conversation's session.
-        agent_id: The agent's id (one entry per agent, so several agents can share a session).
-        token: The pause's continuation token.
-        answers: Answers given so far in the run chain (request id -> value), kept JSON-safe
-            (pydantic's ``to_jsonable_python``) so hosts can serialise the session; core converts them
-            back to each request's ``response_type`` when it replays.
+    Core converts the answers back to each request's ``response_type`` when it replays.
     """
     entry = session.state.get(SESSION_STATE_KEY)
     entries: dict[str, Any] = dict(typing.cast(Mapping[str, Any], entry)) if isinstance(entry, Mapping) else {}
@@ -209,23 +203,12 @@ class LiveConversations:
 
 
 _LIVE: weakref.WeakKeyDictionary[Any, LiveConversations] = weakref.WeakKeyDictionary()
-"""The live workflow instance of each paused conversation in this process: template -> conversations.
+"""Each template's live conversation instances in this process (template: the agent's session-less instance).
 
-The template is the workflow instance an agent was built on (its session-less conversation); each
-conversation with a session gets its own instance of the same definition, found by the session's id, not
-the session object: hosts rebuild session objects between turns (AG-UI), copy them (Responses hosting) or
-restore them from a checkpoint (orchestrations), and the conversation is still the same. An entry exists
-only while its instance has something pending or running, so memory returns to its baseline when the
-conversations finish, and a pause nobody answers lapses within its TTL (:class:`LiveConversations`).
-It is never serialized: a session restored in another process (or served by another template) resumes
-through the workflow's continuation store. Resuming still needs the token (from the session's state, the
-argument or ``options``); the id only finds the instance with the pause.
+Found by session id, not the session object (hosts rebuild, copy or restore session objects), kept only
+while something is paused or running, never serialized: a session restored elsewhere resumes through the
+continuation store, and a resume still needs the token (the id only finds the instance).
 """
-
-
-def live_registry(template: Any) -> LiveConversations | None:
-    """The registry of ``template``'s conversations, if one was made (``register_template``)."""
-    return _LIVE.get(template)
 
 
 def register_template(template: Any, registry: LiveConversations) -> LiveConversations:
