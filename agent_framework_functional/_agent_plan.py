@@ -4,7 +4,7 @@
 checkpoint restore, or a check deferred to the store) and raises at the call for every rejection it
 can decide without I/O; :meth:`CallPlanner.start` is the one place the workflow run starts. A pause
 only the continuation store knows is accepted inside the run (:meth:`CallPlanner.accept_deferred`).
-The planner also owns each conversation's workflow instance and the session-less conversation's answers.
+Each conversation's instance and answers so far come from ``_session.Conversations``.
 """
 
 from __future__ import annotations
