@@ -289,7 +289,7 @@ async def test_multi_round_pause_remembers_earlier_answers() -> None:
 
 
 async def test_verify_token_now_uses_the_workflow_public_verify() -> None:
-    """The agent's synchronous check is the workflow's public verify_continuation_token; without a store nothing is deferred."""
+    """The agent's synchronous check is the public verify_continuation_token; without a store nothing is deferred."""
     wf = asks(bool).build()
     paused = await wf.run("tea")
     assert dict(wf.verify_token_now(paused.continuation_token) or {}) == dict(
