@@ -23,122 +23,37 @@ from agent_framework import (
 from agent_framework.observability import AgentTelemetryLayer
 
 from ._agent_layers import run_layered
-from ._agent_plan import CallPlanner
-from ._agent_run import AgentRunner, close_workflow_stream, drop_workflow_stream
+from ._agent_plan import CallArgs, CallPlanner
+from ._agent_run import AgentCall, AgentRunner, close_workflow_stream, drop_workflow_stream
 from ._chat import InputMapper, input_mode_for
 from ._core_compat import functional_workflows_experimental
+from ._session import Conversations
 from ._updates import REQUEST_INFO_FUNCTION_NAME
 from ._workflow import FunctionalWorkflow
 
 
 @functional_workflows_experimental
 class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAgent):
-    """A functional workflow as a drop-in chat agent that carries the continuation token.
+    """A functional workflow as a core agent that carries the continuation token (README "Use it as an agent").
 
-    Use it wherever Agent Framework takes an agent: ``agent.run(...)`` / ``agent.run(..., stream=True)``
-    / :meth:`run_stream` in a chat app, or as a participant of an orchestration
-    (``agent-framework-orchestrations``).
-
-    **Input mapping** (chat input: ``str``, ``Message``, ``Content`` or a list of them) follows the
-    workflow function's message annotation: ``str`` gets the last user message's text, ``Message``
-    the last message, ``list[Message]`` the conversation (history first, as core's graph
-    ``WorkflowAgent``); anything else, and non-chat input, is passed as given. ``input_mapper=``
-    overrides the rule (it receives ``list[Message]``).
-
-    **Conversations.** Without a session the agent is one conversation on :attr:`workflow`. With a
-    session, each conversation has its own workflow instance (same definition, checkpoint storage
-    and continuation store), found by the session's id while it has something pending, with its
-    token and answers so far in ``session.state``: one agent serves any number of conversations, as
-    hosts (DevUI, AG-UI, Responses hosting) need. See :meth:`pending_requests_for`.
-
-    **Pauses.** Each pending ``request_info`` surfaces as a ``function_call`` (``hosted``, call id =
-    request id) and a ``function_approval_request`` (JSON-safe data, ``response_type``), yielded once
-    the pause is saved and its token stored in the session. The token travels in
-    ``AgentResponse.continuation_token`` (streaming: on the last update) and in ``session.state``.
-
-    **Resuming**, either way:
-
-    * ``run(responses={request_id: value}, continuation_token=token)``, as on the workflow;
-    * chat-native: send messages whose contents answer the pending requests, a
-      ``function_approval_response`` (matched by ``id``) or a ``function_result`` (matched by
-      ``call_id``). An approval gives ``approved`` when the request's ``response_type`` is ``bool``
-      and the ``Content`` itself when it is ``Content``; a function result gives its ``result``
-      converted to the ``response_type`` (JSON for pydantic models and dataclasses), or the
-      ``Content`` when the type is ``Content``. This is how orchestrations deliver answers. Send
-      answers for the pending requests only: when a run pauses more than once, the agent adds the
-      answers given earlier in the run itself (core's replay forgets them otherwise). Answers may
-      follow resent history: the messages after the last assistant message count. On a session,
-      a plain text reply answers the one pending ``str`` request (``text_answers=False`` turns it off).
-
-    The token for a resume comes from, first match wins: the ``continuation_token=`` argument,
-    ``options={"continuation_token": ...}``, then the session the paused run was called with.
-
-    **Across processes.** With a ``continuation_store``, any process with the same definition, store
-    and checkpoint storage resumes chat-natively, also one that never saw the pause (README "Durable
-    continuations"): there a rejection surfaces on the first ``await`` or iteration, changing nothing.
-
-    **Rejected calls** raise at ``run(...)`` (also with ``stream=True``) and change nothing (the
-    workflow, :attr:`pending_requests`, the session): bad or missing token (one fixed
-    :class:`ContinuationAuthorityError`, checked before anything about the answers), an answer
-    that matches no pending request or cannot be converted (``ValueError``), new input while a
-    continuation is pending (:class:`PendingContinuationError`), a run in progress
-    (:class:`WorkflowRunningError`).
-
-    **Middleware and telemetry**, as core's ``Agent``: agent middleware (``middleware=`` here or on
-    ``run``) sees every call, a resume included, in an ``AgentContext`` whose ``kwargs`` hold
-    ``responses``, ``continuation_token``, ``checkpoint_id`` and ``checkpoint_storage``; it can change
-    the messages, options or those, or stop the call. With core's instrumentation on
-    (``agent_framework.observability.enable_instrumentation``) each call is an ``invoke_agent`` span
-    with core's attributes, carrying the continuation events (README "Observe it").
-
-    **Context providers** run before and after every run the way core's graph ``WorkflowAgent``
-    runs them: with a ``session`` and no history provider an ``InMemoryHistoryProvider`` is added,
-    history providers load before the run and store the input and the response after it.
-
-    **Live updates** (:func:`~agent_framework_functional.emit_update`, :func:`stream_agent`) become
-    updates as the workflow sends them, in both run modes, and no text comes twice.
-
-    :attr:`pending_requests` is read from the workflow, so it always equals its pending continuation.
-
-    Replay hazard: a resume runs the workflow function again from the top; ``@step`` bodies that
-    completed do not run again, code outside steps does.
+    It works wherever Agent Framework takes an agent. Chat input is mapped by the workflow function's
+    message annotation or ``input_mapper``; each pending request surfaces as a ``function_call`` plus
+    a ``function_approval_request`` once the pause is saved and its token is in the session. A resume
+    is ``responses=`` with a token (argument, ``options``, then the session) or chat-native answers.
+    One agent serves every conversation (an instance per session, AGENTS.md invariant 24); with a
+    continuation store any worker resumes (README "Durable continuations"). Rejected calls raise at
+    ``run(...)`` and change nothing. Middleware, the ``invoke_agent`` span and context providers run
+    as for core's ``Agent`` and graph ``WorkflowAgent`` (README "Observe it").
 
     Args:
-        workflow: The workflow instance of the session-less conversation; each session gets its own
-            instance of the same definition, with the same checkpoint storage and continuation store.
+        workflow: The session-less conversation's instance (the template of the others).
 
     Keyword Args:
-        id: Agent id; defaults to ``FunctionalWorkflowAgent_<name>``.
-        name: Agent name; defaults to the workflow name.
-        description: Agent description; defaults to the workflow description.
-        context_providers: Core context providers, run before and after each run.
-        middleware: Core middleware; agent middleware runs around every call (chat and function
-            middleware have no chat client to run in and are kept only).
-        additional_properties: Extra properties of the agent.
-        input_mapper: Maps the conversation (``list[Message]``) to the workflow input, instead of
-            the annotation rule above.
-        text_answers: With a session, a plain text reply answers the one pending ``str`` request
-            (the way a person types the answer in a chat box); False makes such text a new-input
-            conflict (:class:`PendingContinuationError`) as before.
-        continuation_token_on_response: False keeps the token in the session only: responses and
-            updates carry none. Hosts that read a response's ``continuation_token`` as core's
-            "background run still in progress" (Responses hosting) then report the paused turn as
-            ``completed``. Every run must then pass a ``session`` (``ValueError`` otherwise).
-        max_conversations: Most paused conversations whose live instance this process keeps (None:
-            bounded by :attr:`continuation_ttl` only); past it the least recently paused one is
-            evicted, never a running one (README "Durable continuations").
-
-    Examples:
-        .. code-block:: python
-
-            agent = review.build().as_agent(name="reviewer")
-            session = agent.create_session()
-            paused = await agent.run("tea", session=session)
-            request = paused.user_input_requests[0]
-            # Chat-native: answer the approval request; the token comes from the session.
-            done = await agent.run(
-                Message("user", [request.to_function_approval_response(approved=True)]), session=session
-            )
+        id, name, description, context_providers, middleware, additional_properties: As core's agents.
+        input_mapper: Maps ``list[Message]`` to the workflow input instead of the annotation rule.
+        text_answers: On a session, a plain text reply answers the one pending ``str`` request.
+        continuation_token_on_response: False keeps the token in the session only (a session is then required).
+        max_conversations: Most paused conversations kept live here (None: bounded by the pause TTL only).
     """
 
     #: The ``function_call`` name of a surfaced ``request_info`` (as core's ``FunctionalWorkflowAgent``).
@@ -177,11 +92,10 @@ class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAge
         self._workflow = workflow
         self._input_mapper: InputMapper | None = input_mapper
         self.continuation_token_on_response: bool = continuation_token_on_response
+        self._conversations = Conversations(workflow, self.id, max_conversations)
         mode = input_mode_for(workflow.definition.func)
-        self._planner = CallPlanner(
-            self, workflow, input_mapper, mode, text_answers=text_answers, max_conversations=max_conversations
-        )
-        self._runner = AgentRunner(self, self._planner)
+        self._planner = CallPlanner(self, self._conversations, input_mapper, mode, text_answers=text_answers)
+        self._runner = AgentRunner(self, self._planner, self._conversations, self._run_after_providers)
 
     @property
     def workflow(self) -> FunctionalWorkflow:
@@ -207,30 +121,20 @@ class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAge
         return self._workflow.pending_requests
 
     def pending_requests_for(self, session: AgentSession) -> Mapping[str, WorkflowEvent[Any]]:
-        """Read-only mapping request id -> ``request_info`` event of one conversation's pending pause.
+        """One conversation's pending requests (request id -> ``request_info`` event), read-only.
 
-        Args:
-            session: The conversation's session.
-
-        Returns:
-            The pending requests of the workflow instance attached to ``session`` (empty when it has
-            none attached, e.g. a session restored in another process: its pause is in the
-            continuation store, see :meth:`FunctionalWorkflow.verify_continuation_token_async`).
+        Empty when ``session`` has no instance here (e.g. restored in another process: its pause is in
+        the continuation store, see :meth:`FunctionalWorkflow.verify_continuation_token_async`).
         """
-        workflow = self._planner.workflow_for(session, create=False)
+        workflow = self._conversations.workflow_for(session, create=False)
         return workflow.pending_requests if workflow is not None else MappingProxyType({})
 
     def workflow_for(self, session: AgentSession | None) -> FunctionalWorkflow | None:
-        """The workflow instance of one conversation: :attr:`workflow` without a session, else the session's.
+        """One conversation's instance: :attr:`workflow` without a session, else the one attached to ``session``.
 
-        Args:
-            session: The conversation's session, or None.
-
-        Returns:
-            The instance attached to ``session`` while it has something pending or running (None
-            when it has none attached).
+        None when ``session`` has none attached (nothing pending or running).
         """
-        return self._planner.workflow_for(session, create=False)
+        return self._conversations.workflow_for(session, create=False)
 
     def abandon_continuation(
         self,
@@ -239,28 +143,26 @@ class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAge
         force: bool = False,
         session: AgentSession | None = None,
     ) -> None:
-        """Abandon the workflow's pending continuation; see :meth:`FunctionalWorkflow.abandon_continuation`.
+        """Abandon the conversation's pending continuation; see :meth:`FunctionalWorkflow.abandon_continuation`.
 
         Args:
-            token: The current continuation token. When omitted (and not ``force``), the token
-                stored in ``session`` is used.
+            token: The current token; omitted (and not ``force``): the one stored in ``session``.
 
         Keyword Args:
             force: Owner-only recovery without a token; never expose it to untrusted callers.
-            session: The session the paused run was called with; its stored token is removed
-                once the continuation is abandoned.
+            session: The paused conversation; its stored token is removed once abandoned.
 
         Raises:
             ContinuationAuthorityError: Missing or wrong token without ``force``; nothing changes.
             WorkflowRunningError: A run is in progress.
         """
-        workflow = self._planner.workflow_for(session)
+        workflow = self._conversations.workflow_for(session)
         assert workflow is not None
         try:
-            workflow.abandon_continuation(self._planner.abandon_token(token, force, session), force=force)
+            workflow.abandon_continuation(self._conversations.abandon_token(token, force, session), force=force)
         finally:
-            self._planner.release(session, workflow)  # a rejected call leaves no instance behind
-        self._planner.forget_abandoned(session, workflow)
+            self._conversations.detach_idle(session, workflow)  # a rejected call leaves no instance behind
+        self._conversations.forget_abandoned(session, workflow)
 
     async def abandon_continuation_async(
         self,
@@ -269,34 +171,19 @@ class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAge
         force: bool = False,
         session: AgentSession | None = None,
     ) -> None:
-        """Abandon the pending continuation, also in the workflow's continuation store.
+        """:meth:`abandon_continuation`, also in the continuation store (the synchronous one refuses a store).
 
-        Use this on a workflow built with ``continuation_store=...`` (the synchronous
-        :meth:`abandon_continuation` cannot update a store and raises ``RuntimeError`` there); see
-        :meth:`FunctionalWorkflow.abandon_continuation_async`. Without a store it behaves exactly
-        like :meth:`abandon_continuation`.
-
-        Args:
-            token: The current continuation token. When omitted (and not ``force``), the token
-                stored in ``session`` is used.
-
-        Keyword Args:
-            force: Owner-only recovery without a token; never expose it to untrusted callers.
-            session: The session the paused run was called with; its stored token is removed
-                once the continuation is abandoned.
-
-        Raises:
-            ContinuationAuthorityError: Missing, wrong, spent or expired token without ``force``;
-                nothing changes.
-            WorkflowRunningError: A run is in progress.
+        Same arguments and errors; see :meth:`FunctionalWorkflow.abandon_continuation_async`.
         """
-        workflow = self._planner.workflow_for(session)
+        workflow = self._conversations.workflow_for(session)
         assert workflow is not None
         try:
-            await workflow.abandon_continuation_async(self._planner.abandon_token(token, force, session), force=force)
+            await workflow.abandon_continuation_async(
+                self._conversations.abandon_token(token, force, session), force=force
+            )
         finally:
-            self._planner.release(session, workflow)  # a rejected call leaves no instance behind
-        self._planner.forget_abandoned(session, workflow)
+            self._conversations.detach_idle(session, workflow)  # a rejected call leaves no instance behind
+        self._conversations.forget_abandoned(session, workflow)
 
     @overload
     def run(
@@ -353,48 +240,35 @@ class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAge
         client_kwargs: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> Awaitable[AgentResponse] | ResponseStream[AgentResponseUpdate, AgentResponse]:
-        """Run the workflow and answer as an agent; every check raises here, synchronously.
+        """Run the workflow and answer as an agent; every check that needs no I/O raises here.
 
         Args:
-            messages: Chat input (``str``, ``Message``, ``Content`` or a list of them; mapped to the
-                workflow input as the class docstring says) or any other value (passed as given).
-                While a continuation is pending, messages that carry only answers
-                (``function_approval_response`` / ``function_result`` contents) resume it.
+            messages: Chat input (mapped as the class docstring says) or any value (passed as given);
+                while paused, messages that carry only answers resume.
 
         Keyword Args:
-            stream: True for ``ResponseStream[AgentResponseUpdate, AgentResponse]``.
-            session: The conversation session: context providers keep their state in it, and a
-                run that pauses stores its continuation token there for a later resume.
+            stream: True for a ``ResponseStream`` whose last update carries the token.
+            session: The conversation: providers' state and the token of a pause live in it.
             middleware: Run-level agent middleware, after the agent's own (core's ``Agent`` order).
-            responses: Answers keyed by request id (see :attr:`pending_requests`), passed to the
-                workflow unchanged.
-            continuation_token: The token from the paused response; overrides ``options`` and
-                the session.
-            checkpoint_id: Restore this checkpoint; needs no token.
+            responses: Answers keyed by request id, with ``continuation_token`` (or the session's).
+            continuation_token: The paused response's token; overrides ``options`` and the session.
+            checkpoint_id: Restore this checkpoint (needs no token).
             checkpoint_storage: Checkpoint storage for this run.
-            options: Run options. ``continuation_token`` is read as the resume token (core's
-                convention for resumable agents); the mapping is given to context providers as
-                ``SessionContext.options``.
-            tools: Forwarded to the workflow run as a run keyword argument when not None.
+            options: Run options (``continuation_token`` read from them; given to context providers).
+            tools: Forwarded to the workflow run (when not None).
             function_invocation_kwargs: Forwarded like ``tools`` (orchestrations pass it).
-            client_kwargs: Forwarded like ``tools`` (orchestrations pass it).
+            client_kwargs: Forwarded like ``tools``.
             **kwargs: Forwarded to :meth:`FunctionalWorkflow.run`.
 
-        Returns:
-            An awaitable ``AgentResponse`` or a response stream whose last update carries the token.
-
         Raises:
-            ValueError: Wrong argument shape; no response names a pending request; an answer
-                matches no pending request or cannot be converted to its ``response_type``.
+            ValueError: Wrong argument shape, or an answer that matches no request or does not convert.
             TypeError: ``options`` is not a mapping; an ``input_mapper`` agent got non-chat input.
             ContinuationAuthorityError: A resume without valid authority.
             PendingContinuationError: New input or a checkpoint restore while a continuation is pending.
             WorkflowRunningError: The workflow is already running.
 
-        With a continuation store, a resume whose token this process does not hold raises these
-        (except the argument-shape errors and a malformed token, which still raise here) on the
-        first ``await`` of the result or the first iteration of the stream, not at this call; the
-        rejected call changes nothing.
+        With a continuation store, a resume only the store can judge raises these on the first
+        ``await`` or iteration instead, changing nothing.
         """
         extras: dict[str, Any] = {
             "responses": responses,
@@ -429,68 +303,46 @@ class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAge
         extras: dict[str, Any],
     ) -> Callable[[], Awaitable[AgentResponse] | ResponseStream[AgentResponseUpdate, AgentResponse]]:
         """Plan one call (every check raises here) and return what starts it."""
-        responses = extras.pop("responses", None)
-        continuation_token = extras.pop("continuation_token", None)
-        checkpoint_id = extras.pop("checkpoint_id", None)
-        checkpoint_storage = extras.pop("checkpoint_storage", None)
-        plan = self._planner.plan(
+        args = CallArgs(
             messages,
-            session=session,
-            responses=responses,
-            continuation_token=continuation_token,
-            checkpoint_id=checkpoint_id,
-            checkpoint_storage=checkpoint_storage,
-            options=options,
-            run_kwargs={
-                **{
-                    name: value
-                    for name, value in (
-                        ("tools", tools),
-                        ("function_invocation_kwargs", function_invocation_kwargs),
-                        ("client_kwargs", client_kwargs),
-                    )
-                    if value is not None
-                },
-                **extras,
-            },
+            extras.pop("responses", None),
+            extras.pop("continuation_token", None),
+            extras.pop("checkpoint_id", None),
         )
-        return functools.partial(self._start, plan, stream)
+        checkpoint_storage = extras.pop("checkpoint_storage", None)
+        given = {
+            "tools": tools,
+            "function_invocation_kwargs": function_invocation_kwargs,
+            "client_kwargs": client_kwargs,
+        }
+        run_kwargs = {**{name: value for name, value in given.items() if value is not None}, **extras}
+        plan = self._planner.plan(
+            args, session=session, checkpoint_storage=checkpoint_storage, options=options, run_kwargs=run_kwargs
+        )
+        return functools.partial(self._start, self._runner.open(plan), stream)
 
     def _start(
-        self, plan: Any, stream: bool
+        self, call: AgentCall, stream: bool
     ) -> Awaitable[AgentResponse] | ResponseStream[AgentResponseUpdate, AgentResponse]:
-        """Start a planned call: the response stream, or the awaitable response."""
+        """Start an opened call: the response stream, or the awaitable response."""
         response_id = uuid.uuid4().hex
-        if stream:
-            agent_stream: ResponseStream[AgentResponseUpdate, AgentResponse] = ResponseStream(
-                self._runner.updates(plan, response_id),
-                finalizer=AgentResponse.from_updates,
-                # close() of an agent stream that was never iterated closes the workflow stream too,
-                # so the workflow run is released (and an unstarted resume hands its claim back).
-                cleanup_hooks=[functools.partial(close_workflow_stream, plan)],
-            )
-            # Only the agent stream keeps the workflow stream alive: dropping it unfinished drops the
-            # workflow stream at once, whose weak finalizer frees the workflow instance (instead of
-            # waiting for the event loop to close the abandoned generator).
-            weakref.finalize(agent_stream, drop_workflow_stream, plan).atexit = False
-            return agent_stream
-        return self._runner.respond(plan, response_id)
+        if not stream:
+            return self._runner.respond(call, response_id)
+        agent_stream: ResponseStream[AgentResponseUpdate, AgentResponse] = ResponseStream(
+            self._runner.updates(call, response_id),
+            finalizer=AgentResponse.from_updates,
+            # close() before iterating closes the workflow stream too (an unstarted resume hands its claim back).
+            cleanup_hooks=[functools.partial(close_workflow_stream, call)],
+        )
+        # Only the agent stream keeps the workflow stream alive: dropping it unfinished frees the instance at
+        # once (the weak finalizer), instead of waiting for the event loop to close the abandoned generator.
+        weakref.finalize(agent_stream, drop_workflow_stream, call).atexit = False
+        return agent_stream
 
     def run_stream(
         self, messages: Any | None = None, **kwargs: Any
     ) -> ResponseStream[AgentResponseUpdate, AgentResponse]:
-        """Alias of ``run(messages, stream=True, **kwargs)``.
-
-        Args:
-            messages: As for :meth:`run`.
-            **kwargs: Any keyword argument of :meth:`run` except ``stream``.
-
-        Returns:
-            The response stream.
-
-        Raises:
-            TypeError: If ``stream`` is passed.
-        """
+        """Alias of ``run(messages, stream=True, **kwargs)``; passing ``stream`` raises ``TypeError``."""
         if "stream" in kwargs:
             raise TypeError("run_stream() always streams; call run(..., stream=False) for a single response.")
         return self.run(messages, stream=True, **kwargs)

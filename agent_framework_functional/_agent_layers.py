@@ -1,16 +1,10 @@
 """Core's agent layers around one agent call: agent middleware, then the ``invoke_agent`` span.
 
-``FunctionalWorkflowAgent`` inherits core's ``AgentMiddlewareLayer`` and ``AgentTelemetryLayer``
-(as core's ``Agent`` does) for their state (``agent_middleware``, the cached pipeline, the telemetry
-provider name) and their helpers, but not their ``run``: theirs forwards only chat-client keyword
-arguments, and the agent's call also carries ``responses``, ``continuation_token``,
-``checkpoint_id``, ``checkpoint_storage`` and workflow run keyword arguments. :func:`run_layered`
-applies the layers in core's order (middleware outermost, the span around the call itself) and
-hands those extras to middleware in ``AgentContext.kwargs``, where it can read or change them.
-
-Without agent middleware the call is planned synchronously, so a rejected call still raises at
-``run(...)``; with middleware it is planned when the pipeline reaches the agent (core's behaviour:
-errors surface on the first ``await`` or iteration).
+The agent inherits core's ``AgentMiddlewareLayer`` and ``AgentTelemetryLayer`` for their state and
+helpers, not their ``run`` (which would drop ``responses``, ``continuation_token``, ``checkpoint_id``,
+``checkpoint_storage`` and workflow run keyword arguments): :func:`run_layered` applies them in core's
+order and hands those extras to middleware in ``AgentContext.kwargs``. Without middleware a rejected
+call raises at ``run(...)``; with it, on the first ``await`` or iteration (core's behaviour).
 """
 
 from __future__ import annotations
@@ -65,28 +59,10 @@ def run_layered(
     client_kwargs: Mapping[str, Any] | None,
     extras: dict[str, Any],
 ) -> AgentResult:
-    """Run one agent call through core's agent middleware and telemetry layers.
+    """Run one agent call through core's agent middleware and telemetry layers (as core's ``Agent.run``).
 
-    Args:
-        agent: The agent (a ``FunctionalWorkflowAgent``).
-        raw: Plans the call synchronously (raising on a rejected call) and returns a function that
-            starts it (an awaitable response, or a response stream).
-        messages: The caller's input.
-
-    Keyword Args:
-        stream: The caller's mode.
-        session: The conversation.
-        middleware: Run-level middleware (agent middleware runs; other kinds are ignored, as the
-            workflow has no chat client).
-        options: Run options.
-        tools: Run-level tools (forwarded to the workflow run).
-        function_invocation_kwargs: Forwarded to the workflow run.
-        client_kwargs: Forwarded to the workflow run.
-        extras: ``responses``, ``continuation_token``, ``checkpoint_id``, ``checkpoint_storage`` and
-            workflow run keyword arguments (``AgentContext.kwargs`` for middleware).
-
-    Returns:
-        An awaitable ``AgentResponse`` or a ``ResponseStream``, as core's ``Agent.run``.
+    ``raw`` plans the call (raising on a rejection) and returns what starts it; ``extras`` (the resume
+    arguments and workflow run keyword arguments) reach middleware as ``AgentContext.kwargs``.
     """
     chain = agent_middleware_of(agent.middleware, middleware)
     if not chain:
@@ -155,7 +131,7 @@ def _traced(
 
     Without a tracer provider the span could not record; skipping it also keeps a dropped response
     stream free of the layer's hooks, which reference the stream (a cycle only the garbage collector
-    frees), so the workflow is released the moment the stream is dropped.
+    frees), so the workflow is freed the moment the stream is dropped.
     """
     if not OBSERVABILITY_SETTINGS.ENABLED or isinstance(trace.get_tracer_provider(), _UNSET_PROVIDERS):
         return cast("AgentResult", start())

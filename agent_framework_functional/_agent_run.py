@@ -1,16 +1,15 @@
-"""Running one accepted agent call of FunctionalWorkflowAgent: providers, the workflow run as updates, the session.
+"""Running one planned agent call of FunctionalWorkflowAgent: providers, events as updates, settling the session.
 
-:class:`AgentRunner` runs a :class:`~._agent_plan.RunPlan` that ``_agent_plan.CallPlanner`` accepted:
-it finishes a deferred acceptance (the store read) before anything else, runs the context providers
-before and after the workflow run (as core's graph ``WorkflowAgent`` does), converts the workflow's
-events with ``_updates.UpdateConverter``, puts the token on the last update and settles the session
-(its stored token equal to the live one). Both agent run modes use it: streaming yields its updates,
-non-streaming folds them (:meth:`AgentRunner.respond`).
+:class:`AgentRunner` opens an :class:`AgentCall` for a :class:`~._agent_plan.CallPlan` (its workflow
+run started at the call when it can), finishes a deferred check first, runs the context providers
+around the workflow run (as core's graph ``WorkflowAgent``), yields the events as updates
+(``_updates.UpdateConverter``) with the token last, and settles the session. Non-streaming folds
+the same updates (:meth:`AgentRunner.respond`).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, Mapping
+from collections.abc import AsyncIterable, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from agent_framework import (
@@ -23,141 +22,167 @@ from agent_framework import (
     WorkflowEvent,
 )
 
-from ._agent_plan import CallPlanner, RunPlan
-from ._chat import map_input
+from ._agent_plan import CallKind, CallPlan, CallPlanner, WorkflowStream
 from ._continuation import FunctionalWorkflowContinuationToken
 from ._core_compat import set_context_response
-from ._session import clear_session_token, session_token, store_session_token
+from ._session import Conversations, clear_session_token, session_token, store_session_token
 from ._updates import UpdateConverter
-from ._workflow import FunctionalWorkflowRunResult, authority_of
+from ._workflow import FunctionalWorkflowRunResult
 
 if TYPE_CHECKING:
     from ._agent import FunctionalWorkflowAgent
 
+AfterProviders = Callable[..., Awaitable[None]]
+"""Runs the context providers' ``after_run`` (core's ``BaseAgent._run_after_providers``, handed in by the agent)."""
 
-def drop_workflow_stream(plan: RunPlan) -> None:
+
+class AgentCall:
+    """One agent call in flight: its plan and the workflow stream it drives (the only reference to it)."""
+
+    __slots__ = ("closed", "plan", "workflow_stream")
+
+    def __init__(self, plan: CallPlan) -> None:
+        self.plan = plan
+        self.workflow_stream: WorkflowStream | None = None
+        self.closed = False  # the agent stream was closed: iterating it afterwards runs nothing
+
+
+def drop_workflow_stream(call: AgentCall) -> None:
     """Weak finalizer of an agent stream: let go of the workflow stream it was driving."""
-    plan.workflow_stream = None
+    call.workflow_stream = None
 
 
-async def close_workflow_stream(plan: RunPlan) -> None:
+async def close_workflow_stream(call: AgentCall) -> None:
     """Cleanup hook of an agent stream: close the workflow stream it holds, if any is left."""
-    plan.closed = True
-    workflow_stream, plan.workflow_stream = plan.workflow_stream, None
+    call.closed = True
+    workflow_stream, call.workflow_stream = call.workflow_stream, None
     if workflow_stream is not None:
         await workflow_stream.close()
 
 
-async def _next_event(plan: RunPlan) -> WorkflowEvent[Any]:
-    """The next workflow event; returns before the caller yields, so it keeps no reference."""
-    assert plan.workflow_stream is not None
-    return await plan.workflow_stream.__anext__()
+async def _next_event(call: AgentCall) -> WorkflowEvent[Any] | None:
+    """The next workflow event (None at the end); returns before the caller yields, so it keeps no reference."""
+    assert call.workflow_stream is not None
+    try:
+        return await call.workflow_stream.__anext__()
+    except StopAsyncIteration:
+        return None
 
 
-async def _final_token(plan: RunPlan) -> FunctionalWorkflowContinuationToken | None:
-    """The finished workflow run's continuation token (None unless it paused)."""
-    assert plan.workflow_stream is not None
-    run_result: FunctionalWorkflowRunResult = await plan.workflow_stream.get_final_response()
+async def _final_token(call: AgentCall) -> FunctionalWorkflowContinuationToken | None:
+    """The finished run's token (None unless it paused); the finished stream needs no closing."""
+    assert call.workflow_stream is not None
+    run_result: FunctionalWorkflowRunResult = await call.workflow_stream.get_final_response()
+    call.workflow_stream = None
     return run_result.continuation_token
 
 
+class _Reply:
+    """The updates of one call: all of them for the response, the approval requests kept for the end."""
+
+    __slots__ = ("converter", "requests", "updates")
+
+    def __init__(self, converter: UpdateConverter) -> None:
+        self.converter = converter
+        self.updates: list[AgentResponseUpdate] = []
+        self.requests: list[AgentResponseUpdate] = []
+
+    def add(self, event: WorkflowEvent[Any]) -> list[AgentResponseUpdate]:
+        """Convert ``event``; returns the updates to yield now (approval requests wait for the settled session)."""
+        converted = self.converter.convert(event)
+        self.updates.extend(converted)
+        if event.type == "request_info":
+            self.requests.extend(converted)
+            return []
+        return converted
+
+
 class AgentRunner:
-    """Runs the accepted calls of one :class:`FunctionalWorkflowAgent` (internal).
+    """Runs the planned calls of one :class:`FunctionalWorkflowAgent` (internal).
 
     Args:
-        agent: The agent it serves (its id, name and context providers).
-        planner: The agent's :class:`~._agent_plan.CallPlanner` (deferred acceptance, the conversations'
-            instances, the session-less conversation's answers so far).
+        agent: The agent it serves (id, name, context providers).
+        planner: The agent's :class:`~._agent_plan.CallPlanner`.
+        conversations: The agent's conversations (instances, the session-less one's answers).
+        after_providers: The agent's ``after_run`` step of the context providers.
     """
 
-    def __init__(self, agent: FunctionalWorkflowAgent, planner: CallPlanner) -> None:
+    def __init__(
+        self,
+        agent: FunctionalWorkflowAgent,
+        planner: CallPlanner,
+        conversations: Conversations,
+        after_providers: AfterProviders,
+    ) -> None:
         self.agent = agent
         self.planner = planner
+        self.conversations = conversations
+        self.after_providers = after_providers
 
-    # ------------------------------------------------------------------ run (shared by both modes)
+    def open(self, plan: CallPlan) -> AgentCall:
+        """The call in flight; its workflow run starts now when it can (so the workflow's checks raise here)."""
+        call = AgentCall(plan)
+        if plan.starts_now:
+            try:
+                call.workflow_stream = self.planner.start(plan)
+            except BaseException:
+                self.planner.discard(plan)
+                raise
+        return call
 
-    async def respond(self, plan: RunPlan, response_id: str) -> AgentResponse:
-        updates = [update async for update in self.updates(plan, response_id)]
+    async def respond(self, call: AgentCall, response_id: str) -> AgentResponse:
+        """The non-streaming answer: the same updates, folded."""
+        updates = [update async for update in self.updates(call, response_id)]
         response = AgentResponse.from_updates(updates)
         response.response_id = response_id
         response.agent_id = self.agent.id
         return response
 
-    async def updates(self, plan: RunPlan, response_id: str) -> AsyncIterable[AgentResponseUpdate]:
-        """Providers before, the workflow's events as updates, session bookkeeping, providers after.
+    async def updates(self, call: AgentCall, response_id: str) -> AsyncIterable[AgentResponseUpdate]:
+        """Providers before, the workflow's events as updates, the settled session, providers after.
 
-        Approval requests are held until the run ended and its token is stored in the session (the
-        pause is saved before the token is issued), so a caller that stops reading at the approval
-        request can still answer it. The token update comes last (nothing may follow it: core's
-        ``from_updates`` keeps the last update's token), so the after-run providers see the full
-        response before it is yielded. The workflow stream lives only in ``plan`` (no local holds it
-        across a ``yield``), so a dropped agent stream releases the workflow run at once.
+        Approval requests and the token come after the session is settled (a caller that stops at
+        the request can still answer it; core's ``from_updates`` keeps the last update's token). No
+        local holds the workflow stream across a ``yield``, so dropping the agent stream frees the run.
         """
+        if call.closed:
+            return  # closed before it was iterated: its run was freed, so start nothing
+        await self._accept_deferred(call)
+        reply = _Reply(UpdateConverter(author_name=self.agent.name, agent_id=self.agent.id, response_id=response_id))
         token: FunctionalWorkflowContinuationToken | None = None
-        finished = False
-        updates: list[AgentResponseUpdate] = []
-        held: list[AgentResponseUpdate] = []
-        converter = UpdateConverter(author_name=self.agent.name, agent_id=self.agent.id, response_id=response_id)
-        if plan.closed:
-            return  # closed before it was iterated: its run was released, so start nothing
-        if plan.deferred is not None:
-            # A rejection raises here, before providers, the workflow or the session are touched.
-            try:
-                await self.planner.accept_deferred(plan, plan.deferred)
-            except BaseException:
-                if not plan.was_live:
-                    self.planner.release(plan.session, plan.workflow)  # a rejected call leaves no instance behind
-                raise
         try:
-            provider_session, context = await self._before_run(plan)
-            if plan.workflow_stream is None:
+            provider_session, context = await self._before_run(call.plan)
+            if call.workflow_stream is None:
                 conversation = context.get_messages(include_input=True)
-                planner = self.planner
-                workflow_input = map_input(
-                    planner.input_mode, plan.raw_input, plan.input_messages, conversation, planner.input_mapper
-                )
-                plan.workflow_stream = plan.workflow.run(
-                    workflow_input, stream=True, checkpoint_storage=plan.checkpoint_storage, **plan.run_kwargs
-                )
-            while True:
-                try:
-                    event = await _next_event(plan)
-                except StopAsyncIteration:
-                    break
-                for update in converter.convert(event):
-                    updates.append(update)
-                    if event.type == "request_info":
-                        held.append(update)
-                    else:
-                        yield update
-            token = await _final_token(plan)
-            finished = True
+                call.workflow_stream = self.planner.start(call.plan, self.planner.fresh_input(call.plan, conversation))
+            while (event := await _next_event(call)) is not None:
+                for update in reply.add(event):
+                    yield update
+            token = await _final_token(call)
         finally:
-            workflow_stream, plan.workflow_stream = plan.workflow_stream, None
-            if workflow_stream is not None and not finished:
-                await workflow_stream.close()
-            # Dropping the last reference lets an unstarted run hand its claim back right away.
-            del workflow_stream
-            await self._settle_session(plan, token)
-            self.planner.release(plan.session, plan.workflow)
-        final_update = converter.token_update(token) if token is not None else None
-        if final_update is not None:
-            updates.append(final_update)
-        set_context_response(context, AgentResponse.from_updates(updates))
-        await self.agent._run_after_providers(session=provider_session, context=context)  # pyright: ignore[reportPrivateUsage]
-        for update in held:
+            await self._settle(call, token)
+        for update in await self._after_run(reply, token, provider_session, context):
             yield update
-        if final_update is not None and self.agent.continuation_token_on_response:
-            yield final_update
 
-    async def _before_run(self, plan: RunPlan) -> tuple[AgentSession | None, SessionContext]:
+    async def _accept_deferred(self, call: AgentCall) -> None:
+        """Decide a deferred call through the store; a rejection raises before anything ran or changed."""
+        if call.plan.kind is not CallKind.DEFERRED:
+            return
+        try:
+            call.plan = await self.planner.accept_deferred(call.plan)
+            if call.plan.starts_now:
+                call.workflow_stream = self.planner.start(call.plan)
+        except BaseException:
+            self.planner.discard(call.plan)
+            raise
+
+    async def _before_run(self, plan: CallPlan) -> tuple[AgentSession | None, SessionContext]:
         """Run the context providers' ``before_run`` exactly as core's graph ``WorkflowAgent`` does."""
-        if plan.session is not None and not any(
-            provider.load_messages for provider in self.agent.context_providers if isinstance(provider, HistoryProvider)
-        ):
-            self.agent.context_providers.append(InMemoryHistoryProvider())
+        providers = self.agent.context_providers
+        if plan.session is not None and not any(p.load_messages for p in providers if isinstance(p, HistoryProvider)):
+            providers.append(InMemoryHistoryProvider())
         provider_session = plan.session
-        if provider_session is None and self.agent.context_providers:
+        if provider_session is None and providers:
             provider_session = AgentSession()
         context = SessionContext(
             session_id=provider_session.session_id if provider_session else None,
@@ -165,30 +190,51 @@ class AgentRunner:
             input_messages=list(plan.input_messages),
             options=dict(plan.options),
         )
-        for provider in self.agent.context_providers:
+        for provider in providers:
             if isinstance(provider, HistoryProvider) and not provider.load_messages:
                 continue
             assert provider_session is not None
-            await provider.before_run(
-                agent=self.agent,
-                session=provider_session,
-                context=context,
-                state=provider_session.state.setdefault(provider.source_id, {}),
-            )
+            state = provider_session.state.setdefault(provider.source_id, {})
+            await provider.before_run(agent=self.agent, session=provider_session, context=context, state=state)
         return provider_session, context
 
-    async def _settle_session(self, plan: RunPlan, token: Mapping[str, Any] | None) -> None:
-        """Keep the conversation's stored token and answers equal to the live pause (stored, or removed).
+    async def _after_run(
+        self,
+        reply: _Reply,
+        token: FunctionalWorkflowContinuationToken | None,
+        provider_session: AgentSession | None,
+        context: SessionContext,
+    ) -> list[AgentResponseUpdate]:
+        """Providers see the full response; returns what is yielded last: the requests, then the token."""
+        final_update = reply.converter.token_update(token) if token is not None else None
+        if final_update is not None:
+            reply.updates.append(final_update)
+        set_context_response(context, AgentResponse.from_updates(reply.updates))
+        await self.after_providers(session=provider_session, context=context)
+        if final_update is not None and self.agent.continuation_token_on_response:
+            return [*reply.requests, final_update]
+        return reply.requests
 
-        With a continuation store "live" is the store's view, so a token spent or abandoned in any
-        process is removed, and a token of a pause held by another process is kept while it is valid.
+    async def _settle(self, call: AgentCall, token: Mapping[str, Any] | None) -> None:
+        """Close what is left of the run, settle the session, detach an idle instance."""
+        workflow_stream, call.workflow_stream = call.workflow_stream, None
+        if workflow_stream is not None:
+            await workflow_stream.close()
+        # Dropping the last reference lets an unstarted run hand its claim back right away.
+        del workflow_stream
+        await self._settle_session(call.plan, token)
+        self.conversations.detach_idle(call.plan.session, call.plan.workflow)
+
+    async def _settle_session(self, plan: CallPlan, token: Mapping[str, Any] | None) -> None:
+        """Keep the conversation's stored token and answers equal to its resumable pause (stored, or removed).
+
+        With a continuation store "resumable" is the store's view: a token spent or abandoned in any
+        process is removed, one of a pause kept by another process stays while it is valid.
         """
         session = plan.session
         if session is None:
-            if token is not None:
-                self.planner.answers_so_far, self.planner.answers_token = plan.answers, dict(token)
-            elif not plan.workflow.has_pending_continuation:
-                self.planner.forget_answers()
+            if token is not None or not plan.workflow.has_pending_continuation:
+                self.conversations.remember_answers(plan.answers, token)
             return
         if token is not None:
             store_session_token(session, self.agent.id, token, plan.answers)
@@ -197,8 +243,8 @@ class AgentRunner:
         if stored is None:
             return
         try:
-            current = await authority_of(plan.workflow).is_resumable(stored)
+            resumable = await plan.workflow.token_is_resumable(stored)
         except Exception:  # store unreadable: keep the token; a resume checks it again anyway
-            current = True
-        if not current:
+            resumable = True
+        if not resumable:
             clear_session_token(session, self.agent.id)

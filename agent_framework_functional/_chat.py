@@ -1,18 +1,9 @@
-"""Chat input of the agent adapter: what the workflow receives, and chat-native answers as responses.
+"""Chat input of the agent: what the workflow receives, this turn's answers, and those answers as responses.
 
-Two jobs, each small and pure enough to test on its own:
-
-* **Input mapping.** Decide what the workflow function's message parameter receives when the agent
-  is called with chat input (``str``, ``Message``, ``Content`` or a list of them), from the
-  parameter's annotation or an explicit ``input_mapper``.
-* **Chat-native answers.** Turn ``function_approval_response`` / ``function_result`` contents of the
-  incoming messages into ``responses`` for the pending requests, converted to each request's
-  ``response_type`` the way core converts responses, so a bad answer is rejected before the
-  continuation is touched.
-
-Authority comes first (:func:`check_authority`, the workflow's read-only check), then the answers
-are converted against the verified pause; core's private helpers are reached only through
-``_core_compat``.
+Input mapping follows the workflow function's message annotation (or an ``input_mapper``); chat-native
+answers (``function_approval_response`` / ``function_result`` contents) become ``responses`` converted
+to each request's ``response_type``, after the planner checked authority (AGENTS.md invariant 2), so a
+bad answer is refused before the pause is touched. Core's private helpers come only through ``_core_compat``.
 """
 
 from __future__ import annotations
@@ -21,18 +12,14 @@ import inspect
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, Union
+from dataclasses import dataclass
+from typing import Any, Literal, Union
 
 from agent_framework import Content, Message, RunContext, WorkflowEvent, normalize_messages
 
 from ._answers import accepts_none, convert_answer, parse_json_text, type_name
 from ._core_compat import accepts
 from ._errors import ResponseMismatchError
-from ._workflow import verify_now
-
-if TYPE_CHECKING:
-    from ._authority import VerifiedContinuation
-    from ._workflow import FunctionalWorkflow
 
 InputMode = Literal["text", "message", "messages", "as_given"]
 InputMapper = Callable[[list[Message]], Any]
@@ -64,19 +51,10 @@ def chat_messages(value: Any) -> list[Message]:
 
 
 def input_mode_for(func: Callable[..., Any]) -> InputMode:
-    """Decide what the workflow function's message parameter receives, from its annotation.
+    """What the workflow function's message parameter (the first that is not the ``RunContext``) receives.
 
-    Core gives the message to the first parameter that is not the ``RunContext`` (annotated
-    ``RunContext`` or named ``ctx``); this reads that parameter's annotation:
-    ``str`` -> ``"text"``, ``Message`` -> ``"message"``, ``list[Message]`` / ``Sequence[Message]``
-    -> ``"messages"``, anything else (unannotated, ``Any``, other types) -> ``"as_given"``.
-    ``X | None`` counts as ``X``.
-
-    Args:
-        func: The workflow function.
-
-    Returns:
-        The input mode.
+    ``str`` -> ``"text"``, ``Message`` -> ``"message"``, ``list[Message]`` / ``Sequence[Message]`` ->
+    ``"messages"``, anything else -> ``"as_given"``; ``X | None`` counts as ``X``.
     """
     try:
         hints = typing.get_type_hints(func)
@@ -113,17 +91,10 @@ def map_input(
     conversation: list[Message],
     mapper: InputMapper | None,
 ) -> Any:
-    """Return what the workflow function receives for a fresh run.
+    """What the workflow function receives for a fresh run.
 
-    Args:
-        mode: From :func:`input_mode_for`.
-        raw: The ``messages`` argument exactly as the caller passed it.
-        caller_messages: ``raw`` normalised to messages (empty for non-chat input).
-        conversation: Context-provider messages followed by ``caller_messages``.
-        mapper: Explicit ``input_mapper``; receives ``conversation``.
-
-    Returns:
-        The workflow input.
+    ``raw`` is the caller's argument, ``caller_messages`` it normalised, ``conversation`` the context
+    providers' messages then ``caller_messages`` (what an ``input_mapper`` receives).
     """
     if mapper is not None:
         return mapper(conversation)
@@ -174,16 +145,35 @@ def answer_tail(messages: Sequence[Message]) -> list[Message]:
     return tail
 
 
-def text_answer(messages: Sequence[Message], pending: Mapping[str, WorkflowEvent[Any]]) -> dict[str, Any] | None:
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """This turn's part of the input (after the last assistant message) and the answers it carries."""
+
+    messages: list[Message]
+    answers: list[Content]
+    only_answers: bool
+
+
+def read_turn(messages: Sequence[Message], *, with_answers: bool) -> Turn:
+    """This turn's part of ``messages``; with ``with_answers``, its answers (those at the very end win)."""
+    turn = resume_part(messages)
+    if not with_answers:
+        return Turn(turn, [], False)
+    tail = answer_tail(turn)  # answers at the very end resume, whatever text of this turn preceded them
+    answers = answer_contents(tail or turn)
+    return Turn(turn, answers, bool(answers) and not has_other_contents(tail or turn))
+
+
+def text_answer(messages: Sequence[Message], requests: Mapping[str, WorkflowEvent[Any]]) -> dict[str, Any] | None:
     """Plain text as the answer to the one pending ``str`` request, or None when that does not apply.
 
     Applies when exactly one request is pending, its ``response_type`` is ``str``, and a message with
     role ``user`` carries text that is not only whitespace (the last such message's text is the
     answer): a system or tool message never answers for the person.
     """
-    if len(pending) != 1:
+    if len(requests) != 1:
         return None
-    request_id, event = next(iter(pending.items()))
+    request_id, event = next(iter(requests.items()))
     users = [message for message in messages if message.role == "user"]
     text = users[-1].text if users else ""
     if event.response_type is not str or not text.strip():
@@ -205,39 +195,25 @@ def has_other_contents(messages: Sequence[Message]) -> bool:
     )
 
 
-def answers_to_responses(answers: Sequence[Content], pending: Mapping[str, WorkflowEvent[Any]]) -> dict[str, Any]:
-    """Map chat-native answers to ``responses`` for the pending requests, converting each value.
+def answers_to_responses(answers: Sequence[Content], requests: Mapping[str, WorkflowEvent[Any]]) -> dict[str, Any]:
+    """Chat-native answers as ``responses`` for the pause's requests, each converted to its ``response_type``.
 
-    Matching: a ``function_approval_response`` answers the request whose id equals its ``id``; a
-    ``function_result`` answers the request whose id equals its ``call_id``.
-
-    Values: an approval gives ``approved`` when the request's ``response_type`` is ``bool`` and the
-    ``Content`` itself when the type accepts it (``Content``, ``Any``); a function result gives the
-    ``Content`` itself when the type is ``Content``, else its ``result`` (a JSON value, or JSON text
-    of one; text the type takes stays text) converted to the type by ``_answers.convert_answer``:
-    core's rules, then pydantic's (enums, ``Literal``, dataclasses, pydantic models, lists of them).
-    An empty result answers only a type that takes ``None``.
-
-    Args:
-        answers: From :func:`answer_contents`.
-        pending: The workflow's pending requests (request id -> ``request_info`` event).
-
-    Returns:
-        Request id -> converted value, ready for ``FunctionalWorkflow.run(responses=...)``.
+    A ``function_approval_response`` answers the request named by its ``id`` (``approved`` for a
+    ``bool``, the ``Content`` for a type that takes it); a ``function_result`` the one named by its
+    ``call_id`` (its ``result`` through ``_answers.convert_answer``, or the ``Content`` for ``Content``).
 
     Raises:
-        ResponseMismatchError: An answer has no id, matches no pending request, answers a request
-            twice, or cannot be converted to the request's ``response_type`` (also when its JSON
-            nests too deeply to read). Nothing has changed.
+        ResponseMismatchError: An answer names no pending request, answers one twice, or does not
+            convert. Nothing has changed.
     """
     responses: dict[str, Any] = {}
     for answer in answers:
         request_id = answer.id if answer.type == "function_approval_response" else answer.call_id
         key = "id" if answer.type == "function_approval_response" else "call_id"
-        if not request_id or request_id not in pending:
+        if not request_id or request_id not in requests:
             raise ResponseMismatchError(
                 f"A {answer.type} content in the input does not answer a pending request (its {key} must be "
-                f"one of {sorted(pending)!r}). The continuation is still pending: resend the answers with "
+                f"one of {sorted(requests)!r}). The continuation is still pending: resend the answers with "
                 "those ids.",
                 request_id=request_id or None,
             )
@@ -247,7 +223,7 @@ def answers_to_responses(answers: Sequence[Content], pending: Mapping[str, Workf
                 "The continuation is still pending.",
                 request_id=request_id,
             )
-        responses[request_id] = _answer_value(answer, request_id, pending[request_id].response_type)
+        responses[request_id] = _answer_value(answer, request_id, requests[request_id].response_type)
     return responses
 
 
@@ -274,21 +250,3 @@ def _answer_value(answer: Content, request_id: str, response_type: Any) -> Any:
 
 
 _NO_VALUE = object()
-
-
-def check_authority(workflow: FunctionalWorkflow, token: object) -> VerifiedContinuation | None:
-    """Check ``token`` before the answers are read (AGENTS.md invariant 2: authority first); read-only.
-
-    Args:
-        workflow: The workflow instance.
-        token: Whatever the caller presented.
-
-    Returns:
-        The verified pause, or None when only an asynchronous check can decide (a well-shaped token
-        of a pause held in a continuation store): verify it with
-        ``await workflow.verify_continuation_token_async(token)`` inside the run.
-
-    Raises:
-        ContinuationAuthorityError: The token does not authorise a resume (fixed message).
-    """
-    return verify_now(workflow, token)

@@ -14,12 +14,15 @@ import typing
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent_framework import AgentSession
 from pydantic_core import to_jsonable_python
 
 from ._continuation import presented_secret
+
+if TYPE_CHECKING:
+    from ._workflow import FunctionalWorkflow
 
 SESSION_STATE_KEY = "agent_framework_functional"
 """Key of this package's entry in ``AgentSession.state``: ``{agent_id: {"continuation_token": ..., "answers": ...}}``.
@@ -53,15 +56,9 @@ def session_token(session: AgentSession | None, agent_id: str) -> Mapping[str, A
 def store_session_token(
     session: AgentSession, agent_id: str, token: Mapping[str, Any], answers: Mapping[str, Any] | None = None
 ) -> None:
-    """Store ``token`` (a plain JSON-safe dict) and the answers so far under this agent's entry of ``session.state``.
+    """Store ``token`` and the answers so far (JSON-safe, so hosts can serialise the session) under ``agent_id``.
 
-    Args:
-        session: The conversation's session.
-        agent_id: The agent's id (one entry per agent, so several agents can share a session).
-        token: The pause's continuation token.
-        answers: Answers given so far in the run chain (request id -> value), kept JSON-safe
-            (pydantic's ``to_jsonable_python``) so hosts can serialise the session; core converts them
-            back to each request's ``response_type`` when it replays.
+    Core converts the answers back to each request's ``response_type`` when it replays.
     """
     entry = session.state.get(SESSION_STATE_KEY)
     entries: dict[str, Any] = dict(typing.cast(Mapping[str, Any], entry)) if isinstance(entry, Mapping) else {}
@@ -138,23 +135,15 @@ def _agent_entry(session: AgentSession, agent_id: str) -> Mapping[str, Any] | No
 class LiveConversations:
     """The live workflow instances of one template's conversations, by session id, bounded (internal).
 
-    Bounded by the pause TTL and an optional maximum count, swept on access (no thread):
-
-    * expired first: an instance whose pause is older than its TTL is released (token refused,
-      checkpoint deleted; with a store the record has expired too);
-    * then, when a pause leaves more than ``max_count`` held, the least recently paused one is evicted
-      (without a store its pause is released: a later answer gets ``StaleContinuationError``; with a
-      store only the instance goes, the pause stays resumable through the store);
-    * a running instance, or one not paused yet, is never evicted (so the count can exceed
-      ``max_count`` while that many run at once).
-
-    Entries are kept in the order they last paused (``touch``), so the expired ones are at the front
-    and a sweep stops at the first pause still live: its cost is the number of entries it releases.
+    Swept on access (no thread): a pause past its TTL lapses (token, checkpoint and instance go);
+    over ``max_count`` the least recently paused instance is evicted (without a store its pause is
+    dropped, with one only the instance goes); a running or not yet paused instance is never touched.
+    Entries stay in the order they last paused (``touch``), so a sweep stops at the first live pause.
 
     Args:
-        expires_at: The instance's pause expiry (seconds since the epoch), or None when it holds no pause.
-        lapse: Release an expired instance's pause.
-        evict: Release an evicted instance's pause.
+        expires_at: The instance's pause expiry (seconds since the epoch), or None when it has no pause.
+        lapse: Drop an expired instance's pause.
+        evict: Let go of an evicted instance's pause.
         max_count: Most instances kept (None: no limit but the TTL).
     """
 
@@ -174,7 +163,7 @@ class LiveConversations:
         self.entries: OrderedDict[str, Any] = OrderedDict()
 
     def add(self, session_id: str, workflow: Any) -> None:
-        """Hold ``workflow`` for ``session_id``, after a sweep of the expired ones."""
+        """Keep ``workflow`` for ``session_id``, after a sweep of the expired ones."""
         self.sweep()
         self.entries[session_id] = workflow
 
@@ -186,19 +175,19 @@ class LiveConversations:
                 self._evict_over_count(keep=session_id)
 
     def sweep(self, now: float | None = None) -> int:
-        """Release the instances whose pause expired; returns how many were released."""
+        """Lapse the instances whose pause expired; returns how many lapsed."""
         now = time.time() if now is None else now
-        released: list[str] = []
+        lapsed: list[str] = []
         for session_id, workflow in self.entries.items():
             expires_at = self._expires_at(workflow)
             if expires_at is None or workflow.is_running:
-                continue  # running or not paused yet: never released here
+                continue  # running or not paused yet: never lapsed here
             if expires_at > now:
                 break  # the rest paused later
-            released.append(session_id)
-        for session_id in released:
+            lapsed.append(session_id)
+        for session_id in lapsed:
             self._lapse(self.entries.pop(session_id), now)
-        return len(released)
+        return len(lapsed)
 
     def _evict_over_count(self, keep: str) -> None:
         assert self.max_count is not None
@@ -214,23 +203,12 @@ class LiveConversations:
 
 
 _LIVE: weakref.WeakKeyDictionary[Any, LiveConversations] = weakref.WeakKeyDictionary()
-"""The live workflow instance of each paused conversation in this process: template -> conversations.
+"""Each template's live conversation instances in this process (template: the agent's session-less instance).
 
-The template is the workflow instance an agent was built on (its session-less conversation); each
-conversation with a session gets its own instance of the same definition, found by the session's id, not
-the session object: hosts rebuild session objects between turns (AG-UI), copy them (Responses hosting) or
-restore them from a checkpoint (orchestrations), and the conversation is still the same. An entry exists
-only while its instance has something pending or running, so memory returns to its baseline when the
-conversations finish, and a pause nobody answers is released within its TTL (:class:`LiveConversations`).
-It is never serialized: a session restored in another process (or served by another template) resumes
-through the workflow's continuation store. Resuming still needs the token (from the session's state, the
-argument or ``options``); the id only finds the instance holding the pause.
+Found by session id, not the session object (hosts rebuild, copy or restore session objects), kept only
+while something is paused or running, never serialized: a session restored elsewhere resumes through the
+continuation store, and a resume still needs the token (the id only finds the instance).
 """
-
-
-def live_registry(template: Any) -> LiveConversations | None:
-    """The registry of ``template``'s conversations, if one was made (``register_template``)."""
-    return _LIVE.get(template)
 
 
 def register_template(template: Any, registry: LiveConversations) -> LiveConversations:
@@ -272,3 +250,90 @@ def live_conversations(template: Any) -> int:
     """How many conversations on ``template`` have a live workflow instance (for tests and benchmarks)."""
     registry = _LIVE.get(template)
     return len(registry.entries) if registry is not None else 0
+
+
+# ---------------------------------------------------------------------------------------------- one agent's
+
+
+class Conversations:
+    """One agent's conversations: each one's workflow instance, and the session-less one's answers (internal).
+
+    Without a session the agent is one conversation on ``template``; with one, each conversation has
+    its own instance (same definition and storages, bound to the conversation), attached by session id
+    while it has something pending, its token and answers in ``session.state``.
+    """
+
+    def __init__(self, template: FunctionalWorkflow, agent_id: str, max_conversations: int | None) -> None:
+        if max_conversations is not None and (
+            type(max_conversations) is not int or max_conversations < 1  # pyright: ignore[reportUnnecessaryComparison]
+        ):
+            raise ValueError("'max_conversations' must be a positive int (or None for no limit but the pause TTL).")
+        registry = LiveConversations(
+            lambda live: live.pause_expires_at(),
+            lambda live, now: live.lapse_pause(now),
+            lambda live: live.evict_pause(),
+            max_conversations,
+        )
+        register_template(template, registry)
+        self.template = template
+        self.agent_id = agent_id
+        # The session-less conversation's answers so far, valid only with the token they paused with.
+        self.answers_so_far: dict[str, Any] = {}
+        self.answers_token: dict[str, Any] | None = None
+
+    def workflow_for(self, session: AgentSession | None, *, create: bool = True) -> FunctionalWorkflow | None:
+        """The conversation's instance: ``template`` without a session, else the session's (made when asked)."""
+        if session is None:
+            return self.template
+        workflow = attached_workflow(self.template, session)
+        if workflow is None and create:
+            template = self.template
+            workflow = template.definition.build(
+                checkpoint_storage=template.checkpoint_storage,
+                continuation_store=template.continuation_store,
+                continuation_ttl=template.continuation_ttl,
+            )
+            workflow.bind_conversation(conversation_of(session))
+            attach_workflow(template, session, workflow)
+        return workflow
+
+    def existing_instance(self, session: AgentSession) -> FunctionalWorkflow | None:
+        """The session's attached instance; one whose pause expired is detached first (then None)."""
+        workflow: FunctionalWorkflow | None = attached_workflow(self.template, session)
+        if workflow is not None and not workflow.is_running and workflow.lapse_pause():
+            detach_workflow(self.template, session)
+            return None
+        return workflow
+
+    def detach_idle(self, session: AgentSession | None, workflow: FunctionalWorkflow) -> None:
+        """Detach a conversation's instance once it has nothing paused or running (memory back to baseline)."""
+        if session is None or workflow is self.template or attached_workflow(self.template, session) is not workflow:
+            return
+        if not workflow.has_pending_continuation and not workflow.is_running:
+            detach_workflow(self.template, session)
+        else:
+            touch_workflow(self.template, session)  # paused (or still running): last in the sweep order
+
+    def remember_answers(self, answers: dict[str, Any], token: Mapping[str, Any] | None) -> None:
+        """Keep the session-less conversation's answers for its new pause (``token``); None forgets them."""
+        self.answers_so_far, self.answers_token = (answers, dict(token)) if token is not None else ({}, None)
+
+    def answers_for(self, session: AgentSession | None, secret: bytes) -> dict[str, Any]:
+        """The answers given so far in the run chain whose pause has the token ``secret``."""
+        if session is not None:
+            return session_answers(session, self.agent_id, secret)
+        return dict(self.answers_so_far) if presented_secret(self.answers_token) == secret else {}
+
+    def abandon_token(
+        self, token: Mapping[str, Any] | None, force: bool, session: AgentSession | None
+    ) -> Mapping[str, Any] | None:
+        """The token an abandonment uses: the given one, else (without ``force``) the session's."""
+        return session_token(session, self.agent_id) if token is None and not force else token
+
+    def forget_abandoned(self, session: AgentSession | None, workflow: FunctionalWorkflow) -> None:
+        """After an abandonment: drop the remembered answers, the session's token and the instance."""
+        if session is None:
+            self.remember_answers({}, None)
+            return
+        clear_session_token(session, self.agent_id)
+        self.detach_idle(session, workflow)

@@ -236,23 +236,27 @@ class LiveText:
             del self._runs[self._message_start :]
             self._open = False
         for content in update.contents:
-            if content.type != "text":
-                self._open = False
-                continue
-            text = content.text or ""
-            if not self._open:
-                self._runs.append([text])
-                self._open = True
-            elif content.merge_mode == "replace":
-                self._runs[-1] = [text]
-            else:
-                self._runs[-1].append(text)
+            self._add_content(content)
         if update.author_name is not None:
             self._author = update.author_name
         if update.role is not None:
             self._role = update.role
         if update.message_id:
             self._message_id = update.message_id
+
+    def _add_content(self, content: Content) -> None:
+        """One content: text joins the open run (or replaces it); anything else closes the run."""
+        if content.type != "text":
+            self._open = False
+            return
+        text = content.text or ""
+        if not self._open:
+            self._runs.append([text])
+            self._open = True
+        elif content.merge_mode == "replace":
+            self._runs[-1] = [text]
+        else:
+            self._runs[-1].append(text)
 
     def _starts_new_message(self, update: AgentResponseUpdate) -> bool:
         """Core's rule in ``_process_update`` for when an update opens a new message."""

@@ -18,7 +18,7 @@ from agent_framework import FunctionalWorkflow as _CoreFunctionalWorkflow
 
 from ._abandon import ContinuationAbandonment
 from ._authority import VerifiedContinuation
-from ._authority_protocol import Authority, ResumeTicket
+from ._authority_protocol import ResumeTicket
 from ._core_compat import build_core, functional_workflows_experimental
 from ._errors import ContinuationAuthorityError, WorkflowRunningError
 from ._run import WorkflowRun, check_checkpoint_storage, check_run_arguments, handle
@@ -322,13 +322,7 @@ class FunctionalWorkflow(ContinuationAbandonment):
     ) -> FunctionalWorkflowAgent:
         """Wrap this instance as a :class:`FunctionalWorkflowAgent` (a core ``BaseAgent``).
 
-        Args:
-            name: Agent name; defaults to the workflow name.
-
-        Keyword Args:
-            description: Agent description; defaults to the workflow description.
-            context_providers: Core context providers, run before and after each agent run.
-            **kwargs: Passed to :class:`FunctionalWorkflowAgent` (for example ``id``, ``middleware``).
+        ``name``, ``description`` (default: the workflow's), ``context_providers`` and ``**kwargs`` go to the agent.
         """
         from ._agent import FunctionalWorkflowAgent
 
@@ -380,16 +374,44 @@ class FunctionalWorkflow(ContinuationAbandonment):
             if run.end(dropped=dropped):
                 self._core = self._new_core()
 
+    # Package-internal questions the agent asks (not public API).
 
-def authority_of(workflow: FunctionalWorkflow) -> Authority:
-    """The authority strategy of ``workflow`` (for the agent adapter, which checks tokens before answers)."""
-    return workflow._authority  # pyright: ignore[reportPrivateUsage]
+    def pause_expires_at(self) -> float | None:
+        """When the unclaimed pause expires (seconds since the epoch), or None when none waits."""
+        return self._authority.expires_at()
 
+    def lapse_pause(self, now: float | None = None) -> bool:
+        """Drop the pause once its TTL has passed; True when one expired."""
+        return self._authority.lapse(now)
 
-def verify_now(workflow: FunctionalWorkflow, token: object) -> VerifiedContinuation | None:
-    """The agent's synchronous token check (None: only the store can decide); a refusal is counted."""
-    try:
-        return workflow._authority.verify_now(token)  # pyright: ignore[reportPrivateUsage]
-    except ContinuationAuthorityError as exc:
-        workflow._note_rejected(exc, token)  # pyright: ignore[reportPrivateUsage]
-        raise
+    def evict_pause(self) -> None:
+        """Let go of the pause of an instance the agent no longer keeps (in memory: dropped)."""
+        self._authority.evict()
+
+    def bind_conversation(self, conversation: str) -> None:
+        """Bind this instance to a conversation digest (a store refuses another conversation's token)."""
+        self._authority.conversation = conversation
+
+    def verify_token_now(self, token: object) -> VerifiedContinuation | None:
+        """The synchronous token check (None: only the store can decide); a refusal is counted."""
+        try:
+            return self._authority.verify_now(token)
+        except ContinuationAuthorityError as exc:
+            self._note_rejected(exc, token)
+            raise
+
+    def token_known_stale(self, token: object) -> bool | None:
+        """Whether ``token`` is known to resume nothing, without I/O (None: only the store can tell)."""
+        return self._authority.known_stale(token)
+
+    async def token_is_stale(self, token: object) -> bool:
+        """True only when ``token`` is known spent, abandoned or expired (a store read with a store)."""
+        return await self._authority.is_stale(token)
+
+    async def token_is_resumable(self, token: object) -> bool:
+        """True while ``token`` still authorises a resume (read-only)."""
+        return await self._authority.is_resumable(token)
+
+    async def check_pause_conflict(self, verdict: VerifiedContinuation) -> None:
+        """Refuse a resume of a pause kept elsewhere while one waits here (``PendingContinuationError``)."""
+        await self._authority.check_conflict(verdict)

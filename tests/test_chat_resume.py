@@ -18,7 +18,6 @@ from agent_framework_functional import (
     step,
     workflow,
 )
-from agent_framework_functional._chat import check_authority
 
 side_effects: list[str] = []
 
@@ -289,17 +288,17 @@ async def test_multi_round_pause_remembers_earlier_answers() -> None:
     assert done.text == "True/two"
 
 
-async def test_check_authority_uses_the_workflow_public_verify() -> None:
-    """check_authority is the workflow's public verify_continuation_token; without a store nothing is deferred."""
+async def test_verify_token_now_uses_the_workflow_public_verify() -> None:
+    """The agent's synchronous check is the public verify_continuation_token; without a store nothing is deferred."""
     wf = asks(bool).build()
     paused = await wf.run("tea")
-    assert dict(check_authority(wf, paused.continuation_token) or {}) == dict(
+    assert dict(wf.verify_token_now(paused.continuation_token) or {}) == dict(
         wf.verify_continuation_token(paused.continuation_token)
     )
     forged = {**(paused.continuation_token or {}), "token": "A" * 43}
     for bad in (None, forged):
         with pytest.raises(ContinuationAuthorityError):
-            check_authority(wf, bad)  # no continuation store: never deferred to the run
+            wf.verify_token_now(bad)  # no continuation store: never deferred to the run
     assert wf.has_pending_continuation
 
 

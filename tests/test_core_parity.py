@@ -40,6 +40,16 @@ EXTRA_NAMES: dict[str, dict[str, str]] = {
         "pending_requests": "read-only view of the pending requests, with their events",
         "verify_continuation_token": "read-only token check before mapping answers",
         "verify_continuation_token_async": "read-only token check against a continuation store",
+        # Package-internal questions the agent asks (not public API; README's API table omits them).
+        "pause_expires_at": "package-internal: the agent's conversation sweep",
+        "lapse_pause": "package-internal: the agent's conversation sweep",
+        "evict_pause": "package-internal: the agent's conversation bound",
+        "bind_conversation": "package-internal: a session's instance is bound to its conversation",
+        "verify_token_now": "package-internal: the agent's synchronous token check",
+        "token_known_stale": "package-internal: a session token known spent, without I/O",
+        "token_is_stale": "package-internal: a session token known spent, with the store",
+        "token_is_resumable": "package-internal: the settled session keeps only a resumable token",
+        "check_pause_conflict": "package-internal: a deferred resume conflicts with a pause kept here",
     },
     "agent": {
         "abandon_continuation": "delegates to the conversation's workflow",
