@@ -491,4 +491,4 @@ class InMemoryAuthority:
         Only a conversation's instance notes it: a workflow used directly keeps nothing per token.
         """
         if self.conversation is not None:
-            remember_spent(continuation.secret)
+            remember_spent(continuation.secret, self.ttl)

@@ -13,11 +13,11 @@ from typing import Any
 
 import uvicorn
 from agent_framework import AgentSession, Message
-from agent_framework_devui import DevServer
 from fastapi import FastAPI
 
 from .._agent import FunctionalWorkflowAgent
 from ._adapter import HostedAgent, as_messages, parse_typed_text, result_answer
+from ._devui_store import DEFAULT_MAX_CONVERSATIONS, BoundedConversationStore, BoundedDevServer
 
 DEFAULT_PORT = 8080
 """DevUI's own default port."""
@@ -60,8 +60,18 @@ class DevUIAgent(HostedAgent):
         return [Message(role="user", contents=[result_answer(request_id, parse_typed_text(text.strip()))])]
 
 
-def devui_app(agent: FunctionalWorkflowAgent, *, auth_token: str, host: str = "127.0.0.1") -> FastAPI:
+def devui_app(
+    agent: FunctionalWorkflowAgent,
+    *,
+    auth_token: str,
+    host: str = "127.0.0.1",
+    max_conversations: int = DEFAULT_MAX_CONVERSATIONS,
+) -> FastAPI:
     """DevUI's FastAPI app serving ``agent`` (page and API), with bearer-token auth; see :func:`serve_devui`.
+
+    DevUI's conversations are kept in memory, bounded (DevUI's own store keeps every one for good): a
+    conversation no request used for the agent's ``continuation_ttl`` is dropped (its pause has expired
+    too), and past ``max_conversations`` the least recently used ones are (``_devui_store``).
 
     Args:
         agent: The agent; one object serves every DevUI conversation.
@@ -69,13 +79,27 @@ def devui_app(agent: FunctionalWorkflowAgent, *, auth_token: str, host: str = "1
     Keyword Args:
         auth_token: The bearer token every API call must send.
         host: The host the app will be served on (DevUI uses it for its own links).
+        max_conversations: How many DevUI conversations are kept at most.
 
     Returns:
-        The app; serve it with any ASGI server.
+        The app; serve it with any ASGI server (``app.state.devui_conversations``: the conversation store).
+
+    Raises:
+        ValueError: ``max_conversations`` is below 1.
     """
-    server = DevServer(host=host, auth_enabled=True, auth_token=auth_token, ui_enabled=True, mode="developer")
+    store = BoundedConversationStore(ttl=agent.continuation_ttl, max_conversations=max_conversations)
+    server = BoundedDevServer(
+        host=host,
+        auth_enabled=True,
+        auth_token=auth_token,
+        ui_enabled=True,
+        mode="developer",
+        conversation_store=store,
+    )
     server.set_pending_entities([DevUIAgent(agent)])
-    return server.get_app()
+    app = server.get_app()
+    app.state.devui_conversations = store  # what it keeps (len(), operators' metrics)
+    return app
 
 
 async def serve_devui(
