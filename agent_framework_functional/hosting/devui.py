@@ -108,6 +108,7 @@ async def serve_devui(
     host: str = "127.0.0.1",
     port: int = DEFAULT_PORT,
     auth_token: str | None = None,
+    max_conversations: int = DEFAULT_MAX_CONVERSATIONS,
 ) -> None:
     """Serve ``agent`` in DevUI until interrupted, printing the page's URL and its auth token.
 
@@ -128,12 +129,14 @@ async def serve_devui(
         host: The interface to listen on (loopback by default; DevUI is a development tool).
         port: The port; 0 picks a free one (the printed URL shows which).
         auth_token: The bearer token (see above).
+        max_conversations: How many DevUI conversations are kept at most (see :func:`devui_app`).
 
     Raises:
         SystemExit: The port is taken (uvicorn's own error).
     """
     token = auth_token or os.environ.get("DEVUI_AUTH_TOKEN") or secrets.token_urlsafe(24)
-    config = uvicorn.Config(devui_app(agent, auth_token=token, host=host), host=host, port=port, log_level="warning")
+    app = devui_app(agent, auth_token=token, host=host, max_conversations=max_conversations)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning")
     server = uvicorn.Server(config)
     serving = asyncio.create_task(server.serve())
     while not server.started:
