@@ -6,7 +6,8 @@ no option to bound it; its checkpoint manager requires that class. :class:`Bound
 that class with two bounds, checked whenever a conversation is created, listed or used:
 
 - a conversation no request touched for ``ttl`` seconds (the agent's ``continuation_ttl``: its pause, if
-  any, has expired too) is dropped;
+  any, has expired too) is dropped, unless a turn of it is running (``DevUIAgent`` notes each turn's start
+  and end: DevUI reads the session once, when a turn starts);
 - past ``max_conversations``, the least recently used ones are dropped.
 
 A dropped conversation is gone from DevUI's list; a request naming it gets DevUI's own "not found". The
@@ -64,6 +65,7 @@ class BoundedConversationStore(InMemoryConversationStore):
         self.max_conversations = max_conversations
         self._clock = clock
         self._used: OrderedDict[str, float] = OrderedDict()  # conversation id -> last use, least recent first
+        self._turns: dict[str, int] = {}  # conversation id -> turns running (never dropped for idleness)
         # DevUI's executor's tracked approvals (``_pending_approvals``), pruned with their conversations.
         self.approvals: dict[Any, Any] | None = None
 
@@ -79,10 +81,27 @@ class BoundedConversationStore(InMemoryConversationStore):
             self._used[conversation_id] = now
             self._used.move_to_end(conversation_id)
 
+    def turn_started(self, conversation_id: str) -> None:
+        """A turn of ``conversation_id`` runs: a use, and no drop for idleness until :meth:`turn_ended`."""
+        self._turns[conversation_id] = self._turns.get(conversation_id, 0) + 1
+        self._use(conversation_id)
+
+    def turn_ended(self, conversation_id: str) -> None:
+        """The turn :meth:`turn_started` noted ended: a use (its idle time starts now)."""
+        left = self._turns.pop(conversation_id, 0) - 1
+        if left > 0:
+            self._turns[conversation_id] = left
+        self._use(conversation_id)
+
     def _sweep(self, now: float) -> None:
         dropped: set[str] = set()
         used = self._used
         while used and (next(iter(used.values())) <= now - self.ttl or len(used) > self.max_conversations):
+            front = next(iter(used))
+            if len(used) <= self.max_conversations and front in self._turns:
+                used[front] = now  # a running turn keeps its conversation: it counts as used now
+                used.move_to_end(front)
+                continue
             conversation_id, _ = used.popitem(last=False)
             self._conversations.pop(conversation_id, None)
             self._item_index.pop(conversation_id, None)

@@ -46,6 +46,38 @@ class DevUIAgent(HostedAgent):
     naming the field (the pause stays).
     """
 
+    def __init__(self, agent: FunctionalWorkflowAgent, conversations: BoundedConversationStore | None = None) -> None:
+        super().__init__(agent)
+        self.conversations = conversations
+
+    def run(
+        self, messages: Any = None, *, stream: bool = False, session: AgentSession | None = None, **kwargs: Any
+    ) -> Any:
+        """Run the turn; with a conversation store, its conversation is kept while the turn runs.
+
+        DevUI's session id is its conversation id.
+        """
+        store = self.conversations
+        if store is None or session is None:
+            return super().run(messages, stream=stream, session=session, **kwargs)
+        conversation_id = session.session_id
+        store.turn_started(conversation_id)
+        try:
+            result = super().run(messages, stream=stream, session=session, **kwargs)
+        except BaseException:
+            store.turn_ended(conversation_id)
+            raise
+        if stream:
+            return result.with_cleanup_hook(lambda: store.turn_ended(conversation_id))
+
+        async def finish() -> Any:
+            try:
+                return await result
+            finally:
+                store.turn_ended(conversation_id)
+
+        return finish()
+
     def answers_in(self, messages: Any, session: AgentSession | None) -> Any:
         """A text-only reply while exactly one non-``str`` request is pending becomes its answer."""
         if session is None:
@@ -96,7 +128,7 @@ def devui_app(
         mode="developer",
         conversation_store=store,
     )
-    server.set_pending_entities([DevUIAgent(agent)])
+    server.set_pending_entities([DevUIAgent(agent, store)])
     app = server.get_app()
     app.state.devui_conversations = store  # what it keeps (len(), operators' metrics)
     return app

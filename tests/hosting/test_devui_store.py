@@ -39,6 +39,9 @@ def test_devui_private_api_the_store_relies_on() -> None:
     assert inspect.iscoroutinefunction(DevServer._ensure_executor)  # pyright: ignore[reportPrivateUsage]
     store = InMemoryConversationStore()
     assert store._conversations == {} and store._item_index == {}  # pyright: ignore[reportPrivateUsage]
+    made = store.create_conversation()
+    session = store.get_session(made.id)
+    assert session is not None and session.session_id == made.id  # DevUIAgent finds its conversation so
     init = inspect.signature(AgentFrameworkExecutor.__init__).parameters
     assert "conversation_store" in init
     source = inspect.getsource(AgentFrameworkExecutor.__init__)
@@ -62,6 +65,20 @@ def test_idle_conversations_go_after_the_ttl_and_used_ones_stay() -> None:
         BoundedConversationStore(ttl=0)
     with pytest.raises(ValueError, match="max_conversations"):
         BoundedConversationStore(ttl=1, max_conversations=0)
+
+
+def test_a_conversation_with_a_turn_running_is_not_dropped_for_idleness() -> None:
+    clock = Clock()
+    store = BoundedConversationStore(ttl=60, max_conversations=100, clock=clock)
+    running = store.create_conversation().id
+    store.turn_started(running)
+    clock.now += 100  # a turn longer than the TTL (DevUI reads the session only when a turn starts)
+    store.create_conversation()
+    assert store.get_session(running) is not None
+    store.turn_ended(running)
+    clock.now += 61
+    store.create_conversation()
+    assert store.get_conversation(running) is None  # idle for the TTL after its turn ended
 
 
 async def test_past_the_count_the_least_recently_used_go() -> None:
@@ -89,6 +106,7 @@ def test_devui_app_keeps_at_most_max_conversations_and_their_approvals(serve: An
         assert "response.function_approval.requested" in reply.text
     store = app.state.devui_conversations
     assert isinstance(store, BoundedConversationStore) and len(store) == 3
+    assert store._turns == {}  # pyright: ignore[reportPrivateUsage]  # every turn DevUI ran was noted ended
     assert http.get(f"{base}/v1/conversations/{made[0]}", headers=AUTH).status_code == 404
     assert http.get(f"{base}/v1/conversations/{made[4]}", headers=AUTH).status_code == 200
     approvals = store.approvals  # DevUI's executor's tracked approvals, pruned with their conversations
