@@ -396,4 +396,4 @@ class InMemoryAuthority:
     def _remember_spent(self, continuation: Continuation) -> None:
         """Note a spent or dropped token of a conversation's instance (session copies may present it again)."""
         if self.conversation is not None:
-            remember_spent(continuation.secret)
+            remember_spent(continuation.secret, self.ttl)

@@ -23,6 +23,7 @@ from typing import Any, Literal, cast
 from agent_framework import ContinuationToken, WorkflowEvent
 
 from ._errors import ContinuationAuthorityError
+from ._store import DEFAULT_TTL_SECONDS as DEFAULT_SPENT_SECONDS
 
 TOKEN_KIND: Literal["functional_workflow"] = "functional_workflow"
 TOKEN_VERSION: Literal["1"] = "1"
@@ -208,19 +209,64 @@ def continuation_token_hash(token: Mapping[str, Any]) -> str:
 # ---------------------------------------------------------------------------------------------- spent tokens
 
 SPENT_MEMORY = 10_000
-"""How many spent or abandoned tokens this process remembers (sha256 digests, about 0.2 KB each with the dict)."""
+"""How many spent or abandoned tokens this process remembers at most (16-byte sha256 prefixes, ~0.2 KB each)."""
 
-_spent: OrderedDict[bytes, None] = OrderedDict()
+_DIGEST_BYTES = 16
+# keep_for (seconds) -> digest -> when it is forgotten (time.time()). One ordered dict per duration, so
+# each is in expiry order and expired notes go from its front; a process has a handful of durations at most.
+_spent: dict[float, OrderedDict[bytes, float]] = {}
 
 
-def remember_spent(secret: str) -> None:
-    """Note that the token with ``secret`` was spent or abandoned here (the oldest notes go first)."""
-    _spent[hashlib.sha256(secret.encode("ascii")).digest()] = None
-    if len(_spent) > SPENT_MEMORY:
-        _spent.popitem(last=False)
+def _digest(secret: bytes) -> bytes:
+    return hashlib.sha256(secret).digest()[:_DIGEST_BYTES]
+
+
+def remember_spent(secret: str, keep_for: float = DEFAULT_SPENT_SECONDS) -> None:
+    """Note that the token with ``secret`` was spent or abandoned here, for ``keep_for`` seconds.
+
+    ``keep_for`` is the pause TTL of the instance that held it: a copy of the conversation that still
+    carries the token (a host's session entry, written at the pause) expires with that TTL too. Notes go
+    when their time has passed, and the oldest ones past :data:`SPENT_MEMORY`.
+    """
+    now = time.time()
+    digest = _digest(secret.encode("ascii"))
+    notes = _spent.get(keep_for)
+    if notes is None:
+        notes = _spent[keep_for] = OrderedDict()
+    notes[digest] = now + keep_for
+    notes.move_to_end(digest)
+    _forget(now)
+
+
+def _forget(now: float) -> None:
+    """Drop the notes whose time has passed, then the oldest ones past :data:`SPENT_MEMORY`."""
+    for keep_for, notes in list(_spent.items()):
+        while notes and next(iter(notes.values())) <= now:
+            notes.popitem(last=False)
+        if not notes:
+            del _spent[keep_for]
+    excess = sum(len(notes) for notes in _spent.values()) - SPENT_MEMORY
+    while excess > 0:
+        # The note made longest ago: the front note whose (forget time - duration) is smallest.
+        keep_for = min(_spent, key=lambda k: next(iter(_spent[k].values())) - k)
+        notes = _spent[keep_for]
+        notes.popitem(last=False)
+        if not notes:
+            del _spent[keep_for]
+        excess -= 1
+
+
+def spent_notes() -> int:
+    """How many spent tokens this process remembers now (notes past their time not counted)."""
+    _forget(time.time())
+    return sum(len(notes) for notes in _spent.values())
 
 
 def known_spent(presented: object) -> bool:
     """True when ``presented`` is a token this process spent or abandoned (and still remembers)."""
     secret = presented_secret(presented)
-    return secret is not None and hashlib.sha256(secret).digest() in _spent
+    if secret is None or not _spent:
+        return False
+    digest = _digest(secret)
+    now = time.time()
+    return any(notes.get(digest, now) > now for notes in _spent.values())

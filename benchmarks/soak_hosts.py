@@ -16,8 +16,11 @@ the server reports the agent's live instances and the host's session-store size 
 ``InMemorySessionStore`` records, sessions or AG-UI snapshots; DevUI's conversations). Approval turns are timed.
 
 Printed per host: RSS slope after warm-up (KB per 1,000 answered conversations, least squares over
-the samples after the first ``--warmup`` conversations), fds first/last, store size, approval p50/p99
-in the first and last window of the concurrent phase, and the paused phase's outcome. Goals and
+the samples after the first ``--warmup`` conversations), the same slope within each phase after its own
+warm-up (sequential: past ``--warmup``; concurrent: past its first window, since the step RSS makes when
+``--clients`` conversations go in flight at once is paid once, not per conversation), fds first/last,
+store size, approval p50/p99 in the first and last window of the concurrent phase, and the paused
+phase's outcome. Goals and
 figures: benchmarks/README.md "Soak".
 
 Run:
@@ -73,7 +76,8 @@ def serve(host: str, ttl: float | None, cap: int | None) -> None:
     ``continuation_ttl``, 10,000 entries). ``cap`` is that store's ``max_entries``, as a user sets it:
     ``responses_app(agent, session_store=InMemorySessionStore(max_entries=cap, ttl=...))``, and AG-UI's
     ``agui_endpoint(..., snapshot_store=InMemorySessionStore(...))`` (kept through ``ThreadSnapshotStore``).
-    DevUI keeps its own conversation store (no option to bound it).
+    DevUI keeps its conversations in the store ``devui_app`` bounds (the agent's ``continuation_ttl``,
+    ``max_conversations``: ``cap``).
     """
     import uvicorn
     from fastapi import FastAPI
@@ -94,16 +98,13 @@ def serve(host: str, ttl: float | None, cap: int | None) -> None:
         from opentelemetry import trace
 
         trace.set_tracer_provider(trace.NoOpTracerProvider())
-        app = devui_app(agent, auth_token=TOKEN)
-    # The store the hosting call made (or was given), found once (DevUI makes its own when it starts).
+        app = devui_app(agent, auth_token=TOKEN, **({"max_conversations": cap} if cap else {}))
+    # The store the hosting call made (or was given), found once.
     kept: list[Any] = [store] if store is not None else []
+    if host == "devui":
+        kept = [app.state.devui_conversations]  # devui_app's bounded conversation store
 
     def store_size() -> int:
-        if host == "devui":
-            from agent_framework_devui._conversations import InMemoryConversationStore
-
-            kept[:] = kept or [obj for obj in gc.get_objects() if isinstance(obj, InMemoryConversationStore)]
-            return sum(len(found._conversations) for found in kept)  # pyright: ignore[reportPrivateUsage]
         kept[:] = kept or [obj for obj in gc.get_objects() if isinstance(obj, InMemorySessionStore)]
         return sum(len(found) for found in kept)
 
@@ -208,6 +209,8 @@ class Soak:
     # (t, answered, rss KB, fds, live instances, session-store size)
     samples: list[tuple[float, int, int, int, int, int]] = field(default_factory=list)
     turns: list[tuple[float, float]] = field(default_factory=list)  # (t, ms) of the concurrent phase
+    sequential_answered: int = 0  # answered when the concurrent phase started
+    concurrent_started: float = 0.0  # its start (seconds since the run started)
     paused_live_before: int = 0
     paused_live_after: int = 0
     paused_store_after: int = 0
@@ -279,6 +282,7 @@ async def soak_host(host: str, args: argparse.Namespace) -> Soak:
             sampling = asyncio.ensure_future(sampler())
             for index in range(args.sequential):
                 await conversation(client, soak, f"s{index}", None)
+            soak.sequential_answered, soak.concurrent_started = soak.answered, time.perf_counter() - started
             deadline = time.perf_counter() + args.seconds
             counter = iter(range(10**9))
 
@@ -316,6 +320,20 @@ def slope_kb_per_1000(samples: list[tuple[float, int, int, int, int, int]], warm
     return numerator / denominator * 1000 if denominator else float("nan")
 
 
+def phase_slopes(soak: Soak, args: argparse.Namespace) -> tuple[float, float]:
+    """RSS slope (KB per 1,000 answered) within each phase, after its own warm-up.
+
+    Sequential: the samples after ``--warmup`` answered, up to the concurrent phase's start. Concurrent:
+    the samples after its first window (the first p99 window: ``--clients`` conversations in flight and
+    their connections make a one-off step in RSS when the phase starts, which is not a cost per
+    conversation), to its end.
+    """
+    window = min(60.0, args.seconds / 3)
+    sequential = [s for s in soak.samples if s[1] <= soak.sequential_answered]
+    concurrent = [s for s in soak.samples if s[0] >= soak.concurrent_started + window]
+    return slope_kb_per_1000(sequential, args.warmup), slope_kb_per_1000(concurrent, 0)
+
+
 def window_percentiles(turns: list[tuple[float, float]], window: float, last: bool) -> tuple[float, float]:
     if not turns:
         return float("nan"), float("nan")
@@ -337,6 +355,7 @@ def report(soak: Soak, args: argparse.Namespace) -> dict[str, Any]:
         "wrong": soak.wrong,
         "rss_mb_first_last": (round(first[2] / 1024, 1), round(last[2] / 1024, 1)),
         "rss_slope_kb_per_1000": round(slope_kb_per_1000(soak.samples, args.warmup), 1),
+        "rss_slope_sequential_concurrent": tuple(round(slope, 1) for slope in phase_slopes(soak, args)),
         "fds_first_last": (first[3], last[3]),
         "live_last": last[4],
         "store_last": last[5],
@@ -371,7 +390,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between samples")
     parser.add_argument("--warmup", type=int, default=300, help="answered conversations before the slope counts")
     parser.add_argument(
-        "--cap", type=int, help="the session store's max_entries (Responses, AG-UI), as a user would set it"
+        "--cap", type=int, help="the session store's max_entries (DevUI: max_conversations), as a user would set it"
     )
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny sizes, numbers meaningless")
     args = parser.parse_args(argv)

@@ -13,11 +13,11 @@ from typing import Any
 
 import uvicorn
 from agent_framework import AgentSession, Message
-from agent_framework_devui import DevServer
 from fastapi import FastAPI
 
 from .._agent import FunctionalWorkflowAgent
 from ._adapter import HostedAgent, as_messages, parse_typed_text, result_answer
+from ._devui_store import DEFAULT_MAX_CONVERSATIONS, BoundedConversationStore, BoundedDevServer
 
 DEFAULT_PORT = 8080
 """DevUI's own default port."""
@@ -46,6 +46,38 @@ class DevUIAgent(HostedAgent):
     naming the field (the pause stays).
     """
 
+    def __init__(self, agent: FunctionalWorkflowAgent, conversations: BoundedConversationStore | None = None) -> None:
+        super().__init__(agent)
+        self.conversations = conversations
+
+    def run(
+        self, messages: Any = None, *, stream: bool = False, session: AgentSession | None = None, **kwargs: Any
+    ) -> Any:
+        """Run the turn; with a conversation store, its conversation is kept while the turn runs.
+
+        DevUI's session id is its conversation id.
+        """
+        store = self.conversations
+        if store is None or session is None:
+            return super().run(messages, stream=stream, session=session, **kwargs)
+        conversation_id = session.session_id
+        store.turn_started(conversation_id)
+        try:
+            result = super().run(messages, stream=stream, session=session, **kwargs)
+        except BaseException:
+            store.turn_ended(conversation_id)
+            raise
+        if stream:
+            return result.with_cleanup_hook(lambda: store.turn_ended(conversation_id))
+
+        async def finish() -> Any:
+            try:
+                return await result
+            finally:
+                store.turn_ended(conversation_id)
+
+        return finish()
+
     def answers_in(self, messages: Any, session: AgentSession | None) -> Any:
         """A text-only reply while exactly one non-``str`` request is pending becomes its answer."""
         if session is None:
@@ -60,8 +92,18 @@ class DevUIAgent(HostedAgent):
         return [Message(role="user", contents=[result_answer(request_id, parse_typed_text(text.strip()))])]
 
 
-def devui_app(agent: FunctionalWorkflowAgent, *, auth_token: str, host: str = "127.0.0.1") -> FastAPI:
+def devui_app(
+    agent: FunctionalWorkflowAgent,
+    *,
+    auth_token: str,
+    host: str = "127.0.0.1",
+    max_conversations: int = DEFAULT_MAX_CONVERSATIONS,
+) -> FastAPI:
     """DevUI's FastAPI app serving ``agent`` (page and API), with bearer-token auth; see :func:`serve_devui`.
+
+    DevUI's conversations are kept in memory, bounded (DevUI's own store keeps every one for good): a
+    conversation no request used for the agent's ``continuation_ttl`` is dropped (its pause has expired
+    too), and past ``max_conversations`` the least recently used ones are (``_devui_store``).
 
     Args:
         agent: The agent; one object serves every DevUI conversation.
@@ -69,13 +111,27 @@ def devui_app(agent: FunctionalWorkflowAgent, *, auth_token: str, host: str = "1
     Keyword Args:
         auth_token: The bearer token every API call must send.
         host: The host the app will be served on (DevUI uses it for its own links).
+        max_conversations: How many DevUI conversations are kept at most.
 
     Returns:
-        The app; serve it with any ASGI server.
+        The app; serve it with any ASGI server (``app.state.devui_conversations``: the conversation store).
+
+    Raises:
+        ValueError: ``max_conversations`` is below 1.
     """
-    server = DevServer(host=host, auth_enabled=True, auth_token=auth_token, ui_enabled=True, mode="developer")
-    server.set_pending_entities([DevUIAgent(agent)])
-    return server.get_app()
+    store = BoundedConversationStore(ttl=agent.continuation_ttl, max_conversations=max_conversations)
+    server = BoundedDevServer(
+        host=host,
+        auth_enabled=True,
+        auth_token=auth_token,
+        ui_enabled=True,
+        mode="developer",
+        conversation_store=store,
+    )
+    server.set_pending_entities([DevUIAgent(agent, store)])
+    app = server.get_app()
+    app.state.devui_conversations = store  # what it keeps (len(), operators' metrics)
+    return app
 
 
 async def serve_devui(
@@ -84,6 +140,7 @@ async def serve_devui(
     host: str = "127.0.0.1",
     port: int = DEFAULT_PORT,
     auth_token: str | None = None,
+    max_conversations: int = DEFAULT_MAX_CONVERSATIONS,
 ) -> None:
     """Serve ``agent`` in DevUI until interrupted, printing the page's URL and its auth token.
 
@@ -104,12 +161,14 @@ async def serve_devui(
         host: The interface to listen on (loopback by default; DevUI is a development tool).
         port: The port; 0 picks a free one (the printed URL shows which).
         auth_token: The bearer token (see above).
+        max_conversations: How many DevUI conversations are kept at most (see :func:`devui_app`).
 
     Raises:
         SystemExit: The port is taken (uvicorn's own error).
     """
     token = auth_token or os.environ.get("DEVUI_AUTH_TOKEN") or secrets.token_urlsafe(24)
-    config = uvicorn.Config(devui_app(agent, auth_token=token, host=host), host=host, port=port, log_level="warning")
+    app = devui_app(agent, auth_token=token, host=host, max_conversations=max_conversations)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning")
     server = uvicorn.Server(config)
     serving = asyncio.create_task(server.serve())
     while not server.started:

@@ -1,0 +1,201 @@
+"""DevUI's conversation store, bounded: conversations idle past the pause TTL, or past a count, are dropped.
+
+DevUI keeps every conversation (its messages, items, traces, ``AgentSession`` and a checkpoint storage) in
+``agent_framework_devui._conversations.InMemoryConversationStore`` for the life of the process, and offers
+no option to bound it; its checkpoint manager requires that class. :class:`BoundedConversationStore` is
+that class with two bounds, checked whenever a conversation is created, listed or used:
+
+- a conversation no request touched for ``ttl`` seconds (the agent's ``continuation_ttl``: its pause, if
+  any, has expired too) is dropped, unless a turn of it is running (``DevUIAgent`` notes each turn's start
+  and end: DevUI reads the session once, when a turn starts);
+- past ``max_conversations``, the least recently used ones are dropped.
+
+A dropped conversation is gone from DevUI's list; a request naming it gets DevUI's own "not found". The
+approvals DevUI tracks for it (``AgentFrameworkExecutor._pending_approvals``, kept until answered) go with it.
+
+Every touch of DevUI's private API is here, pinned by ``tests/hosting/test_devui_store.py``: the store's
+``_conversations`` / ``_item_index``, ``DevServer._ensure_executor`` (where DevUI builds its executor: the
+store is swapped in before any conversation exists), the executor's ``conversation_store``,
+``checkpoint_manager`` and ``_pending_approvals``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+from agent_framework import AgentSession
+from agent_framework_devui import DevServer
+from agent_framework_devui._conversations import (  # pyright: ignore[reportPrivateUsage]
+    CheckpointConversationManager,
+    InMemoryConversationStore,
+)
+
+DEFAULT_MAX_CONVERSATIONS = 10_000
+"""How many conversations ``devui_app`` keeps at most by default (the hosts' session stores keep as many)."""
+
+
+class BoundedConversationStore(InMemoryConversationStore):
+    """DevUI's in-memory conversation store, dropping conversations idle past ``ttl`` or past a count.
+
+    Args:
+        ttl: Seconds a conversation is kept after its last use.
+        max_conversations: How many conversations are kept at most (least recently used dropped first).
+        clock: Seconds, for the idle time (``time.monotonic`` by default; tests pass their own).
+
+    Raises:
+        ValueError: ``ttl`` or ``max_conversations`` is not positive.
+    """
+
+    def __init__(
+        self,
+        *,
+        ttl: float,
+        max_conversations: int = DEFAULT_MAX_CONVERSATIONS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not ttl > 0:
+            raise ValueError(f"ttl must be a positive number of seconds, got {ttl!r}")
+        if max_conversations < 1:
+            raise ValueError(f"max_conversations must be at least 1, got {max_conversations!r}")
+        super().__init__()
+        self.ttl = float(ttl)
+        self.max_conversations = max_conversations
+        self._clock = clock
+        self._used: OrderedDict[str, float] = OrderedDict()  # conversation id -> last use, least recent first
+        self._turns: dict[str, int] = {}  # conversation id -> turns running (never dropped for idleness)
+        # DevUI's executor's tracked approvals (``_pending_approvals``), pruned with their conversations.
+        self.approvals: dict[Any, Any] | None = None
+
+    def __len__(self) -> int:
+        """How many conversations are kept."""
+        return len(self._conversations)
+
+    def _use(self, conversation_id: str) -> None:
+        """Drop what is past its bounds, then mark ``conversation_id`` (if kept) as used now."""
+        now = self._clock()
+        self._sweep(now)
+        if conversation_id in self._conversations:
+            self._used[conversation_id] = now
+            self._used.move_to_end(conversation_id)
+
+    def turn_started(self, conversation_id: str) -> None:
+        """A turn of ``conversation_id`` runs: a use, and no drop for idleness until :meth:`turn_ended`."""
+        self._turns[conversation_id] = self._turns.get(conversation_id, 0) + 1
+        self._use(conversation_id)
+
+    def turn_ended(self, conversation_id: str) -> None:
+        """The turn :meth:`turn_started` noted ended: a use (its idle time starts now)."""
+        left = self._turns.pop(conversation_id, 0) - 1
+        if left > 0:
+            self._turns[conversation_id] = left
+        self._use(conversation_id)
+
+    def _sweep(self, now: float) -> None:
+        dropped: set[str] = set()
+        used = self._used
+        while used and (next(iter(used.values())) <= now - self.ttl or len(used) > self.max_conversations):
+            front = next(iter(used))
+            if len(used) <= self.max_conversations and front in self._turns:
+                used[front] = now  # a running turn keeps its conversation: it counts as used now
+                used.move_to_end(front)
+                continue
+            conversation_id, _ = used.popitem(last=False)
+            self._conversations.pop(conversation_id, None)
+            self._item_index.pop(conversation_id, None)
+            dropped.add(conversation_id)
+        if dropped:
+            self._forget_approvals(dropped)
+
+    def _forget_approvals(self, dropped: set[str]) -> None:
+        """Drop DevUI's tracked approvals of dropped conversations (keyed ``(conversation id, request id)``)."""
+        approvals = self.approvals
+        if approvals:
+            for key in [key for key in approvals if isinstance(key, tuple) and key[0] in dropped]:
+                del approvals[key]
+
+    def create_conversation(self, metadata: dict[str, str] | None = None, conversation_id: str | None = None) -> Any:
+        """DevUI's ``create_conversation``, after dropping what is past its bounds (room for this one)."""
+        self._sweep(self._clock())
+        created = super().create_conversation(metadata=metadata, conversation_id=conversation_id)
+        self._use(created.id)
+        return created
+
+    def get_conversation(self, conversation_id: str) -> Any:
+        """DevUI's ``get_conversation`` (a use)."""
+        self._use(conversation_id)
+        return super().get_conversation(conversation_id)
+
+    def update_conversation(self, conversation_id: str, metadata: dict[str, str]) -> Any:
+        """DevUI's ``update_conversation`` (a use)."""
+        self._use(conversation_id)
+        return super().update_conversation(conversation_id, metadata)
+
+    def delete_conversation(self, conversation_id: str) -> Any:
+        """DevUI's ``delete_conversation``."""
+        deleted = super().delete_conversation(conversation_id)
+        self._used.pop(conversation_id, None)
+        self._forget_approvals({conversation_id})
+        return deleted
+
+    async def add_items(self, conversation_id: str, items: list[dict[str, Any]]) -> Any:
+        """DevUI's ``add_items`` (a use)."""
+        self._use(conversation_id)
+        return await super().add_items(conversation_id, items)
+
+    async def list_items(
+        self, conversation_id: str, limit: int = 100, after: str | None = None, order: str = "asc"
+    ) -> Any:
+        """DevUI's ``list_items`` (a use)."""
+        self._use(conversation_id)
+        return await super().list_items(conversation_id, limit=limit, after=after, order=order)
+
+    async def get_item(self, conversation_id: str, item_id: str) -> Any:
+        """DevUI's ``get_item`` (a use)."""
+        self._use(conversation_id)
+        return await super().get_item(conversation_id, item_id)
+
+    def get_session(self, conversation_id: str) -> AgentSession | None:
+        """DevUI's ``get_session`` (a use: DevUI reads it for every turn)."""
+        self._use(conversation_id)
+        return super().get_session(conversation_id)
+
+    def add_trace(self, conversation_id: str, trace_event: dict[str, Any]) -> None:
+        """DevUI's ``add_trace`` (a use)."""
+        self._use(conversation_id)
+        super().add_trace(conversation_id, trace_event)
+
+    async def list_conversations_by_metadata(self, metadata_filter: dict[str, str]) -> Any:
+        """DevUI's listing, without the conversations past their bounds."""
+        self._sweep(self._clock())
+        return await super().list_conversations_by_metadata(metadata_filter)
+
+
+class BoundedDevServer(DevServer):
+    """DevUI's server with a :class:`BoundedConversationStore` in its executor (installed when DevUI builds it)."""
+
+    def __init__(self, *args: Any, conversation_store: BoundedConversationStore, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.bounded_store = conversation_store
+
+    async def _ensure_executor(self) -> Any:  # pyright: ignore[reportIncompatibleMethodOverride]
+        executor = await super()._ensure_executor()  # pyright: ignore[reportPrivateUsage]
+        if executor.conversation_store is not self.bounded_store:
+            install_store(executor, self.bounded_store)
+        return executor
+
+
+def install_store(executor: Any, store: BoundedConversationStore) -> None:
+    """Make ``store`` the conversation store of DevUI's ``executor`` (before it holds any conversation).
+
+    Raises:
+        RuntimeError: The executor already holds conversations (they would be lost).
+    """
+    current = executor.conversation_store
+    if len(getattr(current, "_conversations", {})):
+        raise RuntimeError("DevUI's executor already holds conversations; install the store before serving")
+    store.approvals = executor._pending_approvals
+    executor.conversation_store = store
+    executor.checkpoint_manager = CheckpointConversationManager(store)
