@@ -121,20 +121,15 @@ def verdict_of(authority: object, token: object) -> VerifiedContinuation | None:
 
 
 class InMemoryAuthority:
-    """Continuation authority held in this process only: the token is valid on this instance.
+    """The ``Authority`` held in this process only: the token is valid on this instance.
 
     Args:
-        on_reset: Called when the pending continuation is dropped for good (the workflow drops replay state).
+        on_reset: Called when the pending continuation is discarded (the workflow resets its replay state).
         checkpoint_storage: The instance's checkpoint storage (a run may name another).
 
     Keyword Args:
         keep_checkpoints: Never delete the checkpoints of a finished or re-paused run chain.
         ttl: Seconds a pause stays resumable (``_expiry.resolve_ttl``).
-
-    Attributes:
-        pending: The pending continuation (reserved while an accepted run resumes it).
-        conversation: Digest of the conversation this instance serves, set by the agent; else None.
-        spent_hash: ``hash()`` of the last secret spent here (telemetry tells "spent" from "bad token").
     """
 
     __slots__ = (
@@ -164,7 +159,7 @@ class InMemoryAuthority:
         self.conversation: str | None = None
         self.checkpoint_storage: CheckpointStorage | None = checkpoint_storage
         self.keep_checkpoints = keep_checkpoints
-        # The pending pause's checkpoint and the storage it is in (deleted when the pause is dropped).
+        # The pending pause's checkpoint and the storage it is in (deleted when the pause is discarded).
         self._pause_checkpoint: tuple[CheckpointStorage, str] | None = None
         self.spent_hash: int | None = None
 
@@ -172,16 +167,16 @@ class InMemoryAuthority:
 
     @property
     def has_pending(self) -> bool:
-        """True while a pause waits for a resume no accepted run has reserved (and has not expired)."""
+        """A pending continuation, unreserved, that has not lapsed."""
         pending = self.pending
         return pending is not None and not pending.reserved and not self.lapse()
 
     def pending_requests(self) -> Requests:
-        """The pending requests (empty when nothing unreserved is pending)."""
+        """The pending continuation's requests while :attr:`has_pending`."""
         return self.pending.pending_requests if self.has_pending and self.pending is not None else {}
 
     def expires_at(self) -> float | None:
-        """When the unreserved pending pause expires (seconds since the epoch), or None."""
+        """Issue time plus TTL of the unreserved pending continuation."""
         pending = self.pending
         return None if pending is None or pending.reserved else pending.issued_at + self.ttl
 
@@ -191,26 +186,22 @@ class InMemoryAuthority:
         return None if self._pause_checkpoint is None else self._pause_checkpoint[1]
 
     def lapse(self, now: float | None = None) -> bool:
-        """Drop the unreserved pending pause once its TTL has passed; True when one expired."""
+        """:meth:`discard` once :meth:`expires_at` has passed."""
         expires_at = self.expires_at()
         if expires_at is None or (time.time() if now is None else now) < expires_at:
             return False
-        self.drop()
+        self.discard()
         return True
 
     def evict(self) -> None:
-        """Drop the pause of an instance the agent no longer keeps; in memory nothing else can resume it."""
+        """:meth:`discard` the pending pause: in memory nothing else can resume it."""
         if self.has_pending:
-            self.drop()
+            self.discard()
 
     # ------------------------------------------------------------------ read-only checks
 
     def verify(self, token: object) -> VerifiedContinuation:
-        """Check ``token`` (or a verdict's token) against the continuation held here; read-only.
-
-        Raises:
-            ContinuationAuthorityError: Nothing unreserved is pending here, or the token is wrong.
-        """
+        """Check ``token`` against the continuation held here."""
         self.lapse()
         continuation = verify_token(raw_token(token), self.pending)
         return VerifiedContinuation(
@@ -222,7 +213,7 @@ class InMemoryAuthority:
         )
 
     def verify_now(self, token: object) -> VerifiedContinuation | None:
-        """:meth:`verify` (None would mean only the store can decide: never in memory)."""
+        """:meth:`verify` (never None in memory)."""
         return self.verify(token)
 
     async def verify_async(self, token: object) -> VerifiedContinuation:
@@ -230,15 +221,15 @@ class InMemoryAuthority:
         return self.verify(token)
 
     def known_stale(self, token: object) -> bool | None:
-        """True when this process spent or abandoned ``token`` in a conversation (``known_spent``)."""
+        """True when this process spent or abandoned ``token`` in a conversation, else False."""
         return known_spent(raw_token(token))
 
     async def is_stale(self, token: object) -> bool:
-        """True only when this process spent or abandoned ``token`` (another instance may hold it)."""
+        """:meth:`known_stale` (another instance may hold the token)."""
         return known_spent(raw_token(token))
 
     async def is_resumable(self, token: object) -> bool:
-        """True when ``token`` still authorises a resume here (read-only)."""
+        """:meth:`verify` succeeds."""
         try:
             self.verify(token)
         except ContinuationAuthorityError:
@@ -246,19 +237,14 @@ class InMemoryAuthority:
         return True
 
     async def check_conflict(self, verdict: VerifiedContinuation | None = None) -> None:
-        """Refuse a resume of a pause held elsewhere while one is pending here (none exist in memory)."""
+        """Nothing to refuse: in memory no pause is held elsewhere."""
 
     # ------------------------------------------------------------------ acceptance (synchronous)
 
     def accept_resume(
         self, token: object, responses: Mapping[str, Any], checkpoint_storage: CheckpointStorage | None
     ) -> ResumeTicket:
-        """Accept a response-only resume: authority first, then correlation and answer types.
-
-        Raises:
-            ContinuationAuthorityError: The token does not authorise a resume (fixed message).
-            ResponseMismatchError: The answers do not fit the pause (the token stays valid).
-        """
+        """Check the token against the pause held here, then the answers (``check_answers``)."""
         del checkpoint_storage
         self.lapse()
         continuation = verify_token(raw_token(token), self.pending)
@@ -266,25 +252,21 @@ class InMemoryAuthority:
         return ResumeTicket(continuation, converted)
 
     def accept_new_input(self, checkpoint_storage: CheckpointStorage | None) -> ResumeTicket:
-        """Accept a fresh run or a checkpoint restore: nothing may be pending.
-
-        Raises:
-            PendingContinuationError: A continuation is pending (it stays intact).
-        """
+        """Refuse while a pause is pending; the shared ticket of new input."""
         del checkpoint_storage
         if self.has_pending:
             raise PendingContinuationError()
         return NEW_INPUT
 
     def reserve(self, ticket: ResumeTicket) -> None:
-        """Reserve the ticket's continuation for the run that was just accepted."""
+        """Mark the ticket's continuation reserved."""
         if ticket.continuation is not None:
             ticket.continuation.reserved = True
 
     # ------------------------------------------------------------------ inside the run
 
     async def before_core(self, ticket: ResumeTicket, core_kwargs: dict[str, Any]) -> ResumeTicket:
-        """Route the run's checkpoints through a recorder; return the ticket that carries it."""
+        """Route the run's checkpoints through a recorder (none with ``keep_checkpoints``)."""
         storage = core_kwargs.get("checkpoint_storage")
         if storage is None:
             storage = self.checkpoint_storage
@@ -294,7 +276,7 @@ class InMemoryAuthority:
         return ticket.with_recorder(recorder)
 
     async def claim(self, ticket: ResumeTicket) -> Requests | None:
-        """Spend the resumed continuation; return the chain's requests so far (None: nothing resumed)."""
+        """Spend the resumed continuation (no store to ask)."""
         continuation = ticket.continuation
         if continuation is None:
             return None
@@ -312,7 +294,7 @@ class InMemoryAuthority:
         return continuation.known_requests()
 
     def hand_back(self, ticket: ResumeTicket) -> bool:
-        """Hand back a continuation whose run ended before spending it; True when one was handed back."""
+        """Clear the reserve of a continuation the run did not spend."""
         continuation = ticket.continuation
         if continuation is None or not continuation.reserved:
             return False
@@ -320,9 +302,9 @@ class InMemoryAuthority:
         return True
 
     async def finish(self, ticket: ResumeTicket) -> None:
-        """A run finished cleanly: delete its chain's checkpoints (none backs a token)."""
+        """Delete the chain's checkpoints through the recorder."""
         if ticket.recorder is not None:
-            await ticket.recorder.drop_chain(keep=None)
+            await ticket.recorder.delete_chain(keep=None)
 
     async def record_pause(
         self,
@@ -333,14 +315,14 @@ class InMemoryAuthority:
         workflow_name: str,
         signature_hash: str,
     ) -> Continuation:
-        """Issue the continuation of a saved pause and make it the pending one; delete the chain's spent checkpoints."""
+        """Hold the new continuation with the checkpoint the run saved last (a pause without storage has none)."""
         del workflow_name, signature_hash
         continuation = issue_continuation(requests, chain)
         recorder = ticket.recorder
         saved = recorder.last_saved_id if recorder is not None else None
         self.hold(continuation, None if recorder is None or saved is None else (recorder.inner, saved))
         if recorder is not None and saved is not None:
-            await recorder.drop_chain(keep=saved)
+            await recorder.delete_chain(keep=saved)
         return continuation
 
     def hold(self, continuation: Continuation, checkpoint: tuple[CheckpointStorage, str] | None) -> None:
@@ -351,32 +333,28 @@ class InMemoryAuthority:
     # ------------------------------------------------------------------ abandonment
 
     def require_sync(self) -> None:
-        """Allow a synchronous abandonment (in memory nothing else needs updating)."""
+        """Allowed: in memory nothing else needs updating."""
 
     def check_abandon(self, token: object, *, force: bool) -> bool:
-        """Check an abandonment synchronously; True when a local continuation is to be dropped.
-
-        Raises:
-            ContinuationAuthorityError: Without ``force``, a missing or wrong token.
-        """
+        """Verify the token unless ``force``; always True (only local pauses exist)."""
         if not force:
             self.lapse()
             verify_token(token, self.pending)
         return True
 
     def abandon(self, token: object, *, force: bool) -> None:
-        """Drop the pending continuation (the caller checked the run guard)."""
+        """:meth:`discard`."""
         del token, force
-        self.drop()
+        self.discard()
 
     async def abandon_async(self, token: object, *, force: bool) -> None:
-        """:meth:`abandon`, awaiting the deletion of the pause's checkpoint."""
+        """:meth:`abandon`, awaiting the checkpoint's deletion."""
         checkpoint = self.take_pause_checkpoint()
         self.abandon(token, force=force)
         if checkpoint is not None:
             await delete_checkpoint(*checkpoint)
 
-    def drop(self) -> None:
+    def discard(self) -> None:
         """Forget the pending continuation (remembered as spent), the replay state and the pause's checkpoint."""
         checkpoint = self.take_pause_checkpoint()
         if self.pending is not None:
@@ -394,6 +372,6 @@ class InMemoryAuthority:
         return None if self.keep_checkpoints else checkpoint
 
     def _remember_spent(self, continuation: Continuation) -> None:
-        """Note a spent or dropped token of a conversation's instance (session copies may present it again)."""
+        """Note a spent or discarded token of a conversation's instance (session copies may present it again)."""
         if self.conversation is not None:
             remember_spent(continuation.secret, self.ttl)

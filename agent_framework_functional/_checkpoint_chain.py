@@ -23,7 +23,7 @@ class RecordingCheckpointStorage:
         inner: The storage core should really use.
 
     Keyword Args:
-        keep: Keep every checkpoint (``@workflow(keep_checkpoints=True)``): :meth:`drop_chain`
+        keep: Keep every checkpoint (``@workflow(keep_checkpoints=True)``): :meth:`delete_chain`
             deletes nothing.
     """
 
@@ -48,7 +48,7 @@ class RecordingCheckpointStorage:
         self.saved_ids.append(checkpoint_id)
         return checkpoint_id
 
-    async def drop_chain(self, *, keep: str | None) -> None:
+    async def delete_chain(self, *, keep: str | None) -> None:
         """Delete the checkpoints this run saved (but ``keep``) and the one of the pause it resumed.
 
         Called when a run ended well: it paused again (``keep`` is the new pause's checkpoint, which

@@ -1,9 +1,9 @@
-"""Pause expiry: the one TTL of a pause, and deleting the checkpoint of a pause that was dropped.
+"""Pause expiry: the one TTL of a pause, and deleting the checkpoint of a discarded pause.
 
 One TTL governs a pause (README "Durable continuations", AGENTS.md invariant 42): its token, the
-conversation's live workflow instance and the pause's checkpoint. With a continuation store it is the
+conversation's attached workflow instance and the pause's checkpoint. With a continuation store it is the
 store's ``ttl_seconds``; without one it is ``build(..., continuation_ttl=...)`` (default 24 hours).
-A dropped pause (expired, evicted, abandoned or found stale) deletes its checkpoint here.
+A discarded pause (expired, evicted, abandoned or found stale) deletes its checkpoint here.
 """
 
 from __future__ import annotations

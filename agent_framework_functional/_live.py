@@ -93,23 +93,23 @@ class _Channel:
 class _LiveChannel(_Channel):
     """Bounded FIFO from one run's workflow code (any number of tasks) to its stream (one consumer).
 
-    A producer that finds the channel full waits in line; a freed slot is reserved for the first
+    A producer that finds the channel full waits in line; a freed slot is promised to the first
     waiting producer, so producers enter in the order they arrived and the bound holds exactly.
     Terminal entries (end of stream, failure) never wait.
     """
 
-    __slots__ = ("_getter", "_items", "_maxsize", "_putters", "_reserved")
+    __slots__ = ("_getter", "_items", "_maxsize", "_promised", "_putters")
 
     def __init__(self, maxsize: int, source: str | None) -> None:
         super().__init__(source)
         self._items: deque[_Item] = deque()
         self._maxsize = maxsize
-        self._reserved = 0
+        self._promised = 0
         self._putters: deque[asyncio.Future[None]] = deque()
         self._getter: asyncio.Future[None] | None = None
 
     async def _wait_for_slot(self) -> None:
-        if len(self._items) + self._reserved < self._maxsize and not self._putters:
+        if len(self._items) + self._promised < self._maxsize and not self._putters:
             return
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._putters.append(waiter)
@@ -117,18 +117,18 @@ class _LiveChannel(_Channel):
             await waiter
         except BaseException:
             if waiter.done() and not waiter.cancelled():
-                self._reserved -= 1  # a slot was handed to us: pass it on
+                self._promised -= 1  # a slot was promised to us: pass it on
                 self._wake_putter()
             elif waiter in self._putters:
                 self._putters.remove(waiter)
             raise
-        self._reserved -= 1
+        self._promised -= 1
 
     def _wake_putter(self) -> None:
-        while self._putters and len(self._items) + self._reserved < self._maxsize:
+        while self._putters and len(self._items) + self._promised < self._maxsize:
             waiter = self._putters.popleft()
             if not waiter.done():
-                self._reserved += 1
+                self._promised += 1
                 waiter.set_result(None)
 
     def _append(self, item: _Item) -> None:
@@ -174,7 +174,7 @@ class _LiveChannel(_Channel):
         while self._putters:
             waiter = self._putters.popleft()
             if not waiter.done():
-                self._reserved += 1
+                self._promised += 1
                 waiter.set_result(None)
 
 

@@ -1,8 +1,8 @@
-"""Per-conversation state of the agent, kept with the session: the token, the answers so far, the live instance.
+"""Per-conversation state of the agent, kept with the session: the token, the answers so far, the attached instance.
 
 A caller that only has the session, such as an orchestration's ``AgentExecutor`` or a host that
 serialises sessions between turns, can then resume. The token and the answers are plain JSON-safe
-values in ``AgentSession.state``; the live workflow instance of a paused conversation is found by the
+values in ``AgentSession.state``; the workflow instance of a paused conversation is attached by the
 session's id and never serialized. Nothing about a conversation is kept on the agent.
 """
 
@@ -29,7 +29,7 @@ SESSION_STATE_KEY = "agent_framework_functional"
 
 Hosts that merge client state into ``session.state`` (AG-UI) must protect this key. A value under it
 that is not a well-formed token of this package is ignored (as if absent); a well-formed one that is
-not this conversation's live token resumes nothing (refused, nothing changes)."""
+not this conversation's current token resumes nothing (refused, nothing changes)."""
 
 
 def conversation_of(session: AgentSession) -> str:
@@ -129,16 +129,16 @@ def _agent_entry(session: AgentSession, agent_id: str) -> Mapping[str, Any] | No
     return typing.cast(Mapping[str, Any], agent_entry) if isinstance(agent_entry, Mapping) else None
 
 
-# ---------------------------------------------------------------------------------------------- live instances
+# ---------------------------------------------------------------------------------------------- attached instances
 
 
-class LiveConversations:
-    """The live workflow instances of one template's conversations, by session id, bounded (internal).
+class AttachedInstances:
+    """The attached workflow instances of one template's conversations, by session id, bounded (internal).
 
     Swept on access (no thread): a pause past its TTL lapses (token, checkpoint and instance go);
     over ``max_count`` the least recently paused instance is evicted (without a store its pause is
     dropped, with one only the instance goes); a running or not yet paused instance is never touched.
-    Entries stay in the order they last paused (``touch``), so a sweep stops at the first live pause.
+    Entries stay in the order they last paused (``touch``), so a sweep stops at the first unexpired pause.
 
     Args:
         expires_at: The instance's pause expiry (seconds since the epoch), or None when it has no pause.
@@ -202,8 +202,8 @@ class LiveConversations:
             self._evict(self.entries.pop(session_id))
 
 
-_LIVE: weakref.WeakKeyDictionary[Any, LiveConversations] = weakref.WeakKeyDictionary()
-"""Each template's live conversation instances in this process (template: the agent's session-less instance).
+_ATTACHED: weakref.WeakKeyDictionary[Any, AttachedInstances] = weakref.WeakKeyDictionary()
+"""Each template's attached instances in this process (template: the agent's session-less instance).
 
 Found by session id, not the session object (hosts rebuild, copy or restore session objects), kept only
 while something is paused or running, never serialized: a session restored elsewhere resumes through the
@@ -211,20 +211,20 @@ continuation store, and a resume still needs the token (the id only finds the in
 """
 
 
-def register_template(template: Any, registry: LiveConversations) -> LiveConversations:
+def register_template(template: Any, registry: AttachedInstances) -> AttachedInstances:
     """Use ``registry`` for ``template``'s conversations (the first one made for it stays)."""
-    return _LIVE.setdefault(template, registry)
+    return _ATTACHED.setdefault(template, registry)
 
 
 def attached_workflow(template: Any, session: AgentSession) -> Any:
-    """The live workflow instance of ``session``'s conversation on ``template``, or None."""
-    registry = _LIVE.get(template)
+    """The attached workflow instance of ``session``'s conversation on ``template``, or None."""
+    registry = _ATTACHED.get(template)
     return registry.entries.get(session.session_id) if registry is not None else None
 
 
 def attach_workflow(template: Any, session: AgentSession, workflow: Any) -> None:
-    """Make ``workflow`` the live instance of ``session``'s conversation on ``template`` (after a sweep)."""
-    registry = _LIVE.get(template)
+    """Attach ``workflow`` as the instance of ``session``'s conversation on ``template`` (after a sweep)."""
+    registry = _ATTACHED.get(template)
     if registry is None:
         raise RuntimeError("register_template() first")  # pragma: no cover - the planner registers at start
     registry.add(session.session_id, workflow)
@@ -232,23 +232,23 @@ def attach_workflow(template: Any, session: AgentSession, workflow: Any) -> None
 
 def touch_workflow(template: Any, session: AgentSession) -> None:
     """Mark ``session``'s conversation on ``template`` as just paused (last in the sweep order)."""
-    registry = _LIVE.get(template)
+    registry = _ATTACHED.get(template)
     if registry is not None:
         registry.touch(session.session_id)
 
 
 def detach_workflow(template: Any, session: AgentSession) -> None:
-    """Forget the live instance of ``session``'s conversation on ``template``."""
-    registry = _LIVE.get(template)
+    """Detach the instance of ``session``'s conversation on ``template``."""
+    registry = _ATTACHED.get(template)
     if registry is not None:
         registry.entries.pop(session.session_id, None)
         if not registry.entries:
             registry.entries = OrderedDict()  # a dict keeps its peak size: memory back to the baseline
 
 
-def live_conversations(template: Any) -> int:
-    """How many conversations on ``template`` have a live workflow instance (for tests and benchmarks)."""
-    registry = _LIVE.get(template)
+def attached_instances(template: Any) -> int:
+    """How many conversations on ``template`` have an attached workflow instance (for tests and benchmarks)."""
+    registry = _ATTACHED.get(template)
     return len(registry.entries) if registry is not None else 0
 
 
@@ -268,10 +268,10 @@ class Conversations:
             type(max_conversations) is not int or max_conversations < 1  # pyright: ignore[reportUnnecessaryComparison]
         ):
             raise ValueError("'max_conversations' must be a positive int (or None for no limit but the pause TTL).")
-        registry = LiveConversations(
-            lambda live: live.pause_expires_at(),
-            lambda live, now: live.lapse_pause(now),
-            lambda live: live.evict_pause(),
+        registry = AttachedInstances(
+            lambda attached: attached.pause_expires_at(),
+            lambda attached, now: attached.lapse_pause(now),
+            lambda attached: attached.evict_pause(),
             max_conversations,
         )
         register_template(template, registry)

@@ -32,11 +32,10 @@ from ._store_records import StoreRecords, earlier_requests
 
 
 class StoreAuthority:
-    """Continuation authority shared through a :class:`ContinuationStore` (internal).
+    """The ``Authority`` shared through a :class:`ContinuationStore` (internal).
 
-    Wraps an :class:`InMemoryAuthority` (``memory``: the fast path for pauses this process holds)
-    and adds the store at each point of the :class:`Authority` protocol, the way an interceptor
-    holds the next one.
+    Wraps an :class:`InMemoryAuthority` (``memory``: the fast path for pauses held here) and adds the
+    store at each point of the protocol, the way an interceptor holds the next one.
 
     Args:
         store: The continuation store.
@@ -86,7 +85,7 @@ class StoreAuthority:
 
     @property
     def conversation(self) -> str | None:
-        """Digest of the conversation this instance serves (a record must name it, or none)."""
+        """The memory's (a record must name it, or none)."""
         return self.memory.conversation
 
     @conversation.setter
@@ -95,46 +94,42 @@ class StoreAuthority:
 
     @property
     def pending(self) -> Continuation | None:
-        """The pending continuation held here."""
+        """The memory's."""
         return self.memory.pending
 
     @property
     def spent_hash(self) -> int | None:
-        """``hash()`` of the last secret spent here."""
+        """The memory's."""
         return self.memory.spent_hash
 
     @property
     def has_pending(self) -> bool:
-        """True while a pause held here waits for a resume."""
+        """The memory's."""
         return self.memory.has_pending
 
     def pending_requests(self) -> Requests:
-        """The pending requests held here."""
+        """The memory's."""
         return self.memory.pending_requests()
 
     def expires_at(self) -> float | None:
-        """When the pause held here expires."""
+        """The memory's."""
         return self.memory.expires_at()
 
     def lapse(self, now: float | None = None) -> bool:
-        """Drop the pause held here once expired."""
+        """The memory's (the store expires its record itself)."""
         return self.memory.lapse(now)
 
     def evict(self) -> None:
-        """Nothing to drop: the pause stays in the store, resumable from any worker."""
+        """Nothing to discard: the pause stays in the store, resumable from any worker."""
 
     # ------------------------------------------------------------------ read-only checks
 
     def verify(self, token: object) -> VerifiedContinuation:
-        """Check ``token`` against the pause held here (the store is not read)."""
+        """The memory's (the store is not read)."""
         return self.memory.verify(token)
 
     def verify_now(self, token: object) -> VerifiedContinuation | None:
-        """:meth:`verify` for a token held here; None for a well-shaped token only the store can check.
-
-        Raises:
-            ContinuationAuthorityError: A malformed token, or a wrong one.
-        """
+        """:meth:`verify` for a token held here; None for a well-formed token only the store can check."""
         try:
             return self.memory.verify(token)
         except ContinuationAuthorityError:
@@ -143,11 +138,7 @@ class StoreAuthority:
         return None
 
     async def verify_async(self, token: object) -> VerifiedContinuation:
-        """Check ``token`` here and in the store; read-only (one store read, one checkpoint read at most).
-
-        Raises:
-            ContinuationAuthorityError: Not resumable by this workflow (one fixed message).
-        """
+        """One store read and, for a pause held elsewhere, one checkpoint read (its requests)."""
         token = raw_token(token)
         if matches(token, self.memory.pending):
             verdict = self.memory.verify(token)
@@ -164,15 +155,15 @@ class StoreAuthority:
         )
 
     def known_stale(self, token: object) -> bool | None:
-        """True when this process spent or abandoned ``token``; else None: the store decides."""
+        """True when this process spent or abandoned ``token``; else None (the store decides)."""
         return True if known_spent(raw_token(token)) else None
 
     async def is_stale(self, token: object) -> bool:
-        """True when the store no longer has ``token``'s pause ``issued`` and unexpired (no checkpoint read)."""
+        """Not :meth:`is_resumable` (no checkpoint read)."""
         return not await self.is_resumable(token)
 
     async def is_resumable(self, token: object) -> bool:
-        """True while the store has ``token``'s pause ``issued`` and unexpired for this workflow."""
+        """The store has ``token``'s record ``issued``, unexpired, for this workflow."""
         try:
             await self.records.claimable(token)
         except ContinuationAuthorityError:
@@ -184,13 +175,7 @@ class StoreAuthority:
     def accept_resume(
         self, token: object, responses: Mapping[str, Any], checkpoint_storage: CheckpointStorage | None
     ) -> ResumeTicket:
-        """Accept a resume: in memory for a pause held here; else check the shape and defer to the run.
-
-        Raises:
-            ContinuationAuthorityError: A malformed token or a wrong held token.
-            ResponseMismatchError: The answers do not fit a pause held here or named by a verdict.
-            ValueError: A per-run ``checkpoint_storage`` other than the instance's.
-        """
+        """A verdict's record, else the memory's check for a pause held here, else the token's shape only."""
         recorder = self._recorder(checkpoint_storage)
         verdict = verdict_of(self, token)
         if verdict is not None and verdict.record is not None and not verdict.held_here:
@@ -211,12 +196,12 @@ class StoreAuthority:
         return ResumeTicket(responses=responses, remote_hash=token_hash, claim_hash=token_hash, recorder=recorder)
 
     def accept_new_input(self, checkpoint_storage: CheckpointStorage | None) -> ResumeTicket:
-        """As in memory (``PendingContinuationError``), with the recorder every durable run uses (``ValueError``)."""
+        """The memory's, with the recorder every durable run uses."""
         recorder = self._recorder(checkpoint_storage)
         return self.memory.accept_new_input(None).with_recorder(recorder)
 
     def reserve(self, ticket: ResumeTicket) -> None:
-        """Reserve the pause held here that the accepted run resumes."""
+        """The memory's."""
         self.memory.reserve(ticket)
 
     def _recorder(self, checkpoint_storage: CheckpointStorage | None) -> RecordingCheckpointStorage:
@@ -230,11 +215,7 @@ class StoreAuthority:
     # ------------------------------------------------------------------ inside the run
 
     async def before_core(self, ticket: ResumeTicket, core_kwargs: dict[str, Any]) -> ResumeTicket:
-        """Route checkpoints through the recorder; a restore supersedes (AGENTS.md invariant 29); check a remote resume.
-
-        Raises:
-            CheckpointRestoreConflictError: A claim made after the restore started won.
-        """
+        """Check a remote resume; a restore first supersedes the pause's token (AGENTS.md invariant 29)."""
         core_kwargs["checkpoint_storage"] = ticket.recorder
         if ticket.remote_hash is not None:
             return await self._accept_remote(ticket, ticket.remote_hash, core_kwargs)
@@ -244,11 +225,7 @@ class StoreAuthority:
         return ticket
 
     async def _accept_remote(self, ticket: ResumeTicket, remote_hash: str, core_kwargs: dict[str, Any]) -> ResumeTicket:
-        """Check a pause held elsewhere: authority, conflict, answers (AGENTS.md invariant 21); read-only.
-
-        Raises:
-            ContinuationAuthorityError, PendingContinuationError, ResponseMismatchError: In that order.
-        """
+        """Check a pause held elsewhere: authority, conflict, answers, in that order; read-only."""
         record = ticket.record if ticket.record is not None else await self.records.get(remote_hash)
         await self.check_conflict()
         requests = ticket.requests or {}
@@ -268,11 +245,7 @@ class StoreAuthority:
         return ResumeTicket(None, responses, record, requests, remote_hash, ticket.claim_hash, ticket.recorder)
 
     async def claim(self, ticket: ResumeTicket) -> Requests | None:
-        """Claim the pause in the store right before user code, then spend it here; return the chain's requests.
-
-        Raises:
-            ContinuationAuthorityError: The store says the pause is gone; the local copy is spent too.
-        """
+        """Claim in the store, then spend the copy held here (spent too when the claim is lost)."""
         local, claim_hash = ticket.continuation, ticket.claim_hash
         if claim_hash is not None and not await self.records.claim(claim_hash):
             if local is not None:
@@ -287,11 +260,11 @@ class StoreAuthority:
         return chain
 
     def hand_back(self, ticket: ResumeTicket) -> bool:
-        """Hand back the local continuation of a run that ended before spending it."""
+        """The memory's (a store claim is made only right before user code)."""
         return self.memory.hand_back(ticket)
 
     async def finish(self, ticket: ResumeTicket) -> None:
-        """A run finished cleanly: delete its chain's checkpoints."""
+        """The memory's."""
         await self.memory.finish(ticket)
 
     async def record_pause(
@@ -303,11 +276,7 @@ class StoreAuthority:
         workflow_name: str,
         signature_hash: str,
     ) -> Continuation:
-        """Record a saved pause in the store, then hold its continuation here (a failure: no token).
-
-        Raises:
-            PauseNotSavedError: No checkpoint was saved in this run.
-        """
+        """Save the record in the store first: a failed save issues no token."""
         recorder = ticket.recorder
         checkpoint_id = recorder.last_saved_id if recorder is not None else None
         if recorder is None or checkpoint_id is None:
@@ -315,44 +284,36 @@ class StoreAuthority:
         continuation = issue_continuation(requests, chain)
         await self.records.save(continuation, checkpoint_id, workflow_name, signature_hash)
         self.memory.hold(continuation, (self.checkpoint_storage, checkpoint_id))
-        await recorder.drop_chain(keep=checkpoint_id)
+        await recorder.delete_chain(keep=checkpoint_id)
         return continuation
 
     async def check_conflict(self, verdict: VerifiedContinuation | None = None) -> None:
-        """Refuse a resume of a pause held elsewhere while a live one is pending here (a stale copy is dropped).
-
-        Raises:
-            PendingContinuationError: The local pending continuation is still ``issued`` in the store.
-        """
+        """The store decides whether the pause held here is still claimable (a verdict for it passes)."""
         memory = self.memory
         local = memory.pending if memory.has_pending else None
         if local is None or (verdict is not None and verdict.held_here):
             return
-        if await self.records.is_live(local):
+        if await self.records.still_claimable(local):
             raise PendingContinuationError()
         if memory.pending is local:
-            memory.drop()
+            memory.discard()
 
     # ------------------------------------------------------------------ abandonment
 
     def require_sync(self) -> None:
-        """Refuse a synchronous abandonment (``ContinuationStoreAsyncError``): the store is updated asynchronously."""
+        """Refused: the store is updated asynchronously."""
         raise ContinuationStoreAsyncError()
 
     def check_abandon(self, token: object, *, force: bool) -> bool:
-        """True when the abandonment concerns the local continuation (token held here, or ``force``)."""
+        """No check without I/O; True for a token held here, or ``force``."""
         return force or matches(token, self.memory.pending)
 
     def abandon(self, token: object, *, force: bool) -> None:
-        """Drop the local continuation (unreachable: :meth:`require_sync` refuses first)."""
+        """Unreachable: :meth:`require_sync` refuses first."""
         self.memory.abandon(token, force=force)
 
     async def abandon_async(self, token: object, *, force: bool) -> None:
-        """Abandon in the store and here (a held token), or in the store only (a pause held elsewhere).
-
-        Raises:
-            ContinuationAuthorityError: Without ``force``: the store no longer accepts the token.
-        """
+        """In the store and here (a pause held here), or in the store only (held elsewhere)."""
         is_local = matches(token, self.memory.pending)
         if is_local or force:
             await self._abandon_local(force=force)
@@ -360,14 +321,14 @@ class StoreAuthority:
             await self.records.abandon(token, force=force, keep_checkpoint=self.memory.keep_checkpoints)
 
     async def _abandon_local(self, *, force: bool) -> None:
-        """Abandon the pause held here in the store, then drop it here and delete its checkpoint."""
+        """Abandon the pause held here in the store, then discard it here and delete its checkpoint."""
         local = self.memory.pending
         if local is None:
             return
         accepted = await self.store.abandon(hash_secret(local.secret), force=force)
         if self.memory.pending is local:
             checkpoint = self.memory.take_pause_checkpoint()
-            self.memory.drop()
+            self.memory.discard()
             if checkpoint is not None:
                 await delete_checkpoint(*checkpoint)
         if not accepted and not force:

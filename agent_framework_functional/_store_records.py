@@ -117,20 +117,16 @@ class StoreRecords:
             )
         )
 
-    async def is_live(self, continuation: Continuation) -> bool:
+    async def still_claimable(self, continuation: Continuation) -> bool:
         """True while the store has ``continuation``'s pause claimable (any conversation, no identity check)."""
         record = await self.store.get(hash_secret(continuation.secret))
         return record is not None and record.is_claimable(self.store.now())
 
     async def claim(self, claim_hash: str) -> bool:
-        """The store's claim, which cancellation cannot split from its outcome (AGENTS.md invariant 28).
-
-        The claim runs shielded: a caller cancelled while it waits still learns whether it won, and
-        a won claim is handed back (the store's ``release``, claimer-only) before the cancellation
-        goes on; the local copy is handed back when the run ends.
+        """The store's claim, shielded so cancellation cannot split it from its outcome (AGENTS.md invariant 28).
 
         Raises:
-            asyncio.CancelledError: The caller was cancelled; the claim, if won, was handed back.
+            asyncio.CancelledError: The caller was cancelled; a won claim was released first.
         """
         claimer = secrets.token_hex(16)
         claim = asyncio.ensure_future(self.store.claim(claim_hash, claimer=claimer))

@@ -30,7 +30,7 @@ import tracemalloc
 from agent_framework import Message, RunContext
 
 from agent_framework_functional import step, workflow
-from agent_framework_functional._session import live_conversations
+from agent_framework_functional._session import attached_instances
 
 EFFECTS: list[str] = []
 
@@ -65,7 +65,7 @@ async def run(count: int) -> int:
     pause_seconds = time.perf_counter() - started
     gc.collect()
     paused_bytes = tracemalloc.get_traced_memory()[0] - baseline
-    waiting = live_conversations(agent.workflow)
+    waiting = attached_instances(agent.workflow)
 
     order = list(range(count))
     random.Random(7).shuffle(order)
@@ -86,13 +86,13 @@ async def run(count: int) -> int:
     tracemalloc.stop()
 
     print(f"conversations on one agent: {count}")
-    print(f"paused (under tracemalloc): {count / pause_seconds:.0f} pauses/s; live conversations waiting: {waiting}")
+    print(f"paused (under tracemalloc): {count / pause_seconds:.0f} pauses/s; attached instances waiting: {waiting}")
     print(f"resumed in shuffled order (under tracemalloc): {count / resume_seconds:.0f} resumes/s")
     print(f"memory per paused conversation: {paused_bytes / count / 1024:.1f} KB")
     print(f"memory left after all finished: {left_bytes / 1024:.1f} KB over the baseline")
-    print(f"live conversations after: {live_conversations(agent.workflow)}")
+    print(f"attached instances after: {attached_instances(agent.workflow)}")
     print(f"cross-talk (wrong answers): {wrong}; each side effect once: {effects_ok}")
-    ok = wrong == 0 and effects_ok and left_bytes < 64 * 1024 and live_conversations(agent.workflow) == 0
+    ok = wrong == 0 and effects_ok and left_bytes < 64 * 1024 and attached_instances(agent.workflow) == 0
     print("OK" if ok else "FAILED")
     return 0 if ok else 1
 

@@ -83,7 +83,7 @@ def serve(host: str, ttl: float | None, cap: int | None) -> None:
     from fastapi import FastAPI
 
     from agent_framework_functional import InMemorySessionStore
-    from agent_framework_functional._session import live_conversations
+    from agent_framework_functional._session import attached_instances
     from agent_framework_functional.hosting import agui_endpoint, devui_app, responses_app
 
     logging.getLogger("agent_framework_devui._tracing").setLevel(logging.ERROR)  # "no real TracerProvider"
@@ -109,7 +109,7 @@ def serve(host: str, ttl: float | None, cap: int | None) -> None:
         return sum(len(found) for found in kept)
 
     async def stats() -> dict[str, int]:
-        return {"live": live_conversations(agent.workflow), "store": store_size()}
+        return {"live": attached_instances(agent.workflow), "store": store_size()}
 
     app.add_api_route("/_soak", stats, methods=["GET"])
     app.router.routes.insert(0, app.router.routes.pop())  # ahead of a host's catch-all (DevUI's UI mount)

@@ -16,7 +16,7 @@ from agent_framework_functional import (
     step,
     workflow,
 )
-from agent_framework_functional._session import SESSION_STATE_KEY, live_conversations
+from agent_framework_functional._session import SESSION_STATE_KEY, attached_instances
 
 EFFECTS: list[str] = []
 
@@ -55,14 +55,14 @@ async def test_one_agent_serves_interleaved_conversations_without_cross_talk() -
     paused = [await agent.run(f"app{i}", session=session) for i, session in enumerate(sessions)]
     assert all(response.continuation_token is not None for response in paused)
     assert len({response.continuation_token["token"] for response in paused}) == 20  # type: ignore[index]
-    assert live_conversations(agent.workflow) == 20
+    assert attached_instances(agent.workflow) == 20
     # Answer in reverse order, every other one declined: each conversation gets its own answer.
     for i in reversed(range(20)):
         done = await agent.run(approve(paused[i], approved=i % 2 == 0), session=sessions[i])
         assert done.text == (f"deployed app{i}" if i % 2 == 0 else f"skipped app{i}")
         assert agent.pending_requests_for(sessions[i]) == {}
     assert sorted(EFFECTS) == sorted(f"app{i}" for i in range(0, 20, 2))
-    assert live_conversations(agent.workflow) == 0  # nothing kept once the conversations finished
+    assert attached_instances(agent.workflow) == 0  # nothing kept once the conversations finished
     assert agent.pending_requests == {}  # the session-less conversation was never touched
 
 
@@ -220,7 +220,7 @@ def test_the_conversations_benchmark_runs_clean_in_quick_mode() -> None:
     proc = subprocess.run([sys.executable, str(script), "--quick"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "cross-talk (wrong answers): 0; each side effect once: True" in proc.stdout
-    assert "live conversations after: 0" in proc.stdout
+    assert "attached instances after: 0" in proc.stdout
 
 
 async def test_a_second_agent_on_a_shared_session_does_not_discard_the_first_agents_pause() -> None:
@@ -243,7 +243,7 @@ async def test_a_rejected_abandon_on_an_idle_session_leaves_nothing_behind() -> 
         with pytest.raises(ContinuationAuthorityError):
             agent.abandon_continuation(forged, session=session)
     assert agent.workflow_for(session) is None
-    assert live_conversations(agent.workflow) == 0
+    assert attached_instances(agent.workflow) == 0
 
 
 @pytest.mark.parametrize("role", ["system", "tool", "assistant"])

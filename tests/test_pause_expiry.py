@@ -26,7 +26,7 @@ from agent_framework_functional import (
     workflow,
 )
 from agent_framework_functional._expiry import checkpoint_deletions
-from agent_framework_functional._session import live_conversations
+from agent_framework_functional._session import attached_instances
 
 TTL = 60.0
 GATE: dict[str, asyncio.Event] = {}
@@ -121,7 +121,7 @@ async def test_an_answer_after_expiry_gets_the_stale_error_and_the_instance_is_r
     clock.advance(TTL * 1.5)
     with pytest.raises(StaleContinuationError):
         agent.run(approve(paused), session=session)
-    assert live_conversations(agent.workflow) == 0
+    assert attached_instances(agent.workflow) == 0
     await checkpoint_deletions()
     assert files(folder) == 0
     assert (await agent.run("fresh", session=session)).continuation_token is not None  # new input starts over
@@ -131,11 +131,11 @@ async def test_unanswered_pauses_are_released_within_one_ttl(tmp_path: Path, clo
     folder = tmp_path / "cp"
     agent = deployer.build(checkpoint_storage=FileCheckpointStorage(folder), continuation_ttl=TTL).as_agent()
     await pause_many(agent, 30)
-    assert live_conversations(agent.workflow) == 30 and files(folder) == 30
+    assert attached_instances(agent.workflow) == 30 and files(folder) == 30
     clock.advance(TTL * 1.5)
     await pause_many(agent, 1)  # any new conversation sweeps the expired ones
     await checkpoint_deletions()
-    assert live_conversations(agent.workflow) == 1
+    assert attached_instances(agent.workflow) == 1
     assert files(folder) == 1
 
 
@@ -145,11 +145,11 @@ async def test_with_a_store_instances_of_expired_records_are_released(tmp_path: 
     try:
         agent = deployer.build(checkpoint_storage=FileCheckpointStorage(folder), continuation_store=store).as_agent()
         paused = await pause_many(agent, 20)
-        assert live_conversations(agent.workflow) == 20
+        assert attached_instances(agent.workflow) == 20
         clock.advance(TTL * 1.5)
         await pause_many(agent, 1)
         await checkpoint_deletions()
-        assert live_conversations(agent.workflow) == 1
+        assert attached_instances(agent.workflow) == 1
         assert files(folder) == 1
         session, response = paused[0]
         with pytest.raises(ContinuationAuthorityError):
@@ -170,7 +170,7 @@ async def test_max_conversations_evicts_the_least_recently_paused_first() -> Non
     repaused0 = await agent.run("again", session=session0)
     paused[0] = (session0, repaused0)
     await pause_many(agent, 1)  # a fourth: app1 is now the least recently paused
-    assert live_conversations(agent.workflow) == 3
+    assert attached_instances(agent.workflow) == 3
     with pytest.raises(StaleContinuationError):
         agent.run(approve(paused[1][1]), session=paused[1][0])
     assert (await agent.run(approve(paused[0][1]), session=paused[0][0])).text == "deployed again"
@@ -182,7 +182,7 @@ async def test_memory_stays_bounded_by_max_conversations(tmp_path: Path) -> None
     agent = deployer.build(checkpoint_storage=FileCheckpointStorage(folder)).as_agent(max_conversations=10)
     await pause_many(agent, 200)
     await checkpoint_deletions()
-    assert live_conversations(agent.workflow) == 10
+    assert attached_instances(agent.workflow) == 10
     assert files(folder) == 10  # evicted pauses took their checkpoints with them
 
 
@@ -194,7 +194,7 @@ async def test_a_running_conversation_is_never_evicted() -> None:
     await GATE["started"].wait()
     paused = await pause_many(agent, 2)  # over the bound, but the running one stays
     assert agent.workflow_for(slow_session) is not None
-    assert live_conversations(agent.workflow) == 2  # the running one and the latest pause
+    assert attached_instances(agent.workflow) == 2  # the running one and the latest pause
     GATE["go"].set()
     slow_paused = await slow
     assert (await agent.run(approve(slow_paused), session=slow_session)).text == "deployed slow"
@@ -223,7 +223,7 @@ async def test_abandonment_deletes_the_pause_checkpoint_files(tmp_path: Path, fo
         await agent.abandon_continuation_async(force=force, session=session)
     await checkpoint_deletions()
     assert files(folder) == 0
-    assert live_conversations(agent.workflow) == 0
+    assert attached_instances(agent.workflow) == 0
 
 
 async def test_abandonment_with_a_store_deletes_the_checkpoint_files(tmp_path: Path) -> None:
@@ -265,7 +265,7 @@ async def test_with_a_store_an_evicted_conversation_still_resumes_through_the_st
         storage = FileCheckpointStorage(tmp_path / "cp")
         agent = deployer.build(checkpoint_storage=storage, continuation_store=store).as_agent(max_conversations=1)
         paused = await pause_many(agent, 3)
-        assert live_conversations(agent.workflow) == 1  # only the instances went
+        assert attached_instances(agent.workflow) == 1  # only the instances went
         for session, response in paused:
             assert (await agent.run(approve(response), session=session)).text.startswith("deployed app")
     finally:
