@@ -1,7 +1,6 @@
 """Abandoning a pending continuation: the abandon methods of ``FunctionalWorkflow`` (a mixin).
 
-Abandonment checks the token (or ``force``), holds the run guard across a store update, drops the
-instance's replay state, and reports the outcome to telemetry.
+The token (or ``force``) is checked, the run guard held across a store update, and the outcome counted.
 """
 
 from __future__ import annotations
@@ -39,10 +38,7 @@ class ContinuationAbandonment:
         *,
         force: bool = False,
     ) -> None:
-        """Drop the pending continuation and all replay state, so fresh runs are allowed again.
-
-        Replaces the wrapped core instance with a fresh one and deletes the pause's checkpoint (unless
-        ``keep_checkpoints``). README "Durable continuations" says when to use which variant.
+        """Discard the pending continuation, its replay state and checkpoint, so fresh runs are allowed again.
 
         Args:
             token: The current continuation token. Required unless ``force`` is True.
@@ -53,8 +49,7 @@ class ContinuationAbandonment:
         Raises:
             ContinuationAuthorityError: Without ``force``, a missing or wrong token, or nothing pending.
             WorkflowRunningError: A run is in progress (including an accepted resume).
-            ContinuationStoreAsyncError: The instance has a continuation store: use
-                :meth:`abandon_continuation_async`. Nothing changes.
+            ContinuationStoreAsyncError: The instance has a continuation store (use the async method).
         """
         self._authority.require_sync()
         request_ids = self._checked_abandon(token, force)
@@ -67,20 +62,16 @@ class ContinuationAbandonment:
         *,
         force: bool = False,
     ) -> None:
-        """Abandon a pending continuation, in this process and in the continuation store.
+        """Abandon a pending continuation, here and in the continuation store (from any process sharing it).
 
-        Without a store this is :meth:`abandon_continuation`. With one it works from any process
-        sharing the store, which marks the record ``abandoned`` atomically (a concurrent resume and
-        this call cannot both succeed). A token held here must still be ``issued`` (else the local
-        copy is dropped as stale and the authority error raised); one held elsewhere must belong to
-        this workflow and conversation. ``force`` (owner-only) clears this instance's pause and
-        abandons ``token``'s record even if expired, ignoring problems.
+        The store marks the record ``abandoned`` atomically, so a concurrent resume and this call cannot
+        both succeed; without a store this is :meth:`abandon_continuation`.
 
         Args:
             token: The continuation token. Required unless ``force`` is True.
 
         Keyword Args:
-            force: Owner recovery without authority (for a lost or expired token).
+            force: Owner-only recovery without authority (a lost or expired token); problems are ignored.
 
         Raises:
             ContinuationAuthorityError: Without ``force``: the token does not authorise the abandonment.
@@ -109,12 +100,7 @@ class ContinuationAbandonment:
             raise
 
     def _checked_abandon(self, token: object, force: bool) -> frozenset[str] | None:
-        """The checks both abandon methods share: the local pending request ids (None: not held here).
-
-        Raises:
-            ContinuationAuthorityError: Without ``force``, a missing or wrong token.
-            WorkflowRunningError: A run holds the local continuation.
-        """
+        """The checks both abandon methods share; the pending request ids held here (None: held elsewhere)."""
         try:
             local = self._authority.check_abandon(token, force=force)
             if local and self._active is not None:

@@ -1,12 +1,9 @@
 """Continuation tokens: the token type, issuing, and the one constant-time check of a presented token.
 
-A token is a JSON-safe mapping ``{"kind": "functional_workflow", "version": "1", "token": <secret>}``.
-The secret is 256 bits from :func:`secrets.token_urlsafe`. Reading a presented token never raises
-anything but :class:`~agent_framework_functional.ContinuationAuthorityError`, whatever object it is
-handed, and runs in time bounded by the expected secret length (a 1 MB string is rejected by its
-length). Every comparison of a secret goes through :func:`matches`: one ``hmac.compare_digest``
-against the expected secret, or against one decoy when nothing is pending, so timing does not tell
-whether a continuation exists.
+Reading a presented token never raises anything but ``ContinuationAuthorityError``, whatever object it
+is, in time bounded by the secret's length. Every secret comparison is :func:`matches` (one decoy when
+nothing is pending, so timing does not tell whether a continuation exists). Also the memory of tokens
+spent here (:func:`remember_spent`).
 """
 
 from __future__ import annotations
@@ -38,10 +35,8 @@ _NO_REQUESTS: Mapping[str, WorkflowEvent[Any]] = MappingProxyType({})
 class FunctionalWorkflowContinuationToken(ContinuationToken):
     """Continuation token of a paused functional workflow run (extends core's ``ContinuationToken``).
 
-    Treat it as opaque: store it (it survives ``json.dumps``/``json.loads``) and hand it back to the
-    same workflow instance (``run(responses=..., continuation_token=token)``) or agent. It is
-    single use: it is spent right before the resumed code runs, and every pause issues a new one.
-    Extra keys are allowed and ignored, so later versions may add fields.
+    Opaque, JSON-safe and single use: spent right before the resumed code runs; every pause issues a
+    new one. Extra keys are ignored, so later versions may add fields.
 
     Attributes:
         kind: Always ``"functional_workflow"``.
@@ -55,19 +50,14 @@ class FunctionalWorkflowContinuationToken(ContinuationToken):
 
 
 class Continuation:
-    """The pending continuation of one workflow instance (internal).
-
-    Slotted and built without copies: one pause keeps one of these per instance, so its size is the
-    package's memory per paused continuation.
+    """The pending continuation of one workflow instance (internal; slotted, no copies: memory per pause).
 
     Attributes:
-        secret: The current token's secret (URL-safe ASCII text; the token carries the same string).
+        secret: The token's secret (URL-safe ASCII).
         pending_requests: Request id -> ``request_info`` event of the pause (owned, not a copy).
-        earlier_requests: Requests of earlier pauses of the same run chain (already answered); a
-            resume passes their answers again (core replays from the top), so they are checked too.
-            A shared empty read-only mapping when there are none.
-        reserved: True while an accepted run resumes it (before it is spent or handed back).
-        issued_at: When it was issued, seconds since the epoch (telemetry: time from pause to resume).
+        earlier_requests: Requests of earlier pauses of the chain, whose answers a resume passes again.
+        reserved: True while an accepted run resumes it (until spent or handed back).
+        issued_at: When it was issued, seconds since the epoch.
     """
 
     __slots__ = ("earlier_requests", "issued_at", "pending_requests", "reserved", "secret")
@@ -85,10 +75,7 @@ class Continuation:
         self.issued_at = time.time()
 
     def known_requests(self) -> dict[str, WorkflowEvent[Any]]:
-        """Every request of the run chain up to this pause: earlier ones, then the pending ones.
-
-        Read-only for the caller: without earlier requests this is ``pending_requests`` itself.
-        """
+        """Every request of the run chain up to this pause, earlier first (read-only: may be ``pending_requests``)."""
         if not self.earlier_requests:
             return self.pending_requests
         return {**self.earlier_requests, **self.pending_requests}
@@ -102,11 +89,7 @@ def issue_continuation(
     pending_requests: Mapping[str, WorkflowEvent[Any]],
     earlier_requests: Mapping[str, WorkflowEvent[Any]] | None = None,
 ) -> Continuation:
-    """Create a continuation with a fresh 256-bit secret for the given pending (and earlier) requests.
-
-    A ``dict`` of pending requests is kept as it is, not copied: the caller hands it over (a run's
-    requests are final once core saved the pause). Any other mapping is copied.
-    """
+    """Create a continuation with a fresh 256-bit secret; a ``dict`` of pending requests is taken over, not copied."""
     pending: dict[str, WorkflowEvent[Any]] = (
         pending_requests if isinstance(pending_requests, dict) else dict(pending_requests)
     )
@@ -121,11 +104,7 @@ def issue_continuation(
 
 
 def presented_secret(presented: object) -> bytes | None:
-    """Return the ASCII secret of a well-shaped token, or None when its shape is wrong in any way.
-
-    Never raises, whatever object it is handed (a hostile ``__class__``, ``__getitem__`` or
-    ``__eq__`` gives None).
-    """
+    """Return the ASCII secret of a well-formed token, else None; never raises, even on hostile objects."""
     try:
         # isinstance() is inside the guard too: it consults the object's (overridable) __class__.
         if type(presented) is not dict and not isinstance(presented, Mapping):
@@ -146,11 +125,7 @@ def presented_secret(presented: object) -> bytes | None:
 
 
 def matches(presented: object, continuation: Continuation | None) -> bool:
-    """Return True when ``presented`` carries the secret of ``continuation`` (constant-time compare).
-
-    The only secret comparison in the package: with no continuation it compares against a decoy, so
-    the time taken does not reveal whether anything is pending.
-    """
+    """Return True when ``presented`` carries the secret of ``continuation``; constant time, a decoy when None."""
     secret = presented_secret(presented)
     # The same work whether or not anything is pending: pick the text, then encode it.
     expected = (continuation.secret if continuation is not None else _DECOY_SECRET).encode("ascii")
@@ -159,18 +134,10 @@ def matches(presented: object, continuation: Continuation | None) -> bool:
 
 
 def verify_token(presented: object, continuation: Continuation | None) -> Continuation:
-    """Check ``presented`` against the unreserved pending continuation.
-
-    Args:
-        presented: Whatever the caller passed as ``continuation_token``.
-        continuation: The instance's pending continuation, or None.
-
-    Returns:
-        The continuation the token authorises.
+    """Return ``continuation`` when it is unreserved and ``presented`` is its token.
 
     Raises:
-        ContinuationAuthorityError: When nothing unreserved is pending, or the token is missing,
-            malformed or wrong. Always the same message.
+        ContinuationAuthorityError: Otherwise (one fixed message).
     """
     candidate = continuation if continuation is not None and not continuation.reserved else None
     if not matches(presented, candidate):
@@ -185,20 +152,12 @@ def hash_secret(secret: str | bytes) -> str:
 
 
 def continuation_token_hash(token: Mapping[str, Any]) -> str:
-    """Return the hash under which a :class:`ContinuationStore` records ``token``.
+    """Return the hash (hex sha256 of the secret) under which a :class:`ContinuationStore` records ``token``.
 
-    Hosts use it to inspect a pause, for example to find the checkpoint of a token whose resume
-    crashed after its claim: ``record = await store.get(continuation_token_hash(token))`` and then
-    ``await wf.run(checkpoint_id=record.checkpoint_id, responses=...)``.
-
-    Args:
-        token: A continuation token mapping as returned by a paused run.
-
-    Returns:
-        The hex sha256 of the token's secret.
+    Hosts use it to find a pause's record, for example the checkpoint of a resume that crashed after its claim.
 
     Raises:
-        ContinuationAuthorityError: If ``token`` is not a well-shaped continuation token.
+        ContinuationAuthorityError: ``token`` is not a well-formed continuation token.
     """
     secret = presented_secret(token)
     if secret is None:
@@ -224,9 +183,8 @@ def _digest(secret: bytes) -> bytes:
 def remember_spent(secret: str, keep_for: float = DEFAULT_SPENT_SECONDS) -> None:
     """Note that the token with ``secret`` was spent or abandoned here, for ``keep_for`` seconds.
 
-    ``keep_for`` is the pause TTL of the instance that held it: a copy of the conversation that still
-    carries the token (a host's session entry, written at the pause) expires with that TTL too. Notes go
-    when their time has passed, and the oldest ones past :data:`SPENT_MEMORY`.
+    ``keep_for`` is the holding instance's pause TTL: a session copy that still carries the token expires
+    with it. The oldest notes past :data:`SPENT_MEMORY` go first.
     """
     now = time.time()
     digest = _digest(secret.encode("ascii"))

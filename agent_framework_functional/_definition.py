@@ -1,9 +1,4 @@
-"""The workflow definition and the ``@workflow`` decorator (bare or with options).
-
-A :class:`FunctionalWorkflowDefinition` is stateless: it wraps core's definition (which validates
-the function's signature) and builds one :class:`~agent_framework_functional.FunctionalWorkflow`
-instance per caller or session.
-"""
+"""The ``@workflow`` decorator (bare or with options) and the stateless definition it makes."""
 
 from __future__ import annotations
 
@@ -27,25 +22,19 @@ WorkflowFunc = Callable[..., Awaitable[Any]]
 
 @functional_workflows_experimental
 class FunctionalWorkflowDefinition:
-    """Stateless workflow definition produced by :func:`workflow`; call :meth:`build` per caller.
-
-    Wraps core's ``FunctionalWorkflowDefinition`` (which validates the function's signature: at
-    most one parameter besides the ``RunContext``).
+    """Stateless workflow definition made by :func:`workflow`; :meth:`build` one instance per caller.
 
     Args:
-        func: The async workflow function. Its first non-``RunContext`` parameter receives the
-            ``message`` of :meth:`FunctionalWorkflow.run`.
+        func: The async workflow function; its non-``RunContext`` parameter receives ``run()``'s ``message``.
 
     Keyword Args:
         name: Workflow name; defaults to ``func.__name__``.
         description: Optional human-readable description.
-        keep_checkpoints: Keep every checkpoint runs save (history). By default a run that pauses
-            again or finishes deletes its chain's checkpoints that back no pending token (a failed
-            run deletes nothing, so its pause stays restorable).
+        keep_checkpoints: Keep every checkpoint (history) instead of deleting a chain's spent ones.
 
     Raises:
-        ValueError: If the function declares more than one non-``RunContext`` parameter (core's rule).
-        TypeError: If ``func`` is not an async function.
+        ValueError: More than one non-``RunContext`` parameter (core's rule).
+        TypeError: ``func`` is not an async function.
     """
 
     def __init__(
@@ -73,28 +62,19 @@ class FunctionalWorkflowDefinition:
         continuation_store: ContinuationStore | None = None,
         continuation_ttl: float | timedelta | None = None,
     ) -> FunctionalWorkflow:
-        """Build a stateful workflow instance for one logical caller or session.
+        """Build a workflow instance (no pending continuation) for one caller or session.
 
         Keyword Args:
-            checkpoint_storage: Default core ``CheckpointStorage`` (for example
-                ``InMemoryCheckpointStorage`` or ``FileCheckpointStorage``); a run may override it
-                (not with a ``continuation_store``).
-            continuation_store: Makes continuation tokens durable and usable from any process that
-                shares this store and ``checkpoint_storage`` (see :class:`ContinuationStore`).
-                Requires ``checkpoint_storage``.
-            continuation_ttl: How long a pause stays resumable (seconds or ``timedelta``; default 24
-                hours): its token, an agent's live instance of the conversation and the pause's
-                checkpoint expire together. With a store the store's ``ttl`` is the one TTL: leave
-                this out or pass the same value.
-
-        Returns:
-            A new :class:`FunctionalWorkflow` with no pending continuation.
+            checkpoint_storage: Default core ``CheckpointStorage``; a run may override it (not with a store).
+            continuation_store: Makes tokens durable and usable from any process sharing it and
+                ``checkpoint_storage`` (required with it).
+            continuation_ttl: How long a pause stays resumable (default 24 hours); its token, instance and
+                checkpoint expire together. With a store, the store's ``ttl`` (omit this or pass the same).
 
         Raises:
-            ValueError: ``continuation_store`` without ``checkpoint_storage``; ``continuation_ttl``
-                is not positive or differs from the store's ``ttl``.
-            TypeError: ``continuation_store`` does not implement :class:`ContinuationStore`, or
-                ``checkpoint_storage`` is not a core ``CheckpointStorage``.
+            ValueError: A store without ``checkpoint_storage``; a bad ``continuation_ttl`` or one that
+                differs from the store's.
+            TypeError: A store or ``checkpoint_storage`` that does not implement its protocol.
         """
         return FunctionalWorkflow(
             self,
@@ -123,53 +103,31 @@ def workflow(
     description: str | None = None,
     keep_checkpoints: bool = False,
 ) -> FunctionalWorkflowDefinition | Callable[[WorkflowFunc], FunctionalWorkflowDefinition]:
-    """Turn an async function into a :class:`FunctionalWorkflowDefinition`, bare or with options.
+    """Turn an async function (core's functional workflow) into a :class:`FunctionalWorkflowDefinition`.
 
-    The function is core's functional workflow: plain Python control flow, ``@step`` for cached
-    and checkpointed work, ``ctx.request_info(...)`` to pause for a human.
-
-    Replay hazard: on resume the function runs again from the top. A ``@step``'s body does not run
-    again (its cached result is returned), but code outside steps does, so keep side effects in
-    steps, and pass all answers so far when a workflow pauses more than once.
+    Replay hazard: on resume the function runs again from the top; a ``@step``'s body does not (its
+    cached result is returned), code outside steps does. Keep side effects in steps.
 
     Args:
-        func: The async function (bare ``@workflow`` form).
+        func: The async function (bare ``@workflow``).
 
     Keyword Args:
         name: Workflow name; defaults to the function's name.
-        description: Optional description (shown by the agent adapter).
-        keep_checkpoints: Keep every checkpoint (history) instead of deleting a finished or
-            re-paused run chain's spent checkpoints (README "Checkpoints").
+        description: Optional description (shown by the agent).
+        keep_checkpoints: Keep every checkpoint (README "Checkpoints").
 
     Returns:
-        A definition (bare form) or a decorator that makes one.
+        A definition (bare ``@workflow``) or a decorator that makes one.
 
     Raises:
-        ValueError: If the function declares more than one non-``RunContext`` parameter.
+        ValueError: More than one non-``RunContext`` parameter.
 
     Examples:
         .. code-block:: python
 
-            from agent_framework_functional import RunContext, step, workflow
-
-
-            @step
-            async def draft(topic: str) -> str:
-                return f"A short post about {topic}."
-
-
             @workflow(name="review")
             async def review(topic: str, ctx: RunContext) -> str:
-                text = await draft(topic)
-                feedback = await ctx.request_info({"draft": text}, response_type=str)
-                return f"{text} ({feedback})"
-
-
-            wf = review.build()
-            paused = await wf.run("tea")
-            done = await wf.run(
-                responses={"auto::0": "ship it"}, continuation_token=paused.continuation_token
-            )
+                return await ctx.request_info({"topic": topic}, response_type=str)
     """
     if func is not None:
         return FunctionalWorkflowDefinition(func, name=name, description=description, keep_checkpoints=keep_checkpoints)

@@ -71,68 +71,27 @@ def _checked_payload(update: Any) -> Any:
 
 
 async def emit_update(update: str | Content | AgentResponseUpdate | Any) -> None:
-    """Send an update to the caller now, while the workflow is still running.
+    """Send an update to the caller now, from workflow or step code (or a task they start).
 
-    Usable anywhere inside a running workflow: the workflow function, its ``@step`` functions, and
-    tasks they start. In a run of :class:`~agent_framework_functional.FunctionalWorkflow`, the update
-    reaches the workflow stream at once as a ``WorkflowEvent`` of type ``intermediate`` (core's type
-    for visible progress; ``event.data`` is the update, ``event.executor_id`` the workflow name), and
-    the stream of :class:`~agent_framework_functional.FunctionalWorkflowAgent` as an
-    ``AgentResponseUpdate``: text and ``Content`` become message contents, an ``AgentResponseUpdate``
-    is forwarded (restamped with the agent's response id, never carrying a continuation token), and
-    JSON data rides in ``additional_properties["data"]`` with no contents.
+    It reaches the workflow stream at once as an ``intermediate`` event, and the agent's stream as an
+    ``AgentResponseUpdate``, in production order (README "Live streaming"). A streaming run holds at
+    most 64 updates: a slow consumer makes this call wait, nothing is dropped. JSON data is copied;
+    ``Content`` and ``AgentResponseUpdate`` are sent as they are, so do not change them afterwards.
 
-    Rules:
-
-    * Order: updates, ``request_info`` events and outputs reach the caller in the order the code
-      produced them; events core collects are never delivered twice.
-    * Backpressure (streaming runs, ``run(..., stream=True)``, which the agent adapter always
-      uses): the live channel holds 64 entries per run. When the consumer is slower than the
-      workflow, this call waits until there is room; nothing is dropped or buffered beyond that
-      bound.
-    * Non-streaming ``run()`` has no reader before the function returns: the updates are collected
-      with the run's other events (as core collects its own) and the result carries the same events
-      in the same order as a streaming run; ``WorkflowRunResult.get_outputs()`` is unchanged
-      (updates are ``intermediate``, not ``output``).
-    * Under core's own ``FunctionalWorkflow`` (not this package's), the update is added with core's
-      ``ctx.add_event`` and arrives when core yields its collected events, after the function returns.
-    * Replay hazard: on resume the workflow function runs again from the top, so updates emitted
-      outside a ``@step`` are sent again; updates emitted inside a completed step are not (its body
-      does not run again).
-
-    JSON data is copied when emitted; ``Content`` and ``AgentResponseUpdate`` objects are sent as
-    they are, so do not change them afterwards.
+    Replay hazard: on resume, updates emitted outside a ``@step`` are sent again; those inside a
+    completed step are not.
 
     Args:
-        update: Text (``str``), a core ``Content``, an ``AgentResponseUpdate``, or JSON-safe data
-            (``dict`` with ``str`` keys, ``list``/``tuple``, ``int``, finite ``float``, ``bool``,
-            ``None``).
+        update: Text, a ``Content``, an ``AgentResponseUpdate``, or JSON-safe data.
 
     Raises:
-        TypeError: ``update`` is none of the above (for example a ``Message``, an ``AgentResponse``,
-            a pydantic model, a NaN float, or a dict with non-string keys). Nothing is sent.
-        NotInWorkflowRunError: Called outside a running workflow, or after the run it belongs to ended
-            (also a ``RuntimeError``).
-            Outside a workflow there is no caller to send to, and dropping the update silently would
-            hide the mistake.
+        TypeError: Anything else (a ``Message``, a pydantic model, a NaN float, ...); nothing is sent.
+        NotInWorkflowRunError: Called outside a running workflow, or after its run ended.
 
     Examples:
         .. code-block:: python
 
-            from agent_framework_functional import emit_update, step, workflow
-
-
-            @step
-            async def research(topic: str) -> list[str]:
-                await emit_update({"stage": "research", "topic": topic})
-                return [f"fact about {topic}"]
-
-
-            @workflow
-            async def report(topic: str) -> str:
-                facts = await research(topic)
-                await emit_update("Writing the report...")
-                return f"{topic}: {facts[0]}"
+            await emit_update({"stage": "research", "topic": topic})
     """
     payload = _checked_payload(update)
     channel = live_channel.get()
@@ -163,48 +122,27 @@ async def stream_agent(
     session: Any | None = None,
     **kwargs: Any,
 ) -> AgentResponse:
-    """Run an agent in streaming mode, forward each of its updates live, and return its final response.
+    """Run an agent streaming, forward each update through :func:`emit_update`, return its response.
 
-    Works with anything that satisfies core's agent protocol (``SupportsAgentRun``): core's
-    ``Agent``, a ``BaseAgent`` subclass, another workflow's agent. Each ``AgentResponseUpdate`` goes
-    through :func:`emit_update` as it arrives, so the caller of the workflow sees the agent write.
-
-    Call it inside a ``@step`` so that a resumed run returns the step's cached ``AgentResponse``
-    without calling the agent again or re-sending its updates (core replays completed steps).
-    Outside a step it runs again, and streams again, on every replay.
-
-    The agent adapter does not repeat text the run already streamed: returning the response (or its
-    ``.text``) from the workflow adds no second copy to the agent's answer (see
-    :class:`~agent_framework_functional.FunctionalWorkflowAgent`).
+    Replay hazard: call it inside a ``@step``, so a resume returns the cached response instead of
+    running and streaming the agent again. Text the run already streamed is not repeated in the
+    workflow agent's answer.
 
     Args:
         agent: The inner agent.
         messages: Input for the agent, as its ``run`` accepts.
 
     Keyword Args:
-        session: The inner agent's session, passed as ``session=``.
-        **kwargs: Forwarded unchanged to ``agent.run`` (for example ``function_invocation_kwargs``
-            or ``client_kwargs``).
+        session: The inner agent's session.
+        **kwargs: Forwarded unchanged to ``agent.run``.
 
     Returns:
-        The inner agent's final ``AgentResponse`` (``get_final_response()`` of its stream; built
-        with ``AgentResponse.from_updates`` when the agent returns a plain async iterable).
+        The inner agent's final ``AgentResponse``.
 
     Raises:
-        NotInWorkflowRunError: Called outside a running workflow (checked before the agent is called;
-            also a ``RuntimeError``).
-        TypeError: The agent's streaming run returned neither a ``ResponseStream``, an async
-            iterable of updates, nor an ``AgentResponse``, or it yielded something that is not an
-            ``AgentResponseUpdate``.
-        Exception: Whatever the inner agent raises, after the updates it produced before failing.
-
-    Examples:
-        .. code-block:: python
-
-            @step
-            async def answer(question: str) -> str:
-                response = await stream_agent(writer_agent, question)
-                return response.text
+        NotInWorkflowRunError: Called outside a running workflow (before the agent is called).
+        TypeError: The agent's stream is not a stream of ``AgentResponseUpdate``.
+        Exception: Whatever the inner agent raises, after the updates it produced.
     """
     _require_running("stream_agent")
     result: Any = agent.run(messages, stream=True, session=session, **kwargs)

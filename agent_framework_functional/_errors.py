@@ -1,10 +1,8 @@
 """Every exception this package raises on purpose, in one tree.
 
-Every concrete error subclasses both :class:`FunctionalWorkflowError` and the builtin that callers already
-catch, so existing ``except ValueError`` / ``except RuntimeError`` handlers keep working. Two
-intermediate bases group them by what the caller can do: :class:`CallRefusedError` (the call was
-refused before it changed anything: fix the call and retry) and :class:`DurableStoreError` (a store
-or checkpoint storage failed: the message says whether a write may have happened)::
+Each also subclasses the builtin callers already catch (``ValueError``, ``RuntimeError``). Two bases
+group them by what the caller can do: :class:`CallRefusedError` (fix the call and retry) and
+:class:`DurableStoreError` (a store failed; the message says whether a write may have happened)::
 
     Exception
      └── FunctionalWorkflowError
@@ -30,9 +28,8 @@ or checkpoint storage failed: the message says whether a write may have happened
           │                                                     cannot be recorded in the continuation store
           └── NotInWorkflowRunError         (also RuntimeError) emit_update / stream_agent outside a run
 
-All of them pickle (hosts send them across processes) and none of their messages echo a secret or
-the token. :class:`ContinuationAuthorityError` and :class:`StaleContinuationError` each have one
-fixed message; the others say what happened and what to do next.
+All of them pickle (hosts send them across processes); no message echoes a secret. The authority
+and stale errors have one fixed message each; the others say what happened and what to do next.
 """
 
 from __future__ import annotations
@@ -57,42 +54,28 @@ AGENT_PENDING_CONTINUATION_MESSAGE = (
 
 
 class FunctionalWorkflowError(Exception):
-    """Base class of every error this package raises on purpose.
-
-    Catch it to handle all continuation problems in one place; catch a subclass (or the builtin it
-    also derives from) to handle one.
-    """
+    """Base class of every error this package raises on purpose."""
 
 
 class CallRefusedError(FunctionalWorkflowError):
     """A call was refused before it changed anything: no user code ran, no token was spent or issued.
 
-    Catch it to tell "fix the call and try again" from a failure: every refusal (authority, answers that
-    do not fit, a pending continuation, a running instance, a sync call that needs the async one, a restore
-    that lost to a resume) derives from it and keeps its builtin base (``ValueError`` or ``RuntimeError``).
+    Catch it to tell "fix the call and try again" from a failure.
     """
 
 
 class DurableStoreError(FunctionalWorkflowError):
     """A continuation store or checkpoint storage failed: unreachable, or it could not keep a write.
 
-    The message says whether the operation may have happened (a claim whose reply was lost may have spent
-    its token). Each subclass keeps the base its backend's callers already catch.
+    The message says whether the operation may have happened (a lost claim reply may have spent the token).
     """
 
 
 class ContinuationAuthorityError(CallRefusedError, ValueError):
     """A response-only resume or an abandonment did not present valid continuation authority.
 
-    Raised for every authority problem with one fixed message: no pending continuation, token
-    missing, ``None``, not a mapping, missing fields, wrong ``kind`` or ``version``, wrong value,
-    non-ASCII or unpaired-surrogate text, wrong types, a token of another workflow instance, or a
-    token already spent. The message reveals nothing (AGENTS.md, invariant 2), so callers cannot
-    probe what is pending.
-
-    Args:
-        message: Ignored; accepted so that the exception pickles. The message is always
-            :data:`AUTHORITY_ERROR_MESSAGE`.
+    One fixed message for every cause (nothing pending, a malformed, wrong, foreign or spent token), so
+    callers cannot probe what is pending (AGENTS.md invariant 2). ``message`` is ignored (for pickling).
     """
 
     def __init__(self, message: str | None = None) -> None:
@@ -108,16 +91,11 @@ STALE_CONTINUATION_MESSAGE = (
 
 
 class StaleContinuationError(ContinuationAuthorityError):
-    """Answers arrived on a session whose own stored token is known to be spent, abandoned or expired.
+    """Answers arrived on a session whose own stored token is known spent, abandoned or expired.
 
-    Raised by the agent adapter instead of the generic authority error only for the token it keeps in
-    the session (never for a token the caller presents), so a host can tell "this conversation moved
-    on" from "pending" and from a bad token. Nothing changed. New input on such a session starts a
-    fresh run. Also a :class:`ContinuationAuthorityError` (and a ``ValueError``).
-
-    Args:
-        message: Ignored; accepted so that the exception pickles. The message is always
-            :data:`STALE_CONTINUATION_MESSAGE`.
+    Raised by the agent only for the token it keeps in the session (never one the caller presents), so
+    a host can tell "this conversation moved on" from a bad token; new input starts a fresh run.
+    ``message`` is ignored (for pickling).
     """
 
     def __init__(self, message: str | None = None) -> None:
@@ -128,18 +106,11 @@ class StaleContinuationError(ContinuationAuthorityError):
 class ResponseMismatchError(CallRefusedError, ValueError):
     """The answers of an authorised resume do not fit the pause; nothing was spent or changed.
 
-    Raised after authority passed (so the message may name the pause's request ids) when no answer
-    is keyed by a pending request id, a chat-native answer names no pending request or answers one
-    twice, or an answer cannot be converted to its request's ``response_type`` (also when it nests
-    too deeply to be read). The continuation stays pending: fix the answers and resume again with
-    the same token.
-
-    Args:
-        message: What does not fit and how to fix it.
+    Raised after authority passed (so the message may name request ids): no answer names a pending
+    request, one is given twice, or one does not convert to its ``response_type``. The token stays valid.
 
     Keyword Args:
-        request_id: The id the refused answer carries, when one answer is at fault (kept as
-            ``request_id``, so a host can point at the input field that holds it).
+        request_id: The refused answer's id when one answer is at fault (for a host to point at it).
     """
 
     def __init__(
@@ -156,30 +127,14 @@ class ResponseMismatchError(CallRefusedError, ValueError):
 
 
 class PendingContinuationError(CallRefusedError, RuntimeError):
-    """New input or a checkpoint restore arrived while a continuation is pending.
-
-    The pending continuation is left intact and still resumes with its token. Resolve it first:
-    resume with ``responses=...`` and the token, or abandon it with
-    ``abandon_continuation(token)`` (or ``force=True`` as the owner). The agent adapter raises it
-    with :data:`AGENT_PENDING_CONTINUATION_MESSAGE`, which says how a chat caller answers.
-
-    Args:
-        message: What happened and what to do next.
-    """
+    """New input or a checkpoint restore arrived while a continuation is pending (it stays intact)."""
 
     def __init__(self, message: str = PENDING_CONTINUATION_MESSAGE) -> None:
         super().__init__(message)
 
 
 class WorkflowRunningError(CallRefusedError, RuntimeError):
-    """The workflow instance is already running; one run at a time per instance.
-
-    Wait for the active run to finish (or close its stream) and try again, or build a separate
-    instance for an independent caller.
-
-    Args:
-        message: What happened and what to do next.
-    """
+    """The workflow instance is already running; one run at a time per instance."""
 
     def __init__(
         self,
@@ -192,14 +147,7 @@ class WorkflowRunningError(CallRefusedError, RuntimeError):
 
 
 class ContinuationStoreAsyncError(CallRefusedError, RuntimeError):
-    """A synchronous method was called on an instance that records continuations in a store.
-
-    The store can only be updated asynchronously, so the synchronous method would leave it out of
-    date. Nothing changed: call the ``..._async`` method named in the message instead.
-
-    Args:
-        message: Which async method to call.
-    """
+    """A synchronous method was called on an instance with a continuation store (updated only asynchronously)."""
 
     def __init__(
         self,
@@ -212,14 +160,7 @@ class ContinuationStoreAsyncError(CallRefusedError, RuntimeError):
 
 
 class PauseNotSavedError(FunctionalWorkflowError, RuntimeError):
-    """A run paused but no checkpoint was saved for the pause, so no worker could restore it.
-
-    The run returns no continuation token (the caller sees core's failure surface). Check the
-    checkpoint storage given to ``build()``.
-
-    Args:
-        message: What happened and what to do next.
-    """
+    """A run paused but no checkpoint was saved for it, so no token is issued (core's failure surface)."""
 
     def __init__(
         self,
@@ -232,14 +173,9 @@ class PauseNotSavedError(FunctionalWorkflowError, RuntimeError):
 
 
 class NotInWorkflowRunError(FunctionalWorkflowError, RuntimeError):
-    """``emit_update`` or ``stream_agent`` was called outside a running workflow, or after its run ended.
+    """``emit_update`` or ``stream_agent`` was called outside a running workflow (or after its run ended).
 
-    Outside a run there is no caller to send to, and dropping the update silently would hide the
-    mistake. Call it from a ``@workflow`` function, one of its ``@step`` functions, or a task they
-    await, while the run is in progress.
-
-    Args:
-        message: What happened and what to do next.
+    Raised rather than losing the update silently, which would hide the mistake.
     """
 
     def __init__(
@@ -255,13 +191,9 @@ class NotInWorkflowRunError(FunctionalWorkflowError, RuntimeError):
 class ContinuationStoreDurabilityError(DurableStoreError, RuntimeError):
     """Redis cannot keep a claim through a crash, or did not confirm that it kept one.
 
-    Raised by :class:`RedisContinuationStore` (with the default ``durability="fsync"``) before its first
-    write when the server's persistence could lose a write it acknowledged, and after a write in
-    ``waitaof`` mode when Redis does not confirm in time that the write reached its disk. In the
-    second case the operation counts as failed: a claim that raises it runs no resumed code.
-
-    Args:
-        message: What Redis lacks and how to configure it (or opt in to ``durability="best_effort"``).
+    Raised by :class:`RedisContinuationStore` before its first write when persistence could lose an
+    acknowledged write, and in ``waitaof`` mode when the disk write is not confirmed in time (the
+    operation then counts as failed: a claim that raises it runs no resumed code).
     """
 
     def __init__(
@@ -275,15 +207,10 @@ class ContinuationStoreDurabilityError(DurableStoreError, RuntimeError):
 
 
 class CheckpointRestoreConflictError(CallRefusedError, RuntimeError):
-    """A checkpoint restore lost the race to a resume that presented the pause's continuation token.
+    """A checkpoint restore lost the race to a resume that presented the pause's token (nothing ran).
 
-    With a continuation store, restoring the checkpoint of a pause whose token is still ``issued``
-    supersedes that token atomically (the token is then refused with the authority error). When a
-    resume claimed the token first (after the restore started), the restore is refused instead, so
-    the pause cannot run twice. Nothing ran and nothing changed.
-
-    Args:
-        message: What happened and what to do next.
+    With a store, a restore supersedes the pause's ``issued`` token; a claim made after the restore
+    started wins instead, so the pause cannot run twice.
     """
 
     def __init__(

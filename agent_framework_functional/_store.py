@@ -1,17 +1,11 @@
 """The continuation store protocol and its record: what a durable store keeps about one pause.
 
-With a :class:`ContinuationStore` given to ``build(..., continuation_store=...)``, every saved pause
-is also recorded in the store (by the sha256 of its token's secret, never the secret), so that any
-process with the same workflow definition, checkpoint storage and store can resume it, exactly once.
-The resume path that uses the store is ``_store_authority.StoreAuthority``; the stores themselves
-are ``_durable.sqlite_store`` and ``_durable.redis_store``. Both build and read records through
-:meth:`ContinuationRecord.to_fields` / :meth:`ContinuationRecord.from_fields`, so a record has one
-serial form.
+Every saved pause is recorded by the sha256 of its token's secret (never the secret), so any process
+with the same definition, checkpoint storage and store can resume it, exactly once. A record has one
+serial form (:meth:`ContinuationRecord.to_fields` / :meth:`ContinuationRecord.from_fields`).
 
-Crash semantics: a process that dies after its claim leaves the record ``claimed``: the token is
-spent (at most once), because no store can tell "claimed, then crashed before user code" from
-"claimed, ran half the side effects, then crashed". The owner recovers with a checkpoint restore of
-``record.checkpoint_id`` (find it with ``await store.get(continuation_token_hash(token))``).
+A process that dies after its claim leaves the record ``claimed`` (spent: no store can tell "crashed
+before user code" from "crashed halfway"); the owner restores ``record.checkpoint_id`` instead.
 """
 
 from __future__ import annotations
@@ -35,14 +29,7 @@ MAX_DURATION_SECONDS = 10 * 365 * 24 * 3600.0
 
 
 def duration_seconds(value: float | timedelta, name: str) -> float:
-    """Return ``value`` in seconds, checked for the stores' ``ttl`` / ``retention`` arguments.
-
-    Args:
-        value: Seconds, or a ``timedelta``.
-        name: The argument's name, for the error message.
-
-    Returns:
-        The duration in seconds.
+    """Return ``value`` (seconds or a ``timedelta``) in seconds, checked; ``name`` is for the message.
 
     Raises:
         ValueError: The duration is not a finite positive number up to :data:`MAX_DURATION_SECONDS`.
@@ -64,24 +51,19 @@ class ContinuationRecord:
     """What a :class:`ContinuationStore` keeps about one issued continuation token.
 
     Attributes:
-        token_hash: Hex sha256 of the token's secret (:func:`continuation_token_hash`). The secret
-            itself is never stored, so a leaked store does not leak usable tokens.
+        token_hash: Hex sha256 of the token's secret (:func:`continuation_token_hash`); the secret
+            is never stored, so a leaked store leaks no usable token.
         workflow_name: Name of the workflow that paused.
-        signature_hash: Core's ``graph_signature_hash`` of that workflow (its code and steps); a
-            process running a different version cannot resume the pause.
-        checkpoint_id: Id of the checkpoint saved at the pause (the last one saved in that run).
+        signature_hash: Core's ``graph_signature_hash`` of it: another version cannot resume the pause.
+        checkpoint_id: The checkpoint saved at the pause.
         pending_request_ids: Request ids the pause waits for.
-        created_at: When the token was issued, seconds since the epoch (the store's clock).
-        expires_at: When the token stops being accepted (``created_at`` + the store's TTL).
-        status: ``issued``, ``claimed`` (a resume took it: spent) or ``abandoned``.
-        response_types: Request id -> response type as text (``_response_types``) for every request
-            of the pause's run chain so far (earlier rounds and the pending ones), so a worker that
-            never saw the earlier rounds checks every answer before its claim. None in records
-            written before this field existed (then only the pending answers are checked).
-        conversation: Digest of the conversation (agent session) the pause belongs to, or None for a
-            run outside a conversation: no other conversation's workflow instance may resume or
-            abandon it, on any worker (a caller without a session still may, with the token). None in
-            records written before this field existed.
+        created_at: When the token was issued (the store's clock, seconds since the epoch).
+        expires_at: When the token stops being accepted.
+        status: ``issued``, ``claimed`` (spent) or ``abandoned``.
+        response_types: Request id -> response type as text for every request of the run chain, so a
+            worker that never saw earlier rounds checks every answer before its claim (None: older record).
+        conversation: Digest of the agent conversation the pause belongs to (None: none, or an older
+            record); no other conversation's instance may resume or abandon it.
     """
 
     token_hash: str
@@ -96,36 +78,18 @@ class ContinuationRecord:
     conversation: str | None = None
 
     def is_claimable(self, now: float) -> bool:
-        """Return True when the record is ``issued`` and not expired at ``now``.
-
-        Args:
-            now: Seconds since the epoch, from the store's clock.
-
-        Returns:
-            Whether a resume may still claim this continuation.
-        """
+        """Return True when the record is ``issued`` and unexpired at ``now`` (the store's clock)."""
         return self.status == "issued" and now < self.expires_at
 
     def belongs_to(self, workflow_name: str, signature_hash: str) -> bool:
-        """Return True when the record was issued by this workflow name and version (signature hash).
-
-        Args:
-            workflow_name: The resuming workflow's name.
-            signature_hash: Core's ``graph_signature_hash`` of the resuming workflow.
-
-        Returns:
-            Whether a process running that workflow may act on the record.
-        """
+        """Return True when the record was issued by this workflow name and ``graph_signature_hash``."""
         return self.workflow_name == workflow_name and self.signature_hash == signature_hash
 
     def to_fields(self) -> dict[str, str]:
-        """Return the record as text fields (the one serial form both stores write).
+        """Return the record as text fields, the one serial form every store writes.
 
-        Returns:
-            Field name -> text: every attribute but ``token_hash`` (the key), with
-            ``pending_request_ids`` as a JSON list, times as ``repr`` of the float, and
-            ``response_types`` as a JSON object (left out when None), ``conversation`` as
-            is (left out when None).
+        Every attribute but ``token_hash`` (the key); lists and mappings as JSON, times as ``repr``,
+        None fields left out.
         """
         fields = {
             "workflow_name": self.workflow_name,
@@ -144,15 +108,7 @@ class ContinuationRecord:
 
     @classmethod
     def from_fields(cls, token_hash: str, fields: Mapping[str, Any]) -> ContinuationRecord:
-        """Build a record from the fields :meth:`to_fields` wrote (text, bytes or native values).
-
-        Args:
-            token_hash: The record's key.
-            fields: Field name -> value, as read back from a store (Redis gives bytes, SQLite
-                native values).
-
-        Returns:
-            The record.
+        """Build a record from the fields :meth:`to_fields` wrote, read back as text, bytes or native values.
 
         Raises:
             KeyError: A field is missing.
@@ -204,20 +160,15 @@ class AsyncClosing:
 class ContinuationStore(Protocol):
     """Durable home of continuation tokens shared by several processes (a small async protocol).
 
-    Implementations: :class:`SQLiteContinuationStore` (one file, several processes on one machine)
-    and :class:`RedisContinuationStore` (several machines). Give one to
-    ``FunctionalWorkflowDefinition.build(checkpoint_storage=..., continuation_store=...)``.
+    Give one to ``build(checkpoint_storage=..., continuation_store=...)``. Every implementation keeps:
 
-    Rules every implementation keeps:
+    * ``claim``, ``abandon`` and ``supersede`` are atomic compare-and-set on ``status == "issued"``:
+      among concurrent callers in any process at most one gets True.
+    * ``abandoned`` is final; ``claimed`` too, except that ``release`` undoes a claim for the run
+      that made it (its ``claimer`` secret), cancelled before its user code ran.
+    * ``supersede`` finds the record by ``checkpoint_id``; expiry uses :meth:`now`.
 
-    * ``claim``, ``abandon`` and ``supersede`` are atomic compare-and-set operations on
-      ``status == "issued"``: among any number of concurrent callers (in any process) at most one
-      gets True.
-    * ``abandoned`` is final. ``claimed`` is final too, except that ``release`` hands a claim back
-      (``claimed`` -> ``issued``) for the one run that made it, identified by its ``claimer``
-      secret: a run cancelled after its claim and before any of its user code ran.
-    * ``supersede`` finds the record by its ``checkpoint_id`` (stores keep an index for it).
-    * Expiry is evaluated with :meth:`now`; an expired record is never claimed.
+    Every ``token_hash`` is the hex sha256 of a token's secret.
     """
 
     @property
@@ -230,89 +181,43 @@ class ContinuationStore(Protocol):
         ...
 
     async def save(self, record: ContinuationRecord) -> None:
-        """Record a freshly issued continuation (status ``issued``).
-
-        Args:
-            record: The record to insert; its ``token_hash`` must be new.
-        """
+        """Insert ``record`` of a freshly issued token (status ``issued``, new ``token_hash``)."""
         ...
 
     async def get(self, token_hash: str) -> ContinuationRecord | None:
-        """Return the record for ``token_hash`` (any status), or None. Never mutates.
-
-        Args:
-            token_hash: Hex sha256 of the token's secret.
-
-        Returns:
-            The record, or None when the store has none (never saved, or already deleted).
-        """
+        """Return the record for ``token_hash`` (any status), or None when there is none; never mutates."""
         ...
 
     async def claim(self, token_hash: str, *, claimer: str | None = None) -> bool:
         """Atomically move ``issued`` and unexpired -> ``claimed``; True only for the one winner.
 
-        Args:
-            token_hash: Hex sha256 of the token's secret.
-
-        Keyword Args:
-            claimer: A secret of the claiming run, kept with the claim; only a :meth:`release` with
-                the same secret can hand the claim back.
-
-        Returns:
-            True when this call claimed the record; False when it is missing, not ``issued`` or expired.
+        ``claimer`` is the claiming run's secret, kept with the claim for :meth:`release`.
         """
         ...
 
     async def release(self, token_hash: str, claimer: str) -> bool:
-        """Atomically hand a claim back: ``claimed`` by ``claimer`` -> ``issued``.
+        """Atomically undo a claim: ``claimed`` by ``claimer`` -> ``issued``; True when this call did.
 
-        Called only by a run that won :meth:`claim` and was cancelled before any of its user code
-        ran, so that the token stays usable instead of spent for nothing.
-
-        Args:
-            token_hash: Hex sha256 of the token's secret.
-            claimer: The ``claimer`` that :meth:`claim` was called with.
-
-        Returns:
-            True when this call moved the record back to ``issued``; False when it is missing or not
-            ``claimed`` by ``claimer``.
+        Called only by a run that won :meth:`claim` and was cancelled before its user code ran, so
+        the token stays usable.
         """
         ...
 
     async def supersede(self, checkpoint_id: str, *, since: float) -> bool:
         """Atomically abandon the ``issued`` record of the pause saved in ``checkpoint_id``.
 
-        A checkpoint restore calls it before it runs, so that the pause's token and the restore
-        cannot both run the pause: whichever of this call and the token's :meth:`claim` comes first
-        wins.
-
-        Args:
-            checkpoint_id: The checkpoint being restored.
-
-        Keyword Args:
-            since: When the restore started, by :meth:`now`.
+        A checkpoint restore calls it first, so the restore and the token's :meth:`claim` cannot both
+        run the pause.
 
         Returns:
-            False when the pause's token was claimed at or after ``since`` (a token resume won: the
-            restore must not run); True otherwise: an ``issued`` record of the checkpoint is now
-            ``abandoned``, or none concerned it (never recorded, already abandoned, or claimed before
-            ``since``: restoring a pause whose resume already ended is the owner's recovery path).
+            False when the token was claimed at or after ``since`` (the restore's start, by
+            :meth:`now`): the restore must not run. Otherwise True (claimed before ``since``: the
+            owner's recovery path).
         """
         ...
 
     async def abandon(self, token_hash: str, *, force: bool = False) -> bool:
-        """Atomically move ``issued`` -> ``abandoned``; True when this call changed it.
-
-        Args:
-            token_hash: Hex sha256 of the token's secret.
-
-        Keyword Args:
-            force: Also abandon an expired record (owner recovery); otherwise expired records stay.
-
-        Returns:
-            True when this call abandoned the record; False when it is missing, not ``issued``, or
-            expired (without ``force``).
-        """
+        """Atomically move ``issued`` -> ``abandoned``; True when this call did (``force``: expired too)."""
         ...
 
     async def aclose(self) -> None:
