@@ -1,12 +1,7 @@
 """Typed answers: a request's ``response_type`` as JSON Schema, and an answer converted to that type.
 
-Every request the agent surfaces carries the JSON Schema of its answer (:func:`response_schema`,
-pydantic's ``TypeAdapter(...).json_schema()``), so a host can render a form or validate a reply.
-Every answer, whatever shape a host sends it in (a Python value, a JSON value, JSON text), goes
-through :func:`convert_answer` before a resume is accepted: core's own rule first (what core
-accepts is passed on unchanged), then pydantic's validation (enums, ``Literal``, dataclasses,
-pydantic models, lists of them, ``Optional``). A value that fits neither raises
-:class:`ResponseMismatchError` naming the field path and the request id, before the token is spent.
+Every answer, in whatever shape a host sends it, goes through :func:`convert_answer` before a resume is
+accepted (core's rule, then pydantic's validation), so a mismatch is refused before the token is spent.
 """
 
 from __future__ import annotations
@@ -58,17 +53,14 @@ def _cached_schema(response_type: Any) -> dict[str, Any] | None:
 def response_schema(response_type: Any) -> dict[str, Any] | None:
     """Return the JSON Schema of an answer of type ``response_type``, or None when it has none.
 
-    The agent puts it on every request it surfaces: ``function_call.arguments["response_schema"]``
-    and ``function_approval_request.additional_properties["response_schema"]`` (README, "Use it as
-    an agent"). Hosts can also call it on ``agent.pending_requests_for(session)[id].response_type``.
+    The agent puts it on every request it surfaces (README "Use it as an agent"), so a host can render
+    a form or validate a reply.
 
     Args:
-        response_type: A request's ``response_type`` (``bool``, ``str``, ``int``, an ``Enum``, a
-            ``Literal``, a dataclass, a pydantic model, ``list[...]`` of them, ``X | None``, ...).
+        response_type: A request's ``response_type``.
 
     Returns:
-        A fresh JSON Schema dict (pydantic's ``TypeAdapter(response_type).json_schema()``), or None
-        for a type pydantic cannot describe (such as core's ``Content``).
+        A fresh JSON Schema dict (pydantic's), or None for a type pydantic cannot describe (``Content``).
 
     Examples:
         .. code-block:: python
@@ -85,10 +77,9 @@ def response_schema(response_type: Any) -> dict[str, Any] | None:
 def parse_json_text(value: Any, response_type: Any) -> Any:
     """``value`` parsed as JSON when it is text the type does not take as it is, else ``value``.
 
-    Empty text is None. Text that is not JSON stays text (an enum or ``Literal`` answered with a bare ``red``), and so
-    does JSON nested too deeply to read (the conversion then fails). Core's
-    ``Content.from_function_result`` stores a list of plain values as its Python ``repr``, so a
-    bracketed text that is not JSON is read as a Python literal (``ast.literal_eval``: values only).
+    Empty text is None; text that is not JSON stays text (a bare enum value). Bracketed text that is not
+    JSON is read with ``ast.literal_eval``, because core's ``Content.from_function_result`` stores a list
+    as its Python ``repr``.
     """
     if not isinstance(value, str) or _accepts(value, response_type):
         return value
@@ -115,13 +106,12 @@ def convert_answer(value: Any, response_type: Any, request_id: str) -> Any:
         request_id: The request's id (named in the error).
 
     Returns:
-        ``value`` when core's rule accepts it, else pydantic's validated value (an instance core accepts). A
-        ``bool`` request, and each ``bool`` field of a model or list, takes only ``True`` / ``False``: an
-        approval is never inferred from text or numbers.
+        ``value`` when core's rule accepts it, else pydantic's validated value. A ``bool`` (also a field)
+        takes only ``True`` / ``False``: an approval is never inferred from text or numbers.
 
     Raises:
-        ResponseMismatchError: The value fits neither; the message names each failing field path
-            (``title: Input should be a valid string``) and the request id, never the value.
+        ResponseMismatchError: The value fits neither; names each failing field path and the request id,
+            never the value.
     """
     if value is None or (isinstance(response_type, type) and type(value) is response_type):
         return value

@@ -49,12 +49,10 @@ class RecordingCheckpointStorage:
         return checkpoint_id
 
     async def delete_chain(self, *, keep: str | None) -> None:
-        """Delete the checkpoints this run saved (but ``keep``) and the one of the pause it resumed.
+        """Delete the checkpoints this run saved (but ``keep``, the new pause's) and the resumed pause's.
 
-        Called when a run ended well: it paused again (``keep`` is the new pause's checkpoint, which
-        backs the new token) or finished. None of the others backs an issued token any more. A
-        failed delete is ignored: the checkpoint stays until the host deletes it. With ``keep`` set
-        on the recorder nothing is deleted.
+        Called when a run paused again or finished: none of them backs an issued token any more. A failed
+        delete is ignored (the host deletes it later); with the recorder's ``keep`` nothing is deleted.
         """
         if self.keep:
             self.saved_ids, self.resumed_checkpoint_id = [], None

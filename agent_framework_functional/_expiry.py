@@ -28,8 +28,7 @@ def resolve_ttl(ttl: float | timedelta | None, store: ContinuationStore | None) 
     """The pause TTL in seconds: the store's, else ``ttl``, else 24 hours.
 
     Raises:
-        ValueError: ``ttl`` is given with a store whose ``ttl_seconds`` differs (one TTL, one place),
-            or is not a positive duration.
+        ValueError: ``ttl`` differs from the store's ``ttl_seconds``, or is not a positive duration.
         TypeError: ``ttl`` is neither a number nor a ``timedelta``.
     """
     seconds = None if ttl is None else duration_seconds(ttl, "continuation_ttl")

@@ -1,17 +1,9 @@
 """One run of a workflow instance: one driver over core's stream, in both run modes.
 
-:class:`WorkflowRun` holds the run guard of one accepted run and drives core through the same steps
-whether the caller streams or not; each step calls one authority hook, from this one place:
-
-* ``_start``: the authority's ``before_core`` (a store's checks, the checkpoint recorder);
-* ``_claim``: after core's first status and before user code, spend the token (AGENTS.md invariant 5);
-* ``_issue``: once core saved a pause, issue its token before the paused status reaches the caller
-  (invariant 6); ``_ended``: a run that finished deletes its chain's checkpoints.
-
-:meth:`WorkflowRun.stream` (streaming) classifies each event with :meth:`WorkflowRun.observe` into a
-:class:`Phase`, merged with live updates. :meth:`WorkflowRun.collect` (non-streaming) pulls core's
-first events itself, then lets core's own non-streaming path build the result (invariant 40). When
-core raises without a ``failed`` event, the caller still gets the failure surface (:func:`failure_surface`).
+:class:`WorkflowRun` drives core through the same steps whether the caller streams or not, each
+calling one authority hook: ``_start`` (``before_core``), ``_claim`` (after core's first status,
+before user code: AGENTS.md invariant 5), ``_issue`` (a saved pause, before its status reaches the
+caller: invariant 6) and ``_ended`` (``finish``).
 """
 
 from __future__ import annotations
@@ -118,10 +110,10 @@ class WorkflowRun:
         self.free = free
 
     def end(self, *, dropped: bool) -> bool:
-        """Hand back what the run did not spend as it lets go of the guard; True when core's replay state must go.
+        """Hand back what the run did not spend; True when core's replay state must go.
 
-        A dropped stream whose core run started leaves core mid-run; a run that failed, was
-        cancelled or closed after user code leaves replay state that must not be resumed.
+        It must go after a dropped run that started core, or one that ended after user code without
+        finishing or pausing.
         """
         handed_back = self.authority.hand_back(self.ticket)
         if dropped:
@@ -245,11 +237,10 @@ class WorkflowRun:
     async def collect(
         self, core_kwargs: dict[str, Any], include_status_events: bool, lease: RunLease
     ) -> FunctionalWorkflowRunResult:
-        """Non-streaming run: the token spent before user code, then core's own non-streaming collection.
+        """Non-streaming run: the token spent before user code, then core's own ``get_final_response()``.
 
-        Core's ``get_final_response()`` runs user code and builds the result as ``run(stream=False)``
-        does. Nobody reads before this returns, so a pause's token is issued once core's stream ended.
-        Live updates go to a collector and are merged in production order (``_run_result.merge_live``).
+        Core's non-streaming path (AGENTS.md invariant 40); nobody reads before this returns, so a pause's
+        token is issued once core's stream ended, and live updates are merged in production order.
         """
         # ``lease`` stays referenced by this frame until the run ends; never ``del`` it here.
         if not self.holds_guard(self):
@@ -307,9 +298,8 @@ def handle(
 ) -> ResponseStream[WorkflowEvent[Any], FunctionalWorkflowRunResult] | Awaitable[FunctionalWorkflowRunResult]:
     """The caller's handle on an accepted run: a ``ResponseStream``, or one coroutine (non-streaming).
 
-    Either frees the guard when dropped unfinished (AGENTS.md invariant 9): the stream through its
-    cleanup hook (also on ``close()`` of a stream never iterated) and a weak finalizer, the
-    coroutine through the :class:`RunLease` only its frame holds.
+    Either frees the guard when dropped unfinished (AGENTS.md invariant 9): the stream by its cleanup
+    hook and a weak finalizer, the coroutine by the :class:`RunLease` only its frame holds.
     """
     if not stream:
         return run.collect(core_kwargs, include_status_events, RunLease(run))

@@ -1,9 +1,4 @@
-"""The run result: core's ``WorkflowRunResult`` plus the token, built from either run mode.
-
-Streaming runs build it from the events they yielded (:func:`finalize_events`, as core's finalizer
-does); non-streaming runs take core's own result and merge live updates in (:func:`merge_live`).
-:func:`failure_surface` is the failed event and status core omits when saving a pause fails.
-"""
+"""The run result: core's ``WorkflowRunResult`` plus the token, built from either run mode."""
 
 from __future__ import annotations
 
@@ -27,15 +22,11 @@ if TYPE_CHECKING:
 
 
 class FunctionalWorkflowRunResult(WorkflowRunResult):
-    """Core's ``WorkflowRunResult`` plus the continuation token of a paused run.
+    """Core's ``WorkflowRunResult`` plus ``continuation_token``: set only when the run ended paused.
 
     Args:
         events: Data-plane events of the run, as core collects them.
         status_events: Status events of the run (core's status timeline).
-
-    Keyword Args:
-        continuation_token: The token that authorises a response-only resume, or None when the
-            run did not end paused (finished, or failed).
     """
 
     def __init__(
@@ -52,11 +43,10 @@ class FunctionalWorkflowRunResult(WorkflowRunResult):
 def merge_live(
     result: WorkflowRunResult, collector: LiveCollector, include_status_events: bool
 ) -> list[WorkflowEvent[Any]]:
-    """Core's result events with the live updates of a non-streaming run merged in production order.
+    """Core's result events with a non-streaming run's live updates merged in production order.
 
-    Every live entry carries the events core collected before it (they go first, and are skipped
-    when core's result has them again), so the entries go right after what core yielded before user
-    code (its first status, when status events are included), followed by core's remaining events.
+    Each live entry carries the events core collected before it, so the entries go right after core's
+    first status, and core's events they already hold are skipped.
     """
     head = 1 if include_status_events and result and result[0].type == "status" else 0
     events: list[WorkflowEvent[Any]] = list(result[:head])
@@ -66,10 +56,7 @@ def merge_live(
 
 
 def failure_surface(exc: Exception) -> list[WorkflowEvent[Any]]:
-    """The failed event and FAILED status core omits when saving the pause checkpoint fails.
-
-    Redacted as core's own failed event is: message and traceback only with sensitive data on.
-    """
+    """The failed event and FAILED status core omits when saving the pause checkpoint fails (redacted as core's)."""
     details = WorkflowErrorDetails.from_exception(
         exc, include_sensitive_data=OBSERVABILITY_SETTINGS.SENSITIVE_DATA_ENABLED
     )

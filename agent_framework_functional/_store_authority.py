@@ -94,25 +94,20 @@ class StoreAuthority:
 
     @property
     def pending(self) -> Continuation | None:
-        """The memory's."""
         return self.memory.pending
 
     @property
     def spent_hash(self) -> int | None:
-        """The memory's."""
         return self.memory.spent_hash
 
     @property
     def has_pending(self) -> bool:
-        """The memory's."""
         return self.memory.has_pending
 
     def pending_requests(self) -> Requests:
-        """The memory's."""
         return self.memory.pending_requests()
 
     def expires_at(self) -> float | None:
-        """The memory's."""
         return self.memory.expires_at()
 
     def lapse(self, now: float | None = None) -> bool:
@@ -201,7 +196,6 @@ class StoreAuthority:
         return self.memory.accept_new_input(None).with_recorder(recorder)
 
     def reserve(self, ticket: ResumeTicket) -> None:
-        """The memory's."""
         self.memory.reserve(ticket)
 
     def _recorder(self, checkpoint_storage: CheckpointStorage | None) -> RecordingCheckpointStorage:
@@ -264,7 +258,6 @@ class StoreAuthority:
         return self.memory.hand_back(ticket)
 
     async def finish(self, ticket: ResumeTicket) -> None:
-        """The memory's."""
         await self.memory.finish(ticket)
 
     async def record_pause(

@@ -1,9 +1,8 @@
 """A continuation store's records as one workflow instance may act on them.
 
-The one record check (workflow name, signature hash, conversation, status, expiry), the pause's
-requests read from its checkpoint, saving a pause, abandoning one held elsewhere, and the claim that
-cancellation cannot split from its outcome (AGENTS.md invariant 28). ``StoreAuthority`` calls the
-store itself only to abandon a pause held here and to supersede one on a restore.
+The one record check, the pause's requests read from its checkpoint, saving, abandoning a pause held
+elsewhere, and the shielded claim. ``StoreAuthority`` calls the store itself only to abandon a pause
+held here and to supersede one on a restore.
 """
 
 from __future__ import annotations
@@ -51,11 +50,7 @@ class StoreRecords:
         self.memory = memory
 
     async def claimable(self, token: object) -> ContinuationRecord:
-        """The record of ``token`` if this workflow may claim it now.
-
-        Raises:
-            ContinuationAuthorityError: See :meth:`get`; also a malformed token.
-        """
+        """:meth:`get` for a presented token (a malformed one: ``ContinuationAuthorityError``)."""
         secret = presented_secret(token)
         if secret is None:
             raise ContinuationAuthorityError()
@@ -154,10 +149,7 @@ class StoreRecords:
 
 
 async def _outcome(operation: Awaitable[bool]) -> bool | None:
-    """Wait for a shielded store operation despite further cancellations; None when it failed.
-
-    A store that fails here cannot be asked again: the token then stays spent (at most once).
-    """
+    """Wait for a shielded store operation despite further cancellations; None when it failed (then spent)."""
     task = asyncio.ensure_future(operation)
     while not task.done():
         try:
@@ -174,9 +166,8 @@ def earlier_requests(
 ) -> dict[str, WorkflowEvent[Any]]:
     """The earlier rounds' requests a record names, as ``request_info`` events carrying only their type.
 
-    Their answers are checked like the pending ones before the claim (core would check them only
-    on the replay, after the token was spent). A type that does not resolve in this process (its
-    module is not imported) is left to core's check.
+    Their answers are then checked before the claim (core checks them only on the replay, after the
+    token was spent); a type that does not resolve here is left to core.
     """
     events: dict[str, WorkflowEvent[Any]] = {}
     for request_id, text in (record.response_types or {}).items():
@@ -187,9 +178,5 @@ def earlier_requests(
 
 
 def _same_conversation(recorded: str | None, here: str | None) -> bool:
-    """A session's instance acts only on its own conversation's pauses (or unbound ones, older records).
-
-    An instance outside a conversation (a workflow used directly, an agent called without a session)
-    may act on any pause whose token it presents: the token alone is its authority.
-    """
+    """A bound instance acts only on its own conversation's pauses (or unbound ones); an unbound one on any."""
     return recorded is None or here is None or recorded == here

@@ -7,11 +7,9 @@ from .._durable.session_store import InMemorySessionStore
 
 
 def default_session_ttl(agent: FunctionalWorkflowAgent) -> float:
-    """The TTL (seconds) of the sessions and snapshots a host keeps for ``agent`` when it is given no store.
+    """The TTL (seconds) of a host's default sessions and snapshots: the agent's ``continuation_ttl``.
 
-    The agent's ``continuation_ttl`` (its continuation store's ``ttl``, else the build option; 24 hours by
-    default): a paused conversation's session holds its token, so the two expire together. Every host call
-    takes its default from here.
+    A paused conversation's session holds its token, so the two expire together.
     """
     return agent.continuation_ttl
 

@@ -1,17 +1,9 @@
 """Responses request bodies to agent input: answers as answer contents, the rest checked and parsed.
 
-``agent-framework-hosting-responses`` renders a paused :class:`FunctionalWorkflowAgent` run as a
-``function_call`` output item followed by an ``mcp_approval_request`` item (both with ``call_id`` /
-``id`` = the pending request id), but its input parser (``responses_to_run`` /
-``messages_from_responses_input``) refuses both standard answers, an ``mcp_approval_response`` item and a
-``function_call_output`` item (``ValueError: Unsupported Responses input content type``). This module
-takes those items out of the request body and hands them to the agent as ``function_approval_response``
-and ``function_result`` contents, which resume the conversation's pause chat-natively (the token comes
-from the session). :func:`parse_request` is the whole check of one request body for
-:func:`agent_framework_functional.hosting.responses_app`.
-
-The hosting packages are optional (``pip install "agent-framework-functional[hosting]"``) and imported
-only when a function here needs them.
+``agent-framework-hosting-responses`` refuses the two standard answer items (``mcp_approval_response``,
+``function_call_output``); this module turns them into ``function_approval_response`` / ``function_result``
+contents, which resume the conversation's pause. :func:`parse_request` is the whole check of one body for
+``responses_app``. The hosting packages are imported only when a function here needs them.
 """
 
 from __future__ import annotations
@@ -117,29 +109,18 @@ def _answer_messages(answers: Sequence[Content]) -> list[Message]:
 def responses_approval_messages(body: Mapping[str, Any]) -> list[Message]:
     """The ``mcp_approval_response`` items of a Responses request body, as agent input.
 
-    Each item ``{"type": "mcp_approval_response", "approval_request_id": ID, "approve": BOOL}`` becomes a
-    ``function_approval_response`` content with ``id=ID`` and ``approved=BOOL`` (the ID is the
-    ``mcp_approval_request`` item's ``id``, which is the pending request id). All of them go into one user
-    message; an optional ``reason`` is not passed on (the agent's answer to a ``bool`` request is the bool).
-    ``function_call_output`` items are left out (:func:`responses_to_run_with_approvals` takes both).
+    Each item becomes a ``function_approval_response`` content (``id`` = its ``approval_request_id``,
+    ``approved`` = its ``approve``), all in one user message; ``reason`` is not passed on.
 
     Args:
         body: The Responses request body (``input`` may be a string or a list of items).
 
     Returns:
-        ``[Message("user", [...])]`` with one approval response per item, or ``[]`` when there are none.
+        ``[Message("user", [...])]``, or ``[]`` when there are no such items.
 
     Raises:
         ValueError: An ``mcp_approval_response`` item has no string ``approval_request_id`` or no boolean
             ``approve``.
-
-    Examples:
-        .. code-block:: python
-
-            body = {"previous_response_id": "resp_1", "input": [
-                {"type": "mcp_approval_response", "approval_request_id": "auto::0", "approve": True}]}
-            [answer] = responses_approval_messages(body)
-            assert answer.contents[0].type == "function_approval_response"
     """
     contents = [
         _approval_content(cast("Mapping[str, Any]", item))
@@ -152,12 +133,9 @@ def responses_approval_messages(body: Mapping[str, Any]) -> list[Message]:
 def responses_to_run_with_approvals(body: Mapping[str, Any]) -> AgentRunArgs:
     """``responses_to_run(body)`` that also accepts ``mcp_approval_response`` and ``function_call_output`` items.
 
-    A drop-in for ``agent_framework_hosting_responses.responses_to_run`` in an app-owned Responses route
-    (:func:`agent_framework_functional.hosting.responses_app` is the complete route): the other input items
-    (and the options, ``stream``, the continuation fields) are parsed by ``responses_to_run`` itself; the
-    answers become trailing messages: a user message of ``function_approval_response`` contents (see
-    :func:`responses_approval_messages`) and a tool message of ``function_result`` contents (``call_id`` =
-    the request id, ``result`` = the item's ``output`` parsed as JSON; text that is not JSON stays text).
+    A drop-in for ``agent_framework_hosting_responses.responses_to_run`` in a route you write yourself: the
+    answers become trailing messages (approvals, then a tool message of ``function_result`` contents whose
+    ``result`` is the item's ``output`` parsed as JSON when it is JSON).
 
     Args:
         body: The Responses request body.
@@ -168,12 +146,6 @@ def responses_to_run_with_approvals(body: Mapping[str, Any]) -> AgentRunArgs:
     Raises:
         ImportError: ``agent-framework-hosting-responses`` is not installed (the ``hosting`` extra).
         ValueError: Invalid input, continuation fields or answer items (as ``responses_to_run``).
-
-    Examples:
-        .. code-block:: python
-
-            run = responses_to_run_with_approvals(body)
-            result = await agent.run(run["messages"], session=session)
     """
     try:
         from agent_framework_hosting_responses import responses_to_run
@@ -241,10 +213,8 @@ def _session_fields(body: Mapping[str, Any]) -> tuple[str | None, str | None]:
 def parse_request(body: Mapping[str, Any]) -> ResponsesRequest:
     """Check one Responses request body and turn it into agent input.
 
-    Honoured fields: ``input`` (text or items; answers as ``mcp_approval_response`` /
-    ``function_call_output`` items), ``stream``, ``previous_response_id``, ``conversation`` (or the
-    older ``conversation_id``). Other fields (``model``, ``instructions``, sampling options) are ignored:
-    the workflow decides. ``continuation_token`` and ``background: true`` are refused.
+    Honoured: ``input``, ``stream``, ``previous_response_id``, ``conversation`` (or ``conversation_id``);
+    ``continuation_token`` and ``background: true`` are refused; the rest is ignored (the workflow decides).
 
     Raises:
         InvalidRequestError: What is wrong, with ``param`` naming the field.

@@ -27,23 +27,14 @@ def _check_part(value: Any, name: str) -> str:
 class ThreadSnapshotStore:
     """An ``AGUIThreadSnapshotStore`` kept in a bounded session store: several AG-UI workers share threads.
 
-    Each snapshot is one JSON record (its fields: messages, shared state, open interrupts and the private
-    session state, which holds a paused thread's continuation token; never pickle) in ``sessions``'s
-    backend, in a key space of its own per scope, with that store's TTL (from the last save) and
-    ``max_entries`` bound (README "Run it in production").
+    Each snapshot is one JSON record (never pickle: it holds a paused thread's token) per scope, with the
+    session store's TTL and ``max_entries`` bound (README "Run it in production").
 
     Args:
-        sessions: :class:`~agent_framework_functional.InMemorySessionStore` (one process),
-            ``SQLiteSessionStore`` (one machine), ``RedisSessionStore`` or ``PostgresSessionStore``
-            (several machines). The caller closes it.
+        sessions: One of the package's bounded session stores; the caller closes it.
 
     Raises:
         TypeError: ``sessions`` is not one of the package's bounded session stores.
-
-    Examples:
-        .. code-block:: python
-
-            agui_endpoint(app, agent, snapshot_store=ThreadSnapshotStore(RedisSessionStore(url)), single_user=True)
     """
 
     def __init__(self, sessions: BoundedSessionStore) -> None:

@@ -39,11 +39,8 @@ def _typed_text(messages: Any) -> str | None:
 class DevUIAgent(HostedAgent):
     """The agent as DevUI sees it: a typed reply to a single pending request is that request's answer.
 
-    DevUI's page answers a request only with Approve / Reject (a ``function_approval_response``: a ``bool``
-    request). For any other ``response_type`` but ``str`` (which the agent already takes as plain text), the
-    person types the value, JSON for a structured type (``{"title": "...", "approved": true}``); it reaches
-    the agent as a ``function_result`` for that request, converted to the type or refused with a message
-    naming the field (the pause stays).
+    DevUI's page only approves or rejects, so for a non-``bool``, non-``str`` request the person types the
+    value (JSON for a structured type); it is converted or refused with a message naming the field.
     """
 
     def __init__(self, agent: FunctionalWorkflowAgent, conversations: BoundedConversationStore | None = None) -> None:
@@ -53,10 +50,7 @@ class DevUIAgent(HostedAgent):
     def run(
         self, messages: Any = None, *, stream: bool = False, session: AgentSession | None = None, **kwargs: Any
     ) -> Any:
-        """Run the turn; with a conversation store, its conversation is kept while the turn runs.
-
-        DevUI's session id is its conversation id.
-        """
+        """Run the turn; its conversation (DevUI's session id) is kept while it runs."""
         store = self.conversations
         if store is None or session is None:
             return super().run(messages, stream=stream, session=session, **kwargs)
@@ -101,9 +95,8 @@ def devui_app(
 ) -> FastAPI:
     """DevUI's FastAPI app serving ``agent`` (page and API), with bearer-token auth; see :func:`serve_devui`.
 
-    DevUI's conversations are kept in memory, bounded (DevUI's own store keeps every one for good): a
-    conversation no request used for the agent's ``continuation_ttl`` is dropped (its pause has expired
-    too), and past ``max_conversations`` the least recently used ones are (``_devui_store``).
+    Conversations are bounded (DevUI's own store keeps every one): idle past the agent's
+    ``continuation_ttl``, or least recently used past ``max_conversations``, they go.
 
     Args:
         agent: The agent; one object serves every DevUI conversation.
@@ -144,15 +137,9 @@ async def serve_devui(
 ) -> None:
     """Serve ``agent`` in DevUI until interrupted, printing the page's URL and its auth token.
 
-    What it sets, and why:
-
-    - Bearer-token auth is on: DevUI's API can run the agent, so every call must send
-      ``Authorization: Bearer <token>``. The token is ``auth_token``, else ``DEVUI_AUTH_TOKEN`` from the
-      environment, else a fresh random one; it is printed with the URL. The page asks for it once (it
-      keeps it in the browser's local storage).
-    - Developer mode: DevUI shows an error's own message, so a refused answer says which field is wrong.
-    - The agent is registered through :class:`DevUIAgent`: a typed reply answers a non-``str``, non-approval
-      request. DevUI keeps one session per conversation, so one agent serves many conversations.
+    Bearer-token auth is on, because DevUI's API can run the agent: the token is ``auth_token``, else
+    ``DEVUI_AUTH_TOKEN``, else a fresh random one. Developer mode is on, so a refused answer says which
+    field is wrong. The agent is registered through :class:`DevUIAgent`.
 
     Args:
         agent: The agent.
@@ -160,7 +147,7 @@ async def serve_devui(
     Keyword Args:
         host: The interface to listen on (loopback by default; DevUI is a development tool).
         port: The port; 0 picks a free one (the printed URL shows which).
-        auth_token: The bearer token (see above).
+        auth_token: The bearer token.
         max_conversations: How many DevUI conversations are kept at most (see :func:`devui_app`).
 
     Raises:
