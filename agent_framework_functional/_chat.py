@@ -27,9 +27,9 @@ InputMapper = Callable[[list[Message]], Any]
 ANSWER_CONTENT_TYPES = frozenset({"function_approval_response", "function_result"})
 
 REJECTED_RESULT = "Error: Tool call invocation was rejected by user."
-"""The ``function_result`` core's ``Agent`` (``_tools.py``) and AG-UI put in place of a declined approval.
+"""The ``function_result`` AG-UI and core's ``Agent`` put for a declined approval: a ``bool`` answer of ``False``.
 
-A ``bool`` request answered with it is a decline (``False``); ``tests/test_chat_resume.py`` pins core's text."""
+Core's text is in ``_replace_approval_contents_with_results``, pinned by ``tests/test_chat_resume.py``."""
 
 
 # ---------------------------------------------------------------------------------------------- input

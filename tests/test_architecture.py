@@ -248,3 +248,22 @@ def test_no_reference_to_what_a_reader_cannot_open() -> None:
         if UNOPENABLE.search(line)
     ]
     assert len(files) > 100 and not found, found
+
+
+# A Python file the package, README or AGENTS.md names must be one of the repository's (a core function is
+# cited by name, never by the file it sits in); README and AGENTS.md also name the tests and samples.
+PY_FILE = re.compile(r"[\w./-]*\w\.py\b")
+
+
+def test_named_python_files_are_in_the_repository() -> None:
+    root = PACKAGE.parent
+    skip = {".venv", "node_modules", ".git"}
+    present = {path.name for path in root.rglob("*.py") if not skip & set(path.relative_to(root).parts)}
+    texts = [root / "README.md", root / "AGENTS.md", *sorted(PACKAGE.rglob("*.py"))]
+    missing = sorted(
+        f"{path.relative_to(root)}: {name}"
+        for path in texts
+        for name in set(PY_FILE.findall(path.read_text(encoding="utf-8")))
+        if name.rsplit("/", 1)[-1] not in present
+    )
+    assert not missing, missing
