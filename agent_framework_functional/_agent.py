@@ -53,7 +53,7 @@ class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAge
         input_mapper: Maps ``list[Message]`` to the workflow input instead of the annotation rule.
         text_answers: On a session, a plain text reply answers the one pending ``str`` request.
         continuation_token_on_response: False keeps the token in the session only (a session is then required).
-        max_conversations: Most paused conversations kept live here (None: bounded by the pause TTL only).
+        max_conversations: Most paused conversations attached here (None: bounded by the pause TTL only).
     """
 
     #: The ``function_call`` name of a surfaced ``request_info`` (as core's ``FunctionalWorkflowAgent``).

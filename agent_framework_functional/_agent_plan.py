@@ -271,8 +271,8 @@ class CallPlanner:
         if stored is None:
             return self._fresh(base)
         # A restored session (another worker, a copy) with a token nothing here holds. Known spent or
-        # abandoned: a fresh run (the settled session then drops it). Not known and no store to ask: a
-        # pause kept elsewhere is never dropped silently, so it conflicts. Else the store decides in the run.
+        # abandoned: a fresh run (the settled session then clears it). Not known and no store to ask: a
+        # pause held elsewhere is never discarded silently, so it conflicts. Else the store decides in the run.
         stale = base.workflow.token_known_stale(stored)
         if stale is False:
             raise PendingContinuationError(AGENT_PENDING_CONTINUATION_MESSAGE)
@@ -348,7 +348,7 @@ class CallPlanner:
     async def _deferred_new_input(self, plan: CallPlan, check: DeferredCheck) -> CallPlan:
         """New input over a stored token: stale runs fresh; a resumable pause conflicts or takes a text reply.
 
-        Nothing else can say the pause is gone, and a pause must never be dropped silently.
+        Nothing else can say the pause is gone, and a pause must never be discarded silently.
         """
         if plan.session is not None and (plan.had_instance or await plan.workflow.token_is_stale(check.token)):
             clear_session_token(plan.session, self.agent.id)

@@ -1,7 +1,6 @@
 """DevUI in one call: :func:`serve_devui` serves a FunctionalWorkflowAgent in the Agent Framework web UI.
 
-:func:`devui_app` builds the same app without serving it (tests, or an app server of your own). The agent is
-registered through :class:`DevUIAgent`, which lets a person answer any request by typing the value.
+:func:`devui_app` builds the same app without serving it.
 """
 
 from __future__ import annotations
@@ -99,7 +98,7 @@ def devui_app(
     ``continuation_ttl``, or least recently used past ``max_conversations``, they go.
 
     Args:
-        agent: The agent; one object serves every DevUI conversation.
+        agent: The agent (one object serves every conversation).
 
     Keyword Args:
         auth_token: The bearer token every API call must send.
@@ -107,7 +106,7 @@ def devui_app(
         max_conversations: How many DevUI conversations are kept at most.
 
     Returns:
-        The app; serve it with any ASGI server (``app.state.devui_conversations``: the conversation store).
+        The ASGI app (``app.state.devui_conversations``: the conversation store).
 
     Raises:
         ValueError: ``max_conversations`` is below 1.
