@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._authority_protocol import NEW_INPUT, Authority, ResumeTicket
 from ._errors import WorkflowRunningError
-from ._telemetry import continuation_abandoned, continuation_rejected, reason_for
+from ._telemetry import continuation_abandoned, note_refusal
 
 if TYPE_CHECKING:
     from ._run import WorkflowRun
@@ -96,7 +96,7 @@ class ContinuationAbandonment:
         try:
             await abandoning
         except Exception as exc:
-            self._note_rejected(exc, token)
+            note_refusal(self.name, exc, self._authority, token)
             raise
 
     def _checked_abandon(self, token: object, force: bool) -> frozenset[str] | None:
@@ -108,12 +108,6 @@ class ContinuationAbandonment:
                     "Cannot abandon while a run is in progress. Wait for it to finish or close its stream, then retry."
                 )
         except Exception as exc:
-            self._note_rejected(exc, token)
+            note_refusal(self.name, exc, self._authority, token)
             raise
         return frozenset(self._authority.pending_requests()) if local else None
-
-    def _note_rejected(self, exc: BaseException, token: object) -> None:
-        """Count a refused call by its reason (telemetry only; the caller still gets ``exc``)."""
-        reason = reason_for(exc, self._authority, token)
-        if reason is not None:
-            continuation_rejected(self.name, reason, token)

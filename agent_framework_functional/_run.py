@@ -11,8 +11,8 @@ from __future__ import annotations
 import enum
 import functools
 import weakref
-from collections.abc import AsyncIterable, Awaitable, Callable, Mapping, Sequence
-from typing import Any, cast
+from collections.abc import AsyncIterable, Awaitable, Callable, Sequence
+from typing import Any
 
 from agent_framework import FunctionalWorkflow as _CoreFunctionalWorkflow
 from agent_framework import (
@@ -50,8 +50,6 @@ class Phase(enum.Enum):
 _EARLY, _CLAIM, _ISSUE, _EMIT = Phase.EARLY, Phase.CLAIM, Phase.ISSUE, Phase.EMIT
 _PAUSED = WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
 _IDLE = WorkflowRunState.IDLE
-_STR_ONLY = frozenset({str})
-_RESPONSES_SHAPE = "'responses' must be a mapping from request id (str) to the answer for that request."
 
 
 class RunLease:
@@ -310,43 +308,3 @@ def handle(
     )
     weakref.finalize(response_stream, run.free, run).atexit = False
     return response_stream
-
-
-def check_run_arguments(message: Any, responses: Any, checkpoint_id: Any) -> None:
-    """Reject a ``run(...)`` argument shape core would reject, before any authority check.
-
-    Raises:
-        ValueError: ``message`` with ``responses`` or ``checkpoint_id``, or none of the three.
-        TypeError: ``responses`` is not a mapping with ``str`` keys, or ``checkpoint_id`` not a ``str``.
-    """
-    if message is not None and responses is not None:
-        raise ValueError("Cannot provide both 'message' and 'responses'. Use one or the other.")
-    if message is not None and checkpoint_id is not None:
-        raise ValueError("Cannot provide both 'message' and 'checkpoint_id'. Use one or the other.")
-    if message is None and responses is None and checkpoint_id is None:
-        raise ValueError(
-            "Must provide at least one of: 'message' (new run), 'responses' with 'continuation_token' "
-            "(resume a pause), or 'checkpoint_id' (restore a checkpoint)."
-        )
-    if responses is not None:
-        if not isinstance(responses, Mapping):
-            raise TypeError(_RESPONSES_SHAPE)
-        keys = cast("Mapping[Any, Any]", responses)
-        # Key types collected in C; only keys that are not exactly str are checked one by one.
-        if not set(map(type, keys)) <= _STR_ONLY and not all(isinstance(key, str) for key in keys):
-            raise TypeError(_RESPONSES_SHAPE)
-    if checkpoint_id is not None and not isinstance(checkpoint_id, str):
-        raise TypeError("'checkpoint_id' must be the string id returned by the checkpoint storage.")
-
-
-def check_checkpoint_storage(storage: object, name: str) -> None:
-    """Reject an argument that is not a core ``CheckpointStorage`` (None is allowed).
-
-    Raises:
-        TypeError: ``storage`` lacks the protocol's ``save``/``load`` methods.
-    """
-    if storage is not None and not all(callable(getattr(storage, method, None)) for method in ("save", "load")):
-        raise TypeError(
-            f"'{name}' must be a core CheckpointStorage (for example InMemoryCheckpointStorage() or "
-            f"FileCheckpointStorage(path)), got {type(storage).__name__}."
-        )

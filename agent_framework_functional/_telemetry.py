@@ -93,6 +93,13 @@ def reason_for(exc: BaseException, authority: Authority, token: object) -> str |
     return _reason_of_type(exc)
 
 
+def note_refusal(workflow: str, exc: BaseException, authority: Authority, token: object) -> None:
+    """Count a refused call by its reason (telemetry only; the caller still gets ``exc``)."""
+    reason = reason_for(exc, authority, token)
+    if reason is not None:
+        continuation_rejected(workflow, reason, token)
+
+
 def _reason_of_type(exc: BaseException) -> str | None:
     if isinstance(exc, ContinuationAuthorityError):
         return BAD_TOKEN

@@ -1,8 +1,8 @@
-"""FunctionalWorkflow: one workflow instance: acceptance in ``run()``, the run guard, token checks, views.
+"""FunctionalWorkflow: one workflow instance: ``run()``, the run guard, token checks, views.
 
-It wraps one core ``FunctionalWorkflow`` (core keeps replay, step caching and checkpointing), asks
-its authority strategy (``_authority_protocol.Authority``) who may resume, and hands each accepted
-run to ``_run.WorkflowRun``, which drives core.
+It wraps one core ``FunctionalWorkflow`` (core keeps replay, step caching and checkpointing), accepts
+each call with ``_acceptance.accept_run`` (which asks the authority strategy who may resume), and
+hands each accepted run to ``_run.WorkflowRun``, which drives core.
 """
 
 from __future__ import annotations
@@ -17,13 +17,15 @@ from agent_framework import CheckpointStorage, ResponseStream, WorkflowEvent
 from agent_framework import FunctionalWorkflow as _CoreFunctionalWorkflow
 
 from ._abandon import ContinuationAbandonment
+from ._acceptance import accept_run, check_checkpoint_storage
 from ._authority import VerifiedContinuation
 from ._authority_protocol import ResumeTicket
 from ._core_compat import build_core, functional_workflows_experimental
-from ._errors import ContinuationAuthorityError, WorkflowRunningError
-from ._run import WorkflowRun, check_checkpoint_storage, check_run_arguments, handle
+from ._errors import ContinuationAuthorityError
+from ._run import WorkflowRun, handle
 from ._run_result import FunctionalWorkflowRunResult
 from ._store_authority import make_authority
+from ._telemetry import note_refusal
 
 if TYPE_CHECKING:
     from ._agent import FunctionalWorkflowAgent
@@ -157,7 +159,7 @@ class FunctionalWorkflow(ContinuationAbandonment):
         try:
             return self._authority.verify(token)
         except ContinuationAuthorityError as exc:
-            self._note_rejected(exc, token)
+            note_refusal(self.name, exc, self._authority, token)
             raise
 
     async def verify_continuation_token_async(self, token: object) -> VerifiedContinuation:
@@ -180,7 +182,7 @@ class FunctionalWorkflow(ContinuationAbandonment):
         try:
             return await self._authority.verify_async(token)
         except ContinuationAuthorityError as exc:
-            self._note_rejected(exc, token)
+            note_refusal(self.name, exc, self._authority, token)
             raise
 
     # ------------------------------------------------------------------ run
@@ -261,9 +263,18 @@ class FunctionalWorkflow(ContinuationAbandonment):
             WorkflowRunningError: The instance is already running.
         """
         try:
-            ticket = self._accept(message, responses, continuation_token, checkpoint_id, checkpoint_storage)
+            ticket = accept_run(
+                self._authority,
+                message,
+                responses,
+                continuation_token,
+                checkpoint_id,
+                checkpoint_storage,
+                default_storage=self._checkpoint_storage,
+                running=self._active is not None,
+            )
         except Exception as exc:
-            self._note_rejected(exc, continuation_token)
+            note_refusal(self.name, exc, self._authority, continuation_token)
             raise
         run = self._new_run(ticket)
         # Everything that can fail happens before this instance's state changes (invariant 1).
@@ -279,36 +290,6 @@ class FunctionalWorkflow(ContinuationAbandonment):
         self._authority.reserve(ticket)
         self._active = run
         return result
-
-    def _accept(
-        self,
-        message: Any | None,
-        responses: Mapping[str, Any] | None,
-        continuation_token: Mapping[str, Any] | None,
-        checkpoint_id: str | None,
-        checkpoint_storage: CheckpointStorage | None,
-    ) -> ResumeTicket:
-        """Apply the acceptance checks in contract order; return the accepted run's ticket."""
-        check_run_arguments(message, responses, checkpoint_id)
-        if checkpoint_storage is not None:
-            check_checkpoint_storage(checkpoint_storage, "checkpoint_storage")
-        if responses is not None and checkpoint_id is None:
-            ticket = self._authority.accept_resume(continuation_token, responses, checkpoint_storage)
-        elif continuation_token is not None:
-            raise ValueError(
-                "'continuation_token' is only used with 'responses' (a response-only resume); a fresh run "
-                "or a checkpoint restore needs none. Drop the token from this call."
-            )
-        else:
-            ticket = self._authority.accept_new_input(checkpoint_storage)
-        if checkpoint_id is not None and checkpoint_storage is None and self._checkpoint_storage is None:
-            raise ValueError(
-                "Cannot restore a checkpoint without checkpoint storage. Pass checkpoint_storage=... to build() "
-                "or to this run (the storage that saved the checkpoint)."
-            )
-        if self._active is not None:
-            raise WorkflowRunningError()
-        return ticket
 
     # ------------------------------------------------------------------ agent
 
@@ -397,7 +378,7 @@ class FunctionalWorkflow(ContinuationAbandonment):
         try:
             return self._authority.verify_now(token)
         except ContinuationAuthorityError as exc:
-            self._note_rejected(exc, token)
+            note_refusal(self.name, exc, self._authority, token)
             raise
 
     def token_known_stale(self, token: object) -> bool | None:

@@ -51,6 +51,10 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+_TRANSIENT_START = ("shared memory block", "Address already in use", "lock file")
+"""Words in server.log of a start refused only because the killed cluster's resources are not yet free."""
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -109,11 +113,28 @@ class PostgresServer:
             f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.root} -c max_connections={self.max_connections} "
             "-c shared_buffers=32MB -c log_min_messages=fatal"
         )
-        self._run(
+        command = (
             str(self.bin_dir / "pg_ctl"), "-D", str(self.data), "-l", str(self.root / "server.log"),
             "-o", options, "-w", "-t", "60", "start",
         )  # fmt: skip
-        return self
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                self._run(*command)
+                return self
+            except RuntimeError as error:
+                log = self._log_tail()
+                # Right after a SIGKILL the kernel may still hold the old cluster's port or shared memory
+                # for a moment; anything else (or still so after a minute) is a real failure.
+                if not any(sign in log for sign in _TRANSIENT_START) or time.monotonic() > deadline:
+                    raise RuntimeError(f"{error}\nserver.log (last lines):\n{log}") from None
+                time.sleep(0.5)
+
+    def _log_tail(self) -> str:
+        try:
+            return "\n".join((self.root / "server.log").read_text(errors="replace").splitlines()[-20:])
+        except OSError:
+            return ""
 
     def postmaster_pid(self) -> int | None:
         """The running server's main process id (from ``postmaster.pid``), or None when it is not running."""
@@ -125,12 +146,17 @@ class PostgresServer:
         return pid
 
     def kill(self) -> None:
-        """SIGKILL the server's main process and its backends (no shutdown checkpoint), and reap them."""
+        """SIGKILL the server's main process and its backends (no shutdown checkpoint), and reap them.
+
+        The main process is stopped (SIGSTOP) before its children are listed, so no backend it forks in
+        the meantime survives to hold the cluster's shared memory and make the restart refuse.
+        """
         pid = self.postmaster_pid()
         assert pid is not None, "the PostgreSQL server is not running"
+        os.kill(pid, signal.SIGSTOP)
         listed = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True, check=False).stdout
         children = [int(child) for child in listed.split()]
-        for victim in (pid, *children):
+        for victim in (*children, pid):
             with contextlib.suppress(OSError):
                 os.kill(victim, signal.SIGKILL)
         deadline = time.monotonic() + 30

@@ -11,24 +11,9 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "agent_framework_functional"
 MAX_LINES = 400
-# Modules other work is bringing under MAX_LINES; delete this constant (and its use) once they are.
-NOT_YET_UNDER_400 = frozenset(
-    {
-        "_workflow",
-        "hosting.responses",
-    }
-)
 # The deferred imports: from a workflow instance back to its chat adapter (as_agent), and the Postgres
 # outage error, which subclasses psycopg's (an optional dependency), imported on the first failure.
 DEFERRED_ALLOWED = {("_workflow", "_agent"), ("_durable.postgres_schema", "_durable.postgres_errors")}
-# Reads of another module's private names (``from ._x import _y``, ``obj._attr`` of a name this module does
-# not define) that other work is removing; delete this constant (and its use) once they are gone.
-NOT_YET_PRIVATE_CLEAN = frozenset(
-    {
-        ("_agent_run", "_run_after_providers"),
-        ("_workflow", "_note_rejected"),
-    }
-)
 # Every touch of core's private API sits here (AGENTS.md, Architecture).
 CORE_PRIVATE_ALLOWED = {"_core_compat"}
 # Host packages' private API, each pinned by a test that names it (AGENTS.md's module table).
@@ -202,7 +187,7 @@ def test_every_module_states_its_job_and_stays_small() -> None:
         first = docstring.splitlines()[0]
         assert first.endswith("."), f"{name}: the first docstring line states its job in one sentence"
         lines = len(text.splitlines())
-        if lines > MAX_LINES and name not in NOT_YET_UNDER_400:
+        if lines > MAX_LINES:
             too_long[name] = lines
     assert not too_long, f"modules over {MAX_LINES} lines: {too_long}"
 
@@ -213,7 +198,7 @@ def test_no_module_reads_another_modules_private_names() -> None:
         if name in CORE_PRIVATE_ALLOWED or name in HOST_PRIVATE_ALLOWED:
             continue
         found |= {(name, attr) for attr in _private_reads(name, tree)}
-    assert found - NOT_YET_PRIVATE_CLEAN == set(), "read a public name, or move the touch into _core_compat.py"
+    assert found == set(), "read a public name, or move the touch into _core_compat.py"
 
 
 def test_the_private_read_check_sees_both_forms() -> None:

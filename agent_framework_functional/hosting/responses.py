@@ -3,14 +3,15 @@
 Built on ``agent-framework-hosting-responses`` (its renderers ``responses_from_run`` /
 ``responses_from_streaming_run``); this module owns what that package leaves to the app: the route, the
 conversation's session, one request at a time per conversation, runs that outlive a client that hangs
-up, and an error mapping where nothing a client sends is a 500. Needs the ``hosting`` extra.
+up, and an error mapping where nothing a client sends is a 500 (``_responses_errors``). Needs the
+``hosting`` extra.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Collection, Coroutine, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Collection, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any, cast
 
@@ -21,14 +22,8 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.requests import ClientDisconnect
 
 from .._agent import FunctionalWorkflowAgent
-from .._errors import (
-    ContinuationAuthorityError,
-    FunctionalWorkflowError,
-    PendingContinuationError,
-    ResponseMismatchError,
-    WorkflowRunningError,
-)
 from ._defaults import default_session_store
+from ._responses_errors import Refusal, error_response, refusal_for
 from ._responses_input import InvalidRequestError, ResponsesRequest, decode_body, parse_request
 
 logger = logging.getLogger(__name__)
@@ -38,42 +33,6 @@ DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 
 _DRAIN_FACTOR = 16  # an oversized body is read to its end (so the client gets the 413) up to 16x the limit
 _END = object()
-
-
-class _Refusal(Exception):
-    """One HTTP error response: status, OpenAI-style error code and message, the field, whether to retry."""
-
-    def __init__(self, status: int, code: str, message: str, *, param: str | None = None, retry: bool = False):
-        super().__init__(message)
-        self.status, self.code, self.message, self.param, self.retry = status, code, message, param, retry
-
-
-def _refusal(exc: BaseException, request: ResponsesRequest | None = None) -> _Refusal | None:
-    """The HTTP answer to an error the agent raised on purpose (None: not the client's doing)."""
-    if isinstance(exc, WorkflowRunningError):
-        return _Refusal(409, "workflow_running", str(exc), retry=True)
-    if isinstance(exc, PendingContinuationError):
-        return _Refusal(409, "pending_request", str(exc))
-    if isinstance(exc, ContinuationAuthorityError):
-        return _Refusal(409, "continuation_refused", str(exc))
-    if isinstance(exc, ResponseMismatchError):
-        return _Refusal(400, "answer_mismatch", str(exc), param=_answer_param(exc, request))
-    if isinstance(exc, FunctionalWorkflowError):
-        if isinstance(exc, ValueError):
-            return _Refusal(400, "invalid_request", str(exc))
-        return _Refusal(409, "conflict", str(exc))
-    return None
-
-
-def _answer_param(exc: ResponseMismatchError, request: ResponsesRequest | None) -> str:
-    """The input field of the answer the agent refused: the one it names, or the only one."""
-    fields: Mapping[str, str] = request.answer_params if request is not None else {}
-    if exc.request_id is not None and exc.request_id in fields:
-        return fields[exc.request_id]
-    named = [field for request_id, field in fields.items() if repr(request_id) in str(exc)]
-    if len(named) == 1:
-        return named[0]
-    return next(iter(fields.values())) if len(fields) == 1 else "input"
 
 
 class _Turn:
@@ -136,13 +95,8 @@ class _ResponsesHost:
         self.busy: set[str] = set()  # conversation keys with a request in flight; bounded by those requests
         self.tasks: set[asyncio.Task[Any]] = set()
 
-    def error(self, refusal: _Refusal) -> JSONResponse:
-        kind = "server_error" if refusal.status >= 500 else "invalid_request_error"
-        body = {"error": {"type": kind, "code": refusal.code, "message": refusal.message, "param": refusal.param}}
-        headers = {"x-should-retry": "true" if refusal.retry else "false"}
-        if refusal.retry:
-            headers["retry-after"] = str(self.retry_after)
-        return JSONResponse(body, status_code=refusal.status, headers=headers)
+    def error(self, refusal: Refusal) -> JSONResponse:
+        return error_response(refusal, self.retry_after)
 
     def spawn(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.ensure_future(work)
@@ -162,11 +116,11 @@ class _ResponsesHost:
                 if size <= limit:
                     chunks.append(chunk)
         except ClientDisconnect:  # hung up before the body ended: nothing was read, nothing to run or log
-            raise _Refusal(
+            raise Refusal(
                 400, "client_disconnected", "The client closed the connection before the body ended."
             ) from None
         if size > limit:
-            raise _Refusal(413, "body_too_large", f"The request body is larger than {limit} bytes.")
+            raise Refusal(413, "body_too_large", f"The request body is larger than {limit} bytes.")
         return b"".join(chunks)
 
     async def begin(self, request: ResponsesRequest, response_id: str, scope: str) -> _Turn:
@@ -186,7 +140,7 @@ class _ResponsesHost:
         else:
             found = await self.session_store.get(f"{scope}response:{request.previous_response_id}")
             if found is None:
-                raise _Refusal(
+                raise Refusal(
                     400,
                     "previous_response_not_found",
                     "No response with this id: send the `id` of a response this server returned.",
@@ -199,7 +153,7 @@ class _ResponsesHost:
 
     def take(self, key: str) -> None:
         if key in self.busy:
-            raise _Refusal(
+            raise Refusal(
                 409,
                 "conversation_busy",
                 "Another request of this conversation is still running; retry after it ends.",
@@ -214,7 +168,7 @@ class _ResponsesHost:
         try:
             result = await self.agent.run(request.messages, session=turn.session, options=options)
         except BaseException as exc:
-            if _refusal(exc) is None:
+            if refusal_for(exc) is None:
                 await turn.store()  # the session says the run ended (a spent token is dropped)
             turn.settle()
             raise
@@ -241,7 +195,7 @@ class _ResponsesHost:
                 accepted.cancel()
                 raise
             except Exception as exc:  # handed to the request's handler, which answers with its status
-                if _refusal(exc) is None:
+                if refusal_for(exc) is None:
                     await turn.store()
                 accepted.set_exception(exc)
                 return
@@ -266,13 +220,13 @@ class _ResponsesHost:
             body = decode_body(await self.read_body(http))
             request = parse_request(body)
             turn = await self.begin(request, response_id, scope)
-        except _Refusal as refusal:
+        except Refusal as refusal:
             return self.error(refusal)
         except InvalidRequestError as exc:
-            return self.error(_Refusal(400, exc.code, str(exc), param=exc.param))
+            return self.error(Refusal(400, exc.code, str(exc), param=exc.param))
         except Exception:  # the session store failed
             logger.exception("Reading the session of response %s failed", response_id)
-            return self.error(_Refusal(500, "server_error", "The session store failed; retry later."))
+            return self.error(Refusal(500, "server_error", "The session store failed; retry later."))
         options = self.options(body)
         try:
             if not request.stream:
@@ -283,10 +237,10 @@ class _ResponsesHost:
             self.spawn(self.produce(turn, request, response_id, options, accepted, queue))
             await asyncio.shield(accepted)  # the first update: a refusal is still an HTTP status
         except Exception as exc:
-            refusal = _refusal(exc, request)
+            refusal = refusal_for(exc, request)
             if refusal is None:
                 logger.exception("The agent run of response %s failed", response_id)
-                refusal = _Refusal(500, "server_error", "The agent run failed; the conversation takes new input.")
+                refusal = Refusal(500, "server_error", "The agent run failed; the conversation takes new input.")
             return self.error(refusal)
         return StreamingResponse(_sse_body(queue, turn), media_type="text/event-stream")
 

@@ -16,7 +16,7 @@ from typing import Any
 import durable_workflows
 import pytest
 from agent_framework import FileCheckpointStorage
-from durable_support import FakeClock, RedisServer, StoreSpec, close_store
+from durable_support import FakeClock, RedisServer, StoreSpec, close_store, reap_workers
 
 from agent_framework_functional import ContinuationStore
 
@@ -34,6 +34,13 @@ def redis_servers(redis_binary: str, tmp_path: Path) -> Iterator[Callable[..., R
     yield make
     for server in started:
         server.stop()
+
+
+@pytest.fixture(autouse=True)
+def _reap_workers() -> Iterator[None]:
+    """After each test, kill and reap the worker processes it started and left running (see reap_workers)."""
+    yield
+    reap_workers()
 
 
 @pytest.fixture(autouse=True)

@@ -134,13 +134,33 @@ def spawn_worker(
     full_env["PYTHONWARNINGS"] = "ignore"
     # tests/ too, where the shared server helpers live (a worker's own folder is on its path already).
     full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), full_env.get("PYTHONPATH")]))
-    return subprocess.Popen(
+    process = subprocess.Popen(
         [sys.executable, str(worker), command, *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=full_env,
     )
+    SPAWNED.append(process)
+    return process
+
+
+SPAWNED: list[subprocess.Popen[str]] = []
+"""Every worker :func:`spawn_worker` started; conftest's ``_reap_workers`` reaps them after each test."""
+
+
+def reap_workers() -> None:
+    """SIGKILL every spawned worker still running, wait for it and close its pipes, then forget them all.
+
+    A test that fails between ``spawn_worker`` and :func:`finish` would otherwise leave running workers
+    whose open pipes are garbage collected during some later test, which pytest (warnings are errors)
+    then fails with a ``ResourceWarning`` that has nothing to do with it.
+    """
+    while SPAWNED:
+        process = SPAWNED.pop()
+        if process.poll() is None:
+            process.kill()
+        process.communicate(timeout=60)  # reaps the process and closes its pipes
 
 
 def run_worker(command: str, *args: str, worker: Path = WORKER) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""CI side: the Redis fixture fails (never skips) without redis-server; the installer is idempotent."""
+"""CI side: the Redis fixture fails (never skips) without redis-server; the installer is idempotent; a worker a
+failed test leaves running is reaped after that test, not garbage collected during a later one."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ import shutil
 import sys
 from pathlib import Path
 
+import durable_support
 import pytest
-from durable_support import RedisServer, server_pid
+from durable_support import RedisServer, reap_workers, server_pid, spawn_worker
 from script_runner import ROOT, run_command
 
 
@@ -67,3 +69,15 @@ def test_a_redis_server_whose_port_another_run_took_moves_and_never_talks_to_the
         assert pinned.process is None
     finally:
         other.stop()
+
+
+def test_a_worker_left_running_is_killed_and_its_pipes_closed_by_the_reaper(tmp_path: Path) -> None:
+    sleeper = tmp_path / "sleeper.py"
+    sleeper.write_text("import time\ntime.sleep(600)\n", encoding="utf-8")
+    worker = spawn_worker("ignored", worker=sleeper)  # as a test that fails before finish() leaves it
+    assert worker.poll() is None and [worker] == durable_support.SPAWNED
+    reap_workers()
+    assert worker.returncode is not None and worker.returncode < 0  # killed, and reaped
+    assert worker.stdout is not None and worker.stdout.closed
+    assert worker.stderr is not None and worker.stderr.closed
+    assert durable_support.SPAWNED == []

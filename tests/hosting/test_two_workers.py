@@ -43,7 +43,10 @@ class Worker:
         )
         assert self.process.stdout is not None
         port = self.process.stdout.readline().strip()
-        assert port.isdigit(), f"the worker did not start (exit code {self.process.poll()})"
+        if not port.isdigit():
+            code = self.process.poll()
+            self.stop()  # reap it and close its pipe now, not in some later test's garbage collection
+            raise AssertionError(f"the worker did not start (exit code {code})")
         self.base = f"http://127.0.0.1:{port}"
         return self
 

@@ -1,0 +1,67 @@
+"""The Responses route's error answers: which errors are the client's doing, and the JSON body that says so.
+
+A refusal is one HTTP error response (status, OpenAI-style ``code``, message, the input field it
+names, whether a retry can fix it); :func:`refusal_for` maps each error the agent raises on purpose to
+one (anything else is not the client's doing: the route answers 500 without details).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from fastapi.responses import JSONResponse
+
+from .._errors import (
+    ContinuationAuthorityError,
+    FunctionalWorkflowError,
+    PendingContinuationError,
+    ResponseMismatchError,
+    WorkflowRunningError,
+)
+from ._responses_input import ResponsesRequest
+
+
+class Refusal(Exception):
+    """One HTTP error response: status, OpenAI-style error code and message, the field, whether to retry."""
+
+    def __init__(self, status: int, code: str, message: str, *, param: str | None = None, retry: bool = False):
+        super().__init__(message)
+        self.status, self.code, self.message, self.param, self.retry = status, code, message, param, retry
+
+
+def refusal_for(exc: BaseException, request: ResponsesRequest | None = None) -> Refusal | None:
+    """The HTTP answer to an error the agent raised on purpose (None: not the client's doing)."""
+    if isinstance(exc, WorkflowRunningError):
+        return Refusal(409, "workflow_running", str(exc), retry=True)
+    if isinstance(exc, PendingContinuationError):
+        return Refusal(409, "pending_request", str(exc))
+    if isinstance(exc, ContinuationAuthorityError):
+        return Refusal(409, "continuation_refused", str(exc))
+    if isinstance(exc, ResponseMismatchError):
+        return Refusal(400, "answer_mismatch", str(exc), param=_answer_param(exc, request))
+    if isinstance(exc, FunctionalWorkflowError):
+        if isinstance(exc, ValueError):
+            return Refusal(400, "invalid_request", str(exc))
+        return Refusal(409, "conflict", str(exc))
+    return None
+
+
+def _answer_param(exc: ResponseMismatchError, request: ResponsesRequest | None) -> str:
+    """The input field of the answer the agent refused: the one it names, or the only one."""
+    fields: Mapping[str, str] = request.answer_params if request is not None else {}
+    if exc.request_id is not None and exc.request_id in fields:
+        return fields[exc.request_id]
+    named = [field for request_id, field in fields.items() if repr(request_id) in str(exc)]
+    if len(named) == 1:
+        return named[0]
+    return next(iter(fields.values())) if len(fields) == 1 else "input"
+
+
+def error_response(refusal: Refusal, retry_after: int) -> JSONResponse:
+    """The refusal as the OpenAI-style JSON error body, with ``x-should-retry`` (and ``retry-after``)."""
+    kind = "server_error" if refusal.status >= 500 else "invalid_request_error"
+    body = {"error": {"type": kind, "code": refusal.code, "message": refusal.message, "param": refusal.param}}
+    headers = {"x-should-retry": "true" if refusal.retry else "false"}
+    if refusal.retry:
+        headers["retry-after"] = str(retry_after)
+    return JSONResponse(body, status_code=refusal.status, headers=headers)
