@@ -120,7 +120,7 @@ class FunctionalWorkflow(ContinuationAbandonment):
 
     @property
     def has_pending_continuation(self) -> bool:
-        """True while a paused run waits for a resume that no accepted run has claimed yet."""
+        """True while a paused run waits for a resume that no accepted run has reserved yet."""
         return self._authority.has_pending
 
     @property
@@ -318,7 +318,7 @@ class FunctionalWorkflow(ContinuationAbandonment):
         return build_core(d.func, name=d.name, description=d.description, checkpoint_storage=self._checkpoint_storage)
 
     def _reset_core(self) -> None:
-        """Drop core's replay state by replacing the core instance (no core internals touched)."""
+        """Reset core's replay state by replacing the core instance (no core internals touched)."""
         self._core = self._new_core()
 
     def _identity(self) -> tuple[str, str]:
@@ -358,11 +358,11 @@ class FunctionalWorkflow(ContinuationAbandonment):
     # Package-internal questions the agent asks (not public API).
 
     def pause_expires_at(self) -> float | None:
-        """When the unclaimed pause expires (seconds since the epoch), or None when none waits."""
+        """When the unreserved pause expires (seconds since the epoch), or None when none waits."""
         return self._authority.expires_at()
 
     def lapse_pause(self, now: float | None = None) -> bool:
-        """Drop the pause once its TTL has passed; True when one expired."""
+        """Discard the pause once its TTL has passed; True when one expired."""
         return self._authority.lapse(now)
 
     def evict_pause(self) -> None:
@@ -394,5 +394,5 @@ class FunctionalWorkflow(ContinuationAbandonment):
         return await self._authority.is_resumable(token)
 
     async def check_pause_conflict(self, verdict: VerifiedContinuation) -> None:
-        """Refuse a resume of a pause kept elsewhere while one waits here (``PendingContinuationError``)."""
+        """Refuse a resume of a pause held elsewhere while one waits here (``PendingContinuationError``)."""
         await self._authority.check_conflict(verdict)
