@@ -17,7 +17,7 @@ spent (at most once), because no store can tell "claimed, then crashed before us
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from types import TracebackType
@@ -142,6 +142,11 @@ class ContinuationRecord:
             fields["conversation"] = self.conversation
         return fields
 
+    def row(self, columns: Sequence[str]) -> tuple[Any, ...]:
+        """The record as a table row: its hash, ``columns`` of :meth:`to_fields` (None if absent), ``created_at``."""
+        fields = self.to_fields()
+        return (self.token_hash, *(fields.get(name) for name in columns), self.created_at)
+
     @classmethod
     def from_fields(cls, token_hash: str, fields: Mapping[str, Any]) -> ContinuationRecord:
         """Build a record from the fields :meth:`to_fields` wrote (text, bytes or native values).
@@ -198,6 +203,45 @@ class AsyncClosing:
     async def aclose(self) -> None:
         """Release what this object holds (each backend says what); a second call does nothing."""
         raise NotImplementedError
+
+
+class PurgeSchedule:
+    """When a store's automatic purge is due: at its first write, then at most once per ``interval``.
+
+    Args:
+        interval: Least time between two automatic purges (seconds or ``timedelta``); None: never.
+    """
+
+    def __init__(self, interval: float | timedelta | None) -> None:
+        self.interval = None if interval is None else duration_seconds(interval, "purge_interval")
+        self._next = float("-inf")  # the first write purges
+
+    def due(self, now: float) -> bool:
+        """True when a write at ``now`` purges first."""
+        return self.interval is not None and now >= self._next
+
+    def ran(self, now: float) -> None:
+        """Note a purge at ``now``: the next automatic one is due ``interval`` later."""
+        if self.interval is not None:
+            self._next = now + self.interval
+
+
+class TimedStore(AsyncClosing):
+    """What the continuation stores share: ``ttl`` and ``retention`` checked (in seconds) and the clock."""
+
+    def __init__(self, ttl: float | timedelta, retention: float | timedelta, clock: Callable[[], float]) -> None:
+        self._ttl = duration_seconds(ttl, "ttl")
+        self._retention = duration_seconds(retention, "retention")
+        self._clock = clock
+
+    @property
+    def ttl_seconds(self) -> float:
+        """How long an issued token is accepted, in seconds."""
+        return self._ttl
+
+    def now(self) -> float:
+        """Return the store's clock, seconds since the epoch."""
+        return self._clock()
 
 
 @runtime_checkable
