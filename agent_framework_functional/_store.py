@@ -59,6 +59,20 @@ def duration_seconds(value: float | timedelta, name: str) -> float:
     return seconds
 
 
+RECORD_COLUMNS = (
+    "workflow_name",
+    "signature_hash",
+    "checkpoint_id",
+    "pending_request_ids",
+    "created_at",
+    "expires_at",
+    "status",
+    "response_types",
+    "conversation",
+)
+"""A record's table columns besides ``token_hash`` (:meth:`ContinuationRecord.to_fields`), in the SQL stores' order."""
+
+
 @dataclass(frozen=True, slots=True)
 class ContinuationRecord:
     """What a :class:`ContinuationStore` keeps about one issued continuation token.
@@ -142,10 +156,17 @@ class ContinuationRecord:
             fields["conversation"] = self.conversation
         return fields
 
-    def row(self, columns: Sequence[str]) -> tuple[Any, ...]:
-        """The record as a table row: its hash, ``columns`` of :meth:`to_fields` (None if absent), ``created_at``."""
+    def row(self) -> tuple[Any, ...]:
+        """The record as a SQL store's new row: its hash, :data:`RECORD_COLUMNS` (None if absent), ``created_at``."""
         fields = self.to_fields()
-        return (self.token_hash, *(fields.get(name) for name in columns), self.created_at)
+        return (self.token_hash, *(fields.get(name) for name in RECORD_COLUMNS), self.created_at)
+
+    @classmethod
+    def from_row(cls, token_hash: str, values: Sequence[Any]) -> ContinuationRecord:
+        """Build a record from the :data:`RECORD_COLUMNS` a SQL store read (None: absent); see :meth:`from_fields`."""
+        return cls.from_fields(
+            token_hash, {name: value for name, value in zip(RECORD_COLUMNS, values, strict=True) if value is not None}
+        )
 
     @classmethod
     def from_fields(cls, token_hash: str, fields: Mapping[str, Any]) -> ContinuationRecord:

@@ -9,25 +9,20 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from .._store import DEFAULT_RETENTION_SECONDS, DEFAULT_TTL_SECONDS, ContinuationRecord, PurgeSchedule, TimedStore
+from .._store import (
+    DEFAULT_RETENTION_SECONDS,
+    DEFAULT_TTL_SECONDS,
+    RECORD_COLUMNS,
+    ContinuationRecord,
+    PurgeSchedule,
+    TimedStore,
+)
 from .postgres_schema import DEFAULT_POOL_SIZE, DEFAULT_POOL_TIMEOUT_SECONDS, DEFAULT_SCHEMA, PostgresPool
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
     from psycopg_pool import AsyncConnectionPool
 
-_COLUMNS = (
-    "workflow_name",
-    "signature_hash",
-    "checkpoint_id",
-    "pending_request_ids",
-    "created_at",
-    "expires_at",
-    "status",
-    "response_types",
-    "conversation",
-)
-"""The record's columns (``ContinuationRecord.to_fields``); the table also has ``updated_at`` and ``claimed_by``."""
 
 MIGRATIONS = (
     """
@@ -54,10 +49,10 @@ MIGRATIONS = (
 """The ``continuations`` component's migrations, version 1 first (``_durable.postgres_schema`` applies them)."""
 
 _INSERT = (
-    f"INSERT INTO {{schema}}.continuations (token_hash, {', '.join(_COLUMNS)}, updated_at) "
-    f"VALUES (%s, {', '.join(['%s'] * len(_COLUMNS))}, %s)"
+    f"INSERT INTO {{schema}}.continuations (token_hash, {', '.join(RECORD_COLUMNS)}, updated_at) "
+    f"VALUES (%s, {', '.join(['%s'] * len(RECORD_COLUMNS))}, %s)"
 )
-_GET = f"SELECT {', '.join(_COLUMNS)} FROM {{schema}}.continuations WHERE token_hash = %s"
+_GET = f"SELECT {', '.join(RECORD_COLUMNS)} FROM {{schema}}.continuations WHERE token_hash = %s"
 _CLAIM = (
     "UPDATE {schema}.continuations SET status = 'claimed', updated_at = %s, claimed_by = %s "
     "WHERE token_hash = %s AND status = 'issued' AND expires_at > %s"
@@ -212,7 +207,7 @@ class PostgresContinuationStore(TimedStore):
         """
         from psycopg.errors import UniqueViolation
 
-        row = record.row(_COLUMNS)
+        row = record.row()
         try:
             await self._write("save", lambda conn: conn.execute(self._sql["insert"], row))
         except UniqueViolation as exc:
@@ -227,8 +222,7 @@ class PostgresContinuationStore(TimedStore):
         row = await self._db.run("read", read)
         if row is None:
             return None
-        fields = {name: value for name, value in zip(_COLUMNS, row, strict=True) if value is not None}
-        return ContinuationRecord.from_fields(token_hash, fields)
+        return ContinuationRecord.from_row(token_hash, row)
 
     async def claim(self, token_hash: str, *, claimer: str | None = None) -> bool:
         """Atomically move an ``issued``, unexpired record to ``claimed`` (one conditional ``UPDATE``).

@@ -17,6 +17,7 @@ from typing import Any, TypeVar, cast
 from .._store import (
     DEFAULT_RETENTION_SECONDS,
     DEFAULT_TTL_SECONDS,
+    RECORD_COLUMNS,
     ContinuationRecord,
     PurgeSchedule,
     TimedStore,
@@ -25,18 +26,6 @@ from .._store import (
 
 _T = TypeVar("_T")
 
-_RECORD_COLUMNS = (
-    "workflow_name",
-    "signature_hash",
-    "checkpoint_id",
-    "pending_request_ids",
-    "created_at",
-    "expires_at",
-    "status",
-    "response_types",
-    "conversation",
-)
-"""The record's columns (``ContinuationRecord.to_fields``); the table also has ``updated_at`` and ``claimed_by``."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS continuations (
@@ -170,21 +159,20 @@ class SQLiteContinuationStore(TimedStore):
         Raises:
             sqlite3.IntegrityError: A record with this hash exists already.
         """
-        row = record.row(_RECORD_COLUMNS)
+        row = record.row()
         sql = (
-            f"INSERT INTO continuations (token_hash, {', '.join(_RECORD_COLUMNS)}, updated_at) "
-            f"VALUES ({', '.join('?' * (len(_RECORD_COLUMNS) + 2))})"
+            f"INSERT INTO continuations (token_hash, {', '.join(RECORD_COLUMNS)}, updated_at) "
+            f"VALUES ({', '.join('?' * (len(RECORD_COLUMNS) + 2))})"
         )
         await self._run(lambda c: c.execute(sql, row), write=True)
 
     async def get(self, token_hash: str) -> ContinuationRecord | None:
         """Return the record for ``token_hash`` (any status), or None; never mutates."""
-        sql = f"SELECT {', '.join(_RECORD_COLUMNS)} FROM continuations WHERE token_hash = ?"
+        sql = f"SELECT {', '.join(RECORD_COLUMNS)} FROM continuations WHERE token_hash = ?"
         row = await self._run(lambda c: cast("tuple[Any, ...] | None", c.execute(sql, (token_hash,)).fetchone()))
         if row is None:
             return None
-        fields = {name: value for name, value in zip(_RECORD_COLUMNS, row, strict=True) if value is not None}
-        return ContinuationRecord.from_fields(token_hash, fields)
+        return ContinuationRecord.from_row(token_hash, row)
 
     async def claim(self, token_hash: str, *, claimer: str | None = None) -> bool:
         """Atomically move an ``issued``, unexpired record to ``claimed``."""
