@@ -22,7 +22,7 @@ from agent_framework import (
 )
 from agent_framework.observability import AgentTelemetryLayer
 
-from ._agent_layers import run_layered
+from ._agent_layers import LayeredCall, run_layered
 from ._agent_plan import CallArgs, CallPlanner
 from ._agent_run import AgentCall, AgentRunner, close_workflow_stream, drop_workflow_stream
 from ._chat import InputMapper, input_mode_for
@@ -277,49 +277,35 @@ class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAge
             "checkpoint_storage": checkpoint_storage,
             **kwargs,
         }
-        return run_layered(
-            self,
-            self._planned,
-            messages,
-            stream=stream,
-            session=session,
-            middleware=middleware,
-            options=options,
-            tools=tools,
-            function_invocation_kwargs=function_invocation_kwargs,
-            client_kwargs=client_kwargs,
-            extras=extras,
-        )
+        call = LayeredCall(messages, stream, session, options, tools, function_invocation_kwargs, client_kwargs, extras)
+        return run_layered(self, self._planned, call, middleware)
 
     def _planned(
-        self,
-        messages: Any,
-        stream: bool,
-        session: AgentSession | None,
-        options: Mapping[str, Any] | None,
-        tools: Any,
-        function_invocation_kwargs: Mapping[str, Any] | None,
-        client_kwargs: Mapping[str, Any] | None,
-        extras: dict[str, Any],
+        self, call: LayeredCall
     ) -> Callable[[], Awaitable[AgentResponse] | ResponseStream[AgentResponseUpdate, AgentResponse]]:
         """Plan one call (every check raises here) and return what starts it."""
+        extras = call.extras
         args = CallArgs(
-            messages,
+            call.messages,
             extras.pop("responses", None),
             extras.pop("continuation_token", None),
             extras.pop("checkpoint_id", None),
         )
         checkpoint_storage = extras.pop("checkpoint_storage", None)
         given = {
-            "tools": tools,
-            "function_invocation_kwargs": function_invocation_kwargs,
-            "client_kwargs": client_kwargs,
+            "tools": call.tools,
+            "function_invocation_kwargs": call.function_invocation_kwargs,
+            "client_kwargs": call.client_kwargs,
         }
         run_kwargs = {**{name: value for name, value in given.items() if value is not None}, **extras}
         plan = self._planner.plan(
-            args, session=session, checkpoint_storage=checkpoint_storage, options=options, run_kwargs=run_kwargs
+            args,
+            session=call.session,
+            checkpoint_storage=checkpoint_storage,
+            options=call.options,
+            run_kwargs=run_kwargs,
         )
-        return functools.partial(self._start, self._runner.open(plan), stream)
+        return functools.partial(self._start, self._runner.open(plan), call.stream)
 
     def _start(
         self, call: AgentCall, stream: bool

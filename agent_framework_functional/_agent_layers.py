@@ -10,6 +10,7 @@ call raises at ``run(...)``; with it, on the first ``await`` or iteration (core'
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 
 from agent_framework import (
@@ -31,10 +32,25 @@ _UNSET_PROVIDERS = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
 AgentResult = Awaitable[AgentResponse] | ResponseStream[AgentResponseUpdate, AgentResponse]
 
 
-# The raw call: (messages, stream, session, options, tools, function_invocation_kwargs, client_kwargs, extras).
-RawCall = Callable[
-    [Any, bool, "AgentSession | None", "Mapping[str, Any] | None", Any, Any, Any, dict[str, Any]], Callable[[], Any]
-]
+@dataclass(frozen=True)
+class LayeredCall:
+    """One agent call's arguments as they pass core's layers (agent middleware may replace each of them).
+
+    ``extras`` holds the resume arguments and workflow run keyword arguments (``AgentContext.kwargs``).
+    """
+
+    messages: Any
+    stream: bool
+    session: AgentSession | None
+    options: Mapping[str, Any] | None
+    tools: Any
+    function_invocation_kwargs: Mapping[str, Any] | None
+    client_kwargs: Mapping[str, Any] | None
+    extras: dict[str, Any]
+
+
+# The raw call: plans the call (raising on a rejection) and returns what starts it.
+RawCall = Callable[[LayeredCall], Callable[[], Any]]
 
 
 def is_chat_input(messages: Any) -> bool:
@@ -45,42 +61,29 @@ def is_chat_input(messages: Any) -> bool:
     return items is not None and all(isinstance(item, (str, Message, Content)) for item in items)
 
 
-def run_layered(
-    agent: Any,
-    raw: RawCall,
-    messages: Any,
-    *,
-    stream: bool,
-    session: AgentSession | None,
-    middleware: Sequence[Any] | None,
-    options: Mapping[str, Any] | None,
-    tools: Any,
-    function_invocation_kwargs: Mapping[str, Any] | None,
-    client_kwargs: Mapping[str, Any] | None,
-    extras: dict[str, Any],
-) -> AgentResult:
+def run_layered(agent: Any, raw: RawCall, call: LayeredCall, middleware: Sequence[Any] | None) -> AgentResult:
     """Run one agent call through core's agent middleware and telemetry layers (as core's ``Agent.run``).
 
-    ``raw`` plans the call (raising on a rejection) and returns what starts it; ``extras`` (the resume
-    arguments and workflow run keyword arguments) reach middleware as ``AgentContext.kwargs``.
+    ``raw`` plans the call (raising on a rejection) and returns what starts it; ``call.extras`` (the
+    resume arguments and workflow run keyword arguments) reach middleware as ``AgentContext.kwargs``.
     """
     chain = agent_middleware_of(agent.middleware, middleware)
     if not chain:
-        start = raw(messages, stream, session, options, tools, function_invocation_kwargs, client_kwargs, extras)
-        return _traced(agent, start, messages, stream, session, options, client_kwargs)
+        return _traced(agent, raw(call), call, call.client_kwargs)
+    messages = call.messages
     chat = is_chat_input(messages) or messages is None
     given = normalize_messages(messages) if chat else []
     seen = list(given)
     context = AgentContext(
         agent=agent,
         messages=given,
-        session=session,
-        tools=tools,
-        options=options,
-        stream=stream,
-        kwargs=extras,
-        client_kwargs=client_kwargs,
-        function_invocation_kwargs=function_invocation_kwargs,
+        session=call.session,
+        tools=call.tools,
+        options=call.options,
+        stream=call.stream,
+        kwargs=call.extras,
+        client_kwargs=call.client_kwargs,
+        function_invocation_kwargs=call.function_invocation_kwargs,
     )
 
     def final_handler(context: AgentContext) -> AgentResult:
@@ -90,9 +93,8 @@ def run_layered(
             and all(a is b for a, b in zip(given, seen, strict=True))
         )
         # Input middleware did not touch reaches the workflow as the caller gave it (a str stays a str).
-        call_input = messages if unchanged or not chat else context.messages
-        start = raw(
-            call_input,
+        layered = LayeredCall(
+            messages if unchanged or not chat else context.messages,
             context.stream,
             context.session,
             context.options,
@@ -101,10 +103,10 @@ def run_layered(
             context.client_kwargs or None,
             dict(context.kwargs),
         )
-        return _traced(agent, start, call_input, context.stream, context.session, context.options, client_kwargs)
+        return _traced(agent, raw(layered), layered, call.client_kwargs)
 
     pipeline = middleware_pipeline(agent, chain)
-    if not stream:
+    if not call.stream:
         return cast("Awaitable[AgentResponse]", pipeline.execute(context=context, final_handler=final_handler))
 
     async def resolve() -> ResponseStream[AgentResponseUpdate, AgentResponse]:
@@ -119,15 +121,11 @@ def run_layered(
 
 
 def _traced(
-    agent: Any,
-    start: Callable[[], Any],
-    messages: Any,
-    stream: bool,
-    session: AgentSession | None,
-    options: Mapping[str, Any] | None,
-    client_kwargs: Mapping[str, Any] | None,
+    agent: Any, start: Callable[[], Any], call: LayeredCall, client_kwargs: Mapping[str, Any] | None
 ) -> AgentResult:
     """Start the call inside core's ``invoke_agent`` span (core's instrumentation on and a tracer provider set).
+
+    The span records ``client_kwargs`` as the caller passed them to ``run``.
 
     Without a tracer provider the span could not record; skipping it also keeps a dropped response
     stream free of the layer's hooks, which reference the stream (a cycle only the garbage collector
@@ -139,11 +137,11 @@ def _traced(
         "AgentResult",
         trace_agent_invocation(
             agent,
-            messages=messages if is_chat_input(messages) else None,
-            session=session,
-            merged_options=dict(options or {}),
+            messages=call.messages if is_chat_input(call.messages) else None,
+            session=call.session,
+            merged_options=dict(call.options or {}),
             client_kwargs=dict(client_kwargs or {}),
-            stream=stream,
+            stream=call.stream,
             execute=start,
         ),
     )

@@ -11,7 +11,7 @@ before user code" from "crashed halfway"); the owner restores ``record.checkpoin
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from types import TracebackType
@@ -44,6 +44,20 @@ def duration_seconds(value: float | timedelta, name: str) -> float:
     if not 0 < seconds <= MAX_DURATION_SECONDS:
         raise ValueError(f"{name} must be a positive, finite number of seconds (or timedelta) of at most ten years.")
     return seconds
+
+
+RECORD_COLUMNS = (
+    "workflow_name",
+    "signature_hash",
+    "checkpoint_id",
+    "pending_request_ids",
+    "created_at",
+    "expires_at",
+    "status",
+    "response_types",
+    "conversation",
+)
+"""A record's table columns besides ``token_hash`` (:meth:`ContinuationRecord.to_fields`), in the SQL stores' order."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +120,18 @@ class ContinuationRecord:
             fields["conversation"] = self.conversation
         return fields
 
+    def row(self) -> tuple[Any, ...]:
+        """The record as a SQL store's new row: its hash, :data:`RECORD_COLUMNS` (None if absent), ``created_at``."""
+        fields = self.to_fields()
+        return (self.token_hash, *(fields.get(name) for name in RECORD_COLUMNS), self.created_at)
+
+    @classmethod
+    def from_row(cls, token_hash: str, values: Sequence[Any]) -> ContinuationRecord:
+        """Build a record from the :data:`RECORD_COLUMNS` a SQL store read (None: absent); see :meth:`from_fields`."""
+        return cls.from_fields(
+            token_hash, {name: value for name, value in zip(RECORD_COLUMNS, values, strict=True) if value is not None}
+        )
+
     @classmethod
     def from_fields(cls, token_hash: str, fields: Mapping[str, Any]) -> ContinuationRecord:
         """Build a record from the fields :meth:`to_fields` wrote, read back as text, bytes or native values.
@@ -154,6 +180,45 @@ class AsyncClosing:
     async def aclose(self) -> None:
         """Release what this object holds (each backend says what); a second call does nothing."""
         raise NotImplementedError
+
+
+class PurgeSchedule:
+    """When a store's automatic purge is due: at its first write, then at most once per ``interval``.
+
+    Args:
+        interval: Least time between two automatic purges (seconds or ``timedelta``); None: never.
+    """
+
+    def __init__(self, interval: float | timedelta | None) -> None:
+        self.interval = None if interval is None else duration_seconds(interval, "purge_interval")
+        self._next = float("-inf")  # the first write purges
+
+    def due(self, now: float) -> bool:
+        """True when a write at ``now`` purges first."""
+        return self.interval is not None and now >= self._next
+
+    def ran(self, now: float) -> None:
+        """Note a purge at ``now``: the next automatic one is due ``interval`` later."""
+        if self.interval is not None:
+            self._next = now + self.interval
+
+
+class TimedStore(AsyncClosing):
+    """What the continuation stores share: ``ttl`` and ``retention`` checked (in seconds) and the clock."""
+
+    def __init__(self, ttl: float | timedelta, retention: float | timedelta, clock: Callable[[], float]) -> None:
+        self._ttl = duration_seconds(ttl, "ttl")
+        self._retention = duration_seconds(retention, "retention")
+        self._clock = clock
+
+    @property
+    def ttl_seconds(self) -> float:
+        """How long an issued token is accepted, in seconds."""
+        return self._ttl
+
+    def now(self) -> float:
+        """Return the store's clock, seconds since the epoch."""
+        return self._clock()
 
 
 @runtime_checkable

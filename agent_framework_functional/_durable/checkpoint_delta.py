@@ -39,6 +39,7 @@ from weakref import WeakKeyDictionary
 from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 
 from .._core_compat import ORIGINAL_MESSAGE, STEP_CACHE, STEP_COUNTS, StepCacheLog, StepCacheOffer, step_cache_offer
+from .checkpoint_storage import unsavable
 
 _HEAD = ("checkpoint_id", "previous_checkpoint_id", "timestamp")
 _KNOWN_HEADS = 256  # references of recently saved or loaded checkpoints, to continue a restore's segments
@@ -138,10 +139,7 @@ class StepCacheDeduper:
         except WorkflowCheckpointException:
             raise
         except Exception as exc:
-            raise WorkflowCheckpointException(
-                f"Checkpoint {checkpoint.checkpoint_id} cannot be encoded or restored under this storage's allowed "
-                "types; refusing to save. Add its types to allowed_checkpoint_types."
-            ) from exc
+            raise unsavable(checkpoint.checkpoint_id) from exc
 
     def _plan(self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer, fresh: bool) -> DeltaSave | None:
         log = offer.log

@@ -1,4 +1,4 @@
-"""What the Redis and PostgreSQL checkpoint storages share: options, the body codec, sealing, the listing.
+"""What the Redis and PostgreSQL checkpoint storages share: options, the body codec, sealing, the listing, deltas.
 
 Core's ``FileCheckpointStorage`` is the reference: a checkpoint that does not load, or whose body names
 another workflow than the one it is filed under, is skipped by the listing with a warning. A whole
@@ -14,12 +14,24 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 
 from .._store import AsyncClosing
 from .checkpoint_seal import CheckpointSealer, is_sealed, warn_unsealed
+from .redis_delta import chunk_context, head_context, parse_references
+
+if TYPE_CHECKING:
+    from .checkpoint_delta import DeltaSave, StepCacheDeduper
+
+
+def unsavable(checkpoint_id: str) -> WorkflowCheckpointException:
+    """The refusal of a save whose checkpoint cannot be encoded, or would not decode under the allowed types."""
+    return WorkflowCheckpointException(
+        f"Checkpoint {checkpoint_id} cannot be encoded or restored under this storage's allowed "
+        "types; refusing to save. Add its types to allowed_checkpoint_types."
+    )
 
 
 def encode_body(checkpoint: WorkflowCheckpoint, allowed_types: frozenset[str]) -> bytes:
@@ -42,10 +54,7 @@ def encode_body(checkpoint: WorkflowCheckpoint, allowed_types: frozenset[str]) -
         decode_checkpoint_value(encoded, allowed_types=allowed_types)  # refuse now what a load would refuse
         return json.dumps(encoded, ensure_ascii=False).encode("utf-8")
     except Exception as exc:
-        raise WorkflowCheckpointException(
-            f"Checkpoint {checkpoint.checkpoint_id} cannot be encoded or restored under this storage's allowed "
-            "types; refusing to save. Add its types to allowed_checkpoint_types."
-        ) from exc
+        raise unsavable(checkpoint.checkpoint_id) from exc
 
 
 def decode_body(checkpoint_id: str, body: bytes, allowed_types: frozenset[str]) -> WorkflowCheckpoint:
@@ -98,8 +107,13 @@ class DurableCheckpointStorage(AsyncClosing):
     """The shared part of ``RedisCheckpointStorage`` and ``PostgresCheckpointStorage`` (internal)."""
 
     logger: ClassVar[logging.Logger]
+    backend: ClassVar[str]
+    """The backend's name, for messages (``"Redis"``, ``"PostgreSQL"``)."""
+    unreadable: ClassVar[str]
+    """The message of stored parts that do not decode (``{checkpoint_id}``, ``{error}``: the exception's type)."""
     sealer: CheckpointSealer | None
     _allowed_types: frozenset[str]
+    _deduper: StepCacheDeduper
 
     async def list_checkpoints(self, *, workflow_name: str) -> list[WorkflowCheckpoint]:
         """Return the workflow's checkpoints that still exist and load, oldest save first.
@@ -169,6 +183,61 @@ class DurableCheckpointStorage(AsyncClosing):
                 f"Checkpoint {checkpoint_id} is sealed, but this storage has no sealer: pass sealer=CheckpointSealer()"
             )
         return body
+
+    async def _store_delta(self, checkpoint: WorkflowCheckpoint, plan: DeltaSave | None) -> None:
+        """Store a head over chunks (:meth:`_write_delta`); once more as one segment if one went missing meanwhile."""
+        for _ in range(2):
+            if plan is None:
+                break
+            head, chunk = self._sealed_parts(checkpoint.checkpoint_id, plan)
+            if await self._write_delta(checkpoint, plan, head, chunk):
+                self._deduper.saved(plan, checkpoint.checkpoint_id)
+                return
+            self._deduper.forget(plan)
+            plan = self._deduper.prepare(checkpoint, fresh=True)
+        raise WorkflowCheckpointException(
+            f"Checkpoint {checkpoint.checkpoint_id} could not be stored: its step cache changed in {self.backend} "
+            "meanwhile."
+        )
+
+    async def _write_delta(
+        self, checkpoint: WorkflowCheckpoint, plan: DeltaSave, head: bytes, chunk: bytes | None
+    ) -> bool:
+        """Write a head and its chunk in one round trip; False (nothing written): a referenced segment lost chunks."""
+        raise NotImplementedError
+
+    def _sealed_parts(self, checkpoint_id: str, plan: DeltaSave) -> tuple[bytes, bytes | None]:
+        """The head and the chunk (if any) as stored: sealed with a sealer, the head to its id and references."""
+        head = plan.body.encode("utf-8")
+        chunk = None if plan.chunk is None else plan.chunk.encode("utf-8")
+        if self.sealer is not None:  # the head binds its id and references; a chunk its segment and index
+            head = self.sealer.seal(head, context=head_context(checkpoint_id, plan.references.encode("utf-8")))
+            if chunk is not None:
+                chunk = self.sealer.seal(chunk, context=chunk_context(plan.segment, plan.chunk_index))
+        return head, chunk
+
+    def _head(self, checkpoint_id: str, body: bytes, references: bytes) -> tuple[bytes, list[tuple[str, int]]]:
+        """A stored head opened (bound to its id and references), and its parsed references."""
+        head = self._unseal(checkpoint_id, body, head_context(checkpoint_id, references))
+        return head, parse_references(checkpoint_id, references)
+
+    def _assembled(
+        self, checkpoint_id: str, head: bytes, references: bytes, chunks: list[list[str]] | None
+    ) -> WorkflowCheckpoint:
+        """The checkpoint a head and its opened chunks make (None: a chunk is gone); failures: core's exception."""
+        if chunks is None:
+            raise WorkflowCheckpointException(
+                f"Checkpoint {checkpoint_id} lost part of its step cache in {self.backend} (expired or deleted)."
+            )
+        try:
+            checkpoint = self._deduper.assemble(checkpoint_id, head.decode("utf-8"), references.decode("utf-8"), chunks)
+        except WorkflowCheckpointException:
+            raise
+        except Exception as exc:  # UnicodeDecodeError, RecursionError, core's decoder on a malformed value, ...
+            raise WorkflowCheckpointException(
+                self.unreadable.format(checkpoint_id=checkpoint_id, error=type(exc).__name__)
+            ) from exc
+        return same_id(checkpoint_id, checkpoint)
 
 
 def same_id(checkpoint_id: str, checkpoint: WorkflowCheckpoint) -> WorkflowCheckpoint:

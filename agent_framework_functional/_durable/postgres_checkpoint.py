@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 
-from .._store import duration_seconds
+from .._store import PurgeSchedule, duration_seconds
 from .checkpoint_delta import DeltaSave, StepCacheDeduper
 from .checkpoint_seal import CheckpointSealer
 from .checkpoint_storage import (
@@ -23,11 +23,9 @@ from .checkpoint_storage import (
     check_sealer,
     decode_body,
     encode_body,
-    same_id,
 )
 from .postgres_delta import CHUNKS, DELETE, MIGRATION, PURGE_SEGMENTS, SAVE_DELTA, gather_chunks
 from .postgres_schema import DEFAULT_POOL_SIZE, DEFAULT_POOL_TIMEOUT_SECONDS, DEFAULT_SCHEMA, PostgresPool
-from .redis_delta import chunk_context, head_context, parse_references
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
@@ -126,6 +124,8 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
     """
 
     logger = logger
+    backend = "PostgreSQL"
+    unreadable = "Checkpoint {checkpoint_id} cannot be loaded: its stored parts do not decode ({error})."
 
     def __init__(
         self,
@@ -141,7 +141,7 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
         self.sealer = check_sealer("PostgresCheckpointStorage", sealer)
         self._allowed_types = check_allowed_types(allowed_checkpoint_types)
         self._ttl = None if ttl is None else duration_seconds(ttl, "ttl")
-        self._next_purge = float("-inf")
+        self._purges = PurgeSchedule(None if self._ttl is None else PURGE_INTERVAL_SECONDS)
         self._db = PostgresPool(
             conninfo,
             owner="PostgresCheckpointStorage",
@@ -151,13 +151,8 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
             max_size=max_size,
             pool_timeout=pool_timeout,
         )
-        from psycopg import sql
-
-        identifier = sql.Identifier(self._db.schema)
-        self._sql = {
-            # Rendered once to bytes: psycopg then caches their parsing (a Composed is rendered on every execute).
-            name: sql.SQL(text).format(schema=identifier).as_bytes(None)  # pyright: ignore[reportArgumentType]
-            for name, text in {
+        self._sql = self._db.statements(
+            {
                 "save": _SAVE,
                 "load": _LOAD,
                 "list": _LIST,
@@ -166,8 +161,8 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
                 "purge_segments": PURGE_SEGMENTS,
                 "save_delta": SAVE_DELTA,
                 "chunks": CHUNKS,
-            }.items()
-        }
+            }
+        )
         self._deduper = StepCacheDeduper(self._allowed_types)
 
     @property
@@ -209,38 +204,22 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
 
     async def _purge_when_due(self, conn: AsyncConnection[Any], now: float) -> None:
         """Delete expired checkpoints and segments, at most once per ``PURGE_INTERVAL_SECONDS``."""
-        if self._ttl is not None and now >= self._next_purge:
-            self._next_purge = now + PURGE_INTERVAL_SECONDS
+        if self._purges.due(now):
+            self._purges.ran(now)
             await conn.execute(self._sql["purge"], (now,))
             await conn.execute(self._sql["purge_segments"], (now,))
 
-    async def _store_delta(self, checkpoint: WorkflowCheckpoint, plan: DeltaSave | None) -> None:
-        """Store a head over chunks (``save_checkpoint_delta``); once more as one segment if one went missing."""
-        for _ in range(2):
-            if plan is None:
-                break
-            head = plan.body.encode("utf-8")
-            chunk = None if plan.chunk is None else plan.chunk.encode("utf-8")
-            if self.sealer is not None:  # the head binds its id and references; a chunk its segment and index
-                head = self.sealer.seal(head, context=head_context(checkpoint.checkpoint_id, plan.references.encode()))
-                if chunk is not None:
-                    chunk = self.sealer.seal(chunk, context=chunk_context(plan.segment, plan.chunk_index))
-            now = time.time()
-            expires_at = None if self._ttl is None else now + self._ttl
-            ref_ids = [str(ref[0]) for ref in plan.refs]
-            ref_counts = [int(ref[1]) for ref in plan.refs]
-            params = (checkpoint.checkpoint_id, checkpoint.workflow_name, now, expires_at, head, plan.references)
-            params += (ref_ids, ref_counts, plan.segment, chunk, plan.chunk_index)
-
-            if await self._db.run("checkpoint save", functools.partial(self._save_delta, now, params)):
-                self._deduper.saved(plan, checkpoint.checkpoint_id)
-                return
-            self._deduper.forget(plan)
-            plan = self._deduper.prepare(checkpoint, fresh=True)
-        raise WorkflowCheckpointException(
-            f"Checkpoint {checkpoint.checkpoint_id} could not be stored: its step cache changed in PostgreSQL "
-            "meanwhile."
-        )
+    async def _write_delta(
+        self, checkpoint: WorkflowCheckpoint, plan: DeltaSave, head: bytes, chunk: bytes | None
+    ) -> bool:
+        """Call ``save_checkpoint_delta`` once; False (nothing written) when a referenced segment lost chunks."""
+        now = time.time()
+        expires_at = None if self._ttl is None else now + self._ttl
+        ref_ids = [str(ref[0]) for ref in plan.refs]
+        ref_counts = [int(ref[1]) for ref in plan.refs]
+        params = (checkpoint.checkpoint_id, checkpoint.workflow_name, now, expires_at, head, plan.references)
+        params += (ref_ids, ref_counts, plan.segment, chunk, plan.chunk_index)
+        return await self._db.run("checkpoint save", functools.partial(self._save_delta, now, params))
 
     async def _save_delta(self, now: float, params: tuple[Any, ...], conn: AsyncConnection[Any]) -> bool:
         await self._purge_when_due(conn, now)
@@ -306,22 +285,8 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
         if references is None:
             return self._open(checkpoint_id, body)
         refs_bytes = references.encode("utf-8")
-        head = self._unseal(checkpoint_id, body, head_context(checkpoint_id, refs_bytes))
-        refs = parse_references(checkpoint_id, refs_bytes)
-        texts = gather_chunks(refs, chunks, self.sealer)
-        if texts is None:
-            raise WorkflowCheckpointException(
-                f"Checkpoint {checkpoint_id} lost part of its step cache in PostgreSQL (expired or deleted)."
-            )
-        try:
-            checkpoint = self._deduper.assemble(checkpoint_id, head.decode("utf-8"), references, texts)
-        except WorkflowCheckpointException:
-            raise
-        except Exception as exc:  # UnicodeDecodeError, RecursionError, core's decoder on a malformed value, ...
-            raise WorkflowCheckpointException(
-                f"Checkpoint {checkpoint_id} cannot be loaded: its stored parts do not decode ({type(exc).__name__})."
-            ) from exc
-        return same_id(checkpoint_id, checkpoint)
+        head, refs = self._head(checkpoint_id, body, refs_bytes)
+        return self._assembled(checkpoint_id, head, refs_bytes, gather_chunks(refs, chunks, self.sealer))
 
     def _open(self, checkpoint_id: str, body: bytes) -> WorkflowCheckpoint:
         """Open (with a sealer, before any decoding) and decode one whole body; every failure: core's exception."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import select
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -131,6 +131,16 @@ class PostgresPool:
             self._owns_pool = False
         self._ready = False
         self._ready_lock = asyncio.Lock()
+
+    def statements(self, texts: Mapping[str, str]) -> dict[str, bytes]:
+        """``texts`` with ``{schema}`` filled in, each rendered once to bytes.
+
+        psycopg then caches their parsing (a ``Composed`` would be rendered again on every execute).
+        """
+        from psycopg import sql
+
+        identifier = sql.Identifier(self.schema)
+        return {name: sql.SQL(text).format(schema=identifier).as_bytes(None) for name, text in texts.items()}  # pyright: ignore[reportArgumentType]
 
     async def run(self, what: str, operation: Callable[[AsyncConnection[Any]], Awaitable[_T]]) -> _T:
         """Run ``operation`` on a pooled connection (one transaction), after making sure the schema exists.

@@ -7,13 +7,14 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from .._store import DEFAULT_TTL_SECONDS, duration_seconds
+from .._store import DEFAULT_TTL_SECONDS
 from .postgres_schema import DEFAULT_POOL_SIZE, DEFAULT_POOL_TIMEOUT_SECONDS, DEFAULT_SCHEMA, PostgresPool
 from .session_store import (
     DEFAULT_MAX_STORED_SESSIONS,
     DEFAULT_SESSION_PURGE_INTERVAL_SECONDS,
     DurableSessionStore,
-    check_max_entries,
+    LimitedRecords,
+    SessionLimits,
     group_key,
     record_key,
 )
@@ -53,34 +54,13 @@ _STATEMENTS = {
 }
 
 
-class PostgresRecords:
+class PostgresRecords(LimitedRecords):
     """The ``<schema>.session_records`` table, through the package's Postgres pool and migrations."""
 
-    def __init__(
-        self,
-        db: PostgresPool,
-        *,
-        ttl: float,
-        max_entries: int,
-        purge_interval: float | None,
-        clock: Callable[[], float],
-    ) -> None:
-        from psycopg import sql
-
-        self.db, self.ttl, self.max_entries, self._purge_interval, self._clock = (
-            db,
-            ttl,
-            max_entries,
-            purge_interval,
-            clock,
-        )
-        self._next_purge = float("-inf")
-        identifier = sql.Identifier(db.schema)
-        self._sql = {name: sql.SQL(text).format(schema=identifier) for name, text in _STATEMENTS.items()}  # pyright: ignore[reportArgumentType]
-
-    def now(self) -> float:
-        """The store's clock, seconds since the epoch."""
-        return self._clock()
+    def __init__(self, db: PostgresPool, limits: SessionLimits) -> None:
+        super().__init__(limits)
+        self.db = db
+        self._sql = db.statements(_STATEMENTS)
 
     async def _execute(self, what: str, name: str, params: tuple[Any, ...]) -> Any:
         async def operation(conn: AsyncConnection[Any]) -> Any:
@@ -97,7 +77,7 @@ class PostgresRecords:
         now = self.now()
         params = (record_key(group, key), group_key(group), text, now + self.ttl)
         await self._execute("session write", "write", params)
-        if self._purge_interval is not None and now >= self._next_purge:
+        if self.purges.due(now):
             await self.purge()
 
     async def remove(self, group: str, key: str) -> bool:
@@ -113,8 +93,7 @@ class PostgresRecords:
 
     async def purge(self) -> int:
         now = self.now()
-        if self._purge_interval is not None:
-            self._next_purge = now + self._purge_interval
+        self.purges.ran(now)
         expired = int(await self._execute("session purge", "expire", (now,)))
         return expired + int(await self._execute("session purge", "trim", (self.max_entries,)))
 
@@ -174,9 +153,7 @@ class PostgresSessionStore(DurableSessionStore[PostgresRecords]):
         max_size: int = DEFAULT_POOL_SIZE,
         pool_timeout: float | timedelta = DEFAULT_POOL_TIMEOUT_SECONDS,
     ) -> None:
-        seconds = duration_seconds(ttl, "ttl")
-        check_max_entries(max_entries)
-        interval = None if purge_interval is None else duration_seconds(purge_interval, "purge_interval")
+        limits = SessionLimits.checked(ttl, max_entries, purge_interval, clock)
         db = PostgresPool(
             conninfo,
             owner="PostgresSessionStore",
@@ -186,9 +163,7 @@ class PostgresSessionStore(DurableSessionStore[PostgresRecords]):
             max_size=max_size,
             pool_timeout=pool_timeout,
         )
-        super().__init__(
-            PostgresRecords(db, ttl=seconds, max_entries=max_entries, purge_interval=interval, clock=clock)
-        )
+        super().__init__(PostgresRecords(db, limits))
 
     @property
     def schema(self) -> str:

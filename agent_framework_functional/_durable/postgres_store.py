@@ -9,25 +9,20 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from .._store import DEFAULT_RETENTION_SECONDS, DEFAULT_TTL_SECONDS, AsyncClosing, ContinuationRecord, duration_seconds
+from .._store import (
+    DEFAULT_RETENTION_SECONDS,
+    DEFAULT_TTL_SECONDS,
+    RECORD_COLUMNS,
+    ContinuationRecord,
+    PurgeSchedule,
+    TimedStore,
+)
 from .postgres_schema import DEFAULT_POOL_SIZE, DEFAULT_POOL_TIMEOUT_SECONDS, DEFAULT_SCHEMA, PostgresPool
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
     from psycopg_pool import AsyncConnectionPool
 
-_COLUMNS = (
-    "workflow_name",
-    "signature_hash",
-    "checkpoint_id",
-    "pending_request_ids",
-    "created_at",
-    "expires_at",
-    "status",
-    "response_types",
-    "conversation",
-)
-"""The record's columns (``ContinuationRecord.to_fields``); the table also has ``updated_at`` and ``claimed_by``."""
 
 MIGRATIONS = (
     """
@@ -54,10 +49,10 @@ MIGRATIONS = (
 """The ``continuations`` component's migrations, version 1 first (``_durable.postgres_schema`` applies them)."""
 
 _INSERT = (
-    f"INSERT INTO {{schema}}.continuations (token_hash, {', '.join(_COLUMNS)}, updated_at) "
-    f"VALUES (%s, {', '.join(['%s'] * len(_COLUMNS))}, %s)"
+    f"INSERT INTO {{schema}}.continuations (token_hash, {', '.join(RECORD_COLUMNS)}, updated_at) "
+    f"VALUES (%s, {', '.join(['%s'] * len(RECORD_COLUMNS))}, %s)"
 )
-_GET = f"SELECT {', '.join(_COLUMNS)} FROM {{schema}}.continuations WHERE token_hash = %s"
+_GET = f"SELECT {', '.join(RECORD_COLUMNS)} FROM {{schema}}.continuations WHERE token_hash = %s"
 _CLAIM = (
     "UPDATE {schema}.continuations SET status = 'claimed', updated_at = %s, claimed_by = %s "
     "WHERE token_hash = %s AND status = 'issued' AND expires_at > %s"
@@ -98,7 +93,7 @@ DEFAULT_PURGE_INTERVAL_SECONDS = 600.0
 """How often (at most) a :class:`PostgresContinuationStore` deletes records past retention on a write."""
 
 
-class PostgresContinuationStore(AsyncClosing):
+class PostgresContinuationStore(TimedStore):
     """A :class:`ContinuationStore` on PostgreSQL, for workers on several machines.
 
     Each operation keeps the protocol's contract (its docstrings give the arguments and results).
@@ -172,11 +167,8 @@ class PostgresContinuationStore(AsyncClosing):
         max_size: int = DEFAULT_POOL_SIZE,
         pool_timeout: float | timedelta = DEFAULT_POOL_TIMEOUT_SECONDS,
     ) -> None:
-        self._ttl = duration_seconds(ttl, "ttl")
-        self._retention = duration_seconds(retention, "retention")
-        self._purge_interval = None if purge_interval is None else duration_seconds(purge_interval, "purge_interval")
-        self._next_purge = float("-inf")  # the first write purges
-        self._clock = clock
+        super().__init__(ttl, retention, clock)
+        self._purges = PurgeSchedule(purge_interval)
         self._claims: list[tuple[str, str | None, asyncio.Future[bool]]] = []
         self._batches: set[asyncio.Task[None]] = set()
         self._db = PostgresPool(
@@ -188,13 +180,8 @@ class PostgresContinuationStore(AsyncClosing):
             max_size=max_size,
             pool_timeout=pool_timeout,
         )
-        from psycopg import sql
-
-        identifier = sql.Identifier(self._db.schema)
-        self._sql = {
-            # Rendered once to bytes: psycopg then caches their parsing (a Composed is rendered on every execute).
-            name: sql.SQL(text).format(schema=identifier).as_bytes(None)  # pyright: ignore[reportArgumentType]
-            for name, text in {
+        self._sql = self._db.statements(
+            {
                 "insert": _INSERT,
                 "get": _GET,
                 "claim": _CLAIM,
@@ -203,22 +190,13 @@ class PostgresContinuationStore(AsyncClosing):
                 "abandon": _ABANDON,
                 "supersede": _SUPERSEDE,
                 "purge": _PURGE,
-            }.items()
-        }
+            }
+        )
 
     @property
     def schema(self) -> str:
         """The PostgreSQL schema that holds the store's tables."""
         return self._db.schema
-
-    @property
-    def ttl_seconds(self) -> float:
-        """How long an issued token is accepted, in seconds."""
-        return self._ttl
-
-    def now(self) -> float:
-        """Return the store's clock, seconds since the epoch."""
-        return self._clock()
 
     async def save(self, record: ContinuationRecord) -> None:
         """Insert a freshly issued record (committed before this returns).
@@ -229,8 +207,7 @@ class PostgresContinuationStore(AsyncClosing):
         """
         from psycopg.errors import UniqueViolation
 
-        fields = record.to_fields()
-        row = (record.token_hash, *(fields.get(name) for name in _COLUMNS), record.created_at)
+        row = record.row()
         try:
             await self._write("save", lambda conn: conn.execute(self._sql["insert"], row))
         except UniqueViolation as exc:
@@ -245,8 +222,7 @@ class PostgresContinuationStore(AsyncClosing):
         row = await self._db.run("read", read)
         if row is None:
             return None
-        fields = {name: value for name, value in zip(_COLUMNS, row, strict=True) if value is not None}
-        return ContinuationRecord.from_fields(token_hash, fields)
+        return ContinuationRecord.from_row(token_hash, row)
 
     async def claim(self, token_hash: str, *, claimer: str | None = None) -> bool:
         """Atomically move an ``issued``, unexpired record to ``claimed`` (one conditional ``UPDATE``).
@@ -351,8 +327,7 @@ class PostgresContinuationStore(AsyncClosing):
     async def _purge(self, conn: AsyncConnection[Any]) -> int:
         now = self.now()
         cursor = await conn.execute(self._sql["purge"], {"cutoff": now - self._retention})
-        if self._purge_interval is not None:
-            self._next_purge = now + self._purge_interval
+        self._purges.ran(now)
         return cursor.rowcount
 
     async def _update(self, name: str, params: tuple[Any, ...]) -> bool:
@@ -365,7 +340,7 @@ class PostgresContinuationStore(AsyncClosing):
         """Run one write; first, when due, the purge of records past retention (same connection)."""
 
         async def write(conn: AsyncConnection[Any]) -> Any:
-            if self._purge_interval is not None and self.now() >= self._next_purge:
+            if self._purges.interval is not None and self._purges.due(self.now()):
                 await self._purge(conn)
             return await operation(conn)
 

@@ -22,9 +22,9 @@ from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 from .._store import duration_seconds
 from .checkpoint_delta import DeltaSave, StepCacheDeduper
 from .checkpoint_seal import CheckpointSealer
-from .checkpoint_storage import DurableCheckpointStorage, check_allowed_types, check_sealer, same_id
+from .checkpoint_storage import DurableCheckpointStorage, check_allowed_types, check_sealer, same_id, unsavable
 from .redis_client import DEFAULT_MAX_CONNECTIONS, DEFAULT_POOL_TIMEOUT_SECONDS, pooled_client, text
-from .redis_delta import DELETE_SCRIPT, SAVE_SCRIPT, chunk_context, head_context, parse_references, read_chunks
+from .redis_delta import DELETE_SCRIPT, SAVE_SCRIPT, read_chunks
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -123,6 +123,8 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
     """
 
     logger = logger
+    backend = "Redis"
+    unreadable = "Checkpoint {checkpoint_id} in Redis cannot be decoded ({error}); it was not loaded."
 
     def __init__(
         self,
@@ -188,10 +190,7 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
         except WorkflowCheckpointException:
             raise
         except Exception as exc:
-            raise WorkflowCheckpointException(
-                f"Checkpoint {checkpoint.checkpoint_id} cannot be encoded or restored under this storage's allowed "
-                "types; refusing to save. Add its types to allowed_checkpoint_types."
-            ) from exc
+            raise unsavable(checkpoint.checkpoint_id) from exc
         key = self._checkpoint_key(checkpoint.checkpoint_id)
         index = self._index_key(checkpoint.workflow_name)
         now_ms = time.time() * 1000
@@ -301,56 +300,26 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
     def _prefix(self) -> str:
         return f"{self.namespace}:"
 
-    async def _store_delta(self, checkpoint: WorkflowCheckpoint, plan: DeltaSave | None) -> None:
-        """Store a head over chunks (``redis_delta.SAVE_SCRIPT``); once more as one segment if one went missing."""
-        key = self._checkpoint_key(checkpoint.checkpoint_id)
-        index = self._index_key(checkpoint.workflow_name)
-        for _ in range(2):
-            if plan is None:
-                break
-            now_ms = time.time() * 1000
-            ttl = "" if self._ttl_ms is None else str(self._ttl_ms)
-            cutoff = "" if self._ttl_ms is None else f"({now_ms - self._ttl_ms}"
-            head: bytes | str = plan.body
-            chunk: bytes | str = plan.chunk or ""
-            if self.sealer is not None:  # the head binds its id and references; a chunk its segment and index
-                context = head_context(checkpoint.checkpoint_id, plan.references.encode("utf-8"))
-                head = self.sealer.seal(plan.body.encode("utf-8"), context=context)
-                if plan.chunk is not None:
-                    context = chunk_context(plan.segment, plan.chunk_index)
-                    chunk = self.sealer.seal(plan.chunk.encode("utf-8"), context=context)
-            args = [checkpoint.checkpoint_id, checkpoint.workflow_name, head, plan.references, plan.segment]
-            args += [chunk, plan.chunk_index, now_ms, ttl, cutoff, self._prefix]
-            if int(await self._save_delta(keys=[key, index], args=args)):
-                self._deduper.saved(plan, checkpoint.checkpoint_id)
-                return
-            self._deduper.forget(plan)
-            plan = self._deduper.prepare(checkpoint, fresh=True)
-        raise WorkflowCheckpointException(
-            f"Checkpoint {checkpoint.checkpoint_id} could not be stored: its step cache changed in Redis meanwhile."
-        )
+    async def _write_delta(
+        self, checkpoint: WorkflowCheckpoint, plan: DeltaSave, head: bytes, chunk: bytes | None
+    ) -> bool:
+        """Run ``redis_delta.SAVE_SCRIPT`` once; False (nothing written) when a referenced segment lost chunks."""
+        now_ms = time.time() * 1000
+        ttl = "" if self._ttl_ms is None else str(self._ttl_ms)
+        cutoff = "" if self._ttl_ms is None else f"({now_ms - self._ttl_ms}"
+        keys = [self._checkpoint_key(checkpoint.checkpoint_id), self._index_key(checkpoint.workflow_name)]
+        args = [checkpoint.checkpoint_id, checkpoint.workflow_name, head, plan.references, plan.segment]
+        args += [chunk or b"", plan.chunk_index, now_ms, ttl, cutoff, self._prefix]
+        return bool(int(await self._save_delta(keys=keys, args=args)))
 
     async def _materialize(self, checkpoint_id: str, raw: Any, segments: Any) -> WorkflowCheckpoint:
         """Decode a stored checkpoint: whole, or its head over the chunks of its segments (each opened first)."""
         if segments is None:
             return self._parse(checkpoint_id, raw)
         references = _as_bytes(segments)
-        head = self._unseal(checkpoint_id, _as_bytes(raw), head_context(checkpoint_id, references))
-        refs = parse_references(checkpoint_id, references)
+        head, refs = self._head(checkpoint_id, _as_bytes(raw), references)
         chunks = await read_chunks(self._client, self._prefix, refs, self.sealer)
-        if chunks is None:
-            raise WorkflowCheckpointException(
-                f"Checkpoint {checkpoint_id} lost part of its step cache in Redis (expired or deleted)."
-            )
-        try:
-            checkpoint = self._deduper.assemble(checkpoint_id, head.decode("utf-8"), references.decode("utf-8"), chunks)
-        except WorkflowCheckpointException:
-            raise
-        except Exception as exc:  # UnicodeDecodeError, RecursionError, core's decoder on a malformed value, ...
-            raise WorkflowCheckpointException(
-                f"Checkpoint {checkpoint_id} in Redis cannot be decoded ({type(exc).__name__}); it was not loaded."
-            ) from exc
-        return same_id(checkpoint_id, checkpoint)
+        return self._assembled(checkpoint_id, head, references, chunks)
 
     def _parse(self, checkpoint_id: str, raw: Any) -> WorkflowCheckpoint:
         """Open (with a sealer) then decode one body; every failure is ``WorkflowCheckpointException``."""
@@ -361,7 +330,7 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
             raise  # core's own refusal (a type outside the allow-list), with its message
         except Exception as exc:  # UnicodeDecodeError, JSONDecodeError, RecursionError, the allow-list, ...
             raise WorkflowCheckpointException(
-                f"Checkpoint {checkpoint_id} in Redis cannot be decoded ({type(exc).__name__}); it was not loaded."
+                self.unreadable.format(checkpoint_id=checkpoint_id, error=type(exc).__name__)
             ) from exc
         return same_id(checkpoint_id, checkpoint)
 

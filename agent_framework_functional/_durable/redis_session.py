@@ -8,14 +8,15 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from .._store import DEFAULT_TTL_SECONDS, duration_seconds
+from .._store import DEFAULT_TTL_SECONDS
 from .redis_client import DEFAULT_MAX_CONNECTIONS, DEFAULT_POOL_TIMEOUT_SECONDS, pooled_client
 from .redis_client import text as as_text
 from .session_store import (
     DEFAULT_MAX_STORED_SESSIONS,
     DEFAULT_SESSION_PURGE_INTERVAL_SECONDS,
     DurableSessionStore,
-    check_max_entries,
+    LimitedRecords,
+    SessionLimits,
     group_key,
     record_key,
 )
@@ -24,28 +25,13 @@ DEFAULT_SESSION_NAMESPACE = "aff:sessions"
 """The key prefix of a :class:`RedisSessionStore` by default."""
 
 
-class RedisRecords:
+class RedisRecords(LimitedRecords):
     """Records as Redis strings with a Redis TTL, plus one sorted set (key -> expiry) that bounds their number."""
 
-    def __init__(
-        self,
-        client: Any,
-        *,
-        owns_client: bool,
-        namespace: str,
-        ttl: float,
-        max_entries: int,
-        purge_interval: float | None,
-        clock: Callable[[], float],
-    ) -> None:
+    def __init__(self, client: Any, *, owns_client: bool, namespace: str, limits: SessionLimits) -> None:
+        super().__init__(limits)
         self.client, self._owns_client, self.namespace = client, owns_client, namespace
-        self.ttl, self.max_entries, self._purge_interval, self._clock = ttl, max_entries, purge_interval, clock
         self._index = f"{namespace}:index"
-        self._next_purge = float("-inf")
-
-    def now(self) -> float:
-        """The store's clock, seconds since the epoch."""
-        return self._clock()
 
     def _key(self, group: str, key: str) -> str:
         return f"{self.namespace}:{group_key(group)[:32]}:{record_key(group, key)}"
@@ -61,7 +47,7 @@ class RedisRecords:
             pipe.set(stored, text, px=max(1, int(self.ttl * 1000)))
             pipe.zadd(self._index, {stored: now + self.ttl})
             await pipe.execute()
-        if self._purge_interval is not None and now >= self._next_purge:
+        if self.purges.due(now):
             await self.purge()
 
     async def remove(self, group: str, key: str) -> bool:
@@ -90,8 +76,7 @@ class RedisRecords:
     async def purge(self) -> int:
         """Forget expired keys (Redis deleted them already) and delete the oldest past ``max_entries``."""
         now = self.now()
-        if self._purge_interval is not None:
-            self._next_purge = now + self._purge_interval
+        self.purges.ran(now)
         dropped = int(await self.client.zremrangebyscore(self._index, "-inf", now))
         excess = int(await self.client.zcard(self._index)) - self.max_entries
         if excess > 0:
@@ -159,24 +144,13 @@ class RedisSessionStore(DurableSessionStore[RedisRecords]):
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
         pool_timeout: float | timedelta = DEFAULT_POOL_TIMEOUT_SECONDS,
     ) -> None:
-        seconds = duration_seconds(ttl, "ttl")
-        check_max_entries(max_entries)
-        interval = None if purge_interval is None else duration_seconds(purge_interval, "purge_interval")
+        limits = SessionLimits.checked(ttl, max_entries, purge_interval, clock)
         owns = isinstance(client, str)
         if owns:
             client = pooled_client(
                 client, max_connections=max_connections, pool_timeout=pool_timeout, owner="RedisSessionStore"
             )
-        records = RedisRecords(
-            client,
-            owns_client=owns,
-            namespace=namespace,
-            ttl=seconds,
-            max_entries=max_entries,
-            purge_interval=interval,
-            clock=clock,
-        )
-        super().__init__(records)
+        super().__init__(RedisRecords(client, owns_client=owns, namespace=namespace, limits=limits))
 
     async def aclose(self) -> None:
         """Close the client if the store created it from a URL; a client passed in is left open."""

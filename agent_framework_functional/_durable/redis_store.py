@@ -10,7 +10,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from .._errors import ContinuationStoreDurabilityError
-from .._store import DEFAULT_RETENTION_SECONDS, DEFAULT_TTL_SECONDS, AsyncClosing, ContinuationRecord, duration_seconds
+from .._store import DEFAULT_RETENTION_SECONDS, DEFAULT_TTL_SECONDS, ContinuationRecord, TimedStore, duration_seconds
 from .redis_client import (
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_POOL_TIMEOUT_SECONDS,
@@ -73,7 +73,7 @@ return 1
 """
 
 
-class RedisContinuationStore(AsyncClosing):
+class RedisContinuationStore(TimedStore):
     """A :class:`ContinuationStore` on Redis, for workers on several machines.
 
     Each operation keeps the protocol's contract (its docstrings give the arguments and results).
@@ -169,8 +169,7 @@ class RedisContinuationStore(AsyncClosing):
         pool_timeout: float | timedelta = DEFAULT_POOL_TIMEOUT_SECONDS,
         waitaof_timeout: float | timedelta = DEFAULT_WAITAOF_TIMEOUT_SECONDS,
     ) -> None:
-        self._ttl = duration_seconds(ttl, "ttl")
-        self._retention = duration_seconds(retention, "retention")
+        super().__init__(ttl, retention, clock)
         if not namespace:
             raise ValueError("namespace must be a non-empty key prefix, for example 'myapp:continuation'.")
         if durability not in ("fsync", "best_effort"):
@@ -178,7 +177,6 @@ class RedisContinuationStore(AsyncClosing):
         self._waitaof_timeout_ms = max(1, int(duration_seconds(waitaof_timeout, "waitaof_timeout") * 1000))
         self.namespace = namespace
         self.durability: RedisDurability = durability
-        self._clock = clock
         self._mode: RedisDurabilityMode | None = "best_effort" if durability == "best_effort" else None
         self._check_lock = asyncio.Lock()
         on_connect = None if durability == "best_effort" else self._check_connection
@@ -200,15 +198,6 @@ class RedisContinuationStore(AsyncClosing):
         self._insert_script: Any = self._client.register_script(_INSERT)
         self._release_script: Any = self._client.register_script(_RELEASE)
         self._supersede_script: Any = self._client.register_script(_SUPERSEDE)
-
-    @property
-    def ttl_seconds(self) -> float:
-        """How long an issued token is accepted, in seconds."""
-        return self._ttl
-
-    def now(self) -> float:
-        """Return the store's clock, seconds since the epoch."""
-        return self._clock()
 
     async def check_durability(self) -> RedisDurabilityMode:
         """Check once that Redis keeps every acknowledged write through a crash; return how.

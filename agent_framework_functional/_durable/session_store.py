@@ -18,12 +18,13 @@ import json
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Generic, Protocol, TypeVar, cast
 
 from agent_framework import AgentSession, SessionStore
 
-from .._store import DEFAULT_TTL_SECONDS, AsyncClosing, duration_seconds
+from .._store import DEFAULT_TTL_SECONDS, AsyncClosing, PurgeSchedule, duration_seconds
 
 SESSION_GROUP = "session"
 """The group of core sessions in a store's records (AG-UI snapshots use ``agui:<scope>``)."""
@@ -73,6 +74,48 @@ def check_max_entries(value: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ENTRIES_LIMIT:  # pyright: ignore[reportUnnecessaryIsInstance]
         raise ValueError(f"max_entries must be a positive integer of at most 2**63 - 1, got {value!r}.")
     return value
+
+
+@dataclass(frozen=True)
+class SessionLimits:
+    """A durable session store's bounds, checked: ``ttl`` and ``purge_interval`` in seconds (None: no purges)."""
+
+    ttl: float
+    max_entries: int
+    purge_interval: float | None
+    clock: Callable[[], float]
+
+    @classmethod
+    def checked(
+        cls,
+        ttl: float | timedelta,
+        max_entries: int,
+        purge_interval: float | timedelta | None,
+        clock: Callable[[], float],
+    ) -> SessionLimits:
+        """The store options, checked in this order.
+
+        Raises:
+            ValueError: A duration is not positive (at most ten years), or ``max_entries`` is not a
+                positive integer.
+            TypeError: A duration is neither a number nor a ``timedelta``.
+        """
+        seconds = duration_seconds(ttl, "ttl")
+        entries = check_max_entries(max_entries)
+        interval = None if purge_interval is None else duration_seconds(purge_interval, "purge_interval")
+        return cls(seconds, entries, interval, clock)
+
+
+class LimitedRecords:
+    """What the durable backends' records share: ``ttl``, ``max_entries``, the clock and the purge schedule."""
+
+    def __init__(self, limits: SessionLimits) -> None:
+        self.ttl, self.max_entries, self._clock = limits.ttl, limits.max_entries, limits.clock
+        self.purges = PurgeSchedule(limits.purge_interval)
+
+    def now(self) -> float:
+        """The store's clock, seconds since the epoch."""
+        return self._clock()
 
 
 class SessionRecords(Protocol):
@@ -187,21 +230,15 @@ class DurableSessionStore(Generic[_Records], BoundedSessionStore):
         raise NotImplementedError
 
 
-class MemoryRecords:
+class MemoryRecords(LimitedRecords):
     """:class:`SessionRecords` in a dict ordered by expiry: expired ones dropped on each write, then the oldest."""
 
     def __init__(self, *, ttl: float | timedelta, max_entries: int, clock: Callable[[], float]) -> None:
-        self.ttl = duration_seconds(ttl, "ttl")
-        self.max_entries = check_max_entries(max_entries)
-        self._clock = clock
+        super().__init__(SessionLimits.checked(ttl, max_entries, None, clock))
         self._items: OrderedDict[str, tuple[float, str, str]] = OrderedDict()  # key -> (expires_at, group, text)
 
     def __len__(self) -> int:
         return len(self._items)
-
-    def now(self) -> float:
-        """The store's clock, seconds since the epoch."""
-        return self._clock()
 
     async def read(self, group: str, key: str) -> str | None:
         stored = record_key(group, key)

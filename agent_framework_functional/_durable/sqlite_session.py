@@ -18,7 +18,8 @@ from .session_store import (
     DEFAULT_MAX_STORED_SESSIONS,
     DEFAULT_SESSION_PURGE_INTERVAL_SECONDS,
     DurableSessionStore,
-    check_max_entries,
+    LimitedRecords,
+    SessionLimits,
     group_key,
     record_key,
 )
@@ -46,21 +47,11 @@ def _close_dropped(conn: sqlite3.Connection) -> None:
     conn.close()
 
 
-class SQLiteRecords:
+class SQLiteRecords(LimitedRecords):
     """The ``session_records`` table of one SQLite file (WAL), used from a worker thread under a lock."""
 
-    def __init__(
-        self,
-        path: Path,
-        *,
-        ttl: float,
-        max_entries: int,
-        purge_interval: float | None,
-        busy_timeout: float,
-        clock: Callable[[], float],
-    ) -> None:
-        self.ttl, self.max_entries, self._purge_interval, self._clock = ttl, max_entries, purge_interval, clock
-        self._next_purge = float("-inf")
+    def __init__(self, path: Path, *, limits: SessionLimits, busy_timeout: float) -> None:
+        super().__init__(limits)
         self._lock = threading.Lock()
         self._conn = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None, check_same_thread=False)
         try:
@@ -73,10 +64,6 @@ class SQLiteRecords:
             self._conn.close()
             raise
         self._finalizer = weakref.finalize(self, _close_dropped, self._conn)
-
-    def now(self) -> float:
-        """The store's clock, seconds since the epoch."""
-        return self._clock()
 
     async def read(self, group: str, key: str) -> str | None:
         sql = "SELECT body FROM session_records WHERE key = ? AND expires_at > ?"
@@ -111,18 +98,15 @@ class SQLiteRecords:
 
     def _purge(self, conn: sqlite3.Connection, now: float) -> int:
         deleted = conn.execute(_EXPIRE, (now,)).rowcount + conn.execute(_TRIM, (self.max_entries,)).rowcount
-        if self._purge_interval is not None:
-            self._next_purge = now + self._purge_interval
+        self.purges.ran(now)
         return deleted
 
     async def _run(self, operation: Callable[[sqlite3.Connection], _T], *, write: bool = False) -> _T:
         def locked() -> _T:
             with self._lock:
                 result = operation(self._conn)
-                if write and self._purge_interval is not None:
-                    now = self.now()
-                    if now >= self._next_purge:
-                        self._purge(self._conn, now)
+                if write and self.purges.interval is not None and self.purges.due(now := self.now()):
+                    self._purge(self._conn, now)
                 return result
 
         return await asyncio.to_thread(locked)
@@ -177,15 +161,9 @@ class SQLiteSessionStore(DurableSessionStore[SQLiteRecords]):
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.path = Path(path)
-        records = SQLiteRecords(
-            self.path,
-            ttl=duration_seconds(ttl, "ttl"),
-            max_entries=check_max_entries(max_entries),
-            purge_interval=None if purge_interval is None else duration_seconds(purge_interval, "purge_interval"),
-            busy_timeout=duration_seconds(busy_timeout, "busy_timeout"),
-            clock=clock,
-        )
-        super().__init__(records)
+        limits = SessionLimits.checked(ttl, max_entries, purge_interval, clock)
+        timeout = duration_seconds(busy_timeout, "busy_timeout")
+        super().__init__(SQLiteRecords(self.path, limits=limits, busy_timeout=timeout))
 
     def close(self) -> None:
         """Close the database connection (idempotent); the store cannot be used afterwards."""

@@ -14,22 +14,18 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from .._store import DEFAULT_RETENTION_SECONDS, DEFAULT_TTL_SECONDS, AsyncClosing, ContinuationRecord, duration_seconds
+from .._store import (
+    DEFAULT_RETENTION_SECONDS,
+    DEFAULT_TTL_SECONDS,
+    RECORD_COLUMNS,
+    ContinuationRecord,
+    PurgeSchedule,
+    TimedStore,
+    duration_seconds,
+)
 
 _T = TypeVar("_T")
 
-_RECORD_COLUMNS = (
-    "workflow_name",
-    "signature_hash",
-    "checkpoint_id",
-    "pending_request_ids",
-    "created_at",
-    "expires_at",
-    "status",
-    "response_types",
-    "conversation",
-)
-"""The record's columns (``ContinuationRecord.to_fields``); the table also has ``updated_at`` and ``claimed_by``."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS continuations (
@@ -77,7 +73,7 @@ def _close_dropped(conn: sqlite3.Connection, path: Path) -> None:
     )
 
 
-class SQLiteContinuationStore(AsyncClosing):
+class SQLiteContinuationStore(TimedStore):
     """A :class:`ContinuationStore` in one SQLite file, safe for several processes on one machine.
 
     Each operation keeps the protocol's contract (its docstrings give the arguments and results).
@@ -138,12 +134,9 @@ class SQLiteContinuationStore(AsyncClosing):
         clock: Callable[[], float] = time.time,
         purge_interval: float | timedelta | None = DEFAULT_PURGE_INTERVAL_SECONDS,
     ) -> None:
-        self._ttl = duration_seconds(ttl, "ttl")
-        self._retention = duration_seconds(retention, "retention")
+        super().__init__(ttl, retention, clock)
         timeout = duration_seconds(busy_timeout, "busy_timeout")
-        self._purge_interval = None if purge_interval is None else duration_seconds(purge_interval, "purge_interval")
-        self._next_purge = float("-inf")  # the first write purges
-        self._clock = clock
+        self._purges = PurgeSchedule(purge_interval)
         self.path = Path(path)
         self._lock = threading.Lock()
         self._conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None, check_same_thread=False)
@@ -160,37 +153,26 @@ class SQLiteContinuationStore(AsyncClosing):
             raise
         self._finalizer = weakref.finalize(self, _close_dropped, self._conn, self.path)
 
-    @property
-    def ttl_seconds(self) -> float:
-        """How long an issued token is accepted, in seconds."""
-        return self._ttl
-
-    def now(self) -> float:
-        """Return the store's clock, seconds since the epoch."""
-        return self._clock()
-
     async def save(self, record: ContinuationRecord) -> None:
         """Insert a freshly issued record.
 
         Raises:
             sqlite3.IntegrityError: A record with this hash exists already.
         """
-        fields = record.to_fields()
-        row = (record.token_hash, *(fields.get(name) for name in _RECORD_COLUMNS), record.created_at)
+        row = record.row()
         sql = (
-            f"INSERT INTO continuations (token_hash, {', '.join(_RECORD_COLUMNS)}, updated_at) "
-            f"VALUES ({', '.join('?' * (len(_RECORD_COLUMNS) + 2))})"
+            f"INSERT INTO continuations (token_hash, {', '.join(RECORD_COLUMNS)}, updated_at) "
+            f"VALUES ({', '.join('?' * (len(RECORD_COLUMNS) + 2))})"
         )
         await self._run(lambda c: c.execute(sql, row), write=True)
 
     async def get(self, token_hash: str) -> ContinuationRecord | None:
         """Return the record for ``token_hash`` (any status), or None; never mutates."""
-        sql = f"SELECT {', '.join(_RECORD_COLUMNS)} FROM continuations WHERE token_hash = ?"
+        sql = f"SELECT {', '.join(RECORD_COLUMNS)} FROM continuations WHERE token_hash = ?"
         row = await self._run(lambda c: cast("tuple[Any, ...] | None", c.execute(sql, (token_hash,)).fetchone()))
         if row is None:
             return None
-        fields = {name: value for name, value in zip(_RECORD_COLUMNS, row, strict=True) if value is not None}
-        return ContinuationRecord.from_fields(token_hash, fields)
+        return ContinuationRecord.from_row(token_hash, row)
 
     async def claim(self, token_hash: str, *, claimer: str | None = None) -> bool:
         """Atomically move an ``issued``, unexpired record to ``claimed``."""
@@ -295,17 +277,14 @@ class SQLiteContinuationStore(AsyncClosing):
     def _purge(self, conn: sqlite3.Connection, now: float) -> int:
         """Delete the records past retention (called with ``self._lock`` held); return how many."""
         deleted = conn.execute(_PURGE, {"cutoff": now - self._retention}).rowcount
-        if self._purge_interval is not None:
-            self._next_purge = now + self._purge_interval
+        self._purges.ran(now)
         return deleted
 
     async def _run(self, operation: Callable[[sqlite3.Connection], _T], *, write: bool = False) -> _T:
         def locked() -> _T:
             with self._lock:
-                if write and self._purge_interval is not None:
-                    now = self.now()
-                    if now >= self._next_purge:
-                        self._purge(self._conn, now)
+                if write and self._purges.interval is not None and self._purges.due(now := self.now()):
+                    self._purge(self._conn, now)
                 return operation(self._conn)
 
         return await asyncio.to_thread(locked)
