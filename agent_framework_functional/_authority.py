@@ -99,7 +99,8 @@ def check_answers(responses: Mapping[str, Any], pending_ids: Any, requests: Requ
     else:
         raise ResponseMismatchError(
             "None of the responses answers a pending request. Key each answer by a request id of the "
-            f"pause: {sorted(pending_ids)!r}. The continuation is still pending."
+            f"pause: {sorted(pending_ids)!r}. The continuation is still pending.",
+            unknown_id=True,
         )
     converted = dict(responses)
     for request_id, event in requests.items():

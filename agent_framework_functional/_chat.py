@@ -216,6 +216,7 @@ def answers_to_responses(answers: Sequence[Content], requests: Mapping[str, Work
                 f"one of {sorted(requests)!r}). The continuation is still pending: resend the answers with "
                 "those ids.",
                 request_id=request_id or None,
+                unknown_id=True,
             )
         if request_id in responses:
             raise ResponseMismatchError(

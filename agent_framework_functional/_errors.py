@@ -111,6 +111,7 @@ class ResponseMismatchError(CallRefusedError, ValueError):
 
     Keyword Args:
         request_id: The refused answer's id when one answer is at fault (for a host to point at it).
+        unknown_id: True when the answer at fault names no pending request (its id is wrong, not its value).
     """
 
     def __init__(
@@ -121,9 +122,11 @@ class ResponseMismatchError(CallRefusedError, ValueError):
         ),
         *,
         request_id: str | None = None,
+        unknown_id: bool = False,
     ) -> None:
         super().__init__(message)
         self.request_id = request_id
+        self.unknown_id = unknown_id
 
 
 class PendingContinuationError(CallRefusedError, RuntimeError):

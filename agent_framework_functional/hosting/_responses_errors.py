@@ -47,8 +47,10 @@ def refusal_for(exc: BaseException, request: ResponsesRequest | None = None) -> 
 
 
 def _answer_param(exc: ResponseMismatchError, request: ResponsesRequest | None) -> str:
-    """The input field of the answer the agent refused: the one it names, or the only one."""
-    fields: Mapping[str, str] = request.answer_params if request is not None else {}
+    """The input field of the answer the agent refused (its id field when the id names no pending request)."""
+    if request is None:
+        return "input"
+    fields: Mapping[str, str] = request.answer_id_params if exc.unknown_id else request.answer_params
     if exc.request_id is not None and exc.request_id in fields:
         return fields[exc.request_id]
     named = [field for request_id, field in fields.items() if repr(request_id) in str(exc)]

@@ -55,6 +55,8 @@ class ResponsesRequest:
     conversation_id: str | None
     answer_params: Mapping[str, str]
     """Request id -> the input field that answers it (``input[2].output``), to name it in an error."""
+    answer_id_params: Mapping[str, str]
+    """Request id -> the input field that names it (``input[2].call_id``), for an answer to no pending request."""
 
 
 def _input_items(body: Mapping[str, Any]) -> Sequence[Any]:
@@ -237,6 +239,7 @@ def parse_request(body: Mapping[str, Any]) -> ResponsesRequest:
     items: list[Any] = cast("list[Any]", raw_input) if isinstance(raw_input, list) else []
     answers: list[Content] = []
     answer_params: dict[str, str] = {}
+    answer_id_params: dict[str, str] = {}
     for index, item in enumerate(items):
         if _answer_type(item):
             try:
@@ -244,8 +247,11 @@ def parse_request(body: Mapping[str, Any]) -> ResponsesRequest:
             except ValueError as exc:
                 raise InvalidRequestError(str(exc), param=f"input[{index}]") from None
             request_id = content.id if content.type == "function_approval_response" else content.call_id
-            field = "" if content.type == "function_approval_response" else ".output"
-            answer_params.setdefault(str(request_id), f"input[{index}]{field}")
+            approval = content.type == "function_approval_response"
+            answer_params.setdefault(str(request_id), f"input[{index}]{'' if approval else '.output'}")
+            answer_id_params.setdefault(
+                str(request_id), f"input[{index}].{'approval_request_id' if approval else 'call_id'}"
+            )
             answers.append(content)
     rest: Any = [item for item in items if not _answer_type(item)] if isinstance(raw_input, list) else raw_input
     try:
@@ -259,4 +265,5 @@ def parse_request(body: Mapping[str, Any]) -> ResponsesRequest:
         previous_response_id=previous_response_id,
         conversation_id=conversation_id,
         answer_params=answer_params,
+        answer_id_params=answer_id_params,
     )

@@ -149,13 +149,20 @@ DEEP_OUTPUT = "[" * 200_000 + "]" * 200_000
 
 HOSTILE_BODIES: dict[str, tuple[dict[str, Any], int, str, str | None]] = {
     # name: (body added to the conversation's head, status, error code, param)
-    "unknown request id": ({"input": [approve("auto::9")]}, 400, "answer_mismatch", "input[0]"),
+    "unknown request id": ({"input": [approve("auto::9")]}, 400, "answer_mismatch", "input[0].approval_request_id"),
+    # The id is at fault, not the value: param names the call_id, not the output.
+    "output for an unknown call_id": (
+        {"input": [{"type": "function_call_output", "call_id": "auto::9", "output": "true"}]},
+        400,
+        "answer_mismatch",
+        "input[0].call_id",
+    ),
     # The refused answer is the second item, though the message also names the valid first one's id.
     "a valid answer, then an unknown one": (
         {"input": [approve("auto::0"), approve("auto::9")]},
         400,
         "answer_mismatch",
-        "input[1]",
+        "input[1].approval_request_id",
     ),
     "approval that is not a bool": (
         {"input": [{"type": "mcp_approval_response", "approval_request_id": "auto::0", "approve": "yes"}]},
