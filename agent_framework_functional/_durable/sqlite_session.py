@@ -23,6 +23,7 @@ from .session_store import (
     group_key,
     record_key,
 )
+from .sqlite_store import connect_sqlite
 
 _T = TypeVar("_T")
 
@@ -53,10 +54,8 @@ class SQLiteRecords(LimitedRecords):
     def __init__(self, path: Path, *, limits: SessionLimits, busy_timeout: float) -> None:
         super().__init__(limits)
         self._lock = threading.Lock()
-        self._conn = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None, check_same_thread=False)
+        self._conn = connect_sqlite(path, busy_timeout)
         try:
-            self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
-            self._conn.execute("PRAGMA journal_mode = WAL")
             self._conn.execute("PRAGMA synchronous = NORMAL")
             for statement in _SCHEMA:
                 self._conn.execute(statement)
@@ -128,7 +127,7 @@ class SQLiteSessionStore(DurableSessionStore[SQLiteRecords]):
     several machines. Close it with :meth:`aclose` (or ``async with``).
 
     Args:
-        path: The database file; created (with its table) if missing. It may be the
+        path: The database file; created (with its folders and table) if missing. It may be the
             :class:`SQLiteContinuationStore`'s file (separate tables).
 
     Keyword Args:

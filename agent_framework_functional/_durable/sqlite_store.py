@@ -73,6 +73,24 @@ def _close_dropped(conn: sqlite3.Connection, path: Path) -> None:
     )
 
 
+def connect_sqlite(path: Path, timeout: float) -> sqlite3.Connection:
+    """A WAL-mode connection to the database file ``path``, its missing folders created first.
+
+    Folders are created as core's ``FileCheckpointStorage`` creates its own (sqlite3 alone fails with
+    "unable to open database file", naming no path).
+    """
+    if str(path) != ":memory:":
+        path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+        conn.execute("PRAGMA journal_mode = WAL")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
 class SQLiteContinuationStore(TimedStore):
     """A :class:`ContinuationStore` in one SQLite file, safe for several processes on one machine.
 
@@ -98,7 +116,7 @@ class SQLiteContinuationStore(TimedStore):
     deletes are idempotent. A pending (``issued``, unexpired) record is never deleted.
 
     Args:
-        path: The database file; created (with its table) if missing.
+        path: The database file; created (with its folders and table) if missing.
 
     Keyword Args:
         ttl: How long a token is accepted after its pause (seconds or ``timedelta``); default 24 hours.
@@ -139,10 +157,8 @@ class SQLiteContinuationStore(TimedStore):
         self._purges = PurgeSchedule(purge_interval)
         self.path = Path(path)
         self._lock = threading.Lock()
-        self._conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None, check_same_thread=False)
+        self._conn = connect_sqlite(self.path, timeout)
         try:
-            self._conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
-            self._conn.execute("PRAGMA journal_mode = WAL")
             self._conn.execute("PRAGMA synchronous = NORMAL")
             self._conn.execute(_SCHEMA)
             self._add_missing_columns()

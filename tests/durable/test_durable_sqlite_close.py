@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from durable_support import new_record
 
-from agent_framework_functional import SQLiteContinuationStore
+from agent_framework_functional import SQLiteContinuationStore, SQLiteSessionStore
 
 DROPPED = "was dropped without being closed"
 
@@ -104,3 +104,17 @@ def test_a_thousand_closed_stores_leave_no_file_descriptor_open_and_warn_nothing
             SQLiteContinuationStore(path).close()
         gc.collect()
     assert _open_fds() == before and caught == []
+
+
+async def test_both_sqlite_stores_create_the_missing_folders_of_their_file(tmp_path: Path) -> None:
+    # sqlite3 alone fails with "unable to open database file", naming no path; core's
+    # FileCheckpointStorage creates its folder, and so do the SQLite stores.
+    async with SQLiteContinuationStore(tmp_path / "srv" / "app" / "continuations.db") as store:
+        record = new_record(store)
+        await store.save(record)
+        assert await store.get(record.token_hash) == record
+    sessions = SQLiteSessionStore(tmp_path / "other" / "sessions.db")
+    try:
+        assert (tmp_path / "other" / "sessions.db").exists()
+    finally:
+        await sessions.aclose()
