@@ -16,9 +16,26 @@ from .._errors import (
     FunctionalWorkflowError,
     PendingContinuationError,
     ResponseMismatchError,
+    StaleContinuationError,
     WorkflowRunningError,
 )
 from ._responses_input import ResponsesRequest
+
+# The agent's messages advise Python calls (abandon_continuation, checkpoint_id=...); a client of this
+# route can only send requests, so its refusals say which request to send next. Each error's own
+# message is fixed, so nothing specific is lost.
+PENDING_MESSAGE = (
+    "This conversation is paused on a request: answer it first (a function_call_output with its call_id, or an "
+    "mcp_approval_response with its approval_request_id), or start a new conversation for new input."
+)
+STALE_MESSAGE = (
+    "This response is not the conversation's latest: its pause was already answered, abandoned or expired. "
+    "Continue from the latest response (its id as previous_response_id), or send new input here to start over."
+)
+REFUSED_MESSAGE = (
+    "Nothing here can be answered: the pause was already answered, abandoned or expired, or none is pending. "
+    "Continue from the conversation's latest response, or send new input to start a new run."
+)
 
 
 class Refusal(Exception):
@@ -34,9 +51,11 @@ def refusal_for(exc: BaseException, request: ResponsesRequest | None = None) -> 
     if isinstance(exc, WorkflowRunningError):
         return Refusal(409, "workflow_running", str(exc), retry=True)
     if isinstance(exc, PendingContinuationError):
-        return Refusal(409, "pending_request", str(exc))
+        return Refusal(409, "pending_request", PENDING_MESSAGE)
+    if isinstance(exc, StaleContinuationError):
+        return Refusal(409, "continuation_refused", STALE_MESSAGE)
     if isinstance(exc, ContinuationAuthorityError):
-        return Refusal(409, "continuation_refused", str(exc))
+        return Refusal(409, "continuation_refused", REFUSED_MESSAGE)
     if isinstance(exc, ResponseMismatchError):
         return Refusal(400, "answer_mismatch", str(exc), param=_answer_param(exc, request))
     if isinstance(exc, FunctionalWorkflowError):

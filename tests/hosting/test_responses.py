@@ -267,6 +267,9 @@ def test_new_input_on_a_paused_conversation_is_a_conflict(client: Responses) -> 
     assert refused.status_code == 409
     assert refused.json()["error"]["code"] == "pending_request"
     assert refused.headers["x-should-retry"] == "false"
+    message = refused.json()["error"]["message"]  # what to send next over HTTP, no Python call
+    assert "function_call_output" in message and "new conversation" in message
+    assert "abandon_continuation" not in message
     done = client.call({"conversation": "conv_busy", "input": [approve("auto::0")]})
     assert text_of(done) == "deployed: deploy first"
 

@@ -91,6 +91,8 @@ def test_a_request_on_a_branch_whose_resume_is_running_is_a_409_with_retry_after
     replay = client.post(answer)  # the branch's pause was answered: refused for good, nothing runs
     assert replay.status_code == 409
     assert replay.json()["error"]["code"] == "continuation_refused"
+    message = replay.json()["error"]["message"]  # what to send next over HTTP, no Python call
+    assert "latest response" in message and "checkpoint_id" not in message and "session" not in message
     assert SLOW_DEPLOYS[target] == 1
 
 
