@@ -219,7 +219,7 @@ class DurableCheckpointStorage(AsyncClosing):
     def _head(self, checkpoint_id: str, body: bytes, references: bytes) -> tuple[bytes, list[tuple[str, int]]]:
         """A stored head opened (bound to its id and references), and its parsed references."""
         head = self._unseal(checkpoint_id, body, head_context(checkpoint_id, references))
-        return head, parse_references(checkpoint_id, references)
+        return head, parse_references(checkpoint_id, references, self.backend)
 
     def _assembled(
         self, checkpoint_id: str, head: bytes, references: bytes, chunks: list[list[str]] | None

@@ -115,8 +115,11 @@ def chunk_context(segment: str, index: int) -> bytes:
     return b"afs-chunk\x00" + segment.encode("utf-8") + b"\x00" + str(index).encode("ascii")
 
 
-def parse_references(checkpoint_id: str, references: bytes) -> list[tuple[str, int]]:
-    """Read stored references ``[[segment id, chunk count], ...]``; anything else is ``WorkflowCheckpointException``."""
+def parse_references(checkpoint_id: str, references: bytes, backend: str = "Redis") -> list[tuple[str, int]]:
+    """Read stored references ``[[segment id, chunk count], ...]``; anything else is ``WorkflowCheckpointException``.
+
+    ``backend`` names where they were read ("Redis", "PostgreSQL") in the error.
+    """
     try:
         refs = json.loads(references.decode("utf-8"))
         if not isinstance(refs, list) or len(cast("list[Any]", refs)) > _MAX_REFERENCES:
@@ -131,7 +134,7 @@ def parse_references(checkpoint_id: str, references: bytes) -> list[tuple[str, i
             parsed.append((segment, count))
     except Exception as exc:  # UnicodeDecodeError, JSONDecodeError, RecursionError, the shape
         raise WorkflowCheckpointException(
-            f"Checkpoint {checkpoint_id} in Redis has corrupted segment references; it was not loaded."
+            f"Checkpoint {checkpoint_id} in {backend} has corrupted segment references; it was not loaded."
         ) from exc
     return parsed
 

@@ -212,3 +212,17 @@ async def test_a_version_1_table_is_upgraded_and_its_whole_checkpoints_still_loa
         assert _stored(postgres_server, schema) == (2, 1)
     finally:
         await storage.aclose()
+
+
+async def test_corrupted_segment_references_are_refused_naming_postgresql(postgres_server: str) -> None:
+    schema = _schema()
+    storage = PostgresCheckpointStorage(postgres_server, schema=schema)
+    try:
+        await workflow(keep_checkpoints=True)(batch).build(checkpoint_storage=storage).run(["a1", "a2"])
+        ids = await storage.list_checkpoint_ids(workflow_name="batch")
+        with psycopg.connect(postgres_server, autocommit=True) as conn:
+            conn.execute(f'UPDATE "{schema}".checkpoints SET segments = \'{{"not": "a list"}}\'')
+        with pytest.raises(WorkflowCheckpointException, match=r"in PostgreSQL has corrupted segment references"):
+            await storage.load(ids[-1])
+    finally:
+        await storage.aclose()
