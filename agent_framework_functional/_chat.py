@@ -231,7 +231,13 @@ def answers_to_responses(answers: Sequence[Content], requests: Mapping[str, Work
 def _answer_value(answer: Content, request_id: str, response_type: Any) -> Any:
     if answer.type == "function_approval_response":
         if response_type is bool:
-            return bool(answer.approved)
+            if not isinstance(answer.approved, bool):  # "no" or [] must not approve by truthiness
+                raise ResponseMismatchError(
+                    f"The approval of request {request_id!r} has approved={answer.approved!r}; only true or false "
+                    "answers a bool request. The continuation is still pending.",
+                    request_id=request_id,
+                )
+            return answer.approved
         if accepts(answer, response_type):
             return answer
         raise ResponseMismatchError(

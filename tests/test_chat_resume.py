@@ -82,6 +82,23 @@ async def test_approval_answers_a_bool_request_with_approved() -> None:
     assert side_effects == ["tea"]
 
 
+@pytest.mark.parametrize("approved", ["no", "false", "yes", 1, 0, [], None])
+async def test_an_approval_whose_approved_is_not_a_bool_is_refused_and_nothing_runs(approved: Any) -> None:
+    # Truthiness would approve on "no" or "false"; an approval is never inferred.
+    agent, paused = await paused_agent(bool)
+    request = paused.user_input_requests[0]
+    answer = Content(
+        "function_approval_response", id=request.id, approved=approved, function_call=request.function_call
+    )
+
+    with pytest.raises(ResponseMismatchError, match="only true or false"):
+        await agent.run(Message("user", [answer]), continuation_token=paused.continuation_token)
+
+    assert set(agent.pending_requests) == {"auto::0"}
+    done = await agent.run(approval(paused, True), continuation_token=paused.continuation_token)
+    assert done.text == "answer=True type=bool"
+
+
 async def test_approval_answers_a_content_request_with_the_content_itself() -> None:
     agent, paused = await paused_agent(Content)
 
