@@ -221,6 +221,7 @@ def test_the_conversations_benchmark_runs_clean_in_quick_mode() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "cross-talk (wrong answers): 0; each side effect once: True" in proc.stdout
     assert "attached instances after: 0" in proc.stdout
+    assert "of which spent-token notes" in proc.stdout and proc.stdout.rstrip().endswith("OK")
 
 
 async def test_a_second_agent_on_a_shared_session_does_not_discard_the_first_agents_pause() -> None:
