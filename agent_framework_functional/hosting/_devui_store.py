@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from agent_framework import AgentSession
 from agent_framework_devui import DevServer
@@ -113,7 +113,10 @@ class BoundedConversationStore(InMemoryConversationStore):
         """Drop DevUI's tracked approvals of dropped conversations (keyed ``(conversation id, request id)``)."""
         approvals = self.approvals
         if approvals:
-            for key in [key for key in approvals if isinstance(key, tuple) and key[0] in dropped]:
+            stale: list[Any] = [
+                key for key in approvals if isinstance(key, tuple) and cast("tuple[Any, ...]", key)[0] in dropped
+            ]
+            for key in stale:
                 del approvals[key]
 
     def create_conversation(self, metadata: dict[str, str] | None = None, conversation_id: str | None = None) -> Any:
