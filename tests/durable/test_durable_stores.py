@@ -73,7 +73,7 @@ async def test_sqlite_purges_only_records_past_retention(tmp_path: Path, clock: 
 
 def test_sqlite_reports_a_path_it_cannot_open(tmp_path: Path) -> None:
     with pytest.raises(sqlite3.OperationalError):
-        SQLiteContinuationStore(tmp_path / "missing-dir" / "store.db")
+        SQLiteContinuationStore(tmp_path)  # a folder, not a database file (missing folders are created)
 
 
 # ---------------------------------------------------------------- Redis specifics
