@@ -286,7 +286,8 @@ def agui_endpoint(
       false}`` alone stays an approval (a ``bool`` request). Each streamed request carries ``"answer": null`` in
       its arguments so AG-UI accepts the field. On a paused thread, an unknown interrupt id, a payload without
       a boolean ``approved`` or an answer that does not convert to the request's ``response_type`` gets 400
-      naming the field, and the pause stays answerable.
+      naming the field, and the pause stays answerable (also on a worker that does not hold the pause). The
+      resume is read wherever AG-UI reads it (``forwardedProps.command.resume`` too; README "AG-UI").
     - A request body over ``max_body_bytes`` gets 413; malformed or too deeply nested JSON gets AG-UI's 4xx.
 
     Args:
