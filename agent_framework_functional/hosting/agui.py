@@ -160,8 +160,8 @@ async def _held_elsewhere(
 
     Read-only (the store's record and the pause's checkpoint); the agent's claim still decides.
     """
-    state = {} if snapshot is None else copy.deepcopy(snapshot.session_state or {})
-    restored = AgentSession.from_dict({"type": "session", "session_id": session.session_id, "state": state})
+    restored = AgentSession(session_id=session.session_id)
+    restored.state.update(copy.deepcopy(snapshot.session_state or {}) if snapshot is not None else {})
     try:
         return await agent.workflow.verify_continuation_token_async(session_token(restored, agent.id))
     except ContinuationAuthorityError:

@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
-from agent_framework_ag_ui import AGUIRequest, add_agent_framework_fastapi_endpoint
+from agent_framework_ag_ui import AGUIRequest, InMemoryAGUIThreadSnapshotStore, add_agent_framework_fastapi_endpoint
 from agent_framework_ag_ui._agent_run import _canonical_approval_decision  # pyright: ignore[reportPrivateUsage]
 from agent_framework_ag_ui._run_common import (  # pyright: ignore[reportPrivateUsage]
     _extract_resume_payload,
@@ -26,8 +26,9 @@ from agent_framework_ag_ui._run_common import (  # pyright: ignore[reportPrivate
 from agui_support import Thread, build_app, errors, text_of
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
-from hosting_support import PUBLISHED, make_agent, parse_sse
+from hosting_support import PUBLISHED, editor, make_agent, parse_sse
 
+from agent_framework_functional.hosting import agui_endpoint
 from agent_framework_functional.hosting._adapter import result_answer
 from agent_framework_functional.hosting._agui_resume import ResumeAnswer, payload_answer, read_answers, read_request
 
@@ -230,3 +231,20 @@ def test_agui_reads_its_endpoint_body_with_the_public_request_model() -> None:
     annotation = inspect.signature(route.endpoint).parameters["request_body"].annotation
     assert annotation in (AGUIRequest, "AGUIRequest")
     assert ResumeAnswer("a", "resolved", None).from_tool_message is False
+
+
+def test_a_pause_no_worker_here_can_resume_is_a_400_not_a_claimed_interrupt(serve: Any, http: httpx.Client) -> None:
+    """Two workers share a snapshot store but no continuation store: the one that did not pause cannot resume,
+    and says so with 400 before AG-UI claims the interrupt (it was ``RUN_ERROR``); the pausing worker still can."""
+    snapshots = InMemoryAGUIThreadSnapshotStore()
+    bases = []
+    for _ in range(2):
+        app = FastAPI()
+        agui_endpoint(app, make_agent(editor), "/editor", snapshot_store=snapshots, single_user=True)
+        bases.append(serve(app).base)
+    title = f"memory only {id(http)}"
+    thread = _editor(http, bases[0], title)
+    thread.url = f"{bases[1]}/editor"
+    assert "can no longer be resumed" in thread.refused(400, resume=thread.resume(**good(title)))
+    thread.url = f"{bases[0]}/editor"
+    _still_answerable(thread, title)
