@@ -7,10 +7,11 @@ refuses bad requests with a 4xx before AG-UI or the agent touch anything, and a 
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from inspect import isawaitable
-from typing import Any, cast
+from typing import Any
 
 from agent_framework import AgentResponseUpdate, AgentSession, Content, ContextProvider, SessionStore, WorkflowEvent
 from agent_framework_ag_ui import (
@@ -20,14 +21,15 @@ from agent_framework_ag_ui import (
     add_agent_framework_fastapi_endpoint,
 )
 from agent_framework_ag_ui._snapshots import _session_id_for_thread  # pyright: ignore[reportPrivateUsage]
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, Request
 
 from .._agent import FunctionalWorkflowAgent
-from .._errors import ResponseMismatchError
-from .._session import SESSION_STATE_KEY
+from .._errors import ContinuationAuthorityError, ResponseMismatchError
+from .._session import SESSION_STATE_KEY, session_token
 from .._updates import REQUEST_INFO_FUNCTION_NAME
 from ._adapter import ANSWER_FIELD, HostedAgent, as_messages, check_answer, replace_contents, result_answer
 from ._agui_approvals import bound_approval_state, restore_open_approvals
+from ._agui_resume import ResumeAnswer, payload_answer, read_answers, read_request, refuse
 from ._snapshots import snapshot_store_for
 
 DEFAULT_MAX_BODY_BYTES = 1_000_000
@@ -77,14 +79,6 @@ def _approval_as_answer(content: Content) -> Content:
     return result_answer(request_id, value)
 
 
-def payload_answer(request_id: str, payload: dict[str, Any]) -> Content:
-    """The answer content the agent gets for an AG-UI resume ``payload`` (what :class:`AGUIAgent` delivers)."""
-    if payload.get("approved") is True and payload.get(ANSWER_FIELD) is not None:
-        return result_answer(request_id, payload[ANSWER_FIELD])
-    call = Content.from_function_call(call_id=request_id, name=REQUEST_INFO_FUNCTION_NAME, arguments={})
-    return Content.from_function_approval_response(bool(payload.get("approved")), request_id, call)
-
-
 class AGUIAgent(HostedAgent):
     """The agent as AG-UI sees it: its session key protected, resume payloads turned into answer contents."""
 
@@ -108,19 +102,6 @@ class AGUIAgent(HostedAgent):
         return stream.with_update_transform(slot)
 
 
-def _resume_entries(body: dict[str, Any]) -> list[dict[str, Any]]:
-    resume: Any = body.get("resume")
-    if isinstance(resume, dict):
-        resume = cast(dict[str, Any], resume).get("interrupts")
-    if not isinstance(resume, list):
-        return []
-    return [cast(dict[str, Any], entry) for entry in cast(list[Any], resume) if isinstance(entry, dict)]
-
-
-def _refuse(detail: str) -> HTTPException:
-    return HTTPException(status_code=400, detail=detail)
-
-
 async def check_request(
     body: Any,
     agent: FunctionalWorkflowAgent,
@@ -130,89 +111,101 @@ async def check_request(
 ) -> None:
     """Refuse (``HTTPException`` 400) what AG-UI would let through and break a paused thread; read-only.
 
-    Client ``state`` naming the package's session key; a resume entry that is not ``resolved`` (a cancelled
-    interrupt never reaches the workflow, which stays paused, and AG-UI then refuses every later request on
-    the thread); a resume entry for an interrupt that is not pending
-    (also when the thread's pause was already answered: AG-UI would run the resent transcript as a new turn,
-    and the same answer sent once more would approve that new pause); a resolved entry without a boolean
-    ``approved``; or an answer that does not convert to its request's ``response_type`` (the detail names the
-    field). AG-UI would otherwise claim the interrupt and the agent refuse it, leaving the interrupt's outcome
-    unknown and the thread stuck. When this process holds nothing for the thread (a restart, another worker),
-    the thread's snapshot says which interrupts are open, and they are registered in ``runner``'s AG-UI approval
-    state (which is process-local) so AG-UI hands the answer to the agent.
+    The resume is read as AG-UI will act on it, in every place and shape it accepts (``_agui_resume``); one
+    AG-UI would read two ways is refused. Refused: client ``state`` naming the package's session key; a resume
+    entry that is not ``resolved`` (a cancelled interrupt never reaches the workflow, which stays paused, and
+    AG-UI then refuses every later request on the thread); an entry for an interrupt that is not pending (also
+    when the thread's pause was already answered: AG-UI would run the resent transcript as a new turn, and the
+    same answer sent once more would approve that new pause); a payload without a boolean ``approved``; or an
+    answer that does not convert to its request's ``response_type`` (the detail names the field), checked
+    against the pause's requests also when another worker holds it (read through the thread's token, the
+    continuation store and the checkpoint). AG-UI would otherwise claim the interrupt and the agent refuse it,
+    leaving the interrupt's outcome unknown and the thread stuck. When this process holds nothing for the
+    thread, the open interrupts are registered in ``runner``'s (process-local) AG-UI approval state so AG-UI
+    hands the answer to the agent.
     """
-    if not isinstance(body, dict):
-        return
-    request = cast(dict[str, Any], body)
+    request = read_request(body)
+    if request is None:
+        return  # AG-UI refuses the body itself
     _refuse_reserved_state(request.get("state"))
-    entries = _resume_entries(request)
-    thread_id = request.get("threadId", request.get("thread_id"))
-    if not entries or not isinstance(thread_id, str):
+    answers = read_answers(request)
+    thread_id = request.get("thread_id")
+    if not answers or not isinstance(thread_id, str):
         return
-    _refuse_unresolved(entries)
     session = AgentSession(session_id=_session_id_for_thread(scope=scope, thread_id=thread_id))
     pending = agent.pending_requests_for(session)
-    if pending:
-        for entry in entries:
-            _check_answer_entry(entry, pending)
-        return
-    snapshot = await snapshot_store.get(scope=scope, thread_id=thread_id)
-    _refuse_not_open(entries, snapshot)
+    snapshot = None if pending else await snapshot_store.get(scope=scope, thread_id=thread_id)
+    open_ids = set(pending) if pending else _open_ids(snapshot)
+    answers = [a for a in answers if not a.from_tool_message or a.interrupt_id in open_ids]
+    if not answers:
+        return  # tool results AG-UI does not read as approvals
+    _refuse_unresolved(answers)
+    _refuse_not_open(answers, open_ids)
+    if not pending:
+        pending = await _held_elsewhere(agent, session, snapshot)
+    for answer in answers:
+        _check_answer(answer, pending)
     if runner is not None and snapshot is not None:
         restore_open_approvals(runner, scope, thread_id, snapshot)
-    # Open in the thread's snapshot: the agent decides (it holds the pause's token in the session).
 
 
-def _interrupt_id(entry: dict[str, Any]) -> Any:
-    return entry.get("interruptId", entry.get("interrupt_id", entry.get("id")))
+def _open_ids(snapshot: AGUIThreadSnapshot | None) -> set[str]:
+    return set() if snapshot is None else {str(i.get("id")) for i in snapshot.interrupt or []}
+
+
+async def _held_elsewhere(
+    agent: FunctionalWorkflowAgent, session: AgentSession, snapshot: AGUIThreadSnapshot | None
+) -> Mapping[str, WorkflowEvent[Any]]:
+    """The requests of a pause this process does not hold, through the thread's token in its snapshot.
+
+    Read-only (the store's record and the pause's checkpoint); the agent's claim still decides.
+    """
+    restored = AgentSession(session_id=session.session_id)
+    restored.state.update(copy.deepcopy(snapshot.session_state or {}) if snapshot is not None else {})
+    try:
+        return await agent.workflow.verify_continuation_token_async(session_token(restored, agent.id))
+    except ContinuationAuthorityError:
+        raise refuse(
+            "This thread's pause can no longer be resumed (answered, abandoned, expired, or kept by no "
+            "continuation store this server reads); nothing was run. Send new input as a run without 'resume'."
+        ) from None
 
 
 def _refuse_reserved_state(state: Any) -> None:
     if isinstance(state, dict) and SESSION_STATE_KEY in state:
-        raise _refuse(
+        raise refuse(
             f"The state key {SESSION_STATE_KEY!r} is reserved: the server keeps each thread's pause there. "
             "Remove it from the client state and send the request again."
         )
 
 
-def _refuse_unresolved(entries: list[dict[str, Any]]) -> None:
-    for entry in entries:
-        if entry.get("status", "resolved") != "resolved":
-            raise _refuse(
+def _refuse_unresolved(answers: list[ResumeAnswer]) -> None:
+    for answer in answers:
+        if answer.status != "resolved":
+            raise refuse(
                 "Only status 'resolved' is accepted: a cancelled interrupt never reaches the workflow, which stays "
                 "paused, and the thread then accepts nothing. Decline a bool request with "
                 "{'approved': false}, or answer the request; its owner can abandon the pause."
             )
 
 
-def _refuse_not_open(entries: list[dict[str, Any]], snapshot: AGUIThreadSnapshot | None) -> None:
-    """Nothing pending in this process: each entry must name an interrupt the thread's snapshot holds open."""
-    open_ids: set[str] = set() if snapshot is None else {str(i.get("id")) for i in snapshot.interrupt or []}
-    for entry in entries:
-        interrupt_id = _interrupt_id(entry)
-        if interrupt_id not in open_ids:
-            raise _refuse(
-                f"Interrupt {interrupt_id!r} is not pending on this thread (already answered, or never raised); "
-                "nothing was run. Read the thread's latest run (its RUN_FINISHED) before answering, and send "
-                "new input as a run without 'resume'."
+def _refuse_not_open(answers: list[ResumeAnswer], open_ids: set[str]) -> None:
+    """Each entry must name an interrupt pending here, or open in the thread's snapshot."""
+    for answer in answers:
+        if answer.interrupt_id not in open_ids:
+            raise refuse(
+                f"Interrupt {answer.interrupt_id!r} is not pending on this thread (already answered, or never "
+                "raised); nothing was run. Read the thread's latest run (its RUN_FINISHED) before answering, and "
+                "send new input as a run without 'resume'."
             )
 
 
-def _check_answer_entry(entry: dict[str, Any], pending: Mapping[str, WorkflowEvent[Any]]) -> None:
-    """One resume entry against this process's pending requests: a pending id, ``approved``, a fitting answer."""
-    interrupt_id = _interrupt_id(entry)
-    if not isinstance(interrupt_id, str) or interrupt_id not in pending:
-        raise _refuse(f"Interrupt {interrupt_id!r} is not pending on this thread; resume one of {sorted(pending)!r}.")
-    payload = entry.get("payload")
-    if not isinstance(payload, dict) or not isinstance(cast(dict[str, Any], payload).get("approved"), bool):
-        raise _refuse(
-            f"The resume payload for {interrupt_id!r} must be an object with a boolean 'approved', plus "
-            f"'{ANSWER_FIELD}': <value> when the request expects something other than a bool."
-        )
+def _check_answer(answer: ResumeAnswer, pending: Mapping[str, WorkflowEvent[Any]]) -> None:
+    """One answer against the pause's requests: a fitting answer for a pending id."""
     try:
-        check_answer(payload_answer(interrupt_id, cast(dict[str, Any], payload)), pending)
+        check_answer(payload_answer(answer.interrupt_id, answer.payload), pending)
     except ResponseMismatchError as exc:
-        raise _refuse(str(exc)) from None
+        raise refuse(str(exc)) from None
 
 
 class _BodyLimit:
@@ -293,7 +286,8 @@ def agui_endpoint(
       false}`` alone stays an approval (a ``bool`` request). Each streamed request carries ``"answer": null`` in
       its arguments so AG-UI accepts the field. On a paused thread, an unknown interrupt id, a payload without
       a boolean ``approved`` or an answer that does not convert to the request's ``response_type`` gets 400
-      naming the field, and the pause stays answerable.
+      naming the field, and the pause stays answerable (also on a worker that does not hold the pause). The
+      resume is read wherever AG-UI reads it (``forwardedProps.command.resume`` too; README "AG-UI").
     - A request body over ``max_body_bytes`` gets 413; malformed or too deeply nested JSON gets AG-UI's 4xx.
 
     Args:

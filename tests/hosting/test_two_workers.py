@@ -187,3 +187,36 @@ def test_agui_a_worker_restarts_between_the_pause_and_the_answer(pair: Pair, htt
     assert not errors(done), errors(done)
     assert text_of(done) == f"{text} -> 'after restart'"
     assert pair.published(text) == 1
+
+
+AGUI_FORMS: dict[str, Any] = {
+    "resume": lambda entries: {"resume": entries},
+    "forwardedProps.command.resume": lambda entries: {"forwardedProps": {"command": {"resume": entries}}},
+}
+"""A resume where an AG-UI client puts it: top level, or where CopilotKit sends it."""
+
+
+@pytest.mark.parametrize("form", AGUI_FORMS)
+def test_agui_a_bad_answer_on_the_other_worker_is_refused_and_the_pause_stays_answerable(
+    pair: Pair, http: httpx.Client, form: str
+) -> None:
+    """The defect: the worker that never saw the pause checked only that the interrupt was open in the snapshot;
+    AG-UI claimed it, the agent refused the answer (RUN_ERROR) and the interrupt was lost for every worker."""
+    thread = Thread(http, f"{pair.workers[0].base}/agui")
+    text = f"draft:{uuid.uuid4().hex[:8]}"
+    thread.say(text)
+    thread.url = f"{pair.workers[1].base}/agui"
+    bad = thread.resume(True, answer={"title": 5, "approved": True})
+    detail = thread.refused(400, **AGUI_FORMS[form](bad))
+    assert "cannot be converted to Draft" in detail and "title" in detail
+    cancelled = [{"interruptId": "auto::0", "status": "cancelled"}]
+    assert "Only status 'resolved'" in thread.refused(400, **AGUI_FORMS[form](cancelled))
+    done = thread.run(**AGUI_FORMS[form](thread.resume(True, answer=ANSWERS["draft"])))
+    assert not errors(done), errors(done)
+    assert text_of(done).startswith(f"{text} -> ")
+    assert pair.published(text) == 1
+    thread.url = f"{pair.workers[0].base}/agui"  # the replay, on a worker whose memory knows nothing newer
+    thread.interrupts = [{"id": "auto::0"}]
+    replay = thread.post(**AGUI_FORMS[form](thread.resume(True, answer=ANSWERS["draft"])))
+    assert replay.status_code in (200, 400), replay.text
+    assert pair.published(text) == 1
