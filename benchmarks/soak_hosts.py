@@ -23,10 +23,20 @@ store size, approval p50/p99 in the first and last window of the concurrent phas
 phase's outcome. Goals and
 figures: benchmarks/README.md "Soak".
 
+For a steady-state figure: ``--rate R`` starts the concurrent phase's conversations at R per second (the
+clients cap how many are in flight), and ``--settle S`` leaves its first S seconds out of the ``steady``
+slope and the p99 windows (``--window``, 60 s for "the first and last minute"); S must exceed the longest
+retention window (the TTL: the stores, AG-UI's answered approvals, the spent-token notes) so that every
+window is full when the slope starts. ``--diagnose`` prints, at ``--settle`` and twice more, what grew in
+the server (object counts by type; with ``SOAK_TRACEMALLOC=<frames>`` in the environment, ``tracemalloc``
+growth by traceback, traced from the first report on: it slows the server, so its RSS figures do not count).
+
 Run:
     python benchmarks/soak_hosts.py                 # moderate: a few minutes on 2 cores
     python benchmarks/soak_hosts.py --quick         # smoke run (the tests run it), numbers meaningless
     python benchmarks/soak_hosts.py --cap 300 --warmup 1000   # every bound passed during warm-up
+    python benchmarks/soak_hosts.py --sequential 200 --seconds 360 --rate 10 --settle 120 --window 60 \
+        --paused 300 --ttl 5 --cap 300 --interval 2           # steady rate, slope past the windows
 """
 
 from __future__ import annotations
@@ -112,7 +122,8 @@ def serve(host: str, ttl: float | None, cap: int | None) -> None:
         return {"live": attached_instances(agent.workflow), "store": store_size()}
 
     app.add_api_route("/_soak", stats, methods=["GET"])
-    app.router.routes.insert(0, app.router.routes.pop())  # ahead of a host's catch-all (DevUI's UI mount)
+    app.add_api_route("/_soak/memory", memory_growth(), methods=["GET"])
+    app.router.routes[:0] = [app.router.routes.pop(), app.router.routes.pop()]  # ahead of DevUI's UI mount
     config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error", backlog=2048, timeout_keep_alive=120)
     server = uvicorn.Server(config)
 
@@ -124,6 +135,68 @@ def serve(host: str, ttl: float | None, cap: int | None) -> None:
         await task
 
     asyncio.run(run())
+
+
+def heap_figures() -> dict[str, int]:
+    """Where the server's memory sits: Python's allocated blocks, threads, glibc's heap (``mallinfo2``, KB)."""
+    import ctypes
+    import threading
+
+    figures = {"py_blocks": sys.getallocatedblocks(), "threads": threading.active_count()}
+    fields = ["arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks"]
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in [*fields, "keepcost"]]
+
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallinfo2.restype = MallInfo2
+        info = libc.mallinfo2()
+        figures |= {
+            f"glibc_{name}_kb": getattr(info, name) // 1024 for name in ("arena", "hblkhd", "uordblks", "fordblks")
+        }
+    return figures
+
+
+def memory_growth() -> Any:
+    """A ``/_soak/memory`` handler: what grew since its last call (``--diagnose``).
+
+    Counts of live objects by type (``gc.get_objects()``) and, when the server runs with
+    ``SOAK_TRACEMALLOC=<frames>``, ``tracemalloc``'s growth by allocating traceback; both after a full
+    collection. Tracing starts at the first call (it slows the server), so compare the later calls.
+    """
+    import tracemalloc
+
+    frames = int(os.environ.get("SOAK_TRACEMALLOC", "0"))
+    last: dict[str, Any] = {}
+
+    async def growth() -> dict[str, Any]:
+        gc.collect()
+        counts: dict[str, int] = {}
+        for obj in gc.get_objects():
+            name = type(obj).__qualname__
+            counts[name] = counts.get(name, 0) + 1
+        before = last.get("counts", {})
+        grown = sorted(((n - before.get(t, 0), t) for t, n in counts.items()), reverse=True)[:25]
+        found: dict[str, Any] = {"types": [(t, d) for d, t in grown if d], "heap": heap_figures()}
+        if frames and not tracemalloc.is_tracing():
+            tracemalloc.start(frames)
+        elif frames:
+            snapshot = tracemalloc.take_snapshot().filter_traces(
+                [tracemalloc.Filter(False, tracemalloc.__file__), tracemalloc.Filter(False, "<frozen *>")]
+            )
+            if "snapshot" in last:
+                stats = snapshot.compare_to(last["snapshot"], "traceback")
+                found["traced_kb"] = round(sum(s.size_diff for s in stats) / 1024, 1)
+                found["lines"] = [
+                    (round(s.size_diff / 1024, 1), s.count_diff, [str(f) for f in s.traceback][-frames:])
+                    for s in sorted(stats, key=lambda s: -s.size_diff)[:20]
+                ]
+            last["snapshot"] = snapshot
+        last["counts"] = counts
+        return found
+
+    return growth
 
 
 # ---------------------------------------------------------------------------------------------- conversations
@@ -251,6 +324,45 @@ async def conversation(client: Client, soak: Soak, index: str, timed: list[tuple
         timed.append((time.perf_counter(), seconds * 1000))
 
 
+async def concurrent_phase(
+    client: Client, soak: Soak, args: argparse.Namespace, http: httpx.AsyncClient, base: str
+) -> None:
+    """``--clients`` workers for ``--seconds``; with ``--rate``, conversation k starts at k / rate (not before)."""
+    start = time.perf_counter()
+    deadline = start + args.seconds
+    counter = iter(range(10**9))
+
+    async def worker() -> None:
+        while time.perf_counter() < deadline:
+            index = next(counter)
+            if args.rate:
+                await asyncio.sleep(max(0.0, start + index / args.rate - time.perf_counter()))
+            await conversation(client, soak, f"c{index}", soak.turns)
+
+    async def diagnose() -> None:
+        await asyncio.sleep(args.settle)
+        await memory_report(http, base, "settled", soak)
+        await asyncio.sleep(max(0.0, (deadline - time.perf_counter()) / 3))
+        await memory_report(http, base, "a third later", soak)
+        await asyncio.sleep(max(0.0, deadline - time.perf_counter()))
+
+    await asyncio.gather(*(worker() for _ in range(args.clients)), *([diagnose()] if args.diagnose else []))
+    if args.diagnose:
+        await memory_report(http, base, "end", soak)
+
+
+async def memory_report(http: httpx.AsyncClient, base: str, label: str, soak: Soak) -> None:
+    """Print what grew in the server since the previous report (stderr; ``--diagnose``)."""
+    reply = await http.get(f"{base}/_soak/memory", headers={"Authorization": f"Bearer {TOKEN}"})
+    found = reply.json()
+    print(f"--- {soak.host} {label}: answered {soak.answered}", file=sys.stderr)
+    print("types:", found.get("types"), "traced KB:", found.get("traced_kb"), file=sys.stderr)
+    print("heap:", found.get("heap"), file=sys.stderr)
+    for size_kb, count, where in found.get("lines", []):
+        print(f"  {size_kb:+9.1f} KB {count:+7d}  {' <- '.join(reversed(where))}", file=sys.stderr)
+    sys.stderr.flush()
+
+
 async def soak_host(host: str, args: argparse.Namespace) -> Soak:
     process = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -283,14 +395,7 @@ async def soak_host(host: str, args: argparse.Namespace) -> Soak:
             for index in range(args.sequential):
                 await conversation(client, soak, f"s{index}", None)
             soak.sequential_answered, soak.concurrent_started = soak.answered, time.perf_counter() - started
-            deadline = time.perf_counter() + args.seconds
-            counter = iter(range(10**9))
-
-            async def worker() -> None:
-                while time.perf_counter() < deadline:
-                    await conversation(client, soak, f"c{next(counter)}", soak.turns)
-
-            await asyncio.gather(*(worker() for _ in range(args.clients)))
+            await concurrent_phase(client, soak, args, http, base)
             stop.set()
             await sampling
             await sample(soak, process.pid, http, base, started)
@@ -334,6 +439,11 @@ def phase_slopes(soak: Soak, args: argparse.Namespace) -> tuple[float, float]:
     return slope_kb_per_1000(sequential, args.warmup), slope_kb_per_1000(concurrent, 0)
 
 
+def steady_samples(soak: Soak, args: argparse.Namespace) -> list[tuple[float, int, int, int, int, int]]:
+    """The concurrent phase's samples past its first ``--settle`` seconds (the retention windows full)."""
+    return [s for s in soak.samples if s[0] >= soak.concurrent_started + args.settle]
+
+
 def window_percentiles(turns: list[tuple[float, float]], window: float, last: bool) -> tuple[float, float]:
     if not turns:
         return float("nan"), float("nan")
@@ -346,9 +456,15 @@ def window_percentiles(turns: list[tuple[float, float]], window: float, last: bo
 
 def report(soak: Soak, args: argparse.Namespace) -> dict[str, Any]:
     first, last = soak.samples[0], soak.samples[-1]
-    window = min(60.0, args.seconds / 3)
-    p50_first, p99_first = window_percentiles(soak.turns, window, last=False)
-    p50_last, p99_last = window_percentiles(soak.turns, window, last=True)
+    window = args.window or min(60.0, args.seconds / 3)
+    settled = soak.turns[0][0] + args.settle if soak.turns else 0.0
+    turns = [(t, ms) for t, ms in soak.turns if t >= settled]
+    p50_first, p99_first = window_percentiles(turns, window, last=False)
+    p50_last, p99_last = window_percentiles(turns, window, last=True)
+    steady = steady_samples(soak, args)
+    quarters = [steady[round(i * (len(steady) - 1) / 4)][2] for i in range(5)] if steady else []
+    seconds = soak.samples[-1][0] - soak.concurrent_started
+    concurrent = soak.answered - soak.sequential_answered
     return {
         "host": soak.host,
         "answered": soak.answered,
@@ -356,6 +472,10 @@ def report(soak: Soak, args: argparse.Namespace) -> dict[str, Any]:
         "rss_mb_first_last": (round(first[2] / 1024, 1), round(last[2] / 1024, 1)),
         "rss_slope_kb_per_1000": round(slope_kb_per_1000(soak.samples, args.warmup), 1),
         "rss_slope_sequential_concurrent": tuple(round(slope, 1) for slope in phase_slopes(soak, args)),
+        "rss_slope_steady_kb_per_1000": round(slope_kb_per_1000(steady, 0), 1),
+        "steady_answered": steady[-1][1] - steady[0][1] if steady else 0,
+        "steady_rss_mb_by_quarter": [round(kb / 1024, 2) for kb in quarters],
+        "concurrent_rate_per_s": round(concurrent / seconds, 1) if seconds > 0 else None,
         "fds_first_last": (first[3], last[3]),
         "live_last": last[4],
         "store_last": last[5],
@@ -389,6 +509,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--ttl", type=float, default=5.0, help="the server's continuation_ttl (seconds)")
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between samples")
     parser.add_argument("--warmup", type=int, default=300, help="answered conversations before the slope counts")
+    parser.add_argument("--rate", type=float, default=0.0, help="conversations started per second (0: no pacing)")
+    parser.add_argument(
+        "--settle", type=float, default=0.0, help="seconds of the concurrent phase before the steady slope and p99"
+    )
+    parser.add_argument("--window", type=float, default=0.0, help="p99 window (s; 0: a third of the phase, <= 60)")
+    parser.add_argument("--diagnose", action="store_true", help="print what grew in the server (stderr)")
     parser.add_argument(
         "--cap", type=int, help="the session store's max_entries (DevUI: max_conversations), as a user would set it"
     )
@@ -396,7 +522,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.quick:
         args.sequential, args.seconds, args.clients, args.paused = 5, 1.0, 2, 5
-        args.ttl, args.interval, args.warmup = 0.5, 0.2, 0
+        args.ttl, args.interval, args.warmup, args.rate = 0.5, 0.2, 0, 20.0
     return args
 
 

@@ -19,3 +19,5 @@ def test_soak_hosts_quick_runs_every_host_and_reclaims_the_paused_conversations(
         assert row["answered"] > 0 and row["wrong"] == 0, row
         assert row["live_last"] == 0, row  # answered conversations keep no instance
         assert row["paused_live_before_after_ttl"] == [5, 1], row  # the unanswered five went within one TTL
+        assert "rss_slope_steady_kb_per_1000" in row and len(row["steady_rss_mb_by_quarter"]) == 5, row
+        assert row["concurrent_rate_per_s"] <= 25, row  # --quick paces at 20 a second (--rate)
