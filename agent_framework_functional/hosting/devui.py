@@ -21,6 +21,12 @@ from ._devui_store import DEFAULT_MAX_CONVERSATIONS, BoundedConversationStore, B
 DEFAULT_PORT = 8080
 """DevUI's own default port."""
 
+NO_CONVERSATION_MESSAGE = (
+    "This turn has no DevUI conversation: none was given, or it was dropped (idle past the agent's "
+    "continuation_ttl, or the least recently used past max_conversations), and with it any pause it held. "
+    "Start a new conversation."
+)
+
 
 def _typed_text(messages: Any) -> str | None:
     """The text of a reply that is only text (DevUI passes a string, or one user message of text), else None."""
@@ -49,8 +55,16 @@ class DevUIAgent(HostedAgent):
     def run(
         self, messages: Any = None, *, stream: bool = False, session: AgentSession | None = None, **kwargs: Any
     ) -> Any:
-        """Run the turn; its conversation (DevUI's session id) is kept while it runs."""
+        """Run the turn; its conversation (DevUI's session id) is kept while it runs.
+
+        Raises:
+            ValueError: With a bounded store, a turn without a conversation: DevUI runs a turn whose
+                conversation is unknown (none given, or dropped by the bounds) without a session, and the
+                agent's one session-less conversation would then be shared by every such turn.
+        """
         store = self.conversations
+        if store is not None and session is None:
+            raise ValueError(NO_CONVERSATION_MESSAGE)
         if store is None or session is None:
             return super().run(messages, stream=stream, session=session, **kwargs)
         conversation_id = session.session_id

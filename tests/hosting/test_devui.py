@@ -48,9 +48,10 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 class DevUI:
     """A started DevUI server and the calls its web page makes."""
 
-    def __init__(self, http: httpx.Client, base: str) -> None:
+    def __init__(self, http: httpx.Client, base: str, agent: FunctionalWorkflowAgent | None = None) -> None:
         self.http = http
         self.base = base
+        self.agent = agent
         entities = http.get(f"{base}/v1/entities", headers=AUTH).json()["entities"]
         assert len(entities) == 1
         assert entities[0]["type"] == "agent"
@@ -119,7 +120,7 @@ def failure_message(events: list[dict[str, Any]]) -> str:
 
 
 def start_devui(serve: Any, http: httpx.Client, agent: FunctionalWorkflowAgent) -> DevUI:
-    return DevUI(http, serve(devui_app(agent, auth_token=TOKEN)).base)
+    return DevUI(http, serve(devui_app(agent, auth_token=TOKEN)).base, agent)
 
 
 @pytest.fixture
@@ -219,14 +220,16 @@ def test_client_that_hangs_up_at_the_approval_request_can_still_answer_it(devui:
     assert DEPLOYS["deploy hangup"] == 1
 
 
-def test_without_a_conversation_devui_cannot_resume(devui: DevUI) -> None:
-    """Host limitation: with no ``conversation`` DevUI passes ``session=None`` and drops the response's
-    continuation token, so the answer carries no authority and is refused; a conversation is required.
-    Conversations with a session are not affected by that stuck session-less pause.
+def test_a_turn_without_a_conversation_is_refused_and_runs_nothing(devui: DevUI) -> None:
+    """DevUI runs a turn whose conversation is missing or was dropped by the bounds with ``session=None``;
+    every such turn would share the agent's one session-less conversation (a pause there would block the
+    next). The turn is refused up front, naming what to do; conversations are not affected.
     """
-    (request,) = approval_requests(devui.stream(None, "deploy nosession"))
-    refused = devui.stream(None, approval(request["request_id"]))
-    assert "continuation token was not accepted" in failure_message(refused)
+    for conversation in (None, "conv_dropped_or_never_created"):
+        refused = devui.stream(conversation, "deploy nosession")
+        assert "Start a new conversation" in failure_message(refused)
+        assert not approval_requests(refused)
+    assert devui.agent is not None and not devui.agent.pending_requests  # the session-less one holds nothing
 
     conversation = devui.conversation()
     assert approval_requests(devui.stream(conversation, "deploy session"))
