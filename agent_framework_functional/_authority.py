@@ -17,7 +17,7 @@ from agent_framework import CheckpointStorage, WorkflowEvent
 from ._answers import check_answers
 from ._authority_protocol import NEW_INPUT, Requests, ResumeTicket
 from ._checkpoint_chain import RecordingCheckpointStorage
-from ._continuation import Continuation, issue_continuation, known_spent, remember_spent, verify_token
+from ._continuation import Continuation, issue_continuation, known_spent, matches, remember_spent, verify_token
 from ._errors import ContinuationAuthorityError, PendingContinuationError
 from ._expiry import delete_checkpoint, delete_checkpoint_soon
 from ._restore import check_restore
@@ -321,10 +321,15 @@ class InMemoryAuthority:
         """Allowed: in memory nothing else needs updating."""
 
     def check_abandon(self, token: object, *, force: bool) -> bool:
-        """Verify the token unless ``force``; always True (only local pauses exist)."""
+        """Verify the token unless ``force``; always True (only local pauses exist).
+
+        The token of a pause an accepted run has reserved passes too: the run guard then refuses
+        (``WorkflowRunningError``), as with a store.
+        """
         if not force:
             self.lapse()
-            verify_token(token, self.pending)
+            if not matches(token, self.pending):
+                raise ContinuationAuthorityError()
         return True
 
     def abandon(self, token: object, *, force: bool) -> None:
