@@ -57,6 +57,6 @@ async def check_restore(
     recorder.preloaded = checkpoint
     responses: Mapping[str, Any] | None = core_kwargs.get("responses")
     events = checkpoint.pending_request_info_events
-    if responses is not None and events:  # with nothing pending to correlate with, core's restore decides
+    if responses and events:  # no answers (core ignores an empty mapping) or nothing pending: core decides
         core_kwargs["responses"] = check_answers(responses, events, events, unchanged="Nothing was restored.")
     return True

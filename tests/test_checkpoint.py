@@ -64,6 +64,7 @@ async def test_restore_with_responses_needs_no_token(
     assert original.has_pending_continuation
 
 
+@pytest.mark.parametrize("answers", [None, {}], ids=["no-responses", "empty-responses"])
 @pytest.mark.parametrize("where", ["default", "per-run"])
 async def test_restore_without_responses_pauses_again_with_fresh_token(
     review_definition: FunctionalWorkflowDefinition,
@@ -71,6 +72,7 @@ async def test_restore_without_responses_pauses_again_with_fresh_token(
     where: str,
     pause_checkpoint_id: Any,
     calls: collections.Counter[str],
+    answers: dict[str, Any] | None,
 ) -> None:
     original = _build(review_definition, storage, where)
     first_token = (await original.run("tea", **_run_kwargs(storage, where))).continuation_token
@@ -78,7 +80,8 @@ async def test_restore_without_responses_pauses_again_with_fresh_token(
     checkpoint_id = await pause_checkpoint_id(storage, original.name)
 
     restorer = _build(review_definition, storage, where)
-    again = await restorer.run(checkpoint_id=checkpoint_id, **_run_kwargs(storage, where))
+    responses = {} if answers is None else {"responses": answers}  # an empty mapping is no answers, as in core
+    again = await restorer.run(checkpoint_id=checkpoint_id, **responses, **_run_kwargs(storage, where))
     token = again.continuation_token
     assert token is not None
     assert token["token"] != first_token["token"]
