@@ -1,7 +1,8 @@
 """Typed answers: a request's ``response_type`` as JSON Schema, and an answer converted to that type.
 
 Every answer, in whatever shape a host sends it, goes through :func:`convert_answer` before a resume is
-accepted (core's rule, then pydantic's validation), so a mismatch is refused before the token is spent.
+accepted (core's rule, then pydantic's validation), so a mismatch is refused before the token is spent;
+:func:`check_answers` is the one correlation and answer-type check every resume and restore path uses.
 """
 
 from __future__ import annotations
@@ -10,8 +11,10 @@ import ast
 import copy
 import functools
 import json
+from collections.abc import Mapping
 from typing import Any
 
+from agent_framework import WorkflowEvent
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import ErrorDetails
 
@@ -197,3 +200,35 @@ def type_name(response_type: Any) -> str:
     if isinstance(response_type, type) and not getattr(response_type, "__args__", None):
         return response_type.__name__
     return repr(response_type).replace("typing.", "")
+
+
+def check_answers(
+    responses: Mapping[str, Any],
+    pending_ids: Any,
+    requests: Mapping[str, WorkflowEvent[Any]],
+    *,
+    unchanged: str = "The continuation is still pending.",
+) -> dict[str, Any]:
+    """Correlate answers with the pause, then convert each known answer to its ``response_type``.
+
+    ``requests`` holds earlier rounds too: a replay passes their answers again and core checks them.
+    ``unchanged`` ends the message of an uncorrelated answer (what the refusal left as it was).
+
+    Raises:
+        ResponseMismatchError: No answer names a pending request, or an answer does not fit its
+            request's ``response_type`` (core would reject it only after the token was spent).
+    """
+    for request_id in responses:
+        if request_id in pending_ids:
+            break
+    else:
+        raise ResponseMismatchError(
+            "None of the responses answers a pending request. Key each answer by a request id of the "
+            f"pause: {sorted(pending_ids)!r}. {unchanged}",
+            unknown_id=True,
+        )
+    converted = dict(responses)
+    for request_id, event in requests.items():
+        if request_id in converted:
+            converted[request_id] = convert_answer(converted[request_id], event.response_type, request_id)
+    return converted

@@ -3,7 +3,7 @@
 :class:`InMemoryAuthority` is the in-memory strategy of the ``Authority`` protocol
 (``_authority_protocol``); ``_store_authority.StoreAuthority`` wraps one and adds a store. A check is
 done once and its verdict passed on: :class:`VerifiedContinuation` stands for the token in ``run()``
-(AGENTS.md invariant 22). :func:`check_answers` is the one correlation and answer-type check.
+(AGENTS.md invariant 22); ``_answers.check_answers`` is the one correlation and answer-type check.
 """
 
 from __future__ import annotations
@@ -14,12 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 from agent_framework import CheckpointStorage, WorkflowEvent
 
-from ._answers import convert_answer
+from ._answers import check_answers
 from ._authority_protocol import NEW_INPUT, Requests, ResumeTicket
 from ._checkpoint_chain import RecordingCheckpointStorage
-from ._continuation import Continuation, issue_continuation, known_spent, remember_spent, verify_token
-from ._errors import ContinuationAuthorityError, PendingContinuationError, ResponseMismatchError
+from ._continuation import Continuation, issue_continuation, known_spent, matches, remember_spent, verify_token
+from ._errors import ContinuationAuthorityError, PendingContinuationError
 from ._expiry import delete_checkpoint, delete_checkpoint_soon
+from ._restore import check_restore
 
 if TYPE_CHECKING:
     from ._store import ContinuationRecord, ContinuationStore
@@ -84,31 +85,6 @@ class VerifiedContinuation(Mapping[str, WorkflowEvent[Any]]):
         return {**self.earlier_requests, **self._requests}
 
 
-def check_answers(responses: Mapping[str, Any], pending_ids: Any, requests: Requests) -> dict[str, Any]:
-    """Correlate answers with the pause, then convert each known answer to its ``response_type``.
-
-    ``requests`` holds earlier rounds too: a replay passes their answers again and core checks them.
-
-    Raises:
-        ResponseMismatchError: No answer names a pending request, or an answer does not fit its
-            request's ``response_type`` (core would reject it only after the token was spent).
-    """
-    for request_id in responses:
-        if request_id in pending_ids:
-            break
-    else:
-        raise ResponseMismatchError(
-            "None of the responses answers a pending request. Key each answer by a request id of the "
-            f"pause: {sorted(pending_ids)!r}. The continuation is still pending.",
-            unknown_id=True,
-        )
-    converted = dict(responses)
-    for request_id, event in requests.items():
-        if request_id in converted:
-            converted[request_id] = convert_answer(converted[request_id], event.response_type, request_id)
-    return converted
-
-
 def raw_token(token: object) -> object:
     """The token a verdict carries, or ``token`` itself."""
     return token.token if type(token) is VerifiedContinuation else token
@@ -131,9 +107,11 @@ class InMemoryAuthority:
     Keyword Args:
         keep_checkpoints: Never delete the checkpoints of a finished or re-paused run chain.
         ttl: Seconds a pause stays resumable (``_expiry.resolve_ttl``).
+        identity: Returns the workflow's ``(name, signature hash)``, which a restored checkpoint must match.
     """
 
     __slots__ = (
+        "_identity",
         "_on_reset",
         "_pause_checkpoint",
         "checkpoint_storage",
@@ -153,8 +131,10 @@ class InMemoryAuthority:
         *,
         keep_checkpoints: bool = False,
         ttl: float = 24 * 60 * 60.0,
+        identity: Callable[[], tuple[str, str]] | None = None,
     ) -> None:
         self._on_reset = on_reset
+        self._identity = identity
         self.ttl = ttl
         self.pending: Continuation | None = None
         self.conversation: str | None = None
@@ -267,13 +247,17 @@ class InMemoryAuthority:
     # ------------------------------------------------------------------ inside the run
 
     async def before_core(self, ticket: ResumeTicket, core_kwargs: dict[str, Any]) -> ResumeTicket:
-        """Route the run's checkpoints through a recorder (none with ``keep_checkpoints``)."""
+        """Route the run's checkpoints through a recorder (``keep_checkpoints``: a restore's only); check a restore."""
         storage = core_kwargs.get("checkpoint_storage")
         if storage is None:
             storage = self.checkpoint_storage
-        if storage is None or self.keep_checkpoints:
+        checkpoint_id = core_kwargs.get("checkpoint_id")
+        if storage is None or (self.keep_checkpoints and checkpoint_id is None):
             return ticket
-        recorder = core_kwargs["checkpoint_storage"] = RecordingCheckpointStorage(storage)
+        recorder = RecordingCheckpointStorage(storage, keep=self.keep_checkpoints)
+        if checkpoint_id is not None and self._identity is not None:
+            await check_restore(recorder, self._identity(), core_kwargs)
+        core_kwargs["checkpoint_storage"] = recorder
         return ticket.with_recorder(recorder)
 
     async def claim(self, ticket: ResumeTicket) -> Requests | None:
@@ -337,10 +321,15 @@ class InMemoryAuthority:
         """Allowed: in memory nothing else needs updating."""
 
     def check_abandon(self, token: object, *, force: bool) -> bool:
-        """Verify the token unless ``force``; always True (only local pauses exist)."""
+        """Verify the token unless ``force``; always True (only local pauses exist).
+
+        The token of a pause an accepted run has reserved passes too: the run guard then refuses
+        (``WorkflowRunningError``), as with a store.
+        """
         if not force:
             self.lapse()
-            verify_token(token, self.pending)
+            if not matches(token, self.pending):
+                raise ContinuationAuthorityError()
         return True
 
     def abandon(self, token: object, *, force: bool) -> None:

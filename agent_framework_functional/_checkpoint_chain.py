@@ -27,7 +27,16 @@ class RecordingCheckpointStorage:
             deletes nothing.
     """
 
-    __slots__ = ("gone", "inner", "keep", "last_saved_id", "preloaded", "resumed_checkpoint_id", "saved_ids")
+    __slots__ = (
+        "failed_load",
+        "gone",
+        "inner",
+        "keep",
+        "last_saved_id",
+        "preloaded",
+        "resumed_checkpoint_id",
+        "saved_ids",
+    )
 
     def __init__(self, inner: CheckpointStorage, *, keep: bool = False) -> None:
         self.inner = inner
@@ -41,6 +50,8 @@ class RecordingCheckpointStorage:
         # The pause's checkpoint a remote resume loaded before core's run (its requests' answer types):
         # core's restore of the same id in this run takes it instead of loading it again (once).
         self.preloaded: WorkflowCheckpoint | None = None
+        # A restore's load that failed before core's run (id, error): core's load raises it (core's failure surface).
+        self.failed_load: tuple[str, Exception] | None = None
 
     async def save(self, checkpoint: WorkflowCheckpoint) -> str:
         checkpoint_id = await self.inner.save(checkpoint)
@@ -74,6 +85,9 @@ class RecordingCheckpointStorage:
         preloaded, self.preloaded = self.preloaded, None
         if preloaded is not None and preloaded.checkpoint_id == checkpoint_id:
             return preloaded
+        failed, self.failed_load = self.failed_load, None
+        if failed is not None and failed[0] == checkpoint_id:
+            raise failed[1]
         await checkpoint_deletions()  # an abandoned pause's checkpoint is gone before any restore reads it
         try:
             return await self.inner.load(checkpoint_id)

@@ -15,7 +15,8 @@ from typing import Any, cast
 
 from agent_framework import CheckpointStorage
 
-from ._authority import InMemoryAuthority, VerifiedContinuation, check_answers, raw_token, verdict_of
+from ._answers import check_answers
+from ._authority import InMemoryAuthority, VerifiedContinuation, raw_token, verdict_of
 from ._authority_protocol import Authority, Requests, ResumeTicket
 from ._checkpoint_chain import RecordingCheckpointStorage
 from ._continuation import Continuation, hash_secret, issue_continuation, known_spent, matches, presented_secret
@@ -27,6 +28,7 @@ from ._errors import (
     PendingContinuationError,
 )
 from ._expiry import delete_checkpoint, resolve_ttl
+from ._restore import check_restore
 from ._store import ContinuationStore
 from ._store_records import StoreRecords, earlier_requests
 
@@ -209,13 +211,17 @@ class StoreAuthority:
     # ------------------------------------------------------------------ inside the run
 
     async def before_core(self, ticket: ResumeTicket, core_kwargs: dict[str, Any]) -> ResumeTicket:
-        """Check a remote resume; a restore first supersedes the pause's token (AGENTS.md invariant 29)."""
-        core_kwargs["checkpoint_storage"] = ticket.recorder
+        """Check a remote resume; a restore is checked, then supersedes the pause's token (AGENTS.md invariant 29)."""
+        core_kwargs["checkpoint_storage"] = recorder = ticket.recorder
         if ticket.remote_hash is not None:
             return await self._accept_remote(ticket, ticket.remote_hash, core_kwargs)
         checkpoint_id = core_kwargs.get("checkpoint_id")
-        if checkpoint_id is not None and not await self.store.supersede(checkpoint_id, since=self.store.now()):
-            raise CheckpointRestoreConflictError()
+        if checkpoint_id is not None:
+            assert recorder is not None
+            since = self.store.now()  # a claim made while the checks read the checkpoint wins over this restore
+            checked = await check_restore(recorder, self.records.identity(), core_kwargs)
+            if checked and not await self.store.supersede(checkpoint_id, since=since):
+                raise CheckpointRestoreConflictError()
         return ticket
 
     async def _accept_remote(self, ticket: ResumeTicket, remote_hash: str, core_kwargs: dict[str, Any]) -> ResumeTicket:
@@ -344,7 +350,11 @@ def make_authority(
     """
     if store is None:
         return InMemoryAuthority(
-            on_reset, checkpoint_storage, keep_checkpoints=keep_checkpoints, ttl=resolve_ttl(ttl, None)
+            on_reset,
+            checkpoint_storage,
+            keep_checkpoints=keep_checkpoints,
+            ttl=resolve_ttl(ttl, None),
+            identity=identity,
         )
     if isinstance(store, ContinuationStore):  # pyright: ignore[reportUnnecessaryIsInstance]
         resolve_ttl(ttl, store)  # raises when the two disagree

@@ -19,6 +19,8 @@ from agent_framework_functional import (
     ContinuationAuthorityError,
     FunctionalWorkflow,
     FunctionalWorkflowDefinition,
+    ResponseMismatchError,
+    workflow,
 )
 
 
@@ -62,6 +64,7 @@ async def test_restore_with_responses_needs_no_token(
     assert original.has_pending_continuation
 
 
+@pytest.mark.parametrize("answers", [None, {}], ids=["no-responses", "empty-responses"])
 @pytest.mark.parametrize("where", ["default", "per-run"])
 async def test_restore_without_responses_pauses_again_with_fresh_token(
     review_definition: FunctionalWorkflowDefinition,
@@ -69,6 +72,7 @@ async def test_restore_without_responses_pauses_again_with_fresh_token(
     where: str,
     pause_checkpoint_id: Any,
     calls: collections.Counter[str],
+    answers: dict[str, Any] | None,
 ) -> None:
     original = _build(review_definition, storage, where)
     first_token = (await original.run("tea", **_run_kwargs(storage, where))).continuation_token
@@ -76,7 +80,8 @@ async def test_restore_without_responses_pauses_again_with_fresh_token(
     checkpoint_id = await pause_checkpoint_id(storage, original.name)
 
     restorer = _build(review_definition, storage, where)
-    again = await restorer.run(checkpoint_id=checkpoint_id, **_run_kwargs(storage, where))
+    responses = {} if answers is None else {"responses": answers}  # an empty mapping is no answers, as in core
+    again = await restorer.run(checkpoint_id=checkpoint_id, **responses, **_run_kwargs(storage, where))
     token = again.continuation_token
     assert token is not None
     assert token["token"] != first_token["token"]
@@ -152,6 +157,45 @@ async def test_restore_of_unknown_checkpoint_fails_and_releases(
     assert not wf.is_running
     assert not wf.has_pending_continuation
     assert (await wf.run("tea")).continuation_token is not None
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("keep", [False, True])
+async def test_a_restore_with_a_wrong_answer_is_refused_before_the_run(
+    review_definition: FunctionalWorkflowDefinition,
+    storage: CheckpointStorage,
+    pause_checkpoint_id: Any,
+    calls: collections.Counter[str],
+    stream: bool,
+    keep: bool,
+) -> None:
+    definition = workflow(name="review", keep_checkpoints=keep)(review_definition.func)
+    await definition.build(checkpoint_storage=storage).run("tea")
+    checkpoint_id = await pause_checkpoint_id(storage, "review")
+    restorer = definition.build(checkpoint_storage=storage)
+    resumed = calls["resumed"]
+    for answers, unknown_id in (({"auto::0": 5}, False), ({"auto::9": "ok"}, True)):
+        with pytest.raises(ResponseMismatchError) as info:
+            if stream:
+                async for _ in restorer.run(checkpoint_id=checkpoint_id, responses=answers, stream=True):
+                    pass
+            else:
+                await restorer.run(checkpoint_id=checkpoint_id, responses=answers)
+        assert info.value.unknown_id is unknown_id
+        assert calls["resumed"] == resumed and not restorer.is_running
+    done = await restorer.run(checkpoint_id=checkpoint_id, responses={"auto::0": "ok"})
+    assert done.get_outputs() == ["published: draft about tea (ok)"]
+
+
+async def test_a_restore_of_another_workflows_checkpoint_is_refused_before_the_run(
+    review_definition: FunctionalWorkflowDefinition, storage: CheckpointStorage, pause_checkpoint_id: Any
+) -> None:
+    await review_definition.build(checkpoint_storage=storage).run("tea")
+    checkpoint_id = await pause_checkpoint_id(storage, "review")
+    other = workflow(name="other_review")(review_definition.func).build(checkpoint_storage=storage)
+    with pytest.raises(ValueError, match="saved by workflow 'review'"):
+        await other.run(checkpoint_id=checkpoint_id, responses={"auto::0": "ok"})
+    assert not other.is_running and not other.has_pending_continuation
 
 
 @pytest.mark.parametrize("stream", [False, True])

@@ -9,7 +9,7 @@ import logging
 from typing import Any
 
 import pytest
-from agent_framework import InMemoryCheckpointStorage, WorkflowRunState
+from agent_framework import InMemoryCheckpointStorage, ResponseStream, WorkflowRunState
 
 from agent_framework_functional import (
     ContinuationAuthorityError,
@@ -210,6 +210,23 @@ async def test_abandon_during_a_resume_is_rejected_and_resume_completes(
         wf.abandon_continuation(token)
     gate.release.set()
     done = await task
+    assert done.get_outputs() == ["published: draft about tea (ok)"]
+    _assert_idle(wf)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_abandon_with_the_token_of_an_accepted_resume_is_a_running_error(
+    paused: tuple[FunctionalWorkflow, dict[str, Any]], stream: bool
+) -> None:
+    wf, token = paused
+    resume = wf.run(responses={"auto::0": "ok"}, continuation_token=token, stream=stream)
+    # Accepted, token not spent yet: the run holds the pause (as with a continuation store, which
+    # refuses the same way); once spent, the token authorises nothing (the test above).
+    with pytest.raises(WorkflowRunningError):
+        wf.abandon_continuation(token)
+    with pytest.raises(WorkflowRunningError):
+        await wf.abandon_continuation_async(token)
+    done = await (resume.get_final_response() if isinstance(resume, ResponseStream) else resume)
     assert done.get_outputs() == ["published: draft about tea (ok)"]
     _assert_idle(wf)
 
