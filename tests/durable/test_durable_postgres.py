@@ -167,11 +167,25 @@ async def test_a_clear_error_while_postgres_is_down_and_the_same_store_works_aft
             await storage.load("any")
         server.start()
         wait_for(lambda: server.postmaster_pid() is not None, what="the restarted server")
+        await _until_reachable(store)  # the pool reconnects by itself, with its own backoff (slower under load)
         assert await store.claim(record.token_hash) is True  # the pool replaced its broken connections
         assert await store.claim(record.token_hash) is False
     finally:
         await store.aclose()
         await storage.aclose()
+
+
+async def _until_reachable(store: PostgresContinuationStore, timeout: float = 60.0) -> None:
+    """Read through ``store`` until PostgreSQL answers again (a hang guard, not a timing check)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        try:
+            await store.get("0" * 64)
+            return
+        except psycopg.OperationalError:
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+            await asyncio.sleep(0.2)
 
 
 def _version_rows(url: str, schema: str) -> dict[str, int]:
