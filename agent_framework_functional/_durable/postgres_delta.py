@@ -118,12 +118,6 @@ END $$;
 """
 """Migration 2 of the ``checkpoints`` component: segments, chunks and the functions that keep them."""
 
-PURGE_SEGMENTS = (
-    "WITH dead AS (DELETE FROM {schema}.checkpoint_segments WHERE expires_at <= %s RETURNING segment_id) "
-    "DELETE FROM {schema}.checkpoint_chunks WHERE segment_id IN (SELECT segment_id FROM dead)"
-)
-SAVE_DELTA = "SELECT {schema}.save_checkpoint_delta(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
-DELETE = "SELECT {schema}.delete_checkpoints(%s)"
 CHUNKS = (
     "SELECT segment_id, chunk_index, body FROM {schema}.checkpoint_chunks WHERE segment_id = ANY(%s) "
     "ORDER BY segment_id, chunk_index"

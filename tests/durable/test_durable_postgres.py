@@ -293,15 +293,18 @@ async def test_checkpoints_expire_after_ttl_and_a_later_save_deletes_them(postgr
             await storage.load(ids[0])
         assert paused.continuation_token is not None
         # Expired rows stay until a save purges them (the first save of a storage object purges).
+        whole = f'SELECT count(*) FROM "{schema}".checkpoints'
+        rows = f'SELECT ({whole}) + (SELECT count(checkpoint_id) FROM "{schema}".delta_checkpoints)'
         with psycopg.connect(postgres_server) as conn:
-            assert conn.execute(f'SELECT count(*) FROM "{schema}".checkpoints').fetchone() == (len(ids),)
+            assert conn.execute(rows).fetchone() == (len(ids),)
         later = PostgresCheckpointStorage(postgres_server, schema=schema, ttl=1.0)
         try:
             await later.save(WorkflowCheckpoint(workflow_name="other", graph_signature_hash="h" * 64))
         finally:
             await later.aclose()
         with psycopg.connect(postgres_server) as conn:
-            assert conn.execute(f'SELECT count(*) FROM "{schema}".checkpoints').fetchone() == (1,)
+            assert conn.execute(rows).fetchone() == (1,)
+            assert conn.execute(f'SELECT count(*) FROM "{schema}".delta_segments').fetchone() == (0,)
     finally:
         await storage.aclose()
         await store.aclose()

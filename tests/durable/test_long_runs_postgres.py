@@ -71,11 +71,11 @@ def _schema() -> str:
 
 
 def _stored(url: str, schema: str) -> tuple[int, int]:
-    """(step-cache entries in all chunks, number of segments) in ``schema`` (unsealed chunks)."""
+    """(step-cache entries in all chunks, number of segments) in ``schema`` (unsealed version-3 rows)."""
     with psycopg.connect(url, autocommit=True) as conn:
-        chunks = conn.execute(f'SELECT body FROM "{schema}".checkpoint_chunks').fetchall()
-        segments = conn.execute(f'SELECT count(*) FROM "{schema}".checkpoint_segments').fetchone()
-    entries = sum(len(json.loads(bytes(chunk)).get("c", [])) for (chunk,) in chunks)
+        chunks = conn.execute(f'SELECT body FROM "{schema}".delta_checkpoints WHERE holds_chunk').fetchall()
+        segments = conn.execute(f'SELECT count(*) FROM "{schema}".delta_segments').fetchone()
+    entries = sum(len(json.loads(bytes(chunk).rpartition(b"\n")[2]).get("c", [])) for (chunk,) in chunks)
     return entries, int(segments[0]) if segments else 0
 
 
@@ -157,8 +157,7 @@ async def test_a_segment_lost_meanwhile_is_written_again_whole(postgres_server: 
         wf = workflow(keep_checkpoints=True)(batch).build(checkpoint_storage=storage)
         paused = await wf.run([f"d{index}" for index in range(6)])
         with psycopg.connect(postgres_server, autocommit=True) as conn:  # as if it expired while the pause waited
-            conn.execute(f'DELETE FROM "{schema}".checkpoint_chunks')
-            conn.execute(f'DELETE FROM "{schema}".checkpoint_segments')
+            conn.execute(f'DELETE FROM "{schema}".delta_segments')
         done = await wf.run(
             responses=dict.fromkeys(wf.pending_request_ids, "ok"), continuation_token=paused.continuation_token
         )
@@ -179,9 +178,10 @@ async def test_a_sealed_chunk_moved_to_another_position_is_refused(postgres_serv
         ids = await storage.list_checkpoint_ids(workflow_name="batch")
         assert len(ids) == 4
         with psycopg.connect(postgres_server, autocommit=True) as conn:  # swap the first two chunks
-            conn.execute(f'UPDATE "{schema}".checkpoint_chunks SET chunk_index = -1 WHERE chunk_index = 0')
-            conn.execute(f'UPDATE "{schema}".checkpoint_chunks SET chunk_index = 0 WHERE chunk_index = 1')
-            conn.execute(f'UPDATE "{schema}".checkpoint_chunks SET chunk_index = 1 WHERE chunk_index = -1')
+            conn.execute(
+                f'UPDATE "{schema}".delta_checkpoints AS a SET body = b.body FROM "{schema}".delta_checkpoints AS b '
+                "WHERE (a.chunks, b.chunks) IN ((1, 2), (2, 1)) AND a.holds_chunk AND b.holds_chunk"
+            )
         with pytest.raises(WorkflowCheckpointException):
             await storage.load(ids[-1])
         assert await storage.list_checkpoint_ids(workflow_name="batch") == []  # each one skipped
@@ -203,10 +203,10 @@ async def test_a_version_1_table_is_upgraded_and_its_whole_checkpoints_still_loa
     storage = PostgresCheckpointStorage(postgres_server, schema=schema)
     try:
         checkpoint = WorkflowCheckpoint(workflow_name="batch", graph_signature_hash="g", state={"n": 1})
-        await storage.save(checkpoint)  # first use: migrates to version 2, then saves whole
+        await storage.save(checkpoint)  # first use: migrates to version 3, then saves whole
         with psycopg.connect(postgres_server, autocommit=True) as conn:
             version = conn.execute(f'SELECT version FROM "{schema}".schema_version').fetchone()
-        assert version is not None and version[0] == len(MIGRATIONS) == 2
+        assert version is not None and version[0] == len(MIGRATIONS) == 3
         assert (await storage.load(checkpoint.checkpoint_id)).state == {"n": 1}
         await old.build(checkpoint_storage=storage).run(["x1", "x2"])
         assert _stored(postgres_server, schema) == (2, 1)
@@ -221,7 +221,7 @@ async def test_corrupted_segment_references_are_refused_naming_postgresql(postgr
         await workflow(keep_checkpoints=True)(batch).build(checkpoint_storage=storage).run(["a1", "a2"])
         ids = await storage.list_checkpoint_ids(workflow_name="batch")
         with psycopg.connect(postgres_server, autocommit=True) as conn:
-            conn.execute(f'UPDATE "{schema}".checkpoints SET segments = \'{{"not": "a list"}}\'')
+            conn.execute(f'UPDATE "{schema}".delta_segments SET parent_ids = ARRAY[1]::BIGINT[]')
         with pytest.raises(WorkflowCheckpointException, match=r"in PostgreSQL has corrupted segment references"):
             await storage.load(ids[-1])
     finally:
