@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -23,7 +24,10 @@ from agent_framework import RunContext, WorkflowCheckpoint, WorkflowCheckpointEx
 from agent_framework._workflows._checkpoint_encoding import encode_checkpoint_value
 
 from agent_framework_functional import CheckpointSealer, PostgresCheckpointStorage, workflow
+from agent_framework_functional._durable.checkpoint_delta import DeltaSave
+from agent_framework_functional._durable.checkpoint_storage import DurableCheckpointStorage
 from agent_framework_functional._durable.postgres_checkpoint import MIGRATIONS
+from agent_framework_functional._durable.postgres_schema import PostgresPool
 
 pytestmark = pytest.mark.slow
 
@@ -224,5 +228,91 @@ async def test_corrupted_segment_references_are_refused_naming_postgresql(postgr
             conn.execute(f'UPDATE "{schema}".delta_segments SET parent_ids = ARRAY[1]::BIGINT[]')
         with pytest.raises(WorkflowCheckpointException, match=r"in PostgreSQL has corrupted segment references"):
             await storage.load(ids[-1])
+    finally:
+        await storage.aclose()
+
+
+class _Version2Writer(PostgresCheckpointStorage):
+    """Saves as schema version 2 did (its SQL function; head and chunks sealed apart) on a database kept at 2."""
+
+    def __init__(self, url: str, schema: str, sealer: CheckpointSealer) -> None:
+        super().__init__(url, schema=schema, sealer=sealer)
+        self._db = PostgresPool(
+            url,
+            owner="version 2",
+            schema=schema,
+            component="checkpoints",
+            migrations=MIGRATIONS[:2],
+            max_size=2,
+            pool_timeout=10.0,
+        )
+        self._v2 = self._db.statements(
+            {"save": "SELECT {schema}.save_checkpoint_delta(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"}
+        )
+
+    def _sealed_parts(self, checkpoint_id: str, plan: DeltaSave) -> tuple[bytes, bytes | None]:
+        return DurableCheckpointStorage._sealed_parts(self, checkpoint_id, plan)
+
+    async def _write_delta(
+        self, checkpoint: WorkflowCheckpoint, plan: DeltaSave, head: bytes, chunk: bytes | None
+    ) -> bool:
+        now = time.time()
+        params = (checkpoint.checkpoint_id, checkpoint.workflow_name, now, now + 3600, head, plan.references)
+        params += ([str(ref[0]) for ref in plan.refs], [int(ref[1]) for ref in plan.refs])
+        params += (plan.segment, chunk, plan.chunk_index)
+
+        async def save(conn: Any) -> bool:
+            row = await (await conn.execute(self._v2["save"], params)).fetchone()
+            return bool(row and row[0])
+
+        return await self._db.run("version-2 save", save)
+
+
+def _count(url: str, schema: str, table: str) -> int:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(f'SELECT count(*) FROM "{schema}".{table}').fetchone()
+    return int(row[0]) if row else 0
+
+
+async def test_a_version_2_database_with_sealed_checkpoints_is_upgraded_and_still_loads_them(
+    postgres_server: str,
+) -> None:
+    schema = _schema()
+    sealer = CheckpointSealer({"k1": b"k" * 32})
+    writer = _Version2Writer(postgres_server, schema, sealer)
+    tee = Tee(writer, keep=lambda index: True)  # type: ignore[arg-type]
+    try:
+        wf = workflow(keep_checkpoints=True)(batch).build(checkpoint_storage=tee)  # type: ignore[arg-type]
+        await wf.run([f"doc-{index:02d}" for index in range(20)])
+        assert wf.pending_request_ids
+    finally:
+        await writer.aclose()
+    assert _count(postgres_server, schema, "checkpoint_chunks") == 21  # a chunk per step and the pause's
+    assert _count(postgres_server, schema, "checkpoint_segments") == 1
+
+    storage = PostgresCheckpointStorage(postgres_server, schema=schema, sealer=sealer)
+    try:
+        for saved in tee.kept:  # the first load migrates to version 3; the version-2 rows stay where they are
+            assert _canonical(await storage.load(saved.checkpoint_id)) == _canonical(saved)
+        with psycopg.connect(postgres_server, autocommit=True) as conn:
+            version = conn.execute(f'SELECT version FROM "{schema}".schema_version').fetchone()
+        assert version == (3,)
+        assert await storage.list_checkpoint_ids(workflow_name="batch") == tee.ids
+
+        restored = (  # a restore from a version-2 checkpoint goes on in version-3 rows (one new segment)
+            await workflow(keep_checkpoints=True)(batch)
+            .build(checkpoint_storage=storage)
+            .run(checkpoint_id=tee.ids[10])
+        )
+        assert restored.get_final_state().name == "IDLE_WITH_PENDING_REQUESTS"
+        listed = await storage.list_checkpoint_ids(workflow_name="batch")
+        assert listed[: len(tee.ids)] == tee.ids and len(listed) > len(tee.ids)
+        assert _count(postgres_server, schema, "delta_segments") == 1
+
+        assert await storage.delete_many(tee.ids) == len(tee.ids)  # frees the version-2 segment and chunks
+        assert _count(postgres_server, schema, "checkpoint_chunks") == 0
+        assert _count(postgres_server, schema, "checkpoint_segments") == 0
+        latest = await storage.get_latest(workflow_name="batch")
+        assert latest is not None and latest.checkpoint_id == listed[-1]
     finally:
         await storage.aclose()
