@@ -1,7 +1,10 @@
 """PostgresCheckpointStorage: core's ``CheckpointStorage`` on PostgreSQL, for workers without a shared file system.
 
 A whole body is written and read only through ``checkpoint_storage``'s :func:`encode_body` /
-:func:`decode_body`, the one place that turns a checkpoint into stored bytes and back.
+:func:`decode_body`, the one place that turns a checkpoint into stored bytes and back. Checkpoints of
+runs this package drives are rows of schema version 3 (``_durable/postgres_rows_sql.py``, read and
+written by ``_durable/postgres_rows.py``); whole checkpoints and rows a version-2 worker wrote live in
+``<schema>.checkpoints`` (``_durable/postgres_delta.py``).
 """
 
 from __future__ import annotations
@@ -82,8 +85,10 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
 
     A drop-in for ``FileCheckpointStorage`` when the workers share a database instead of a file
     system: pair it with a :class:`PostgresContinuationStore` on the same database, and any worker
-    can resume a pause another one saved. One row per checkpoint in ``<schema>.checkpoints``
-    (created on first use, versioned like the store's table). Bodies are core's own checkpoint
+    can resume a pause another one saved. One row per checkpoint: in ``<schema>.delta_checkpoints``
+    (its head and the step results added since the run's previous checkpoint) for runs this package
+    drives, in ``<schema>.checkpoints`` (whole) otherwise; created on first use, versioned like the
+    store's table. Bodies are core's own checkpoint
     encoding, decoded under core's allow-list plus ``allowed_checkpoint_types``; a checkpoint that
     would not decode is refused at :meth:`save`, and a stored body that does not decode makes
     :meth:`load` raise ``WorkflowCheckpointException`` and :meth:`list_checkpoints` skip it.
