@@ -161,6 +161,7 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
             migrations=MIGRATIONS,
             max_size=max_size,
             pool_timeout=pool_timeout,
+            keep_connection=True,
         )
         self._sql = self._db.statements({"load": _LOAD, "list": _LIST, "chunks": CHUNKS, **STATEMENTS})
         self._deduper = StepCacheDeduper(self._allowed_types)
