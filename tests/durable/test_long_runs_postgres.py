@@ -316,3 +316,38 @@ async def test_a_version_2_database_with_sealed_checkpoints_is_upgraded_and_stil
         assert latest is not None and latest.checkpoint_id == listed[-1]
     finally:
         await storage.aclose()
+
+
+class _Renaming(Tee):
+    """Saves each checkpoint under ids that are not uuids and a timestamp with another UTC offset."""
+
+    async def save(self, checkpoint: WorkflowCheckpoint) -> str:
+        checkpoint.checkpoint_id = f"run/{checkpoint.checkpoint_id}"
+        previous = checkpoint.previous_checkpoint_id
+        if previous is not None and not previous.startswith("run/"):  # core may chain the id save returned
+            checkpoint.previous_checkpoint_id = f"run/{previous}"
+        checkpoint.timestamp = checkpoint.timestamp.replace("+00:00", "+02:00")
+        return await super().save(checkpoint)
+
+
+@pytest.mark.parametrize("sealed", [False, True])
+async def test_ids_that_are_not_uuids_and_other_timestamps_read_back_as_saved(
+    postgres_server: str, sealed: bool
+) -> None:
+    schema = _schema()
+    sealer = CheckpointSealer({"k1": b"k" * 32}) if sealed else None
+    storage = PostgresCheckpointStorage(postgres_server, schema=schema, sealer=sealer)
+    tee = _Renaming(storage, keep=lambda index: True)
+    try:
+        wf = workflow(keep_checkpoints=True)(batch).build(checkpoint_storage=tee)  # type: ignore[arg-type]
+        await wf.run([f"doc-{index}" for index in range(6)])
+        assert all(checkpoint_id.startswith("run/") for checkpoint_id in tee.ids)
+        for saved in tee.kept:
+            assert _canonical(await storage.load(saved.checkpoint_id)) == _canonical(saved)
+        assert await storage.list_checkpoint_ids(workflow_name="batch") == tee.ids
+        if not sealed:  # each row holds its head line, then its chunk
+            assert _stored(postgres_server, schema)[0] == 6
+        assert await storage.delete_many(tee.ids[:3]) == 3
+        assert await storage.list_checkpoint_ids(workflow_name="batch") == tee.ids[3:]
+    finally:
+        await storage.aclose()
