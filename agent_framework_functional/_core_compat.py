@@ -19,7 +19,7 @@ of core that moves one fails loudly (AGENTS.md's module table says why each is n
   and offers each checkpoint save the entries added since the last one (:class:`StepCacheLog`,
   :func:`step_cache_offer`); it skips core's save at a clean finish when the run's recorder deletes the
   chain at once (``drops_final_checkpoint``); core's own classes stay untouched (``tests/test_long_runs.py``).
-* Core's ``_functional.dis``: :class:`_CachedDis`, instructions cached per code object, for our builds only.
+* Core's ``_functional.dis`` and ``_get_step_wrapper_identity``: ``_signature_cache``'s, for our builds only.
 """
 
 from __future__ import annotations
@@ -27,11 +27,10 @@ from __future__ import annotations
 import dis
 import functools
 import itertools
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from types import CodeType, CoroutineType, ModuleType
+from types import CoroutineType, ModuleType
 from typing import Any, cast
-from weakref import WeakKeyDictionary
 
 import agent_framework._workflows._functional as _core_functional
 from agent_framework import (
@@ -53,6 +52,7 @@ from agent_framework._workflows._functional import (
 from agent_framework._workflows._typing_utils import is_instance_of
 from agent_framework._workflows._workflow import _coerce_request_info_response  # pyright: ignore[reportPrivateUsage]
 
+from ._signature_cache import OUR_SIGNATURE, CachedDis, CachedIdentity
 from ._step_cache import CURRENT_OFFER, append_new_keys
 from ._step_cache import ORIGINAL_MESSAGE as ORIGINAL_MESSAGE  # re-exported: the storages' step-cache deltas
 from ._step_cache import STEP_CACHE as STEP_CACHE
@@ -245,11 +245,18 @@ class LinearFunctionalWorkflow(_CoreFunctionalWorkflow):
 
     @classmethod
     def _discover_workflow_dependencies(cls, func: Callable[..., Any]) -> Any:
-        token = _CACHED_INSTRUCTIONS.set(True)  # core's signature, from cached bytecode (see the module docstring)
+        token = OUR_SIGNATURE.set(True)  # core's signature from cached reads (``_signature_cache``)
         try:
             return super()._discover_workflow_dependencies(func)  # pyright: ignore[reportPrivateUsage]
         finally:
-            _CACHED_INSTRUCTIONS.reset(token)
+            OUR_SIGNATURE.reset(token)
+
+    def _compute_signature_hash(self, dependencies: Any = None) -> str:
+        token = OUR_SIGNATURE.set(True)
+        try:
+            return super()._compute_signature_hash(dependencies)  # pyright: ignore[reportPrivateUsage]
+        finally:
+            OUR_SIGNATURE.reset(token)
 
     def _capture_replay_state(self, ctx: RunContext, message: Any | None = None) -> None:
         _CoreFunctionalWorkflow._capture_replay_state(self, ctx, message)  # pyright: ignore[reportPrivateUsage]
@@ -312,7 +319,6 @@ class LinearFunctionalWorkflow(_CoreFunctionalWorkflow):
         return checkpoint_id
 
 
-_CACHED_INSTRUCTIONS: ContextVar[bool] = ContextVar("af_cached_instructions", default=False)
 _STEP_SAVE: ContextVar[bool] = ContextVar("af_step_save", default=False)
 
 
@@ -329,28 +335,10 @@ def _marked_step_save(hook: Callable[[], Awaitable[None]]) -> Callable[[], Await
     return after_step
 
 
-class _CachedDis:
-    """``dis`` as core's ``_functional`` module sees it: instructions cached per code object, for our builds only."""
-
-    def __init__(self, real: ModuleType) -> None:
-        self._real = real
-        self._cache: WeakKeyDictionary[CodeType, tuple[dis.Instruction, ...]] = WeakKeyDictionary()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._real, name)
-
-    def get_instructions(self, x: Any, *args: Any, **kwargs: Any) -> Iterator[dis.Instruction]:
-        """``dis.get_instructions``; from the cache for a code object inside our signature computation."""
-        if not _CACHED_INSTRUCTIONS.get() or args or kwargs or not isinstance(x, CodeType):
-            return self._real.get_instructions(x, *args, **kwargs)
-        found = self._cache.get(x)
-        if found is None:
-            found = self._cache[x] = tuple(self._real.get_instructions(x))
-        return iter(found)
-
-
 if isinstance(getattr(_core_functional, "dis", None), ModuleType):
-    _core_functional.dis = _CachedDis(dis)  # type: ignore[attr-defined]  # pyright: ignore[reportAttributeAccessIssue]
+    _core_functional.dis = CachedDis(dis)  # type: ignore[attr-defined]  # pyright: ignore[reportAttributeAccessIssue]
+if callable(getattr(_core_functional, "_get_step_wrapper_identity", None)):
+    _core_functional._get_step_wrapper_identity = CachedIdentity(_core_functional._get_step_wrapper_identity)  # pyright: ignore[reportPrivateUsage, reportAttributeAccessIssue]
 
 
 def _linear_when_grown(ctx: RunContext) -> Callable[[], Awaitable[None]]:
