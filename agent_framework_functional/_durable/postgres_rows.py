@@ -1,7 +1,7 @@
 """Version-3 rows of ``PostgresCheckpointStorage``: a checkpoint's head and chunk in one row, and back.
 
 A row (``_durable/postgres_rows_sql.py``) keeps the head in native columns: the checkpoint id and the
-previous id as ``uuid`` (an id that is not a canonical uuid is stored under a name-based uuid of
+previous id as ``uuid`` (an id that is not a canonical random (version 4) uuid is stored under a name-based uuid of
 it, :func:`row_key`, and its row keeps the head as JSON), core's timestamp as microseconds since
 the epoch when it renders back to the same text. ``body`` is the chunk (or empty), preceded by the
 head line ``[id, previous id, timestamp]`` and a newline when a column cannot hold it.
@@ -44,9 +44,14 @@ Unseal = Callable[[str, bytes, bytes], bytes]
 
 
 def row_key(checkpoint_id: str) -> str:
-    """The ``uuid`` a checkpoint id is stored under: the id itself when canonical, else a name-based uuid of it."""
+    """The ``uuid`` a checkpoint id is stored under: itself if a random (version 4) uuid, else a name-based one.
+
+    Core makes random uuids. Only those are kept as they are, so no id can equal the name-based key
+    of another one (a version-5 id is hashed like any other text).
+    """
     try:
-        if str(uuid.UUID(checkpoint_id)) == checkpoint_id:
+        parsed = uuid.UUID(checkpoint_id)
+        if parsed.version == 4 and str(parsed) == checkpoint_id:
             return checkpoint_id
     except (ValueError, TypeError, AttributeError):
         pass

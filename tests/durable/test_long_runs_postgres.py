@@ -27,6 +27,7 @@ from agent_framework_functional import CheckpointSealer, PostgresCheckpointStora
 from agent_framework_functional._durable.checkpoint_delta import DeltaSave
 from agent_framework_functional._durable.checkpoint_storage import DurableCheckpointStorage
 from agent_framework_functional._durable.postgres_checkpoint import MIGRATIONS
+from agent_framework_functional._durable.postgres_rows import row_key
 from agent_framework_functional._durable.postgres_schema import PostgresPool
 
 pytestmark = pytest.mark.slow
@@ -351,3 +352,14 @@ async def test_ids_that_are_not_uuids_and_other_timestamps_read_back_as_saved(
         assert await storage.list_checkpoint_ids(workflow_name="batch") == tee.ids[3:]
     finally:
         await storage.aclose()
+
+
+def test_no_checkpoint_id_is_stored_under_the_row_key_of_another() -> None:
+    made = str(uuid.uuid4())
+    assert row_key(made) == made  # core's ids (random uuids) are their own key
+    other = "run/" + made
+    key = row_key(other)
+    assert uuid.UUID(key).version == 5 and key != other
+    # An id that is literally another id's name-based key is hashed again, so the two rows never meet.
+    assert row_key(key) != key
+    assert row_key(str(uuid.uuid1())) != row_key(other)
