@@ -5,7 +5,8 @@ Installed with the ``hosting`` extra (``pip install "agent-framework-functional[
 ``serve_devui`` / ``devui_app`` (DevUI) and ``responses_app`` (``agent-framework-hosting-responses``).
 Each host package is imported only when its call is first used, so ``import agent_framework_functional``
 never needs them. ``a2a_app`` (A2A) needs the ``a2a`` extra, ``mcp_app`` (an MCP tool) the ``mcp``
-extra. README "Host it" shows each call.
+extra. ``ReleaseFreeMemory`` (ASGI middleware the Responses and DevUI apps add) hands the allocator's
+free heap pages back after requests. README "Host it" shows each call.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ._memory import ReleaseFreeMemory
     from ._snapshots import ThreadSnapshotStore
     from .a2a import a2a_app
     from .agui import agui_endpoint
@@ -22,6 +24,7 @@ if TYPE_CHECKING:
     from .responses import responses_app
 
 _MODULES = {
+    "ReleaseFreeMemory": "._memory",
     "ThreadSnapshotStore": "._snapshots",
     "a2a_app": ".a2a",
     "agui_endpoint": ".agui",
@@ -33,7 +36,16 @@ _MODULES = {
 
 _EXTRAS = {".a2a": "a2a", ".mcp": "mcp"}
 
-__all__ = ["ThreadSnapshotStore", "a2a_app", "agui_endpoint", "devui_app", "mcp_app", "responses_app", "serve_devui"]
+__all__ = [
+    "ReleaseFreeMemory",
+    "ThreadSnapshotStore",
+    "a2a_app",
+    "agui_endpoint",
+    "devui_app",
+    "mcp_app",
+    "responses_app",
+    "serve_devui",
+]
 
 
 def __getattr__(name: str) -> Any:

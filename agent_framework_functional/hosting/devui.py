@@ -17,6 +17,7 @@ from fastapi import FastAPI
 from .._agent import FunctionalWorkflowAgent
 from ._adapter import HostedAgent, as_messages, parse_typed_text, result_answer
 from ._devui_store import DEFAULT_MAX_CONVERSATIONS, BoundedConversationStore, BoundedDevServer
+from ._memory import DEFAULT_RELEASE_MEMORY_EVERY, ReleaseFreeMemory, check_release_every
 
 DEFAULT_PORT = 8080
 """DevUI's own default port."""
@@ -105,6 +106,7 @@ def devui_app(
     auth_token: str,
     host: str = "127.0.0.1",
     max_conversations: int = DEFAULT_MAX_CONVERSATIONS,
+    release_memory_every: float | None = DEFAULT_RELEASE_MEMORY_EVERY,
 ) -> FastAPI:
     """DevUI's FastAPI app serving ``agent`` (page and API), with bearer-token auth; see :func:`serve_devui`.
 
@@ -118,13 +120,17 @@ def devui_app(
         auth_token: The bearer token every API call must send.
         host: The host the app will be served on (DevUI uses it for its own links).
         max_conversations: How many DevUI conversations are kept at most.
+        release_memory_every: Seconds between handing the C allocator's free heap pages back to the
+            system after a request (glibc's ``malloc_trim``; nothing elsewhere); None never.
 
     Returns:
         The ASGI app (``app.state.devui_conversations``: the conversation store).
 
     Raises:
-        ValueError: ``max_conversations`` is below 1.
+        ValueError: ``max_conversations`` is below 1, or ``release_memory_every`` is not a positive
+            number or None.
     """
+    check_release_every(release_memory_every)
     store = BoundedConversationStore(ttl=agent.continuation_ttl, max_conversations=max_conversations)
     server = BoundedDevServer(
         host=host,
@@ -137,6 +143,8 @@ def devui_app(
     server.set_pending_entities([DevUIAgent(agent, store)])
     app = server.get_app()
     app.state.devui_conversations = store  # what it keeps (len(), operators' metrics)
+    if release_memory_every is not None:
+        app.add_middleware(ReleaseFreeMemory, every=release_memory_every)
     return app
 
 

@@ -23,6 +23,7 @@ from starlette.requests import ClientDisconnect
 
 from .._agent import FunctionalWorkflowAgent
 from ._defaults import default_session_store
+from ._memory import DEFAULT_RELEASE_MEMORY_EVERY, ReleaseFreeMemory, check_release_every
 from ._responses_errors import Refusal, error_response, refusal_for
 from ._responses_input import InvalidRequestError, ResponsesRequest, decode_body, parse_request
 
@@ -293,6 +294,7 @@ def responses_app(
     retry_after: int = 1,
     forward_options: Collection[str] = (),
     scope: Callable[[Request], str] | None = None,
+    release_memory_every: float | None = DEFAULT_RELEASE_MEMORY_EVERY,
 ) -> FastAPI:
     """A FastAPI app that serves ``agent`` over the OpenAI Responses API, correct by default.
 
@@ -340,12 +342,16 @@ def responses_app(
             verified): conversations and responses of one scope are invisible to another. Without it,
             anyone who can reach the route and knows a conversation id (client-chosen) or a response
             id (random) can continue it. It may raise ``fastapi.HTTPException`` (401) to refuse.
+        release_memory_every: Seconds between handing the C allocator's free heap pages back to the
+            system after a request (glibc's ``malloc_trim``; nothing elsewhere), so RSS follows live data
+            instead of the busiest moment's high-water mark; None never.
 
     Returns:
         The app (mount it or serve it with uvicorn); ``app.state.responses_host`` is the route's state.
 
     Raises:
-        ValueError: ``max_body_bytes`` is not a positive integer or ``retry_after`` a non-negative one.
+        ValueError: ``max_body_bytes`` is not a positive integer, ``retry_after`` a non-negative one, or
+            ``release_memory_every`` a positive number or None.
 
     Examples:
         .. code-block:: python
@@ -356,6 +362,7 @@ def responses_app(
     for name, value, least in (("max_body_bytes", max_body_bytes, 1), ("retry_after", retry_after, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:  # pyright: ignore[reportUnnecessaryIsInstance]
             raise ValueError(f"{name} must be an integer of at least {least}, not {value!r}.")
+    check_release_every(release_memory_every)
     host = _ResponsesHost(
         agent,
         session_store if session_store is not None else default_session_store(agent),
@@ -368,4 +375,6 @@ def responses_app(
     app.state.responses_host = host
     endpoint: Callable[[Request], Awaitable[Response]] = host.handle
     app.add_api_route(path, endpoint, methods=["POST"], include_in_schema=True)
+    if release_memory_every is not None:
+        app.add_middleware(ReleaseFreeMemory, every=release_memory_every)
     return app
