@@ -237,7 +237,7 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
         """
         found = cast("list[Any]", await self._load(args=self._args(checkpoint_id)))
         if int(found[0]) == 1:
-            refs, chunks = opened_segments(text(found[1]), int(found[2]) + 1, found[3], self.sealer)
+            refs, chunks = opened_segments(found[1], int(found[2]) + 1, found[3], self.sealer)
             return self._inline(checkpoint_id, refs, chunks)
         if found[1] is None:
             raise WorkflowCheckpointException(f"No checkpoint found with ID {checkpoint_id}")
@@ -332,7 +332,7 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
         return [
             (head.checkpoint_id, functools.partial(self._load_inline, head.checkpoint_id, head.refs, head.chunks))
             for head, at in zip(candidates, where, strict=True)
-            if at is not None and text(at) == head.location
+            if at is not None and _as_bytes(at) == head.location.encode("utf-8", "surrogateescape")
         ]
 
     async def _load_inline(

@@ -238,16 +238,17 @@ def _text(value: Any) -> str:
 
 
 def opened_segments(
-    own: str, own_count: int, found: list[Any], sealer: CheckpointSealer | None
+    own_id: Any, own_count: int, found: list[Any], sealer: CheckpointSealer | None
 ) -> tuple[list[tuple[str, int]], list[list[Opened]]]:
-    """What the scripts' ``read`` returned, as references (parents first) and chunks (opened; None: refused).
+    """What the scripts' ``read`` returned for segment ``own_id``: references (parents first) and opened chunks.
 
     Raises:
         WorkflowCheckpointException: A parent segment lost chunks (expired or deleted).
     """
+    own = _text(own_id)
     refs: list[tuple[str, int]] = []
     lists: list[list[Any]] = []
-    rest = cast("list[Any]", found[1:])
+    rest = found[1:]
     for at in range(0, len(rest) - 2, 3):
         refs.append((_text(rest[at]), int(rest[at + 1])))
         lists.append(cast("list[Any]", rest[at + 2]))
