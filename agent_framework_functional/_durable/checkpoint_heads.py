@@ -17,14 +17,18 @@ _MICROSECOND = timedelta(microseconds=1)
 
 
 def _parsed(timestamp: Any) -> datetime | None:
-    """``timestamp`` as an aware datetime when its ``isoformat()`` is exactly ``timestamp``; else None."""
+    """``timestamp`` as an aware datetime (the base of the next delta), or None.
+
+    Writer and reader parse the same text the same way, and a delta is stored only when adding it to
+    this base gives back the exact text, so the base itself need not print as ``timestamp``.
+    """
     if not isinstance(timestamp, str):
         return None
     try:
         parsed = datetime.fromisoformat(timestamp)
     except ValueError:
         return None
-    return parsed if parsed.tzinfo is not None and parsed.isoformat() == timestamp else None
+    return parsed if parsed.tzinfo is not None else None
 
 
 def head_fields(

@@ -77,13 +77,14 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
     that would not decode under that list is refused at :meth:`save`, as ``FileCheckpointStorage``
     does.
 
-    Keys: ``<namespace>:checkpoint:<id>`` (a hash: ``workflow_name``, ``body``) and
-    ``<namespace>:workflow:<name>`` (a sorted set of the workflow's checkpoint ids by save time).
-    Every key expires ``ttl`` after the last save that wrote it, and each save drops index entries
-    older than ``ttl``, so storage stays bounded. Checkpoints of runs this package drives store each
-    step result once: the checkpoint's hash holds a small head and its ``segments``, and the step
-    cache lives in ``<namespace>:segment:<id>`` lists shared by the run's checkpoints (see
-    ``_durable/checkpoint_delta.py``); ``load`` returns the same checkpoint either way. Keep ``ttl`` at
+    Keys: a checkpoint stored whole is ``<namespace>:checkpoint:<id>`` (a hash: ``workflow_name``,
+    ``body``), indexed in ``<namespace>:workflow:<name>`` (a sorted set by save time). Checkpoints of
+    runs this package drives store each step result once and keep no key of their own: each is one
+    chunk (the entries its step added, and its head) in a ``<namespace>:segment:<id>`` list shared by
+    the run's checkpoints, and a location in a small shared hash (``_durable/redis_segments.py``);
+    checkpoints stored so by earlier versions (a hash per head) still load. ``load`` returns the same
+    checkpoint either way. Every key expires ``ttl`` after the last save that wrote it, and each save
+    drops index entries and locations older than ``ttl``, so storage stays bounded. Keep ``ttl`` at
     least as long as the continuation store's ``ttl + retention``, so a pause's checkpoint outlives
     its token and its recovery window.
 
@@ -246,8 +247,9 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
     async def list_checkpoints(self, *, workflow_name: str) -> list[WorkflowCheckpoint]:
         """Return the workflow's checkpoints that still exist and decode, oldest save first.
 
-        A checkpoint that fails to decode (for example a type outside the allow-list) is skipped
-        with a warning, as ``FileCheckpointStorage`` does.
+        Checkpoints stored whole come first, then those of the step-cache segments, each segment's
+        in save order, the segments by their last save. A checkpoint that fails to decode (for
+        example a type outside the allow-list) is skipped with a warning, as ``FileCheckpointStorage`` does.
 
         Keyword Args:
             workflow_name: The workflow's name.

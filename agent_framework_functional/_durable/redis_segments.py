@@ -7,11 +7,13 @@ Keys, under the storage's namespace (``p`` = ``<namespace>:``):
 * ``p seginfo:<id>``: a small hash: ``n`` the checkpoints that reference the segment, ``w`` its
   workflow, ``r`` its references as saved first (parents, for the scripts; the sealed copy in the
   first chunk is the one a load trusts).
-* ``p loc:<epoch>:<bucket>``: checkpoint id -> ``<segment id>:<index>`` (small hashes that stay
+* ``p loc:<bucket>``: checkpoint id -> ``<segment id>:<index>:<expiry>`` (small hashes that stay
   listpack-encoded; a canonical UUID is stored as its 16 bytes, in bucket = its first byte; another
-  id as text in bucket ``s<crc32 % 256>``). The epoch is the server time divided by the ``ttl``; a
-  bucket expires one ``ttl`` after its epoch ends, so an entry lives at least ``ttl`` after its save
-  and storage stays bounded without a key per checkpoint; lookups read this epoch and the one before.
+  id as ``:<id>`` in bucket ``s<crc32 % 256>``). ``expiry`` is the server's time in seconds ``ttl``
+  after the save (empty without ``ttl``): a lookup treats a later time as no checkpoint, and a save
+  drops the bucket's expired entries (with their references) once the bucket has doubled since it
+  last did (the field ``""`` keeps that count), so storage stays bounded without a key per
+  checkpoint; the bucket itself expires ``ttl`` after its last save.
 * ``p wsegs:<workflow>``: a sorted set of the workflow's segments by last save (what the listing
   reads; entries older than ``ttl`` dropped on each save).
 
@@ -27,7 +29,7 @@ read and delete both.
 from __future__ import annotations
 
 import json
-import uuid
+import re
 import zlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
@@ -39,6 +41,8 @@ from .redis_delta import STORED_SEGMENTS, open_chunk
 
 if TYPE_CHECKING:
     from .checkpoint_seal import CheckpointSealer
+
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 Opened = str | WorkflowCheckpointException
 """A chunk as read: its text, or why it was refused."""
@@ -53,16 +57,15 @@ local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
-local function epoch(now) if ttl == 0 then return 0 end return math.floor(now / ttl) end
-local function bucket_key(e, bucket) return p .. 'loc:' .. e .. ':' .. bucket end
-local function locate(now, field, bucket)
-  local e = epoch(now)
-  for _, at in ipairs(ttl == 0 and {e} or {e, e - 1}) do
-    local key = bucket_key(at, bucket)
-    local value = redis.call('HGET', key, field)
-    if value then return key, value end
-  end
-  return nil, nil
+local function located(value, now)
+  local sid, index, expiry = string.match(value, '^(.*):(%d+):(%d*)$')
+  if not sid or (expiry ~= '' and tonumber(expiry) * 1000 <= now) then return nil, nil end
+  return sid, tonumber(index)
+end
+local function locate(now, bucket, field)
+  local value = redis.call('HGET', p .. 'loc:' .. bucket, field)
+  if not value then return nil, nil end
+  return located(value, now)
 end
 local function parents(sid)
   local ok, refs = pcall(cjson.decode, redis.call('HGET', p .. 'seginfo:' .. sid, 'r') or '[]')
@@ -83,20 +86,35 @@ local function release(sid, keep)
     if w then redis.call('ZREM', p .. 'wsegs:' .. w, sid) end
   end
 end
-local function drop_location(now, field, bucket, keep)
-  local key, value = locate(now, field, bucket)
-  if not key then return 0 end
+local function unmap(key, field, value, keep)
   redis.call('HDEL', key, field)
-  local sid = string.match(value, '^(.*):%d+$')
+  local sid = string.match(value, '^(.*):%d+:%d*$')
   if sid then
     for _, ref in ipairs(parents(sid)) do release(ref[1], keep) end
     release(sid, keep)
   end
-  return 1
+end
+local function drop_location(now, bucket, field, keep)
+  local key = p .. 'loc:' .. bucket
+  local value = redis.call('HGET', key, field)
+  if not value then return 0 end
+  unmap(key, field, value, keep)
+  if located(value, now) then return 1 end
+  return 0
+end
+local function prune(key, now, keep)
+  local size = redis.call('HLEN', key)
+  if size <= 64 or size <= 2 * (tonumber(redis.call('HGET', key, '')) or 0) then return end
+  local all = redis.call('HGETALL', key)
+  for i = 1, #all, 2 do
+    if all[i] ~= '' and not located(all[i + 1], now) then unmap(key, all[i], all[i + 1], keep) end
+  end
+  redis.call('HSET', key, '', redis.call('HLEN', key))
 end
 local function drop_hash(id)
   local key = p .. 'checkpoint:' .. id
   local fields = redis.call('HMGET', key, 'workflow_name', 'segments')
+  if not fields[1] and not fields[2] then return redis.call('DEL', key) end
   if fields[2] then
     for _, sid in ipairs(stored(fields[2])) do
       if redis.call('DECR', p .. 'segrefs:' .. sid) <= 0 then
@@ -111,7 +129,7 @@ end
 """
 )
 
-# ARGV: 3 checkpoint id, 4 location field, 5 bucket, 6 workflow name, 7 segment id, 8 chunk,
+# ARGV: 3 checkpoint id, 4 location field, 5 bucket (``location_of``), 6 workflow name, 7 segment id, 8 chunk,
 # 9 chunks the segment must hold, 10 references (JSON [[segment id, chunk count], ...], own last).
 SAVE_SCRIPT = (
     _COMMON
@@ -127,7 +145,7 @@ for _, ref in ipairs(refs) do
   keep[ref[1]] = true
 end
 local now = now_ms()
-drop_location(now, ARGV[4], ARGV[5], keep)
+drop_location(now, ARGV[5], ARGV[4], keep)
 drop_hash(ARGV[3])
 redis.call('RPUSH', p .. 'segment:' .. sid, ARGV[8])
 if index == 0 then redis.call('HSET', p .. 'seginfo:' .. sid, 'w', ARGV[6], 'r', ARGV[10]) end
@@ -138,15 +156,19 @@ for _, ref in ipairs(refs) do
     redis.call('PEXPIRE', p .. 'seginfo:' .. ref[1], ttl)
   end
 end
-local e = epoch(now)
-local key = bucket_key(e, ARGV[5])
-redis.call('HSET', key, ARGV[4], sid .. ':' .. index)
+local key = p .. 'loc:' .. ARGV[5]
+local expiry = ''
+if ttl > 0 then expiry = math.floor((now + ttl) / 1000) + 1 end
+redis.call('HSET', key, ARGV[4], sid .. ':' .. index .. ':' .. expiry)
+prune(key, now, keep)
 local segments = p .. 'wsegs:' .. ARGV[6]
 redis.call('ZADD', segments, now, sid)
 if ttl > 0 then
-  redis.call('PEXPIREAT', key, (e + 2) * ttl)
+  if redis.call('PTTL', key) < ttl then redis.call('PEXPIRE', key, ttl) end
   redis.call('ZREMRANGEBYSCORE', segments, '-inf', '(' .. (now - ttl))
   redis.call('PEXPIRE', segments, ttl)
+else
+  redis.call('PERSIST', key)
 end
 return 1
 """
@@ -156,7 +178,7 @@ return 1
 DELETE_SCRIPT = (
     _COMMON
     + """
-local found = drop_location(now_ms(), ARGV[4], ARGV[5], {}) + drop_hash(ARGV[3])
+local found = drop_location(now_ms(), ARGV[5], ARGV[4], {}) + drop_hash(ARGV[3])
 if found > 0 then return 1 end
 return 0
 """
@@ -181,14 +203,12 @@ LOAD_SCRIPT = (
     _COMMON
     + _READ
     + """
-local _, value = locate(now_ms(), ARGV[4], ARGV[5])
-local sid, index
-if value then sid, index = string.match(value, '^(.*):(%d+)$') end
+local sid, index = locate(now_ms(), ARGV[5], ARGV[4])
 if not sid then
   local fields = redis.call('HMGET', p .. 'checkpoint:' .. ARGV[3], 'body', 'segments')
   return {0, fields[1], fields[2]}
 end
-return {1, sid, tonumber(index), read(sid, tonumber(index))}
+return {1, sid, index, read(sid, index)}
 """
 )
 
@@ -212,8 +232,8 @@ LOCATE_SCRIPT = (
 local now = now_ms()
 local out = {}
 for i = 3, #ARGV, 2 do
-  local _, value = locate(now, ARGV[i], ARGV[i + 1])
-  out[#out + 1] = value or false
+  local sid, index = locate(now, ARGV[i + 1], ARGV[i])
+  out[#out + 1] = sid and (sid .. ':' .. index) or false
 end
 return out
 """
@@ -222,15 +242,11 @@ return out
 
 def location_of(checkpoint_id: str) -> tuple[bytes, str]:
     """A checkpoint id's field and bucket in the location map (a canonical UUID as its 16 bytes)."""
-    try:
-        parsed = uuid.UUID(checkpoint_id)
-    except ValueError:
-        parsed = None
-    if parsed is not None and str(parsed) == checkpoint_id:
-        raw = parsed.bytes
+    if _CANONICAL_UUID.fullmatch(checkpoint_id):  # what str(uuid.uuid4()) gives, so bytes -> text is exact
+        raw = bytes.fromhex(checkpoint_id.replace("-", ""))
         return raw, str(raw[0])
     raw = checkpoint_id.encode("utf-8", "surrogatepass")
-    return raw, f"s{zlib.crc32(raw) & 255}"
+    return b":" + raw, f"s{zlib.crc32(raw) & 255}"
 
 
 def _text(value: Any) -> str:

@@ -2,7 +2,7 @@
 
 ``RedisCheckpointStorage`` stores a checkpoint of a run this package drives as its chunk in
 ``<namespace>:segment:<id>`` (its head inside), a location ``<segment id>:<index>`` in a
-``loc:<epoch>:<bucket>`` hash, and the segment's parents in ``seginfo:<id>`` (the copy the load trusts
+``loc:<bucket>`` hash, and the segment's parents in ``seginfo:<id>`` (the copy the load trusts
 is the one sealed in the segment's first chunk). With a ``CheckpointSealer`` each chunk is sealed
 under its segment id and index. The attacks of ``test_checkpoint_seal_delta.py`` (planted, altered,
 moved, swapped and missing chunks), plus an altered location, altered parents and an id pointed at
@@ -95,12 +95,9 @@ class Run:
         return f"{self.namespace}:seginfo:{self.segments[position]}"
 
     async def location(self, checkpoint_id: str) -> tuple[str, bytes]:
-        """The location hash that maps ``checkpoint_id``, and the field."""
+        """The location hash that maps (or would map) ``checkpoint_id``, and the field."""
         field, bucket = location_of(checkpoint_id)
-        async for key in self.raw.scan_iter(f"{self.namespace}:loc:*:{bucket}"):
-            if await self.raw.hexists(key, field):  # type: ignore[misc]
-                return key.decode(), field
-        return f"{self.namespace}:loc:0:{bucket}", field
+        return f"{self.namespace}:loc:{bucket}", field
 
 
 async def _plant_chunk(run: Run) -> None:
@@ -142,7 +139,7 @@ async def _alter_parents(run: Run) -> None:
 
 async def _alter_location(run: Run) -> None:
     key, field = await run.location(run.last)
-    await run.raw.hset(key, field, f"{run.segments[1]}:0")  # type: ignore[misc]  # another checkpoint's chunk
+    await run.raw.hset(key, field, f"{run.segments[1]}:0:")  # type: ignore[misc]  # another checkpoint's chunk
 
 
 async def _point_another_id_at_it(run: Run) -> None:
@@ -232,7 +229,7 @@ async def _set_location(run: Run, value: bytes) -> None:
 
 MALFORMED: dict[str, Callable[[Run], Awaitable[Any]]] = {
     "location_not_a_location": lambda run: _set_location(run, b"\xff"),
-    "location_index_past_the_end": lambda run: _set_location(run, f"{run.segments[1]}:999".encode()),
+    "location_index_past_the_end": lambda run: _set_location(run, f"{run.segments[1]}:999:".encode()),
     "parents_not_json": lambda run: run.raw.hset(run.info(1), "r", b"\xff["),  # type: ignore[misc]
     "parents_not_pairs": lambda run: run.raw.hset(run.info(1), "r", b'{"a": 1}'),  # type: ignore[misc]
     "chunk_not_utf8": lambda run: run.raw.lset(run.segment(0), 0, b'{"c": "\xff\xfe"}'),
@@ -264,6 +261,9 @@ async def test_without_a_sealer_malformed_segment_pieces_give_clean_errors_and_a
                 await storage.load(run.last)
         listed = await storage.list_checkpoint_ids(workflow_name="batch")
         assert run.last not in listed or damage == "head_not_a_head"
-        assert await storage.delete(run.last)  # the scripts free what they can read and never fail
+        deleted = await storage.delete(run.last)  # the scripts free what they can read and never fail
+        assert deleted == (damage != "location_not_a_location")  # an unreadable location is no checkpoint
+        key, field = await run.location(run.last)
+        assert not await run.raw.hexists(key, field)  # type: ignore[misc]  # ... and is dropped all the same
     finally:
         await storage.aclose()
