@@ -273,3 +273,27 @@ async def test_checkpoints_stored_in_the_earlier_layout_still_load_resume_list_a
     finally:
         await earlier.aclose()
         await storage.aclose()
+
+
+async def test_a_bucket_that_keeps_being_written_drops_its_expired_locations(
+    redis_url: str, client: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agent_framework_functional._durable import redis_checkpoint, redis_segments
+
+    def one_bucket(checkpoint_id: str) -> tuple[bytes, str]:
+        return redis_segments.location_of(checkpoint_id)[0], "0"
+
+    monkeypatch.setattr(redis_checkpoint, "location_of", one_bucket)
+    namespace = f"prune-{uuid.uuid4().hex}"
+    bucket = f"{namespace}:loc:0"
+    expired = {f"old{index}".encode(): b"gone:0:1" for index in range(70)}  # expired long ago
+    await client.hset(bucket, mapping=expired)  # type: ignore[arg-type]
+    storage = RedisCheckpointStorage(redis_url, namespace=namespace)
+    try:
+        await workflow(keep_checkpoints=True)(batch).build(checkpoint_storage=storage).run([f"d{i}" for i in range(3)])
+        fields = set(await client.hkeys(bucket))  # type: ignore[misc]
+        assert not fields & set(expired)  # dropped by the first save that found the bucket past 64 entries
+        assert len(fields - {b""}) == 4 and len(await storage.list_checkpoint_ids(workflow_name="batch")) == 4
+        assert [key async for key in client.scan_iter(f"{namespace}:seginfo:gone")] == []
+    finally:
+        await storage.aclose()
