@@ -323,8 +323,12 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
 
     async def _segment_loads(self, workflow_name: str) -> list[tuple[str, Any]]:
         """A loader for each live checkpoint in the workflow's segments (an id that maps to its chunk), in order."""
-        found = cast("list[list[Any]]", await self._list(args=[self._prefix, self._ttl_ms or 0, workflow_name]))
-        candidates = listed_heads(found, self.sealer)
+        segments = cast("list[Any]", await self._client.zrange(f"{self._prefix}wsegs:{workflow_name}", 0, -1))
+        async with self._client.pipeline(transaction=False) as pipe:
+            for segment in segments:
+                await self._list(args=[self._prefix, self._ttl_ms or 0, segment], client=pipe)  # queued
+            reads = cast("list[Any]", await pipe.execute())
+        candidates = listed_heads(list(zip(segments, reads, strict=True)), self.sealer)
         if not candidates:
             return []
         args: list[Any] = [self._prefix, self._ttl_ms or 0]

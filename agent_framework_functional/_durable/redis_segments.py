@@ -212,16 +212,13 @@ return {1, sid, index, read(sid, index)}
 """
 )
 
-# ARGV: 3 workflow name. Returns {segment id, read(segment id, -1)} for each of the workflow's segments.
+# ARGV: 3 segment id. Returns read(segment id, -1): every chunk of one segment (the listing pipelines one
+# call per segment of ``p wsegs:<workflow>``, so no single call blocks Redis for a whole workflow).
 LIST_SCRIPT = (
     _COMMON
     + _READ
     + """
-local out = {}
-for _, sid in ipairs(redis.call('ZRANGE', p .. 'wsegs:' .. ARGV[3], 0, -1)) do
-  out[#out + 1] = {sid, read(sid, -1)}
-end
-return out
+return read(ARGV[3], -1)
 """
 )
 
@@ -316,8 +313,8 @@ class ListedHead:
     chunks: list[list[Opened]]
 
 
-def listed_heads(found: list[list[Any]], sealer: CheckpointSealer | None) -> list[ListedHead]:
-    """The heads in what ``LIST_SCRIPT`` returned, segment by segment, in order (refused chunks left out)."""
+def listed_heads(found: list[tuple[Any, list[Any]]], sealer: CheckpointSealer | None) -> list[ListedHead]:
+    """The heads in ``(segment id, what LIST_SCRIPT returned)`` pairs, in order (refused chunks left out)."""
     heads: list[ListedHead] = []
     for segment_id, read in found:
         segment = _text(segment_id)
