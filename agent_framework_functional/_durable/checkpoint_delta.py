@@ -24,7 +24,10 @@ other referenced segment holds at least its count: append ``plan.chunk`` (if any
 reference per referenced segment. When a check fails it calls :meth:`StepCacheDeduper.prepare`
 again with ``fresh=True`` (one segment holding everything). After a write it calls
 :meth:`StepCacheDeduper.saved`. Deleting a checkpoint drops its references and deletes a segment
-nothing references any more.
+nothing references any more. With ``inline_heads`` (Redis) every save appends a chunk that carries
+the head (``_durable/checkpoint_heads.py``; a segment's first chunk also its parents) and ``body`` is
+empty: the backend maps the id to ``(segment, chunk_index)`` and loads with
+:meth:`StepCacheDeduper.assemble_inline`.
 """
 
 from __future__ import annotations
