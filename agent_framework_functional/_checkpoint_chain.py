@@ -8,12 +8,22 @@ token are deleted (AGENTS.md invariant 30), with or without a continuation store
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+import contextvars
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
 
 from agent_framework import CheckpointStorage, WorkflowCheckpoint
 
 from ._expiry import checkpoint_deletions
+
+_T = TypeVar("_T")
+
+
+def in_own_task(operation: Coroutine[Any, Any, _T]) -> asyncio.Task[_T]:
+    """Run ``operation`` in a task started from an empty context (core's run end cancels the run's tasks)."""
+    return contextvars.Context().run(asyncio.get_running_loop().create_task, operation)
 
 
 class RecordingCheckpointStorage:
@@ -53,6 +63,14 @@ class RecordingCheckpointStorage:
         # A restore's load that failed before core's run (id, error): core's load raises it (core's failure surface).
         self.failed_load: tuple[str, Exception] | None = None
 
+    @property
+    def drops_final_checkpoint(self) -> bool:
+        """True when :meth:`delete_chain` deletes everything a finished run saved (no ``keep``).
+
+        Core then need not save the checkpoint of a clean finish: the run's end deletes it at once.
+        """
+        return not self.keep
+
     async def save(self, checkpoint: WorkflowCheckpoint) -> str:
         checkpoint_id = await self.inner.save(checkpoint)
         self.last_saved_id = checkpoint_id
@@ -65,15 +83,30 @@ class RecordingCheckpointStorage:
         Called when a run paused again or finished: none of them backs an issued token any more. A failed
         delete is ignored (the host deletes it later); with the recorder's ``keep`` nothing is deleted.
         """
-        if self.keep:
-            self.saved_ids, self.resumed_checkpoint_id = [], None
-            return
-        doomed = [checkpoint_id for checkpoint_id in self.saved_ids if checkpoint_id != keep]
-        if self.resumed_checkpoint_id is not None and self.resumed_checkpoint_id != keep:
+        doomed = self._take_saved(keep)
+        if self.resumed_checkpoint_id is not None and self.resumed_checkpoint_id != keep and not self.keep:
             doomed.append(self.resumed_checkpoint_id)
-        self.saved_ids, self.resumed_checkpoint_id = [], None
+        self.resumed_checkpoint_id = None
+        await self._delete(doomed)
+
+    async def delete_superseded(self, *, keep: str) -> None:
+        """Delete the checkpoints this run saved before its pause ``keep`` (the pause's holds all they held).
+
+        Nothing references them, whatever becomes of the pause's record, so a store authority sends this
+        while the record is being saved; the resumed pause's checkpoint is left to :meth:`delete_chain`.
+        """
+        await self._delete(self._take_saved(keep))
+
+    def _take_saved(self, keep: str | None) -> list[str]:
+        """The ids this run saved but ``keep``, forgotten here (none with the recorder's ``keep``)."""
+        saved, self.saved_ids = self.saved_ids, []
+        return [] if self.keep else [checkpoint_id for checkpoint_id in saved if checkpoint_id != keep]
+
+    async def _delete(self, doomed: list[str]) -> None:
+        if not doomed:
+            return
         delete_many = getattr(self.inner, "delete_many", None)
-        if delete_many is not None and doomed:  # one round trip for the whole chain (PostgresCheckpointStorage)
+        if delete_many is not None:  # one round trip for the whole chain (PostgresCheckpointStorage)
             with contextlib.suppress(Exception):  # cleanup must never fail the run
                 await delete_many(doomed)
             return

@@ -15,11 +15,11 @@ of core that moves one fails loudly (AGENTS.md's module table says why each is n
   what core's ``run(stream=False)`` wraps, so a non-streaming run spends the token before user code
   and ``is_streaming()`` stays False (``tests/test_core_parity.py``).
 * The step cache of the runs we drive: :func:`build_core`'s :class:`LinearFunctionalWorkflow` turns a
-  long run's ``RunContext`` into :class:`LinearRunContext` (core's versioned-cache check over an index,
-  not a scan of every key) and offers each checkpoint save the entries added since the last one
-  (:class:`StepCacheLog`, :func:`step_cache_offer`); core's own classes stay untouched
-  (``tests/test_long_runs.py``).
-* Core's ``_functional.dis``: :class:`_CachedDis`, instructions cached per code object, for our builds only.
+  long run's ``RunContext`` into :class:`LinearRunContext` (core's versioned-cache check over an index)
+  and offers each checkpoint save the entries added since the last one (:class:`StepCacheLog`,
+  :func:`step_cache_offer`); it skips core's save at a clean finish when the run's recorder deletes the
+  chain at once (``drops_final_checkpoint``); core's own classes stay untouched (``tests/test_long_runs.py``).
+* Core's ``_functional.dis`` and ``_get_step_wrapper_identity``: ``_signature_cache``'s, for our builds only.
 """
 
 from __future__ import annotations
@@ -27,11 +27,10 @@ from __future__ import annotations
 import dis
 import functools
 import itertools
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from types import CodeType, CoroutineType, ModuleType
+from types import CoroutineType, ModuleType
 from typing import Any, cast
-from weakref import WeakKeyDictionary
 
 import agent_framework._workflows._functional as _core_functional
 from agent_framework import (
@@ -52,6 +51,14 @@ from agent_framework._workflows._functional import (
 )
 from agent_framework._workflows._typing_utils import is_instance_of
 from agent_framework._workflows._workflow import _coerce_request_info_response  # pyright: ignore[reportPrivateUsage]
+
+from ._signature_cache import OUR_SIGNATURE, CachedDis, CachedIdentity
+from ._step_cache import CURRENT_OFFER, append_new_keys
+from ._step_cache import ORIGINAL_MESSAGE as ORIGINAL_MESSAGE  # re-exported: the storages' step-cache deltas
+from ._step_cache import STEP_CACHE as STEP_CACHE
+from ._step_cache import STEP_COUNTS as STEP_COUNTS
+from ._step_cache import StepCacheOffer as StepCacheOffer
+from ._step_cache import step_cache_offer as step_cache_offer
 
 # Core's marker for its functional workflow API; ours is the same feature (same warning, shown once).
 functional_workflows_experimental = experimental(feature_id=ExperimentalFeature.FUNCTIONAL_WORKFLOWS)
@@ -124,11 +131,6 @@ def trace_agent_invocation(agent: Any, **arguments: Any) -> Any:
 
 # ---------------------------------------------------------------- the step cache of runs we drive
 
-STEP_CACHE = "_step_cache"
-STEP_COUNTS = "_step_cache_auto_request_info_counts"
-ORIGINAL_MESSAGE = "_original_message"
-_OFFER: ContextVar[StepCacheOffer | None] = ContextVar("agent_framework_functional_step_cache_offer", default=None)
-
 
 class StepCacheLog:
     """One run's step cache and request counts, with their keys in insertion order (internal).
@@ -151,53 +153,8 @@ class StepCacheLog:
 
     def sync(self) -> None:
         """Append to ``cache_keys`` / ``count_keys`` the keys added to the dicts since the last sync."""
-        _append_new_keys(self.cache_keys, self.cache)
-        _append_new_keys(self.count_keys, self.counts)
-
-
-def _append_new_keys(keys: list[str], entries: dict[str, Any]) -> None:
-    new = len(entries) - len(keys)
-    if new <= 0:
-        return
-    if keys:  # the newest keys, read from the dict's end: O(new), not O(len)
-        keys.extend(reversed(list(itertools.islice(reversed(entries), new))))
-    else:
-        keys.extend(entries)
-
-
-class StepCacheOffer:
-    """What one checkpoint save offers a storage: the log and its length at this save (internal).
-
-    A storage that takes it (:meth:`take`, before its first ``await``) gets core's live dicts, not copies,
-    and reads entries by key up to ``cache_len`` / ``counts_len``, so later steps cannot leak in.
-    """
-
-    __slots__ = ("cache_len", "counts_len", "log", "taken")
-
-    def __init__(self, log: StepCacheLog) -> None:
-        log.sync()
-        self.log = log
-        self.cache_len = len(log.cache_keys)
-        self.counts_len = len(log.count_keys)
-        self.taken = False
-
-    def take(self, state: dict[str, Any]) -> bool:
-        """Accept the offer for a checkpoint whose ``state`` core built for it; False when it is not that one."""
-        cache, counts = state.get(STEP_CACHE), state.get(STEP_COUNTS)
-        log = self.log
-        if (cache is log.cache and counts is log.counts) or (
-            isinstance(cache, dict)
-            and isinstance(counts, dict)
-            and len(cast("dict[str, Any]", cache)) == len(log.cache)
-            and len(cast("dict[str, Any]", counts)) == len(log.counts)
-        ):
-            self.taken = True
-        return self.taken
-
-
-def step_cache_offer() -> StepCacheOffer | None:
-    """The offer of the checkpoint save in progress in this task, if a run this package drives makes it."""
-    return _OFFER.get()
+        append_new_keys(self.cache_keys, self.cache)
+        append_new_keys(self.count_keys, self.counts)
 
 
 LINEAR_FROM = 4
@@ -288,11 +245,18 @@ class LinearFunctionalWorkflow(_CoreFunctionalWorkflow):
 
     @classmethod
     def _discover_workflow_dependencies(cls, func: Callable[..., Any]) -> Any:
-        token = _CACHED_INSTRUCTIONS.set(True)  # core's signature, from cached bytecode (see the module docstring)
+        token = OUR_SIGNATURE.set(True)  # core's signature from cached reads (``_signature_cache``)
         try:
             return super()._discover_workflow_dependencies(func)  # pyright: ignore[reportPrivateUsage]
         finally:
-            _CACHED_INSTRUCTIONS.reset(token)
+            OUR_SIGNATURE.reset(token)
+
+    def _compute_signature_hash(self, dependencies: Any = None) -> str:
+        token = OUR_SIGNATURE.set(True)
+        try:
+            return super()._compute_signature_hash(dependencies)  # pyright: ignore[reportPrivateUsage]
+        finally:
+            OUR_SIGNATURE.reset(token)
 
     def _capture_replay_state(self, ctx: RunContext, message: Any | None = None) -> None:
         _CoreFunctionalWorkflow._capture_replay_state(self, ctx, message)  # pyright: ignore[reportPrivateUsage]
@@ -317,8 +281,10 @@ class LinearFunctionalWorkflow(_CoreFunctionalWorkflow):
         grown = len(ctx._step_cache) >= LINEAR_FROM  # pyright: ignore[reportPrivateUsage]  # a restore or replay
         if grown:
             make_linear(ctx)
-        if ctx._on_step_completed is not None:  # pyright: ignore[reportPrivateUsage]  # core saves after each step
+        hook = ctx._on_step_completed  # pyright: ignore[reportPrivateUsage]
+        if hook is not None:  # core saves after each step
             self._af_log = StepCacheLog(ctx, pending[1] if pending is not None and pending[0] is ctx else None)
+            ctx._on_step_completed = _marked_step_save(hook)  # pyright: ignore[reportPrivateUsage]
         else:
             self._af_log = None
             if not grown:
@@ -328,6 +294,8 @@ class LinearFunctionalWorkflow(_CoreFunctionalWorkflow):
     async def _save_checkpoint(
         self, ctx: RunContext, storage: CheckpointStorage, previous_checkpoint_id: str | None = None
     ) -> str:
+        if not ctx._pending_requests and not _STEP_SAVE.get() and getattr(storage, "drops_final_checkpoint", False):  # pyright: ignore[reportPrivateUsage]
+            return previous_checkpoint_id or ""  # a clean finish: the recorder would delete this checkpoint at once
         save = _CoreFunctionalWorkflow._save_checkpoint  # pyright: ignore[reportPrivateUsage]
         log = self._af_log
         if log is None or log.cache is not ctx._step_cache:  # pyright: ignore[reportPrivateUsage]
@@ -339,11 +307,11 @@ class LinearFunctionalWorkflow(_CoreFunctionalWorkflow):
         offer = StepCacheOffer(log)
         if linear is not None:
             linear.af_live = log.live_storage is storage
-        token = _OFFER.set(offer)
+        token = CURRENT_OFFER.set(offer)
         try:
             checkpoint_id = await save(self, ctx, storage, previous_checkpoint_id)
         finally:
-            _OFFER.reset(token)
+            CURRENT_OFFER.reset(token)
             if linear is not None:
                 linear.af_live = False
         if offer.taken:
@@ -351,31 +319,26 @@ class LinearFunctionalWorkflow(_CoreFunctionalWorkflow):
         return checkpoint_id
 
 
-_CACHED_INSTRUCTIONS: ContextVar[bool] = ContextVar("af_cached_instructions", default=False)
+_STEP_SAVE: ContextVar[bool] = ContextVar("af_step_save", default=False)
 
 
-class _CachedDis:
-    """``dis`` as core's ``_functional`` module sees it: instructions cached per code object, for our builds only."""
+def _marked_step_save(hook: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
+    """Core's per-step save hook, marked so that :meth:`LinearFunctionalWorkflow._save_checkpoint` tells it apart."""
 
-    def __init__(self, real: ModuleType) -> None:
-        self._real = real
-        self._cache: WeakKeyDictionary[CodeType, tuple[dis.Instruction, ...]] = WeakKeyDictionary()
+    async def after_step() -> None:
+        token = _STEP_SAVE.set(True)
+        try:
+            await hook()
+        finally:
+            _STEP_SAVE.reset(token)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._real, name)
-
-    def get_instructions(self, x: Any, *args: Any, **kwargs: Any) -> Iterator[dis.Instruction]:
-        """``dis.get_instructions``; from the cache for a code object inside our signature computation."""
-        if not _CACHED_INSTRUCTIONS.get() or args or kwargs or not isinstance(x, CodeType):
-            return self._real.get_instructions(x, *args, **kwargs)
-        found = self._cache.get(x)
-        if found is None:
-            found = self._cache[x] = tuple(self._real.get_instructions(x))
-        return iter(found)
+    return after_step
 
 
 if isinstance(getattr(_core_functional, "dis", None), ModuleType):
-    _core_functional.dis = _CachedDis(dis)  # type: ignore[attr-defined]  # pyright: ignore[reportAttributeAccessIssue]
+    _core_functional.dis = CachedDis(dis)  # type: ignore[attr-defined]  # pyright: ignore[reportAttributeAccessIssue]
+if callable(getattr(_core_functional, "_get_step_wrapper_identity", None)):
+    _core_functional._get_step_wrapper_identity = CachedIdentity(_core_functional._get_step_wrapper_identity)  # pyright: ignore[reportPrivateUsage, reportAttributeAccessIssue]
 
 
 def _linear_when_grown(ctx: RunContext) -> Callable[[], Awaitable[None]]:

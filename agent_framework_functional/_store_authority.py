@@ -18,7 +18,7 @@ from agent_framework import CheckpointStorage
 from ._answers import check_answers
 from ._authority import InMemoryAuthority, VerifiedContinuation, raw_token, verdict_of
 from ._authority_protocol import Authority, Requests, ResumeTicket
-from ._checkpoint_chain import RecordingCheckpointStorage
+from ._checkpoint_chain import RecordingCheckpointStorage, in_own_task
 from ._continuation import Continuation, hash_secret, issue_continuation, known_spent, matches, presented_secret
 from ._errors import (
     CheckpointRestoreConflictError,
@@ -281,9 +281,14 @@ class StoreAuthority:
         if recorder is None or checkpoint_id is None:
             raise PauseNotSavedError()
         continuation = issue_continuation(requests, chain)
-        await self.records.save(continuation, checkpoint_id, workflow_name, signature_hash)
+        # The run's earlier checkpoints go while the record is saved (one round trip less to wait for).
+        cleanup = in_own_task(recorder.delete_superseded(keep=checkpoint_id))
+        try:
+            await self.records.save(continuation, checkpoint_id, workflow_name, signature_hash)
+        finally:
+            await cleanup
         self.memory.hold(continuation, (self.checkpoint_storage, checkpoint_id))
-        await recorder.delete_chain(keep=checkpoint_id)
+        await recorder.delete_chain(keep=checkpoint_id)  # the resumed pause's checkpoint, if any
         return continuation
 
     async def check_conflict(self, verdict: VerifiedContinuation | None = None) -> None:

@@ -16,8 +16,8 @@ by ``core`` and through this package by ``ours``) and LangGraph's ``entrypoint``
   (``tests/postgres_server.py``; default ``fsync`` and ``synchronous_commit``), each run in a fresh
   schema. The server's CPU (the postmaster and its backends, from ``/proc``) is added as for Redis;
   ``stored`` is the schema's tables with their indexes and TOAST (``pg_total_relation_size``),
-  ``payload`` the stored bodies (ours: heads, whole bodies and chunks; LangGraph: its checkpoint and
-  metadata columns and its blobs).
+  ``payload`` the stored bodies (ours: whole bodies and the rows' bodies, i.e. chunks; LangGraph: its
+  checkpoint and metadata columns and its blobs).
 
 Each N runs its sides interleaved (the order rotates every round), ``--repeats`` times; a side's
 figure is its best run. Columns: ``cpu us/step`` is process CPU time (``time.process_time``, all
@@ -218,10 +218,10 @@ def postgres_bytes(url: str, schema: str, ours: bool) -> tuple[int, int]:
     """The schema's tables with indexes and TOAST, and the bytes of the stored bodies."""
     import psycopg
 
-    if ours:
+    if ours:  # whole bodies, then version-3 rows (head and chunk in one row)
         payload = (
             f'SELECT (SELECT coalesce(sum(length(body)), 0) FROM "{schema}".checkpoints)'
-            f' + (SELECT coalesce(sum(length(body)), 0) FROM "{schema}".checkpoint_chunks)'
+            f' + (SELECT coalesce(sum(length(body)), 0) FROM "{schema}".delta_checkpoints)'
         )
     else:
         payload = (

@@ -1,7 +1,10 @@
 """PostgresCheckpointStorage: core's ``CheckpointStorage`` on PostgreSQL, for workers without a shared file system.
 
 A whole body is written and read only through ``checkpoint_storage``'s :func:`encode_body` /
-:func:`decode_body`, the one place that turns a checkpoint into stored bytes and back.
+:func:`decode_body`, the one place that turns a checkpoint into stored bytes and back. Checkpoints of
+runs this package drives are rows of schema version 3 (``_durable/postgres_rows_sql.py``, read and
+written by ``_durable/postgres_rows.py``); whole checkpoints and rows a version-2 worker wrote live in
+``<schema>.checkpoints`` (``_durable/postgres_delta.py``).
 """
 
 from __future__ import annotations
@@ -24,7 +27,18 @@ from .checkpoint_storage import (
     decode_body,
     encode_body,
 )
-from .postgres_delta import CHUNKS, DELETE, MIGRATION, PURGE_SEGMENTS, SAVE_DELTA, gather_chunks
+from .postgres_delta import CHUNKS, MIGRATION, gather_chunks
+from .postgres_rows import (
+    chunk_map,
+    delta_params,
+    gather_row_chunks,
+    references_text,
+    row_head,
+    row_key,
+    row_references,
+)
+from .postgres_rows_sql import MIGRATION as MIGRATION_3
+from .postgres_rows_sql import STATEMENTS
 from .postgres_schema import DEFAULT_POOL_SIZE, DEFAULT_POOL_TIMEOUT_SECONDS, DEFAULT_SCHEMA, PostgresPool
 
 if TYPE_CHECKING:
@@ -53,22 +67,17 @@ MIGRATIONS = (
     """,
     # 2: step results stored once: checkpoint heads over segment chunks (``_durable/postgres_delta.py``).
     MIGRATION,
+    # 3: a delta checkpoint's head and chunk in one row, bigint segments (``_durable/postgres_rows_sql.py``).
+    MIGRATION_3,
 )
 """The ``checkpoints`` component's migrations, version 1 first (``_durable.postgres_schema`` applies them)."""
 
-_SAVE = (
-    "INSERT INTO {schema}.checkpoints (checkpoint_id, workflow_name, saved_at, expires_at, body) "
-    "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (checkpoint_id) DO UPDATE SET workflow_name = EXCLUDED.workflow_name, "
-    "saved_at = EXCLUDED.saved_at, expires_at = EXCLUDED.expires_at, body = EXCLUDED.body, "
-    "segments = NULL, segment_ids = NULL"
-)
 _LIVE = "(expires_at IS NULL OR expires_at > %(now)s)"
 _LOAD = f"SELECT body, segments, segment_ids FROM {{schema}}.checkpoints WHERE checkpoint_id = %(id)s AND {_LIVE}"
 _LIST = (
-    f"SELECT checkpoint_id, body, segments, segment_ids FROM {{schema}}.checkpoints "
-    f"WHERE workflow_name = %(name)s AND {_LIVE} ORDER BY saved_at, checkpoint_id"
+    f"SELECT checkpoint_id, body, segments, segment_ids, saved_at FROM {{schema}}.checkpoints "
+    f"WHERE workflow_name = %(name)s AND {_LIVE}"
 )
-_PURGE = "DELETE FROM {schema}.checkpoints WHERE expires_at <= %s"
 
 
 class PostgresCheckpointStorage(DurableCheckpointStorage):
@@ -76,8 +85,10 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
 
     A drop-in for ``FileCheckpointStorage`` when the workers share a database instead of a file
     system: pair it with a :class:`PostgresContinuationStore` on the same database, and any worker
-    can resume a pause another one saved. One row per checkpoint in ``<schema>.checkpoints``
-    (created on first use, versioned like the store's table). Bodies are core's own checkpoint
+    can resume a pause another one saved. One row per checkpoint: in ``<schema>.delta_checkpoints``
+    (its head and the step results added since the run's previous checkpoint) for runs this package
+    drives, in ``<schema>.checkpoints`` (whole) otherwise; created on first use, versioned like the
+    store's table. Bodies are core's own checkpoint
     encoding, decoded under core's allow-list plus ``allowed_checkpoint_types``; a checkpoint that
     would not decode is refused at :meth:`save`, and a stored body that does not decode makes
     :meth:`load` raise ``WorkflowCheckpointException`` and :meth:`list_checkpoints` skip it.
@@ -150,19 +161,9 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
             migrations=MIGRATIONS,
             max_size=max_size,
             pool_timeout=pool_timeout,
+            keep_connection=True,
         )
-        self._sql = self._db.statements(
-            {
-                "save": _SAVE,
-                "load": _LOAD,
-                "list": _LIST,
-                "delete": DELETE,
-                "purge": _PURGE,
-                "purge_segments": PURGE_SEGMENTS,
-                "save_delta": SAVE_DELTA,
-                "chunks": CHUNKS,
-            }
-        )
+        self._sql = self._db.statements({"load": _LOAD, "list": _LIST, "chunks": CHUNKS, **STATEMENTS})
         self._deduper = StepCacheDeduper(self._allowed_types)
 
     @property
@@ -193,11 +194,12 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
             body = self.sealer.seal(body, context=checkpoint.checkpoint_id.encode("utf-8"))
         now = time.time()
         expires_at = None if self._ttl is None else now + self._ttl
-        row = (checkpoint.checkpoint_id, checkpoint.workflow_name, now, expires_at, body)
+        key = row_key(checkpoint.checkpoint_id)
+        row = (checkpoint.checkpoint_id, key, checkpoint.workflow_name, now, expires_at, body)
 
         async def save(conn: AsyncConnection[Any]) -> None:
             await self._purge_when_due(conn, now)
-            await conn.execute(self._sql["save"], row)
+            await conn.execute(self._sql["save_whole"], row)
 
         await self._db.run("checkpoint save", save)
         return checkpoint.checkpoint_id
@@ -207,19 +209,19 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
         if self._purges.due(now):
             self._purges.ran(now)
             await conn.execute(self._sql["purge"], (now,))
-            await conn.execute(self._sql["purge_segments"], (now,))
 
     async def _write_delta(
         self, checkpoint: WorkflowCheckpoint, plan: DeltaSave, head: bytes, chunk: bytes | None
     ) -> bool:
-        """Call ``save_checkpoint_delta`` once; False (nothing written) when a referenced segment lost chunks."""
+        """Call ``save_delta_checkpoint`` once; False (nothing written) when a referenced segment lost chunks."""
         now = time.time()
         expires_at = None if self._ttl is None else now + self._ttl
-        ref_ids = [str(ref[0]) for ref in plan.refs]
-        ref_counts = [int(ref[1]) for ref in plan.refs]
-        params = (checkpoint.checkpoint_id, checkpoint.workflow_name, now, expires_at, head, plan.references)
-        params += (ref_ids, ref_counts, plan.segment, chunk, plan.chunk_index)
+        params = delta_params(checkpoint, plan, self.sealer, (now, expires_at))
         return await self._db.run("checkpoint save", functools.partial(self._save_delta, now, params))
+
+    def _sealed_parts(self, checkpoint_id: str, plan: DeltaSave) -> tuple[bytes, bytes | None]:
+        """Nothing: a version-3 row seals its head and chunk together (``_durable/postgres_rows.py``)."""
+        return b"", None
 
     async def _save_delta(self, now: float, params: tuple[Any, ...], conn: AsyncConnection[Any]) -> bool:
         await self._purge_when_due(conn, now)
@@ -238,16 +240,23 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
         Raises:
             WorkflowCheckpointException: No live checkpoint has this id, or its body does not decode.
         """
+        key = row_key(checkpoint_id)
 
-        async def load(conn: AsyncConnection[Any]) -> tuple[tuple[Any, ...] | None, list[tuple[Any, ...]]]:
-            row = await (await conn.execute(self._sql["load"], {"id": checkpoint_id, "now": time.time()})).fetchone()
+        async def load(conn: AsyncConnection[Any]) -> tuple[bool, tuple[Any, ...] | None, list[tuple[Any, ...]]]:
+            now = time.time()
+            row = await (await conn.execute(self._sql["delta_load"], {"key": key, "now": now})).fetchone()
+            if row is not None:
+                return True, row, await self._delta_chunks(conn, [row])
+            row = await (await conn.execute(self._sql["load"], {"id": checkpoint_id, "now": now})).fetchone()
             if row is None or row[2] is None:
-                return row, []
-            return row, await (await conn.execute(self._sql["chunks"], (list(row[2]),))).fetchall()
+                return False, row, []
+            return False, row, await (await conn.execute(self._sql["chunks"], (list(row[2]),))).fetchall()
 
-        row, chunks = await self._db.run("checkpoint load", load)
+        delta, row, chunks = await self._db.run("checkpoint load", load)
         if row is None:
             raise WorkflowCheckpointException(f"No checkpoint found with ID {checkpoint_id}")
+        if delta:
+            return self._delta(checkpoint_id, row, chunk_map(chunks))
         return self._materialize(checkpoint_id, bytes(row[0]), row[1], chunks)
 
     async def list_checkpoints(self, *, workflow_name: str) -> list[WorkflowCheckpoint]:
@@ -260,28 +269,58 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
             The decoded checkpoints.
         """
 
-        async def rows(conn: AsyncConnection[Any]) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-            found = await (
-                await conn.execute(self._sql["list"], {"name": workflow_name, "now": time.time()})
-            ).fetchall()
+        async def rows(conn: AsyncConnection[Any]) -> tuple[list[tuple[Any, ...]], ...]:
+            names = {"name": workflow_name, "now": time.time()}
+            found = await (await conn.execute(self._sql["list"], names)).fetchall()
+            deltas = await (await conn.execute(self._sql["delta_list"], names)).fetchall()
             segments = sorted({str(segment) for row in found for segment in (row[3] or ())})
-            if not segments:
-                return found, []
-            return found, await (await conn.execute(self._sql["chunks"], (segments,))).fetchall()
+            chunks = await (await conn.execute(self._sql["chunks"], (segments,))).fetchall() if segments else []
+            return found, chunks, deltas, await self._delta_chunks(conn, deltas)
 
-        found, chunks = await self._db.run("checkpoint list", rows)
+        found, chunks, deltas, delta_rows = await self._db.run("checkpoint list", rows)
+        delta_chunks = chunk_map(delta_rows)
 
         async def load(checkpoint_id: str, body: Any, references: str | None) -> WorkflowCheckpoint:
             return self._materialize(checkpoint_id, bytes(body), references, chunks)
 
-        return await self._listed(
-            workflow_name, ((str(cid), functools.partial(load, str(cid), body, refs)) for cid, body, refs, _ in found)
-        )
+        async def load_delta(row: tuple[Any, ...]) -> WorkflowCheckpoint:
+            return self._delta(None, row, delta_chunks)
+
+        loads = [
+            (float(at), str(cid), functools.partial(load, str(cid), body, refs)) for cid, body, refs, _, at in found
+        ]
+        loads += [(float(row[1]), str(row[3]), functools.partial(load_delta, row)) for row in deltas]
+        loads.sort(key=lambda item: item[:2])
+        return await self._listed(workflow_name, ((cid, loader) for _, cid, loader in loads))
+
+    async def _delta_chunks(self, conn: AsyncConnection[Any], rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        """The chunk rows of every segment the version-3 ``rows`` reference."""
+        segments = sorted({int(segment) for row in rows for segment in (row[0], *(row[8] or ()))})
+        if not segments:
+            return []
+        return await (await conn.execute(self._sql["delta_chunks"], (segments,))).fetchall()
+
+    def _delta(
+        self, checkpoint_id: str | None, row: tuple[Any, ...], chunks: dict[tuple[int, int], bytes]
+    ) -> WorkflowCheckpoint:
+        """Decode a version-3 row over its segments' chunks (each opened first); every failure: core's exception."""
+        sealed = self.sealer is not None
+        try:
+            found_id, head = row_head(row, self._unseal, sealed)
+            references = row_references(row)
+            texts = gather_row_chunks(references, chunks, self._unseal, sealed)
+        except WorkflowCheckpointException:
+            raise
+        except (ValueError, TypeError, IndexError, KeyError, RecursionError) as exc:
+            raise WorkflowCheckpointException(
+                self.unreadable.format(checkpoint_id=checkpoint_id or str(row[3]), error=type(exc).__name__)
+            ) from exc
+        return self._assembled(checkpoint_id or found_id, head, references_text(references).encode(), texts)
 
     def _materialize(
         self, checkpoint_id: str, body: bytes, references: str | None, chunks: list[tuple[Any, ...]]
     ) -> WorkflowCheckpoint:
-        """Decode a stored checkpoint: whole, or its head over the chunks of its segments (each opened first)."""
+        """Decode a whole or version-2 checkpoint: whole, or its head over its segments' chunks (each opened first)."""
         if references is None:
             return self._open(checkpoint_id, body)
         refs_bytes = references.encode("utf-8")
@@ -323,7 +362,7 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
             return 0
 
         async def delete(conn: AsyncConnection[Any]) -> int:
-            row = await (await conn.execute(self._sql["delete"], (ids,))).fetchone()
+            row = await (await conn.execute(self._sql["delete"], (ids, [row_key(i) for i in ids]))).fetchone()
             return 0 if row is None else int(row[0] or 0)
 
         return await self._db.run("checkpoint delete", delete)

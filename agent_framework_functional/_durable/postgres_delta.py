@@ -1,4 +1,8 @@
-"""Postgres side of step-cache de-duplication: checkpoint heads over segment chunks, kept by SQL functions.
+"""Schema version 2 of the Postgres checkpoints (released; its rows stay readable): heads over segment chunks.
+
+Since version 3 (``_durable/postgres_rows_sql.py``) new saves write one row per checkpoint instead;
+this module keeps migration 2 (final once released), the query and :func:`gather_chunks` that read
+the rows a version-2 worker wrote. What follows describes version 2.
 
 Schema version 2 of the ``checkpoints`` component (:data:`MIGRATION`): a checkpoint row gains
 ``segments`` (its references, JSON ``[[segment id, chunk count], ...]``, exactly the text its sealed
@@ -118,12 +122,6 @@ END $$;
 """
 """Migration 2 of the ``checkpoints`` component: segments, chunks and the functions that keep them."""
 
-PURGE_SEGMENTS = (
-    "WITH dead AS (DELETE FROM {schema}.checkpoint_segments WHERE expires_at <= %s RETURNING segment_id) "
-    "DELETE FROM {schema}.checkpoint_chunks WHERE segment_id IN (SELECT segment_id FROM dead)"
-)
-SAVE_DELTA = "SELECT {schema}.save_checkpoint_delta(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
-DELETE = "SELECT {schema}.delete_checkpoints(%s)"
 CHUNKS = (
     "SELECT segment_id, chunk_index, body FROM {schema}.checkpoint_chunks WHERE segment_id = ANY(%s) "
     "ORDER BY segment_id, chunk_index"

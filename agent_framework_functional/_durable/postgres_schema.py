@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import select
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import timedelta
@@ -38,6 +39,9 @@ DEFAULT_POOL_SIZE = 10
 
 DEFAULT_POOL_TIMEOUT_SECONDS = 10.0
 """How long an operation waits for a pooled connection (also while the server is down) before failing."""
+
+KEEP_SECONDS = 30.0
+"""How long a :class:`PostgresPool` built with ``keep_connection`` keeps one connection out of its pool."""
 
 _VERSION_TABLE = """
 CREATE TABLE IF NOT EXISTS {schema}.schema_version (
@@ -82,6 +86,17 @@ async def _check_open(conn: AsyncConnection[Any]) -> None:
         await AsyncConnectionPool.check_connection(conn)
 
 
+async def _usable(conn: AsyncConnection[Any]) -> bool:
+    """Whether a kept connection may run the next operation: open, idle, and passing :func:`_check_open`."""
+    from psycopg.pq import TransactionStatus
+
+    try:
+        await _check_open(conn)
+    except Exception:  # closed, or the check failed: the pool replaces it
+        return False
+    return conn.info.transaction_status == TransactionStatus.IDLE
+
+
 class PostgresPool:
     """One backend's access to PostgreSQL: a lazily opened pool, its schema, and outage errors.
 
@@ -91,6 +106,11 @@ class PostgresPool:
     ``psycopg.OperationalError`` (server down, connection lost, no connection within the timeout)
     is re-raised as a ``PostgresUnavailableError`` (an ``OperationalError`` and a ``DurableStoreError``)
     that names the backend and the operation.
+
+    With ``keep_connection`` (and a pool it owns), the last idle connection stays out of the pool
+    for the next operation, checked as a pooled one before each use: back-to-back operations such
+    as a run's checkpoint saves skip the pool's checkout and return (~80 µs of CPU each). It goes
+    back to the pool after an error, after :data:`KEEP_SECONDS`, and on :meth:`aclose`.
     """
 
     def __init__(
@@ -103,6 +123,7 @@ class PostgresPool:
         migrations: Sequence[str],
         max_size: int,
         pool_timeout: float | timedelta,
+        keep_connection: bool = False,
     ) -> None:
         import_psycopg(owner)
         from psycopg_pool import AsyncConnectionPool
@@ -129,6 +150,8 @@ class PostgresPool:
         else:
             self._pool = target
             self._owns_pool = False
+        self._keeps = keep_connection and self._owns_pool
+        self._kept: tuple[AsyncConnection[Any], float] | None = None
         self._ready = False
         self._ready_lock = asyncio.Lock()
 
@@ -169,8 +192,12 @@ class PostgresPool:
         from .postgres_errors import PostgresUnavailableError
 
         try:
-            async with self._pool.connection() as conn:
-                yield conn
+            if self._keeps:
+                async with self._kept_connection() as conn:
+                    yield conn
+            else:
+                async with self._pool.connection() as conn:
+                    yield conn
         except PoolTimeout as exc:
             raise PostgresUnavailableError(
                 f"{self.owner}: no connection to PostgreSQL within {self._timeout:g} s ({exc}); the {what} did not "
@@ -182,6 +209,29 @@ class PostgresPool:
                 "lost may have been applied: read the record before retrying (a claim that did happen spent the "
                 "token; restore the pause's checkpoint to recover it)."
             ) from exc
+
+    @asynccontextmanager
+    async def _kept_connection(self) -> AsyncGenerator[AsyncConnection[Any], None]:
+        """The pool's ``connection()``, keeping the connection afterwards when it is idle (see the class)."""
+        from psycopg.pq import TransactionStatus
+
+        kept, self._kept = self._kept, None
+        if kept is not None and not await _usable(kept[0]):
+            await self._pool.putconn(kept[0])
+            kept = None
+        if kept is None:
+            kept = (await self._pool.getconn(), time.monotonic())
+        conn = kept[0]
+        try:
+            yield conn
+        except BaseException:
+            await self._pool.putconn(conn)  # the pool resets or replaces it
+            raise
+        idle = not conn.closed and conn.info.transaction_status == TransactionStatus.IDLE
+        if self._kept is None and idle and time.monotonic() - kept[1] < KEEP_SECONDS:
+            self._kept = kept
+        else:
+            await self._pool.putconn(conn)
 
     async def _prepare(self) -> None:
         async with self._ready_lock:
@@ -233,5 +283,8 @@ class PostgresPool:
 
     async def aclose(self) -> None:
         """Close the pool if this object created it; a pool passed in is left open."""
+        kept, self._kept = self._kept, None
+        if kept is not None:
+            await self._pool.putconn(kept[0])
         if self._owns_pool:
             await self._pool.close()

@@ -159,17 +159,27 @@ async def test_a_clear_error_while_postgres_is_down_and_the_same_store_works_aft
     try:
         record = new_record(store)
         await store.save(record)
+        checkpoint = WorkflowCheckpoint(workflow_name="wf", graph_signature_hash="g", state={"n": 1})
+        await storage.save(checkpoint)  # the storage keeps this connection for its next operation
         server.kill()
         with pytest.raises(psycopg.OperationalError, match=r"PostgresContinuationStore: .*PostgreSQL") as caught:
             await store.claim(record.token_hash)
         assert isinstance(caught.value, DurableStoreError)  # a store failure, for callers that catch the group
         with pytest.raises(psycopg.OperationalError, match=r"PostgresCheckpointStorage: .*PostgreSQL"):
-            await storage.load("any")
+            await storage.load(checkpoint.checkpoint_id)  # the kept connection is dead: not used
         server.start()
         wait_for(lambda: server.postmaster_pid() is not None, what="the restarted server")
         await _until_reachable(store)  # the pool reconnects by itself, with its own backoff (slower under load)
         assert await store.claim(record.token_hash) is True  # the pool replaced its broken connections
         assert await store.claim(record.token_hash) is False
+        deadline = asyncio.get_running_loop().time() + 60.0
+        while True:  # the storage's own pool reconnects too; its kept connection was replaced
+            try:
+                assert (await storage.load(checkpoint.checkpoint_id)).state == {"n": 1}
+                break
+            except psycopg.OperationalError:
+                assert asyncio.get_running_loop().time() < deadline
+                await asyncio.sleep(0.2)
     finally:
         await store.aclose()
         await storage.aclose()
@@ -293,15 +303,18 @@ async def test_checkpoints_expire_after_ttl_and_a_later_save_deletes_them(postgr
             await storage.load(ids[0])
         assert paused.continuation_token is not None
         # Expired rows stay until a save purges them (the first save of a storage object purges).
+        whole = f'SELECT count(*) FROM "{schema}".checkpoints'
+        rows = f'SELECT ({whole}) + (SELECT count(checkpoint_id) FROM "{schema}".delta_checkpoints)'
         with psycopg.connect(postgres_server) as conn:
-            assert conn.execute(f'SELECT count(*) FROM "{schema}".checkpoints').fetchone() == (len(ids),)
+            assert conn.execute(rows).fetchone() == (len(ids),)
         later = PostgresCheckpointStorage(postgres_server, schema=schema, ttl=1.0)
         try:
             await later.save(WorkflowCheckpoint(workflow_name="other", graph_signature_hash="h" * 64))
         finally:
             await later.aclose()
         with psycopg.connect(postgres_server) as conn:
-            assert conn.execute(f'SELECT count(*) FROM "{schema}".checkpoints').fetchone() == (1,)
+            assert conn.execute(rows).fetchone() == (1,)
+            assert conn.execute(f'SELECT count(*) FROM "{schema}".delta_segments').fetchone() == (0,)
     finally:
         await storage.aclose()
         await store.aclose()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -23,7 +24,11 @@ from agent_framework import RunContext, WorkflowCheckpoint, WorkflowCheckpointEx
 from agent_framework._workflows._checkpoint_encoding import encode_checkpoint_value
 
 from agent_framework_functional import CheckpointSealer, PostgresCheckpointStorage, workflow
+from agent_framework_functional._durable.checkpoint_delta import DeltaSave
+from agent_framework_functional._durable.checkpoint_storage import DurableCheckpointStorage
 from agent_framework_functional._durable.postgres_checkpoint import MIGRATIONS
+from agent_framework_functional._durable.postgres_rows import row_key
+from agent_framework_functional._durable.postgres_schema import PostgresPool
 
 pytestmark = pytest.mark.slow
 
@@ -71,11 +76,11 @@ def _schema() -> str:
 
 
 def _stored(url: str, schema: str) -> tuple[int, int]:
-    """(step-cache entries in all chunks, number of segments) in ``schema`` (unsealed chunks)."""
+    """(step-cache entries in all chunks, number of segments) in ``schema`` (unsealed version-3 rows)."""
     with psycopg.connect(url, autocommit=True) as conn:
-        chunks = conn.execute(f'SELECT body FROM "{schema}".checkpoint_chunks').fetchall()
-        segments = conn.execute(f'SELECT count(*) FROM "{schema}".checkpoint_segments').fetchone()
-    entries = sum(len(json.loads(bytes(chunk)).get("c", [])) for (chunk,) in chunks)
+        chunks = conn.execute(f'SELECT body FROM "{schema}".delta_checkpoints WHERE holds_chunk').fetchall()
+        segments = conn.execute(f'SELECT count(*) FROM "{schema}".delta_segments').fetchone()
+    entries = sum(len(json.loads(bytes(chunk).rpartition(b"\n")[2]).get("c", [])) for (chunk,) in chunks)
     return entries, int(segments[0]) if segments else 0
 
 
@@ -157,8 +162,7 @@ async def test_a_segment_lost_meanwhile_is_written_again_whole(postgres_server: 
         wf = workflow(keep_checkpoints=True)(batch).build(checkpoint_storage=storage)
         paused = await wf.run([f"d{index}" for index in range(6)])
         with psycopg.connect(postgres_server, autocommit=True) as conn:  # as if it expired while the pause waited
-            conn.execute(f'DELETE FROM "{schema}".checkpoint_chunks')
-            conn.execute(f'DELETE FROM "{schema}".checkpoint_segments')
+            conn.execute(f'DELETE FROM "{schema}".delta_segments')
         done = await wf.run(
             responses=dict.fromkeys(wf.pending_request_ids, "ok"), continuation_token=paused.continuation_token
         )
@@ -179,9 +183,10 @@ async def test_a_sealed_chunk_moved_to_another_position_is_refused(postgres_serv
         ids = await storage.list_checkpoint_ids(workflow_name="batch")
         assert len(ids) == 4
         with psycopg.connect(postgres_server, autocommit=True) as conn:  # swap the first two chunks
-            conn.execute(f'UPDATE "{schema}".checkpoint_chunks SET chunk_index = -1 WHERE chunk_index = 0')
-            conn.execute(f'UPDATE "{schema}".checkpoint_chunks SET chunk_index = 0 WHERE chunk_index = 1')
-            conn.execute(f'UPDATE "{schema}".checkpoint_chunks SET chunk_index = 1 WHERE chunk_index = -1')
+            conn.execute(
+                f'UPDATE "{schema}".delta_checkpoints AS a SET body = b.body FROM "{schema}".delta_checkpoints AS b '
+                "WHERE (a.chunks, b.chunks) IN ((1, 2), (2, 1)) AND a.holds_chunk AND b.holds_chunk"
+            )
         with pytest.raises(WorkflowCheckpointException):
             await storage.load(ids[-1])
         assert await storage.list_checkpoint_ids(workflow_name="batch") == []  # each one skipped
@@ -203,10 +208,10 @@ async def test_a_version_1_table_is_upgraded_and_its_whole_checkpoints_still_loa
     storage = PostgresCheckpointStorage(postgres_server, schema=schema)
     try:
         checkpoint = WorkflowCheckpoint(workflow_name="batch", graph_signature_hash="g", state={"n": 1})
-        await storage.save(checkpoint)  # first use: migrates to version 2, then saves whole
+        await storage.save(checkpoint)  # first use: migrates to version 3, then saves whole
         with psycopg.connect(postgres_server, autocommit=True) as conn:
             version = conn.execute(f'SELECT version FROM "{schema}".schema_version').fetchone()
-        assert version is not None and version[0] == len(MIGRATIONS) == 2
+        assert version is not None and version[0] == len(MIGRATIONS) == 3
         assert (await storage.load(checkpoint.checkpoint_id)).state == {"n": 1}
         await old.build(checkpoint_storage=storage).run(["x1", "x2"])
         assert _stored(postgres_server, schema) == (2, 1)
@@ -221,8 +226,140 @@ async def test_corrupted_segment_references_are_refused_naming_postgresql(postgr
         await workflow(keep_checkpoints=True)(batch).build(checkpoint_storage=storage).run(["a1", "a2"])
         ids = await storage.list_checkpoint_ids(workflow_name="batch")
         with psycopg.connect(postgres_server, autocommit=True) as conn:
-            conn.execute(f'UPDATE "{schema}".checkpoints SET segments = \'{{"not": "a list"}}\'')
+            conn.execute(f'UPDATE "{schema}".delta_segments SET parent_ids = ARRAY[1]::BIGINT[]')
         with pytest.raises(WorkflowCheckpointException, match=r"in PostgreSQL has corrupted segment references"):
             await storage.load(ids[-1])
     finally:
         await storage.aclose()
+
+
+class _Version2Writer(PostgresCheckpointStorage):
+    """Saves as schema version 2 did (its SQL function; head and chunks sealed apart) on a database kept at 2."""
+
+    def __init__(self, url: str, schema: str, sealer: CheckpointSealer) -> None:
+        super().__init__(url, schema=schema, sealer=sealer)
+        self._db = PostgresPool(
+            url,
+            owner="version 2",
+            schema=schema,
+            component="checkpoints",
+            migrations=MIGRATIONS[:2],
+            max_size=2,
+            pool_timeout=10.0,
+        )
+        self._v2 = self._db.statements(
+            {"save": "SELECT {schema}.save_checkpoint_delta(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"}
+        )
+
+    def _sealed_parts(self, checkpoint_id: str, plan: DeltaSave) -> tuple[bytes, bytes | None]:
+        return DurableCheckpointStorage._sealed_parts(self, checkpoint_id, plan)
+
+    async def _write_delta(
+        self, checkpoint: WorkflowCheckpoint, plan: DeltaSave, head: bytes, chunk: bytes | None
+    ) -> bool:
+        now = time.time()
+        params = (checkpoint.checkpoint_id, checkpoint.workflow_name, now, now + 3600, head, plan.references)
+        params += ([str(ref[0]) for ref in plan.refs], [int(ref[1]) for ref in plan.refs])
+        params += (plan.segment, chunk, plan.chunk_index)
+
+        async def save(conn: Any) -> bool:
+            row = await (await conn.execute(self._v2["save"], params)).fetchone()
+            return bool(row and row[0])
+
+        return await self._db.run("version-2 save", save)
+
+
+def _count(url: str, schema: str, table: str) -> int:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(f'SELECT count(*) FROM "{schema}".{table}').fetchone()
+    return int(row[0]) if row else 0
+
+
+async def test_a_version_2_database_with_sealed_checkpoints_is_upgraded_and_still_loads_them(
+    postgres_server: str,
+) -> None:
+    schema = _schema()
+    sealer = CheckpointSealer({"k1": b"k" * 32})
+    writer = _Version2Writer(postgres_server, schema, sealer)
+    tee = Tee(writer, keep=lambda index: True)  # type: ignore[arg-type]
+    try:
+        wf = workflow(keep_checkpoints=True)(batch).build(checkpoint_storage=tee)  # type: ignore[arg-type]
+        await wf.run([f"doc-{index:02d}" for index in range(20)])
+        assert wf.pending_request_ids
+    finally:
+        await writer.aclose()
+    assert _count(postgres_server, schema, "checkpoint_chunks") == 21  # a chunk per step and the pause's
+    assert _count(postgres_server, schema, "checkpoint_segments") == 1
+
+    storage = PostgresCheckpointStorage(postgres_server, schema=schema, sealer=sealer)
+    try:
+        for saved in tee.kept:  # the first load migrates to version 3; the version-2 rows stay where they are
+            assert _canonical(await storage.load(saved.checkpoint_id)) == _canonical(saved)
+        with psycopg.connect(postgres_server, autocommit=True) as conn:
+            version = conn.execute(f'SELECT version FROM "{schema}".schema_version').fetchone()
+        assert version == (3,)
+        assert await storage.list_checkpoint_ids(workflow_name="batch") == tee.ids
+
+        restored = (  # a restore from a version-2 checkpoint goes on in version-3 rows (one new segment)
+            await workflow(keep_checkpoints=True)(batch)
+            .build(checkpoint_storage=storage)
+            .run(checkpoint_id=tee.ids[10])
+        )
+        assert restored.get_final_state().name == "IDLE_WITH_PENDING_REQUESTS"
+        listed = await storage.list_checkpoint_ids(workflow_name="batch")
+        assert listed[: len(tee.ids)] == tee.ids and len(listed) > len(tee.ids)
+        assert _count(postgres_server, schema, "delta_segments") == 1
+
+        assert await storage.delete_many(tee.ids) == len(tee.ids)  # frees the version-2 segment and chunks
+        assert _count(postgres_server, schema, "checkpoint_chunks") == 0
+        assert _count(postgres_server, schema, "checkpoint_segments") == 0
+        latest = await storage.get_latest(workflow_name="batch")
+        assert latest is not None and latest.checkpoint_id == listed[-1]
+    finally:
+        await storage.aclose()
+
+
+class _Renaming(Tee):
+    """Saves each checkpoint under ids that are not uuids and a timestamp with another UTC offset."""
+
+    async def save(self, checkpoint: WorkflowCheckpoint) -> str:
+        checkpoint.checkpoint_id = f"run/{checkpoint.checkpoint_id}"
+        previous = checkpoint.previous_checkpoint_id
+        if previous is not None and not previous.startswith("run/"):  # core may chain the id save returned
+            checkpoint.previous_checkpoint_id = f"run/{previous}"
+        checkpoint.timestamp = checkpoint.timestamp.replace("+00:00", "+02:00")
+        return await super().save(checkpoint)
+
+
+@pytest.mark.parametrize("sealed", [False, True])
+async def test_ids_that_are_not_uuids_and_other_timestamps_read_back_as_saved(
+    postgres_server: str, sealed: bool
+) -> None:
+    schema = _schema()
+    sealer = CheckpointSealer({"k1": b"k" * 32}) if sealed else None
+    storage = PostgresCheckpointStorage(postgres_server, schema=schema, sealer=sealer)
+    tee = _Renaming(storage, keep=lambda index: True)
+    try:
+        wf = workflow(keep_checkpoints=True)(batch).build(checkpoint_storage=tee)  # type: ignore[arg-type]
+        await wf.run([f"doc-{index}" for index in range(6)])
+        assert all(checkpoint_id.startswith("run/") for checkpoint_id in tee.ids)
+        for saved in tee.kept:
+            assert _canonical(await storage.load(saved.checkpoint_id)) == _canonical(saved)
+        assert await storage.list_checkpoint_ids(workflow_name="batch") == tee.ids
+        if not sealed:  # each row holds its head line, then its chunk
+            assert _stored(postgres_server, schema)[0] == 6
+        assert await storage.delete_many(tee.ids[:3]) == 3
+        assert await storage.list_checkpoint_ids(workflow_name="batch") == tee.ids[3:]
+    finally:
+        await storage.aclose()
+
+
+def test_no_checkpoint_id_is_stored_under_the_row_key_of_another() -> None:
+    made = str(uuid.uuid4())
+    assert row_key(made) == made  # core's ids (random uuids) are their own key
+    other = "run/" + made
+    key = row_key(other)
+    assert uuid.UUID(key).version == 5 and key != other
+    # An id that is literally another id's name-based key is hashed again, so the two rows never meet.
+    assert row_key(key) != key
+    assert row_key(str(uuid.uuid1())) != row_key(other)

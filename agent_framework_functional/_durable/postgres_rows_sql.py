@@ -1,0 +1,228 @@
+"""Schema version 3 of the ``checkpoints`` component: one row per checkpoint, holding its head and its chunk.
+
+Version 2 (``_durable/postgres_delta.py``) kept a head row per checkpoint, a chunk row per chunk and
+a segment row keyed by a 16-hex text id. Version 3 (:data:`MIGRATION`) stores a checkpoint saved as
+a delta in **one** row of ``delta_checkpoints``: its segment (a ``bigint``: the run's 64-bit segment
+id), the chunk count of that segment it references (``chunks``), whether the row holds the chunk
+numbered ``chunks - 1`` (``holds_chunk``), the head in native columns (``checkpoint_id`` and
+``previous_id`` as ``uuid``, core's timestamp as microseconds) and ``body``: the chunk (or
+nothing), preceded by the head as JSON when an id is not a canonical uuid or the timestamp does not
+round-trip; sealed, the head and the chunk together. ``delta_segments`` has one row per segment:
+its live checkpoints (``refs``), the segments that continue it (``children``), its chunk count,
+expiry, and the segments it continues (``parent_ids`` / ``parent_counts``, oldest first). No expiry
+index: the purge scans the segments (one row per run) and deletes a segment's rows with it.
+
+A deleted checkpoint whose row holds a chunk stays as a tombstone (``checkpoint_id`` NULL) until its
+segment is freed: when no checkpoint of it is left and no segment continues it. Rows written under
+version 2 are left where they are and stay readable; new saves use version 3. The functions:
+
+* ``save_delta_checkpoint``: a segment's first save checks its parents' chunk counts (locked in id
+  order) and creates it (one more child for its direct parent); a later save counts one more
+  reference and chunk only when the segment holds exactly the chunks the save expects (else nothing
+  is written and it returns false); then the row is inserted (an earlier save of the same id is
+  released first), and a whole or version-2 row of that id is deleted. Two statements usually.
+* ``release_delta_checkpoints``: turns rows into tombstones (those without a chunk are deleted),
+  drops their references and frees the segments nothing needs (``free_delta_segments``).
+* ``purge_checkpoints``: the expired whole and version-2 rows, then expired segments no live
+  segment continues; ``delete_checkpoints(ids, keys)``: both layouts, one statement.
+"""
+
+from __future__ import annotations
+
+_ROW_COLUMNS = (
+    "segment_id, saved_at, expires_at, ts, checkpoint_id, previous_id, chunks, holds_chunk, workflow_name, body"
+)
+_ROW_VALUES = "p_segment, p_saved_at, p_expires_at, p_ts, p_key, p_previous, p_chunks, p_holds_chunk, p_name, p_body"
+
+MIGRATION = (
+    """
+CREATE TABLE IF NOT EXISTS {schema}.delta_segments (
+    segment_id BIGINT PRIMARY KEY,
+    workflow_name TEXT NOT NULL,
+    refs INTEGER NOT NULL,
+    children INTEGER NOT NULL,
+    chunks INTEGER NOT NULL,
+    expires_at DOUBLE PRECISION,
+    parent_ids BIGINT[],
+    parent_counts INTEGER[]
+);
+CREATE TABLE IF NOT EXISTS {schema}.delta_checkpoints (
+    segment_id BIGINT NOT NULL,
+    saved_at DOUBLE PRECISION NOT NULL,
+    expires_at DOUBLE PRECISION,
+    ts BIGINT,
+    checkpoint_id UUID,
+    previous_id UUID,
+    chunks INTEGER NOT NULL,
+    holds_chunk BOOLEAN NOT NULL,
+    workflow_name TEXT NOT NULL,
+    body BYTEA NOT NULL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS delta_checkpoints_id ON {schema}.delta_checkpoints (checkpoint_id);
+CREATE INDEX IF NOT EXISTS delta_checkpoints_segment ON {schema}.delta_checkpoints (workflow_name, segment_id);
+DROP INDEX IF EXISTS {schema}.checkpoint_segments_expires_at;
+CREATE OR REPLACE FUNCTION {schema}.free_delta_segments(p_ids BIGINT[], p_now DOUBLE PRECISION) RETURNS VOID
+LANGUAGE plpgsql AS $$
+DECLARE
+    parents BIGINT[];
+BEGIN
+    LOOP
+        WITH dead AS (
+            DELETE FROM {schema}.delta_segments WHERE children <= 0 AND CASE WHEN p_now IS NULL
+                THEN segment_id = ANY(p_ids) AND refs <= 0 ELSE expires_at <= p_now END
+                RETURNING workflow_name, segment_id, parent_ids[cardinality(parent_ids)] AS parent
+        ), gone AS (
+            DELETE FROM {schema}.delta_checkpoints
+                WHERE (workflow_name, segment_id) IN (SELECT workflow_name, segment_id FROM dead)
+        )
+        SELECT array_agg(parent) FILTER (WHERE parent IS NOT NULL) INTO parents FROM dead;
+        EXIT WHEN parents IS NULL;
+        UPDATE {schema}.delta_segments AS s SET children = s.children - d.n
+            FROM (SELECT id, count(*) AS n FROM unnest(parents) AS id GROUP BY id) AS d WHERE s.segment_id = d.id;
+        p_ids := parents;
+    END LOOP;
+END $$;
+CREATE OR REPLACE FUNCTION {schema}.release_delta_checkpoints(p_keys UUID[]) RETURNS INTEGER
+LANGUAGE plpgsql AS $$
+DECLARE
+    released INTEGER;
+    held BIGINT[];
+    names TEXT[];
+BEGIN
+    WITH gone AS (
+        UPDATE {schema}.delta_checkpoints SET checkpoint_id = NULL WHERE checkpoint_id = ANY(p_keys)
+            RETURNING workflow_name, segment_id
+    )
+    SELECT count(*), array_agg(segment_id), array_agg(workflow_name) INTO released, held, names FROM gone;
+    IF released > 0 THEN
+        DELETE FROM {schema}.delta_checkpoints WHERE workflow_name = ANY(names) AND segment_id = ANY(held)
+            AND checkpoint_id IS NULL AND NOT holds_chunk;
+        PERFORM 1 FROM {schema}.delta_segments WHERE segment_id = ANY(held) ORDER BY segment_id FOR UPDATE;
+        UPDATE {schema}.delta_segments AS s SET refs = s.refs - d.n
+            FROM (SELECT id, count(*) AS n FROM unnest(held) AS id GROUP BY id) AS d WHERE s.segment_id = d.id;
+        PERFORM {schema}.free_delta_segments(held, NULL);
+    END IF;
+    RETURN released;
+END $$;
+CREATE OR REPLACE FUNCTION {schema}.save_delta_checkpoint(
+    p_key UUID, p_id TEXT, p_previous UUID, p_ts BIGINT, p_name TEXT, p_saved_at DOUBLE PRECISION,
+    p_expires_at DOUBLE PRECISION, p_body BYTEA, p_segment BIGINT, p_chunks INTEGER, p_holds_chunk BOOLEAN,
+    p_parent_ids BIGINT[], p_parent_counts INTEGER[]
+) RETURNS BOOLEAN LANGUAGE plpgsql AS $$
+DECLARE
+    old_ids TEXT[];
+BEGIN
+    IF p_chunks = 1 AND p_holds_chunk THEN
+        IF p_parent_ids IS NOT NULL THEN
+            PERFORM 1 FROM {schema}.delta_segments WHERE segment_id = ANY(p_parent_ids)
+                ORDER BY segment_id FOR UPDATE;
+            IF (SELECT count(*) FROM {schema}.delta_segments AS s
+                    JOIN unnest(p_parent_ids, p_parent_counts) AS r(id, n) ON s.segment_id = r.id
+                    WHERE s.chunks >= r.n) <> cardinality(p_parent_ids) THEN
+                RETURN FALSE;
+            END IF;
+        END IF;
+        INSERT INTO {schema}.delta_segments
+                (segment_id, workflow_name, refs, children, chunks, expires_at, parent_ids, parent_counts)
+            VALUES (p_segment, p_name, 1, 0, 1, p_expires_at, p_parent_ids, p_parent_counts)
+            ON CONFLICT (segment_id) DO NOTHING;
+        IF NOT FOUND THEN
+            RETURN FALSE;
+        END IF;
+        IF p_parent_ids IS NOT NULL THEN
+            UPDATE {schema}.delta_segments SET children = children + 1
+                WHERE segment_id = p_parent_ids[cardinality(p_parent_ids)];
+        END IF;
+    ELSE
+        UPDATE {schema}.delta_segments SET refs = refs + 1, chunks = p_chunks,
+            expires_at = CASE WHEN p_expires_at IS NULL OR expires_at IS NULL THEN NULL
+                              ELSE greatest(expires_at, p_expires_at) END
+            WHERE segment_id = p_segment AND workflow_name = p_name AND chunks = p_chunks - p_holds_chunk::INTEGER;
+        IF NOT FOUND THEN
+            RETURN FALSE;
+        END IF;
+    END IF;
+    INSERT INTO {schema}.delta_checkpoints ("""
+    + _ROW_COLUMNS
+    + """) VALUES ("""
+    + _ROW_VALUES
+    + """)
+        ON CONFLICT (checkpoint_id) DO NOTHING;
+    IF NOT FOUND THEN
+        PERFORM {schema}.release_delta_checkpoints(ARRAY[p_key]);
+        INSERT INTO {schema}.delta_checkpoints ("""
+    + _ROW_COLUMNS
+    + """) VALUES ("""
+    + _ROW_VALUES
+    + """);
+    END IF;
+    DELETE FROM {schema}.checkpoints WHERE checkpoint_id = p_id RETURNING segment_ids INTO old_ids;
+    IF old_ids IS NOT NULL THEN
+        PERFORM {schema}.release_checkpoint_segments(old_ids);
+    END IF;
+    RETURN TRUE;
+END $$;
+CREATE OR REPLACE FUNCTION {schema}.save_whole_checkpoint(
+    p_id TEXT, p_key UUID, p_name TEXT, p_saved_at DOUBLE PRECISION, p_expires_at DOUBLE PRECISION, p_body BYTEA
+) RETURNS VOID LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM {schema}.release_delta_checkpoints(ARRAY[p_key]);
+    INSERT INTO {schema}.checkpoints (checkpoint_id, workflow_name, saved_at, expires_at, body)
+        VALUES (p_id, p_name, p_saved_at, p_expires_at, p_body)
+        ON CONFLICT (checkpoint_id) DO UPDATE SET workflow_name = EXCLUDED.workflow_name,
+            saved_at = EXCLUDED.saved_at, expires_at = EXCLUDED.expires_at, body = EXCLUDED.body,
+            segments = NULL, segment_ids = NULL;
+END $$;
+CREATE OR REPLACE FUNCTION {schema}.delete_checkpoints(p_ids TEXT[], p_keys UUID[]) RETURNS INTEGER
+LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN {schema}.delete_checkpoints(p_ids) + {schema}.release_delta_checkpoints(p_keys);
+END $$;
+CREATE OR REPLACE FUNCTION {schema}.purge_checkpoints(p_now DOUBLE PRECISION) RETURNS VOID
+LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM {schema}.checkpoints WHERE expires_at <= p_now;
+    IF to_regclass('{schema}.checkpoint_segments') IS NOT NULL THEN
+        WITH dead AS (DELETE FROM {schema}.checkpoint_segments WHERE expires_at <= p_now RETURNING segment_id)
+        DELETE FROM {schema}.checkpoint_chunks WHERE segment_id IN (SELECT segment_id FROM dead);
+    END IF;
+    PERFORM {schema}.free_delta_segments(NULL, p_now);
+END $$;
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT FROM {schema}.checkpoint_segments) AND NOT EXISTS (SELECT FROM {schema}.checkpoint_chunks)
+            AND NOT EXISTS (SELECT FROM {schema}.checkpoints WHERE segment_ids IS NOT NULL) THEN
+        DROP TABLE {schema}.checkpoint_chunks;
+        DROP TABLE {schema}.checkpoint_segments;
+    END IF;
+END $$;
+"""
+)
+"""Migration 3 of the ``checkpoints`` component (see the module docstring)."""
+
+_LIVE = "(d.expires_at IS NULL OR d.expires_at > %(now)s)"
+_HEAD_COLUMNS = (
+    "d.segment_id, d.saved_at, d.ts, d.checkpoint_id, d.previous_id, d.chunks, d.holds_chunk, d.body, "
+    "s.parent_ids, s.parent_counts"
+)
+
+STATEMENTS = {
+    "save_delta": "SELECT {schema}.save_delta_checkpoint(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+    "save_whole": "SELECT {schema}.save_whole_checkpoint(%s, %s, %s, %s, %s, %s)",
+    "delete": "SELECT {schema}.delete_checkpoints(%s::TEXT[], %s::UUID[])",
+    "purge": "SELECT {schema}.purge_checkpoints(%s)",
+    "delta_load": (
+        f"SELECT {_HEAD_COLUMNS} FROM {{schema}}.delta_checkpoints AS d JOIN {{schema}}.delta_segments AS s "
+        f"USING (segment_id) WHERE d.checkpoint_id = %(key)s AND {_LIVE}"
+    ),
+    "delta_list": (
+        f"SELECT {_HEAD_COLUMNS} FROM {{schema}}.delta_checkpoints AS d JOIN {{schema}}.delta_segments AS s "
+        f"USING (segment_id) WHERE d.workflow_name = %(name)s AND d.checkpoint_id IS NOT NULL AND {_LIVE}"
+    ),
+    "delta_chunks": (
+        "SELECT d.segment_id, d.chunks, d.body FROM {schema}.delta_segments AS s JOIN {schema}.delta_checkpoints AS d "
+        "ON d.workflow_name = s.workflow_name AND d.segment_id = s.segment_id "
+        "WHERE s.segment_id = ANY(%s) AND d.holds_chunk"
+    ),
+}
+"""The statements ``PostgresCheckpointStorage`` runs on version-3 rows (``{schema}`` to fill in)."""
