@@ -11,9 +11,9 @@ Keys, under the storage's namespace (``p`` = ``<namespace>:``):
   listpack-encoded; a canonical UUID is stored as its 16 bytes, in bucket = its first byte; another
   id as ``:<id>`` in bucket ``s<crc32 % 256>``). ``expiry`` is the server's time in seconds ``ttl``
   after the save (empty without ``ttl``): a lookup treats a later time as no checkpoint, and a save
-  drops the bucket's expired entries (with their references) once the bucket has doubled since it
-  last did (the field ``""`` keeps that count), so storage stays bounded without a key per
-  checkpoint; the bucket itself expires ``ttl`` after its last save.
+  (every eighth chunk of a segment) drops the bucket's expired entries (with their references) once
+  the bucket has doubled since it last did (the field ``""`` keeps that count), so storage stays
+  bounded without a key per checkpoint; the bucket itself expires ``ttl`` after its last save.
 * ``p wsegs:<workflow>``: a sorted set of the workflow's segments by last save (what the listing
   reads; entries older than ``ttl`` dropped on each save).
 
@@ -113,8 +113,8 @@ local function prune(key, now, keep)
 end
 local function drop_hash(id)
   local key = p .. 'checkpoint:' .. id
+  if redis.call('EXISTS', key) == 0 then return 0 end
   local fields = redis.call('HMGET', key, 'workflow_name', 'segments')
-  if not fields[1] and not fields[2] then return redis.call('DEL', key) end
   if fields[2] then
     for _, sid in ipairs(stored(fields[2])) do
       if redis.call('DECR', p .. 'segrefs:' .. sid) <= 0 then
@@ -160,7 +160,7 @@ local key = p .. 'loc:' .. ARGV[5]
 local expiry = ''
 if ttl > 0 then expiry = math.floor((now + ttl) / 1000) + 1 end
 redis.call('HSET', key, ARGV[4], sid .. ':' .. index .. ':' .. expiry)
-prune(key, now, keep)
+if index % 8 == 0 then prune(key, now, keep) end
 local segments = p .. 'wsegs:' .. ARGV[6]
 redis.call('ZADD', segments, now, sid)
 if ttl > 0 then
