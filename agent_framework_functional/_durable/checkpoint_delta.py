@@ -24,7 +24,10 @@ other referenced segment holds at least its count: append ``plan.chunk`` (if any
 reference per referenced segment. When a check fails it calls :meth:`StepCacheDeduper.prepare`
 again with ``fresh=True`` (one segment holding everything). After a write it calls
 :meth:`StepCacheDeduper.saved`. Deleting a checkpoint drops its references and deletes a segment
-nothing references any more.
+nothing references any more. With ``inline_heads`` (Redis) every save appends a chunk that carries
+the head (``_durable/checkpoint_heads.py``; a segment's first chunk also its parents) and ``body`` is
+empty: the backend maps the id to ``(segment, chunk_index)`` and loads with
+:meth:`StepCacheDeduper.assemble_inline`.
 """
 
 from __future__ import annotations
@@ -33,12 +36,14 @@ import json
 import secrets
 from collections import OrderedDict
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, cast
 from weakref import WeakKeyDictionary
 
 from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 
 from .._core_compat import ORIGINAL_MESSAGE, STEP_CACHE, STEP_COUNTS, StepCacheLog, StepCacheOffer, step_cache_offer
+from .checkpoint_heads import head_fields, read_heads
 from .checkpoint_storage import unsavable
 
 _HEAD = ("checkpoint_id", "previous_checkpoint_id", "timestamp")
@@ -62,7 +67,19 @@ def decode_value(encoded: Any, allowed_types: frozenset[str]) -> Any:
 class _Segment:
     """What one run stored in its segment so far (internal)."""
 
-    __slots__ = ("cache_done", "chunks", "counts_done", "id", "last_key", "marks", "message", "parents", "rest")
+    __slots__ = (
+        "cache_done",
+        "chunks",
+        "counts_done",
+        "id",
+        "last_id",
+        "last_key",
+        "last_time",
+        "marks",
+        "message",
+        "parents",
+        "rest",
+    )
 
     def __init__(self, parents: list[list[Any]], done: tuple[int, int]) -> None:
         self.id = secrets.token_hex(8)
@@ -73,6 +90,8 @@ class _Segment:
         self.last_key = ""
         self.message: Any = None
         self.rest = ""
+        self.last_id: str | None = None  # the head of the segment's last chunk (inline heads)
+        self.last_time: datetime | None = None
 
 
 @dataclass(slots=True)
@@ -96,7 +115,7 @@ class DeltaSave:
     sizes: tuple[int, int]
     log: StepCacheLog
     state: _Segment
-    after: tuple[int, int, int, str, Any, str]
+    after: tuple[int, int, int, str, Any, str, str | None, datetime | None]
 
 
 class StepCacheDeduper:
@@ -106,10 +125,17 @@ class StepCacheDeduper:
 
     Args:
         allowed_types: Extra ``"module:QualName"`` types the storage decodes (as its load does).
+
+    Keyword Args:
+        inline_heads: Carry each head in its own chunk (``_durable/checkpoint_heads.py``; every save
+            appends one, compact JSON, ``DeltaSave.body`` empty), for a backend that keeps no record
+            per checkpoint; load with :meth:`assemble_inline`.
     """
 
-    def __init__(self, allowed_types: frozenset[str]) -> None:
+    def __init__(self, allowed_types: frozenset[str], *, inline_heads: bool = False) -> None:
         self._allowed_types = allowed_types
+        self._inline = inline_heads
+        self._separators = (",", ":") if inline_heads else None
         self._segments: WeakKeyDictionary[StepCacheLog, _Segment] = WeakKeyDictionary()
         self._known: OrderedDict[str, tuple[list[list[Any]], tuple[int, int]]] = OrderedDict()
 
@@ -168,15 +194,16 @@ class StepCacheDeduper:
             chunk["m"] = encode_value(message)
         if seg.chunks == 0 or rest_json != seg.rest:
             chunk["h"] = encoded_rest
+        time = self._add_head(chunk, head, seg) if self._inline else seg.last_time
         text: str | None = None
         if chunk:
             decode_value(chunk, self._allowed_types)  # refuse now what load() would refuse later
-            text = json.dumps(chunk, ensure_ascii=False)
+            text = json.dumps(chunk, ensure_ascii=False, separators=self._separators)
         chunks = seg.chunks + (1 if text is not None else 0)
         refs = [*seg.parents, [seg.id, chunks]]
         sizes = (len(cast("dict[str, Any]", checkpoint.state[STEP_CACHE])), len(log.counts))
         return DeltaSave(
-            body=json.dumps(head, ensure_ascii=False),
+            body="" if self._inline else json.dumps(head, ensure_ascii=False),
             references=json.dumps(refs),
             segment=seg.id,
             chunk=text,
@@ -185,8 +212,17 @@ class StepCacheDeduper:
             sizes=sizes,
             log=log,
             state=seg,
-            after=(chunks, offer.cache_len, offer.counts_len, last, message, rest_json),
+            after=(chunks, offer.cache_len, offer.counts_len, last, message, rest_json, head[0], time),
         )
+
+    @staticmethod
+    def _add_head(chunk: dict[str, Any], head: list[Any], seg: _Segment) -> datetime | None:
+        """Put the head (and, in a segment's first chunk, its parents) in the chunk; return its timestamp."""
+        fields, time = head_fields(head, seg.chunks == 0, seg.last_id, seg.last_time)
+        chunk.update(fields)
+        if seg.chunks == 0:
+            chunk["r"] = seg.parents
+        return time
 
     def _start(self, log: StepCacheLog, previous_id: str | None, fresh: bool) -> _Segment:
         """A new segment for ``log``, continuing the segments of the pause or checkpoint its run starts from."""
@@ -205,7 +241,9 @@ class StepCacheDeduper:
     def saved(self, plan: DeltaSave, checkpoint_id: str) -> None:
         """Record that the backend stored ``plan`` under ``checkpoint_id`` (the run's next save appends after it)."""
         seg = plan.state
-        seg.chunks, seg.cache_done, seg.counts_done, seg.last_key, seg.message, seg.rest = plan.after
+        seg.chunks, seg.cache_done, seg.counts_done, seg.last_key, seg.message, seg.rest, seg.last_id, seg.last_time = (
+            plan.after
+        )
         if plan.chunk is not None:
             seg.marks.append((seg.cache_done, seg.counts_done))
         self._segments[plan.log] = seg
@@ -221,7 +259,9 @@ class StepCacheDeduper:
         while len(self._known) > _KNOWN_HEADS:
             self._known.popitem(last=False)
 
-    def assemble(self, checkpoint_id: str, body: str, references: str, chunks: list[list[str]]) -> WorkflowCheckpoint:
+    def assemble(
+        self, checkpoint_id: str, body: str, references: str, chunks: list[list[str]], *, remember: bool = True
+    ) -> WorkflowCheckpoint:
         """Rebuild a checkpoint from its head and the chunks of its references (in reference order).
 
         Args:
@@ -229,6 +269,10 @@ class StepCacheDeduper:
             body: The stored head.
             references: The stored references.
             chunks: For each reference, its first ``count`` chunks, in order.
+
+        Keyword Args:
+            remember: Let a restore from this checkpoint continue its segments (False: a layout the
+                storage no longer writes, so a restore starts a segment of its own).
 
         Returns:
             The checkpoint core saved.
@@ -240,30 +284,73 @@ class StepCacheDeduper:
         try:
             refs = json.loads(references)
             head = json.loads(body)
-            cache: dict[str, Any] = {}
-            counts: dict[str, Any] = {}
-            message: Any = None
-            rest: dict[str, Any] | None = None
-            for texts in chunks:
-                last = ""
-                for text in texts:
-                    chunk = json.loads(text)
-                    last = _replay_entries(chunk, last, cache, counts)
-                    if "m" in chunk:
-                        message = chunk["m"]
-                    if "h" in chunk:
-                        rest = chunk["h"]
-            if rest is None:
-                raise ValueError("no checkpoint fields in its chunks")
-            encoded = {**rest, **dict(zip(_HEAD, head, strict=True))}
-            encoded["state"] = {**rest["state"], STEP_CACHE: cache, STEP_COUNTS: counts, ORIGINAL_MESSAGE: message}
+            encoded, sizes = _joined([[json.loads(text) for text in texts] for texts in chunks], head)
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            raise WorkflowCheckpointException(
-                f"Checkpoint {checkpoint_id} is incomplete or corrupted in storage and cannot be loaded."
-            ) from exc
+            raise _incomplete(checkpoint_id) from exc
         checkpoint = WorkflowCheckpoint.from_dict(decode_value(encoded, self._allowed_types))
-        self._remember(checkpoint_id, refs, (len(cache), len(counts)))
+        if remember:
+            self._remember(checkpoint_id, refs, sizes)
         return checkpoint
+
+    def assemble_inline(
+        self, checkpoint_id: str, refs: list[tuple[str, int]], chunks: list[list[str]]
+    ) -> WorkflowCheckpoint:
+        """Rebuild a checkpoint saved with ``inline_heads``: its head is the last chunk of its own segment.
+
+        Args:
+            checkpoint_id: The id asked for: the head must name it.
+            refs: ``(segment id, chunk count)`` of the parent segments, then of its own segment (up to
+                and including its chunk); the parents must be those its segment's first chunk names.
+            chunks: For each of ``refs``, its first ``count`` chunks (opened), in order.
+
+        Returns:
+            The checkpoint core saved.
+
+        Raises:
+            WorkflowCheckpointException: The chunks do not form this checkpoint, or a value decodes
+                to a type outside the allow-list.
+        """
+        try:
+            parsed = [[json.loads(text) for text in texts] for texts in chunks]
+            own = parsed[-1]
+            if own[0]["r"] != [list(ref) for ref in refs[:-1]] or len(own) != refs[-1][1]:
+                raise ValueError("the chunks are not those of this checkpoint's segments")
+            head = read_heads(own)[-1]
+            if head[0] != checkpoint_id:
+                raise ValueError("the chunk holds another checkpoint's head")
+            encoded, sizes = _joined(parsed, head)
+        except (ValueError, TypeError, KeyError, AttributeError, IndexError, OverflowError) as exc:
+            raise _incomplete(checkpoint_id) from exc
+        checkpoint = WorkflowCheckpoint.from_dict(decode_value(encoded, self._allowed_types))
+        self._remember(checkpoint_id, [list(ref) for ref in refs], sizes)
+        return checkpoint
+
+
+def _incomplete(checkpoint_id: str) -> WorkflowCheckpointException:
+    return WorkflowCheckpointException(
+        f"Checkpoint {checkpoint_id} is incomplete or corrupted in storage and cannot be loaded."
+    )
+
+
+def _joined(chunks: list[list[Any]], head: list[Any]) -> tuple[dict[str, Any], tuple[int, int]]:
+    """The encoded checkpoint that parsed chunks (per segment, in order) and a head make; and its cache sizes."""
+    cache: dict[str, Any] = {}
+    counts: dict[str, Any] = {}
+    message: Any = None
+    rest: dict[str, Any] | None = None
+    for segment in chunks:
+        last = ""
+        for chunk in segment:
+            last = _replay_entries(chunk, last, cache, counts)
+            if "m" in chunk:
+                message = chunk["m"]
+            if "h" in chunk:
+                rest = chunk["h"]
+    if rest is None:
+        raise ValueError("no checkpoint fields in its chunks")
+    encoded = {**rest, **dict(zip(_HEAD, head, strict=True))}
+    encoded["state"] = {**rest["state"], STEP_CACHE: cache, STEP_COUNTS: counts, ORIGINAL_MESSAGE: message}
+    return encoded, (len(cache), len(counts))
 
 
 def _front_coded(keys: list[str], values: list[Any], last: str) -> tuple[list[list[Any]], str]:

@@ -208,10 +208,11 @@ class DurableCheckpointStorage(AsyncClosing):
 
     def _sealed_parts(self, checkpoint_id: str, plan: DeltaSave) -> tuple[bytes, bytes | None]:
         """The head and the chunk (if any) as stored: sealed with a sealer, the head to its id and references."""
-        head = plan.body.encode("utf-8")
+        head = plan.body.encode("utf-8")  # empty: the head is in the chunk (inline heads)
         chunk = None if plan.chunk is None else plan.chunk.encode("utf-8")
         if self.sealer is not None:  # the head binds its id and references; a chunk its segment and index
-            head = self.sealer.seal(head, context=head_context(checkpoint_id, plan.references.encode("utf-8")))
+            if head:
+                head = self.sealer.seal(head, context=head_context(checkpoint_id, plan.references.encode("utf-8")))
             if chunk is not None:
                 chunk = self.sealer.seal(chunk, context=chunk_context(plan.segment, plan.chunk_index))
         return head, chunk
@@ -222,15 +223,26 @@ class DurableCheckpointStorage(AsyncClosing):
         return head, parse_references(checkpoint_id, references, self.backend)
 
     def _assembled(
-        self, checkpoint_id: str, head: bytes, references: bytes, chunks: list[list[str]] | None
+        self,
+        checkpoint_id: str,
+        head: bytes,
+        references: bytes,
+        chunks: list[list[str]] | None,
+        *,
+        remember: bool = True,
     ) -> WorkflowCheckpoint:
-        """The checkpoint a head and its opened chunks make (None: a chunk is gone); failures: core's exception."""
+        """The checkpoint a head and its opened chunks make (None: a chunk is gone); failures: core's exception.
+
+        ``remember``: as :meth:`StepCacheDeduper.assemble`'s (False for a layout no longer written).
+        """
         if chunks is None:
             raise WorkflowCheckpointException(
                 f"Checkpoint {checkpoint_id} lost part of its step cache in {self.backend} (expired or deleted)."
             )
         try:
-            checkpoint = self._deduper.assemble(checkpoint_id, head.decode("utf-8"), references.decode("utf-8"), chunks)
+            checkpoint = self._deduper.assemble(
+                checkpoint_id, head.decode("utf-8"), references.decode("utf-8"), chunks, remember=remember
+            )
         except WorkflowCheckpointException:
             raise
         except Exception as exc:  # UnicodeDecodeError, RecursionError, core's decoder on a malformed value, ...

@@ -24,7 +24,19 @@ from .checkpoint_delta import DeltaSave, StepCacheDeduper
 from .checkpoint_seal import CheckpointSealer
 from .checkpoint_storage import DurableCheckpointStorage, check_allowed_types, check_sealer, same_id, unsavable
 from .redis_client import DEFAULT_MAX_CONNECTIONS, DEFAULT_POOL_TIMEOUT_SECONDS, pooled_client, text
-from .redis_delta import DELETE_SCRIPT, SAVE_SCRIPT, read_chunks
+from .redis_delta import read_chunks
+from .redis_segments import (
+    DELETE_SCRIPT,
+    LIST_SCRIPT,
+    LOAD_SCRIPT,
+    LOCATE_SCRIPT,
+    SAVE_SCRIPT,
+    Opened,
+    listed_heads,
+    location_of,
+    opened_segments,
+    prefix_of,
+)
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -65,13 +77,14 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
     that would not decode under that list is refused at :meth:`save`, as ``FileCheckpointStorage``
     does.
 
-    Keys: ``<namespace>:checkpoint:<id>`` (a hash: ``workflow_name``, ``body``) and
-    ``<namespace>:workflow:<name>`` (a sorted set of the workflow's checkpoint ids by save time).
-    Every key expires ``ttl`` after the last save that wrote it, and each save drops index entries
-    older than ``ttl``, so storage stays bounded. Checkpoints of runs this package drives store each
-    step result once: the checkpoint's hash holds a small head and its ``segments``, and the step
-    cache lives in ``<namespace>:segment:<id>`` lists shared by the run's checkpoints (see
-    ``_durable/checkpoint_delta.py``); ``load`` returns the same checkpoint either way. Keep ``ttl`` at
+    Keys: a checkpoint stored whole is ``<namespace>:checkpoint:<id>`` (a hash: ``workflow_name``,
+    ``body``), indexed in ``<namespace>:workflow:<name>`` (a sorted set by save time). Checkpoints of
+    runs this package drives store each step result once and keep no key of their own: each is one
+    chunk (the entries its step added, and its head) in a ``<namespace>:segment:<id>`` list shared by
+    the run's checkpoints, and a location in a small shared hash (``_durable/redis_segments.py``);
+    checkpoints stored so by earlier versions (a hash per head) still load. ``load`` returns the same
+    checkpoint either way. Every key expires ``ttl`` after the last save that wrote it, and each save
+    drops index entries and locations older than ``ttl``, so storage stays bounded. Keep ``ttl`` at
     least as long as the continuation store's ``ttl + retention``, so a pause's checkpoint outlives
     its token and its recovery window.
 
@@ -156,7 +169,10 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
         self._drop_stale: Any = self._client.register_script(_DROP_STALE)
         self._save_delta: Any = self._client.register_script(SAVE_SCRIPT)
         self._delete: Any = self._client.register_script(DELETE_SCRIPT)
-        self._deduper = StepCacheDeduper(self._allowed_types)
+        self._load: Any = self._client.register_script(LOAD_SCRIPT)
+        self._list: Any = self._client.register_script(LIST_SCRIPT)
+        self._locate: Any = self._client.register_script(LOCATE_SCRIPT)
+        self._deduper = StepCacheDeduper(self._allowed_types, inline_heads=True)
 
     def _checkpoint_key(self, checkpoint_id: str) -> str:
         return f"{self.namespace}:checkpoint:{checkpoint_id}"
@@ -195,7 +211,7 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
         index = self._index_key(checkpoint.workflow_name)
         now_ms = time.time() * 1000
         async with self._client.pipeline(transaction=True) as pipe:
-            pipe.delete(key)
+            await self._delete(args=self._args(checkpoint.checkpoint_id), client=pipe)  # queued: what the id held
             pipe.hset(key, mapping={"workflow_name": checkpoint.workflow_name, "body": body})
             pipe.zadd(index, {checkpoint.checkpoint_id: now_ms})
             if self._ttl_ms is not None:
@@ -220,16 +236,20 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
                 none), not UTF-8 JSON, nested too deeply, a type outside the allow-list, or a
                 checkpoint of another id.
         """
-        raw, segments = await self._client.hmget(self._checkpoint_key(checkpoint_id), ["body", "segments"])
-        if raw is None:
+        found = cast("list[Any]", await self._load(args=self._args(checkpoint_id)))
+        if int(found[0]) == 1:
+            refs, chunks = opened_segments(found[1], int(found[2]) + 1, found[3], self.sealer)
+            return self._inline(checkpoint_id, refs, chunks)
+        if found[1] is None:
             raise WorkflowCheckpointException(f"No checkpoint found with ID {checkpoint_id}")
-        return await self._materialize(checkpoint_id, raw, segments)
+        return await self._materialize(checkpoint_id, found[1], found[2])
 
     async def list_checkpoints(self, *, workflow_name: str) -> list[WorkflowCheckpoint]:
         """Return the workflow's checkpoints that still exist and decode, oldest save first.
 
-        A checkpoint that fails to decode (for example a type outside the allow-list) is skipped
-        with a warning, as ``FileCheckpointStorage`` does.
+        Checkpoints stored whole come first, then those of the step-cache segments, each segment's
+        in save order, the segments by their last save. A checkpoint that fails to decode (for
+        example a type outside the allow-list) is skipped with a warning, as ``FileCheckpointStorage`` does.
 
         Keyword Args:
             workflow_name: The workflow's name.
@@ -238,9 +258,8 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
             The decoded checkpoints.
         """
         bodies = await self._bodies(workflow_name)
-        return await self._listed(
-            workflow_name, ((cid, functools.partial(self._materialize, cid, raw, segs)) for cid, raw, segs in bodies)
-        )
+        loads = [(cid, functools.partial(self._materialize, cid, raw, segs)) for cid, raw, segs in bodies]
+        return await self._listed(workflow_name, [*loads, *await self._segment_loads(workflow_name)])
 
     async def delete(self, checkpoint_id: str) -> bool:
         """Delete a checkpoint by id.
@@ -251,8 +270,7 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
         Returns:
             True if this call deleted it; False if no checkpoint had this id.
         """
-        deleted = await self._delete(keys=[self._checkpoint_key(checkpoint_id)], args=[checkpoint_id, self._prefix])
-        return bool(int(deleted))
+        return bool(int(await self._delete(args=self._args(checkpoint_id))))
 
     async def delete_many(self, checkpoint_ids: list[str]) -> int:
         """Delete several checkpoints in one round trip (a run chain's spent checkpoints; pipelined scripts).
@@ -268,8 +286,7 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
             return 0
         async with self._client.pipeline(transaction=False) as pipe:
             for checkpoint_id in ids:
-                key = self._checkpoint_key(checkpoint_id)
-                await self._delete(keys=[key], args=[checkpoint_id, self._prefix], client=pipe)  # queued
+                await self._delete(args=self._args(checkpoint_id), client=pipe)  # queued
             deleted = cast("list[Any]", await pipe.execute())
         return sum(int(result) for result in deleted)
 
@@ -300,17 +317,56 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
     def _prefix(self) -> str:
         return f"{self.namespace}:"
 
+    def _args(self, checkpoint_id: str) -> list[Any]:
+        """The scripts' arguments for one checkpoint: prefix, ttl, id, its location field and bucket."""
+        return [self._prefix, self._ttl_ms or 0, checkpoint_id, *location_of(checkpoint_id)]
+
+    async def _segment_loads(self, workflow_name: str) -> list[tuple[str, Any]]:
+        """A loader for each live checkpoint in the workflow's segments (an id that maps to its chunk), in order."""
+        segments = cast("list[Any]", await self._client.zrange(f"{self._prefix}wsegs:{workflow_name}", 0, -1))
+        async with self._client.pipeline(transaction=False) as pipe:
+            for segment in segments:
+                await self._list(args=[self._prefix, self._ttl_ms or 0, segment], client=pipe)  # queued
+            reads = cast("list[Any]", await pipe.execute())
+        candidates = listed_heads(list(zip(segments, reads, strict=True)), self.sealer)
+        if not candidates:
+            return []
+        args: list[Any] = [self._prefix, self._ttl_ms or 0]
+        for head in candidates:
+            args += location_of(head.checkpoint_id)
+        where = cast("list[Any]", await self._locate(args=args))
+        return [
+            (head.checkpoint_id, functools.partial(self._load_inline, head.checkpoint_id, head.refs, head.chunks))
+            for head, at in zip(candidates, where, strict=True)
+            if at is not None and _as_bytes(at) == head.location.encode("utf-8", "surrogateescape")
+        ]
+
+    async def _load_inline(
+        self, checkpoint_id: str, refs: list[tuple[str, int]], chunks: list[list[Opened]]
+    ) -> WorkflowCheckpoint:
+        return self._inline(checkpoint_id, refs, chunks)
+
+    def _inline(
+        self, checkpoint_id: str, refs: list[tuple[str, int]], chunks: list[list[Opened]]
+    ) -> WorkflowCheckpoint:
+        """The checkpoint whose head is the last of ``chunks`` (opened); every failure is core's exception."""
+        try:
+            checkpoint = self._deduper.assemble_inline(checkpoint_id, refs, prefix_of(chunks, refs[-1][1]))
+        except WorkflowCheckpointException:
+            raise
+        except Exception as exc:  # RecursionError, core's decoder on a malformed value, ...
+            raise WorkflowCheckpointException(
+                self.unreadable.format(checkpoint_id=checkpoint_id, error=type(exc).__name__)
+            ) from exc
+        return same_id(checkpoint_id, checkpoint)
+
     async def _write_delta(
         self, checkpoint: WorkflowCheckpoint, plan: DeltaSave, head: bytes, chunk: bytes | None
     ) -> bool:
-        """Run ``redis_delta.SAVE_SCRIPT`` once; False (nothing written) when a referenced segment lost chunks."""
-        now_ms = time.time() * 1000
-        ttl = "" if self._ttl_ms is None else str(self._ttl_ms)
-        cutoff = "" if self._ttl_ms is None else f"({now_ms - self._ttl_ms}"
-        keys = [self._checkpoint_key(checkpoint.checkpoint_id), self._index_key(checkpoint.workflow_name)]
-        args = [checkpoint.checkpoint_id, checkpoint.workflow_name, head, plan.references, plan.segment]
-        args += [chunk or b"", plan.chunk_index, now_ms, ttl, cutoff, self._prefix]
-        return bool(int(await self._save_delta(keys=keys, args=args)))
+        """Run ``redis_segments.SAVE_SCRIPT`` once; False (nothing written) when a referenced segment lost chunks."""
+        args = [*self._args(checkpoint.checkpoint_id), checkpoint.workflow_name, plan.segment, chunk or b""]
+        args += [plan.chunk_index, plan.references]
+        return bool(int(await self._save_delta(args=args)))
 
     async def _materialize(self, checkpoint_id: str, raw: Any, segments: Any) -> WorkflowCheckpoint:
         """Decode a stored checkpoint: whole, or its head over the chunks of its segments (each opened first)."""
@@ -319,7 +375,7 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
         references = _as_bytes(segments)
         head, refs = self._head(checkpoint_id, _as_bytes(raw), references)
         chunks = await read_chunks(self._client, self._prefix, refs, self.sealer)
-        return self._assembled(checkpoint_id, head, references, chunks)
+        return self._assembled(checkpoint_id, head, references, chunks, remember=False)
 
     def _parse(self, checkpoint_id: str, raw: Any) -> WorkflowCheckpoint:
         """Open (with a sealer) then decode one body; every failure is ``WorkflowCheckpointException``."""

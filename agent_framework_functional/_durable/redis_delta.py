@@ -1,17 +1,17 @@
-"""Redis side of step-cache de-duplication: a checkpoint head over segment chunks, saved and deleted by Lua scripts.
+"""Redis step-cache checkpoints of the earlier layout (a hash per checkpoint), and the sealing contexts.
 
-Keys, under the storage's namespace: the checkpoint hash gains a ``segments`` field (its references,
-JSON ``[[segment id, chunk count], ...]``) and its ``body`` holds the head; ``segment:<id>`` is a
-list of chunks; ``segrefs:<id>`` counts the checkpoints that reference the segment. A save checks
-that every referenced segment still holds its chunks (else it writes nothing and returns 0, and the
-storage saves again with one segment holding everything); a delete drops its references and deletes
-a segment once nothing references it. Every referenced segment expires with the checkpoint that was
-saved last over it. See ``_durable/checkpoint_delta.py`` for the layout of heads and chunks.
+Checkpoints saved before ``_durable/redis_segments.py``'s layout keep, under the storage's namespace,
+a hash ``checkpoint:<id>`` whose ``body`` holds the head and whose ``segments`` field its references
+(JSON ``[[segment id, chunk count], ...]``); ``segment:<id>`` lists their chunks and ``segrefs:<id>``
+counts the checkpoints that reference a segment. They still load (:func:`parse_references`,
+:func:`read_chunks`) and delete (the new scripts free their references too); nothing writes them
+any more. See ``_durable/checkpoint_delta.py`` for heads and chunks.
 
-With a :class:`~.checkpoint_seal.CheckpointSealer`, the head is sealed under :func:`head_context`
-(its checkpoint id and its exact references, so neither can change) and each chunk under
-:func:`chunk_context` (its segment id and index, so chunks cannot be swapped, reordered or moved
-between segments); :func:`read_chunks` opens every chunk before anything parses it.
+With a :class:`~.checkpoint_seal.CheckpointSealer`, a head of that layout is sealed under
+:func:`head_context` (its checkpoint id and its exact references, so neither can change) and every
+chunk (both layouts; PostgreSQL's too) under :func:`chunk_context` (its segment id and index, so
+chunks cannot be swapped, reordered or moved between segments); :func:`open_chunk` opens a chunk
+before anything parses it.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 _MAX_REFERENCES = 4096
 
 # Lua: the segment ids of stored references (JSON); none when they are not well-formed.
-_STORED_SEGMENTS = """
+STORED_SEGMENTS = """
 local function stored(json)
   local ok, refs = pcall(cjson.decode, json)
   local ids = {}
@@ -39,70 +39,6 @@ local function stored(json)
   return ids
 end
 """
-
-# KEYS[1] = checkpoint key, KEYS[2] = workflow index. ARGV: 1 checkpoint id, 2 workflow name, 3 body,
-# 4 references (JSON), 5 own segment id, 6 chunk ('' = none), 7 chunks the own segment must hold,
-# 8 now (ms), 9 ttl (ms, '' = none), 10 index cutoff ('(<ms>'), 11 key prefix ('<namespace>:').
-SAVE_SCRIPT = (
-    _STORED_SEGMENTS
-    + """
-local p = ARGV[11]
-local refs = cjson.decode(ARGV[4])
-local keep = {}
-for _, ref in ipairs(refs) do
-  local have = redis.call('LLEN', p .. 'segment:' .. ref[1])
-  if ref[1] == ARGV[5] then
-    if have ~= tonumber(ARGV[7]) then return 0 end
-  elseif have < tonumber(ref[2]) then return 0 end
-  keep[ref[1]] = true
-end
-local old = redis.call('HGET', KEYS[1], 'segments')
-if old then
-  for _, id in ipairs(stored(old)) do
-    if redis.call('DECR', p .. 'segrefs:' .. id) <= 0 and not keep[id] then
-      redis.call('DEL', p .. 'segrefs:' .. id, p .. 'segment:' .. id)
-    end
-  end
-end
-redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 'workflow_name', ARGV[2], 'body', ARGV[3], 'segments', ARGV[4])
-if ARGV[6] ~= '' then redis.call('RPUSH', p .. 'segment:' .. ARGV[5], ARGV[6]) end
-for _, ref in ipairs(refs) do
-  redis.call('INCR', p .. 'segrefs:' .. ref[1])
-  if ARGV[9] ~= '' then
-    redis.call('PEXPIRE', p .. 'segment:' .. ref[1], ARGV[9])
-    redis.call('PEXPIRE', p .. 'segrefs:' .. ref[1], ARGV[9])
-  end
-end
-redis.call('ZADD', KEYS[2], ARGV[8], ARGV[1])
-if ARGV[9] ~= '' then
-  redis.call('PEXPIRE', KEYS[1], ARGV[9])
-  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[10])
-  redis.call('PEXPIRE', KEYS[2], ARGV[9])
-end
-return 1
-"""
-)
-
-# KEYS[1] = checkpoint key. ARGV: 1 checkpoint id, 2 key prefix ('<namespace>:'). Returns 1 if deleted.
-# Stored references that are not well-formed (altered in Redis) free nothing and never fail the script.
-DELETE_SCRIPT = (
-    _STORED_SEGMENTS
-    + """
-local p = ARGV[2]
-local fields = redis.call('HMGET', KEYS[1], 'workflow_name', 'segments')
-if fields[2] then
-  for _, id in ipairs(stored(fields[2])) do
-    if redis.call('DECR', p .. 'segrefs:' .. id) <= 0 then
-      redis.call('DEL', p .. 'segrefs:' .. id, p .. 'segment:' .. id)
-    end
-  end
-end
-local deleted = redis.call('DEL', KEYS[1])
-if fields[1] then redis.call('ZREM', p .. 'workflow:' .. fields[1], ARGV[1]) end
-return deleted
-"""
-)
 
 
 def head_context(checkpoint_id: str, references: bytes) -> bytes:

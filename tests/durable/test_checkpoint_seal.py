@@ -302,8 +302,9 @@ async def test_a_sealed_and_encrypted_workflow_pauses_and_resumes_on_another_ins
         request_id = paused.get_request_info_events()[0].request_id
         ids = await second_checkpoints.list_checkpoint_ids(workflow_name="approval")
         assert ids
-        body = await raw.hget(f"{namespace}:checkpoint:{ids[-1]}", "body")
-        assert body is not None and body.startswith(b"afs1:a256gcm:k1:") and b"tea" not in body
+        [segment] = [key async for key in raw.scan_iter(f"{namespace}:segment:*")]  # heads live in their chunks
+        chunks = await raw.lrange(segment, 0, -1)
+        assert chunks and all(chunk.startswith(b"afs1:a256gcm:k1:") and b"tea" not in chunk for chunk in chunks)
         done = await second.run(responses={request_id: "approved"}, continuation_token=paused.continuation_token)
         assert done.get_outputs() == ["shipped: draft about tea (approved)"]
     finally:

@@ -1,7 +1,10 @@
-"""Sealed step-cache checkpoints: every head and chunk authenticated before decoding, each result still stored once.
+"""Sealed step-cache checkpoints of the earlier Redis layout: every head and chunk authenticated before decoding.
 
-A run this package drives stores its checkpoints on ``RedisCheckpointStorage`` as a head (``body``
-plus ``segments`` references) over chunks in ``<namespace>:segment:<id>`` lists. With a
+Earlier versions stored the checkpoints of a run this package drives on ``RedisCheckpointStorage``
+as a head (``body`` plus ``segments`` references, a hash per checkpoint) over chunks in
+``<namespace>:segment:<id>`` lists; ``redis_earlier_layout.EarlierLayoutStorage`` still writes them
+so, and today's storage reads, lists and deletes them (``test_checkpoint_seal_segments.py`` attacks
+today's layout). With a
 ``CheckpointSealer`` the head is sealed under its checkpoint id and references and each chunk under
 its segment id and index. The attacks are those of ``test_checkpoint_seal.py``, aimed at those
 pieces by someone who can write the keys but holds no key: a planted chunk (a pickle core's decoder
@@ -25,6 +28,7 @@ import pytest
 import redis.asyncio as aioredis
 from agent_framework import RunContext, WorkflowCheckpoint, WorkflowCheckpointException, step
 from agent_framework._workflows._checkpoint_encoding import encode_checkpoint_value
+from redis_earlier_layout import EarlierLayoutStorage
 from test_checkpoint_seal import _from_dict_hijack_pickle, _pickled, _posix_path_pickle
 
 from agent_framework_functional import CheckpointSealer, RedisCheckpointStorage, workflow
@@ -179,7 +183,7 @@ async def test_with_a_sealer_every_attack_on_a_delta_checkpoint_is_refused_befor
     decodes: list[object],
     restore_from_dict: None,
 ) -> None:
-    storage = RedisCheckpointStorage(redis_server, namespace=namespace, sealer=CheckpointSealer({"k1": KEY}))
+    storage = EarlierLayoutStorage(redis_server, namespace=namespace, sealer=CheckpointSealer({"k1": KEY}))
     try:
         run = await Run(storage, raw, namespace).go()
         assert (await storage.load(run.last)).state["_step_cache"]  # genuine: loads
@@ -198,7 +202,7 @@ async def test_with_a_sealer_each_result_is_stored_once_sealed_and_reads_back_as
     redis_server: str, namespace: str, raw: aioredis.Redis
 ) -> None:
     sealer = CheckpointSealer({"k1": KEY}, encrypt=True)
-    storage = RedisCheckpointStorage(redis_server, namespace=namespace, sealer=sealer)
+    storage = EarlierLayoutStorage(redis_server, namespace=namespace, sealer=sealer)
     saved: list[WorkflowCheckpoint] = []
     original = storage.save
 
@@ -245,7 +249,7 @@ MALFORMED: dict[str, Callable[[Run], Awaitable[None]]] = {
 async def test_without_a_sealer_malformed_delta_pieces_give_clean_errors_and_are_skipped(
     damage: str, redis_server: str, namespace: str, raw: aioredis.Redis
 ) -> None:
-    storage = RedisCheckpointStorage(redis_server, namespace=namespace)
+    storage = EarlierLayoutStorage(redis_server, namespace=namespace)
     try:
         run = await Run(storage, raw, namespace).go()
         await MALFORMED[damage](run)
@@ -260,7 +264,7 @@ async def test_without_a_sealer_malformed_delta_pieces_give_clean_errors_and_are
 async def test_a_checkpoint_with_altered_references_is_still_deleted_and_saved_over(
     references: bytes, redis_server: str, namespace: str, raw: aioredis.Redis
 ) -> None:
-    storage = RedisCheckpointStorage(redis_server, namespace=namespace, sealer=CheckpointSealer({"k1": KEY}))
+    storage = EarlierLayoutStorage(redis_server, namespace=namespace, sealer=CheckpointSealer({"k1": KEY}))
     try:
         run = await Run(storage, raw, namespace).go()
         ids = await storage.list_checkpoint_ids(workflow_name="batch")

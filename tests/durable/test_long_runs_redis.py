@@ -5,11 +5,15 @@ middle, on a real redis-server: every checkpoint core saved loads back equal to 
 ``save`` (compared through core's encoding); the step cache entries stored across all segments are
 exactly the run's step calls (each stored once, the resume's segment continuing the pause's); core
 used directly on the same storage stores whole checkpoints, as before; deleting checkpoints frees
-their segments once nothing references them; a segment lost meanwhile (expired) is rewritten whole.
+their segments once nothing references them (one in the middle of a segment no longer loads nor lists,
+the ones after it still do); a segment lost meanwhile (expired) is rewritten whole; no key is kept per
+checkpoint, and every key expires with ``ttl``; what the earlier layout (a hash per checkpoint,
+``redis_earlier_layout.py``) stored still loads, resumes, lists and deletes.
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import uuid
@@ -19,9 +23,10 @@ from typing import Any
 import agent_framework
 import pytest
 import redis.asyncio as aioredis
-from agent_framework import RunContext, WorkflowCheckpoint, step
+from agent_framework import RunContext, WorkflowCheckpoint, WorkflowCheckpointException, step
 from agent_framework._workflows._checkpoint_encoding import encode_checkpoint_value
 from durable_support import RedisServer
+from redis_earlier_layout import EarlierLayoutStorage
 
 from agent_framework_functional import RedisCheckpointStorage, workflow
 
@@ -106,6 +111,8 @@ async def test_a_thousand_step_run_stores_each_result_once_and_reads_back_what_c
             assert _canonical(await storage.load(saved.checkpoint_id)) == _canonical(saved)
         entries, segments = await _stored_entries(client, namespace)
         assert (entries, segments) == (STEPS + 5, 2)  # each result once; the resume continues the pause's segment
+        kinds = [key.split(b":")[1] async for key in client.scan_iter(f"{namespace}:*")]
+        assert kinds.count(b"loc") <= 256 and len(kinds) - kinds.count(b"loc") == 2 * 2 + 1  # no key per checkpoint
 
         # Restore from a checkpoint in the middle on a fresh instance: core's replay, one more segment.
         middle = tee.ids[STEPS // 2]
@@ -204,5 +211,89 @@ async def test_a_finished_run_deletes_its_chain_with_delete_many(redis_url: str,
         [kept] = await storage.list_checkpoint_ids(workflow_name="batch")
         assert await storage.delete_many([kept, kept, "missing"]) == 1
         assert [key async for key in client.scan_iter(f"{namespace}:*")] == []
+    finally:
+        await storage.aclose()
+
+
+async def test_a_checkpoint_deleted_in_the_middle_of_a_segment_no_longer_loads_and_the_rest_still_do(
+    redis_url: str,
+) -> None:
+    storage = RedisCheckpointStorage(redis_url, namespace=f"mid-{uuid.uuid4().hex}")
+    try:
+        await workflow(keep_checkpoints=True)(batch).build(checkpoint_storage=storage).run([f"d{i}" for i in range(6)])
+        ids = await storage.list_checkpoint_ids(workflow_name="batch")
+        assert len(ids) == 7
+        assert await storage.delete(ids[3])
+        with pytest.raises(WorkflowCheckpointException, match="No checkpoint found"):
+            await storage.load(ids[3])
+        assert await storage.list_checkpoint_ids(workflow_name="batch") == ids[:3] + ids[4:]
+        before, after = [len((await storage.load(ids[k])).state["_step_cache"]) for k in (2, 4)]
+        assert after == before + 2  # the deleted checkpoint's chunk still holds its step, for the ones after it
+        assert await storage.delete_many(ids) == 6
+        assert await storage.list_checkpoint_ids(workflow_name="batch") == []
+    finally:
+        await storage.aclose()
+
+
+async def test_every_key_of_a_long_run_expires_with_ttl(redis_url: str, client: aioredis.Redis) -> None:
+    namespace = f"ttl-{uuid.uuid4().hex}"
+    storage = RedisCheckpointStorage(redis_url, namespace=namespace, ttl=0.4)
+    try:
+        await workflow(keep_checkpoints=True)(batch).build(checkpoint_storage=storage).run([f"d{i}" for i in range(20)])
+        keys = [key async for key in client.scan_iter(f"{namespace}:*")]
+        assert keys
+        for key in keys:
+            assert 0 < await client.pttl(key) <= 400
+        assert len(await storage.list_checkpoint_ids(workflow_name="batch")) == 21
+        await asyncio.sleep(0.5)
+        assert [key async for key in client.scan_iter(f"{namespace}:*")] == []
+    finally:
+        await storage.aclose()
+
+
+async def test_checkpoints_stored_in_the_earlier_layout_still_load_resume_list_and_delete(
+    redis_url: str, client: aioredis.Redis
+) -> None:
+    namespace = f"earlier-{uuid.uuid4().hex}"
+    earlier = EarlierLayoutStorage(redis_url, namespace=namespace)
+    tee = Tee(earlier, keep=lambda index: True)
+    storage = RedisCheckpointStorage(redis_url, namespace=namespace)
+    try:
+        paused = await workflow(batch).build(checkpoint_storage=tee).run([f"d{i}" for i in range(8)])  # type: ignore[arg-type]
+        [pause_id] = await storage.list_checkpoint_ids(workflow_name="batch")  # the chain's spent ones deleted
+        assert await client.hget(f"{namespace}:checkpoint:{pause_id}", "segments") is not None  # the earlier layout
+        assert _canonical(await storage.load(pause_id)) == _canonical(tee.kept[-1])
+        wf = workflow(batch).build(checkpoint_storage=storage)  # the upgraded version resumes the pause
+        done = await wf.run(responses={"auto::0": "ok"}, continuation_token=None, checkpoint_id=pause_id)
+        assert done.get_outputs() == [sum(f"d{i}".endswith("7") for i in range(8))]
+        assert paused.continuation_token is not None
+        assert await storage.list_checkpoint_ids(workflow_name="batch") == [pause_id]  # the restore's chain deleted
+        assert await storage.delete(pause_id)
+        assert [key async for key in client.scan_iter(f"{namespace}:*")] == []  # both layouts' keys freed
+    finally:
+        await earlier.aclose()
+        await storage.aclose()
+
+
+async def test_a_bucket_that_keeps_being_written_drops_its_expired_locations(
+    redis_url: str, client: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agent_framework_functional._durable import redis_checkpoint, redis_segments
+
+    def one_bucket(checkpoint_id: str) -> tuple[bytes, str]:
+        return redis_segments.location_of(checkpoint_id)[0], "0"
+
+    monkeypatch.setattr(redis_checkpoint, "location_of", one_bucket)
+    namespace = f"prune-{uuid.uuid4().hex}"
+    bucket = f"{namespace}:loc:0"
+    expired = {f"old{index}".encode(): b"gone:0:1" for index in range(70)}  # expired long ago
+    await client.hset(bucket, mapping=expired)  # type: ignore[arg-type]
+    storage = RedisCheckpointStorage(redis_url, namespace=namespace)
+    try:
+        await workflow(keep_checkpoints=True)(batch).build(checkpoint_storage=storage).run([f"d{i}" for i in range(3)])
+        fields = set(await client.hkeys(bucket))  # type: ignore[misc]
+        assert not fields & set(expired)  # dropped by the first save that found the bucket past 64 entries
+        assert len(fields - {b""}) == 4 and len(await storage.list_checkpoint_ids(workflow_name="batch")) == 4
+        assert [key async for key in client.scan_iter(f"{namespace}:seginfo:gone")] == []
     finally:
         await storage.aclose()
