@@ -11,8 +11,7 @@ import pytest
 from hosting_support import deployer
 from responses_support import approval_items, approve, serve_agent
 
-from agent_framework_functional.hosting import devui_app, responses_app
-from agent_framework_functional.hosting import ReleaseFreeMemory
+from agent_framework_functional.hosting import ReleaseFreeMemory, devui_app, responses_app
 
 TOKEN = "release-test-token"
 
