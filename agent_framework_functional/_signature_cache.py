@@ -69,7 +69,7 @@ class CachedIdentity:
 
 
 def _identity_inputs(func: Any) -> tuple[Any, ...]:
-    kwdefaults = getattr(func, "__kwdefaults__", None) or {}
+    kwdefaults: dict[str, Any] = getattr(func, "__kwdefaults__", None) or {}
     return (
         getattr(func, "__code__", None),
         getattr(func, "__module__", None),

@@ -85,7 +85,7 @@ def _forwarded_resume(request: Mapping[str, Any], place: str) -> Any:
     props: Any = request.get("forwarded_props")
     if not isinstance(props, dict):
         return None
-    holder: Any = props
+    holder: Any = cast(dict[str, Any], props)
     if place == "forwardedProps.command.resume":
         holder = cast(dict[str, Any], props).get("command")
     return cast(dict[str, Any], holder).get("resume") if isinstance(holder, dict) else None
@@ -98,7 +98,8 @@ def _forwarded_answers(place: str, raw: Any) -> list[ResumeAnswer]:
         holder = cast(dict[str, Any], raw)
         items = holder.get("interrupts", holder.get("interrupt", [holder]))
     for item in cast(list[Any], items) if isinstance(items, list) else []:
-        ids = {str(item[key]) for key in ID_FIELDS if isinstance(item, dict) and item.get(key)}
+        entry = cast(dict[str, Any], item) if isinstance(item, dict) else {}
+        ids = {str(entry[key]) for key in ID_FIELDS if entry.get(key)}
         if len(ids) > 1:
             raise refuse(f"A resume entry in {place} names several interrupt ids ({sorted(ids)!r}); name one.")
     request = read_request({"messages": [], "resume": raw})
