@@ -311,7 +311,7 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
             texts = gather_row_chunks(references, chunks, self._unseal, sealed)
         except WorkflowCheckpointException:
             raise
-        except (ValueError, TypeError, IndexError, KeyError, RecursionError) as exc:
+        except (ValueError, TypeError, IndexError, KeyError, OverflowError, RecursionError) as exc:
             raise WorkflowCheckpointException(
                 self.unreadable.format(checkpoint_id=checkpoint_id or str(row[3]), error=type(exc).__name__)
             ) from exc

@@ -1,0 +1,45 @@
+"""Version-3 Postgres rows changed in the database: every load is core's exception, every listing skips them.
+
+Attacks from someone with write access to the tables, or a careless operator, on a real PostgreSQL
+cluster: a sealed storage returns exactly what core saved or refuses; an unsealed one cannot tell a
+changed row from a saved one, but must never fail with anything but ``WorkflowCheckpointException``.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import psycopg
+import pytest
+from agent_framework import RunContext, WorkflowCheckpointException, step
+
+from agent_framework_functional import PostgresCheckpointStorage, workflow
+
+pytestmark = pytest.mark.slow
+
+
+@step
+async def review(doc: str) -> str:
+    return f"document {doc} reviewed"
+
+
+async def batch(docs: list[str], ctx: RunContext) -> int:
+    return len([await review(doc) for doc in docs])
+
+
+@pytest.mark.parametrize("micros", [9223372036854775807, -9223372036854775807])
+async def test_an_unsealed_row_with_a_timestamp_out_of_range_is_refused_and_skipped(
+    postgres_server: str, micros: int
+) -> None:
+    schema = f"t_{uuid.uuid4().hex}"
+    storage = PostgresCheckpointStorage(postgres_server, schema=schema)
+    try:
+        await workflow(keep_checkpoints=True)(batch).build(checkpoint_storage=storage).run(["a", "b"])
+        ids = await storage.list_checkpoint_ids(workflow_name="batch")
+        with psycopg.connect(postgres_server, autocommit=True) as conn:
+            conn.execute(f'UPDATE "{schema}".delta_checkpoints SET ts = %s WHERE checkpoint_id = %s', (micros, ids[0]))
+        with pytest.raises(WorkflowCheckpointException):
+            await storage.load(ids[0])
+        assert await storage.list_checkpoint_ids(workflow_name="batch") == ids[1:]
+    finally:
+        await storage.aclose()
