@@ -29,6 +29,7 @@ from .checkpoint_storage import (
 )
 from .postgres_delta import CHUNKS, MIGRATION, gather_chunks
 from .postgres_rows import (
+    check_storable,
     chunk_map,
     delta_params,
     gather_row_chunks,
@@ -36,6 +37,7 @@ from .postgres_rows import (
     row_head,
     row_key,
     row_references,
+    storable,
 )
 from .postgres_rows_sql import MIGRATION as MIGRATION_3
 from .postgres_rows_sql import STATEMENTS
@@ -185,6 +187,7 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
                 this storage's allowed types (add the type to ``allowed_checkpoint_types``).
             psycopg.OperationalError: PostgreSQL is unreachable.
         """
+        check_storable(checkpoint)
         plan = self._deduper.prepare(checkpoint)  # before any await: reads this save's offer
         if plan is not None:
             await self._store_delta(checkpoint, plan)
@@ -240,6 +243,8 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
         Raises:
             WorkflowCheckpointException: No live checkpoint has this id, or its body does not decode.
         """
+        if not storable(checkpoint_id):  # PostgreSQL text cannot hold it, so no checkpoint has it
+            raise WorkflowCheckpointException(f"No checkpoint found with ID {checkpoint_id!r}")
         key = row_key(checkpoint_id)
 
         async def load(conn: AsyncConnection[Any]) -> tuple[bool, tuple[Any, ...] | None, list[tuple[Any, ...]]]:
@@ -268,6 +273,8 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
         Returns:
             The decoded checkpoints.
         """
+        if not storable(workflow_name):  # PostgreSQL text cannot hold it, so no checkpoint has it
+            return []
 
         async def rows(conn: AsyncConnection[Any]) -> tuple[list[tuple[Any, ...]], ...]:
             names = {"name": workflow_name, "now": time.time()}
@@ -357,7 +364,7 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
 
         As :meth:`delete`, the delete commits without waiting for the server's disk.
         """
-        ids = list(dict.fromkeys(checkpoint_ids))
+        ids = [checkpoint_id for checkpoint_id in dict.fromkeys(checkpoint_ids) if storable(checkpoint_id)]
         if not ids:
             return 0
 

@@ -58,6 +58,31 @@ def row_key(checkpoint_id: str) -> str:
     return str(uuid.uuid5(_NAMESPACE, checkpoint_id))
 
 
+def storable(text: str | None) -> bool:
+    """Whether PostgreSQL text can hold ``text`` (None included): valid UTF-8 (no lone surrogate), no NUL."""
+    if text is None:
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in text
+
+
+def check_storable(checkpoint: WorkflowCheckpoint) -> None:
+    """Refuse a checkpoint whose id, previous id or workflow name PostgreSQL text cannot hold.
+
+    Raises:
+        WorkflowCheckpointException: One of them holds a NUL or a lone surrogate.
+    """
+    names = (checkpoint.checkpoint_id, checkpoint.previous_checkpoint_id, checkpoint.workflow_name)
+    if not all(storable(name) for name in names):
+        raise WorkflowCheckpointException(
+            f"Checkpoint {checkpoint.checkpoint_id!r} cannot be stored in PostgreSQL: its id, previous id or "
+            "workflow name holds a NUL character or is not UTF-8."
+        )
+
+
 def timestamp_micros(timestamp: object) -> int | None:
     """Core's timestamp as microseconds since the epoch, when :func:`timestamp_text` gives it back exactly."""
     if not isinstance(timestamp, str):

@@ -11,7 +11,7 @@ import uuid
 
 import psycopg
 import pytest
-from agent_framework import RunContext, WorkflowCheckpointException, step
+from agent_framework import RunContext, WorkflowCheckpoint, WorkflowCheckpointException, step
 
 from agent_framework_functional import PostgresCheckpointStorage, workflow
 
@@ -41,5 +41,23 @@ async def test_an_unsealed_row_with_a_timestamp_out_of_range_is_refused_and_skip
         with pytest.raises(WorkflowCheckpointException):
             await storage.load(ids[0])
         assert await storage.list_checkpoint_ids(workflow_name="batch") == ids[1:]
+    finally:
+        await storage.aclose()
+
+
+@pytest.mark.parametrize("odd", ["a\x00b", "\ud800x"])
+async def test_ids_and_names_postgresql_text_cannot_hold_are_core_refusals(postgres_server: str, odd: str) -> None:
+    storage = PostgresCheckpointStorage(postgres_server, schema=f"t_{uuid.uuid4().hex}")
+    checkpoint = WorkflowCheckpoint(workflow_name="batch", graph_signature_hash="h", checkpoint_id=odd)
+    named = WorkflowCheckpoint(workflow_name=odd, graph_signature_hash="h")
+    try:
+        for refused in (checkpoint, named):
+            with pytest.raises(WorkflowCheckpointException):
+                await storage.save(refused)
+        with pytest.raises(WorkflowCheckpointException, match="No checkpoint found"):
+            await storage.load(odd)
+        assert await storage.delete(odd) is False
+        assert await storage.delete_many([odd, odd, "unknown"]) == 0
+        assert await storage.list_checkpoints(workflow_name=odd) == []
     finally:
         await storage.aclose()
