@@ -255,7 +255,7 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
             row = await (await conn.execute(self._sql["load"], {"id": checkpoint_id, "now": now})).fetchone()
             if row is None or row[2] is None:
                 return False, row, []
-            return False, row, await (await conn.execute(self._sql["chunks"], (list(row[2]),))).fetchall()
+            return False, row, await self._version_2_chunks(conn, list(row[2]))
 
         delta, row, chunks = await self._db.run("checkpoint load", load)
         if row is None:
@@ -281,7 +281,7 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
             found = await (await conn.execute(self._sql["list"], names)).fetchall()
             deltas = await (await conn.execute(self._sql["delta_list"], names)).fetchall()
             segments = sorted({str(segment) for row in found for segment in (row[3] or ())})
-            chunks = await (await conn.execute(self._sql["chunks"], (segments,))).fetchall() if segments else []
+            chunks = await self._version_2_chunks(conn, segments) if segments else []
             return found, chunks, deltas, await self._delta_chunks(conn, deltas)
 
         found, chunks, deltas, delta_rows = await self._db.run("checkpoint list", rows)
@@ -299,6 +299,16 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
         loads += [(float(row[1]), str(row[3]), functools.partial(load_delta, row)) for row in deltas]
         loads.sort(key=lambda item: item[:2])
         return await self._listed(workflow_name, ((cid, loader) for _, cid, loader in loads))
+
+    async def _version_2_chunks(self, conn: AsyncConnection[Any], segments: list[str]) -> list[tuple[Any, ...]]:
+        """The version-2 chunks of ``segments``; none once migration 3 dropped those tables (they held nothing)."""
+        from psycopg.errors import UndefinedTable
+
+        try:
+            async with conn.transaction():  # a savepoint: the missing table must not abort the operation
+                return await (await conn.execute(self._sql["chunks"], (segments,))).fetchall()
+        except UndefinedTable:  # only a row changed in the database names version-2 segments then
+            return []
 
     async def _delta_chunks(self, conn: AsyncConnection[Any], rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
         """The chunk rows of every segment the version-3 ``rows`` reference."""
