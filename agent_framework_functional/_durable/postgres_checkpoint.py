@@ -32,6 +32,7 @@ from .postgres_rows import (
     check_storable,
     chunk_map,
     delta_params,
+    execute_save,
     gather_row_chunks,
     references_text,
     row_head,
@@ -202,7 +203,7 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
 
         async def save(conn: AsyncConnection[Any]) -> None:
             await self._purge_when_due(conn, now)
-            await conn.execute(self._sql["save_whole"], row)
+            await execute_save(conn, checkpoint.checkpoint_id, self._sql["save_whole"], row)
 
         await self._db.run("checkpoint save", save)
         return checkpoint.checkpoint_id
@@ -228,7 +229,7 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
 
     async def _save_delta(self, now: float, params: tuple[Any, ...], conn: AsyncConnection[Any]) -> bool:
         await self._purge_when_due(conn, now)
-        row = await (await conn.execute(self._sql["save_delta"], params)).fetchone()
+        row = await (await execute_save(conn, str(params[1]), self._sql["save_delta"], params)).fetchone()
         return bool(row is not None and row[0])
 
     async def load(self, checkpoint_id: str) -> WorkflowCheckpoint:

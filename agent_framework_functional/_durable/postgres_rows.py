@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Any
 from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 
 if TYPE_CHECKING:
+    from psycopg import AsyncConnection
+
     from .checkpoint_delta import DeltaSave
     from .checkpoint_seal import CheckpointSealer
 
@@ -81,6 +83,23 @@ def check_storable(checkpoint: WorkflowCheckpoint) -> None:
             f"Checkpoint {checkpoint.checkpoint_id!r} cannot be stored in PostgreSQL: its id, previous id or "
             "workflow name holds a NUL character or is not UTF-8."
         )
+
+
+async def execute_save(conn: AsyncConnection[Any], checkpoint_id: str, statement: Any, params: Any) -> Any:
+    """Run a save's statement; a row PostgreSQL cannot index (an id or a workflow name too long) is refused.
+
+    Raises:
+        WorkflowCheckpointException: PostgreSQL refused the row as larger than an index entry may be.
+    """
+    from psycopg.errors import ProgramLimitExceeded
+
+    try:
+        return await conn.execute(statement, params)
+    except ProgramLimitExceeded as exc:  # not an outage: the same row fails every time
+        raise WorkflowCheckpointException(
+            f"Checkpoint {checkpoint_id[:80]!r} cannot be stored in PostgreSQL (its id or workflow name is too "
+            f"long for an index): {str(exc).splitlines()[0]}"
+        ) from exc
 
 
 def timestamp_micros(timestamp: object) -> int | None:

@@ -7,6 +7,7 @@ changed row from a saved one, but must never fail with anything but ``WorkflowCh
 
 from __future__ import annotations
 
+import secrets
 import uuid
 
 import psycopg
@@ -76,5 +77,21 @@ async def test_a_whole_row_changed_to_name_version_2_segments_after_their_tables
         with pytest.raises(WorkflowCheckpointException):
             await storage.load(checkpoint.checkpoint_id)
         assert await storage.list_checkpoints(workflow_name="batch") == []
+    finally:
+        await storage.aclose()
+
+
+async def test_an_id_or_workflow_name_too_long_for_an_index_is_core_refusal_not_an_outage(postgres_server: str) -> None:
+    storage = PostgresCheckpointStorage(postgres_server, schema=f"t_{uuid.uuid4().hex}")
+    long_name = secrets.token_hex(5000)  # incompressible: larger than a PostgreSQL index entry may be
+    try:
+        for refused in (
+            WorkflowCheckpoint(workflow_name="batch", graph_signature_hash="h", checkpoint_id=secrets.token_hex(2000)),
+            WorkflowCheckpoint(workflow_name=long_name, graph_signature_hash="h"),
+        ):
+            with pytest.raises(WorkflowCheckpointException, match="too long"):
+                await storage.save(refused)
+        with pytest.raises(WorkflowCheckpointException, match="too long"):  # a run we drive: version-3 rows
+            await workflow(name=long_name)(batch).build(checkpoint_storage=storage).run(["a"])
     finally:
         await storage.aclose()
