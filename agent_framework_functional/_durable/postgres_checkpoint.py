@@ -29,13 +29,16 @@ from .checkpoint_storage import (
 )
 from .postgres_delta import CHUNKS, MIGRATION, gather_chunks
 from .postgres_rows import (
+    check_storable,
     chunk_map,
     delta_params,
+    execute_save,
     gather_row_chunks,
     references_text,
     row_head,
     row_key,
     row_references,
+    storable,
 )
 from .postgres_rows_sql import MIGRATION as MIGRATION_3
 from .postgres_rows_sql import STATEMENTS
@@ -185,6 +188,7 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
                 this storage's allowed types (add the type to ``allowed_checkpoint_types``).
             psycopg.OperationalError: PostgreSQL is unreachable.
         """
+        check_storable(checkpoint)
         plan = self._deduper.prepare(checkpoint)  # before any await: reads this save's offer
         if plan is not None:
             await self._store_delta(checkpoint, plan)
@@ -199,7 +203,7 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
 
         async def save(conn: AsyncConnection[Any]) -> None:
             await self._purge_when_due(conn, now)
-            await conn.execute(self._sql["save_whole"], row)
+            await execute_save(conn, checkpoint.checkpoint_id, self._sql["save_whole"], row)
 
         await self._db.run("checkpoint save", save)
         return checkpoint.checkpoint_id
@@ -225,7 +229,7 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
 
     async def _save_delta(self, now: float, params: tuple[Any, ...], conn: AsyncConnection[Any]) -> bool:
         await self._purge_when_due(conn, now)
-        row = await (await conn.execute(self._sql["save_delta"], params)).fetchone()
+        row = await (await execute_save(conn, str(params[1]), self._sql["save_delta"], params)).fetchone()
         return bool(row is not None and row[0])
 
     async def load(self, checkpoint_id: str) -> WorkflowCheckpoint:
@@ -240,6 +244,8 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
         Raises:
             WorkflowCheckpointException: No live checkpoint has this id, or its body does not decode.
         """
+        if not storable(checkpoint_id):  # PostgreSQL text cannot hold it, so no checkpoint has it
+            raise WorkflowCheckpointException(f"No checkpoint found with ID {checkpoint_id!r}")
         key = row_key(checkpoint_id)
 
         async def load(conn: AsyncConnection[Any]) -> tuple[bool, tuple[Any, ...] | None, list[tuple[Any, ...]]]:
@@ -250,7 +256,7 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
             row = await (await conn.execute(self._sql["load"], {"id": checkpoint_id, "now": now})).fetchone()
             if row is None or row[2] is None:
                 return False, row, []
-            return False, row, await (await conn.execute(self._sql["chunks"], (list(row[2]),))).fetchall()
+            return False, row, await self._version_2_chunks(conn, list(row[2]))
 
         delta, row, chunks = await self._db.run("checkpoint load", load)
         if row is None:
@@ -268,13 +274,15 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
         Returns:
             The decoded checkpoints.
         """
+        if not storable(workflow_name):  # PostgreSQL text cannot hold it, so no checkpoint has it
+            return []
 
         async def rows(conn: AsyncConnection[Any]) -> tuple[list[tuple[Any, ...]], ...]:
             names = {"name": workflow_name, "now": time.time()}
             found = await (await conn.execute(self._sql["list"], names)).fetchall()
             deltas = await (await conn.execute(self._sql["delta_list"], names)).fetchall()
             segments = sorted({str(segment) for row in found for segment in (row[3] or ())})
-            chunks = await (await conn.execute(self._sql["chunks"], (segments,))).fetchall() if segments else []
+            chunks = await self._version_2_chunks(conn, segments) if segments else []
             return found, chunks, deltas, await self._delta_chunks(conn, deltas)
 
         found, chunks, deltas, delta_rows = await self._db.run("checkpoint list", rows)
@@ -292,6 +300,16 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
         loads += [(float(row[1]), str(row[3]), functools.partial(load_delta, row)) for row in deltas]
         loads.sort(key=lambda item: item[:2])
         return await self._listed(workflow_name, ((cid, loader) for _, cid, loader in loads))
+
+    async def _version_2_chunks(self, conn: AsyncConnection[Any], segments: list[str]) -> list[tuple[Any, ...]]:
+        """The version-2 chunks of ``segments``; none once migration 3 dropped those tables (they held nothing)."""
+        from psycopg.errors import UndefinedTable
+
+        try:
+            async with conn.transaction():  # a savepoint: the missing table must not abort the operation
+                return await (await conn.execute(self._sql["chunks"], (segments,))).fetchall()
+        except UndefinedTable:  # only a row changed in the database names version-2 segments then
+            return []
 
     async def _delta_chunks(self, conn: AsyncConnection[Any], rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
         """The chunk rows of every segment the version-3 ``rows`` reference."""
@@ -311,7 +329,7 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
             texts = gather_row_chunks(references, chunks, self._unseal, sealed)
         except WorkflowCheckpointException:
             raise
-        except (ValueError, TypeError, IndexError, KeyError, RecursionError) as exc:
+        except (ValueError, TypeError, IndexError, KeyError, OverflowError, RecursionError) as exc:
             raise WorkflowCheckpointException(
                 self.unreadable.format(checkpoint_id=checkpoint_id or str(row[3]), error=type(exc).__name__)
             ) from exc
@@ -357,7 +375,7 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
 
         As :meth:`delete`, the delete commits without waiting for the server's disk.
         """
-        ids = list(dict.fromkeys(checkpoint_ids))
+        ids = [checkpoint_id for checkpoint_id in dict.fromkeys(checkpoint_ids) if storable(checkpoint_id)]
         if not ids:
             return 0
 

@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Any
 from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 
 if TYPE_CHECKING:
+    from psycopg import AsyncConnection
+
     from .checkpoint_delta import DeltaSave
     from .checkpoint_seal import CheckpointSealer
 
@@ -56,6 +58,48 @@ def row_key(checkpoint_id: str) -> str:
     except (ValueError, TypeError, AttributeError):
         pass
     return str(uuid.uuid5(_NAMESPACE, checkpoint_id))
+
+
+def storable(text: str | None) -> bool:
+    """Whether PostgreSQL text can hold ``text`` (None included): valid UTF-8 (no lone surrogate), no NUL."""
+    if text is None:
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in text
+
+
+def check_storable(checkpoint: WorkflowCheckpoint) -> None:
+    """Refuse a checkpoint whose id, previous id or workflow name PostgreSQL text cannot hold.
+
+    Raises:
+        WorkflowCheckpointException: One of them holds a NUL or a lone surrogate.
+    """
+    names = (checkpoint.checkpoint_id, checkpoint.previous_checkpoint_id, checkpoint.workflow_name)
+    if not all(storable(name) for name in names):
+        raise WorkflowCheckpointException(
+            f"Checkpoint {checkpoint.checkpoint_id!r} cannot be stored in PostgreSQL: its id, previous id or "
+            "workflow name holds a NUL character or is not UTF-8."
+        )
+
+
+async def execute_save(conn: AsyncConnection[Any], checkpoint_id: str, statement: Any, params: Any) -> Any:
+    """Run a save's statement; a row PostgreSQL cannot index (an id or a workflow name too long) is refused.
+
+    Raises:
+        WorkflowCheckpointException: PostgreSQL refused the row as larger than an index entry may be.
+    """
+    from psycopg.errors import ProgramLimitExceeded
+
+    try:
+        return await conn.execute(statement, params)
+    except ProgramLimitExceeded as exc:  # not an outage: the same row fails every time
+        raise WorkflowCheckpointException(
+            f"Checkpoint {checkpoint_id[:80]!r} cannot be stored in PostgreSQL (its id or workflow name is too "
+            f"long for an index): {str(exc).splitlines()[0]}"
+        ) from exc
 
 
 def timestamp_micros(timestamp: object) -> int | None:
