@@ -15,10 +15,43 @@ from typing import Any
 
 import durable_workflows
 import pytest
-from agent_framework import FileCheckpointStorage
+import redis.asyncio as aioredis
+from agent_framework import FileCheckpointStorage, WorkflowCheckpoint
 from durable_support import FakeClock, RedisServer, StoreSpec, close_store, reap_workers
 
 from agent_framework_functional import ContinuationStore
+
+
+@pytest.fixture
+async def raw(redis_server: str) -> AsyncIterator[aioredis.Redis]:
+    """A client of the session's Redis, to read and alter what a storage wrote."""
+    client = aioredis.Redis.from_url(redis_server)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+def restore_from_dict() -> Iterator[None]:
+    """Puts back ``WorkflowCheckpoint.from_dict`` after a test whose planted body tries to replace it."""
+    original = WorkflowCheckpoint.__dict__["from_dict"]
+    yield
+    type.__setattr__(WorkflowCheckpoint, "from_dict", original)
+
+
+@pytest.fixture
+def decodes(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Every call of core's checkpoint decoder (to show a refused piece never reached it)."""
+    from agent_framework._workflows import _checkpoint_encoding
+
+    calls: list[object] = []
+    real = _checkpoint_encoding.decode_checkpoint_value
+
+    def counting(value: Any, **options: Any) -> Any:
+        calls.append(value)
+        return real(value, **options)
+
+    monkeypatch.setattr(_checkpoint_encoding, "decode_checkpoint_value", counting)
+    return calls
 
 
 @pytest.fixture

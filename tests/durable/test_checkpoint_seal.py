@@ -16,7 +16,6 @@ import logging
 import secrets
 import struct
 import uuid
-from collections.abc import AsyncIterator, Iterator
 from datetime import datetime, timezone
 from typing import Any
 
@@ -81,36 +80,6 @@ def _planted_body(checkpoint_id: str, value: dict[str, str]) -> bytes:
 @pytest.fixture
 def namespace() -> str:
     return f"aff-test:{uuid.uuid4().hex}"
-
-
-@pytest.fixture
-async def raw(redis_server: str) -> AsyncIterator[aioredis.Redis]:
-    client = aioredis.Redis.from_url(redis_server)
-    yield client
-    await client.aclose()
-
-
-@pytest.fixture
-def restore_from_dict() -> Iterator[None]:
-    original = WorkflowCheckpoint.__dict__["from_dict"]
-    yield
-    type.__setattr__(WorkflowCheckpoint, "from_dict", original)
-
-
-@pytest.fixture
-def decodes(monkeypatch: pytest.MonkeyPatch) -> list[object]:
-    """Every call of core's checkpoint decoder (to show a refused body never reached it)."""
-    from agent_framework._workflows import _checkpoint_encoding
-
-    calls: list[object] = []
-    real = _checkpoint_encoding.decode_checkpoint_value
-
-    def counting(value: Any, **options: Any) -> Any:
-        calls.append(value)
-        return real(value, **options)
-
-    monkeypatch.setattr(_checkpoint_encoding, "decode_checkpoint_value", counting)
-    return calls
 
 
 async def _plant(client: aioredis.Redis, namespace: str, checkpoint_id: str, body: bytes) -> None:

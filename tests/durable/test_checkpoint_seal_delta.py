@@ -21,7 +21,7 @@ import copy
 import json
 import secrets
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -55,36 +55,6 @@ async def batch(docs: list[str], ctx: RunContext) -> int:
 @pytest.fixture
 def namespace() -> str:
     return f"aff-sealdelta:{uuid.uuid4().hex}"
-
-
-@pytest.fixture
-async def raw(redis_server: str) -> AsyncIterator[aioredis.Redis]:
-    client = aioredis.Redis.from_url(redis_server)
-    yield client
-    await client.aclose()
-
-
-@pytest.fixture
-def decodes(monkeypatch: pytest.MonkeyPatch) -> list[object]:
-    """Every call of core's checkpoint decoder (to show a refused piece never reached it)."""
-    from agent_framework._workflows import _checkpoint_encoding
-
-    calls: list[object] = []
-    real = _checkpoint_encoding.decode_checkpoint_value
-
-    def counting(value: Any, **options: Any) -> Any:
-        calls.append(value)
-        return real(value, **options)
-
-    monkeypatch.setattr(_checkpoint_encoding, "decode_checkpoint_value", counting)
-    return calls
-
-
-@pytest.fixture
-def restore_from_dict() -> Iterator[None]:
-    original = WorkflowCheckpoint.__dict__["from_dict"]
-    yield
-    type.__setattr__(WorkflowCheckpoint, "from_dict", original)
 
 
 class Run:
