@@ -347,8 +347,6 @@ async def concurrent_phase(
         await asyncio.sleep(max(0.0, deadline - time.perf_counter()))
 
     await asyncio.gather(*(worker() for _ in range(args.clients)), *([diagnose()] if args.diagnose else []))
-    if args.diagnose:
-        await memory_report(http, base, "end", soak)
 
 
 async def memory_report(http: httpx.AsyncClient, base: str, label: str, soak: Soak) -> None:
@@ -399,6 +397,8 @@ async def soak_host(host: str, args: argparse.Namespace) -> Soak:
             stop.set()
             await sampling
             await sample(soak, process.pid, http, base, started)
+            if args.diagnose:  # after the last sample: the report's full collection and object census cost memory
+                await memory_report(http, base, "end", soak)
             # Paused mode: conversations nobody answers, then one TTL, then one more conversation (it sweeps).
             for index in range(args.paused):
                 await client.pause(f"{host} p{index}")
