@@ -23,7 +23,7 @@ from .._store import duration_seconds
 from .checkpoint_delta import DeltaSave, StepCacheDeduper
 from .checkpoint_seal import CheckpointSealer
 from .checkpoint_storage import DurableCheckpointStorage, check_allowed_types, check_sealer, same_id, unsavable
-from .redis_client import DEFAULT_MAX_CONNECTIONS, DEFAULT_POOL_TIMEOUT_SECONDS, pooled_client, text
+from .redis_client import DEFAULT_MAX_CONNECTIONS, DEFAULT_POOL_TIMEOUT_SECONDS, pooled_client, sorted_members
 from .redis_delta import read_chunks
 from .redis_segments import (
     DELETE_SCRIPT,
@@ -298,7 +298,7 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
     async def _bodies(self, workflow_name: str) -> list[tuple[str, Any, Any]]:
         """Return ``(id, body, segments)`` of the workflow's indexed checkpoints; drop entries whose key is gone."""
         index = self._index_key(workflow_name)
-        ids = [text(member) for member in cast("list[Any]", await self._client.zrange(index, 0, -1))]
+        ids = await sorted_members(self._client, index, as_text=True)  # another member was never an id saved here
         if not ids:
             return []
         async with self._client.pipeline(transaction=False) as pipe:
@@ -323,7 +323,7 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
 
     async def _segment_loads(self, workflow_name: str) -> list[tuple[str, Any]]:
         """A loader for each live checkpoint in the workflow's segments (an id that maps to its chunk), in order."""
-        segments = cast("list[Any]", await self._client.zrange(f"{self._prefix}wsegs:{workflow_name}", 0, -1))
+        segments = await sorted_members(self._client, f"{self._prefix}wsegs:{workflow_name}")
         async with self._client.pipeline(transaction=False) as pipe:
             for segment in segments:
                 await self._list(args=[self._prefix, self._ttl_ms or 0, segment], client=pipe)  # queued

@@ -86,3 +86,31 @@ async def test_a_location_bucket_of_the_wrong_type_is_no_checkpoint(
         assert run.last not in await storage.list_checkpoint_ids(workflow_name="batch")
     finally:
         await storage.aclose()
+
+
+INDEXES: dict[str, Callable[[aioredis.Redis, str], Awaitable[Any]]] = {
+    "segment_index_not_a_sorted_set": lambda raw, ns: _retype_key(raw, f"{ns}:wsegs:batch"),
+    "whole_index_not_a_sorted_set": lambda raw, ns: _retype_key(raw, f"{ns}:workflow:batch"),
+    "whole_index_member_not_utf8": lambda raw, ns: raw.zadd(f"{ns}:workflow:batch", {b"\xff\xfe": 1}),
+}
+
+
+async def _retype_key(raw: aioredis.Redis, key: str) -> None:
+    await raw.delete(key)
+    await raw.set(key, b"x")
+
+
+@pytest.mark.parametrize("damage", sorted(INDEXES))
+async def test_a_damaged_index_lists_what_the_others_hold(
+    damage: str, redis_server: str, namespace: str, raw: aioredis.Redis
+) -> None:
+    storage = RedisCheckpointStorage(redis_server, namespace=namespace)
+    try:
+        run = await Run(storage, raw, namespace).go()
+        before = await storage.list_checkpoint_ids(workflow_name="batch")
+        await INDEXES[damage](raw, namespace)
+        listed = await storage.list_checkpoint_ids(workflow_name="batch")
+        assert listed == ([] if damage.startswith("segment_index") else before)
+        assert (await storage.load(run.last)).checkpoint_id == run.last
+    finally:
+        await storage.aclose()
