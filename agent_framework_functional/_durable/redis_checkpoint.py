@@ -304,9 +304,10 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
         async with self._client.pipeline(transaction=False) as pipe:
             for checkpoint_id in ids:
                 pipe.hmget(self._checkpoint_key(checkpoint_id), ["body", "segments"])
-            bodies = cast("list[list[Any]]", await pipe.execute())
+            bodies = cast("list[Any]", await pipe.execute(raise_on_error=False))
         found: list[tuple[str, Any, Any]] = []
-        for checkpoint_id, (raw, segments) in zip(ids, bodies, strict=True):
+        for checkpoint_id, entry in zip(ids, bodies, strict=True):
+            raw, segments = entry if isinstance(entry, list) else (None, None)  # a key of another type: none
             if raw is None:  # expired or deleted; unless saved again meanwhile, drop it from the index
                 await self._drop_stale(keys=[index, self._checkpoint_key(checkpoint_id)], args=[checkpoint_id])
             else:

@@ -212,7 +212,8 @@ LOAD_SCRIPT = (
     + """
 local sid, index = locate(now_ms(), ARGV[5], ARGV[4])
 if not sid then
-  local fields = redis.call('HMGET', p .. 'checkpoint:' .. ARGV[3], 'body', 'segments')
+  local fields = redis.pcall('HMGET', p .. 'checkpoint:' .. ARGV[3], 'body', 'segments')
+  if fields.err then return {0, false, false} end
   return {0, fields[1], fields[2]}
 end
 return {1, sid, index, read(sid, index)}

@@ -114,3 +114,43 @@ async def test_a_damaged_index_lists_what_the_others_hold(
         assert (await storage.load(run.last)).checkpoint_id == run.last
     finally:
         await storage.aclose()
+
+
+async def test_a_whole_checkpoint_key_of_the_wrong_type_is_no_checkpoint(
+    redis_server: str, namespace: str, raw: aioredis.Redis
+) -> None:
+    storage = RedisCheckpointStorage(redis_server, namespace=namespace)
+    try:
+        run = await Run(storage, raw, namespace).go()
+        before = await storage.list_checkpoint_ids(workflow_name="batch")
+        await raw.zadd(f"{namespace}:workflow:batch", {"planted": 1})
+        await raw.set(f"{namespace}:checkpoint:planted", b"x")
+        with pytest.raises(WorkflowCheckpointException):
+            await storage.load("planted")
+        assert await storage.list_checkpoint_ids(workflow_name="batch") == before
+        assert (await storage.load(run.last)).checkpoint_id == run.last
+    finally:
+        await storage.aclose()
+
+
+async def test_an_earlier_layout_segment_of_the_wrong_type_is_a_lost_checkpoint(
+    redis_server: str, namespace: str, raw: aioredis.Redis
+) -> None:
+    from redis_earlier_layout import EarlierLayoutStorage
+    from test_checkpoint_seal_delta import DOCS, batch
+
+    from agent_framework_functional import workflow
+
+    earlier = EarlierLayoutStorage(redis_server, namespace=namespace)
+    storage = RedisCheckpointStorage(redis_server, namespace=namespace)
+    try:
+        await workflow(keep_checkpoints=True)(batch).build(checkpoint_storage=earlier).run(DOCS)
+        [pause_id] = (await storage.list_checkpoint_ids(workflow_name="batch"))[-1:]
+        async for key in raw.scan_iter(f"{namespace}:segment:*"):
+            await _retype_key(raw, key.decode())
+        with pytest.raises(WorkflowCheckpointException):
+            await storage.load(pause_id)
+        assert await storage.list_checkpoint_ids(workflow_name="batch") == []
+    finally:
+        await earlier.aclose()
+        await storage.aclose()
