@@ -112,6 +112,7 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
             ``FileCheckpointStorage``.
         ttl: How long a checkpoint is kept after it is saved (seconds or ``timedelta``), default 7
             days; ``None`` keeps checkpoints until :meth:`delete` (storage then grows without bound).
+            Give every storage on a namespace the same ``ttl``: a run's keys are shared by its checkpoints.
         max_connections: With a URL: connections in the pool (default 50); more operations wait.
         pool_timeout: With a URL: how long an operation waits for a free connection (default 20 s).
         sealer: Seals every body it saves and opens every body it loads (README "Durable
