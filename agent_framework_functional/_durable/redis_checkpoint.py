@@ -23,7 +23,7 @@ from .._store import duration_seconds
 from .checkpoint_delta import DeltaSave, StepCacheDeduper
 from .checkpoint_seal import CheckpointSealer
 from .checkpoint_storage import DurableCheckpointStorage, check_allowed_types, check_sealer, same_id, unsavable
-from .redis_client import DEFAULT_MAX_CONNECTIONS, DEFAULT_POOL_TIMEOUT_SECONDS, pooled_client, text
+from .redis_client import DEFAULT_MAX_CONNECTIONS, DEFAULT_POOL_TIMEOUT_SECONDS, pooled_client, sorted_members
 from .redis_delta import read_chunks
 from .redis_segments import (
     DELETE_SCRIPT,
@@ -112,6 +112,7 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
             ``FileCheckpointStorage``.
         ttl: How long a checkpoint is kept after it is saved (seconds or ``timedelta``), default 7
             days; ``None`` keeps checkpoints until :meth:`delete` (storage then grows without bound).
+            Give every storage on a namespace the same ``ttl``: a run's keys are shared by its checkpoints.
         max_connections: With a URL: connections in the pool (default 50); more operations wait.
         pool_timeout: With a URL: how long an operation waits for a free connection (default 20 s).
         sealer: Seals every body it saves and opens every body it loads (README "Durable
@@ -298,15 +299,16 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
     async def _bodies(self, workflow_name: str) -> list[tuple[str, Any, Any]]:
         """Return ``(id, body, segments)`` of the workflow's indexed checkpoints; drop entries whose key is gone."""
         index = self._index_key(workflow_name)
-        ids = [text(member) for member in cast("list[Any]", await self._client.zrange(index, 0, -1))]
+        ids = await sorted_members(self._client, index, as_text=True)  # another member was never an id saved here
         if not ids:
             return []
         async with self._client.pipeline(transaction=False) as pipe:
             for checkpoint_id in ids:
                 pipe.hmget(self._checkpoint_key(checkpoint_id), ["body", "segments"])
-            bodies = cast("list[list[Any]]", await pipe.execute())
+            bodies = cast("list[Any]", await pipe.execute(raise_on_error=False))
         found: list[tuple[str, Any, Any]] = []
-        for checkpoint_id, (raw, segments) in zip(ids, bodies, strict=True):
+        for checkpoint_id, entry in zip(ids, bodies, strict=True):
+            raw, segments = entry if isinstance(entry, list) else (None, None)  # a key of another type: none
             if raw is None:  # expired or deleted; unless saved again meanwhile, drop it from the index
                 await self._drop_stale(keys=[index, self._checkpoint_key(checkpoint_id)], args=[checkpoint_id])
             else:
@@ -323,7 +325,7 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
 
     async def _segment_loads(self, workflow_name: str) -> list[tuple[str, Any]]:
         """A loader for each live checkpoint in the workflow's segments (an id that maps to its chunk), in order."""
-        segments = cast("list[Any]", await self._client.zrange(f"{self._prefix}wsegs:{workflow_name}", 0, -1))
+        segments = await sorted_members(self._client, f"{self._prefix}wsegs:{workflow_name}")
         async with self._client.pipeline(transaction=False) as pipe:
             for segment in segments:
                 await self._list(args=[self._prefix, self._ttl_ms or 0, segment], client=pipe)  # queued

@@ -136,6 +136,37 @@ def text(value: Any) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
+async def sorted_members(client: Any, key: str, *, as_text: bool = False) -> list[Any]:
+    """Every member of the sorted set ``key``, oldest first; none when the key holds another type.
+
+    A listing skips what it cannot read, and a key an operator overwrote is no index.
+
+    Args:
+        client: A ``redis.asyncio.Redis`` client.
+        key: The sorted set's key.
+
+    Keyword Args:
+        as_text: Return the members as text, leaving out those that are not UTF-8.
+    """
+    from redis.exceptions import ResponseError
+
+    try:
+        members = cast("list[Any]", await client.zrange(key, 0, -1))
+    except ResponseError as exc:
+        if str(exc).startswith("WRONGTYPE"):
+            return []
+        raise
+    if not as_text:
+        return members
+    out: list[str] = []
+    for member in members:
+        try:
+            out.append(text(member))
+        except UnicodeDecodeError:
+            continue
+    return out
+
+
 async def probe_durability(execute: Callable[..., Awaitable[Any]], waitaof_timeout_ms: int) -> RedisDurabilityMode:
     """How the server behind ``execute`` (a client, or one new connection) keeps writes through a crash.
 

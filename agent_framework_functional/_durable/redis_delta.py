@@ -86,8 +86,10 @@ async def read_chunks(
     async with client.pipeline(transaction=False) as pipe:
         for segment, count in references:
             pipe.lrange(f"{prefix}segment:{segment}", 0, count - 1)
-        found = cast("list[list[Any]]", await pipe.execute())
-    if any(len(chunks) != ref[1] for chunks, ref in zip(found, references, strict=True)):
+        found = cast("list[Any]", await pipe.execute(raise_on_error=False))  # a key of another type: lost
+    if any(
+        not isinstance(chunks, list) or len(chunks) != ref[1] for chunks, ref in zip(found, references, strict=True)
+    ):
         return None
     opened: list[list[str]] = []
     for (segment, _count), chunks in zip(references, found, strict=True):

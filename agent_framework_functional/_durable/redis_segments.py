@@ -59,21 +59,22 @@ local function now_ms()
 end
 local function located(value, now)
   local sid, index, expiry = string.match(value, '^(.*):(%d+):(%d*)$')
-  if not sid or (expiry ~= '' and tonumber(expiry) * 1000 <= now) then return nil, nil end
+  if not sid or #index > 12 or (expiry ~= '' and tonumber(expiry) * 1000 <= now) then return nil, nil end
   return sid, tonumber(index)
 end
 local function locate(now, bucket, field)
-  local value = redis.call('HGET', p .. 'loc:' .. bucket, field)
-  if not value then return nil, nil end
+  local value = redis.pcall('HGET', p .. 'loc:' .. bucket, field)
+  if type(value) ~= 'string' then return nil, nil end
   return located(value, now)
 end
 local function parents(sid)
-  local ok, refs = pcall(cjson.decode, redis.call('HGET', p .. 'seginfo:' .. sid, 'r') or '[]')
+  local raw = redis.pcall('HGET', p .. 'seginfo:' .. sid, 'r')
+  local ok, refs = pcall(cjson.decode, type(raw) == 'string' and raw or '[]')
   local out = {}
   if ok and type(refs) == 'table' then
     for _, ref in ipairs(refs) do
       if type(ref) == 'table' and type(ref[1]) == 'string' and ref[1] ~= sid and type(ref[2]) == 'number'
-        and ref[2] >= 0 and math.floor(ref[2]) == ref[2] then out[#out + 1] = ref end
+        and ref[2] >= 0 and ref[2] < 1e12 and math.floor(ref[2]) == ref[2] then out[#out + 1] = ref end
     end
   end
   return out
@@ -184,14 +185,20 @@ return 0
 """
 )
 
-# Lua: a segment's chunks and those of its parents: {own chunks, parent id, count, its chunks, ...}.
+# Lua: a segment's chunks and those of its parents: {own chunks, parent id, count, its chunks, ...}
+# (a key that is no list reads as no chunks, so its checkpoints fail to load rather than the script).
 _READ = """
+local function chunks(sid, last)
+  local found = redis.pcall('LRANGE', p .. 'segment:' .. sid, 0, last)
+  if found.err then return {} end
+  return found
+end
 local function read(sid, last)
-  local out = {redis.call('LRANGE', p .. 'segment:' .. sid, 0, last)}
+  local out = {chunks(sid, last)}
   for _, ref in ipairs(parents(sid)) do
     out[#out + 1] = ref[1]
     out[#out + 1] = ref[2]
-    out[#out + 1] = ref[2] > 0 and redis.call('LRANGE', p .. 'segment:' .. ref[1], 0, ref[2] - 1) or {}
+    out[#out + 1] = ref[2] > 0 and chunks(ref[1], ref[2] - 1) or {}
   end
   return out
 end
@@ -205,7 +212,8 @@ LOAD_SCRIPT = (
     + """
 local sid, index = locate(now_ms(), ARGV[5], ARGV[4])
 if not sid then
-  local fields = redis.call('HMGET', p .. 'checkpoint:' .. ARGV[3], 'body', 'segments')
+  local fields = redis.pcall('HMGET', p .. 'checkpoint:' .. ARGV[3], 'body', 'segments')
+  if fields.err then return {0, false, false} end
   return {0, fields[1], fields[2]}
 end
 return {1, sid, index, read(sid, index)}
