@@ -184,7 +184,8 @@ def test_importing_the_package_needs_no_host_package() -> None:
     assert out == [
         "[]",
         "['agent_framework_ag_ui']",
-        "['ThreadSnapshotStore', 'a2a_app', 'agui_endpoint', 'devui_app', 'mcp_app', 'responses_app', 'serve_devui']",
+        "['ReleaseFreeMemory', 'ThreadSnapshotStore', 'a2a_app', 'agui_endpoint', 'devui_app', 'mcp_app', "
+        "'responses_app', 'serve_devui']",
     ]
 
 

@@ -300,8 +300,8 @@ def test_importing_the_package_needs_no_host_package() -> None:
     code = (
         "import sys, agent_framework_functional, agent_framework_functional.hosting as h; "
         "assert 'fastapi' not in sys.modules and 'agent_framework_hosting_responses' not in sys.modules; "
-        "assert h.__all__ == ['ThreadSnapshotStore', 'a2a_app', 'agui_endpoint', 'devui_app', 'mcp_app', "
-        "'responses_app', 'serve_devui']; "
+        "assert h.__all__ == ['ReleaseFreeMemory', 'ThreadSnapshotStore', 'a2a_app', 'agui_endpoint', 'devui_app', "
+        "'mcp_app', 'responses_app', 'serve_devui']; "
         "assert callable(h.responses_app); "
         "assert 'agent_framework_hosting_responses' in sys.modules"
     )
