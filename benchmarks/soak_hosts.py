@@ -213,6 +213,7 @@ class Client:
         self.host, self.base, self.http = host, base, http
         self.entity: str | None = None
         self.headers = {"Authorization": f"Bearer {TOKEN}"} if host == "devui" else {}
+        self.last_reply = ""  # the status and body of the last answer (why a wrong one was wrong)
 
     async def pause(self, target: str) -> Any:
         """Start a conversation that pauses for the approval; returns what :meth:`answer` needs."""
@@ -244,6 +245,7 @@ class Client:
             done = await self.http.post(
                 f"{self.base}/v1/responses", json={"previous_response_id": paused, "input": [answer]}
             )
+            self.last_reply = f"{done.status_code} {done.text}"
             payload = done.json()
             text = "".join(
                 p["text"] for item in payload.get("output", []) if item["type"] == "message" for p in item["content"]
@@ -252,6 +254,7 @@ class Client:
             thread, interrupt, transcript = paused
             resume = [{"interruptId": interrupt, "status": "resolved", "payload": {"approved": True}}]
             events = await self._agui(thread, transcript, resume=resume)
+            self.last_reply = json.dumps(events)
             text = "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
         else:
             body, request_id = paused
@@ -260,6 +263,7 @@ class Client:
             done = await self.http.post(
                 f"{self.base}/v1/responses", json={**body, "input": [message]}, headers=self.headers
             )
+            self.last_reply = f"{done.status_code} {done.text}"
             text = "".join(e["delta"] for e in _sse(done.text) if e["type"] == "response.output_text.delta")
         return time.perf_counter() - started, text == f"deployed: {target}"
 
@@ -315,13 +319,22 @@ async def conversation(client: Client, soak: Soak, index: str, timed: list[tuple
     try:
         paused = await client.pause(target)
         seconds, right = await client.answer(target, paused)
-    except Exception:
+    except Exception as exc:
         soak.wrong += 1
+        note_wrong(soak, target, repr(exc))
         return
     soak.answered += right
     soak.wrong += not right
+    if not right:
+        note_wrong(soak, target, client.last_reply)
     if timed is not None and right:
         timed.append((time.perf_counter(), seconds * 1000))
+
+
+def note_wrong(soak: Soak, target: str, detail: str) -> None:
+    """Say why a conversation went wrong (stderr; the first five of a run)."""
+    if soak.wrong <= 5:
+        print(f"wrong: {target}: {detail[:600]}", file=sys.stderr)
 
 
 async def concurrent_phase(
@@ -522,7 +535,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.quick:
         args.sequential, args.seconds, args.clients, args.paused = 5, 1.0, 2, 5
-        args.ttl, args.interval, args.warmup, args.rate = 0.5, 0.2, 0, 20.0
+        args.ttl, args.interval, args.warmup, args.rate = 3.0, 0.2, 0, 20.0
     return args
 
 
