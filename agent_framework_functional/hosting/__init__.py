@@ -5,7 +5,7 @@ Installed with the ``hosting`` extra (``pip install "agent-framework-functional[
 ``serve_devui`` / ``devui_app`` (DevUI) and ``responses_app`` (``agent-framework-hosting-responses``).
 Each host package is imported only when its call is first used, so ``import agent_framework_functional``
 never needs them. ``a2a_app`` (A2A) needs the ``a2a`` extra, ``mcp_app`` (an MCP tool) the ``mcp``
-extra. ``ReleaseFreeMemory`` (ASGI middleware the Responses and DevUI apps add) hands the allocator's
+extra. ``ReleaseFreeMemory`` (ASGI middleware the Responses, DevUI and AG-UI hosting calls add) hands the allocator's
 free heap pages back after requests. README "Host it" shows each call.
 """
 

@@ -78,6 +78,12 @@ class ReleaseFreeMemory:
         return True
 
 
+def add_release_once(app: Any, every: float | None) -> None:
+    """Add :class:`ReleaseFreeMemory` to a Starlette ``app`` (not started) unless it has one or ``every`` is None."""
+    if every is not None and not any(m.cls is ReleaseFreeMemory for m in app.user_middleware):
+        app.add_middleware(ReleaseFreeMemory, every=every)
+
+
 def check_release_every(every: float | None) -> float | None:
     """``every`` when it is None or a positive number of seconds.
 

@@ -30,6 +30,7 @@ from .._updates import REQUEST_INFO_FUNCTION_NAME
 from ._adapter import ANSWER_FIELD, HostedAgent, as_messages, check_answer, replace_contents, result_answer
 from ._agui_approvals import bound_approval_state, restore_open_approvals
 from ._agui_resume import ResumeAnswer, payload_answer, read_answers, read_request, refuse
+from ._memory import DEFAULT_RELEASE_MEMORY_EVERY, add_release_once, check_release_every
 from ._snapshots import snapshot_store_for
 
 DEFAULT_MAX_BODY_BYTES = 1_000_000
@@ -264,6 +265,7 @@ def agui_endpoint(
     dependencies: Sequence[Any] = (),
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     max_runs: int = DEFAULT_MAX_RUNS,
+    release_memory_every: float | None = DEFAULT_RELEASE_MEMORY_EVERY,
 ) -> None:
     """Serve ``agent`` at ``POST path`` over AG-UI, set up the way a pausing agent needs (README "Host it").
 
@@ -289,6 +291,9 @@ def agui_endpoint(
       naming the field, and the pause stays answerable (also on a worker that does not hold the pause). The
       resume is read wherever AG-UI reads it (``forwardedProps.command.resume`` too; README "AG-UI").
     - A request body over ``max_body_bytes`` gets 413; malformed or too deeply nested JSON gets AG-UI's 4xx.
+    - ``ReleaseFreeMemory`` on the app (once, however many endpoints are added), as ``responses_app`` and
+      ``devui_app`` add it: a host that runs for months keeps RSS at what is in use, not at its busiest
+      moment's high-water mark.
 
     Args:
         app: The FastAPI app (before it starts: a body-size middleware is added).
@@ -307,11 +312,16 @@ def agui_endpoint(
         dependencies: More FastAPI dependencies for the route (authentication), run first.
         max_body_bytes: The largest request body read.
         max_runs: Runs kept going at once (AG-UI's ``max_detached_runs``); more get 503.
+        release_memory_every: Seconds between handing the C allocator's free heap pages back to the system
+            after a request (glibc's ``malloc_trim``; nothing elsewhere); None adds no middleware. The app
+            keeps the first endpoint's setting when several add it.
 
     Raises:
-        ValueError: Not exactly one of ``single_user`` and ``authorization_scope_resolver`` is given.
+        ValueError: Not exactly one of ``single_user`` and ``authorization_scope_resolver`` is given, or
+            ``release_memory_every`` is not a positive number or None.
         TypeError: ``snapshot_store`` is a core ``SessionStore`` that is not one of the package's.
     """
+    check_release_every(release_memory_every)
     snapshots = snapshot_store_for(snapshot_store, agent)
     runner = AgentFrameworkAgent(agent=AGUIAgent(agent), snapshot_store=snapshots)  # pyright: ignore[reportArgumentType]
     bound_approval_state(runner, agent)
@@ -355,3 +365,4 @@ def agui_endpoint(
         max_detached_runs=max_runs,
     )
     app.add_middleware(_BodyLimit, path=path, max_bytes=max_body_bytes)
+    add_release_once(app, release_memory_every)

@@ -8,10 +8,11 @@ from typing import Any
 
 import httpx
 import pytest
+from fastapi import FastAPI
 from hosting_support import deployer
 from responses_support import approval_items, approve, serve_agent
 
-from agent_framework_functional.hosting import ReleaseFreeMemory, devui_app, responses_app
+from agent_framework_functional.hosting import ReleaseFreeMemory, agui_endpoint, devui_app, responses_app
 
 TOKEN = "release-test-token"
 
@@ -48,6 +49,17 @@ def test_both_app_hosts_release_by_default_and_can_be_told_not_to() -> None:
     assert _middleware(devui_app(agent, auth_token=TOKEN, release_memory_every=None)) == []
 
 
+def test_agui_endpoint_adds_the_release_to_the_app_once() -> None:
+    agent = deployer.build().as_agent(name="deployer")
+    app = FastAPI()
+    agui_endpoint(app, agent, "/one", single_user=True)
+    agui_endpoint(app, agent, "/two", single_user=True, release_memory_every=5)
+    assert _middleware(app) == [60.0]  # the first endpoint's setting; one middleware for the process's heap
+    quiet = FastAPI()
+    agui_endpoint(quiet, agent, "/agent", single_user=True, release_memory_every=None)
+    assert _middleware(quiet) == []
+
+
 @pytest.mark.parametrize("every", [0, -1, float("nan"), True, "60"])
 def test_a_bad_interval_is_refused_naming_the_option(every: Any) -> None:
     agent = deployer.build().as_agent(name="deployer")
@@ -55,6 +67,10 @@ def test_a_bad_interval_is_refused_naming_the_option(every: Any) -> None:
         responses_app(agent, release_memory_every=every)
     with pytest.raises(ValueError, match="release_memory_every must be a positive number"):
         devui_app(agent, auth_token=TOKEN, release_memory_every=every)
+    app = FastAPI()
+    with pytest.raises(ValueError, match="release_memory_every must be a positive number"):
+        agui_endpoint(app, agent, "/agent", single_user=True, release_memory_every=every)
+    assert [r.path for r in app.routes] == [r.path for r in FastAPI().routes] and app.user_middleware == []
 
 
 def test_releases_at_most_once_per_interval() -> None:
