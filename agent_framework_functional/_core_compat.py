@@ -52,7 +52,7 @@ from agent_framework._workflows._functional import (
 from agent_framework._workflows._typing_utils import is_instance_of
 from agent_framework._workflows._workflow import _coerce_request_info_response  # pyright: ignore[reportPrivateUsage]
 
-from ._signature_cache import OUR_SIGNATURE, CachedDis, CachedIdentity
+from ._signature_cache import OUR_SIGNATURE, CachedClassification, CachedDis, CachedIdentity
 from ._step_cache import CURRENT_OFFER, append_new_keys
 from ._step_cache import ORIGINAL_MESSAGE as ORIGINAL_MESSAGE  # re-exported: the storages' step-cache deltas
 from ._step_cache import STEP_CACHE as STEP_CACHE
@@ -242,6 +242,9 @@ class LinearFunctionalWorkflow(_CoreFunctionalWorkflow):
     _af_log: StepCacheLog | None = None
     _af_replay: tuple[StepCacheLog, int, int] | None = None
     _af_next: tuple[RunContext, tuple[StepCacheLog, int, int] | None] | None = None
+
+    # Core's check of the workflow function's parameters, cached per function (``_signature_cache``).
+    _classify_signature = staticmethod(CachedClassification(_CoreFunctionalWorkflow._classify_signature))  # pyright: ignore[reportPrivateUsage]
 
     @classmethod
     def _discover_workflow_dependencies(cls, func: Callable[..., Any]) -> Any:

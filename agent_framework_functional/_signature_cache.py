@@ -13,7 +13,7 @@ import dis
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from types import CodeType, ModuleType
-from typing import Any
+from typing import Any, cast
 from weakref import WeakKeyDictionary
 
 OUR_SIGNATURE: ContextVar[bool] = ContextVar("af_our_signature", default=False)
@@ -89,4 +89,57 @@ def _same_inputs(cached: tuple[Any, ...], current: tuple[Any, ...]) -> bool:
         and defaults is now_defaults
         and len(kwdefaults) == len(now_kwdefaults)
         and all(a[0] == b[0] and a[1] is b[1] for a, b in zip(kwdefaults, now_kwdefaults, strict=True))
+    )
+
+
+class CachedClassification:
+    """Core's ``_classify_signature`` (the workflow function's non-``ctx`` parameter names), cached per function.
+
+    Core resolves the function's type hints and signature on every build (about 200 µs); a host builds an
+    instance per conversation. A cached result is reused while the function keeps its code object, its
+    annotations (the same dict, equal items), ``__signature__`` and ``__wrapped__``; a refusal (more than one
+    parameter) is never cached, so it is raised again as core would.
+    """
+
+    def __init__(self, real: Callable[[Callable[..., Any]], list[str]]) -> None:
+        self._real = real
+        self._cache: WeakKeyDictionary[Any, tuple[tuple[Any, ...], list[str]]] = WeakKeyDictionary()
+
+    def __call__(self, func: Callable[..., Any]) -> list[str]:
+        inputs = _classification_inputs(func)
+        try:
+            found = self._cache.get(func)
+        except TypeError:  # not weakly referable: nothing cached
+            return self._real(func)
+        if found is not None and _same_classification_inputs(found[0], inputs):
+            return list(found[1])
+        result = self._real(func)
+        self._cache[func] = (inputs, list(result))
+        return result
+
+
+def _classification_inputs(func: Any) -> tuple[Any, ...]:
+    found: object = getattr(func, "__annotations__", None)
+    annotations = cast("dict[Any, Any]", found) if isinstance(found, dict) else None
+    items = tuple(annotations.items()) if annotations is not None else None
+    inputs: tuple[Any, ...] = (
+        getattr(func, "__code__", None),
+        annotations,
+        items,
+        getattr(func, "__signature__", None),
+        getattr(func, "__wrapped__", None),
+    )
+    return inputs
+
+
+def _same_classification_inputs(cached: tuple[Any, ...], current: tuple[Any, ...]) -> bool:
+    code, annotations, items, signature, wrapped = cached
+    now_code, now_annotations, now_items, now_signature, now_wrapped = current
+    return (
+        code is now_code
+        and annotations is now_annotations
+        and len(items or ()) == len(now_items or ())
+        and all(a[0] == b[0] and a[1] is b[1] for a, b in zip(items or (), now_items or (), strict=True))
+        and signature is now_signature
+        and wrapped is now_wrapped
     )

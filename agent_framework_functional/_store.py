@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from types import TracebackType
 from typing import Any, Literal, Protocol, TypeVar, cast, runtime_checkable
+from weakref import WeakSet
 
 ContinuationStatus = Literal["issued", "claimed", "abandoned"]
 """Lifecycle of a stored continuation: ``issued`` (resumable) -> ``claimed`` or ``abandoned`` (final)."""
@@ -288,3 +289,21 @@ class ContinuationStore(Protocol):
     async def aclose(self) -> None:
         """Release the store's connections (or file); ``async with store:`` calls it at the block's end."""
         ...
+
+
+_STORE_TYPES: WeakSet[type] = WeakSet()
+
+
+def is_continuation_store(store: object) -> bool:
+    """``isinstance(store, ContinuationStore)``, remembered per class once it held.
+
+    Why: a runtime-checkable protocol's check looks up every member on each call (about 50 µs), and a
+    host builds a workflow instance per conversation; the store's class does not change between builds.
+    """
+    kind = type(store)
+    if kind in _STORE_TYPES:
+        return True
+    if isinstance(store, ContinuationStore):
+        _STORE_TYPES.add(kind)
+        return True
+    return False

@@ -29,7 +29,7 @@ from ._errors import (
 )
 from ._expiry import delete_checkpoint, resolve_ttl
 from ._restore import check_restore
-from ._store import ContinuationStore
+from ._store import ContinuationStore, is_continuation_store
 from ._store_records import StoreRecords, earlier_requests
 
 
@@ -61,7 +61,7 @@ class StoreAuthority:
         *,
         keep_checkpoints: bool = False,
     ) -> None:
-        if not isinstance(store, ContinuationStore):  # pyright: ignore[reportUnnecessaryIsInstance]
+        if not is_continuation_store(store):
             raise TypeError(
                 "continuation_store must implement ContinuationStore (ttl_seconds, now, save, get, claim, "
                 "release, abandon, supersede), for example SQLiteContinuationStore or RedisContinuationStore."
@@ -361,6 +361,6 @@ def make_authority(
             ttl=resolve_ttl(ttl, None),
             identity=identity,
         )
-    if isinstance(store, ContinuationStore):  # pyright: ignore[reportUnnecessaryIsInstance]
+    if is_continuation_store(store):
         resolve_ttl(ttl, store)  # raises when the two disagree
     return StoreAuthority(store, checkpoint_storage, on_reset, identity, keep_checkpoints=keep_checkpoints)

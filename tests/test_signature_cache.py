@@ -8,13 +8,17 @@ computes for the same function at that moment, and core's own instances never us
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import pytest
 from agent_framework import FunctionalWorkflow as CoreFunctionalWorkflow
+from agent_framework import InMemoryCheckpointStorage, RunContext
 
-from agent_framework_functional import step
+from agent_framework_functional import SQLiteContinuationStore, step, workflow
 from agent_framework_functional._core_compat import build_core
-from agent_framework_functional._signature_cache import OUR_SIGNATURE, CachedIdentity
+from agent_framework_functional._signature_cache import OUR_SIGNATURE, CachedClassification, CachedIdentity
+from agent_framework_functional._store import _STORE_TYPES, is_continuation_store  # pyright: ignore[reportPrivateUsage]
 
 
 def _helper(text: str, suffix: str = "!") -> str:
@@ -36,6 +40,11 @@ async def _shout(text: str) -> str:
 
 async def _flow(topic: str, ctx: Any) -> str:
     return await _shout(topic)
+
+
+@workflow
+async def _step_free(topic: str) -> str:
+    return topic
 
 
 def _both() -> tuple[str, str]:
@@ -89,3 +98,62 @@ def test_the_identity_cache_answers_only_inside_our_signature() -> None:
         assert len(calls) == 5  # not durable: asked again
     finally:
         OUR_SIGNATURE.reset(token)
+
+
+async def _two_inputs(first: str, second: str) -> str:
+    return first + second
+
+
+def _classified(func: Any) -> tuple[list[str], list[str]]:
+    ours = build_core(func, name="flow", description=None, checkpoint_storage=None)._non_ctx_param_names  # pyright: ignore[reportAttributeAccessIssue]
+    return ours, CoreFunctionalWorkflow(func, name="flow")._non_ctx_param_names  # pyright: ignore[reportPrivateUsage]
+
+
+def test_a_cached_parameter_check_follows_what_core_sees_and_refuses_again() -> None:
+    async def flow(topic: str, ctx: Any) -> str:
+        return topic
+
+    first = _classified(flow)
+    assert first == (["topic"], ["topic"]) and _classified(flow) == first  # the second from the cache
+    first[0].append("mutated")  # a caller's copy: the cache keeps its own
+    assert _classified(flow)[0] == ["topic"]
+    flow.__code__ = _two_inputs.__code__  # now two non-ctx parameters: core refuses it, and so do we
+    for build in (
+        lambda: build_core(flow, name="flow", description=None, checkpoint_storage=None),
+        lambda: CoreFunctionalWorkflow(flow, name="flow"),
+    ):
+        with pytest.raises(ValueError, match="multiple non-RunContext"):
+            build()
+    flow.__code__ = _flow.__code__
+    flow.__annotations__ = {"topic": str, "ctx": RunContext}  # the context named by its type only
+    assert _classified(flow) == (["topic"], ["topic"])
+
+
+def test_a_store_class_is_checked_once_and_a_non_store_is_refused_every_time(tmp_path: Path) -> None:
+    store = SQLiteContinuationStore(tmp_path / "store.db")
+    try:
+        assert is_continuation_store(store)
+    finally:
+        store.close()
+    assert SQLiteContinuationStore in _STORE_TYPES
+    assert not is_continuation_store(object()) and object not in _STORE_TYPES
+    with pytest.raises(TypeError, match="continuation_store must implement ContinuationStore"):
+        _step_free.build(checkpoint_storage=InMemoryCheckpointStorage(), continuation_store=object())  # pyright: ignore[reportArgumentType]
+
+
+def test_the_parameter_check_runs_once_per_function_until_its_inputs_change() -> None:
+    calls: list[Any] = []
+
+    def real(func: Any) -> list[str]:
+        calls.append(func)
+        return ["topic"]
+
+    async def flow(topic: str, ctx: Any) -> str:
+        return topic
+
+    cached = CachedClassification(real)
+    assert cached(flow) == cached(flow) == ["topic"] and len(calls) == 1
+    flow.__annotations__ = {"topic": int, "ctx": Any}  # a new annotations dict: checked again
+    assert cached(flow) == ["topic"] and len(calls) == 2
+    flow.__annotations__["topic"] = str  # the same dict, an item replaced: checked again
+    assert cached(flow) == ["topic"] and len(calls) == 3

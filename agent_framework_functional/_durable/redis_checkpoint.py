@@ -308,7 +308,7 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
             bodies = cast("list[Any]", await pipe.execute(raise_on_error=False))
         found: list[tuple[str, Any, Any]] = []
         for checkpoint_id, entry in zip(ids, bodies, strict=True):
-            raw, segments = entry if isinstance(entry, list) else (None, None)  # a key of another type: none
+            raw, segments = cast("list[Any]", entry) if isinstance(entry, list) else (None, None)  # other type: none
             if raw is None:  # expired or deleted; unless saved again meanwhile, drop it from the index
                 await self._drop_stale(keys=[index, self._checkpoint_key(checkpoint_id)], args=[checkpoint_id])
             else:

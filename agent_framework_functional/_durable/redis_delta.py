@@ -88,7 +88,8 @@ async def read_chunks(
             pipe.lrange(f"{prefix}segment:{segment}", 0, count - 1)
         found = cast("list[Any]", await pipe.execute(raise_on_error=False))  # a key of another type: lost
     if any(
-        not isinstance(chunks, list) or len(chunks) != ref[1] for chunks, ref in zip(found, references, strict=True)
+        not isinstance(chunks, list) or len(cast("list[Any]", chunks)) != ref[1]
+        for chunks, ref in zip(found, references, strict=True)
     ):
         return None
     opened: list[list[str]] = []
