@@ -40,8 +40,8 @@ from .postgres_rows import (
     row_references,
     storable,
 )
+from .postgres_rows_sql import HEAD_COLUMNS, STATEMENTS
 from .postgres_rows_sql import MIGRATION as MIGRATION_3
-from .postgres_rows_sql import STATEMENTS
 from .postgres_schema import DEFAULT_POOL_SIZE, DEFAULT_POOL_TIMEOUT_SECONDS, DEFAULT_SCHEMA, PostgresPool
 
 if TYPE_CHECKING:
@@ -119,13 +119,22 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
         pool_timeout: How long an operation waits for a connection (default 10 s).
         sealer: Seals every body it saves and opens every body it loads (README "Durable
             continuations"); None stores core's encoding as it is.
+        synchronous_steps: True: every save waits until PostgreSQL has flushed it to disk. False (the
+            default): only a checkpoint that holds pending requests (a pause) waits; the others commit
+            without waiting for the disk (``synchronous_commit = off`` for their transaction), as
+            LangGraph's default ``durability="async"`` saves them. Why that loses no pause: a pause's
+            flush writes the server's log up to its own commit, so every earlier save of the run is on
+            disk before the pause's save returns, and its token is issued after that. A server crash can
+            lose the last fraction of a second of step checkpoints (about three ``wal_writer_delay``,
+            600 ms by default); a restore then starts from an earlier checkpoint and runs those steps again.
 
     Raises:
         ImportError: psycopg 3 is not installed.
         ValueError: ``schema`` is not a plain identifier, a duration is not positive, or ``max_size``
             is not a positive integer.
         TypeError: ``allowed_checkpoint_types`` is not a list of strings, a duration is neither a
-            number nor a ``timedelta``, or ``sealer`` is not a :class:`CheckpointSealer`.
+            number nor a ``timedelta``, ``sealer`` is not a :class:`CheckpointSealer`, or
+            ``synchronous_steps`` is not a bool.
 
     Examples:
         .. code-block:: python
@@ -151,8 +160,12 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
         max_size: int = DEFAULT_POOL_SIZE,
         pool_timeout: float | timedelta = DEFAULT_POOL_TIMEOUT_SECONDS,
         sealer: CheckpointSealer | None = None,
+        synchronous_steps: bool = False,
     ) -> None:
         self.sealer = check_sealer("PostgresCheckpointStorage", sealer)
+        if not isinstance(synchronous_steps, bool):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(f"synchronous_steps must be True or False, not {synchronous_steps!r}.")
+        self._synchronous_steps = synchronous_steps
         self._allowed_types = check_allowed_types(allowed_checkpoint_types)
         self._ttl = None if ttl is None else duration_seconds(ttl, "ttl")
         self._purges = PurgeSchedule(None if self._ttl is None else PURGE_INTERVAL_SECONDS)
@@ -201,9 +214,11 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
         key = row_key(checkpoint.checkpoint_id)
         row = (checkpoint.checkpoint_id, key, checkpoint.workflow_name, now, expires_at, body)
 
+        statement = self._sql["save_whole" if self._waits_for_disk(checkpoint) else "save_whole_nowait"]
+
         async def save(conn: AsyncConnection[Any]) -> None:
             await self._purge_when_due(conn, now)
-            await execute_save(conn, checkpoint.checkpoint_id, self._sql["save_whole"], row)
+            await execute_save(conn, checkpoint.checkpoint_id, statement, row)
 
         await self._db.run("checkpoint save", save)
         return checkpoint.checkpoint_id
@@ -221,16 +236,23 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
         now = time.time()
         expires_at = None if self._ttl is None else now + self._ttl
         params = delta_params(checkpoint, plan, self.sealer, (now, expires_at))
-        return await self._db.run("checkpoint save", functools.partial(self._save_delta, now, params))
+        statement = self._sql["save_delta" if self._waits_for_disk(checkpoint) else "save_delta_nowait"]
+        return await self._db.run("checkpoint save", functools.partial(self._save_delta, now, statement, params))
+
+    def _waits_for_disk(self, checkpoint: WorkflowCheckpoint) -> bool:
+        """Whether this save's commit waits for the server's disk: always, or for a pause (pending requests)."""
+        return self._synchronous_steps or bool(checkpoint.pending_request_info_events)
 
     def _sealed_parts(self, checkpoint_id: str, plan: DeltaSave) -> tuple[bytes, bytes | None]:
         """Nothing: a version-3 row seals its head and chunk together (``_durable/postgres_rows.py``)."""
         return b"", None
 
-    async def _save_delta(self, now: float, params: tuple[Any, ...], conn: AsyncConnection[Any]) -> bool:
+    async def _save_delta(
+        self, now: float, statement: bytes, params: tuple[Any, ...], conn: AsyncConnection[Any]
+    ) -> bool:
         await self._purge_when_due(conn, now)
-        row = await (await execute_save(conn, str(params[1]), self._sql["save_delta"], params)).fetchone()
-        return bool(row is not None and row[0])
+        row = await (await execute_save(conn, str(params[1]), statement, params)).fetchone()
+        return bool(row is not None and row[-1])
 
     async def load(self, checkpoint_id: str) -> WorkflowCheckpoint:
         """Load a checkpoint by id.
@@ -251,8 +273,9 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
         async def load(conn: AsyncConnection[Any]) -> tuple[bool, tuple[Any, ...] | None, list[tuple[Any, ...]]]:
             now = time.time()
             row = await (await conn.execute(self._sql["delta_load"], {"key": key, "now": now})).fetchone()
-            if row is not None:
-                return True, row, await self._delta_chunks(conn, [row])
+            if row is not None:  # the head and its chunks in one round trip
+                ids, counts, bodies = row[HEAD_COLUMNS:]
+                return True, row[:HEAD_COLUMNS], list(zip(ids or (), counts or (), bodies or (), strict=True))
             row = await (await conn.execute(self._sql["load"], {"id": checkpoint_id, "now": now})).fetchone()
             if row is None or row[2] is None:
                 return False, row, []

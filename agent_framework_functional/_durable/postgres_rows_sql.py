@@ -205,15 +205,31 @@ _HEAD_COLUMNS = (
     "d.segment_id, d.saved_at, d.ts, d.checkpoint_id, d.previous_id, d.chunks, d.holds_chunk, d.body, "
     "s.parent_ids, s.parent_counts"
 )
+HEAD_COLUMNS = 10
+"""How many columns of a ``delta_load`` / ``delta_list`` row are the head's (``_HEAD_COLUMNS``)."""
+
+_NO_WAIT = "set_config('synchronous_commit', 'off', true), "
+_SAVE_DELTA = "{schema}.save_delta_checkpoint(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+_SAVE_WHOLE = "{schema}.save_whole_checkpoint(%s, %s, %s, %s, %s, %s)"
 
 STATEMENTS = {
-    "save_delta": "SELECT {schema}.save_delta_checkpoint(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-    "save_whole": "SELECT {schema}.save_whole_checkpoint(%s, %s, %s, %s, %s, %s)",
+    # A save's result is its row's last column. The ``nowait`` forms commit without waiting for the disk
+    # (``PostgresCheckpointStorage``: checkpoints that hold no pending request).
+    "save_delta": f"SELECT {_SAVE_DELTA}",
+    "save_delta_nowait": f"SELECT {_NO_WAIT}{_SAVE_DELTA}",
+    "save_whole": f"SELECT {_SAVE_WHOLE}",
+    "save_whole_nowait": f"SELECT {_NO_WAIT}{_SAVE_WHOLE}",
     "delete": "SELECT {schema}.delete_checkpoints(%s::TEXT[], %s::UUID[])",
     "purge": "SELECT {schema}.purge_checkpoints(%s)",
+    # One row: the head's columns, then its segments' chunks as three arrays (segment, chunk count, body).
     "delta_load": (
-        f"SELECT {_HEAD_COLUMNS} FROM {{schema}}.delta_checkpoints AS d JOIN {{schema}}.delta_segments AS s "
-        f"USING (segment_id) WHERE d.checkpoint_id = %(key)s AND {_LIVE}"
+        f"SELECT {_HEAD_COLUMNS}, c.ids, c.counts, c.bodies FROM {{schema}}.delta_checkpoints AS d "
+        "JOIN {schema}.delta_segments AS s USING (segment_id) LEFT JOIN LATERAL ("
+        "SELECT array_agg(x.segment_id) AS ids, array_agg(x.chunks) AS counts, array_agg(x.body) AS bodies "
+        "FROM {schema}.delta_segments AS ps JOIN {schema}.delta_checkpoints AS x "
+        "ON x.workflow_name = ps.workflow_name AND x.segment_id = ps.segment_id "
+        "WHERE ps.segment_id = ANY(array_prepend(d.segment_id, coalesce(s.parent_ids, '{{}}'::BIGINT[]))) "
+        f"AND x.holds_chunk) AS c ON TRUE WHERE d.checkpoint_id = %(key)s AND {_LIVE}"
     ),
     "delta_list": (
         f"SELECT {_HEAD_COLUMNS} FROM {{schema}}.delta_checkpoints AS d JOIN {{schema}}.delta_segments AS s "

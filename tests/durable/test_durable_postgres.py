@@ -155,7 +155,9 @@ async def test_a_clear_error_while_postgres_is_down_and_the_same_store_works_aft
 ) -> None:
     server = postgres_servers()
     store = PostgresContinuationStore(server.url, schema=_schema(), pool_timeout=1.0)
-    storage = PostgresCheckpointStorage(server.url, schema=_schema(), pool_timeout=1.0)
+    # The checkpoint below holds no pending request: only a storage that waits for the disk on every save
+    # keeps it through the SIGKILL (the default waits for pauses only: tests/durable/test_postgres_commit.py).
+    storage = PostgresCheckpointStorage(server.url, schema=_schema(), pool_timeout=1.0, synchronous_steps=True)
     try:
         record = new_record(store)
         await store.save(record)

@@ -1,0 +1,129 @@
+"""``PostgresCheckpointStorage`` waits for the disk only where a token depends on it.
+
+A checkpoint that holds pending requests (a pause) commits synchronously; the others commit without
+waiting for the server's disk (``synchronous_steps=False``, the default). Each test runs a private
+PostgreSQL cluster (``postgres_servers``) that it may SIGKILL: only what reached the disk survives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import psycopg
+import pytest
+from agent_framework import WorkflowCheckpoint
+from durable_support import wait_for
+from postgres_server import PostgresServer
+
+from agent_framework_functional import (
+    PostgresCheckpointStorage,
+    RunContext,
+    SQLiteContinuationStore,
+    step,
+    workflow,
+)
+
+pytestmark = pytest.mark.slow
+
+DRAFTS: list[str] = []
+
+
+@step
+async def _counted_draft(part: str) -> str:
+    DRAFTS.append(part)
+    return part.upper()
+
+
+@workflow(name="steps_then_review")
+async def _steps_then_review(topic: str, ctx: RunContext) -> str:
+    parts = [await _counted_draft(f"{topic} {index}") for index in range(3)]
+    answer = await ctx.request_info({"parts": parts}, response_type=str)
+    return f"{' '.join(parts)} ({answer})"
+
+
+def _wal_syncs(url: str) -> int:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT wal_sync FROM pg_stat_wal").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+async def _syncs_for_step_saves(url: str, *, synchronous_steps: bool, count: int) -> int:
+    """WAL flushes while ``count`` checkpoints without pending requests are saved (statistics reported first)."""
+    storage = PostgresCheckpointStorage(url, schema=f"t_{uuid.uuid4().hex}", synchronous_steps=synchronous_steps)
+    try:
+        await storage.save(WorkflowCheckpoint(workflow_name="warm", graph_signature_hash="h" * 64))  # the schema
+    finally:
+        await storage.aclose()
+    await asyncio.sleep(1.5)  # backends report their WAL statistics at most once a second, and when they exit
+    before = _wal_syncs(url)
+    storage = PostgresCheckpointStorage(url, schema=storage.schema, synchronous_steps=synchronous_steps)
+    try:
+        for index in range(count):
+            await storage.save(
+                WorkflowCheckpoint(workflow_name="steps", graph_signature_hash="h" * 64, state={"i": index})
+            )
+    finally:
+        await storage.aclose()
+    await asyncio.sleep(1.5)
+    return _wal_syncs(url) - before
+
+
+async def test_step_checkpoints_do_not_wait_for_the_disk_unless_asked(
+    postgres_servers: Callable[[], PostgresServer],
+) -> None:
+    server = postgres_servers()
+    count = 40
+    waiting = await _syncs_for_step_saves(server.url, synchronous_steps=True, count=count)
+    not_waiting = await _syncs_for_step_saves(server.url, synchronous_steps=False, count=count)
+    assert waiting >= count  # each commit flushed the log itself
+    assert not_waiting < count // 2, (not_waiting, waiting)  # the WAL writer's periodic flushes only
+
+
+def test_synchronous_steps_must_be_a_bool() -> None:
+    with pytest.raises(TypeError, match="synchronous_steps must be True or False"):
+        PostgresCheckpointStorage("postgresql://127.0.0.1:1/x", synchronous_steps="yes")  # pyright: ignore[reportArgumentType]
+
+
+async def test_a_pause_survives_a_server_sigkill_right_after_its_token_and_its_steps_do_not_run_again(
+    postgres_servers: Callable[[], PostgresServer], tmp_path: Path
+) -> None:
+    # The store is not on this server (SQLite): nothing but the pause's own synchronous commit makes its
+    # checkpoint, and the step checkpoints before it that hold the step results, durable.
+    server = postgres_servers()
+    schema = f"t_{uuid.uuid4().hex}"
+    store = SQLiteContinuationStore(tmp_path / "store.db")
+    storage = PostgresCheckpointStorage(server.url, schema=schema, pool_timeout=1.0)
+    try:
+        paused = await _steps_then_review.build(checkpoint_storage=storage, continuation_store=store).run("topic")
+        token = paused.continuation_token
+        request_id = paused.get_request_info_events()[0].request_id
+        server.kill()  # SIGKILL right after the token: no shutdown checkpoint, only what reached the disk
+        assert token is not None and DRAFTS[-3:] == ["topic 0", "topic 1", "topic 2"]
+    finally:
+        await storage.aclose()
+    server.start()
+    wait_for(lambda: server.postmaster_pid() is not None, what="the restarted server")
+    DRAFTS.clear()
+    other = PostgresCheckpointStorage(server.url, schema=schema)  # another worker
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # the restarted server may still be recovering (a hang guard, not a timing check)
+            try:
+                await other.list_checkpoint_ids(workflow_name="steps_then_review")
+                break
+            except psycopg.OperationalError:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.2)
+        done = await _steps_then_review.build(checkpoint_storage=other, continuation_store=store).run(
+            responses={request_id: "ok"}, continuation_token=token
+        )
+        assert done.get_outputs() == ["TOPIC 0 TOPIC 1 TOPIC 2 (ok)"]
+        assert DRAFTS == []  # every step result came back from the pause's checkpoint
+    finally:
+        await other.aclose()
+        store.close()
