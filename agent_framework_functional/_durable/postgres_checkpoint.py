@@ -27,7 +27,7 @@ from .checkpoint_storage import (
     decode_body,
     encode_body,
 )
-from .postgres_delta import CHUNKS, MIGRATION, gather_chunks
+from .postgres_delta import MIGRATION, MIGRATION_1, WHOLE_STATEMENTS, gather_chunks
 from .postgres_rows import (
     check_storable,
     chunk_map,
@@ -57,30 +57,14 @@ PURGE_INTERVAL_SECONDS = 600.0
 """How often (at most) a storage object deletes expired checkpoints, on a save."""
 
 MIGRATIONS = (
-    """
-    CREATE TABLE IF NOT EXISTS {schema}.checkpoints (
-        checkpoint_id TEXT PRIMARY KEY,
-        workflow_name TEXT NOT NULL,
-        saved_at DOUBLE PRECISION NOT NULL,
-        expires_at DOUBLE PRECISION,
-        body BYTEA NOT NULL
-    );
-    CREATE INDEX IF NOT EXISTS checkpoints_workflow ON {schema}.checkpoints (workflow_name, saved_at);
-    CREATE INDEX IF NOT EXISTS checkpoints_expires_at ON {schema}.checkpoints (expires_at);
-    """,
+    # 1: whole checkpoints, one row each (``_durable/postgres_delta.py``).
+    MIGRATION_1,
     # 2: step results stored once: checkpoint heads over segment chunks (``_durable/postgres_delta.py``).
     MIGRATION,
     # 3: a delta checkpoint's head and chunk in one row, bigint segments (``_durable/postgres_rows_sql.py``).
     MIGRATION_3,
 )
 """The ``checkpoints`` component's migrations, version 1 first (``_durable.postgres_schema`` applies them)."""
-
-_LIVE = "(expires_at IS NULL OR expires_at > %(now)s)"
-_LOAD = f"SELECT body, segments, segment_ids FROM {{schema}}.checkpoints WHERE checkpoint_id = %(id)s AND {_LIVE}"
-_LIST = (
-    f"SELECT checkpoint_id, body, segments, segment_ids, saved_at FROM {{schema}}.checkpoints "
-    f"WHERE workflow_name = %(name)s AND {_LIVE}"
-)
 
 
 class PostgresCheckpointStorage(DurableCheckpointStorage):
@@ -119,14 +103,11 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
         pool_timeout: How long an operation waits for a connection (default 10 s).
         sealer: Seals every body it saves and opens every body it loads (README "Durable
             continuations"); None stores core's encoding as it is.
-        synchronous_steps: True: every save waits until PostgreSQL has flushed it to disk. False (the
-            default): only a checkpoint that holds pending requests (a pause) waits; the others commit
-            without waiting for the disk (``synchronous_commit = off`` for their transaction), as
-            LangGraph's default ``durability="async"`` saves them. Why that loses no pause: a pause's
-            flush writes the server's log up to its own commit, so every earlier save of the run is on
-            disk before the pause's save returns, and its token is issued after that. A server crash can
-            lose the last fraction of a second of step checkpoints (about three ``wal_writer_delay``,
-            600 ms by default); a restore then starts from an earlier checkpoint and runs those steps again.
+        synchronous_steps: True: every save waits for PostgreSQL's disk. False (default): only a pause's
+            checkpoint (pending requests) waits, the others commit without waiting (as LangGraph's default
+            ``durability="async"``). No pause is lost: its flush writes the server's log up to it, earlier
+            saves included, before its token exists. A server crash can lose the last ~600 ms of step
+            checkpoints; a restore then starts earlier and runs those steps again.
 
     Raises:
         ImportError: psycopg 3 is not installed.
@@ -179,7 +160,7 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
             pool_timeout=pool_timeout,
             keep_connection=True,
         )
-        self._sql = self._db.statements({"load": _LOAD, "list": _LIST, "chunks": CHUNKS, **STATEMENTS})
+        self._sql = self._db.statements({**WHOLE_STATEMENTS, **STATEMENTS})
         self._deduper = StepCacheDeduper(self._allowed_types)
 
     @property

@@ -1,8 +1,9 @@
 """Schema version 2 of the Postgres checkpoints (released; its rows stay readable): heads over segment chunks.
 
 Since version 3 (``_durable/postgres_rows_sql.py``) new saves write one row per checkpoint instead;
-this module keeps migration 2 (final once released), the query and :func:`gather_chunks` that read
-the rows a version-2 worker wrote. What follows describes version 2.
+this module keeps migrations 1 and 2 (final once released), the queries of whole and version-2 rows
+(:data:`WHOLE_STATEMENTS`) and :func:`gather_chunks` that reads the rows a version-2 worker wrote.
+What follows describes version 2.
 
 Schema version 2 of the ``checkpoints`` component (:data:`MIGRATION`): a checkpoint row gains
 ``segments`` (its references, JSON ``[[segment id, chunk count], ...]``, exactly the text its sealed
@@ -32,6 +33,19 @@ from typing import Any
 
 from .checkpoint_seal import CheckpointSealer
 from .redis_delta import open_chunk
+
+MIGRATION_1 = """
+    CREATE TABLE IF NOT EXISTS {schema}.checkpoints (
+        checkpoint_id TEXT PRIMARY KEY,
+        workflow_name TEXT NOT NULL,
+        saved_at DOUBLE PRECISION NOT NULL,
+        expires_at DOUBLE PRECISION,
+        body BYTEA NOT NULL
+    );
+    CREATE INDEX IF NOT EXISTS checkpoints_workflow ON {schema}.checkpoints (workflow_name, saved_at);
+    CREATE INDEX IF NOT EXISTS checkpoints_expires_at ON {schema}.checkpoints (expires_at);
+    """
+"""Migration 1 of the ``checkpoints`` component: whole checkpoints, one row each (where core's plain saves go)."""
 
 MIGRATION = """
 ALTER TABLE {schema}.checkpoints ADD COLUMN IF NOT EXISTS segments TEXT;
@@ -126,6 +140,16 @@ CHUNKS = (
     "SELECT segment_id, chunk_index, body FROM {schema}.checkpoint_chunks WHERE segment_id = ANY(%s) "
     "ORDER BY segment_id, chunk_index"
 )
+
+
+_LIVE = "(expires_at IS NULL OR expires_at > %(now)s)"
+_LOAD = f"SELECT body, segments, segment_ids FROM {{schema}}.checkpoints WHERE checkpoint_id = %(id)s AND {_LIVE}"
+_LIST = (
+    f"SELECT checkpoint_id, body, segments, segment_ids, saved_at FROM {{schema}}.checkpoints "
+    f"WHERE workflow_name = %(name)s AND {_LIVE}"
+)
+WHOLE_STATEMENTS = {"load": _LOAD, "list": _LIST, "chunks": CHUNKS}
+"""The statements ``PostgresCheckpointStorage`` runs on whole and version-2 rows (``{schema}`` to fill in)."""
 
 
 def gather_chunks(
