@@ -40,6 +40,30 @@ class CachedDis:
         return iter(found)
 
 
+class _PerFunction:
+    """A cache of one function's result per function object, kept while ``inputs`` of it stay the ``same``."""
+
+    def __init__(
+        self, inputs: Callable[[Any], tuple[Any, ...]], same: Callable[[tuple[Any, ...], tuple[Any, ...]], bool]
+    ) -> None:
+        self._inputs, self._same = inputs, same
+        self._cache: WeakKeyDictionary[Any, tuple[tuple[Any, ...], Any]] = WeakKeyDictionary()
+
+    def get(self, func: Any, real: Callable[[Any], Any], keep: Callable[[Any], bool]) -> Any:
+        """``real(func)``, or its cached result while ``func``'s inputs are the same; a result is cached if ``keep``."""
+        inputs = self._inputs(func)
+        try:
+            found = self._cache.get(func)
+        except TypeError:  # not weakly referable: nothing cached
+            return real(func)
+        if found is not None and self._same(found[0], inputs):
+            return found[1]
+        result = real(func)
+        if keep(result):
+            self._cache[func] = (inputs, result)
+        return result
+
+
 class CachedIdentity:
     """Core's ``_get_step_wrapper_identity``, its durable results cached per function.
 
@@ -50,22 +74,16 @@ class CachedIdentity:
 
     def __init__(self, real: Callable[[Any], tuple[str, bool]]) -> None:
         self._real = real
-        self._cache: WeakKeyDictionary[Any, tuple[tuple[Any, ...], tuple[str, bool]]] = WeakKeyDictionary()
+        self._cache = _PerFunction(_identity_inputs, _same_inputs)
 
     def __call__(self, func: Any) -> tuple[str, bool]:
         if not OUR_SIGNATURE.get():
             return self._real(func)
-        inputs = _identity_inputs(func)
-        try:
-            found = self._cache.get(func)
-        except TypeError:  # not weakly referable: nothing cached
-            return self._real(func)
-        if found is not None and _same_inputs(found[0], inputs):
-            return found[1]
-        result = self._real(func)
-        if result[1]:
-            self._cache[func] = (inputs, result)
-        return result
+        return self._cache.get(func, self._real, _durable)
+
+
+def _durable(result: tuple[str, bool]) -> bool:
+    return result[1]
 
 
 def _identity_inputs(func: Any) -> tuple[Any, ...]:
@@ -103,19 +121,17 @@ class CachedClassification:
 
     def __init__(self, real: Callable[[Callable[..., Any]], list[str]]) -> None:
         self._real = real
-        self._cache: WeakKeyDictionary[Any, tuple[tuple[Any, ...], list[str]]] = WeakKeyDictionary()
+        self._cache = _PerFunction(_classification_inputs, _same_classification_inputs)
 
     def __call__(self, func: Callable[..., Any]) -> list[str]:
-        inputs = _classification_inputs(func)
-        try:
-            found = self._cache.get(func)
-        except TypeError:  # not weakly referable: nothing cached
-            return self._real(func)
-        if found is not None and _same_classification_inputs(found[0], inputs):
-            return list(found[1])
-        result = self._real(func)
-        self._cache[func] = (inputs, list(result))
-        return result
+        return list(self._cache.get(func, self._copied, _always))  # a copy: the caller may change its list
+
+    def _copied(self, func: Callable[..., Any]) -> list[str]:
+        return list(self._real(func))
+
+
+def _always(result: object) -> bool:
+    return True
 
 
 def _classification_inputs(func: Any) -> tuple[Any, ...]:
