@@ -20,10 +20,12 @@ from durable_support import wait_for
 from postgres_server import PostgresServer
 
 from agent_framework_functional import (
+    CheckpointSealer,
     PostgresCheckpointStorage,
     RunContext,
     SQLiteContinuationStore,
     step,
+    get_run_context,
     workflow,
 )
 
@@ -124,6 +126,88 @@ async def test_a_pause_survives_a_server_sigkill_right_after_its_token_and_its_s
         )
         assert done.get_outputs() == ["TOPIC 0 TOPIC 1 TOPIC 2 (ok)"]
         assert DRAFTS == []  # every step result came back from the pause's checkpoint
+    finally:
+        await other.aclose()
+        store.close()
+
+
+ROUNDS: list[str] = []
+
+
+@step
+async def _counted_round_draft(part: str) -> str:
+    ROUNDS.append(part)
+    return part.upper()
+
+
+@workflow(name="two_reviews")
+async def _two_reviews(topic: str, ctx: RunContext) -> str:
+    first = [await _counted_round_draft(f"{topic} a{index}") for index in range(2)]
+    answer = await _ask(first)
+    second = [await _counted_round_draft(f"{answer} b{index}") for index in range(5)]
+    verdict = await ctx.request_info({"second": second}, response_type=str)
+    return f"{' '.join(second)} ({verdict})"
+
+
+@step
+async def _ask(parts: list[str]) -> str:  # a request inside a step: its answer is a cached step result
+    return await get_run_context().request_info({"parts": parts}, response_type=str)
+
+
+async def _reachable(storage: PostgresCheckpointStorage, name: str) -> None:
+    deadline = time.monotonic() + 60
+    while True:  # the restarted server may still be recovering (a hang guard, not a timing check)
+        try:
+            await storage.list_checkpoint_ids(workflow_name=name)
+            return
+        except psycopg.OperationalError:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.2)
+
+
+async def test_a_second_round_pause_of_a_sealed_storage_survives_a_sigkill_and_restores_by_id(
+    postgres_servers: Callable[[], PostgresServer], tmp_path: Path
+) -> None:
+    # Pause, resume on another worker (its steps commit without waiting), pause again, SIGKILL: the second
+    # pause's checkpoint (sealed, its step results in the first run's segment and its own) loads by id
+    # on a restarted server, and its token resumes it without running a step again.
+    server = postgres_servers()
+    schema = f"t_{uuid.uuid4().hex}"
+    sealer = CheckpointSealer({"k1": b"k" * 32})
+    store = SQLiteContinuationStore(tmp_path / "store.db")
+    first = PostgresCheckpointStorage(server.url, schema=schema, sealer=sealer)
+    second = PostgresCheckpointStorage(server.url, schema=schema, sealer=sealer, pool_timeout=1.0)
+    try:
+        paused = await _two_reviews.build(checkpoint_storage=first, continuation_store=store).run("t")
+        request = paused.get_request_info_events()[0].request_id
+        again = await _two_reviews.build(checkpoint_storage=second, continuation_store=store).run(
+            responses={request: "yes"}, continuation_token=paused.continuation_token
+        )
+        token = again.continuation_token
+        events = again.get_request_info_events()
+        server.kill()
+        assert token is not None and ROUNDS[-5:] == [f"yes b{index}" for index in range(5)]
+    finally:
+        await first.aclose()
+        await second.aclose()
+    server.start()
+    wait_for(lambda: server.postmaster_pid() is not None, what="the restarted server")
+    ROUNDS.clear()
+    other = PostgresCheckpointStorage(server.url, schema=schema, sealer=sealer)
+    try:
+        await _reachable(other, "two_reviews")
+        pauses = [
+            cp for cp in await other.list_checkpoints(workflow_name="two_reviews") if cp.pending_request_info_events
+        ]
+        latest = max(pauses, key=lambda cp: cp.timestamp)
+        assert set(latest.pending_request_info_events) == {events[0].request_id}
+        restored = await other.load(latest.checkpoint_id)  # a restore by id reads the same checkpoint
+        assert restored.pending_request_info_events.keys() == latest.pending_request_info_events.keys()
+        done = await _two_reviews.build(checkpoint_storage=other, continuation_store=store).run(
+            responses={request: "yes", events[0].request_id: "ok"}, continuation_token=token
+        )
+        assert done.get_outputs() == ["YES B0 YES B1 YES B2 YES B3 YES B4 (ok)"]
+        assert ROUNDS == []
     finally:
         await other.aclose()
         store.close()
