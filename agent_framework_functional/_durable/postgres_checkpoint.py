@@ -316,8 +316,9 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
             return []
 
     async def _delta_chunks(self, conn: AsyncConnection[Any], rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-        """The chunk rows of every segment the version-3 ``rows`` reference."""
-        segments = sorted({int(segment) for row in rows for segment in (row[0], *(row[8] or ()))})
+        """The chunk rows of every segment the version-3 ``rows`` reference (a NULL id: that row refuses to load)."""
+        found = (segment for row in rows for segment in (row[0], *(row[8] or ())))
+        segments = sorted({int(segment) for segment in found if segment is not None})
         if not segments:
             return []
         return await (await conn.execute(self._sql["delta_chunks"], (segments,))).fetchall()

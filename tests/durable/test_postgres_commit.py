@@ -24,8 +24,8 @@ from agent_framework_functional import (
     PostgresCheckpointStorage,
     RunContext,
     SQLiteContinuationStore,
-    step,
     get_run_context,
+    step,
     workflow,
 )
 

@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from agent_framework import RunContext, WorkflowCheckpoint, WorkflowCheckpointException, step
 
-from agent_framework_functional import PostgresCheckpointStorage, workflow
+from agent_framework_functional import CheckpointSealer, PostgresCheckpointStorage, get_run_context, workflow
 
 pytestmark = pytest.mark.slow
 
@@ -93,5 +93,58 @@ async def test_an_id_or_workflow_name_too_long_for_an_index_is_core_refusal_not_
                 await storage.save(refused)
         with pytest.raises(WorkflowCheckpointException, match="too long"):  # a run we drive: version-3 rows
             await workflow(name=long_name)(batch).build(checkpoint_storage=storage).run(["a"])
+    finally:
+        await storage.aclose()
+
+
+@step
+async def _ask(doc: str) -> str:  # a request inside a step: the resumed run continues the first run's segment
+    return await get_run_context().request_info({"doc": doc}, response_type=str)
+
+
+async def _two_rounds(docs: list[str], ctx: RunContext) -> int:
+    first = [await review(doc) for doc in docs]
+    answer = await _ask(first[-1])
+    return len(first) + len([await review(f"{answer} {doc}") for doc in docs])
+
+
+@pytest.mark.parametrize("sealed", [False, True])
+async def test_a_null_parent_segment_id_is_refused_by_load_and_skipped_by_the_listing(
+    postgres_server: str, sealed: bool
+) -> None:
+    # The listing reads its rows' segments in Python: a NULL inside ``parent_ids`` was a TypeError there.
+    schema = f"t_{uuid.uuid4().hex}"
+    sealer = CheckpointSealer({"k1": secrets.token_bytes(32)}) if sealed else None
+    storage = PostgresCheckpointStorage(postgres_server, schema=schema, sealer=sealer)
+    try:
+        instance = workflow(name="rounds", keep_checkpoints=True)(_two_rounds).build(checkpoint_storage=storage)
+        paused = await instance.run(["a", "b"])
+        request = paused.get_request_info_events()[0].request_id
+        assert (
+            await instance.run(responses={request: "ok"}, continuation_token=paused.continuation_token)
+        ).get_outputs()
+        with psycopg.connect(postgres_server, autocommit=True) as conn:
+            first = conn.execute(
+                f'SELECT segment_id FROM "{schema}".delta_segments WHERE parent_ids IS NULL'
+            ).fetchall()
+            changed = conn.execute(
+                f'UPDATE "{schema}".delta_segments SET parent_ids = ARRAY[NULL]::BIGINT[] '
+                "WHERE parent_ids IS NOT NULL RETURNING segment_id"
+            ).fetchall()
+            kept = conn.execute(
+                f'SELECT checkpoint_id::TEXT FROM "{schema}".delta_checkpoints WHERE checkpoint_id IS NOT NULL '
+                "AND segment_id = ANY(%s) ORDER BY saved_at",
+                ([row[0] for row in first],),
+            ).fetchall()
+            moved = conn.execute(
+                f'SELECT checkpoint_id::TEXT FROM "{schema}".delta_checkpoints WHERE checkpoint_id IS NOT NULL '
+                "AND segment_id = ANY(%s)",
+                ([row[0] for row in changed],),
+            ).fetchall()
+        assert first and changed and moved  # the resume wrote a segment continuing the first run's
+        for (checkpoint_id,) in moved:
+            with pytest.raises(WorkflowCheckpointException):
+                await storage.load(checkpoint_id)
+        assert await storage.list_checkpoint_ids(workflow_name="rounds") == [row[0] for row in kept]
     finally:
         await storage.aclose()
