@@ -10,10 +10,11 @@ object's instructions and hashes each reachable function's identity (code, defau
 from __future__ import annotations
 
 import dis
+import functools
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
-from types import CodeType, ModuleType
-from typing import Any, cast
+from types import CodeType, FunctionType, GenericAlias, ModuleType, UnionType
+from typing import Any, ForwardRef, cast
 from weakref import WeakKeyDictionary
 
 OUR_SIGNATURE: ContextVar[bool] = ContextVar("af_our_signature", default=False)
@@ -44,7 +45,9 @@ class _PerFunction:
     """A cache of one function's result per function object, kept while ``inputs`` of it stay the ``same``."""
 
     def __init__(
-        self, inputs: Callable[[Any], tuple[Any, ...]], same: Callable[[tuple[Any, ...], tuple[Any, ...]], bool]
+        self,
+        inputs: Callable[[Any], tuple[Any, ...] | None],
+        same: Callable[[tuple[Any, ...], tuple[Any, ...]], bool],
     ) -> None:
         self._inputs, self._same = inputs, same
         self._cache: WeakKeyDictionary[Any, tuple[tuple[Any, ...], Any]] = WeakKeyDictionary()
@@ -52,6 +55,8 @@ class _PerFunction:
     def get(self, func: Any, real: Callable[[Any], Any], keep: Callable[[Any], bool]) -> Any:
         """``real(func)``, or its cached result while ``func``'s inputs are the same; a result is cached if ``keep``."""
         inputs = self._inputs(func)
+        if inputs is None:  # nothing to compare that would tell a change: core every time
+            return real(func)
         try:
             found = self._cache.get(func)
         except TypeError:  # not weakly referable: nothing cached
@@ -114,9 +119,12 @@ class CachedClassification:
     """Core's ``_classify_signature`` (the workflow function's non-``ctx`` parameter names), cached per function.
 
     Core resolves the function's type hints and signature on every build (about 200 µs); a host builds an
-    instance per conversation. A cached result is reused while the function keeps its code object, its
-    annotations (the same dict, equal items), ``__signature__`` and ``__wrapped__``; a refusal (more than one
-    parameter) is never cached, so it is raised again as core would.
+    instance per conversation. A result is reused only for a plain function (and a ``__wrapped__`` chain of
+    plain functions) while every link keeps its code, annotations (the same dict, the same items),
+    ``__signature__``, defaults and type parameters, and each string annotation still evaluates, in the
+    module globals core resolves it in, to the same object (or fails again). Anything else (a partial, a
+    callable object, a forward reference left inside a resolved annotation) is checked by core every time.
+    A refusal (more than one parameter) is never cached, so it is raised again as core would.
     """
 
     def __init__(self, real: Callable[[Callable[..., Any]], list[str]]) -> None:
@@ -134,28 +142,94 @@ def _always(result: object) -> bool:
     return True
 
 
-def _classification_inputs(func: Any) -> tuple[Any, ...]:
-    found: object = getattr(func, "__annotations__", None)
-    annotations = cast("dict[Any, Any]", found) if isinstance(found, dict) else None
-    items = tuple(annotations.items()) if annotations is not None else None
-    inputs: tuple[Any, ...] = (
-        getattr(func, "__code__", None),
-        annotations,
-        items,
-        getattr(func, "__signature__", None),
-        getattr(func, "__wrapped__", None),
+_FAILED = object()
+"""What a string annotation evaluated to when its evaluation raised (core's type hints are then empty)."""
+
+_MAX_CHAIN = 64
+_ALIAS_TYPES = (GenericAlias, UnionType)
+
+
+def _classification_inputs(func: Any) -> tuple[Any, ...] | None:
+    """What core's answer depends on: (the string annotations' values, objects compared by identity).
+
+    None: do not cache. Nothing here references ``func`` itself (the cache's weak key).
+    """
+    links = _wrapper_chain(func)
+    if links is None:
+        return None
+    resolved = _resolved_annotations(func.__annotations__, links[-1].__globals__)
+    if resolved is None:
+        return None
+    inputs: list[Any] = []
+    for link in links:
+        annotations: dict[str, Any] = link.__annotations__
+        kwdefaults: dict[str, Any] = link.__kwdefaults__ or {}
+        inputs += (vars(link).get("__wrapped__"), link.__code__, annotations, link.__defaults__, link.__kwdefaults__)
+        inputs += (vars(link).get("__signature__"), getattr(link, "__type_params__", None))
+        inputs += (len(annotations), *annotations, *annotations.values(), len(kwdefaults), *kwdefaults.values())
+    return tuple(resolved), tuple(inputs)
+
+
+def _wrapper_chain(func: Any) -> list[FunctionType] | None:
+    """``func`` and the functions its ``__wrapped__`` attributes lead to; None unless all are plain functions."""
+    links: list[FunctionType] = []
+    current: Any = func
+    while len(links) < _MAX_CHAIN:
+        if type(current) is not FunctionType or any(current is link for link in links):
+            return None
+        links.append(current)
+        current = vars(current).get("__wrapped__", _FAILED)
+        if current is _FAILED:
+            return links
+    return None
+
+
+def _resolved_annotations(annotations: dict[str, Any], namespace: dict[str, Any]) -> list[Any] | None:
+    """Each string annotation evaluated as core's type hints evaluate it; None when one may resolve later."""
+    resolved: list[Any] = []
+    for value in annotations.values():
+        if isinstance(value, str):
+            try:
+                value = eval(_compiled(value), namespace, namespace)  # core evaluates it too
+            except Exception:  # core's type hints fail as a whole, the same way every time
+                value = _FAILED
+            resolved.append(value)
+        if value is not _FAILED and _holds_forward_reference(value):
+            return None
+    return resolved
+
+
+@functools.lru_cache(maxsize=1024)
+def _compiled(annotation: str) -> CodeType | None:
+    try:
+        return compile(annotation, "<annotation>", "eval")
+    except (SyntaxError, ValueError):
+        return None
+
+
+def _holds_forward_reference(value: Any, depth: int = 0) -> bool:
+    """Whether resolving ``value`` would evaluate text again (a string or ``ForwardRef`` inside it)."""
+    if isinstance(value, (str, ForwardRef)) or depth > 16:
+        return True
+    args: object = getattr(value, "__args__", None)
+    return isinstance(args, tuple) and any(
+        _holds_forward_reference(arg, depth + 1) for arg in cast("tuple[Any, ...]", args)
     )
-    return inputs
 
 
 def _same_classification_inputs(cached: tuple[Any, ...], current: tuple[Any, ...]) -> bool:
-    code, annotations, items, signature, wrapped = cached
-    now_code, now_annotations, now_items, now_signature, now_wrapped = current
+    (values, objects), (now_values, now_objects) = cached, current
     return (
-        code is now_code
-        and annotations is now_annotations
-        and len(items or ()) == len(now_items or ())
-        and all(a[0] == b[0] and a[1] is b[1] for a, b in zip(items or (), now_items or (), strict=True))
-        and signature is now_signature
-        and wrapped is now_wrapped
+        len(objects) == len(now_objects)
+        and all(a is b for a, b in zip(objects, now_objects, strict=True))
+        and len(values) == len(now_values)
+        and all(_same_annotation(a, b) for a, b in zip(values, now_values, strict=True))
     )
+
+
+def _same_annotation(cached: Any, current: Any) -> bool:
+    """The same object, or an equal generic alias (``list[str]`` is a new object on every evaluation)."""
+    if cached is current:
+        return True
+    kind = type(current)
+    return type(cached) is kind and (kind in _ALIAS_TYPES or kind.__module__ == "typing") and bool(cached == current)

@@ -8,6 +8,11 @@ computes for the same function at that moment, and core's own instances never us
 
 from __future__ import annotations
 
+import functools
+import gc
+import inspect
+import types
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +21,7 @@ from agent_framework import FunctionalWorkflow as CoreFunctionalWorkflow
 from agent_framework import InMemoryCheckpointStorage, RunContext
 
 from agent_framework_functional import SQLiteContinuationStore, step, workflow
-from agent_framework_functional._core_compat import build_core
+from agent_framework_functional._core_compat import LinearFunctionalWorkflow, build_core
 from agent_framework_functional._signature_cache import OUR_SIGNATURE, CachedClassification, CachedIdentity
 from agent_framework_functional._store import _STORE_TYPES, is_continuation_store  # pyright: ignore[reportPrivateUsage]
 
@@ -157,3 +162,88 @@ def test_the_parameter_check_runs_once_per_function_until_its_inputs_change() ->
     assert cached(flow) == ["topic"] and len(calls) == 2
     flow.__annotations__["topic"] = str  # the same dict, an item replaced: checked again
     assert cached(flow) == ["topic"] and len(calls) == 3
+
+
+def _verdicts(func: Any) -> tuple[object, object]:
+    """Our build's parameter check and core's for ``func`` now: the names, or the refusal's type."""
+    verdicts: list[object] = []
+    for check in (LinearFunctionalWorkflow._classify_signature, CoreFunctionalWorkflow._classify_signature):  # pyright: ignore[reportPrivateUsage]
+        try:
+            verdicts.append(check(func))
+        except Exception as exc:  # a refusal: compared by its type
+            verdicts.append(type(exc))
+    return verdicts[0], verdicts[1]
+
+
+async def _message_and_context(message: str, ctx: RunContext) -> str:
+    return message
+
+
+async def _two_messages(first: str, second: str, ctx: RunContext) -> str:
+    return first + second
+
+
+def _wrapper_of(inner: Any) -> Any:
+    @functools.wraps(inner)
+    async def outer(*args: Any, **kwargs: Any) -> Any:
+        return await inner(*args, **kwargs)
+
+    return outer
+
+
+def _copy_of(func: Any) -> Any:
+    return types.FunctionType(func.__code__, func.__globals__, func.__name__, func.__defaults__, func.__closure__)
+
+
+def test_a_wrapped_functions_new_code_or_signature_is_seen_as_core_sees_it() -> None:
+    for change in ("__code__", "__signature__"):
+        inner = _copy_of(_message_and_context)
+        outer = _wrapper_of(inner)
+        assert _verdicts(outer) == (["message"], ["message"]) and _verdicts(outer)[0] == ["message"]
+        if change == "__code__":  # core's signature follows ``__wrapped__`` to the inner function's code
+            inner.__code__ = _two_messages.__code__
+        else:
+            inner.__signature__ = inspect.signature(_two_messages)  # pyright: ignore[reportFunctionMemberAccess]
+        assert _verdicts(outer) == (ValueError, ValueError), change
+
+
+def test_a_partial_is_checked_by_core_every_time() -> None:
+    partial = functools.partial(_two_messages, "fixed")
+    assert _verdicts(partial) == (["second"], ["second"])
+    partial.__setstate__((_two_messages, (), {}, None))  # the same object, now two message parameters
+    ours, core = _verdicts(partial)
+    assert ours == core and isinstance(core, type)  # core refuses it (and so do we)
+
+
+def test_a_string_annotation_is_resolved_again_when_the_module_globals_change() -> None:
+    # Built before ``Report`` exists, core's type hints fail and ``context`` counts as the message's
+    # parameter; once it exists, core sees a RunContext and no message parameter.
+    namespace: dict[str, Any] = {"RunContext": RunContext}
+    source = "from __future__ import annotations\nasync def review(context: RunContext) -> Report:\n    return ''\n"
+    exec(compile(source, "<review>", "exec"), namespace)  # a module whose globals the test changes
+    review = namespace["review"]
+    assert _verdicts(review) == (["context"], ["context"])
+    namespace["Report"] = str
+    assert _verdicts(review) == ([], [])
+    namespace["RunContext"] = str  # the same text now names another type
+    assert _verdicts(review) == (["context"], ["context"])
+
+
+def test_a_generic_annotation_is_reused_and_the_cache_keeps_no_function_alive() -> None:
+    calls: list[Any] = []
+
+    def real(func: Any) -> list[str]:
+        calls.append(func.__name__)
+        return ["topics"]
+
+    async def flow(topics: list[str], ctx: RunContext) -> dict[str, Any]:
+        return {}
+
+    cached = CachedClassification(real)
+    assert cached(flow) == cached(flow) == ["topics"] and calls == ["flow"]  # list[str]: equal, not the same
+    wrapper = _wrapper_of(flow)
+    assert cached(wrapper) == cached(wrapper) and calls == ["flow", "flow"]
+    gone = weakref.ref(flow)
+    del flow, wrapper
+    gc.collect()
+    assert gone() is None
