@@ -292,18 +292,21 @@ class ContinuationStore(Protocol):
 
 
 _STORE_TYPES: WeakSet[type] = WeakSet()
+_STORE_MEMBERS = tuple(name for name in vars(ContinuationStore) if not name.startswith("_"))
 
 
 def is_continuation_store(store: object) -> bool:
-    """``isinstance(store, ContinuationStore)``, remembered per class once it held.
+    """``isinstance(store, ContinuationStore)``, remembered per class once it held and the class defines it all.
 
     Why: a runtime-checkable protocol's check looks up every member on each call (about 50 µs), and a
     host builds a workflow instance per conversation; the store's class does not change between builds.
+    A class that provides members per instance (a proxy's ``__getattr__``) is checked every time.
     """
     kind = type(store)
     if kind in _STORE_TYPES:
         return True
-    if isinstance(store, ContinuationStore):
+    if not isinstance(store, ContinuationStore):
+        return False
+    if all(any(name in vars(base) for base in kind.__mro__) for name in _STORE_MEMBERS):
         _STORE_TYPES.add(kind)
-        return True
-    return False
+    return True

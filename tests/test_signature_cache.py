@@ -146,6 +146,28 @@ def test_a_store_class_is_checked_once_and_a_non_store_is_refused_every_time(tmp
         _step_free.build(checkpoint_storage=InMemoryCheckpointStorage(), continuation_store=object())  # pyright: ignore[reportArgumentType]
 
 
+class _StoreProxy:
+    """Forwards every attribute to what it wraps (an instrumenting wrapper, say)."""
+
+    def __init__(self, target: object) -> None:
+        self._target = target
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._target, name)
+
+
+def test_a_proxy_class_is_checked_each_time_so_a_proxy_of_nothing_is_refused(tmp_path: Path) -> None:
+    store = SQLiteContinuationStore(tmp_path / "store.db")
+    try:
+        assert is_continuation_store(_StoreProxy(store))  # its members come from the store it wraps
+    finally:
+        store.close()
+    assert _StoreProxy not in _STORE_TYPES
+    assert not is_continuation_store(_StoreProxy(object()))
+    with pytest.raises(TypeError, match="continuation_store must implement ContinuationStore"):
+        _step_free.build(checkpoint_storage=InMemoryCheckpointStorage(), continuation_store=_StoreProxy(object()))  # pyright: ignore[reportArgumentType]
+
+
 def test_the_parameter_check_runs_once_per_function_until_its_inputs_change() -> None:
     calls: list[Any] = []
 
