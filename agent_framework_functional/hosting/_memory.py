@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import sys
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
@@ -90,6 +91,11 @@ def check_release_every(every: float | None) -> float | None:
     Raises:
         ValueError: Anything else (the message names ``release_memory_every``).
     """
-    if every is not None and (isinstance(every, bool) or not isinstance(every, int | float) or not every > 0):  # pyright: ignore[reportUnnecessaryIsInstance]
+    if every is not None and (
+        isinstance(every, bool)
+        or not isinstance(every, int | float)  # pyright: ignore[reportUnnecessaryIsInstance]
+        or not every > 0
+        or (isinstance(every, int) and every > sys.float_info.max)  # an int no float holds
+    ):  # refused here: the middleware keeps a float, and the app would fail at its first request
         raise ValueError(f"release_memory_every must be a positive number of seconds or None, not {every!r}.")
     return every

@@ -60,7 +60,7 @@ def test_agui_endpoint_adds_the_release_to_the_app_once() -> None:
     assert _middleware(quiet) == []
 
 
-@pytest.mark.parametrize("every", [0, -1, float("nan"), True, "60"])
+@pytest.mark.parametrize("every", [0, -1, float("nan"), True, "60", 10**400])
 def test_a_bad_interval_is_refused_naming_the_option(every: Any) -> None:
     agent = deployer.build().as_agent(name="deployer")
     with pytest.raises(ValueError, match="release_memory_every must be a positive number"):
