@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from agent_framework import WorkflowCheckpoint
+from agent_framework import WorkflowCheckpoint, WorkflowEvent
 from durable_support import wait_for
 from postgres_server import PostgresServer
 
@@ -211,3 +211,37 @@ async def test_a_second_round_pause_of_a_sealed_storage_survives_a_sigkill_and_r
     finally:
         await other.aclose()
         store.close()
+
+
+async def test_a_whole_checkpoint_with_a_pending_request_survives_a_sigkill_right_after_its_save(
+    postgres_servers: Callable[[], PostgresServer],
+) -> None:
+    # A checkpoint our step-cache path does not take (core's graph workflows, core used directly) is saved
+    # whole: with a pending request its commit waits too; the step checkpoint saved just before it is
+    # on disk with it (the pause's flush writes the log up to its own commit).
+    server = postgres_servers()
+    schema = f"t_{uuid.uuid4().hex}"
+    pending = WorkflowEvent.request_info("r1", "reviewer", {"doc": "a"}, str)
+    step_saved = WorkflowCheckpoint(workflow_name="graph", graph_signature_hash="h" * 64, state={"i": 1})
+    pause = WorkflowCheckpoint(
+        workflow_name="graph",
+        graph_signature_hash="h" * 64,
+        previous_checkpoint_id=step_saved.checkpoint_id,
+        pending_request_info_events={"r1": pending},
+    )
+    storage = PostgresCheckpointStorage(server.url, schema=schema, pool_timeout=1.0)
+    try:
+        await storage.save(step_saved)
+        await storage.save(pause)
+        server.kill()
+    finally:
+        await storage.aclose()
+    server.start()
+    wait_for(lambda: server.postmaster_pid() is not None, what="the restarted server")
+    other = PostgresCheckpointStorage(server.url, schema=schema)
+    try:
+        await _reachable(other, "graph")
+        assert (await other.load(pause.checkpoint_id)).pending_request_info_events.keys() == {"r1"}
+        assert (await other.load(step_saved.checkpoint_id)).state == {"i": 1}
+    finally:
+        await other.aclose()
