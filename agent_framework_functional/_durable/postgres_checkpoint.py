@@ -253,10 +253,10 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
 
         async def load(conn: AsyncConnection[Any]) -> tuple[bool, tuple[Any, ...] | None, list[tuple[Any, ...]]]:
             now = time.time()
-            row = await (await conn.execute(self._sql["delta_load"], {"key": key, "now": now})).fetchone()
-            if row is not None:  # the head and its chunks in one round trip
-                ids, counts, bodies = row[HEAD_COLUMNS:]
-                return True, row[:HEAD_COLUMNS], list(zip(ids or (), counts or (), bodies or (), strict=True))
+            rows = await (await conn.execute(self._sql["delta_load"], {"key": key, "now": now})).fetchall()
+            head = next((found for found in rows if found[0]), None)
+            if head is not None:  # the head and its chunks in one round trip
+                return True, head[1 : 1 + HEAD_COLUMNS], [found[1 + HEAD_COLUMNS :] for found in rows if not found[0]]
             row = await (await conn.execute(self._sql["load"], {"id": checkpoint_id, "now": now})).fetchone()
             if row is None or row[2] is None:
                 return False, row, []

@@ -222,14 +222,17 @@ STATEMENTS = {
     "delete": "SELECT {schema}.delete_checkpoints(%s::TEXT[], %s::UUID[])",
     "purge": "SELECT {schema}.purge_checkpoints(%s)",
     # One row: the head's columns, then its segments' chunks as three arrays (segment, chunk count, body).
+    # The head's row (first column TRUE), then a row per chunk of its segments (FALSE): one round trip, and
+    # no value larger than one chunk (PostgreSQL caps a value at 1 GB).
     "delta_load": (
-        f"SELECT {_HEAD_COLUMNS}, c.ids, c.counts, c.bodies FROM {{schema}}.delta_checkpoints AS d "
-        "JOIN {schema}.delta_segments AS s USING (segment_id) LEFT JOIN LATERAL ("
-        "SELECT array_agg(x.segment_id) AS ids, array_agg(x.chunks) AS counts, array_agg(x.body) AS bodies "
-        "FROM {schema}.delta_segments AS ps JOIN {schema}.delta_checkpoints AS x "
-        "ON x.workflow_name = ps.workflow_name AND x.segment_id = ps.segment_id "
-        "WHERE ps.segment_id = ANY(array_prepend(d.segment_id, coalesce(s.parent_ids, '{{}}'::BIGINT[]))) "
-        f"AND x.holds_chunk) AS c ON TRUE WHERE d.checkpoint_id = %(key)s AND {_LIVE}"
+        f"WITH h AS (SELECT {_HEAD_COLUMNS} FROM {{schema}}.delta_checkpoints AS d "
+        f"JOIN {{schema}}.delta_segments AS s USING (segment_id) WHERE d.checkpoint_id = %(key)s AND {_LIVE}) "
+        "SELECT TRUE, h.*, NULL, NULL, NULL FROM h UNION ALL "
+        f"SELECT FALSE, {', '.join(['NULL'] * HEAD_COLUMNS)}, x.segment_id, x.chunks, x.body FROM h "
+        "JOIN {schema}.delta_segments AS ps "
+        "ON ps.segment_id = ANY(array_prepend(h.segment_id, coalesce(h.parent_ids, '{{}}'::BIGINT[]))) "
+        "JOIN {schema}.delta_checkpoints AS x ON x.workflow_name = ps.workflow_name AND x.segment_id = ps.segment_id "
+        "WHERE x.holds_chunk"
     ),
     "delta_list": (
         f"SELECT {_HEAD_COLUMNS} FROM {{schema}}.delta_checkpoints AS d JOIN {{schema}}.delta_segments AS s "
