@@ -86,7 +86,7 @@ def add_release_once(app: Any, every: float | None) -> None:
 
 
 def check_release_every(every: float | None) -> float | None:
-    """``every`` when it is None or a positive number of seconds.
+    """``every`` when it is None or a positive, finite number of seconds (infinity would release once, then never).
 
     Raises:
         ValueError: Anything else (the message names ``release_memory_every``).
@@ -94,8 +94,7 @@ def check_release_every(every: float | None) -> float | None:
     if every is not None and (
         isinstance(every, bool)
         or not isinstance(every, int | float)  # pyright: ignore[reportUnnecessaryIsInstance]
-        or not every > 0
-        or (isinstance(every, int) and every > sys.float_info.max)  # an int no float holds
+        or not 0 < every <= sys.float_info.max  # NaN, infinity, and an int no float holds
     ):  # refused here: the middleware keeps a float, and the app would fail at its first request
-        raise ValueError(f"release_memory_every must be a positive number of seconds or None, not {every!r}.")
+        raise ValueError(f"release_memory_every must be a positive, finite number of seconds or None, not {every!r}.")
     return every

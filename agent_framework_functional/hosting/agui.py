@@ -318,7 +318,7 @@ def agui_endpoint(
 
     Raises:
         ValueError: Not exactly one of ``single_user`` and ``authorization_scope_resolver`` is given, or
-            ``release_memory_every`` is not a positive number or None.
+            ``release_memory_every`` is not a positive, finite number or None.
         TypeError: ``snapshot_store`` is a core ``SessionStore`` that is not one of the package's.
     """
     check_release_every(release_memory_every)

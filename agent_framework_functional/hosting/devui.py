@@ -127,8 +127,8 @@ def devui_app(
         The ASGI app (``app.state.devui_conversations``: the conversation store).
 
     Raises:
-        ValueError: ``max_conversations`` is below 1, or ``release_memory_every`` is not a positive
-            number or None.
+        ValueError: ``max_conversations`` is below 1, or ``release_memory_every`` is not a positive,
+            finite number or None.
     """
     check_release_every(release_memory_every)
     store = BoundedConversationStore(ttl=agent.continuation_ttl, max_conversations=max_conversations)

@@ -351,7 +351,7 @@ def responses_app(
 
     Raises:
         ValueError: ``max_body_bytes`` is not a positive integer, ``retry_after`` a non-negative one, or
-            ``release_memory_every`` a positive number or None.
+            ``release_memory_every`` a positive, finite number or None.
 
     Examples:
         .. code-block:: python

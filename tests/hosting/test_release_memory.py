@@ -60,15 +60,15 @@ def test_agui_endpoint_adds_the_release_to_the_app_once() -> None:
     assert _middleware(quiet) == []
 
 
-@pytest.mark.parametrize("every", [0, -1, float("nan"), True, "60", 10**400])
+@pytest.mark.parametrize("every", [0, -1, float("nan"), float("inf"), True, "60", 10**400])
 def test_a_bad_interval_is_refused_naming_the_option(every: Any) -> None:
     agent = deployer.build().as_agent(name="deployer")
-    with pytest.raises(ValueError, match="release_memory_every must be a positive number"):
+    with pytest.raises(ValueError, match="release_memory_every must be a positive, finite number"):
         responses_app(agent, release_memory_every=every)
-    with pytest.raises(ValueError, match="release_memory_every must be a positive number"):
+    with pytest.raises(ValueError, match="release_memory_every must be a positive, finite number"):
         devui_app(agent, auth_token=TOKEN, release_memory_every=every)
     app = FastAPI()
-    with pytest.raises(ValueError, match="release_memory_every must be a positive number"):
+    with pytest.raises(ValueError, match="release_memory_every must be a positive, finite number"):
         agui_endpoint(app, agent, "/agent", single_user=True, release_memory_every=every)
     assert [r.path for r in app.routes] == [r.path for r in FastAPI().routes] and app.user_middleware == []
 
