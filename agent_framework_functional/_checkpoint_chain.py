@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from agent_framework import CheckpointStorage, WorkflowCheckpoint
 
 from ._expiry import checkpoint_deletions
+from ._step_cache import HOLD_STEP_SAVES
 
 _T = TypeVar("_T")
 
@@ -72,10 +73,27 @@ class RecordingCheckpointStorage:
         return not self.keep
 
     async def save(self, checkpoint: WorkflowCheckpoint) -> str:
-        checkpoint_id = await self.inner.save(checkpoint)
+        if self.keep:
+            checkpoint_id = await self.inner.save(checkpoint)
+        else:  # the chain is deleted when the run ends: a storage may hold a step's save for the next one
+            held = HOLD_STEP_SAVES.set(True)
+            try:
+                checkpoint_id = await self.inner.save(checkpoint)
+            finally:
+                HOLD_STEP_SAVES.reset(held)
         self.last_saved_id = checkpoint_id
         self.saved_ids.append(checkpoint_id)
         return checkpoint_id
+
+    def settle(self) -> None:
+        """The run ended: have the storage start writing the step checkpoints it still holds back for it.
+
+        After a pause or a finish there are none (the pause's save wrote them, the finish deleted them);
+        after a failure they are what a restore starts from.
+        """
+        write_held_soon = getattr(self.inner, "write_held_soon", None)
+        if write_held_soon is not None and self.saved_ids:
+            write_held_soon(list(self.saved_ids))
 
     async def delete_chain(self, *, keep: str | None) -> None:
         """Delete the checkpoints this run saved (but ``keep``, the new pause's) and the resumed pause's.

@@ -215,6 +215,7 @@ class WorkflowRun:
                 await live_events.aclose()  # cancels the workflow task if the stream was abandoned
                 await core_stream.close()
         finally:
+            self._settle()
             self.on_end(self)
 
     async def _turn(self, phase: Phase, event: WorkflowEvent[Any]) -> Sequence[WorkflowEvent[Any]]:
@@ -225,6 +226,12 @@ class WorkflowRun:
             return early
         await self._issue()
         return (event,)
+
+    def _settle(self) -> None:
+        """The run ended: step checkpoints its storage still holds back for it start being written."""
+        recorder = self.ticket.recorder
+        if recorder is not None:
+            recorder.settle()
 
     def _failure(self, exc: Exception) -> list[WorkflowEvent[Any]]:
         """The failure surface a streaming run adds when core raised without its ``failed`` event."""
@@ -257,6 +264,7 @@ class WorkflowRun:
         finally:
             live_channel.reset(bound)
             collector.closed = True
+            self._settle()
             self.on_end(self)
         events: list[WorkflowEvent[Any]] = result
         if collector.entries:  # something was emitted: merge it in

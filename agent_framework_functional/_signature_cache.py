@@ -189,8 +189,9 @@ def _resolved_annotations(annotations: dict[str, Any], namespace: dict[str, Any]
     resolved: list[Any] = []
     for value in annotations.values():
         if isinstance(value, str):
+            code = _compiled(value)
             try:
-                value = eval(_compiled(value), namespace, namespace)  # core evaluates it too
+                value = _FAILED if code is None else eval(code, namespace, namespace)  # core evaluates it too
             except Exception:  # core's type hints fail as a whole, the same way every time
                 value = _FAILED
             resolved.append(value)
@@ -231,5 +232,5 @@ def _same_annotation(cached: Any, current: Any) -> bool:
     """The same object, or an equal generic alias (``list[str]`` is a new object on every evaluation)."""
     if cached is current:
         return True
-    kind = type(current)
+    kind: type = type(current)  # pyright: ignore[reportUnknownVariableType]
     return type(cached) is kind and (kind in _ALIAS_TYPES or kind.__module__ == "typing") and bool(cached == current)

@@ -21,6 +21,13 @@ CURRENT_OFFER: ContextVar[StepCacheOffer | None] = ContextVar(
     "agent_framework_functional_step_cache_offer", default=None
 )
 
+HOLD_STEP_SAVES: ContextVar[bool] = ContextVar("agent_framework_functional_hold_step_saves", default=False)
+"""Set by a run's checkpoint recorder around its saves when the run deletes its chain when it ends.
+
+A storage may then hold a step checkpoint back and write it with the run's next save
+(``_durable/postgres_held.py``); a direct ``save()`` is written at once.
+"""
+
 
 def append_new_keys(keys: list[str], entries: dict[str, Any]) -> None:
     """Append to ``keys`` the keys added to ``entries`` since (core only adds entries during a run)."""

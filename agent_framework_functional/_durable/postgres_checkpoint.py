@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 
+from .._step_cache import HOLD_STEP_SAVES
 from .._store import PurgeSchedule, duration_seconds
 from .checkpoint_delta import DeltaSave, StepCacheDeduper
 from .checkpoint_seal import CheckpointSealer
@@ -28,6 +29,7 @@ from .checkpoint_storage import (
     encode_body,
 )
 from .postgres_delta import MIGRATION, MIGRATION_1, WHOLE_STATEMENTS, gather_chunks
+from .postgres_held import HeldSave, HeldSteps, holdable
 from .postgres_rows import (
     check_storable,
     chunk_map,
@@ -40,7 +42,7 @@ from .postgres_rows import (
     row_references,
     storable,
 )
-from .postgres_rows_sql import HEAD_COLUMNS, STATEMENTS
+from .postgres_rows_sql import HEAD_COLUMNS, STATEMENTS, save_many
 from .postgres_rows_sql import MIGRATION as MIGRATION_3
 from .postgres_schema import DEFAULT_POOL_SIZE, DEFAULT_POOL_TIMEOUT_SECONDS, DEFAULT_SCHEMA, PostgresPool
 
@@ -107,7 +109,9 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
             checkpoint (pending requests) waits, the others commit without waiting (as LangGraph's default
             ``durability="async"``). No pause is lost: its flush writes the server's log up to it, earlier
             saves included, before its token exists. A server crash can lose the last ~600 ms of step
-            checkpoints; a restore then starts earlier and runs those steps again.
+            checkpoints; a restore then starts earlier and runs those steps again. A run's step checkpoints
+            are also held in the worker until its next save, its end or 0.2 s (``flush()``), so a
+            pause's statement carries them and a finished run never writes them.
 
     Raises:
         ImportError: psycopg 3 is not installed.
@@ -162,6 +166,8 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
         )
         self._sql = self._db.statements({**WHOLE_STATEMENTS, **STATEMENTS})
         self._deduper = StepCacheDeduper(self._allowed_types)
+        self._held = HeldSteps(self._write_held)
+        self._many: dict[tuple[int, bool], bytes] = {}
 
     @property
     def schema(self) -> str:
@@ -184,6 +190,11 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
         """
         check_storable(checkpoint)
         plan = self._deduper.prepare(checkpoint)  # before any await: reads this save's offer
+        if plan is not None and HOLD_STEP_SAVES.get() and holdable(checkpoint) and not self._waits_for_disk(checkpoint):
+            params = delta_params(checkpoint, plan, self.sealer, self._times())
+            self._deduper.saved(plan, checkpoint.checkpoint_id)  # its run's next save appends after it
+            self._held.hold(plan.log, HeldSave(checkpoint.checkpoint_id, params))
+            return checkpoint.checkpoint_id
         if plan is not None:
             await self._store_delta(checkpoint, plan)
             return checkpoint.checkpoint_id
@@ -213,12 +224,52 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
     async def _write_delta(
         self, checkpoint: WorkflowCheckpoint, plan: DeltaSave, head: bytes, chunk: bytes | None
     ) -> bool:
-        """Call ``save_delta_checkpoint`` once; False (nothing written) when a referenced segment lost chunks."""
+        """Call ``save_delta_checkpoint`` once; False (nothing written) when a referenced segment lost chunks.
+
+        The run's held step checkpoints go first, in the same statement (and commit).
+        """
+        times = self._times()
+        params = delta_params(checkpoint, plan, self.sealer, times)
+        held = self._held.take(plan.log)
+        await self._held.written()  # a write of this run's earlier rows in flight goes first
+        statement = self._statement(len(held) + 1, self._waits_for_disk(checkpoint))
+        params = (*(param for row in held for param in row.params), *params)
+        return await self._db.run("checkpoint save", functools.partial(self._save_delta, times[0], statement, params))
+
+    def _times(self) -> tuple[float, float | None]:
+        """(saved at, expires at) for a save now."""
         now = time.time()
-        expires_at = None if self._ttl is None else now + self._ttl
-        params = delta_params(checkpoint, plan, self.sealer, (now, expires_at))
-        statement = self._sql["save_delta" if self._waits_for_disk(checkpoint) else "save_delta_nowait"]
-        return await self._db.run("checkpoint save", functools.partial(self._save_delta, now, statement, params))
+        return now, None if self._ttl is None else now + self._ttl
+
+    def _statement(self, saves: int, waits: bool) -> bytes:
+        """The statement of ``saves`` ``save_delta_checkpoint`` calls in order, committed waiting or not."""
+        key = (saves, waits)
+        statement = self._many.get(key)
+        if statement is None:
+            statement = self._many[key] = self._db.statements({"many": save_many(saves, waits)})["many"]
+        return statement
+
+    async def _write_held(self, rows: list[HeldSave]) -> None:
+        """Write held step checkpoints in one statement, without waiting for the disk."""
+        statement = self._statement(len(rows), False)
+        params = tuple(param for row in rows for param in row.params)
+        await self._db.run("checkpoint save", functools.partial(self._save_delta, time.time(), statement, params))
+
+    async def flush(self) -> None:
+        """Write every step checkpoint this object holds back (``synchronous_steps`` False) now.
+
+        :meth:`aclose`, :meth:`load`, :meth:`list_checkpoints` and the deletes do it first, so call it only
+        when another worker must see a running run's step checkpoints before its next save.
+        """
+        await self._held.flush_now()
+
+    def write_held_soon(self, checkpoint_ids: list[str]) -> None:
+        """Start writing, in the background, the runs whose held step checkpoints include one of ``checkpoint_ids``.
+
+        A run's recorder calls it when the run ended without pausing or finishing (a failure), so a
+        restore elsewhere finds its step checkpoints without waiting for the delay.
+        """
+        self._held.flush_soon(checkpoint_ids)
 
     def _waits_for_disk(self, checkpoint: WorkflowCheckpoint) -> bool:
         """Whether this save's commit waits for the server's disk: always, or for a pause (pending requests)."""
@@ -249,6 +300,7 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
         """
         if not storable(checkpoint_id):  # PostgreSQL text cannot hold it, so no checkpoint has it
             raise WorkflowCheckpointException(f"No checkpoint found with ID {checkpoint_id!r}")
+        await self._held.flush_now([checkpoint_id])
         key = row_key(checkpoint_id)
 
         async def load(conn: AsyncConnection[Any]) -> tuple[bool, tuple[Any, ...] | None, list[tuple[Any, ...]]]:
@@ -280,6 +332,7 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
         """
         if not storable(workflow_name):  # PostgreSQL text cannot hold it, so no checkpoint has it
             return []
+        await self._held.flush_now()
 
         async def rows(conn: AsyncConnection[Any]) -> tuple[list[tuple[Any, ...]], ...]:
             names = {"name": workflow_name, "now": time.time()}
@@ -381,15 +434,22 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
         As :meth:`delete`, the delete commits without waiting for the server's disk.
         """
         ids = [checkpoint_id for checkpoint_id in dict.fromkeys(checkpoint_ids) if storable(checkpoint_id)]
+        dropped = self._held.drop(set(ids))  # a finished run's held step checkpoints: never written
+        ids = [checkpoint_id for checkpoint_id in ids if checkpoint_id not in dropped]
         if not ids:
-            return 0
+            return len(dropped)
+        await self._held.flush_now(ids)  # held rows it names go in first, so the delete finds them
 
         async def delete(conn: AsyncConnection[Any]) -> int:
             row = await (await conn.execute(self._sql["delete"], (ids, [row_key(i) for i in ids]))).fetchone()
             return 0 if row is None else int(row[0] or 0)
 
-        return await self._db.run("checkpoint delete", delete)
+        return len(dropped) + await self._db.run("checkpoint delete", delete)
 
     async def aclose(self) -> None:
-        """Close the connection pool if the storage created it; a pool passed in is left open."""
+        """Write the held step checkpoints, then close the connection pool if the storage created it.
+
+        A pool passed in is left open.
+        """
+        await self._held.flush_now()
         await self._db.aclose()

@@ -212,6 +212,15 @@ _NO_WAIT = "set_config('synchronous_commit', 'off', true), "
 _SAVE_DELTA = "{schema}.save_delta_checkpoint(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
 _SAVE_WHOLE = "{schema}.save_whole_checkpoint(%s, %s, %s, %s, %s, %s)"
 
+
+def save_many(saves: int, waits: bool) -> str:
+    """A statement of ``saves`` ``save_delta_checkpoint`` calls, evaluated in order in one transaction.
+
+    Each result is a column, this save's the last; without ``waits`` the commit does not wait for the disk.
+    """
+    return f"SELECT {'' if waits else _NO_WAIT}{', '.join([_SAVE_DELTA] * saves)}"
+
+
 STATEMENTS = {
     # A save's result is its row's last column. The ``nowait`` forms commit without waiting for the disk
     # (``PostgresCheckpointStorage``: checkpoints that hold no pending request).

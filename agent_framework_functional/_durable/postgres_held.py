@@ -1,0 +1,144 @@
+"""Step checkpoints a run's recorder lets ``PostgresCheckpointStorage`` hold back for a moment (internal).
+
+A step checkpoint (no pending request) commits without waiting for the server's disk anyway: a server
+crash can lose the last ~600 ms of them, and a restore then starts earlier and runs those steps again.
+Holding it in the worker for at most :data:`STEP_WRITE_DELAY_SECONDS` costs the same kind of loss (a
+worker that dies loses its held step checkpoints; its runs die with it) and saves most of their round
+trips: a held checkpoint goes out in the statement of its run's next save (a pause's, which waits
+for the disk, so the pause's flush covers it), and a finished run's chain is deleted before it was
+ever written. Only saves a run's recorder marks (``HOLD_STEP_SAVES``: runs that delete their chain
+when they end) are held; a direct ``save()`` is written at once.
+
+Held rows of one run (keyed by its step-cache log) are written in save order; the storage's reads,
+deletes and ``aclose`` write or drop them first, so the storage object itself never misses one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from agent_framework import WorkflowCheckpoint
+
+logger = logging.getLogger(__name__)
+
+STEP_WRITE_DELAY_SECONDS = 0.2
+"""How long a held step checkpoint waits for its run's next save before it is written on its own."""
+
+HOLDABLE_NAME_BYTES = 1000
+"""Longer ids or workflow names are written at once: PostgreSQL may refuse them as too long for an index,
+and that refusal belongs to the save that made them (``execute_save``), not to a later one."""
+
+
+def holdable(checkpoint: WorkflowCheckpoint) -> bool:
+    """Whether a save of ``checkpoint`` may be held (its id and workflow name are short enough)."""
+    names = (checkpoint.checkpoint_id, checkpoint.previous_checkpoint_id or "", checkpoint.workflow_name)
+    return all(len(name) * 4 <= HOLDABLE_NAME_BYTES or len(name.encode()) <= HOLDABLE_NAME_BYTES for name in names)
+
+
+@dataclass(slots=True)
+class HeldSave:
+    """One held ``save_delta_checkpoint`` call: the checkpoint's id and the statement's parameters."""
+
+    checkpoint_id: str
+    params: tuple[Any, ...]
+
+
+class _Chain:
+    __slots__ = ("rows", "timer")
+
+    def __init__(self) -> None:
+        self.rows: list[HeldSave] = []
+        self.timer: asyncio.TimerHandle | None = None
+
+
+Write = Callable[[list[HeldSave]], Awaitable[Any]]
+
+
+class HeldSteps:
+    """The held step checkpoints of one storage object, per run, and the writes of them in flight.
+
+    Args:
+        write: Writes held rows in one statement, in order, without waiting for the disk.
+
+    Keyword Args:
+        delay: Seconds a run's held rows wait for its next save before they are written on their own.
+    """
+
+    __slots__ = ("_chains", "_delay", "_flushes", "_write")
+
+    def __init__(self, write: Write, *, delay: float = STEP_WRITE_DELAY_SECONDS) -> None:
+        self._write = write
+        self._delay = delay
+        self._chains: dict[object, _Chain] = {}
+        self._flushes: set[asyncio.Task[None]] = set()
+
+    def hold(self, run: object, row: HeldSave) -> None:
+        """Hold ``row`` for ``run``; its run's rows are written after ``delay`` unless taken before."""
+        chain = self._chains.get(run)
+        if chain is None:
+            chain = self._chains[run] = _Chain()
+            chain.timer = asyncio.get_running_loop().call_later(self._delay, self._flush, run)
+        chain.rows.append(row)
+
+    def take(self, run: object) -> list[HeldSave]:
+        """The rows held for ``run``, no longer held (its next save writes them first, in its statement)."""
+        chain = self._chains.pop(run, None)
+        if chain is None:
+            return []
+        if chain.timer is not None:
+            chain.timer.cancel()
+        return chain.rows
+
+    async def written(self) -> None:
+        """Wait for the writes in flight (a later statement must see their rows)."""
+        while self._flushes:
+            await asyncio.gather(*list(self._flushes), return_exceptions=True)
+
+    def holds(self, checkpoint_ids: Iterable[str]) -> bool:
+        """Whether any of ``checkpoint_ids`` is held."""
+        wanted = set(checkpoint_ids)
+        return any(row.checkpoint_id in wanted for chain in self._chains.values() for row in chain.rows)
+
+    def drop(self, checkpoint_ids: set[str]) -> set[str]:
+        """Forget, unwritten, every run whose held rows are all in ``checkpoint_ids``; the ids dropped.
+
+        A run only some of whose rows are named keeps them all (a later row references an earlier
+        one's step results): the caller writes them with :meth:`flush_now` before deleting.
+        """
+        dropped: set[str] = set()
+        for run, chain in list(self._chains.items()):
+            ids = {row.checkpoint_id for row in chain.rows}
+            if ids <= checkpoint_ids:
+                self.take(run)
+                dropped |= ids
+        return dropped
+
+    def flush_soon(self, checkpoint_ids: Iterable[str] | None = None) -> None:
+        """Start writing the runs that hold any of ``checkpoint_ids`` (None: every run) now, in the background."""
+        wanted = None if checkpoint_ids is None else set(checkpoint_ids)
+        for run, chain in list(self._chains.items()):
+            if wanted is None or any(row.checkpoint_id in wanted for row in chain.rows):
+                self._flush(run)
+
+    async def flush_now(self, checkpoint_ids: Iterable[str] | None = None) -> None:
+        """Write the runs that hold any of ``checkpoint_ids`` (None: every run), and every write in flight."""
+        self.flush_soon(checkpoint_ids)
+        await self.written()
+
+    def _flush(self, run: object) -> None:
+        rows = self.take(run)
+        if rows:  # a task of its own: core cancels the tasks a run started when the run ends
+            task = contextvars.Context().run(asyncio.get_running_loop().create_task, self._write_rows(rows))
+            self._flushes.add(task)
+            task.add_done_callback(self._flushes.discard)
+
+    async def _write_rows(self, rows: list[HeldSave]) -> None:
+        try:
+            await self._write(rows)
+        except Exception as exc:  # a step checkpoint lost: a restore starts earlier (as after a server crash)
+            logger.warning("%d held step checkpoint(s) could not be written: %s", len(rows), exc)

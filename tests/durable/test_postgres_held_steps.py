@@ -1,0 +1,237 @@
+"""``PostgresCheckpointStorage`` holds a run's step checkpoints back until its next save, its end, or a delay.
+
+A step checkpoint of a run we drive goes out in the statement of the run's pause, and a run that
+finishes deletes its held step checkpoints unwritten. Nothing a worker or a restore needs is missed:
+the storage's reads write what it holds first, a failed run's step checkpoints are written when it
+ends, and a running run's are written after the delay. Every test runs against a real PostgreSQL
+cluster (``postgres_server``); statements are counted on psycopg's own connection class.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from agent_framework import WorkflowCheckpoint
+
+from agent_framework_functional import (
+    PostgresCheckpointStorage,
+    PostgresContinuationStore,
+    RunContext,
+    step,
+    workflow,
+)
+
+pytestmark = pytest.mark.slow
+
+GATE: dict[str, asyncio.Event] = {}
+
+
+@step
+async def _part(text: str) -> str:
+    return text.upper()
+
+
+@workflow(name="held_review")
+async def _review(topic: str, ctx: RunContext) -> str:
+    first = await _part(f"{topic} one")
+    second = await _part(f"{topic} two")
+    answer = await ctx.request_info({"draft": [first, second]}, response_type=str)
+    return f"{first} {second} ({await _part(answer)})"
+
+
+@workflow(name="held_waits")
+async def _waits(topic: str) -> str:
+    first = await _part(topic)
+    await GATE[topic].wait()  # the test reads the storage while the run is here
+    if topic.startswith("fail"):
+        raise RuntimeError("the run fails after its step")
+    return first
+
+
+@pytest.fixture
+def saves() -> Iterator[list[int]]:
+    """How many ``save_delta_checkpoint`` calls each statement sent (psycopg's ``AsyncConnection.execute``)."""
+    counted: list[int] = []
+    execute = psycopg.AsyncConnection.execute
+
+    async def counting(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        text = query.decode() if isinstance(query, bytes) else str(query)
+        if text.startswith("SELECT") and "save_delta_checkpoint" in text:  # not the schema's CREATE FUNCTION
+            counted.append(text.count("save_delta_checkpoint("))
+        return await execute(self, query, *args, **kwargs)
+
+    psycopg.AsyncConnection.execute = counting  # type: ignore[method-assign]
+    try:
+        yield counted
+    finally:
+        psycopg.AsyncConnection.execute = execute  # type: ignore[method-assign]
+
+
+def _storage(url: str, schema: str, *, delay: float | None = None) -> PostgresCheckpointStorage:
+    storage = PostgresCheckpointStorage(url, schema=schema)
+    if delay is not None:
+        storage._held._delay = delay  # pyright: ignore[reportPrivateUsage]
+    return storage
+
+
+async def _ids_seen_by_another_worker(url: str, schema: str, name: str) -> list[str]:
+    other = PostgresCheckpointStorage(url, schema=schema)
+    try:
+        return await other.list_checkpoint_ids(workflow_name=name)
+    finally:
+        await other.aclose()
+
+
+async def _until(predicate: Any, what: str) -> None:
+    """Poll an async ``predicate`` (a hang guard of 30 s, not a timing check)."""
+    for _ in range(3000):
+        if await predicate():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def test_a_cycle_writes_its_steps_with_the_pause_and_never_the_finished_run_s(
+    postgres_server: str, saves: list[int]
+) -> None:
+    schema = f"t_{uuid.uuid4().hex}"
+    storage = _storage(postgres_server, schema, delay=3600.0)
+    store = PostgresContinuationStore(postgres_server, schema=schema)
+    try:
+        wf = _review.build(checkpoint_storage=storage, continuation_store=store)
+        paused = await wf.run("post")
+        assert saves == [3]  # two steps and the pause: one statement
+        request_id = paused.get_request_info_events()[0].request_id
+        resumer = _review.build(checkpoint_storage=storage, continuation_store=store)
+        done = await resumer.run(responses={request_id: "ok"}, continuation_token=paused.continuation_token)
+        assert done.get_outputs() == ["POST ONE POST TWO (OK)"]
+        assert saves == [3]  # the resumed run's step checkpoint was deleted unwritten
+        assert await storage.list_checkpoint_ids(workflow_name="held_review") == []
+        assert await _ids_seen_by_another_worker(postgres_server, schema, "held_review") == []
+    finally:
+        await store.aclose()
+        await storage.aclose()
+
+
+async def test_another_worker_restores_the_pause_and_its_step_results(postgres_server: str) -> None:
+    schema = f"t_{uuid.uuid4().hex}"
+    storage, other = _storage(postgres_server, schema, delay=3600.0), _storage(postgres_server, schema)
+    store, other_store = (PostgresContinuationStore(postgres_server, schema=schema) for _ in range(2))
+    try:
+        paused = await _review.build(checkpoint_storage=storage, continuation_store=store).run("note")
+        request_id = paused.get_request_info_events()[0].request_id
+        resumer = _review.build(checkpoint_storage=other, continuation_store=other_store)
+        done = await resumer.run(responses={request_id: "fine"}, continuation_token=paused.continuation_token)
+        assert done.get_outputs() == ["NOTE ONE NOTE TWO (FINE)"]
+    finally:
+        for closable in (store, other_store, storage, other):
+            await closable.aclose()
+
+
+async def _run_to_gate(storage: PostgresCheckpointStorage, topic: str) -> asyncio.Task[Any]:
+    """Start ``_waits`` and return once its step checkpoint was saved (held) and it waits at the gate."""
+    GATE[topic] = asyncio.Event()
+    saved: list[str] = []
+    save = storage.save
+
+    async def noting(checkpoint: WorkflowCheckpoint) -> str:
+        saved.append(await save(checkpoint))
+        return saved[-1]
+
+    storage.save = noting  # type: ignore[method-assign]
+    task = asyncio.ensure_future(_waits.build(checkpoint_storage=storage).run(topic))
+    for _ in range(3000):
+        if saved:
+            return task
+        await asyncio.sleep(0.01)
+    raise AssertionError("the run saved no checkpoint")
+
+
+async def test_a_running_run_s_step_checkpoint_is_written_after_the_delay(postgres_server: str) -> None:
+    schema = f"t_{uuid.uuid4().hex}"
+    storage = _storage(postgres_server, schema, delay=0.05)
+    try:
+        task = await _run_to_gate(storage, "slow")
+
+        async def seen() -> bool:
+            return len(await _ids_seen_by_another_worker(postgres_server, schema, "held_waits")) == 1
+
+        await _until(seen, "the held step checkpoint on the server")
+        GATE["slow"].set()
+        assert (await task).get_outputs() == ["SLOW"]
+    finally:
+        await storage.aclose()
+
+
+async def test_a_failed_run_s_step_checkpoint_is_written_when_it_ends(postgres_server: str) -> None:
+    schema = f"t_{uuid.uuid4().hex}"
+    storage = _storage(postgres_server, schema, delay=3600.0)  # only the run's end can write it
+    try:
+        task = await _run_to_gate(storage, "fail early")
+        assert await _ids_seen_by_another_worker(postgres_server, schema, "held_waits") == []  # held
+        GATE["fail early"].set()
+        with pytest.raises(Exception, match="fails after its step"):
+            await task
+
+        async def seen() -> bool:
+            return len(await _ids_seen_by_another_worker(postgres_server, schema, "held_waits")) == 1
+
+        await _until(seen, "the failed run's step checkpoint on the server")
+        [checkpoint] = await storage.list_checkpoints(workflow_name="held_waits")
+        assert checkpoint.state["_step_cache"]  # the step's result, for a restore
+    finally:
+        await storage.aclose()
+
+
+async def test_reads_and_close_write_what_the_storage_holds(postgres_server: str) -> None:
+    schema = f"t_{uuid.uuid4().hex}"
+    storage = _storage(postgres_server, schema, delay=3600.0)
+    closed = _storage(postgres_server, schema, delay=3600.0)
+    try:
+        task = await _run_to_gate(storage, "read")
+        assert await _ids_seen_by_another_worker(postgres_server, schema, "held_waits") == []
+        [held_id] = await storage.list_checkpoint_ids(workflow_name="held_waits")  # this object lists what it holds
+        assert await _ids_seen_by_another_worker(postgres_server, schema, "held_waits") == [held_id]
+        GATE["read"].set()
+        await task
+
+        closing = await _run_to_gate(closed, "closed")
+        await closed.aclose()  # writes it before the pool closes
+        assert len(await _ids_seen_by_another_worker(postgres_server, schema, "held_waits")) == 1
+        GATE["closed"].set()
+        await closing  # its end's delete fails on the closed pool and is ignored
+    finally:
+        await storage.aclose()
+
+
+async def test_a_held_checkpoint_loads_by_id(postgres_server: str) -> None:
+    schema = f"t_{uuid.uuid4().hex}"
+    storage = _storage(postgres_server, schema, delay=3600.0)
+    try:
+        saved: list[str] = []
+        save = storage.save
+
+        async def noting(checkpoint: WorkflowCheckpoint) -> str:
+            saved.append(await save(checkpoint))
+            return saved[-1]
+
+        storage.save = noting  # type: ignore[method-assign]
+        GATE["load"] = asyncio.Event()
+        task = asyncio.ensure_future(_waits.build(checkpoint_storage=storage).run("load"))
+        await _until(lambda: _true_when(saved), "the step's save")
+        loaded = await storage.load(saved[0])
+        assert loaded.checkpoint_id == saved[0] and loaded.state["_step_cache"]
+        GATE["load"].set()
+        await task
+        assert await storage.list_checkpoint_ids(workflow_name="held_waits") == []  # the finished run deleted it
+    finally:
+        await storage.aclose()
+
+
+async def _true_when(items: list[str]) -> bool:
+    return bool(items)
