@@ -249,6 +249,26 @@ class StepCacheDeduper:
         self._segments[plan.log] = seg
         self._remember(checkpoint_id, plan.refs, plan.sizes)
 
+    def snapshot(self, log: StepCacheLog) -> tuple[_Segment, tuple[Any, ...], int] | None:
+        """What the run of ``log`` has stored so far, for :meth:`rewind` (None: nothing yet)."""
+        seg = self._segments.get(log)
+        if seg is None:
+            return None
+        fields = (seg.chunks, seg.cache_done, seg.counts_done, seg.last_key, seg.message, seg.rest, seg.last_id)
+        return seg, (*fields, seg.last_time), len(seg.marks)
+
+    def rewind(self, log: StepCacheLog, snapshot: tuple[_Segment, tuple[Any, ...], int] | None) -> None:
+        """Forget the saves of ``log``'s run since :meth:`snapshot` (they were never written)."""
+        if snapshot is None:
+            self._segments.pop(log, None)
+            return
+        seg, fields, marks = snapshot
+        seg.chunks, seg.cache_done, seg.counts_done, seg.last_key, seg.message, seg.rest, seg.last_id, seg.last_time = (
+            fields
+        )
+        del seg.marks[marks:]
+        self._segments[log] = seg
+
     def forget(self, plan: DeltaSave) -> None:
         """The backend refused ``plan`` (a segment is gone): the run's next save starts a new segment."""
         self._segments.pop(plan.log, None)

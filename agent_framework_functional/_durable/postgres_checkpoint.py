@@ -12,12 +12,13 @@ from __future__ import annotations
 import functools
 import logging
 import time
+from collections import OrderedDict
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 
-from .._step_cache import HOLD_STEP_SAVES
+from .._step_cache import HOLD_STEP_SAVES, step_cache_offer
 from .._store import PurgeSchedule, duration_seconds
 from .checkpoint_delta import DeltaSave, StepCacheDeduper
 from .checkpoint_seal import CheckpointSealer
@@ -54,6 +55,10 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_CHECKPOINT_TTL = timedelta(days=7)
 """How long a :class:`PostgresCheckpointStorage` keeps a checkpoint after saving it, by default."""
+
+UNWRITTEN_KEPT = 4096
+"""How many ids of held step checkpoints a pause superseded (never written) a storage object remembers, so
+that its run's delete of them sends nothing."""
 
 PURGE_INTERVAL_SECONDS = 600.0
 """How often (at most) a storage object deletes expired checkpoints, on a save."""
@@ -167,6 +172,7 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
         self._sql = self._db.statements({**WHOLE_STATEMENTS, **STATEMENTS})
         self._deduper = StepCacheDeduper(self._allowed_types)
         self._held = HeldSteps(self._write_held)
+        self._unwritten: OrderedDict[str, None] = OrderedDict()  # held step checkpoints a pause superseded
         self._many: dict[tuple[int, bool], bytes] = {}
 
     @property
@@ -189,11 +195,15 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
             psycopg.OperationalError: PostgreSQL is unreachable.
         """
         check_storable(checkpoint)
-        plan = self._deduper.prepare(checkpoint)  # before any await: reads this save's offer
+        offer = step_cache_offer()  # before any await: this save's offer
+        if offer is not None and checkpoint.pending_request_info_events and offer.take(checkpoint.state):
+            self._discard_held(offer.log)  # a pause: its row holds what its run's held step checkpoints held
+        plan = self._deduper.prepare(checkpoint)
         if plan is not None and HOLD_STEP_SAVES.get() and holdable(checkpoint) and not self._waits_for_disk(checkpoint):
             params = delta_params(checkpoint, plan, self.sealer, self._times())
+            before = self._deduper.snapshot(plan.log)
             self._deduper.saved(plan, checkpoint.checkpoint_id)  # its run's next save appends after it
-            self._held.hold(plan.log, HeldSave(checkpoint.checkpoint_id, params))
+            self._held.hold(plan.log, HeldSave(checkpoint.checkpoint_id, params), before)
             return checkpoint.checkpoint_id
         if plan is not None:
             await self._store_delta(checkpoint, plan)
@@ -235,6 +245,18 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
         statement = self._statement(len(held) + 1, self._waits_for_disk(checkpoint))
         params = (*(param for row in held for param in row.params), *params)
         return await self._db.run("checkpoint save", functools.partial(self._save_delta, times[0], statement, params))
+
+    def _discard_held(self, log: object) -> None:
+        """Forget a pausing run's held step checkpoints unwritten; its recorder's delete of them then sends nothing."""
+        discarded = self._held.discard(log)
+        if discarded is None:
+            return
+        ids, before = discarded
+        self._deduper.rewind(cast("Any", log), before)
+        for checkpoint_id in ids:
+            self._unwritten[checkpoint_id] = None
+        while len(self._unwritten) > UNWRITTEN_KEPT:
+            self._unwritten.popitem(last=False)
 
     def _times(self) -> tuple[float, float | None]:
         """(saved at, expires at) for a save now."""
@@ -435,6 +457,9 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
         """
         ids = [checkpoint_id for checkpoint_id in dict.fromkeys(checkpoint_ids) if storable(checkpoint_id)]
         dropped = self._held.drop(set(ids))  # a finished run's held step checkpoints: never written
+        for checkpoint_id in [checkpoint_id for checkpoint_id in ids if checkpoint_id in self._unwritten]:
+            del self._unwritten[checkpoint_id]  # superseded by its run's pause before it was written
+            dropped.add(checkpoint_id)
         ids = [checkpoint_id for checkpoint_id in ids if checkpoint_id not in dropped]
         if not ids:
             return len(dropped)

@@ -49,11 +49,12 @@ class HeldSave:
 
 
 class _Chain:
-    __slots__ = ("rows", "timer")
+    __slots__ = ("before", "rows", "timer")
 
-    def __init__(self) -> None:
+    def __init__(self, before: Any) -> None:
         self.rows: list[HeldSave] = []
         self.timer: asyncio.TimerHandle | None = None
+        self.before = before  # what the run had stored before its first held row (the deduper's snapshot)
 
 
 Write = Callable[[list[HeldSave]], Awaitable[Any]]
@@ -77,11 +78,14 @@ class HeldSteps:
         self._chains: dict[object, _Chain] = {}
         self._flushes: set[asyncio.Task[None]] = set()
 
-    def hold(self, run: object, row: HeldSave) -> None:
-        """Hold ``row`` for ``run``; its run's rows are written after ``delay`` unless taken before."""
+    def hold(self, run: object, row: HeldSave, before: Any) -> None:
+        """Hold ``row`` for ``run``; its run's rows are written after ``delay`` unless taken before.
+
+        ``before``: what the run had stored before this row, kept from its first held row (:meth:`discard`).
+        """
         chain = self._chains.get(run)
         if chain is None:
-            chain = self._chains[run] = _Chain()
+            chain = self._chains[run] = _Chain(before)
             chain.timer = asyncio.get_running_loop().call_later(self._delay, self._flush, run)
         chain.rows.append(row)
 
@@ -93,6 +97,17 @@ class HeldSteps:
         if chain.timer is not None:
             chain.timer.cancel()
         return chain.rows
+
+    def discard(self, run: object) -> tuple[list[str], Any] | None:
+        """Forget ``run``'s held rows unwritten: their ids, and what the run had stored before them (None: none held).
+
+        For a pause: its checkpoint holds everything they held, and the run deletes them once it is saved.
+        """
+        chain = self._chains.get(run)
+        if chain is None:
+            return None
+        self.take(run)
+        return [row.checkpoint_id for row in chain.rows], chain.before
 
     async def written(self) -> None:
         """Wait for the writes in flight (a later statement must see their rows)."""

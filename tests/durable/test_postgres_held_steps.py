@@ -1,7 +1,8 @@
 """``PostgresCheckpointStorage`` holds a run's step checkpoints back until its next save, its end, or a delay.
 
-A step checkpoint of a run we drive goes out in the statement of the run's pause, and a run that
-finishes deletes its held step checkpoints unwritten. Nothing a worker or a restore needs is missed:
+A run we drive that pauses writes only the pause's row (it holds the step results of the held step
+checkpoints, which its run deletes next), and a run that finishes deletes its held step checkpoints
+unwritten. Nothing a worker or a restore needs is missed:
 the storage's reads write what it holds first, a failed run's step checkpoints are written when it
 ends, and a running run's are written after the delay. Every test runs against a real PostgreSQL
 cluster (``postgres_server``); statements are counted on psycopg's own connection class.
@@ -54,15 +55,17 @@ async def _waits(topic: str) -> str:
 
 
 @pytest.fixture
-def saves() -> Iterator[list[int]]:
-    """How many ``save_delta_checkpoint`` calls each statement sent (psycopg's ``AsyncConnection.execute``)."""
-    counted: list[int] = []
+def saves() -> Iterator[list[str]]:
+    """The checkpoint statements sent (psycopg's ``AsyncConnection.execute``): ``save xN`` (N rows), ``delete``."""
+    counted: list[str] = []
     execute = psycopg.AsyncConnection.execute
 
     async def counting(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
         text = query.decode() if isinstance(query, bytes) else str(query)
         if text.startswith("SELECT") and "save_delta_checkpoint" in text:  # not the schema's CREATE FUNCTION
-            counted.append(text.count("save_delta_checkpoint("))
+            counted.append(f"save x{text.count('save_delta_checkpoint(')}")
+        elif text.startswith("SELECT") and "delete_checkpoints" in text:
+            counted.append("delete")
         return await execute(self, query, *args, **kwargs)
 
     psycopg.AsyncConnection.execute = counting  # type: ignore[method-assign]
@@ -96,8 +99,8 @@ async def _until(predicate: Any, what: str) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-async def test_a_cycle_writes_its_steps_with_the_pause_and_never_the_finished_run_s(
-    postgres_server: str, saves: list[int]
+async def test_a_cycle_writes_no_step_checkpoint_only_the_pause_s_row_holding_their_results(
+    postgres_server: str, saves: list[str]
 ) -> None:
     schema = f"t_{uuid.uuid4().hex}"
     storage = _storage(postgres_server, schema, delay=3600.0)
@@ -105,12 +108,15 @@ async def test_a_cycle_writes_its_steps_with_the_pause_and_never_the_finished_ru
     try:
         wf = _review.build(checkpoint_storage=storage, continuation_store=store)
         paused = await wf.run("post")
-        assert saves == [3]  # two steps and the pause: one statement
+        assert saves == ["save x1"]  # the pause's row holds both steps' results; the steps' rows never existed
+        with psycopg.connect(postgres_server, autocommit=True) as conn:
+            rows = conn.execute(f'SELECT count(*) FROM "{schema}".delta_checkpoints').fetchone()
+        assert rows == (1,)
         request_id = paused.get_request_info_events()[0].request_id
         resumer = _review.build(checkpoint_storage=storage, continuation_store=store)
         done = await resumer.run(responses={request_id: "ok"}, continuation_token=paused.continuation_token)
         assert done.get_outputs() == ["POST ONE POST TWO (OK)"]
-        assert saves == [3]  # the resumed run's step checkpoint was deleted unwritten
+        assert saves == ["save x1", "delete"]  # the resumed run's step checkpoint was deleted unwritten
         assert await storage.list_checkpoint_ids(workflow_name="held_review") == []
         assert await _ids_seen_by_another_worker(postgres_server, schema, "held_review") == []
     finally:
@@ -130,6 +136,52 @@ async def test_another_worker_restores_the_pause_and_its_step_results(postgres_s
         assert done.get_outputs() == ["NOTE ONE NOTE TWO (FINE)"]
     finally:
         for closable in (store, other_store, storage, other):
+            await closable.aclose()
+
+
+CALLS: list[str] = []
+
+
+@step
+async def _counted(text: str) -> str:
+    CALLS.append(text)
+    return text.upper()
+
+
+@workflow(name="held_rounds")
+async def _rounds(topic: str, ctx: RunContext) -> str:
+    first = await _counted(f"{topic} a")
+    one = await ctx.request_info({"first": first}, response_type=str)
+    second = await _counted(f"{topic} {one}")
+    third = await _counted(f"{topic} b")
+    two = await ctx.request_info({"second": second, "third": third}, response_type=str)
+    return f"{first} {second} {third} {await _counted(two)}"
+
+
+@pytest.mark.parametrize("workers", ["same", "other", "alternating"])
+async def test_two_pauses_resumed_on_any_worker_run_each_step_once(postgres_server: str, workers: str) -> None:
+    schema = f"t_{uuid.uuid4().hex}"
+    storages = [_storage(postgres_server, schema, delay=3600.0) for _ in range(2)]
+    stores = [PostgresContinuationStore(postgres_server, schema=schema) for _ in range(2)]
+    order = {"same": [0, 0, 0], "other": [0, 1, 1], "alternating": [0, 1, 0]}[workers]
+    CALLS.clear()
+    try:
+
+        def worker(index: int) -> Any:
+            return _rounds.build(checkpoint_storage=storages[order[index]], continuation_store=stores[order[index]])
+
+        wf = worker(0)
+        result = await wf.run("t")
+        answers: dict[str, str] = {}  # core replays every earlier request: each round answers all so far
+        for round_index, answer in ((1, "x"), (2, "y")):
+            answers[result.get_request_info_events()[0].request_id] = answer
+            wf = wf if order[round_index] == order[round_index - 1] else worker(round_index)
+            result = await wf.run(responses=dict(answers), continuation_token=result.continuation_token)
+        assert result.get_outputs() == ["T A T X T B Y"]
+        assert CALLS == ["t a", "t x", "t b", "y"]  # no step ran twice
+        assert await storages[0].list_checkpoint_ids(workflow_name="held_rounds") == []
+    finally:
+        for closable in (*stores, *storages):
             await closable.aclose()
 
 
