@@ -13,9 +13,8 @@ run of N steps would store N(N+1)/2 entries. For runs this package drives, core'
   ``[[segment id, chunk count], ...]`` (the segments of the pauses and restores it continues,
   oldest first; a few at most).
 
-Loading reads the referenced chunks in order and rebuilds the encoded checkpoint exactly as core's
-encoding of the saved checkpoint, then decodes it with core's decoder. A checkpoint saved without
-an offer (core used directly, or an unknown storage wrapper in between) is stored whole, as before.
+Loading reads the referenced chunks in order, rebuilds core's encoding of the saved checkpoint and decodes
+it with core's decoder. A checkpoint saved without an offer (core used directly) is stored whole.
 
 A backend (``_durable/redis_checkpoint.py`` does this with one Lua script) must, for a :class:`DeltaSave`:
 store atomically, and only when ``plan.segment`` holds exactly ``plan.chunk_index`` chunks and every
@@ -84,14 +83,14 @@ class _Segment:
     def __init__(self, parents: list[list[Any]], done: tuple[int, int]) -> None:
         self.id = secrets.token_hex(8)
         self.parents = parents
-        self.chunks = 0
         self.cache_done, self.counts_done = done
         self.marks: list[tuple[int, int]] = []  # (cache_done, counts_done) after each chunk
-        self.last_key = ""
-        self.message: Any = None
-        self.rest = ""
+        self.chunks, self.last_key, self.rest, self.message = 0, "", "", cast("Any", None)
         self.last_id: str | None = None  # the head of the segment's last chunk (inline heads)
         self.last_time: datetime | None = None
+
+
+_PROGRESS = ("chunks", "cache_done", "counts_done", "last_key", "message", "rest", "last_id", "last_time")
 
 
 @dataclass(slots=True)
@@ -115,7 +114,7 @@ class DeltaSave:
     sizes: tuple[int, int]
     log: StepCacheLog
     state: _Segment
-    after: tuple[int, int, int, str, Any, str, str | None, datetime | None]
+    after: tuple[int, int, int, str, Any, str, str | None, datetime | None]  # the _PROGRESS fields, in order
 
 
 class StepCacheDeduper:
@@ -241,33 +240,27 @@ class StepCacheDeduper:
     def saved(self, plan: DeltaSave, checkpoint_id: str) -> None:
         """Record that the backend stored ``plan`` under ``checkpoint_id`` (the run's next save appends after it)."""
         seg = plan.state
-        seg.chunks, seg.cache_done, seg.counts_done, seg.last_key, seg.message, seg.rest, seg.last_id, seg.last_time = (
-            plan.after
-        )
+        for name, value in zip(_PROGRESS, plan.after, strict=True):
+            setattr(seg, name, value)
         if plan.chunk is not None:
             seg.marks.append((seg.cache_done, seg.counts_done))
         self._segments[plan.log] = seg
         self._remember(checkpoint_id, plan.refs, plan.sizes)
 
-    def snapshot(self, log: StepCacheLog) -> tuple[_Segment, tuple[Any, ...], int] | None:
+    def snapshot(self, log: StepCacheLog) -> tuple[_Segment, list[Any], int] | None:
         """What the run of ``log`` has stored so far, for :meth:`rewind` (None: nothing yet)."""
         seg = self._segments.get(log)
-        if seg is None:
-            return None
-        fields = (seg.chunks, seg.cache_done, seg.counts_done, seg.last_key, seg.message, seg.rest, seg.last_id)
-        return seg, (*fields, seg.last_time), len(seg.marks)
+        return None if seg is None else (seg, [getattr(seg, name) for name in _PROGRESS], len(seg.marks))
 
-    def rewind(self, log: StepCacheLog, snapshot: tuple[_Segment, tuple[Any, ...], int] | None) -> None:
+    def rewind(self, log: StepCacheLog, snapshot: tuple[_Segment, list[Any], int] | None) -> None:
         """Forget the saves of ``log``'s run since :meth:`snapshot` (they were never written)."""
-        if snapshot is None:
-            self._segments.pop(log, None)
-            return
-        seg, fields, marks = snapshot
-        seg.chunks, seg.cache_done, seg.counts_done, seg.last_key, seg.message, seg.rest, seg.last_id, seg.last_time = (
-            fields
-        )
-        del seg.marks[marks:]
-        self._segments[log] = seg
+        self._segments.pop(log, None)
+        if snapshot is not None:
+            seg, progress, marks = snapshot
+            for name, value in zip(_PROGRESS, progress, strict=True):
+                setattr(seg, name, value)
+            del seg.marks[marks:]
+            self._segments[log] = seg
 
     def forget(self, plan: DeltaSave) -> None:
         """The backend refused ``plan`` (a segment is gone): the run's next save starts a new segment."""

@@ -12,13 +12,11 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections import OrderedDict
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 
-from .._step_cache import HOLD_STEP_SAVES, step_cache_offer
 from .._store import PurgeSchedule, duration_seconds
 from .checkpoint_delta import DeltaSave, StepCacheDeduper
 from .checkpoint_seal import CheckpointSealer
@@ -29,8 +27,8 @@ from .checkpoint_storage import (
     decode_body,
     encode_body,
 )
-from .postgres_delta import MIGRATION, MIGRATION_1, WHOLE_STATEMENTS, gather_chunks
-from .postgres_held import HeldSave, HeldSteps, holdable
+from .postgres_delta import MIGRATION, MIGRATION_1, WHOLE_STATEMENTS, gather_chunks, version_2_chunks
+from .postgres_held import HeldStepSaves
 from .postgres_rows import (
     check_storable,
     chunk_map,
@@ -43,7 +41,7 @@ from .postgres_rows import (
     row_references,
     storable,
 )
-from .postgres_rows_sql import HEAD_COLUMNS, STATEMENTS, save_many
+from .postgres_rows_sql import HEAD_COLUMNS, STATEMENTS
 from .postgres_rows_sql import MIGRATION as MIGRATION_3
 from .postgres_schema import DEFAULT_POOL_SIZE, DEFAULT_POOL_TIMEOUT_SECONDS, DEFAULT_SCHEMA, PostgresPool
 
@@ -55,10 +53,6 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_CHECKPOINT_TTL = timedelta(days=7)
 """How long a :class:`PostgresCheckpointStorage` keeps a checkpoint after saving it, by default."""
-
-UNWRITTEN_KEPT = 4096
-"""How many ids of held step checkpoints a pause superseded (never written) a storage object remembers, so
-that its run's delete of them sends nothing."""
 
 PURGE_INTERVAL_SECONDS = 600.0
 """How often (at most) a storage object deletes expired checkpoints, on a save."""
@@ -74,7 +68,7 @@ MIGRATIONS = (
 """The ``checkpoints`` component's migrations, version 1 first (``_durable.postgres_schema`` applies them)."""
 
 
-class PostgresCheckpointStorage(DurableCheckpointStorage):
+class PostgresCheckpointStorage(HeldStepSaves, DurableCheckpointStorage):
     """Core's ``CheckpointStorage`` protocol on PostgreSQL, so workers on several machines share checkpoints.
 
     A drop-in for ``FileCheckpointStorage`` when the workers share a database instead of a file
@@ -171,9 +165,7 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
         )
         self._sql = self._db.statements({**WHOLE_STATEMENTS, **STATEMENTS})
         self._deduper = StepCacheDeduper(self._allowed_types)
-        self._held = HeldSteps(self._write_held)
-        self._unwritten: OrderedDict[str, None] = OrderedDict()  # held step checkpoints a pause superseded
-        self._many: dict[tuple[int, bool], bytes] = {}
+        self._start_holding()
 
     @property
     def schema(self) -> str:
@@ -195,15 +187,9 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
             psycopg.OperationalError: PostgreSQL is unreachable.
         """
         check_storable(checkpoint)
-        offer = step_cache_offer()  # before any await: this save's offer
-        if offer is not None and checkpoint.pending_request_info_events and offer.take(checkpoint.state):
-            self._discard_held(offer.log)  # a pause: its row holds what its run's held step checkpoints held
+        self._discard_superseded(checkpoint)  # before any await: reads this save's offer
         plan = self._deduper.prepare(checkpoint)
-        if plan is not None and HOLD_STEP_SAVES.get() and holdable(checkpoint) and not self._waits_for_disk(checkpoint):
-            params = delta_params(checkpoint, plan, self.sealer, self._times())
-            before = self._deduper.snapshot(plan.log)
-            self._deduper.saved(plan, checkpoint.checkpoint_id)  # its run's next save appends after it
-            self._held.hold(plan.log, HeldSave(checkpoint.checkpoint_id, params), before)
+        if plan is not None and self._hold(checkpoint, plan):
             return checkpoint.checkpoint_id
         if plan is not None:
             await self._store_delta(checkpoint, plan)
@@ -239,59 +225,8 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
         The run's held step checkpoints go first, in the same statement (and commit).
         """
         times = self._times()
-        params = delta_params(checkpoint, plan, self.sealer, times)
-        held = self._held.take(plan.log)
-        await self._held.written()  # a write of this run's earlier rows in flight goes first
-        statement = self._statement(len(held) + 1, self._waits_for_disk(checkpoint))
-        params = (*(param for row in held for param in row.params), *params)
+        statement, params = await self._with_held(checkpoint, plan, delta_params(checkpoint, plan, self.sealer, times))
         return await self._db.run("checkpoint save", functools.partial(self._save_delta, times[0], statement, params))
-
-    def _discard_held(self, log: object) -> None:
-        """Forget a pausing run's held step checkpoints unwritten; its recorder's delete of them then sends nothing."""
-        discarded = self._held.discard(log)
-        if discarded is None:
-            return
-        ids, before = discarded
-        self._deduper.rewind(cast("Any", log), before)
-        for checkpoint_id in ids:
-            self._unwritten[checkpoint_id] = None
-        while len(self._unwritten) > UNWRITTEN_KEPT:
-            self._unwritten.popitem(last=False)
-
-    def _times(self) -> tuple[float, float | None]:
-        """(saved at, expires at) for a save now."""
-        now = time.time()
-        return now, None if self._ttl is None else now + self._ttl
-
-    def _statement(self, saves: int, waits: bool) -> bytes:
-        """The statement of ``saves`` ``save_delta_checkpoint`` calls in order, committed waiting or not."""
-        key = (saves, waits)
-        statement = self._many.get(key)
-        if statement is None:
-            statement = self._many[key] = self._db.statements({"many": save_many(saves, waits)})["many"]
-        return statement
-
-    async def _write_held(self, rows: list[HeldSave]) -> None:
-        """Write held step checkpoints in one statement, without waiting for the disk."""
-        statement = self._statement(len(rows), False)
-        params = tuple(param for row in rows for param in row.params)
-        await self._db.run("checkpoint save", functools.partial(self._save_delta, time.time(), statement, params))
-
-    async def flush(self) -> None:
-        """Write every step checkpoint this object holds back (``synchronous_steps`` False) now.
-
-        :meth:`aclose`, :meth:`load`, :meth:`list_checkpoints` and the deletes do it first, so call it only
-        when another worker must see a running run's step checkpoints before its next save.
-        """
-        await self._held.flush_now()
-
-    def write_held_soon(self, checkpoint_ids: list[str]) -> None:
-        """Start writing, in the background, the runs whose held step checkpoints include one of ``checkpoint_ids``.
-
-        A run's recorder calls it when the run ended without pausing or finishing (a failure), so a
-        restore elsewhere finds its step checkpoints without waiting for the delay.
-        """
-        self._held.flush_soon(checkpoint_ids)
 
     def _waits_for_disk(self, checkpoint: WorkflowCheckpoint) -> bool:
         """Whether this save's commit waits for the server's disk: always, or for a pause (pending requests)."""
@@ -334,7 +269,7 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
             row = await (await conn.execute(self._sql["load"], {"id": checkpoint_id, "now": now})).fetchone()
             if row is None or row[2] is None:
                 return False, row, []
-            return False, row, await self._version_2_chunks(conn, list(row[2]))
+            return False, row, await version_2_chunks(conn, self._sql["chunks"], list(row[2]))
 
         delta, row, chunks = await self._db.run("checkpoint load", load)
         if row is None:
@@ -361,7 +296,7 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
             found = await (await conn.execute(self._sql["list"], names)).fetchall()
             deltas = await (await conn.execute(self._sql["delta_list"], names)).fetchall()
             segments = sorted({str(segment) for row in found for segment in (row[3] or ())})
-            chunks = await self._version_2_chunks(conn, segments) if segments else []
+            chunks = await version_2_chunks(conn, self._sql["chunks"], segments) if segments else []
             return found, chunks, deltas, await self._delta_chunks(conn, deltas)
 
         found, chunks, deltas, delta_rows = await self._db.run("checkpoint list", rows)
@@ -379,16 +314,6 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
         loads += [(float(row[1]), str(row[3]), functools.partial(load_delta, row)) for row in deltas]
         loads.sort(key=lambda item: item[:2])
         return await self._listed(workflow_name, ((cid, loader) for _, cid, loader in loads))
-
-    async def _version_2_chunks(self, conn: AsyncConnection[Any], segments: list[str]) -> list[tuple[Any, ...]]:
-        """The version-2 chunks of ``segments``; none once migration 3 dropped those tables (they held nothing)."""
-        from psycopg.errors import UndefinedTable
-
-        try:
-            async with conn.transaction():  # a savepoint: the missing table must not abort the operation
-                return await (await conn.execute(self._sql["chunks"], (segments,))).fetchall()
-        except UndefinedTable:  # only a row changed in the database names version-2 segments then
-            return []
 
     async def _delta_chunks(self, conn: AsyncConnection[Any], rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
         """The chunk rows of every segment the version-3 ``rows`` reference (a NULL id: that row refuses to load)."""
@@ -455,21 +380,15 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
 
         As :meth:`delete`, the delete commits without waiting for the server's disk.
         """
-        ids = [checkpoint_id for checkpoint_id in dict.fromkeys(checkpoint_ids) if storable(checkpoint_id)]
-        dropped = self._held.drop(set(ids))  # a finished run's held step checkpoints: never written
-        for checkpoint_id in [checkpoint_id for checkpoint_id in ids if checkpoint_id in self._unwritten]:
-            del self._unwritten[checkpoint_id]  # superseded by its run's pause before it was written
-            dropped.add(checkpoint_id)
-        ids = [checkpoint_id for checkpoint_id in ids if checkpoint_id not in dropped]
+        ids, dropped = await self._unheld([name for name in checkpoint_ids if storable(name)])
         if not ids:
-            return len(dropped)
-        await self._held.flush_now(ids)  # held rows it names go in first, so the delete finds them
+            return dropped
 
         async def delete(conn: AsyncConnection[Any]) -> int:
             row = await (await conn.execute(self._sql["delete"], (ids, [row_key(i) for i in ids]))).fetchone()
             return 0 if row is None else int(row[0] or 0)
 
-        return len(dropped) + await self._db.run("checkpoint delete", delete)
+        return dropped + await self._db.run("checkpoint delete", delete)
 
     async def aclose(self) -> None:
         """Write the held step checkpoints, then close the connection pool if the storage created it.

@@ -29,10 +29,13 @@ sealing contexts (:func:`head_context`, :func:`chunk_context`), shared by both b
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .checkpoint_seal import CheckpointSealer
 from .redis_delta import open_chunk
+
+if TYPE_CHECKING:
+    from psycopg import AsyncConnection
 
 MIGRATION_1 = """
     CREATE TABLE IF NOT EXISTS {schema}.checkpoints (
@@ -179,3 +182,14 @@ def gather_chunks(
             texts.append(open_chunk(segment, index, raw, sealer))
         opened.append(texts)
     return opened
+
+
+async def version_2_chunks(conn: AsyncConnection[Any], statement: bytes, segments: list[str]) -> list[tuple[Any, ...]]:
+    """The version-2 chunks of ``segments`` (``statement``: ``chunks``); none once migration 3 dropped those tables."""
+    from psycopg.errors import UndefinedTable
+
+    try:
+        async with conn.transaction():  # a savepoint: the missing table must not abort the operation
+            return await (await conn.execute(statement, (segments,))).fetchall()
+    except UndefinedTable:  # only a row changed in the database names version-2 segments then
+        return []

@@ -17,17 +17,35 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import logging
+import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent_framework import WorkflowCheckpoint
+
+from .._step_cache import HOLD_STEP_SAVES, step_cache_offer
+from .postgres_rows import delta_params
+from .postgres_rows_sql import save_many
+
+if TYPE_CHECKING:
+    from psycopg import AsyncConnection
+
+    from .checkpoint_delta import DeltaSave, StepCacheDeduper
+    from .checkpoint_seal import CheckpointSealer
+    from .postgres_schema import PostgresPool
 
 logger = logging.getLogger(__name__)
 
 STEP_WRITE_DELAY_SECONDS = 0.2
 """How long a held step checkpoint waits for its run's next save before it is written on its own."""
+
+UNWRITTEN_KEPT = 4096
+"""How many ids of held step checkpoints a pause superseded (never written) a storage object remembers, so
+that its run's delete of them sends nothing."""
 
 HOLDABLE_NAME_BYTES = 1000
 """Longer ids or workflow names are written at once: PostgreSQL may refuse them as too long for an index,
@@ -157,3 +175,113 @@ class HeldSteps:
             await self._write(rows)
         except Exception as exc:  # a step checkpoint lost: a restore starts earlier (as after a server crash)
             logger.warning("%d held step checkpoint(s) could not be written: %s", len(rows), exc)
+
+
+class HeldStepSaves:
+    """The part of ``PostgresCheckpointStorage`` that holds step checkpoints back (internal base class)."""
+
+    _db: PostgresPool
+    _deduper: StepCacheDeduper
+    _ttl: float | None
+    sealer: CheckpointSealer | None
+
+    def _start_holding(self) -> None:
+        self._held = HeldSteps(self._write_held)
+        self._unwritten: OrderedDict[str, None] = OrderedDict()  # held step checkpoints a pause superseded
+        self._many: dict[tuple[int, bool], bytes] = {}
+
+    def _waits_for_disk(self, checkpoint: WorkflowCheckpoint) -> bool:
+        raise NotImplementedError
+
+    async def _save_delta(
+        self, now: float, statement: bytes, params: tuple[Any, ...], conn: AsyncConnection[Any]
+    ) -> bool:
+        raise NotImplementedError
+
+    def _discard_superseded(self, checkpoint: WorkflowCheckpoint) -> None:
+        """A pause: forget its run's held step checkpoints unwritten (its row holds their step results).
+
+        Call before the save's first ``await`` (it reads the save's offer). The run deletes them once the
+        pause is saved; that delete then sends nothing.
+        """
+        offer = step_cache_offer()
+        if offer is None or not checkpoint.pending_request_info_events or not offer.take(checkpoint.state):
+            return
+        discarded = self._held.discard(offer.log)
+        if discarded is None:
+            return
+        ids, before = discarded
+        self._deduper.rewind(offer.log, before)
+        for checkpoint_id in ids:
+            self._unwritten[checkpoint_id] = None
+        while len(self._unwritten) > UNWRITTEN_KEPT:
+            self._unwritten.popitem(last=False)
+
+    def _hold(self, checkpoint: WorkflowCheckpoint, plan: DeltaSave) -> bool:
+        """Hold a step checkpoint of a run whose recorder allows it; False: write it now."""
+        if not HOLD_STEP_SAVES.get() or not holdable(checkpoint) or self._waits_for_disk(checkpoint):
+            return False
+        params = delta_params(checkpoint, plan, self.sealer, self._times())
+        before = self._deduper.snapshot(plan.log)
+        self._deduper.saved(plan, checkpoint.checkpoint_id)  # its run's next save appends after it
+        self._held.hold(plan.log, HeldSave(checkpoint.checkpoint_id, params), before)
+        return True
+
+    async def _with_held(
+        self, checkpoint: WorkflowCheckpoint, plan: DeltaSave, params: tuple[Any, ...]
+    ) -> tuple[bytes, tuple[Any, ...]]:
+        """The statement and parameters of a save: the run's held step checkpoints first, then ``params``."""
+        held = self._held.take(plan.log)
+        await self._held.written()  # a write of this run's earlier rows in flight goes first
+        statement = self._statement(len(held) + 1, self._waits_for_disk(checkpoint))
+        return statement, (*(param for row in held for param in row.params), *params)
+
+    async def _unheld(self, checkpoint_ids: list[str]) -> tuple[list[str], int]:
+        """Before a delete: the ids still to delete on the server, and how many were held or never written.
+
+        Held rows of a run the delete names only in part are written first, so the delete finds them.
+        """
+        ids = list(dict.fromkeys(checkpoint_ids))
+        dropped = self._held.drop(set(ids))  # a finished run's held step checkpoints: never written
+        for checkpoint_id in [checkpoint_id for checkpoint_id in ids if checkpoint_id in self._unwritten]:
+            del self._unwritten[checkpoint_id]  # superseded by its run's pause before it was written
+            dropped.add(checkpoint_id)
+        ids = [checkpoint_id for checkpoint_id in ids if checkpoint_id not in dropped]
+        if ids:
+            await self._held.flush_now(ids)
+        return ids, len(dropped)
+
+    def _times(self) -> tuple[float, float | None]:
+        """(saved at, expires at) for a save now."""
+        now = time.time()
+        return now, None if self._ttl is None else now + self._ttl
+
+    def _statement(self, saves: int, waits: bool) -> bytes:
+        """The statement of ``saves`` ``save_delta_checkpoint`` calls in order, committed waiting or not."""
+        key = (saves, waits)
+        statement = self._many.get(key)
+        if statement is None:
+            statement = self._many[key] = self._db.statements({"many": save_many(saves, waits)})["many"]
+        return statement
+
+    async def _write_held(self, rows: list[HeldSave]) -> None:
+        """Write held step checkpoints in one statement, without waiting for the disk."""
+        statement = self._statement(len(rows), False)
+        params = tuple(param for row in rows for param in row.params)
+        await self._db.run("checkpoint save", functools.partial(self._save_delta, time.time(), statement, params))
+
+    async def flush(self) -> None:
+        """Write every step checkpoint this object holds back (``synchronous_steps`` False) now.
+
+        Its ``aclose``, ``load``, ``list_checkpoints`` and deletes do it first, so call it only when another
+        worker must see a running run's step checkpoints before the run's next save.
+        """
+        await self._held.flush_now()
+
+    def write_held_soon(self, checkpoint_ids: list[str]) -> None:
+        """Start writing, in the background, the runs whose held step checkpoints include one of ``checkpoint_ids``.
+
+        A run's recorder calls it when the run ended without pausing or finishing (a failure), so a
+        restore elsewhere finds its step checkpoints without waiting for the delay.
+        """
+        self._held.flush_soon(checkpoint_ids)
