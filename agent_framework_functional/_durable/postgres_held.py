@@ -3,14 +3,15 @@
 A step checkpoint (no pending request) commits without waiting for the server's disk anyway: a server
 crash can lose the last ~600 ms of them, and a restore then starts earlier and runs those steps again.
 Holding it in the worker for at most :data:`STEP_WRITE_DELAY_SECONDS` costs the same kind of loss (a
-worker that dies loses its held step checkpoints; its runs die with it) and saves most of their round
-trips: a held checkpoint goes out in the statement of its run's next save (a pause's, which waits
-for the disk, so the pause's flush covers it), and a finished run's chain is deleted before it was
-ever written. Only saves a run's recorder marks (``HOLD_STEP_SAVES``: runs that delete their chain
-when they end) are held; a direct ``save()`` is written at once.
+worker that dies loses its held step checkpoints; its runs die with it) and saves most of their writes:
+a pause's row holds their step results and its run deletes them next, so a pausing run never writes
+them (the deduper rewinds to before them); a finished run deletes them before they were written; a
+run's next save without pending requests that is not held either sends them first, in its statement.
+Only saves a run's recorder marks (``HOLD_STEP_SAVES``: runs that delete their chain when they end)
+are held; a direct ``save()`` is written at once.
 
-Held rows of one run (keyed by its step-cache log) are written in save order; the storage's reads,
-deletes and ``aclose`` write or drop them first, so the storage object itself never misses one.
+Held rows of one run (keyed by its step-cache log) are written in save order, by a timer, the run's
+end (a failure), or the storage's reads, deletes and ``aclose``, so the storage object never misses one.
 """
 
 from __future__ import annotations
