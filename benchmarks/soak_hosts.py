@@ -20,7 +20,9 @@ the samples after the first ``--warmup`` conversations), the same slope within e
 warm-up (sequential: past ``--warmup``; concurrent: past its first window, since the step RSS makes when
 ``--clients`` conversations go in flight at once is paid once, not per conversation), fds first/last,
 store size, approval p50/p99 in the first and last window of the concurrent phase, and the paused
-phase's outcome. Goals and
+phase's outcome. ``steady_released_slope_kb_per_1000``: the steady slope over the RSS the server reads right
+after each of its releases of free heap pages (``ReleaseFreeMemory``, at most one a minute), so a page the
+allocator keeps for up to a minute between releases does not count as growth. Goals and
 figures: benchmarks/README.md "Soak".
 
 For a steady-state figure: ``--rate R`` starts the concurrent phase's conversations at R per second (the
@@ -118,8 +120,11 @@ def serve(host: str, ttl: float | None, cap: int | None) -> None:
         kept[:] = kept or [obj for obj in gc.get_objects() if isinstance(obj, InMemorySessionStore)]
         return sum(len(found) for found in kept)
 
+    released = track_releases()
+
     async def stats() -> dict[str, int]:
-        return {"live": attached_instances(agent.workflow), "store": store_size()}
+        live, size = attached_instances(agent.workflow), store_size()
+        return {"live": live, "store": size, "releases": released["count"], "released_rss": released["rss"]}
 
     app.add_api_route("/_soak", stats, methods=["GET"])
     app.add_api_route("/_soak/memory", memory_growth(), methods=["GET"])
@@ -135,6 +140,24 @@ def serve(host: str, ttl: float | None, cap: int | None) -> None:
         await task
 
     asyncio.run(run())
+
+
+def track_releases() -> dict[str, int]:
+    """Count the host's releases of free heap pages and read RSS right after each (this server process only)."""
+    from agent_framework_functional.hosting import ReleaseFreeMemory
+
+    released = {"count": 0, "rss": 0}
+    release = ReleaseFreeMemory.release
+
+    def release_and_read(self: Any) -> bool:
+        if did := release(self):
+            with open("/proc/self/status") as status:
+                released["rss"] = next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+            released["count"] += 1
+        return did
+
+    ReleaseFreeMemory.release = release_and_read  # type: ignore[method-assign]
+    return released
 
 
 def heap_figures() -> dict[str, int]:
@@ -285,6 +308,8 @@ class Soak:
     wrong: int = 0
     # (t, answered, rss KB, fds, live instances, session-store size)
     samples: list[tuple[float, int, int, int, int, int]] = field(default_factory=list)
+    # (t, answered, RSS KB read right after the server's release of free heap pages): one per release
+    released: list[tuple[float, int, int]] = field(default_factory=list)
     turns: list[tuple[float, float]] = field(default_factory=list)  # (t, ms) of the concurrent phase
     sequential_answered: int = 0  # answered when the concurrent phase started
     concurrent_started: float = 0.0  # its start (seconds since the run started)
@@ -311,7 +336,10 @@ async def server_stats(http: httpx.AsyncClient, base: str) -> dict[str, int]:
 async def sample(soak: Soak, pid: int, http: httpx.AsyncClient, base: str, started: float) -> None:
     rss, fds = proc_stats(pid)
     stats = await server_stats(http, base)
-    soak.samples.append((time.perf_counter() - started, soak.answered, rss, fds, stats["live"], stats["store"]))
+    now = time.perf_counter() - started
+    soak.samples.append((now, soak.answered, rss, fds, stats["live"], stats["store"]))
+    if stats["releases"] and len(soak.released) < stats["releases"]:
+        soak.released.append((now, soak.answered, stats["released_rss"]))
 
 
 async def conversation(client: Client, soak: Soak, index: str, timed: list[tuple[float, float]] | None) -> None:
@@ -452,6 +480,19 @@ def phase_slopes(soak: Soak, args: argparse.Namespace) -> tuple[float, float]:
     return slope_kb_per_1000(sequential, args.warmup), slope_kb_per_1000(concurrent, 0)
 
 
+def released_slope(soak: Soak, args: argparse.Namespace) -> float:
+    """RSS slope (KB per 1,000 answered) over the RSS read right after each release, in the steady window.
+
+    Between two releases (``ReleaseFreeMemory``, at most one a minute) RSS also holds the pages requests
+    freed since the last one; right after a release it holds what is in use, so these points tell what
+    stays from what the allocator keeps for up to a minute.
+    """
+    steady = [
+        (t, answered, rss, 0, 0, 0) for t, answered, rss in soak.released if t >= soak.concurrent_started + args.settle
+    ]
+    return slope_kb_per_1000(steady, 0)
+
+
 def steady_samples(soak: Soak, args: argparse.Namespace) -> list[tuple[float, int, int, int, int, int]]:
     """The concurrent phase's samples past its first ``--settle`` seconds (the retention windows full)."""
     return [s for s in soak.samples if s[0] >= soak.concurrent_started + args.settle]
@@ -488,6 +529,8 @@ def report(soak: Soak, args: argparse.Namespace) -> dict[str, Any]:
         "rss_slope_steady_kb_per_1000": round(slope_kb_per_1000(steady, 0), 1),
         "steady_answered": steady[-1][1] - steady[0][1] if steady else 0,
         "steady_rss_mb_by_quarter": [round(kb / 1024, 2) for kb in quarters],
+        "steady_released_slope_kb_per_1000": round(released_slope(soak, args), 1),
+        "steady_releases": len([r for r in soak.released if r[0] >= soak.concurrent_started + args.settle]),
         "concurrent_rate_per_s": round(concurrent / seconds, 1) if seconds > 0 else None,
         "fds_first_last": (first[3], last[3]),
         "live_last": last[4],
