@@ -185,10 +185,12 @@ async def test_two_pauses_resumed_on_any_worker_run_each_step_once(postgres_serv
             await closable.aclose()
 
 
-async def _run_to_gate(storage: PostgresCheckpointStorage, topic: str) -> asyncio.Task[Any]:
-    """Start ``_waits`` and return once its step checkpoint was saved (held) and it waits at the gate."""
+async def _run_to_gate(
+    storage: PostgresCheckpointStorage, topic: str, saved: list[str] | None = None
+) -> asyncio.Task[Any]:
+    """Start ``_waits`` and return once its step checkpoint was saved (held, id added to ``saved``)."""
     GATE[topic] = asyncio.Event()
-    saved: list[str] = []
+    saved = [] if saved is None else saved
     save = storage.save
 
     async def noting(checkpoint: WorkflowCheckpoint) -> str:
@@ -266,16 +268,7 @@ async def test_a_held_checkpoint_loads_by_id(postgres_server: str) -> None:
     storage = _storage(postgres_server, schema, delay=3600.0)
     try:
         saved: list[str] = []
-        save = storage.save
-
-        async def noting(checkpoint: WorkflowCheckpoint) -> str:
-            saved.append(await save(checkpoint))
-            return saved[-1]
-
-        storage.save = noting  # type: ignore[method-assign]
-        GATE["load"] = asyncio.Event()
-        task = asyncio.ensure_future(_waits.build(checkpoint_storage=storage).run("load"))
-        await _until(lambda: _true_when(saved), "the step's save")
+        task = await _run_to_gate(storage, "load", saved)
         loaded = await storage.load(saved[0])
         assert loaded.checkpoint_id == saved[0] and loaded.state["_step_cache"]
         GATE["load"].set()
@@ -283,7 +276,3 @@ async def test_a_held_checkpoint_loads_by_id(postgres_server: str) -> None:
         assert await storage.list_checkpoint_ids(workflow_name="held_waits") == []  # the finished run deleted it
     finally:
         await storage.aclose()
-
-
-async def _true_when(items: list[str]) -> bool:
-    return bool(items)
