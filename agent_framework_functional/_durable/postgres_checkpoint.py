@@ -187,8 +187,8 @@ class PostgresCheckpointStorage(HeldStepSaves, DurableCheckpointStorage):
             psycopg.OperationalError: PostgreSQL is unreachable.
         """
         check_storable(checkpoint)
-        self._discard_superseded(checkpoint)  # before any await: reads this save's offer
-        plan = self._deduper.prepare(checkpoint)
+        with self._superseding(checkpoint):  # before any await: reads this save's offer
+            plan = self._deduper.prepare(checkpoint)
         if plan is not None and self._hold(checkpoint, plan):
             return checkpoint.checkpoint_id
         if plan is not None:

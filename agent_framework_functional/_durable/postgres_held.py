@@ -16,12 +16,13 @@ deletes and ``aclose`` write or drop them first, so the storage object itself ne
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -75,14 +76,14 @@ class _Chain:
         self.before = before  # what the run had stored before its first held row (the deduper's snapshot)
 
 
-Write = Callable[[list[HeldSave]], Awaitable[Any]]
+Write = Callable[[Any, list[HeldSave]], Awaitable[Any]]
 
 
 class HeldSteps:
     """The held step checkpoints of one storage object, per run, and the writes of them in flight.
 
     Args:
-        write: Writes held rows in one statement, in order, without waiting for the disk.
+        write: Writes a run's held rows (the run, the rows) in one statement, in order, without waiting for the disk.
 
     Keyword Args:
         delay: Seconds a run's held rows wait for its next save before they are written on their own.
@@ -116,8 +117,8 @@ class HeldSteps:
             chain.timer.cancel()
         return chain.rows
 
-    def discard(self, run: object) -> tuple[list[str], Any] | None:
-        """Forget ``run``'s held rows unwritten: their ids, and what the run had stored before them (None: none held).
+    def discard(self, run: object) -> tuple[list[HeldSave], Any] | None:
+        """Forget ``run``'s held rows unwritten: the rows, and what the run had stored before them (None: none held).
 
         For a pause: its checkpoint holds everything they held, and the run deletes them once it is saved.
         """
@@ -125,12 +126,15 @@ class HeldSteps:
         if chain is None:
             return None
         self.take(run)
-        return [row.checkpoint_id for row in chain.rows], chain.before
+        return chain.rows, chain.before
 
     async def written(self) -> None:
-        """Wait for the writes in flight (a later statement must see their rows)."""
+        """Wait for the writes in flight (a later statement must see their rows).
+
+        ``asyncio.wait``, not ``gather``: a caller cancelled while it waits must not cancel other runs' writes.
+        """
         while self._flushes:
-            await asyncio.gather(*list(self._flushes), return_exceptions=True)
+            await asyncio.wait(list(self._flushes))
 
     def holds(self, checkpoint_ids: Iterable[str]) -> bool:
         """Whether any of ``checkpoint_ids`` is held."""
@@ -164,15 +168,18 @@ class HeldSteps:
         await self.written()
 
     def _flush(self, run: object) -> None:
-        rows = self.take(run)
+        self.write_soon(run, self.take(run))
+
+    def write_soon(self, run: object, rows: list[HeldSave]) -> None:
+        """Start writing ``rows`` of ``run`` in the background (:meth:`written` waits for it)."""
         if rows:  # a task of its own: core cancels the tasks a run started when the run ends
-            task = contextvars.Context().run(asyncio.get_running_loop().create_task, self._write_rows(rows))
+            task = contextvars.Context().run(asyncio.get_running_loop().create_task, self._write_rows(run, rows))
             self._flushes.add(task)
             task.add_done_callback(self._flushes.discard)
 
-    async def _write_rows(self, rows: list[HeldSave]) -> None:
+    async def _write_rows(self, run: object, rows: list[HeldSave]) -> None:
         try:
-            await self._write(rows)
+            await self._write(run, rows)
         except Exception as exc:  # a step checkpoint lost: a restore starts earlier (as after a server crash)
             logger.warning("%d held step checkpoint(s) could not be written: %s", len(rows), exc)
 
@@ -198,22 +205,31 @@ class HeldStepSaves:
     ) -> bool:
         raise NotImplementedError
 
-    def _discard_superseded(self, checkpoint: WorkflowCheckpoint) -> None:
+    @contextlib.contextmanager
+    def _superseding(self, checkpoint: WorkflowCheckpoint) -> Iterator[None]:
         """A pause: forget its run's held step checkpoints unwritten (its row holds their step results).
 
-        Call before the save's first ``await`` (it reads the save's offer). The run deletes them once the
-        pause is saved; that delete then sends nothing.
+        Enter before the save's first ``await`` (it reads the save's offer) and plan the pause inside. The
+        run deletes them once the pause is saved; that delete then sends nothing. A pause refused while
+        planned (nothing sent) fails its run: they are written after all, the restore point of that failure.
         """
         offer = step_cache_offer()
-        if offer is None or not checkpoint.pending_request_info_events or not offer.take(checkpoint.state):
+        pause = offer is not None and bool(checkpoint.pending_request_info_events) and offer.take(checkpoint.state)
+        log = offer.log if offer is not None and pause else None
+        discarded = None if log is None else self._held.discard(log)
+        if log is None or discarded is None:
+            yield
             return
-        discarded = self._held.discard(offer.log)
-        if discarded is None:
-            return
-        ids, before = discarded
-        self._deduper.rewind(offer.log, before)
-        for checkpoint_id in ids:
-            self._unwritten[checkpoint_id] = None
+        rows, before = discarded
+        self._deduper.rewind(log, before)
+        try:
+            yield
+        except BaseException:
+            self._deduper.rewind(log, None)  # its next save (if any) starts a segment of its own
+            self._held.write_soon(log, rows)
+            raise
+        for row in rows:
+            self._unwritten[row.checkpoint_id] = None
         while len(self._unwritten) > UNWRITTEN_KEPT:
             self._unwritten.popitem(last=False)
 
@@ -264,11 +280,24 @@ class HeldStepSaves:
             statement = self._many[key] = self._db.statements({"many": save_many(saves, waits)})["many"]
         return statement
 
-    async def _write_held(self, rows: list[HeldSave]) -> None:
-        """Write held step checkpoints in one statement, without waiting for the disk."""
+    async def _write_held(self, run: Any, rows: list[HeldSave]) -> None:
+        """Write a run's held step checkpoints in one statement, without waiting for the disk.
+
+        When it fails, or a checkpoint it continues is missing (an earlier write failed), the run's next
+        save starts a segment of its own, so its later step checkpoints are written whole again.
+        """
         statement = self._statement(len(rows), False)
         params = tuple(param for row in rows for param in row.params)
-        await self._db.run("checkpoint save", functools.partial(self._save_delta, time.time(), statement, params))
+        written = False
+        try:
+            written = await self._db.run(
+                "checkpoint save", functools.partial(self._save_delta, time.time(), statement, params)
+            )
+        finally:
+            if not written:
+                self._deduper.rewind(run, None)
+        if not written:
+            raise RuntimeError("a step checkpoint they continue was never written")
 
     async def flush(self) -> None:
         """Write every step checkpoint this object holds back (``synchronous_steps`` False) now.
@@ -278,10 +307,10 @@ class HeldStepSaves:
         """
         await self._held.flush_now()
 
-    def write_held_soon(self, checkpoint_ids: list[str]) -> None:
-        """Start writing, in the background, the runs whose held step checkpoints include one of ``checkpoint_ids``.
+    async def write_held(self, checkpoint_ids: list[str]) -> None:
+        """Write the runs whose held step checkpoints include one of ``checkpoint_ids``, and the writes in flight.
 
-        A run's recorder calls it when the run ended without pausing or finishing (a failure), so a
-        restore elsewhere finds its step checkpoints without waiting for the delay.
+        A run's recorder calls it when the run ends, before the caller sees the outcome: after a failure
+        they are what a restore (on any worker, at once) starts from. A failed write is logged, not raised.
         """
-        self._held.flush_soon(checkpoint_ids)
+        await self._held.flush_now(checkpoint_ids)
