@@ -212,3 +212,19 @@ async def test_after_a_failed_held_write_the_run_s_later_step_checkpoints_are_st
         assert len(checkpoint.state["_step_cache"]) == 2
     finally:
         await storage.aclose()
+
+
+def test_a_script_whose_run_fails_leaves_its_restore_point_without_closing_the_storage(postgres_server: str) -> None:
+    schema = f"t_{uuid.uuid4().hex}"
+
+    async def script() -> None:  # asyncio.run(main()) of a script that forgets aclose(): the failure ends it
+        storage = _storage(postgres_server, schema)
+        task = await _run_to_first_gate(storage, "script")
+        GATES["script"][0].set()
+        GATES["script"][1].set()
+        await task
+
+    with pytest.raises(RuntimeError, match="the run fails"):
+        asyncio.run(script())  # cancels what is still running, then closes the loop
+    checkpoint = asyncio.run(_seen_elsewhere(postgres_server, schema, "held_gated"))[-1]
+    assert len(checkpoint.state["_step_cache"]) == 2
