@@ -89,13 +89,14 @@ class HeldSteps:
         delay: Seconds a run's held rows wait for its next save before they are written on their own.
     """
 
-    __slots__ = ("_chains", "_delay", "_flushes", "_write")
+    __slots__ = ("_chains", "_delay", "_flushes", "_last", "_write")
 
     def __init__(self, write: Write, *, delay: float = STEP_WRITE_DELAY_SECONDS) -> None:
         self._write = write
         self._delay = delay
         self._chains: dict[object, _Chain] = {}
         self._flushes: set[asyncio.Task[None]] = set()
+        self._last: dict[object, asyncio.Task[None]] = {}  # each run's latest write: the next one waits for it
 
     def hold(self, run: object, row: HeldSave, before: Any) -> None:
         """Hold ``row`` for ``run``; its run's rows are written after ``delay`` unless taken before.
@@ -171,13 +172,21 @@ class HeldSteps:
         self.write_soon(run, self.take(run))
 
     def write_soon(self, run: object, rows: list[HeldSave]) -> None:
-        """Start writing ``rows`` of ``run`` in the background (:meth:`written` waits for it)."""
+        """Start writing ``rows`` of ``run`` in the background, after its earlier write (:meth:`written` waits)."""
         if rows:  # a task of its own: core cancels the tasks a run started when the run ends
-            task = contextvars.Context().run(asyncio.get_running_loop().create_task, self._write_rows(run, rows))
+            write = self._write_rows(run, rows, self._last.get(run))
+            task = self._last[run] = contextvars.Context().run(asyncio.get_running_loop().create_task, write)
             self._flushes.add(task)
-            task.add_done_callback(self._flushes.discard)
+            task.add_done_callback(functools.partial(self._written, run))
 
-    async def _write_rows(self, run: object, rows: list[HeldSave]) -> None:
+    def _written(self, run: object, task: asyncio.Task[None]) -> None:
+        self._flushes.discard(task)
+        if self._last.get(run) is task:
+            del self._last[run]
+
+    async def _write_rows(self, run: object, rows: list[HeldSave], after: asyncio.Task[None] | None) -> None:
+        if after is not None:  # on another connection it could commit later, and these rows then find none
+            await asyncio.wait([after])
         try:
             await self._write(run, rows)
         except Exception as exc:  # a step checkpoint lost: a restore starts earlier (as after a server crash)

@@ -81,10 +81,10 @@ async def _until(predicate: Any, what: str) -> None:
 
 
 @contextlib.contextmanager
-def _segments_locked(url: str, schema: str) -> Iterator[psycopg.Connection[Any]]:
-    """Hold a SHARE lock on the segments table: saves wait at the server, reads do not."""
+def _segments_locked(url: str, schema: str, table: str = "delta_segments") -> Iterator[psycopg.Connection[Any]]:
+    """Hold a SHARE lock on the segments table (or ``table``): saves wait at the server, reads do not."""
     with psycopg.connect(url) as locker:
-        locker.execute(f'LOCK TABLE "{schema}".delta_segments IN SHARE MODE')
+        locker.execute(f'LOCK TABLE "{schema}".{table} IN SHARE MODE')
         try:
             yield locker
         finally:
@@ -101,10 +101,12 @@ async def _a_write_blocked(url: str) -> bool:
     return bool(_blocked_pids(url))
 
 
-async def _run_to_first_gate(storage: PostgresCheckpointStorage, topic: str) -> asyncio.Task[Any]:
+async def _run_to_first_gate(
+    storage: PostgresCheckpointStorage, topic: str, saved: list[str] | None = None
+) -> asyncio.Task[Any]:
     """Start ``_gated`` and return once its first step's checkpoint is saved (held) and it waits."""
     GATES[topic] = [asyncio.Event(), asyncio.Event()]
-    saved: list[str] = []
+    saved = [] if saved is None else saved
     save = storage.save
 
     async def noting(checkpoint: WorkflowCheckpoint) -> str:
@@ -210,6 +212,35 @@ async def test_after_a_failed_held_write_the_run_s_later_step_checkpoints_are_st
         await storage.flush()
         [checkpoint] = await _seen_elsewhere(postgres_server, schema, "held_gated")  # the second step's
         assert len(checkpoint.state["_step_cache"]) == 2
+    finally:
+        await storage.aclose()
+
+
+async def test_a_run_s_held_writes_commit_in_order(postgres_server: str) -> None:
+    schema = f"t_{uuid.uuid4().hex}"
+    storage = _storage(postgres_server, schema)
+    saved: list[str] = []
+    try:
+        assert await storage.list_checkpoint_ids(workflow_name="held_gated") == []
+        task = await _run_to_first_gate(storage, "order", saved)
+        with _segments_locked(postgres_server, schema, "delta_checkpoints"):  # the segment row exists, uncommitted
+            first = asyncio.ensure_future(storage.flush())  # the first step's row (a slow server: > 0.2 s)
+            await _until(lambda: _a_write_blocked(postgres_server), "the first write at the lock")
+            GATES["order"][0].set()
+
+            async def second_held() -> bool:
+                return len(saved) == 2
+
+            await _until(second_held, "the second step's save")
+            second = asyncio.ensure_future(storage.flush())  # its timer fires while the first write waits
+            await asyncio.wait([second], timeout=1.0)  # a second write sent now finds no segment yet
+        await first
+        await second
+        GATES["order"][1].set()
+        with pytest.raises(RuntimeError, match="the run fails"):
+            await task
+        checkpoint = (await _seen_elsewhere(postgres_server, schema, "held_gated"))[-1]
+        assert checkpoint.checkpoint_id == saved[1] and len(checkpoint.state["_step_cache"]) == 2
     finally:
         await storage.aclose()
 
