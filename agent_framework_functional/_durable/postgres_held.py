@@ -95,7 +95,7 @@ class HeldSteps:
         self._write = write
         self._delay = delay
         self._chains: dict[object, _Chain] = {}
-        self._flushes: set[asyncio.Task[None]] = set()
+        self._flushes: dict[asyncio.Task[None], frozenset[str]] = {}  # the writes in flight, and their rows' ids
         self._last: dict[object, asyncio.Task[None]] = {}  # each run's latest write: the next one waits for it
 
     def hold(self, run: object, row: HeldSave, before: Any) -> None:
@@ -129,13 +129,14 @@ class HeldSteps:
         self.take(run)
         return chain.rows, chain.before
 
-    async def written(self) -> None:
-        """Wait for the writes in flight (a later statement must see their rows).
+    async def written(self, checkpoint_ids: Iterable[str] | None = None) -> None:
+        """Wait for the writes in flight of any of ``checkpoint_ids`` (None: all; a later statement must see them).
 
         ``asyncio.wait``, not ``gather``: a caller cancelled while it waits must not cancel other runs' writes.
         """
-        while self._flushes:
-            await asyncio.wait(list(self._flushes))
+        wanted = None if checkpoint_ids is None else set(checkpoint_ids)
+        while tasks := [task for task, ids in self._flushes.items() if wanted is None or not wanted.isdisjoint(ids)]:
+            await asyncio.wait(tasks)
 
     def holds(self, checkpoint_ids: Iterable[str]) -> bool:
         """Whether any of ``checkpoint_ids`` is held."""
@@ -164,9 +165,10 @@ class HeldSteps:
                 self._flush(run)
 
     async def flush_now(self, checkpoint_ids: Iterable[str] | None = None) -> None:
-        """Write the runs that hold any of ``checkpoint_ids`` (None: every run), and every write in flight."""
-        self.flush_soon(checkpoint_ids)
-        await self.written()
+        """Write the runs that hold any of ``checkpoint_ids`` (None: every run), and wait for those writes in flight."""
+        wanted = None if checkpoint_ids is None else list(checkpoint_ids)
+        self.flush_soon(wanted)
+        await self.written(wanted)
 
     def _flush(self, run: object) -> None:
         self.write_soon(run, self.take(run))
@@ -176,11 +178,11 @@ class HeldSteps:
         if rows:  # a task of its own: core cancels the tasks a run started when the run ends
             write = self._write_rows(run, rows, self._last.get(run))
             task = self._last[run] = contextvars.Context().run(asyncio.get_running_loop().create_task, write)
-            self._flushes.add(task)
+            self._flushes[task] = frozenset(row.checkpoint_id for row in rows)
             task.add_done_callback(functools.partial(self._written, run))
 
     def _written(self, run: object, task: asyncio.Task[None]) -> None:
-        self._flushes.discard(task)
+        self._flushes.pop(task, None)
         if self._last.get(run) is task:
             del self._last[run]
 
