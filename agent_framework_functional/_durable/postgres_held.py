@@ -138,6 +138,12 @@ class HeldSteps:
         while tasks := [task for task, ids in self._flushes.items() if wanted is None or not wanted.isdisjoint(ids)]:
             await asyncio.wait(tasks)
 
+    async def written_by(self, run: object) -> None:
+        """Wait for ``run``'s writes in flight (its last one waits for the earlier ones)."""
+        last = self._last.get(run)
+        if last is not None:
+            await asyncio.wait([last])
+
     def holds(self, checkpoint_ids: Iterable[str]) -> bool:
         """Whether any of ``checkpoint_ids`` is held."""
         wanted = set(checkpoint_ids)
@@ -207,6 +213,7 @@ class HeldStepSaves:
         self._held = HeldSteps(self._write_held)
         self._unwritten: OrderedDict[str, None] = OrderedDict()  # held step checkpoints a pause superseded
         self._many: dict[tuple[int, bool], bytes] = {}
+        self._unsent: set[str] = set()  # pauses that superseded held rows, their statement not sent yet
 
     def _waits_for_disk(self, checkpoint: WorkflowCheckpoint) -> bool:
         raise NotImplementedError
@@ -220,9 +227,10 @@ class HeldStepSaves:
     def _superseding(self, checkpoint: WorkflowCheckpoint) -> Iterator[None]:
         """A pause: forget its run's held step checkpoints unwritten (its row holds their step results).
 
-        Enter before the save's first ``await`` (it reads the save's offer) and plan the pause inside. The
-        run deletes them once the pause is saved; that delete then sends nothing. A pause refused while
-        planned (nothing sent) fails its run: they are written after all, the restore point of that failure.
+        Enter before the save's first ``await`` (it reads the save's offer) and save the pause inside. The
+        run deletes them once the pause is saved; that delete then sends nothing. A pause that fails before
+        its statement is sent (refused, cancelled) ends its run: they are written after all, its restore point.
+        Once sent, a failure may hide a pause that landed, which they must not follow: they are lost then.
         """
         offer = step_cache_offer()
         pause = offer is not None and bool(checkpoint.pending_request_info_events) and offer.take(checkpoint.state)
@@ -233,12 +241,16 @@ class HeldStepSaves:
             return
         rows, before = discarded
         self._deduper.rewind(log, before)
+        self._unsent.add(checkpoint.checkpoint_id)
         try:
             yield
         except BaseException:
-            self._deduper.rewind(log, None)  # its next save (if any) starts a segment of its own
-            self._held.write_soon(log, rows)
+            if checkpoint.checkpoint_id in self._unsent:  # refused or cancelled before its statement was sent
+                self._deduper.rewind(log, None)  # its next save (if any) starts a segment of its own
+                self._held.write_soon(log, rows)
             raise
+        finally:
+            self._unsent.discard(checkpoint.checkpoint_id)
         for row in rows:
             self._unwritten[row.checkpoint_id] = None
         while len(self._unwritten) > UNWRITTEN_KEPT:
@@ -259,7 +271,8 @@ class HeldStepSaves:
     ) -> tuple[bytes, tuple[Any, ...]]:
         """The statement and parameters of a save: the run's held step checkpoints first, then ``params``."""
         held = self._held.take(plan.log)
-        await self._held.written()  # a write of this run's earlier rows in flight goes first
+        await self._held.written_by(plan.log)  # a write of this run's earlier rows in flight goes first
+        self._unsent.discard(checkpoint.checkpoint_id)
         statement = self._statement(len(held) + 1, self._waits_for_disk(checkpoint))
         return statement, (*(param for row in held for param in row.params), *params)
 

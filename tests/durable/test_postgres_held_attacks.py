@@ -57,6 +57,14 @@ async def _gated(topic: str) -> str:
     raise RuntimeError(f"the run fails after {first} and {second}")
 
 
+@workflow(name="held_gated_pause")
+async def _gated_pause(topic: str, ctx: RunContext) -> str:
+    first = await _counted(f"{topic} 1")
+    await GATES[topic][0].wait()
+    second = await _counted(f"{topic} 2")
+    return await ctx.request_info({"draft": [first, second]}, response_type=str)
+
+
 def _storage(url: str, schema: str, **options: Any) -> PostgresCheckpointStorage:
     storage = PostgresCheckpointStorage(url, schema=schema, **options)
     storage._held._delay = 3600.0  # pyright: ignore[reportPrivateUsage]  # only the run's end or a read writes
@@ -102,7 +110,7 @@ async def _a_write_blocked(url: str) -> bool:
 
 
 async def _run_to_first_gate(
-    storage: PostgresCheckpointStorage, topic: str, saved: list[str] | None = None
+    storage: PostgresCheckpointStorage, topic: str, saved: list[str] | None = None, run: Any = _gated
 ) -> asyncio.Task[Any]:
     """Start ``_gated`` and return once its first step's checkpoint is saved (held) and it waits."""
     GATES[topic] = [asyncio.Event(), asyncio.Event()]
@@ -114,7 +122,7 @@ async def _run_to_first_gate(
         return saved[-1]
 
     storage.save = noting  # type: ignore[method-assign]
-    task = asyncio.ensure_future(_gated.build(checkpoint_storage=storage).run(topic))
+    task = asyncio.ensure_future(run.build(checkpoint_storage=storage).run(topic))
 
     async def held() -> bool:
         return bool(saved)
@@ -240,6 +248,34 @@ async def test_a_run_s_held_writes_commit_in_order(postgres_server: str) -> None
         with pytest.raises(RuntimeError, match="the run fails"):
             await task
         checkpoint = (await _seen_elsewhere(postgres_server, schema, "held_gated"))[-1]
+        assert checkpoint.checkpoint_id == saved[1] and len(checkpoint.state["_step_cache"]) == 2
+    finally:
+        await storage.aclose()
+
+
+async def test_a_run_cancelled_before_its_pause_is_sent_keeps_the_step_checkpoints_it_superseded(
+    postgres_server: str,
+) -> None:
+    schema = f"t_{uuid.uuid4().hex}"
+    storage = _storage(postgres_server, schema)
+    saved: list[str] = []
+    try:
+        assert await storage.list_checkpoint_ids(workflow_name="held_gated_pause") == []
+        task = await _run_to_first_gate(storage, "stop", saved, _gated_pause)
+        with _segments_locked(postgres_server, schema):
+            flushing = asyncio.ensure_future(storage.flush())  # the first step's row waits at the server
+            await _until(lambda: _a_write_blocked(postgres_server), "the first write at the lock")
+            GATES["stop"][0].set()  # the second step is held; the pause waits for the first write
+
+            async def pause_waits() -> bool:
+                return bool(storage._unsent)  # pyright: ignore[reportPrivateUsage]
+
+            await _until(pause_waits, "the pause's save")
+            task.cancel()  # e.g. the caller hung up: the pause's statement was never sent
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await flushing
+        checkpoint = (await _seen_elsewhere(postgres_server, schema, "held_gated_pause"))[-1]
         assert checkpoint.checkpoint_id == saved[1] and len(checkpoint.state["_step_cache"]) == 2
     finally:
         await storage.aclose()
