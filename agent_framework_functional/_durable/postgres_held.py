@@ -149,19 +149,21 @@ class HeldSteps:
         wanted = set(checkpoint_ids)
         return any(row.checkpoint_id in wanted for chain in self._chains.values() for row in chain.rows)
 
-    def drop(self, checkpoint_ids: set[str]) -> set[str]:
-        """Forget, unwritten, every run whose held rows are all in ``checkpoint_ids``; the ids dropped.
+    def drop(self, checkpoint_ids: set[str]) -> tuple[set[str], list[tuple[object, Any]]]:
+        """Forget, unwritten, every run whose held rows are all in ``checkpoint_ids``: the ids, (run, before) each.
 
         A run only some of whose rows are named keeps them all (a later row references an earlier
         one's step results): the caller writes them with :meth:`flush_now` before deleting.
         """
         dropped: set[str] = set()
+        runs: list[tuple[object, Any]] = []
         for run, chain in list(self._chains.items()):
             ids = {row.checkpoint_id for row in chain.rows}
             if ids <= checkpoint_ids:
                 self.take(run)
                 dropped |= ids
-        return dropped
+                runs.append((run, chain.before))
+        return dropped, runs
 
     def flush_soon(self, checkpoint_ids: Iterable[str] | None = None) -> None:
         """Start writing the runs that hold any of ``checkpoint_ids`` (None: every run) now, in the background."""
@@ -282,7 +284,9 @@ class HeldStepSaves:
         Held rows of a run the delete names only in part are written first, so the delete finds them.
         """
         ids = list(dict.fromkeys(checkpoint_ids))
-        dropped = self._held.drop(set(ids))  # a finished run's held step checkpoints: never written
+        dropped, runs = self._held.drop(set(ids))  # a finished run's held step checkpoints: never written
+        for run, before in runs:  # a running run's next save appends to what is stored, not to them
+            self._deduper.rewind(run, before)
         for checkpoint_id in [checkpoint_id for checkpoint_id in ids if checkpoint_id in self._unwritten]:
             del self._unwritten[checkpoint_id]  # superseded by its run's pause before it was written
             dropped.add(checkpoint_id)

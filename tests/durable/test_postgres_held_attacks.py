@@ -281,6 +281,23 @@ async def test_a_run_cancelled_before_its_pause_is_sent_keeps_the_step_checkpoin
         await storage.aclose()
 
 
+async def test_deleting_a_running_run_s_held_checkpoint_keeps_its_next_one_writable(postgres_server: str) -> None:
+    schema = f"t_{uuid.uuid4().hex}"
+    storage = _storage(postgres_server, schema)
+    saved: list[str] = []
+    try:
+        task = await _run_to_first_gate(storage, "prune", saved)
+        assert await storage.delete(saved[0])  # e.g. a host's retention: dropped unwritten
+        GATES["prune"][0].set()
+        GATES["prune"][1].set()
+        with pytest.raises(RuntimeError, match="the run fails"):
+            await task
+        [checkpoint] = await _seen_elsewhere(postgres_server, schema, "held_gated")
+        assert checkpoint.checkpoint_id == saved[1] and len(checkpoint.state["_step_cache"]) == 2
+    finally:
+        await storage.aclose()
+
+
 def test_a_script_whose_run_fails_leaves_its_restore_point_without_closing_the_storage(postgres_server: str) -> None:
     schema = f"t_{uuid.uuid4().hex}"
 
