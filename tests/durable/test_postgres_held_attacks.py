@@ -2,11 +2,12 @@
 
 A held step checkpoint is written by its run's next save, dropped when a pause or a finish makes it
 useless, and written when the run ends otherwise. These tests end runs the awkward ways (a pause whose
-save is refused, a failure read at once from another storage object, a reader cancelled while another
-run's rows are being written, a write that fails midway through a run) and check that a restore still
-finds the last step checkpoint saved. Every test runs against a real PostgreSQL cluster
-(``postgres_server``); a ``SHARE`` lock on the segments table taken from another connection holds a
-write at the server, so the races are deterministic.
+save is refused or cancelled before it is sent, a failure read at once from another storage object or
+ending ``asyncio.run``, a reader cancelled while another run's rows are being written, a write that fails
+or waits at the server midway through a run, a delete of a running run's held checkpoint) and check that
+a restore still finds the last step checkpoint saved. Every test runs against a real PostgreSQL cluster
+(``postgres_server``); a ``SHARE`` lock on a table taken from another connection holds a write at the
+server, so the races are deterministic.
 """
 
 from __future__ import annotations
