@@ -85,15 +85,15 @@ class RecordingCheckpointStorage:
         self.saved_ids.append(checkpoint_id)
         return checkpoint_id
 
-    def settle(self) -> None:
-        """The run ended: have the storage start writing the step checkpoints it still holds back for it.
+    async def settle(self) -> None:
+        """The run ended: have the storage write the step checkpoints it still holds back for it.
 
-        After a pause or a finish there are none (the pause's save wrote them, the finish deleted them);
-        after a failure they are what a restore starts from.
+        After a pause or a finish there are none (the pause's row holds them, the finish deleted them);
+        after a failure they are what a restore starts from, written before the caller sees the failure.
         """
-        write_held_soon = getattr(self.inner, "write_held_soon", None)
-        if write_held_soon is not None and self.saved_ids:
-            write_held_soon(list(self.saved_ids))
+        write_held = getattr(self.inner, "write_held", None)
+        if write_held is not None and self.saved_ids:
+            await write_held(list(self.saved_ids))
 
     async def delete_chain(self, *, keep: str | None) -> None:
         """Delete the checkpoints this run saved (but ``keep``, the new pause's) and the resumed pause's.

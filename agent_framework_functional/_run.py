@@ -215,8 +215,7 @@ class WorkflowRun:
                 await live_events.aclose()  # cancels the workflow task if the stream was abandoned
                 await core_stream.close()
         finally:
-            self._settle()
-            self.on_end(self)
+            await self._settle()
 
     async def _turn(self, phase: Phase, event: WorkflowEvent[Any]) -> Sequence[WorkflowEvent[Any]]:
         """The claim or the issue a streaming run does at ``event``; the events to pass on then."""
@@ -227,11 +226,14 @@ class WorkflowRun:
         await self._issue()
         return (event,)
 
-    def _settle(self) -> None:
-        """The run ended: step checkpoints its storage still holds back for it start being written."""
-        recorder = self.ticket.recorder
-        if recorder is not None:
-            recorder.settle()
+    async def _settle(self) -> None:
+        """The run ended: its storage writes the step checkpoints it still holds back for it, then ``on_end``."""
+        try:
+            recorder = self.ticket.recorder
+            if recorder is not None:
+                await recorder.settle()
+        finally:
+            self.on_end(self)
 
     def _failure(self, exc: Exception) -> list[WorkflowEvent[Any]]:
         """The failure surface a streaming run adds when core raised without its ``failed`` event."""
@@ -264,8 +266,7 @@ class WorkflowRun:
         finally:
             live_channel.reset(bound)
             collector.closed = True
-            self._settle()
-            self.on_end(self)
+            await self._settle()
         events: list[WorkflowEvent[Any]] = result
         if collector.entries:  # something was emitted: merge it in
             events = merge_live(result, collector, include_status_events)

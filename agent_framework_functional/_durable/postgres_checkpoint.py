@@ -187,13 +187,13 @@ class PostgresCheckpointStorage(HeldStepSaves, DurableCheckpointStorage):
             psycopg.OperationalError: PostgreSQL is unreachable.
         """
         check_storable(checkpoint)
-        self._discard_superseded(checkpoint)  # before any await: reads this save's offer
-        plan = self._deduper.prepare(checkpoint)
-        if plan is not None and self._hold(checkpoint, plan):
-            return checkpoint.checkpoint_id
-        if plan is not None:
-            await self._store_delta(checkpoint, plan)
-            return checkpoint.checkpoint_id
+        with self._superseding(checkpoint):  # before any await: reads this save's offer
+            plan = self._deduper.prepare(checkpoint)
+            if plan is not None and self._hold(checkpoint, plan):
+                return checkpoint.checkpoint_id
+            if plan is not None:
+                await self._store_delta(checkpoint, plan)
+                return checkpoint.checkpoint_id
         body = encode_body(checkpoint, self._allowed_types)
         if self.sealer is not None:
             body = self.sealer.seal(body, context=checkpoint.checkpoint_id.encode("utf-8"))

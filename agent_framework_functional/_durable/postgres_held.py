@@ -17,12 +17,13 @@ end (a failure), or the storage's reads, deletes and ``aclose``, so the storage 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -76,26 +77,27 @@ class _Chain:
         self.before = before  # what the run had stored before its first held row (the deduper's snapshot)
 
 
-Write = Callable[[list[HeldSave]], Awaitable[Any]]
+Write = Callable[[Any, list[HeldSave]], Awaitable[Any]]
 
 
 class HeldSteps:
     """The held step checkpoints of one storage object, per run, and the writes of them in flight.
 
     Args:
-        write: Writes held rows in one statement, in order, without waiting for the disk.
+        write: Writes a run's held rows (the run, the rows) in one statement, in order, without waiting for the disk.
 
     Keyword Args:
         delay: Seconds a run's held rows wait for its next save before they are written on their own.
     """
 
-    __slots__ = ("_chains", "_delay", "_flushes", "_write")
+    __slots__ = ("_chains", "_delay", "_flushes", "_last", "_write")
 
     def __init__(self, write: Write, *, delay: float = STEP_WRITE_DELAY_SECONDS) -> None:
         self._write = write
         self._delay = delay
         self._chains: dict[object, _Chain] = {}
-        self._flushes: set[asyncio.Task[None]] = set()
+        self._flushes: dict[asyncio.Task[None], frozenset[str]] = {}  # the writes in flight, and their rows' ids
+        self._last: dict[object, asyncio.Task[None]] = {}  # each run's latest write: the next one waits for it
 
     def hold(self, run: object, row: HeldSave, before: Any) -> None:
         """Hold ``row`` for ``run``; its run's rows are written after ``delay`` unless taken before.
@@ -117,8 +119,8 @@ class HeldSteps:
             chain.timer.cancel()
         return chain.rows
 
-    def discard(self, run: object) -> tuple[list[str], Any] | None:
-        """Forget ``run``'s held rows unwritten: their ids, and what the run had stored before them (None: none held).
+    def discard(self, run: object) -> tuple[list[HeldSave], Any] | None:
+        """Forget ``run``'s held rows unwritten: the rows, and what the run had stored before them (None: none held).
 
         For a pause: its checkpoint holds everything they held, and the run deletes them once it is saved.
         """
@@ -126,31 +128,43 @@ class HeldSteps:
         if chain is None:
             return None
         self.take(run)
-        return [row.checkpoint_id for row in chain.rows], chain.before
+        return chain.rows, chain.before
 
-    async def written(self) -> None:
-        """Wait for the writes in flight (a later statement must see their rows)."""
-        while self._flushes:
-            await asyncio.gather(*list(self._flushes), return_exceptions=True)
+    async def written(self, checkpoint_ids: Iterable[str] | None = None) -> None:
+        """Wait for the writes in flight of any of ``checkpoint_ids`` (None: all; a later statement must see them).
+
+        ``asyncio.wait``, not ``gather``: a caller cancelled while it waits must not cancel other runs' writes.
+        """
+        wanted = None if checkpoint_ids is None else set(checkpoint_ids)
+        while tasks := [task for task, ids in self._flushes.items() if wanted is None or not wanted.isdisjoint(ids)]:
+            await asyncio.wait(tasks)
+
+    async def written_by(self, run: object) -> None:
+        """Wait for ``run``'s writes in flight (its last one waits for the earlier ones)."""
+        last = self._last.get(run)
+        if last is not None:
+            await asyncio.wait([last])
 
     def holds(self, checkpoint_ids: Iterable[str]) -> bool:
         """Whether any of ``checkpoint_ids`` is held."""
         wanted = set(checkpoint_ids)
         return any(row.checkpoint_id in wanted for chain in self._chains.values() for row in chain.rows)
 
-    def drop(self, checkpoint_ids: set[str]) -> set[str]:
-        """Forget, unwritten, every run whose held rows are all in ``checkpoint_ids``; the ids dropped.
+    def drop(self, checkpoint_ids: set[str]) -> tuple[set[str], list[tuple[object, Any]]]:
+        """Forget, unwritten, every run whose held rows are all in ``checkpoint_ids``: the ids, (run, before) each.
 
         A run only some of whose rows are named keeps them all (a later row references an earlier
         one's step results): the caller writes them with :meth:`flush_now` before deleting.
         """
         dropped: set[str] = set()
+        runs: list[tuple[object, Any]] = []
         for run, chain in list(self._chains.items()):
             ids = {row.checkpoint_id for row in chain.rows}
             if ids <= checkpoint_ids:
                 self.take(run)
                 dropped |= ids
-        return dropped
+                runs.append((run, chain.before))
+        return dropped, runs
 
     def flush_soon(self, checkpoint_ids: Iterable[str] | None = None) -> None:
         """Start writing the runs that hold any of ``checkpoint_ids`` (None: every run) now, in the background."""
@@ -160,20 +174,32 @@ class HeldSteps:
                 self._flush(run)
 
     async def flush_now(self, checkpoint_ids: Iterable[str] | None = None) -> None:
-        """Write the runs that hold any of ``checkpoint_ids`` (None: every run), and every write in flight."""
-        self.flush_soon(checkpoint_ids)
-        await self.written()
+        """Write the runs that hold any of ``checkpoint_ids`` (None: every run), and wait for those writes in flight."""
+        wanted = None if checkpoint_ids is None else list(checkpoint_ids)
+        self.flush_soon(wanted)
+        await self.written(wanted)
 
     def _flush(self, run: object) -> None:
-        rows = self.take(run)
-        if rows:  # a task of its own: core cancels the tasks a run started when the run ends
-            task = contextvars.Context().run(asyncio.get_running_loop().create_task, self._write_rows(rows))
-            self._flushes.add(task)
-            task.add_done_callback(self._flushes.discard)
+        self.write_soon(run, self.take(run))
 
-    async def _write_rows(self, rows: list[HeldSave]) -> None:
+    def write_soon(self, run: object, rows: list[HeldSave]) -> None:
+        """Start writing ``rows`` of ``run`` in the background, after its earlier write (:meth:`written` waits)."""
+        if rows:  # a task of its own: core cancels the tasks a run started when the run ends
+            write = self._write_rows(run, rows, self._last.get(run))
+            task = self._last[run] = contextvars.Context().run(asyncio.get_running_loop().create_task, write)
+            self._flushes[task] = frozenset(row.checkpoint_id for row in rows)
+            task.add_done_callback(functools.partial(self._written, run))
+
+    def _written(self, run: object, task: asyncio.Task[None]) -> None:
+        self._flushes.pop(task, None)
+        if self._last.get(run) is task:
+            del self._last[run]
+
+    async def _write_rows(self, run: object, rows: list[HeldSave], after: asyncio.Task[None] | None) -> None:
+        if after is not None:  # on another connection it could commit later, and these rows then find none
+            await asyncio.wait([after])
         try:
-            await self._write(rows)
+            await self._write(run, rows)
         except Exception as exc:  # a step checkpoint lost: a restore starts earlier (as after a server crash)
             logger.warning("%d held step checkpoint(s) could not be written: %s", len(rows), exc)
 
@@ -190,6 +216,7 @@ class HeldStepSaves:
         self._held = HeldSteps(self._write_held)
         self._unwritten: OrderedDict[str, None] = OrderedDict()  # held step checkpoints a pause superseded
         self._many: dict[tuple[int, bool], bytes] = {}
+        self._unsent: set[str] = set()  # pauses that superseded held rows, their statement not sent yet
 
     def _waits_for_disk(self, checkpoint: WorkflowCheckpoint) -> bool:
         raise NotImplementedError
@@ -199,22 +226,36 @@ class HeldStepSaves:
     ) -> bool:
         raise NotImplementedError
 
-    def _discard_superseded(self, checkpoint: WorkflowCheckpoint) -> None:
+    @contextlib.contextmanager
+    def _superseding(self, checkpoint: WorkflowCheckpoint) -> Iterator[None]:
         """A pause: forget its run's held step checkpoints unwritten (its row holds their step results).
 
-        Call before the save's first ``await`` (it reads the save's offer). The run deletes them once the
-        pause is saved; that delete then sends nothing.
+        Enter before the save's first ``await`` (it reads the save's offer) and save the pause inside. The
+        run deletes them once the pause is saved; that delete then sends nothing. A pause that fails before
+        its statement is sent (refused, cancelled) ends its run: they are written after all, its restore point.
+        Once sent, a failure may hide a pause that landed, which they must not follow: they are lost then.
         """
         offer = step_cache_offer()
-        if offer is None or not checkpoint.pending_request_info_events or not offer.take(checkpoint.state):
+        pause = offer is not None and bool(checkpoint.pending_request_info_events) and offer.take(checkpoint.state)
+        log = offer.log if offer is not None and pause else None
+        discarded = None if log is None else self._held.discard(log)
+        if log is None or discarded is None:
+            yield
             return
-        discarded = self._held.discard(offer.log)
-        if discarded is None:
-            return
-        ids, before = discarded
-        self._deduper.rewind(offer.log, before)
-        for checkpoint_id in ids:
-            self._unwritten[checkpoint_id] = None
+        rows, before = discarded
+        self._deduper.rewind(log, before)
+        self._unsent.add(checkpoint.checkpoint_id)
+        try:
+            yield
+        except BaseException:
+            if checkpoint.checkpoint_id in self._unsent:  # refused or cancelled before its statement was sent
+                self._deduper.rewind(log, None)  # its next save (if any) starts a segment of its own
+                self._held.write_soon(log, rows)
+            raise
+        finally:
+            self._unsent.discard(checkpoint.checkpoint_id)
+        for row in rows:
+            self._unwritten[row.checkpoint_id] = None
         while len(self._unwritten) > UNWRITTEN_KEPT:
             self._unwritten.popitem(last=False)
 
@@ -233,7 +274,8 @@ class HeldStepSaves:
     ) -> tuple[bytes, tuple[Any, ...]]:
         """The statement and parameters of a save: the run's held step checkpoints first, then ``params``."""
         held = self._held.take(plan.log)
-        await self._held.written()  # a write of this run's earlier rows in flight goes first
+        await self._held.written_by(plan.log)  # a write of this run's earlier rows in flight goes first
+        self._unsent.discard(checkpoint.checkpoint_id)
         statement = self._statement(len(held) + 1, self._waits_for_disk(checkpoint))
         return statement, (*(param for row in held for param in row.params), *params)
 
@@ -243,7 +285,9 @@ class HeldStepSaves:
         Held rows of a run the delete names only in part are written first, so the delete finds them.
         """
         ids = list(dict.fromkeys(checkpoint_ids))
-        dropped = self._held.drop(set(ids))  # a finished run's held step checkpoints: never written
+        dropped, runs = self._held.drop(set(ids))  # a finished run's held step checkpoints: never written
+        for run, before in runs:  # a running run's next save appends to what is stored, not to them
+            self._deduper.rewind(run, before)
         for checkpoint_id in [checkpoint_id for checkpoint_id in ids if checkpoint_id in self._unwritten]:
             del self._unwritten[checkpoint_id]  # superseded by its run's pause before it was written
             dropped.add(checkpoint_id)
@@ -265,11 +309,24 @@ class HeldStepSaves:
             statement = self._many[key] = self._db.statements({"many": save_many(saves, waits)})["many"]
         return statement
 
-    async def _write_held(self, rows: list[HeldSave]) -> None:
-        """Write held step checkpoints in one statement, without waiting for the disk."""
+    async def _write_held(self, run: Any, rows: list[HeldSave]) -> None:
+        """Write a run's held step checkpoints in one statement, without waiting for the disk.
+
+        When it fails, or a checkpoint it continues is missing (an earlier write failed), the run's next
+        save starts a segment of its own, so its later step checkpoints are written whole again.
+        """
         statement = self._statement(len(rows), False)
         params = tuple(param for row in rows for param in row.params)
-        await self._db.run("checkpoint save", functools.partial(self._save_delta, time.time(), statement, params))
+        written = False
+        try:
+            written = await self._db.run(
+                "checkpoint save", functools.partial(self._save_delta, time.time(), statement, params)
+            )
+        finally:
+            if not written:
+                self._deduper.rewind(run, None)
+        if not written:
+            raise RuntimeError("a step checkpoint they continue was never written")
 
     async def flush(self) -> None:
         """Write every step checkpoint this object holds back (``synchronous_steps`` False) now.
@@ -279,10 +336,10 @@ class HeldStepSaves:
         """
         await self._held.flush_now()
 
-    def write_held_soon(self, checkpoint_ids: list[str]) -> None:
-        """Start writing, in the background, the runs whose held step checkpoints include one of ``checkpoint_ids``.
+    async def write_held(self, checkpoint_ids: list[str]) -> None:
+        """Write the runs whose held step checkpoints include one of ``checkpoint_ids``, and the writes in flight.
 
-        A run's recorder calls it when the run ended without pausing or finishing (a failure), so a
-        restore elsewhere finds its step checkpoints without waiting for the delay.
+        A run's recorder calls it when the run ends, before the caller sees the outcome: after a failure
+        they are what a restore (on any worker, at once) starts from. A failed write is logged, not raised.
         """
-        self._held.flush_soon(checkpoint_ids)
+        await self._held.flush_now(checkpoint_ids)
