@@ -23,9 +23,9 @@ import functools
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Generator, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from agent_framework import WorkflowCheckpoint
 
@@ -36,6 +36,7 @@ from .postgres_rows_sql import save_many
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
 
+    from .._core_compat import StepCacheLog
     from .checkpoint_delta import DeltaSave, StepCacheDeduper
     from .checkpoint_seal import CheckpointSealer
     from .postgres_schema import PostgresPool
@@ -227,7 +228,7 @@ class HeldStepSaves:
         raise NotImplementedError
 
     @contextlib.contextmanager
-    def _superseding(self, checkpoint: WorkflowCheckpoint) -> Iterator[None]:
+    def _superseding(self, checkpoint: WorkflowCheckpoint) -> Generator[None, None, None]:
         """A pause: forget its run's held step checkpoints unwritten (its row holds their step results).
 
         Enter before the save's first ``await`` (it reads the save's offer) and save the pause inside. The
@@ -287,7 +288,7 @@ class HeldStepSaves:
         ids = list(dict.fromkeys(checkpoint_ids))
         dropped, runs = self._held.drop(set(ids))  # a finished run's held step checkpoints: never written
         for run, before in runs:  # a running run's next save appends to what is stored, not to them
-            self._deduper.rewind(run, before)
+            self._deduper.rewind(cast("StepCacheLog", run), before)
         for checkpoint_id in [checkpoint_id for checkpoint_id in ids if checkpoint_id in self._unwritten]:
             del self._unwritten[checkpoint_id]  # superseded by its run's pause before it was written
             dropped.add(checkpoint_id)
