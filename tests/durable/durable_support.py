@@ -246,3 +246,33 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
+
+
+def held_storage(url: str, schema: str, *, delay: float | None = 3600.0, **options: Any) -> Any:
+    """A ``PostgresCheckpointStorage`` whose held step checkpoints wait ``delay`` s for their run (None: default)."""
+    from agent_framework_functional import PostgresCheckpointStorage
+
+    storage = PostgresCheckpointStorage(url, schema=schema, **options)
+    if delay is not None:
+        storage._held._delay = delay  # pyright: ignore[reportPrivateUsage]
+    return storage
+
+
+async def checkpoints_elsewhere(url: str, schema: str, name: str) -> list[Any]:
+    """The workflow's checkpoints as another worker's ``PostgresCheckpointStorage`` lists them."""
+    from agent_framework_functional import PostgresCheckpointStorage
+
+    other = PostgresCheckpointStorage(url, schema=schema)
+    try:
+        return await other.list_checkpoints(workflow_name=name)
+    finally:
+        await other.aclose()
+
+
+async def until(predicate: Callable[[], Awaitable[bool]], what: str) -> None:
+    """Poll an async ``predicate`` (a hang guard of 30 s, not a timing check)."""
+    for _ in range(3000):
+        if await predicate():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"timed out waiting for {what}")

@@ -21,6 +21,7 @@ from typing import Any
 import psycopg
 import pytest
 from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
+from durable_support import checkpoints_elsewhere, held_storage, until
 
 from agent_framework_functional import PostgresCheckpointStorage, RunContext, step, workflow
 
@@ -66,29 +67,6 @@ async def _gated_pause(topic: str, ctx: RunContext) -> str:
     return await ctx.request_info({"draft": [first, second]}, response_type=str)
 
 
-def _storage(url: str, schema: str, **options: Any) -> PostgresCheckpointStorage:
-    storage = PostgresCheckpointStorage(url, schema=schema, **options)
-    storage._held._delay = 3600.0  # pyright: ignore[reportPrivateUsage]  # only the run's end or a read writes
-    return storage
-
-
-async def _seen_elsewhere(url: str, schema: str, name: str) -> list[WorkflowCheckpoint]:
-    other = PostgresCheckpointStorage(url, schema=schema)
-    try:
-        return await other.list_checkpoints(workflow_name=name)
-    finally:
-        await other.aclose()
-
-
-async def _until(predicate: Any, what: str) -> None:
-    """Poll a predicate (a hang guard of 30 s, not a timing check)."""
-    for _ in range(3000):
-        if await predicate():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 @contextlib.contextmanager
 def _segments_locked(url: str, schema: str, table: str = "delta_segments") -> Iterator[psycopg.Connection[Any]]:
     """Hold a SHARE lock on the segments table (or ``table``): saves wait at the server, reads do not."""
@@ -128,18 +106,18 @@ async def _run_to_first_gate(
     async def held() -> bool:
         return bool(saved)
 
-    await _until(held, "the first step's save")
+    await until(held, "the first step's save")
     return task
 
 
 async def test_a_pause_whose_save_is_refused_keeps_the_step_checkpoints_it_superseded(postgres_server: str) -> None:
     schema = f"t_{uuid.uuid4().hex}"
-    storage = _storage(postgres_server, schema)
+    storage = held_storage(postgres_server, schema)
     CALLS.clear()
     try:
         with pytest.raises(WorkflowCheckpointException, match="allowed_checkpoint_types"):
             await _refused.build(checkpoint_storage=storage).run("tea")  # the pause's save is refused
-        [checkpoint] = await _seen_elsewhere(postgres_server, schema, "held_refused")
+        [checkpoint] = await checkpoints_elsewhere(postgres_server, schema, "held_refused")
         assert list(checkpoint.state["_step_cache"].values()) == ["TEA"]  # the step's result, for a restore
         fixed = PostgresCheckpointStorage(
             postgres_server, schema=schema, allowed_checkpoint_types=[f"{__name__}:Unlisted"]
@@ -158,19 +136,19 @@ async def test_a_failed_run_s_step_checkpoint_is_on_the_server_when_the_failure_
     postgres_server: str,
 ) -> None:
     schema = f"t_{uuid.uuid4().hex}"
-    storage = _storage(postgres_server, schema)
+    storage = held_storage(postgres_server, schema)
     try:
         assert await storage.list_checkpoint_ids(workflow_name="held_gated") == []  # the schema exists
         task = await _run_to_first_gate(storage, "late")
         with _segments_locked(postgres_server, schema):
             GATES["late"][0].set()
             GATES["late"][1].set()  # the run fails; writing its held step checkpoints waits for the lock
-            await _until(lambda: _a_write_blocked(postgres_server), "the held write at the lock")
+            await until(lambda: _a_write_blocked(postgres_server), "the held write at the lock")
             surfaced_first = task.done()
         with pytest.raises(RuntimeError, match="the run fails"):
             await task
         assert not surfaced_first  # a host that restores on another worker at once would find nothing
-        checkpoint = (await _seen_elsewhere(postgres_server, schema, "held_gated"))[-1]
+        checkpoint = (await checkpoints_elsewhere(postgres_server, schema, "held_gated"))[-1]
         assert len(checkpoint.state["_step_cache"]) == 2
     finally:
         await storage.aclose()
@@ -178,19 +156,19 @@ async def test_a_failed_run_s_step_checkpoint_is_on_the_server_when_the_failure_
 
 async def test_a_cancelled_reader_does_not_cancel_another_run_s_held_write(postgres_server: str) -> None:
     schema = f"t_{uuid.uuid4().hex}"
-    storage = _storage(postgres_server, schema)
+    storage = held_storage(postgres_server, schema)
     try:
         assert await storage.list_checkpoint_ids(workflow_name="held_gated") == []
         task = await _run_to_first_gate(storage, "cut")
         with _segments_locked(postgres_server, schema):
             reader = asyncio.ensure_future(storage.list_checkpoint_ids(workflow_name="other"))  # writes held rows first
-            await _until(lambda: _a_write_blocked(postgres_server), "the held write at the lock")
+            await until(lambda: _a_write_blocked(postgres_server), "the held write at the lock")
             reader.cancel()  # e.g. a host's request that read the storage, cancelled by its client
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
         GATES["cut"][0].set()
         await storage.flush()
-        checkpoint = (await _seen_elsewhere(postgres_server, schema, "held_gated"))[-1]
+        checkpoint = (await checkpoints_elsewhere(postgres_server, schema, "held_gated"))[-1]
         assert len(checkpoint.state["_step_cache"]) == 1  # the first step's checkpoint, written after all
         GATES["cut"][1].set()
         with pytest.raises(RuntimeError, match="the run fails"):
@@ -203,13 +181,13 @@ async def test_after_a_failed_held_write_the_run_s_later_step_checkpoints_are_st
     postgres_server: str,
 ) -> None:
     schema = f"t_{uuid.uuid4().hex}"
-    storage = _storage(postgres_server, schema)
+    storage = held_storage(postgres_server, schema)
     try:
         assert await storage.list_checkpoint_ids(workflow_name="held_gated") == []
         task = await _run_to_first_gate(storage, "cut off")
         with _segments_locked(postgres_server, schema):
             flushing = asyncio.ensure_future(storage.flush())
-            await _until(lambda: _a_write_blocked(postgres_server), "the held write at the lock")
+            await until(lambda: _a_write_blocked(postgres_server), "the held write at the lock")
             with psycopg.connect(postgres_server, autocommit=True) as admin:  # the connection drops mid-write
                 for pid in _blocked_pids(postgres_server):
                     admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
@@ -219,7 +197,7 @@ async def test_after_a_failed_held_write_the_run_s_later_step_checkpoints_are_st
         with pytest.raises(RuntimeError, match="the run fails"):
             await task
         await storage.flush()
-        [checkpoint] = await _seen_elsewhere(postgres_server, schema, "held_gated")  # the second step's
+        [checkpoint] = await checkpoints_elsewhere(postgres_server, schema, "held_gated")  # the second step's
         assert len(checkpoint.state["_step_cache"]) == 2
     finally:
         await storage.aclose()
@@ -227,20 +205,20 @@ async def test_after_a_failed_held_write_the_run_s_later_step_checkpoints_are_st
 
 async def test_a_run_s_held_writes_commit_in_order(postgres_server: str) -> None:
     schema = f"t_{uuid.uuid4().hex}"
-    storage = _storage(postgres_server, schema)
+    storage = held_storage(postgres_server, schema)
     saved: list[str] = []
     try:
         assert await storage.list_checkpoint_ids(workflow_name="held_gated") == []
         task = await _run_to_first_gate(storage, "order", saved)
         with _segments_locked(postgres_server, schema, "delta_checkpoints"):  # the segment row exists, uncommitted
             first = asyncio.ensure_future(storage.flush())  # the first step's row (a slow server: > 0.2 s)
-            await _until(lambda: _a_write_blocked(postgres_server), "the first write at the lock")
+            await until(lambda: _a_write_blocked(postgres_server), "the first write at the lock")
             GATES["order"][0].set()
 
             async def second_held() -> bool:
                 return len(saved) == 2
 
-            await _until(second_held, "the second step's save")
+            await until(second_held, "the second step's save")
             second = asyncio.ensure_future(storage.flush())  # its timer fires while the first write waits
             await asyncio.wait([second], timeout=1.0)  # a second write sent now finds no segment yet
         await first
@@ -248,7 +226,7 @@ async def test_a_run_s_held_writes_commit_in_order(postgres_server: str) -> None
         GATES["order"][1].set()
         with pytest.raises(RuntimeError, match="the run fails"):
             await task
-        checkpoint = (await _seen_elsewhere(postgres_server, schema, "held_gated"))[-1]
+        checkpoint = (await checkpoints_elsewhere(postgres_server, schema, "held_gated"))[-1]
         assert checkpoint.checkpoint_id == saved[1] and len(checkpoint.state["_step_cache"]) == 2
     finally:
         await storage.aclose()
@@ -258,25 +236,25 @@ async def test_a_run_cancelled_before_its_pause_is_sent_keeps_the_step_checkpoin
     postgres_server: str,
 ) -> None:
     schema = f"t_{uuid.uuid4().hex}"
-    storage = _storage(postgres_server, schema)
+    storage = held_storage(postgres_server, schema)
     saved: list[str] = []
     try:
         assert await storage.list_checkpoint_ids(workflow_name="held_gated_pause") == []
         task = await _run_to_first_gate(storage, "stop", saved, _gated_pause)
         with _segments_locked(postgres_server, schema):
             flushing = asyncio.ensure_future(storage.flush())  # the first step's row waits at the server
-            await _until(lambda: _a_write_blocked(postgres_server), "the first write at the lock")
+            await until(lambda: _a_write_blocked(postgres_server), "the first write at the lock")
             GATES["stop"][0].set()  # the second step is held; the pause waits for the first write
 
             async def pause_waits() -> bool:
                 return bool(storage._unsent)  # pyright: ignore[reportPrivateUsage]
 
-            await _until(pause_waits, "the pause's save")
+            await until(pause_waits, "the pause's save")
             task.cancel()  # e.g. the caller hung up: the pause's statement was never sent
         with pytest.raises(asyncio.CancelledError):
             await task
         await flushing
-        checkpoint = (await _seen_elsewhere(postgres_server, schema, "held_gated_pause"))[-1]
+        checkpoint = (await checkpoints_elsewhere(postgres_server, schema, "held_gated_pause"))[-1]
         assert checkpoint.checkpoint_id == saved[1] and len(checkpoint.state["_step_cache"]) == 2
     finally:
         await storage.aclose()
@@ -284,7 +262,7 @@ async def test_a_run_cancelled_before_its_pause_is_sent_keeps_the_step_checkpoin
 
 async def test_deleting_a_running_run_s_held_checkpoint_keeps_its_next_one_writable(postgres_server: str) -> None:
     schema = f"t_{uuid.uuid4().hex}"
-    storage = _storage(postgres_server, schema)
+    storage = held_storage(postgres_server, schema)
     saved: list[str] = []
     try:
         task = await _run_to_first_gate(storage, "prune", saved)
@@ -293,17 +271,19 @@ async def test_deleting_a_running_run_s_held_checkpoint_keeps_its_next_one_writa
         GATES["prune"][1].set()
         with pytest.raises(RuntimeError, match="the run fails"):
             await task
-        [checkpoint] = await _seen_elsewhere(postgres_server, schema, "held_gated")
+        [checkpoint] = await checkpoints_elsewhere(postgres_server, schema, "held_gated")
         assert checkpoint.checkpoint_id == saved[1] and len(checkpoint.state["_step_cache"]) == 2
     finally:
         await storage.aclose()
 
 
-def test_a_script_whose_run_fails_leaves_its_restore_point_without_closing_the_storage(postgres_server: str) -> None:
+def test_a_script_whose_run_fails_leaves_its_restore_point_without_closing_the_storage(
+    postgres_server: str,
+) -> None:
     schema = f"t_{uuid.uuid4().hex}"
 
     async def script() -> None:  # asyncio.run(main()) of a script that forgets aclose(): the failure ends it
-        storage = _storage(postgres_server, schema)
+        storage = held_storage(postgres_server, schema)
         task = await _run_to_first_gate(storage, "script")
         GATES["script"][0].set()
         GATES["script"][1].set()
@@ -311,5 +291,5 @@ def test_a_script_whose_run_fails_leaves_its_restore_point_without_closing_the_s
 
     with pytest.raises(RuntimeError, match="the run fails"):
         asyncio.run(script())  # cancels what is still running, then closes the loop
-    checkpoint = asyncio.run(_seen_elsewhere(postgres_server, schema, "held_gated"))[-1]
+    checkpoint = asyncio.run(checkpoints_elsewhere(postgres_server, schema, "held_gated"))[-1]
     assert len(checkpoint.state["_step_cache"]) == 2

@@ -18,6 +18,7 @@ from typing import Any
 import psycopg
 import pytest
 from agent_framework import WorkflowCheckpoint
+from durable_support import checkpoints_elsewhere, held_storage, until
 
 from agent_framework_functional import (
     PostgresCheckpointStorage,
@@ -75,35 +76,15 @@ def saves() -> Iterator[list[str]]:
         psycopg.AsyncConnection.execute = execute  # type: ignore[method-assign]
 
 
-def _storage(url: str, schema: str, *, delay: float | None = None) -> PostgresCheckpointStorage:
-    storage = PostgresCheckpointStorage(url, schema=schema)
-    if delay is not None:
-        storage._held._delay = delay  # pyright: ignore[reportPrivateUsage]
-    return storage
-
-
 async def _ids_seen_by_another_worker(url: str, schema: str, name: str) -> list[str]:
-    other = PostgresCheckpointStorage(url, schema=schema)
-    try:
-        return await other.list_checkpoint_ids(workflow_name=name)
-    finally:
-        await other.aclose()
-
-
-async def _until(predicate: Any, what: str) -> None:
-    """Poll an async ``predicate`` (a hang guard of 30 s, not a timing check)."""
-    for _ in range(3000):
-        if await predicate():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
+    return [checkpoint.checkpoint_id for checkpoint in await checkpoints_elsewhere(url, schema, name)]
 
 
 async def test_a_cycle_writes_no_step_checkpoint_only_the_pause_s_row_holding_their_results(
     postgres_server: str, saves: list[str]
 ) -> None:
     schema = f"t_{uuid.uuid4().hex}"
-    storage = _storage(postgres_server, schema, delay=3600.0)
+    storage = held_storage(postgres_server, schema, delay=3600.0)
     store = PostgresContinuationStore(postgres_server, schema=schema)
     try:
         wf = _review.build(checkpoint_storage=storage, continuation_store=store)
@@ -126,7 +107,10 @@ async def test_a_cycle_writes_no_step_checkpoint_only_the_pause_s_row_holding_th
 
 async def test_another_worker_restores_the_pause_and_its_step_results(postgres_server: str) -> None:
     schema = f"t_{uuid.uuid4().hex}"
-    storage, other = _storage(postgres_server, schema, delay=3600.0), _storage(postgres_server, schema)
+    storage, other = (
+        held_storage(postgres_server, schema, delay=3600.0),
+        held_storage(postgres_server, schema, delay=None),
+    )
     store, other_store = (PostgresContinuationStore(postgres_server, schema=schema) for _ in range(2))
     try:
         paused = await _review.build(checkpoint_storage=storage, continuation_store=store).run("note")
@@ -161,7 +145,7 @@ async def _rounds(topic: str, ctx: RunContext) -> str:
 @pytest.mark.parametrize("workers", ["same", "other", "alternating"])
 async def test_two_pauses_resumed_on_any_worker_run_each_step_once(postgres_server: str, workers: str) -> None:
     schema = f"t_{uuid.uuid4().hex}"
-    storages = [_storage(postgres_server, schema, delay=3600.0) for _ in range(2)]
+    storages = [held_storage(postgres_server, schema, delay=3600.0) for _ in range(2)]
     stores = [PostgresContinuationStore(postgres_server, schema=schema) for _ in range(2)]
     order = {"same": [0, 0, 0], "other": [0, 1, 1], "alternating": [0, 1, 0]}[workers]
     CALLS.clear()
@@ -208,14 +192,14 @@ async def _run_to_gate(
 
 async def test_a_running_run_s_step_checkpoint_is_written_after_the_delay(postgres_server: str) -> None:
     schema = f"t_{uuid.uuid4().hex}"
-    storage = _storage(postgres_server, schema, delay=0.05)
+    storage = held_storage(postgres_server, schema, delay=0.05)
     try:
         task = await _run_to_gate(storage, "slow")
 
         async def seen() -> bool:
             return len(await _ids_seen_by_another_worker(postgres_server, schema, "held_waits")) == 1
 
-        await _until(seen, "the held step checkpoint on the server")
+        await until(seen, "the held step checkpoint on the server")
         GATE["slow"].set()
         assert (await task).get_outputs() == ["SLOW"]
     finally:
@@ -224,7 +208,7 @@ async def test_a_running_run_s_step_checkpoint_is_written_after_the_delay(postgr
 
 async def test_a_failed_run_s_step_checkpoint_is_written_when_it_ends(postgres_server: str) -> None:
     schema = f"t_{uuid.uuid4().hex}"
-    storage = _storage(postgres_server, schema, delay=3600.0)  # only the run's end can write it
+    storage = held_storage(postgres_server, schema, delay=3600.0)  # only the run's end can write it
     try:
         task = await _run_to_gate(storage, "fail early")
         assert await _ids_seen_by_another_worker(postgres_server, schema, "held_waits") == []  # held
@@ -235,7 +219,7 @@ async def test_a_failed_run_s_step_checkpoint_is_written_when_it_ends(postgres_s
         async def seen() -> bool:
             return len(await _ids_seen_by_another_worker(postgres_server, schema, "held_waits")) == 1
 
-        await _until(seen, "the failed run's step checkpoint on the server")
+        await until(seen, "the failed run's step checkpoint on the server")
         [checkpoint] = await storage.list_checkpoints(workflow_name="held_waits")
         assert checkpoint.state["_step_cache"]  # the step's result, for a restore
     finally:
@@ -244,8 +228,8 @@ async def test_a_failed_run_s_step_checkpoint_is_written_when_it_ends(postgres_s
 
 async def test_reads_and_close_write_what_the_storage_holds(postgres_server: str) -> None:
     schema = f"t_{uuid.uuid4().hex}"
-    storage = _storage(postgres_server, schema, delay=3600.0)
-    closed = _storage(postgres_server, schema, delay=3600.0)
+    storage = held_storage(postgres_server, schema, delay=3600.0)
+    closed = held_storage(postgres_server, schema, delay=3600.0)
     try:
         task = await _run_to_gate(storage, "read")
         assert await _ids_seen_by_another_worker(postgres_server, schema, "held_waits") == []
@@ -265,7 +249,7 @@ async def test_reads_and_close_write_what_the_storage_holds(postgres_server: str
 
 async def test_a_held_checkpoint_loads_by_id(postgres_server: str) -> None:
     schema = f"t_{uuid.uuid4().hex}"
-    storage = _storage(postgres_server, schema, delay=3600.0)
+    storage = held_storage(postgres_server, schema, delay=3600.0)
     try:
         saved: list[str] = []
         task = await _run_to_gate(storage, "load", saved)
