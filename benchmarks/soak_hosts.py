@@ -56,6 +56,7 @@ import time
 import uuid
 import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import agent_framework
@@ -480,16 +481,21 @@ def phase_slopes(soak: Soak, args: argparse.Namespace) -> tuple[float, float]:
     return slope_kb_per_1000(sequential, args.warmup), slope_kb_per_1000(concurrent, 0)
 
 
-def released_slope(soak: Soak, args: argparse.Namespace) -> float:
+def released_slope(soak: Soak, args: argparse.Namespace, half: int | None = None) -> float:
     """RSS slope (KB per 1,000 answered) over the RSS read right after each release, in the steady window.
 
     Between two releases (``ReleaseFreeMemory``, at most one a minute) RSS also holds the pages requests
     freed since the last one; right after a release it holds what is in use, so these points tell what
-    stays from what the allocator keeps for up to a minute.
+    stays from what the allocator keeps for up to a minute. ``half`` (0 or 1) takes only the first or the
+    second half of the steady window's releases: growth that levels off (the allocator's pools filling up)
+    shows as a first half that grows and a second that does not; a leak grows in both.
     """
     steady = [
         (t, answered, rss, 0, 0, 0) for t, answered, rss in soak.released if t >= soak.concurrent_started + args.settle
     ]
+    if half is not None:
+        middle = len(steady) // 2
+        steady = steady[:middle] if half == 0 else steady[middle:]
     return slope_kb_per_1000(steady, 0)
 
 
@@ -530,6 +536,7 @@ def report(soak: Soak, args: argparse.Namespace) -> dict[str, Any]:
         "steady_answered": steady[-1][1] - steady[0][1] if steady else 0,
         "steady_rss_mb_by_quarter": [round(kb / 1024, 2) for kb in quarters],
         "steady_released_slope_kb_per_1000": round(released_slope(soak, args), 1),
+        "steady_released_slope_by_half": [round(released_slope(soak, args, half), 1) for half in (0, 1)],
         "steady_releases": len([r for r in soak.released if r[0] >= soak.concurrent_started + args.settle]),
         "concurrent_rate_per_s": round(concurrent / seconds, 1) if seconds > 0 else None,
         "fds_first_last": (first[3], last[3]),
@@ -545,12 +552,19 @@ def report(soak: Soak, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def dump(path: Path, soak: Soak) -> None:
+    """Write a host's raw samples, releases and approval turns as JSON (``--dump``), for a look at their shape."""
+    path.write_text(json.dumps({"samples": soak.samples, "released": soak.released, "turns": soak.turns}))
+
+
 async def main(args: argparse.Namespace) -> list[dict[str, Any]]:
     results: list[dict[str, Any]] = []
     for host in args.hosts.split(","):
         soak = await soak_host(host, args)
         results.append(report(soak, args))
         print(json.dumps(results[-1]), flush=True)
+        if args.dump:
+            dump(Path(f"{args.dump}.{host}.json"), soak)
     return results
 
 
@@ -574,6 +588,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--cap", type=int, help="the session store's max_entries (DevUI: max_conversations), as a user would set it"
     )
+    parser.add_argument("--dump", help="write each host's raw samples, releases and turns to DUMP.<host>.json")
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny sizes, numbers meaningless")
     args = parser.parse_args(argv)
     if args.quick:
