@@ -12,12 +12,15 @@ import asyncio
 import contextlib
 import contextvars
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from agent_framework import CheckpointStorage, WorkflowCheckpoint
 
 from ._expiry import checkpoint_deletions
 from ._step_cache import HOLD_STEP_SAVES
+
+if TYPE_CHECKING:
+    from ._durable.postgres_joint import HeldPause, PostgresJoint
 
 _T = TypeVar("_T")
 
@@ -41,9 +44,11 @@ class RecordingCheckpointStorage:
     __slots__ = (
         "failed_load",
         "gone",
+        "held_pause",
         "inner",
         "keep",
         "last_saved_id",
+        "pause_writer",
         "preloaded",
         "resumed_checkpoint_id",
         "saved_ids",
@@ -63,6 +68,10 @@ class RecordingCheckpointStorage:
         self.preloaded: WorkflowCheckpoint | None = None
         # A restore's load that failed before core's run (id, error): core's load raises it (core's failure surface).
         self.failed_load: tuple[str, Exception] | None = None
+        # A store and storage on one database (``postgres_joint``): the pause's save waits for its record in
+        # ``held_pause``, and both go in one statement (StoreAuthority.record_pause takes it).
+        self.pause_writer: PostgresJoint | None = None
+        self.held_pause: HeldPause | None = None
 
     @property
     def drops_final_checkpoint(self) -> bool:
@@ -73,6 +82,14 @@ class RecordingCheckpointStorage:
         return not self.keep
 
     async def save(self, checkpoint: WorkflowCheckpoint) -> str:
+        writer = self.pause_writer
+        if writer is not None and checkpoint.pending_request_info_events and not self.keep:
+            held = await writer.hold(checkpoint)
+            if held is not None:
+                self.held_pause = held
+                self.last_saved_id = held.checkpoint_id
+                self.saved_ids.append(held.checkpoint_id)
+                return held.checkpoint_id
         if self.keep:
             checkpoint_id = await self.inner.save(checkpoint)
         else:  # the chain is deleted when the run ends: a storage may hold a step's save for the next one
@@ -85,12 +102,21 @@ class RecordingCheckpointStorage:
         self.saved_ids.append(checkpoint_id)
         return checkpoint_id
 
+    def take_held_pause(self) -> HeldPause | None:
+        """The pause's held checkpoint save, to write with its record (None: it was saved already)."""
+        held, self.held_pause = self.held_pause, None
+        return held
+
     async def settle(self) -> None:
         """The run ended: have the storage write the step checkpoints it still holds back for it.
 
         After a pause or a finish there are none (the pause's row holds them, the finish deleted them);
         after a failure they are what a restore starts from, written before the caller sees the failure.
+        A held pause no record took (the run ended without issuing its token) is saved alone.
         """
+        held = self.take_held_pause()
+        if held is not None:
+            await held.write_alone()
         write_held = getattr(self.inner, "write_held", None)
         if write_held is not None and self.saved_ids:
             await write_held(list(self.saved_ids))

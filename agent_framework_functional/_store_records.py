@@ -12,9 +12,10 @@ import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from agent_framework import CheckpointStorage, WorkflowEvent
+from agent_framework import CheckpointStorage, WorkflowCheckpoint, WorkflowEvent
 
 from ._continuation import Continuation, hash_secret, presented_secret
+from ._durable.postgres_joint import HeldPause, PostgresJoint, joint
 from ._errors import ContinuationAuthorityError
 from ._expiry import delete_checkpoint
 from ._response_types import describe_requests, resolve_type
@@ -35,7 +36,7 @@ class StoreRecords:
         memory: The in-memory authority whose ``conversation`` a record must name (or none).
     """
 
-    __slots__ = ("checkpoint_storage", "identity", "memory", "store")
+    __slots__ = ("_joint", "checkpoint_storage", "identity", "memory", "store")
 
     def __init__(
         self,
@@ -48,6 +49,7 @@ class StoreRecords:
         self.checkpoint_storage = checkpoint_storage
         self.identity = identity
         self.memory = memory
+        self._joint: PostgresJoint | bool | None = False  # False: not looked for yet
 
     async def claimable(self, token: object) -> ContinuationRecord:
         """:meth:`get` for a presented token (a malformed one: ``ContinuationAuthorityError``)."""
@@ -63,7 +65,33 @@ class StoreRecords:
             ContinuationAuthorityError: No record, another workflow, version or conversation, not
                 ``issued``, or expired (unless ``allow_expired``).
         """
-        record = await self.store.get(token_hash)
+        return self._checked(await self.store.get(token_hash), allow_expired=allow_expired)
+
+    async def get_paused(self, token_hash: str) -> tuple[ContinuationRecord, Callable[[], WorkflowCheckpoint] | None]:
+        """:meth:`get`, and what decodes the pause's checkpoint when it came with the record (else None: load it).
+
+        A Postgres store and storage on one database read both in one round trip
+        (``_durable/postgres_joint.py``); the checkpoint is decoded only after the record passed.
+
+        Raises:
+            ContinuationAuthorityError: As :meth:`get`.
+        """
+        pair = self.joint()
+        if pair is not None:
+            found = await pair.read(token_hash)
+            if found is not None:
+                return self._checked(found[0], allow_expired=False), found[1]
+        return await self.get(token_hash), None
+
+    def joint(self) -> PostgresJoint | None:
+        """The store and the storage as one database's pair (``_durable/postgres_joint.py``), or None."""
+        pair = self._joint
+        if pair is False:
+            pair = self._joint = joint(self.store, self.checkpoint_storage)
+        return pair if isinstance(pair, PostgresJoint) else None
+
+    def _checked(self, record: ContinuationRecord | None, *, allow_expired: bool) -> ContinuationRecord:
+        """``record`` if this workflow may act on it (see :meth:`get`)."""
         name, signature_hash = self.identity()
         if (
             record is None
@@ -76,15 +104,20 @@ class StoreRecords:
         return record
 
     async def pause_requests(
-        self, record: ContinuationRecord, recorder: RecordingCheckpointStorage | None = None
+        self,
+        record: ContinuationRecord,
+        recorder: RecordingCheckpointStorage | None = None,
+        read: Callable[[], WorkflowCheckpoint] | None = None,
     ) -> dict[str, WorkflowEvent[Any]]:
         """The ``request_info`` events of a recorded pause, from its checkpoint (non-mutating).
+
+        ``read``: decodes the checkpoint :meth:`get_paused` fetched with the record (None: load it).
 
         Raises:
             ContinuationAuthorityError: The checkpoint is gone: the pause was resumed or abandoned meanwhile.
         """
         try:
-            checkpoint = await self.checkpoint_storage.load(record.checkpoint_id)
+            checkpoint = read() if read is not None else await self.checkpoint_storage.load(record.checkpoint_id)
         except Exception:
             await self.get(record.token_hash)  # raises the authority error once the pause is gone
             raise
@@ -94,23 +127,33 @@ class StoreRecords:
         return {request_id: events[request_id] for request_id in record.pending_request_ids if request_id in events}
 
     async def save(
-        self, continuation: Continuation, checkpoint_id: str, workflow_name: str, signature_hash: str
+        self,
+        continuation: Continuation,
+        checkpoint_id: str,
+        workflow_name: str,
+        signature_hash: str,
+        pause: HeldPause | None = None,
     ) -> None:
-        """Record a saved pause (its token's hash, the chain's response types, the conversation)."""
+        """Record a saved pause (its token's hash, the chain's response types, the conversation).
+
+        ``pause``: the pause's checkpoint save the run's recorder held: written with the record, in one statement.
+        """
         now = self.store.now()
-        await self.store.save(
-            ContinuationRecord(
-                token_hash=hash_secret(continuation.secret),
-                workflow_name=workflow_name,
-                signature_hash=signature_hash,
-                checkpoint_id=checkpoint_id,
-                pending_request_ids=tuple(continuation.pending_requests),
-                created_at=now,
-                expires_at=now + self.store.ttl_seconds,
-                response_types=describe_requests(continuation.known_requests()),
-                conversation=self.memory.conversation,
-            )
+        record = ContinuationRecord(
+            token_hash=hash_secret(continuation.secret),
+            workflow_name=workflow_name,
+            signature_hash=signature_hash,
+            checkpoint_id=checkpoint_id,
+            pending_request_ids=tuple(continuation.pending_requests),
+            created_at=now,
+            expires_at=now + self.store.ttl_seconds,
+            response_types=describe_requests(continuation.known_requests()),
+            conversation=self.memory.conversation,
         )
+        if pause is not None:
+            await pause.write(record)
+        else:
+            await self.store.save(record)
 
     async def still_claimable(self, continuation: Continuation) -> bool:
         """True while the store has ``continuation``'s pause claimable (any conversation, no identity check)."""

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, cast
 from agent_framework import WorkflowCheckpoint
 
 from .._step_cache import HOLD_STEP_SAVES, step_cache_offer
-from .postgres_rows import delta_params
+from .postgres_rows import check_storable, delta_params
 from .postgres_rows_sql import save_many
 
 if TYPE_CHECKING:
@@ -269,6 +269,27 @@ class HeldStepSaves:
         self._deduper.saved(plan, checkpoint.checkpoint_id)  # its run's next save appends after it
         self._held.hold(plan.log, HeldSave(checkpoint.checkpoint_id, params), before)
         return True
+
+    async def hold_pause(self, checkpoint: WorkflowCheckpoint) -> tuple[DeltaSave, tuple[Any, ...]] | None:
+        """Plan a pause's save for a statement that writes its record too (``postgres_joint``); None: save it.
+
+        Call from the save's task (it reads the offer). As a written pause does, it forgets its run's held
+        step checkpoints (its row holds their step results) and waits for the run's writes in flight. The
+        caller then owns the plan: :meth:`StepCacheDeduper.saved` once written, ``forget`` if not.
+
+        Raises:
+            WorkflowCheckpointException: As :meth:`save`: the checkpoint cannot be encoded or stored.
+        """
+        check_storable(checkpoint)
+        if not self._db.ready or not holdable(checkpoint):
+            return None
+        with self._superseding(checkpoint):
+            plan = self._deduper.prepare(checkpoint)
+            if plan is None:
+                return None  # stored whole by the caller's save
+            await self._held.written_by(plan.log)
+            self._unsent.discard(checkpoint.checkpoint_id)
+            return plan, delta_params(checkpoint, plan, self.sealer, self._times())
 
     async def _with_held(
         self, checkpoint: WorkflowCheckpoint, plan: DeltaSave, params: tuple[Any, ...]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import select
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -97,6 +98,17 @@ async def _usable(conn: AsyncConnection[Any]) -> bool:
     return conn.info.transaction_status == TransactionStatus.IDLE
 
 
+@functools.lru_cache(maxsize=64)
+def _same_conninfo(one: str, other: str) -> bool:
+    """Whether two connection strings parse the same (once per pair: a workflow build asks)."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        return conninfo_to_dict(one) == conninfo_to_dict(other)
+    except Exception:  # a connection string psycopg cannot parse: the pool's own error comes on first use
+        return False
+
+
 class PostgresPool:
     """One backend's access to PostgreSQL: a lazily opened pool, its schema, and outage errors.
 
@@ -154,6 +166,23 @@ class PostgresPool:
         self._kept: tuple[AsyncConnection[Any], float] | None = None
         self._ready = False
         self._ready_lock = asyncio.Lock()
+
+    @property
+    def ready(self) -> bool:
+        """Whether the pool is open and the schema was checked (the first operation does both)."""
+        return self._ready
+
+    def shares_database(self, other: PostgresPool) -> bool:
+        """Whether ``other`` reaches the same database as the same user: the same pool, or equal connection strings.
+
+        Compared parsed (``conninfo_to_dict``), so the order of the parameters does not matter.
+        """
+        if self._pool is other._pool:
+            return True
+        mine, theirs = self._pool.conninfo, other._pool.conninfo
+        if not isinstance(mine, str) or not isinstance(theirs, str):  # a callable conninfo: nothing to compare
+            return False
+        return mine == theirs or _same_conninfo(mine, theirs)
 
     def statements(self, texts: Mapping[str, str]) -> dict[str, bytes]:
         """``texts`` with ``{schema}`` filled in, each rendered once to bytes.
