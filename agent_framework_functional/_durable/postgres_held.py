@@ -270,6 +270,38 @@ class HeldStepSaves:
         self._held.hold(plan.log, HeldSave(checkpoint.checkpoint_id, params), before)
         return True
 
+    @property
+    def database(self) -> PostgresPool:
+        """The storage's pool and schema (a store on the same database writes a pause with it: ``postgres_joint``)."""
+        return self._db
+
+    def holds(self, checkpoint_id: str) -> bool:
+        """Whether this object holds ``checkpoint_id`` unwritten (a read elsewhere would not find it)."""
+        return self._held.holds([checkpoint_id])
+
+    def pause_written(self, plan: DeltaSave, checkpoint_id: str) -> None:
+        """A pause :meth:`hold_pause` planned was written (by the store's statement): its run's saves continue it."""
+        self._deduper.saved(plan, checkpoint_id)
+
+    def pause_refused(self, plan: DeltaSave) -> None:
+        """A pause :meth:`hold_pause` planned was not written as planned: its run's next save starts a segment."""
+        self._deduper.forget(plan)
+
+    def decode_row(
+        self, checkpoint_id: str, head: tuple[Any, ...], chunks: dict[tuple[int, int], bytes]
+    ) -> WorkflowCheckpoint:
+        """Decode a version-3 row's head columns over its segments' chunks, as ``load`` does (each opened first).
+
+        Raises:
+            WorkflowCheckpointException: A part does not open or decode.
+        """
+        return self._delta(checkpoint_id, head, chunks)
+
+    def _delta(
+        self, checkpoint_id: str | None, row: tuple[Any, ...], chunks: dict[tuple[int, int], bytes]
+    ) -> WorkflowCheckpoint:
+        raise NotImplementedError
+
     async def hold_pause(self, checkpoint: WorkflowCheckpoint) -> tuple[DeltaSave, tuple[Any, ...]] | None:
         """Plan a pause's save for a statement that writes its record too (``postgres_joint``); None: save it.
 

@@ -120,7 +120,7 @@ class HeldPause:
             return await (await conn.execute(statement, params)).fetchone()
 
         try:
-            row = await store._write("save", write)  # pyright: ignore[reportPrivateUsage]  # its purge, when due
+            row = await store.write("save", write)  # its purge, when due
         except UniqueViolation as exc:
             await self.write_alone()
             raise ValueError("A continuation with this token hash is already recorded; issue a new token.") from exc
@@ -133,15 +133,15 @@ class HeldPause:
             task.add_done_callback(_ALONE.discard)
             raise
         if row is not None and row[0]:
-            storage._deduper.saved(self._plan, self.checkpoint_id)  # pyright: ignore[reportPrivateUsage]
+            storage.pause_written(self._plan, self.checkpoint_id)
             return
-        storage._deduper.forget(self._plan)  # pyright: ignore[reportPrivateUsage]
+        storage.pause_refused(self._plan)
         await storage.save(self._checkpoint)  # whole (no offer here): the record names it
 
     async def write_alone(self) -> None:
         """Save the checkpoint on its own, whole; a failure is logged (the pause's restore point, best effort)."""
         storage = self._joint.storage
-        storage._deduper.forget(self._plan)  # pyright: ignore[reportPrivateUsage]
+        storage.pause_refused(self._plan)
         try:
             await storage.save(self._checkpoint)
         except Exception as exc:
@@ -188,14 +188,14 @@ class PostgresJoint:
             psycopg.OperationalError: PostgreSQL is unreachable (as the store's ``get``).
         """
         store, storage = self.store, self.storage
-        if not storage._db.ready:  # pyright: ignore[reportPrivateUsage]  # its first use migrates its tables
+        if not storage.database.ready:  # its first use migrates its tables
             return None
         params = {"hash": token_hash, "now": time.time()}
 
         async def read(conn: AsyncConnection[Any]) -> list[tuple[Any, ...]]:
             return await (await conn.execute(self._load, params)).fetchall()
 
-        found = await store._db.run("read", read)  # pyright: ignore[reportPrivateUsage]
+        found = await store.database.run("read", read)
         width = len(RECORD_COLUMNS)
         row = next((got[1 : 1 + width] for got in found if got[0] == 0), None)
         rows = [got[1 + width :] for got in found if got[0] == 1]
@@ -204,10 +204,10 @@ class PostgresJoint:
         record = ContinuationRecord.from_row(token_hash, row)
         head = next((found for found in rows if found[0]), None)
         key = row_key(record.checkpoint_id)
-        if head is None or str(head[4]) != key or storage._held.holds([record.checkpoint_id]):  # pyright: ignore[reportPrivateUsage]
+        if head is None or str(head[4]) != key or storage.holds(record.checkpoint_id):
             return record, None
         chunks = chunk_map([found[1 + HEAD_COLUMNS :] for found in rows if not found[0]])
-        return record, partial(storage._delta, record.checkpoint_id, head[1 : 1 + HEAD_COLUMNS], chunks)  # pyright: ignore[reportPrivateUsage]
+        return record, partial(storage.decode_row, record.checkpoint_id, head[1 : 1 + HEAD_COLUMNS], chunks)
 
 
 def joint(store: ContinuationStore, storage: CheckpointStorage) -> PostgresJoint | None:
@@ -217,6 +217,6 @@ def joint(store: ContinuationStore, storage: CheckpointStorage) -> PostgresJoint
     """
     if type(store) is not PostgresContinuationStore or type(storage) is not PostgresCheckpointStorage:
         return None
-    if not storage._db.shares_database(store._db):  # pyright: ignore[reportPrivateUsage]
+    if not storage.database.shares_database(store.database):
         return None
     return PostgresJoint(store, storage)

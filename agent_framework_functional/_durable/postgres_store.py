@@ -198,6 +198,21 @@ class PostgresContinuationStore(TimedStore):
         """The PostgreSQL schema that holds the store's tables."""
         return self._db.schema
 
+    @property
+    def database(self) -> PostgresPool:
+        """The store's pool and schema (a storage on the same database reads and writes pauses with it)."""
+        return self._db
+
+    async def write(self, what: str, operation: Callable[[AsyncConnection[Any]], Any]) -> Any:
+        """Run one write of ``operation`` on a pooled connection, after the purge when one is due (same connection).
+
+        For a statement that writes a record with another table's rows (``postgres_joint``).
+
+        Raises:
+            psycopg.OperationalError: PostgreSQL is unreachable or the connection broke.
+        """
+        return await self._write(what, operation)
+
     async def save(self, record: ContinuationRecord) -> None:
         """Insert a freshly issued record (committed before this returns).
 
