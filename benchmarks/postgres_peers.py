@@ -12,8 +12,10 @@ paired block ratios ``ours/lg`` per clock (below 1: ours is faster).
 from __future__ import annotations
 
 import contextlib
+import gc
 import statistics
 import sys
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -119,31 +121,73 @@ def _langgraph_makers(url: str) -> tuple[Callable[[Path], Awaitable[Any]], Calla
 
 
 async def beside_langgraph_postgres(url: str, *, rounds: int, cycles: int, warmup: int, scratch: Path) -> None:
-    """Print ours against ``AsyncPostgresSaver`` on one server, same and other worker, CPU and wall."""
+    """Print ours against ``AsyncPostgresSaver`` on one server, same and other worker, CPU and wall.
+
+    Two tables. **Long-lived workers**: each side's stores, savers and pools are made once and warmed up
+    (``LONG_LIVED_WARMUP`` cycles), then every round times ``cycles`` more on them, as a worker that has been
+    serving for a while runs them. **Fresh resources**: every timed block makes new ones (new pools, so new
+    server connections, whose first statements also pay for parsing and for compiling PL/pgSQL), its
+    first cycle untimed; this is the cost right after a worker starts.
+    """
     import bench_peers as bp
 
     blocks = makers(url)
     names = list(blocks)
+    live = {name: await blocks[name](scratch) for name in names}
+    try:
+        for name in names:
+            await _timed(live[name], LONG_LIVED_WARMUP if warmup else 1)  # --quick: no warm-up blocks
+        kept = await _rounds(names, rounds, lambda name: _timed(live[name], cycles))
+    finally:
+        for block in live.values():
+            await block.close()
     for _ in range(warmup):
         for name in names:
             await bp._time_block(blocks[name], cycles, scratch)
+    fresh = await _rounds(names, rounds, lambda name: bp._time_block(blocks[name], cycles, scratch))
+    for title, samples in (("long-lived workers", kept), ("fresh resources per block", fresh)):
+        print()
+        print(
+            f"{f'beside LangGraph on PostgreSQL, {title}, {rounds} rounds':<58}{'ours us':>10}{'lg us':>10}"
+            f"{'ours/lg':>9}   (AsyncPostgresSaver; medians, paired ratios)"
+        )
+        for worker in ("same", "other"):
+            for position, clock in enumerate(("cpu", "wall")):
+                ours = [sample[position] for sample in samples[f"ours {worker}"]]
+                lg = [sample[position] for sample in samples[f"lg {worker}"]]
+                paired = statistics.median(a / b for a, b in zip(ours, lg, strict=True))
+                label = f"Postgres {worker} worker, {clock}"
+                print(f"{label:<58}{statistics.median(ours):>10.1f}{statistics.median(lg):>10.1f}{paired:>9.3f}")
+
+
+LONG_LIVED_WARMUP = 30
+"""Cycles each long-lived side runs before its first timed round (its pools' connections warm)."""
+
+
+async def _rounds(
+    names: list[str], rounds: int, time_one: Callable[[str], Awaitable[tuple[float, float]]]
+) -> dict[str, list[tuple[float, float]]]:
+    """``rounds`` rounds of one timing per side, the order rotated each round (interleaved)."""
     samples: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
     for index in range(rounds):
         shift = index % len(names)
         for name in names[shift:] + names[:shift]:
-            samples[name].append(await bp._time_block(blocks[name], cycles, scratch))
-    print()
-    print(
-        f"{f'beside LangGraph on PostgreSQL, {rounds} rounds':<40}{'ours us':>12}{'lg us':>12}{'ours/lg':>10}"
-        "   (AsyncPostgresSaver; medians, paired ratios)"
-    )
-    for worker in ("same", "other"):
-        for position, clock in enumerate(("cpu", "wall")):
-            ours = [sample[position] for sample in samples[f"ours {worker}"]]
-            lg = [sample[position] for sample in samples[f"lg {worker}"]]
-            paired = statistics.median(a / b for a, b in zip(ours, lg, strict=True))
-            label = f"Postgres {worker} worker, {clock}"
-            print(f"{label:<40}{statistics.median(ours):>12.1f}{statistics.median(lg):>12.1f}{paired:>10.3f}")
+            samples[name].append(await time_one(name))
+    return samples
+
+
+async def _timed(block: Any, cycles: int) -> tuple[float, float]:
+    """Mean CPU and wall microseconds per cycle over ``cycles`` cycles of a long-lived ``block``."""
+    import bench_peers as bp
+
+    bp.CALLS.update(draft=0, revise=0)
+    gc.collect()
+    cpu_start, wall_start = time.process_time_ns(), time.perf_counter_ns()
+    for _ in range(cycles):
+        await block.cycle()
+    cpu, wall = time.process_time_ns() - cpu_start, time.perf_counter_ns() - wall_start
+    assert dict(bp.CALLS) == {"draft": cycles, "revise": cycles}, dict(bp.CALLS)  # resumed, not re-run
+    return cpu / cycles / 1000, wall / cycles / 1000
 
 
 def langgraph_redis_note(redis_url: str) -> str:
