@@ -2,7 +2,8 @@
 
 Against a real PostgreSQL cluster (``postgres_server``). Asserted: two caller pools on different databases
 are not taken for one; store and storage on different schemas of one database pause and resume across
-workers; a sealed storage refuses a tampered row before anything decodes it; instances pausing at once on
+workers; a sealed storage refuses a tampered row before anything decodes it; a stream its caller stops reading at
+the request still saves the pause's checkpoint (its restore point); instances pausing at once on
 one worker resume alternately on two; a restore then pauses again.
 """
 
@@ -26,7 +27,9 @@ from agent_framework_functional import (
     step,
     workflow,
 )
-from agent_framework_functional._durable.postgres_joint import joint
+from agent_framework_functional._durable import postgres_joint
+from agent_framework_functional._durable.postgres_joint import PAUSE_HOLD_SECONDS, joint
+from agent_framework_functional._store_records import StoreRecords
 
 pytestmark = pytest.mark.slow
 
@@ -157,6 +160,27 @@ async def test_a_sealed_storage_refuses_a_tampered_row_read_with_the_record(
         await two.aclose()
 
 
+@pytest.mark.parametrize("closed", [True, False], ids=["closed", "left"])
+async def test_a_stream_abandoned_at_its_request_leaves_a_restore_point(postgres_server: str, closed: bool) -> None:
+    schema = _schema()
+    worker = _Worker.on(postgres_server, schema)
+    try:
+        await worker.ready()
+        stream = worker.build().run("u", stream=True)
+        async for event in stream:
+            if event.type == "request_info":
+                break
+        if closed:
+            await stream.close()
+        await asyncio.sleep(PAUSE_HOLD_SECONDS + 0.3)  # read on or not: the pause is saved
+        other = PostgresCheckpointStorage(postgres_server, schema=schema)
+        kept = await other.list_checkpoints(workflow_name="joint_attack")
+        await other.aclose()
+        assert any(checkpoint.pending_request_info_events for checkpoint in kept)
+    finally:
+        await worker.aclose()
+
+
 async def test_instances_pausing_at_once_resume_alternately_on_two_workers(postgres_server: str) -> None:
     schema = _schema()
     one, two = _Worker.on(postgres_server, schema), _Worker.on(postgres_server, schema)
@@ -193,6 +217,82 @@ async def test_a_restore_then_pauses_again(postgres_server: str) -> None:
         assert again.continuation_token is not None
         done = await _answer(one, again, "b", {_request(paused): "a"})
         assert done.get_outputs() == ["draft about r: a, b"]
+    finally:
+        await one.aclose()
+        await two.aclose()
+
+
+async def test_a_pause_saved_alone_before_its_record_came_is_recorded_after_it(
+    postgres_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(postgres_joint, "PAUSE_HOLD_SECONDS", 0.0)  # the record always comes too late
+    released: list[str] = []
+    release = postgres_joint.HeldPause._release
+
+    def counted(self: postgres_joint.HeldPause) -> None:
+        released.append(self.checkpoint_id)
+        release(self)
+
+    monkeypatch.setattr(postgres_joint.HeldPause, "_release", counted)
+    save = StoreRecords.save
+
+    async def slow(self: StoreRecords, *args: Any) -> None:
+        await asyncio.sleep(0.05)
+        await save(self, *args)
+
+    monkeypatch.setattr(StoreRecords, "save", slow)
+    schema = _schema()
+    one, two = _Worker.on(postgres_server, schema), _Worker.on(postgres_server, schema)
+    try:
+        await one.ready()
+        await two.ready()
+        paused = await one.build().run("late")
+        assert len(released) == 1
+        again = await _answer(two, paused, "a")
+        done = await _answer(one, again, "b", {_request(paused): "a"})
+        assert done.get_outputs() == ["draft about late: a, b"]
+        await _execute(
+            postgres_server,
+            f'CREATE FUNCTION "{schema}".refuse() RETURNS trigger LANGUAGE plpgsql AS '
+            "$$ BEGIN RAISE EXCEPTION 'no checkpoints today'; END $$",
+            f'CREATE TRIGGER refuse BEFORE INSERT ON "{schema}".checkpoints '
+            f'FOR EACH ROW EXECUTE FUNCTION "{schema}".refuse()',
+        )
+        before = (await _execute(postgres_server, f'SELECT count(*) FROM "{schema}".continuations'))[0][0]
+        with pytest.raises(psycopg.Error, match="no checkpoints today"):
+            await one.build().run("refused")  # its save alone failed: no record, no token
+        after = (await _execute(postgres_server, f'SELECT count(*) FROM "{schema}".continuations'))[0][0]
+        assert after == before
+    finally:
+        await one.aclose()
+        await two.aclose()
+
+
+async def test_a_run_cancelled_in_its_joint_statement_keeps_its_restore_point(postgres_server: str) -> None:
+    schema = _schema()
+    one, two = _Worker.on(postgres_server, schema), _Worker.on(postgres_server, schema)
+    try:
+        await one.ready()
+        await two.ready()
+        await _execute(
+            postgres_server,
+            f'CREATE FUNCTION "{schema}".slow() RETURNS trigger LANGUAGE plpgsql AS '
+            "$$ BEGIN PERFORM pg_sleep(1); RETURN NEW; END $$",
+            f'CREATE TRIGGER slow BEFORE INSERT ON "{schema}".continuations '
+            f'FOR EACH ROW EXECUTE FUNCTION "{schema}".slow()',
+        )
+        run = asyncio.ensure_future(one.build().run("c"))
+        await asyncio.sleep(0.5)  # in the joint statement
+        run.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await run
+        await asyncio.sleep(1.5)
+        kept = await two.storage.list_checkpoints(workflow_name="joint_attack")
+        assert [bool(checkpoint.pending_request_info_events) for checkpoint in kept] == [True]
+        records = await _execute(postgres_server, f'SELECT status FROM "{schema}".continuations')
+        assert records in ([], [("issued",)])  # the statement cancelled, or committed: no token either way
+        restored = await two.build().run(checkpoint_id=kept[0].checkpoint_id, responses={"auto::0": "a"})
+        assert restored.continuation_token is not None
     finally:
         await one.aclose()
         await two.aclose()
