@@ -2,20 +2,24 @@
 
 Against a real PostgreSQL cluster (``postgres_server``). Asserted: two caller pools on different databases
 are not taken for one; store and storage on different schemas of one database pause and resume across
-workers; a sealed storage refuses a tampered row before anything decodes it; a stream its caller stops reading at
-the request still saves the pause's checkpoint (its restore point); instances pausing at once on
-one worker resume alternately on two; a restore then pauses again.
+workers; a sealed storage refuses a tampered row before anything decodes it; a stream its caller stops
+reading at the request still saves the pause's checkpoint (its restore point); instances pausing at once
+on one worker resume alternately on two; a restore then pauses again; a pause saved alone before its
+record came is recorded after it (a failed save: no record); a run cancelled in its joint statement
+keeps its restore point; the agent resumes a pause made with one pool object on another worker.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from typing import Any
 
 import psycopg
 import pytest
-from agent_framework import WorkflowCheckpointException
+from agent_framework import AgentSession, Message, WorkflowCheckpointException
+from durable_workflows import CHECKPOINT_TYPES, EFFECTS, approve_bool
 from psycopg_pool import AsyncConnectionPool
 
 from agent_framework_functional import (
@@ -296,3 +300,34 @@ async def test_a_run_cancelled_in_its_joint_statement_keeps_its_restore_point(po
     finally:
         await one.aclose()
         await two.aclose()
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["collected", "streamed"])
+async def test_the_agent_resumes_a_joint_pause_on_another_worker(postgres_server: str, stream: bool) -> None:
+    schema = _schema()
+    pool = AsyncConnectionPool(postgres_server, kwargs={"autocommit": True}, open=False)
+    await pool.open()
+    owner_storage = PostgresCheckpointStorage(pool, schema=schema, allowed_checkpoint_types=CHECKPOINT_TYPES)
+    owner_store = PostgresContinuationStore(pool, schema=schema)  # the same pool object: one database
+    worker = _Worker.on(postgres_server, schema, allowed_checkpoint_types=CHECKPOINT_TYPES)
+    try:
+        assert joint(owner_store, owner_storage) is not None
+        owner = approve_bool.build(checkpoint_storage=owner_storage, continuation_store=owner_store).as_agent()
+        await worker.ready()
+        session = owner.create_session()
+        paused = await owner.run("tea", session=session, stream=stream).get_final_response() if stream else None
+        if paused is None:
+            paused = await owner.run("tea", session=session)
+        assert paused.continuation_token is not None
+        other = approve_bool.build(checkpoint_storage=worker.storage, continuation_store=worker.store).as_agent()
+        answer = Message("user", [paused.user_input_requests[0].to_function_approval_response(approved=True)])
+        moved = AgentSession.from_dict(json.loads(json.dumps(session.to_dict())))
+        done = await other.run(answer, session=moved)
+        assert done.text == "shipped: draft about tea (approved=True)" and EFFECTS == ["True"]
+        rows = await _execute(postgres_server, f'SELECT count(*) FROM "{schema}".delta_checkpoints')
+        assert rows[0][0] == 0
+    finally:
+        await worker.aclose()
+        await owner_store.aclose()
+        await owner_storage.aclose()
+        await pool.close()
