@@ -6,7 +6,8 @@ workers; a sealed storage refuses a tampered row before anything decodes it; a s
 reading at the request still saves the pause's checkpoint (its restore point); instances pausing at once
 on one worker resume alternately on two; a restore then pauses again; a pause saved alone before its
 record came is recorded after it (a failed save: no record); a run cancelled in its joint statement
-keeps its restore point; the agent resumes a pause made with one pool object on another worker.
+keeps its restore point; the agent resumes a pause made with one pool object on another worker; kept
+checkpoints and synchronous steps resume across workers.
 """
 
 from __future__ import annotations
@@ -331,3 +332,37 @@ async def test_the_agent_resumes_a_joint_pause_on_another_worker(postgres_server
         await owner_store.aclose()
         await owner_storage.aclose()
         await pool.close()
+
+
+@workflow(name="joint_attack", keep_checkpoints=True)
+async def _kept(topic: str, ctx: RunContext) -> str:
+    text = await _draft(topic)
+    first = await ctx.request_info({"draft": text}, response_type=str)
+    second = await ctx.request_info({"again": first}, response_type=str)
+    return f"{text}: {first}, {second}"
+
+
+@pytest.mark.parametrize("kind", ["kept", "synchronous"])
+async def test_kept_checkpoints_and_synchronous_steps_resume_across_workers(postgres_server: str, kind: str) -> None:
+    schema = _schema()
+    options = {"synchronous_steps": True} if kind == "synchronous" else {}
+    one, two = _Worker.on(postgres_server, schema, **options), _Worker.on(postgres_server, schema, **options)
+    definition = _kept if kind == "kept" else _twice
+
+    async def answer(worker: _Worker, paused: Any, text: str, earlier: dict[str, str] | None = None) -> Any:
+        responses = {**(earlier or {}), _request(paused): text}
+        built = definition.build(checkpoint_storage=worker.storage, continuation_store=worker.store)
+        return await built.run(responses=responses, continuation_token=paused.continuation_token)
+
+    try:
+        await one.ready()
+        await two.ready()
+        paused = await definition.build(checkpoint_storage=one.storage, continuation_store=one.store).run("k")
+        again = await answer(two, paused, "a")
+        done = await answer(one, again, "b", {_request(paused): "a"})
+        assert done.get_outputs() == ["draft about k: a, b"]
+        left = await two.storage.list_checkpoints(workflow_name="joint_attack")
+        assert (len(left) > 2) if kind == "kept" else left == []
+    finally:
+        await one.aclose()
+        await two.aclose()
