@@ -150,6 +150,9 @@ async def test_a_sealed_storage_refuses_a_tampered_row_read_with_the_record(
     try:
         await one.ready()
         await two.ready()
+        kept = await one.build().run("kept")
+        done = await _answer(one, await _answer(two, kept, "a"), "b", {_request(kept): "a"})
+        assert done.get_outputs() == ["draft about kept: a, b"]  # sealed rows read with the record decode
         paused = await one.build().run("t")
         await _execute(
             postgres_server,
