@@ -47,6 +47,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 _ALONE: set[asyncio.Task[None]] = set()  # pauses saved alone after a cancelled write (a task is kept referenced)
 
+PAUSE_HOLD_SECONDS = 0.5
+"""How long a pause's checkpoint save waits for its record; then it is saved alone (a stream nobody reads on)."""
+
 _RANDOM_UUID = "^[0-9a-f]{{8}}-[0-9a-f]{{4}}-4[0-9a-f]{{3}}-[89ab][0-9a-f]{{3}}-[0-9a-f]{{12}}$"
 _KEY_OF_RECORD = (
     "(SELECT c.checkpoint_id::UUID FROM {store}.continuations AS c "
@@ -85,10 +88,13 @@ def _statements(storage_schema: str, store_schema: str) -> tuple[bytes, bytes]:
 class HeldPause:
     """A pause's checkpoint save, held until its record is saved with it (see the module).
 
-    Built by :meth:`PostgresJoint.hold`; exactly one of :meth:`write` and :meth:`write_alone` is called.
+    Built by :meth:`PostgresJoint.hold`; exactly one of :meth:`write` and :meth:`write_alone` is called. A
+    record that does not come within :data:`PAUSE_HOLD_SECONDS` (a streaming caller that stopped reading at
+    the request) no longer waits: the checkpoint is saved alone then, so the pause's restore point does not
+    depend on the caller reading on; :meth:`write` then inserts the record after that save.
     """
 
-    __slots__ = ("_checkpoint", "_joint", "_params", "_plan")
+    __slots__ = ("_alone", "_checkpoint", "_joint", "_params", "_plan", "_timer")
 
     def __init__(
         self, joint: PostgresJoint, checkpoint: WorkflowCheckpoint, plan: DeltaSave, params: tuple[Any, ...]
@@ -97,6 +103,33 @@ class HeldPause:
         self._checkpoint = checkpoint
         self._plan = plan
         self._params = params
+        self._alone: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = asyncio.get_running_loop().call_later(
+            PAUSE_HOLD_SECONDS, self._release
+        )
+
+    def _release(self) -> None:
+        """No record came in time: save the checkpoint alone, in a task of its own (core cancels the run's)."""
+        self._timer = None
+        self._alone = self._save_soon()
+
+    def _save_soon(self) -> asyncio.Task[None]:
+        task = contextvars.Context().run(asyncio.get_running_loop().create_task, self._save_alone())
+        _ALONE.add(task)
+        task.add_done_callback(_ALONE.discard)
+        task.add_done_callback(self._logged)
+        return task
+
+    def _logged(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            logger.warning("The checkpoint %s of a pause could not be saved: %s", self.checkpoint_id, task.exception())
+
+    def _stop_timer(self) -> asyncio.Task[None] | None:
+        """Stop the hold's timer; the save alone it started, if it fired."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        return self._alone
 
     @property
     def checkpoint_id(self) -> str:
@@ -113,6 +146,12 @@ class HeldPause:
         from psycopg.errors import UniqueViolation
 
         store, storage = self._joint.store, self._joint.storage
+        alone = self._stop_timer()
+        if alone is not None:  # saved alone already: the record after it (a failed save issues no token)
+            await asyncio.wait([alone])
+            alone.result()
+            await store.save(record)
+            return
         params = (*record.row(), *self._params)
         statement = self._joint.save_with_record
 
@@ -128,9 +167,7 @@ class HeldPause:
             await self.write_alone()
             raise
         except BaseException:  # cancelled: the restore point is saved in a task of its own
-            task = contextvars.Context().run(asyncio.get_running_loop().create_task, self.write_alone())
-            _ALONE.add(task)
-            task.add_done_callback(_ALONE.discard)
+            self._save_soon()
             raise
         if row is not None and row[0]:
             storage.pause_written(self._plan, self.checkpoint_id)
@@ -140,12 +177,19 @@ class HeldPause:
 
     async def write_alone(self) -> None:
         """Save the checkpoint on its own, whole; a failure is logged (the pause's restore point, best effort)."""
-        storage = self._joint.storage
-        storage.pause_refused(self._plan)
+        alone = self._stop_timer()
+        if alone is not None:  # saving alone already (its failure is logged)
+            await asyncio.wait([alone])
+            return
         try:
-            await storage.save(self._checkpoint)
+            await self._save_alone()
         except Exception as exc:
             logger.warning("The checkpoint %s of a pause could not be saved: %s", self.checkpoint_id, exc)
+
+    async def _save_alone(self) -> None:
+        storage = self._joint.storage
+        storage.pause_refused(self._plan)
+        await storage.save(self._checkpoint)
 
 
 class PostgresJoint:

@@ -175,10 +175,13 @@ class PostgresPool:
     def shares_database(self, other: PostgresPool) -> bool:
         """Whether ``other`` reaches the same database as the same user: the same pool, or equal connection strings.
 
-        Compared parsed (``conninfo_to_dict``), so the order of the parameters does not matter.
+        Compared parsed (``conninfo_to_dict``), so the order of the parameters does not matter. Two pools
+        the caller passed are not compared: their ``kwargs`` or ``configure`` may reach another database.
         """
         if self._pool is other._pool:
             return True
+        if not (self._owns_pool and other._owns_pool):
+            return False
         mine, theirs = self._pool.conninfo, other._pool.conninfo
         if not isinstance(mine, str) or not isinstance(theirs, str):  # a callable conninfo: nothing to compare
             return False
