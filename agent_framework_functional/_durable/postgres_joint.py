@@ -2,7 +2,7 @@
 
 When the :class:`PostgresContinuationStore` and the :class:`PostgresCheckpointStorage` share a
 database (the same pool, or the same connection string), the two statements of each end of a pause
-become one round trip on the store's connection:
+become one round trip, on the storage's connection (it keeps one warm for its functions):
 
 * **Saving a pause.** The run's recorder holds the pause's checkpoint save (:meth:`PostgresJoint.hold`)
   until the record is saved; then one statement inserts the record and saves the checkpoint, in one
@@ -159,7 +159,7 @@ class HeldPause:
             return await (await conn.execute(statement, params)).fetchone()
 
         try:
-            row = await store.write("save", write)  # its purge, when due
+            row = await store.write("pause save", write, on=storage.database)  # the storage's warm connection
         except UniqueViolation as exc:
             await self.write_alone()
             raise ValueError("A continuation with this token hash is already recorded; issue a new token.") from exc
@@ -232,14 +232,14 @@ class PostgresJoint:
             psycopg.OperationalError: PostgreSQL is unreachable (as the store's ``get``).
         """
         store, storage = self.store, self.storage
-        if not storage.database.ready:  # its first use migrates its tables
+        if not storage.database.ready or not store.database.ready:  # a first use migrates the tables
             return None
         params = {"hash": token_hash, "now": time.time()}
 
         async def read(conn: AsyncConnection[Any]) -> list[tuple[Any, ...]]:
             return await (await conn.execute(self._load, params)).fetchall()
 
-        found = await store.database.run("read", read)
+        found = await storage.database.run("read", read)  # the storage's connection: warm for its load
         width = len(RECORD_COLUMNS)
         row = next((got[1 : 1 + width] for got in found if got[0] == 0), None)
         rows = [got[1 + width :] for got in found if got[0] == 1]

@@ -265,6 +265,11 @@ class PostgresPool:
         else:
             await self._pool.putconn(conn)
 
+    async def prepare(self) -> None:
+        """Open the pool and check the schema now (the first :meth:`run` does it otherwise)."""
+        if not self._ready:
+            await self._prepare()
+
     async def _prepare(self) -> None:
         async with self._ready_lock:
             if self._ready:

@@ -77,7 +77,8 @@ async def test_the_resuming_worker_reads_record_and_checkpoint_together(postgres
     schema = _schema()
     pausing, resuming = _Worker(postgres_server, schema), _Worker(postgres_server, schema)
     try:
-        await resuming.storage.list_checkpoints(workflow_name="joint_review")  # its schema check done: ready
+        await resuming.storage.list_checkpoints(workflow_name="joint_review")  # their schema checks done: ready
+        await resuming.store.purge_expired()
         request_id, token = await _pause(pausing, "a")
         done = await resuming.build().run(responses={request_id: "yes"}, continuation_token=token)
         assert done.get_outputs() == ["a: yes"]
@@ -119,6 +120,7 @@ async def test_the_record_checks_still_refuse(postgres_server: str) -> None:
     resuming = _Worker(postgres_server, schema, ttl=60, clock=lambda: now[0])
     try:
         await resuming.storage.list_checkpoints(workflow_name="joint_review")
+        await resuming.store.purge_expired()
         request_id, token = await _pause(pausing, "e")
         with pytest.raises(ContinuationAuthorityError):  # another workflow's record
             await resuming.build(_other).run(responses={request_id: "x"}, continuation_token=token)
@@ -143,7 +145,7 @@ async def test_a_checkpoint_the_joint_read_cannot_serve_is_loaded_the_usual_way(
     try:
         reader = joint(worker.store, worker.storage)
         assert isinstance(reader, PostgresJoint)
-        assert await reader.read("no such hash") is None  # the storage has not checked its schema yet
+        assert await reader.read("no such hash") is None  # neither has checked its schema yet
         checkpoint = WorkflowCheckpoint(
             workflow_name="joint_review", graph_signature_hash="s", checkpoint_id="custom-id"
         )
