@@ -21,6 +21,7 @@ import psycopg
 import pytest
 from agent_framework import AgentSession, Message, WorkflowCheckpointException
 from durable_workflows import CHECKPOINT_TYPES, EFFECTS, approve_bool
+from joint_support import JointWorker, answer, draft, new_schema, request, twice
 from psycopg_pool import AsyncConnectionPool
 
 from agent_framework_functional import (
@@ -29,7 +30,6 @@ from agent_framework_functional import (
     PostgresContinuationStore,
     RunContext,
     continuation_token_hash,
-    step,
     workflow,
 )
 from agent_framework_functional._durable import postgres_joint
@@ -39,55 +39,6 @@ from agent_framework_functional._store_records import StoreRecords
 pytestmark = pytest.mark.slow
 
 KEY = b"k" * 32
-
-
-@step
-async def _draft(topic: str) -> str:
-    return f"draft about {topic}"
-
-
-@workflow(name="joint_attack")
-async def _twice(topic: str, ctx: RunContext) -> str:
-    text = await _draft(topic)
-    first = await ctx.request_info({"draft": text}, response_type=str)
-    second = await ctx.request_info({"again": first}, response_type=str)
-    return f"{text}: {first}, {second}"
-
-
-def _schema() -> str:
-    return f"a_{uuid.uuid4().hex}"
-
-
-class _Worker:
-    def __init__(self, storage: PostgresCheckpointStorage, store: PostgresContinuationStore) -> None:
-        self.storage, self.store = storage, store
-
-    @classmethod
-    def on(cls, url: str, schema: str, store_schema: str | None = None, **options: Any) -> _Worker:
-        return cls(
-            PostgresCheckpointStorage(url, schema=schema, **options),
-            PostgresContinuationStore(url, schema=store_schema or schema),
-        )
-
-    def build(self) -> Any:
-        return _twice.build(checkpoint_storage=self.storage, continuation_store=self.store)
-
-    async def ready(self) -> None:
-        await self.storage.list_checkpoints(workflow_name="joint_attack")
-        await self.store.purge_expired()
-
-    async def aclose(self) -> None:
-        await self.store.aclose()
-        await self.storage.aclose()
-
-
-def _request(paused: Any) -> str:
-    return paused.get_request_info_events()[0].request_id
-
-
-async def _answer(worker: _Worker, paused: Any, answer: str, earlier: dict[str, str] | None = None) -> Any:
-    responses = {**(earlier or {}), _request(paused): answer}
-    return await worker.build().run(responses=responses, continuation_token=paused.continuation_token)
 
 
 async def _execute(url: str, *statements: str) -> list[Any]:
@@ -102,19 +53,19 @@ async def _execute(url: str, *statements: str) -> list[Any]:
 async def test_two_caller_pools_on_different_databases_are_not_one(postgres_server: str) -> None:
     database = f"d_{uuid.uuid4().hex}"
     await _execute(postgres_server, f'CREATE DATABASE "{database}"')
-    schema = _schema()
+    schema = new_schema("a")
     elsewhere = AsyncConnectionPool(postgres_server, kwargs={"autocommit": True, "dbname": database}, open=False)
     here = AsyncConnectionPool(postgres_server, kwargs={"autocommit": True}, open=False)
     await elsewhere.open()
     await here.open()
-    worker = _Worker(
+    worker = JointWorker(
         PostgresCheckpointStorage(elsewhere, schema=schema), PostgresContinuationStore(here, schema=schema)
     )
     try:
         assert joint(worker.store, worker.storage) is None  # one conninfo, but the pools' kwargs differ
         await worker.ready()
         paused = await worker.build().run("p")
-        done = await _answer(worker, await _answer(worker, paused, "a"), "b", {_request(paused): "a"})
+        done = await answer(worker, await answer(worker, paused, "a"), "b", {request(paused): "a"})
         assert done.get_outputs() == ["draft about p: a, b"]
     finally:
         await worker.aclose()
@@ -123,16 +74,16 @@ async def test_two_caller_pools_on_different_databases_are_not_one(postgres_serv
 
 
 async def test_store_and_storage_on_two_schemas_of_one_database(postgres_server: str) -> None:
-    schema, store_schema = _schema(), _schema()
-    one = _Worker.on(postgres_server, schema, store_schema)
-    two = _Worker.on(postgres_server, schema, store_schema)
+    schema, store_schema = new_schema("a"), new_schema("a")
+    one = JointWorker.on(postgres_server, schema, store_schema)
+    two = JointWorker.on(postgres_server, schema, store_schema)
     try:
         await one.ready()
         await two.ready()
         assert joint(one.store, one.storage) is not None
         paused = await one.build().run("s")
-        again = await _answer(two, paused, "a")
-        done = await _answer(one, again, "b", {_request(paused): "a"})
+        again = await answer(two, paused, "a")
+        done = await answer(one, again, "b", {request(paused): "a"})
         assert done.get_outputs() == ["draft about s: a, b"]
         rows = await _execute(postgres_server, f'SELECT count(*) FROM "{schema}".delta_checkpoints')
         assert rows[0][0] == 0
@@ -144,14 +95,14 @@ async def test_store_and_storage_on_two_schemas_of_one_database(postgres_server:
 async def test_a_sealed_storage_refuses_a_tampered_row_read_with_the_record(
     postgres_server: str, decodes: list[object]
 ) -> None:
-    schema = _schema()
-    one = _Worker.on(postgres_server, schema, sealer=CheckpointSealer({"k1": KEY}))
-    two = _Worker.on(postgres_server, schema, sealer=CheckpointSealer({"k1": KEY}))
+    schema = new_schema("a")
+    one = JointWorker.on(postgres_server, schema, sealer=CheckpointSealer({"k1": KEY}))
+    two = JointWorker.on(postgres_server, schema, sealer=CheckpointSealer({"k1": KEY}))
     try:
         await one.ready()
         await two.ready()
         kept = await one.build().run("kept")
-        done = await _answer(one, await _answer(two, kept, "a"), "b", {_request(kept): "a"})
+        done = await answer(one, await answer(two, kept, "a"), "b", {request(kept): "a"})
         assert done.get_outputs() == ["draft about kept: a, b"]  # sealed rows read with the record decode
         paused = await one.build().run("t")
         await _execute(
@@ -161,7 +112,7 @@ async def test_a_sealed_storage_refuses_a_tampered_row_read_with_the_record(
         )
         decodes.clear()
         with pytest.raises(WorkflowCheckpointException):
-            await _answer(two, paused, "a")
+            await answer(two, paused, "a")
         assert decodes == []  # refused before core's decoder saw anything
     finally:
         await one.aclose()
@@ -170,8 +121,8 @@ async def test_a_sealed_storage_refuses_a_tampered_row_read_with_the_record(
 
 @pytest.mark.parametrize("closed", [True, False], ids=["closed", "left"])
 async def test_a_stream_abandoned_at_its_request_leaves_a_restore_point(postgres_server: str, closed: bool) -> None:
-    schema = _schema()
-    worker = _Worker.on(postgres_server, schema)
+    schema = new_schema("a")
+    worker = JointWorker.on(postgres_server, schema)
     try:
         await worker.ready()
         stream = worker.build().run("u", stream=True)
@@ -182,7 +133,7 @@ async def test_a_stream_abandoned_at_its_request_leaves_a_restore_point(postgres
             await stream.close()
         await asyncio.sleep(PAUSE_HOLD_SECONDS + 0.3)  # read on or not: the pause is saved
         other = PostgresCheckpointStorage(postgres_server, schema=schema)
-        kept = await other.list_checkpoints(workflow_name="joint_attack")
+        kept = await other.list_checkpoints(workflow_name="joint_pause")
         await other.aclose()
         assert any(checkpoint.pending_request_info_events for checkpoint in kept)
     finally:
@@ -190,17 +141,17 @@ async def test_a_stream_abandoned_at_its_request_leaves_a_restore_point(postgres
 
 
 async def test_instances_pausing_at_once_resume_alternately_on_two_workers(postgres_server: str) -> None:
-    schema = _schema()
-    one, two = _Worker.on(postgres_server, schema), _Worker.on(postgres_server, schema)
+    schema = new_schema("a")
+    one, two = JointWorker.on(postgres_server, schema), JointWorker.on(postgres_server, schema)
     try:
         await one.ready()
         await two.ready()
         topics = [f"t{i}" for i in range(6)]
         paused = await asyncio.gather(*(one.build().run(topic) for topic in topics))
-        again = await asyncio.gather(*(_answer(two, p, f"a{i}") for i, p in enumerate(paused)))
+        again = await asyncio.gather(*(answer(two, p, f"a{i}") for i, p in enumerate(paused)))
         done = await asyncio.gather(
             *(
-                _answer(one, a, f"b{i}", {_request(p): f"a{i}"})
+                answer(one, a, f"b{i}", {request(p): f"a{i}"})
                 for i, (p, a) in enumerate(zip(paused, again, strict=True))
             )
         )
@@ -213,17 +164,17 @@ async def test_instances_pausing_at_once_resume_alternately_on_two_workers(postg
 
 
 async def test_a_restore_then_pauses_again(postgres_server: str) -> None:
-    schema = _schema()
-    one, two = _Worker.on(postgres_server, schema), _Worker.on(postgres_server, schema)
+    schema = new_schema("a")
+    one, two = JointWorker.on(postgres_server, schema), JointWorker.on(postgres_server, schema)
     try:
         await one.ready()
         await two.ready()
         paused = await one.build().run("r")
         record = await one.store.get(continuation_token_hash(paused.continuation_token))
         assert record is not None
-        again = await two.build().run(checkpoint_id=record.checkpoint_id, responses={_request(paused): "a"})
+        again = await two.build().run(checkpoint_id=record.checkpoint_id, responses={request(paused): "a"})
         assert again.continuation_token is not None
-        done = await _answer(one, again, "b", {_request(paused): "a"})
+        done = await answer(one, again, "b", {request(paused): "a"})
         assert done.get_outputs() == ["draft about r: a, b"]
     finally:
         await one.aclose()
@@ -249,15 +200,15 @@ async def test_a_pause_saved_alone_before_its_record_came_is_recorded_after_it(
         await save(self, *args)
 
     monkeypatch.setattr(StoreRecords, "save", slow)
-    schema = _schema()
-    one, two = _Worker.on(postgres_server, schema), _Worker.on(postgres_server, schema)
+    schema = new_schema("a")
+    one, two = JointWorker.on(postgres_server, schema), JointWorker.on(postgres_server, schema)
     try:
         await one.ready()
         await two.ready()
         paused = await one.build().run("late")
         assert len(released) == 1
-        again = await _answer(two, paused, "a")
-        done = await _answer(one, again, "b", {_request(paused): "a"})
+        again = await answer(two, paused, "a")
+        done = await answer(one, again, "b", {request(paused): "a"})
         assert done.get_outputs() == ["draft about late: a, b"]
         await _execute(
             postgres_server,
@@ -277,8 +228,8 @@ async def test_a_pause_saved_alone_before_its_record_came_is_recorded_after_it(
 
 
 async def test_a_run_cancelled_in_its_joint_statement_keeps_its_restore_point(postgres_server: str) -> None:
-    schema = _schema()
-    one, two = _Worker.on(postgres_server, schema), _Worker.on(postgres_server, schema)
+    schema = new_schema("a")
+    one, two = JointWorker.on(postgres_server, schema), JointWorker.on(postgres_server, schema)
     try:
         await one.ready()
         await two.ready()
@@ -295,7 +246,7 @@ async def test_a_run_cancelled_in_its_joint_statement_keeps_its_restore_point(po
         with pytest.raises(asyncio.CancelledError):
             await run
         await asyncio.sleep(1.5)
-        kept = await two.storage.list_checkpoints(workflow_name="joint_attack")
+        kept = await two.storage.list_checkpoints(workflow_name="joint_pause")
         assert [bool(checkpoint.pending_request_info_events) for checkpoint in kept] == [True]
         records = await _execute(postgres_server, f'SELECT status FROM "{schema}".continuations')
         assert records in ([], [("issued",)])  # the statement cancelled, or committed: no token either way
@@ -308,12 +259,12 @@ async def test_a_run_cancelled_in_its_joint_statement_keeps_its_restore_point(po
 
 @pytest.mark.parametrize("stream", [False, True], ids=["collected", "streamed"])
 async def test_the_agent_resumes_a_joint_pause_on_another_worker(postgres_server: str, stream: bool) -> None:
-    schema = _schema()
+    schema = new_schema("a")
     pool = AsyncConnectionPool(postgres_server, kwargs={"autocommit": True}, open=False)
     await pool.open()
     owner_storage = PostgresCheckpointStorage(pool, schema=schema, allowed_checkpoint_types=CHECKPOINT_TYPES)
     owner_store = PostgresContinuationStore(pool, schema=schema)  # the same pool object: one database
-    worker = _Worker.on(postgres_server, schema, allowed_checkpoint_types=CHECKPOINT_TYPES)
+    worker = JointWorker.on(postgres_server, schema, allowed_checkpoint_types=CHECKPOINT_TYPES)
     try:
         assert joint(owner_store, owner_storage) is not None
         owner = approve_bool.build(checkpoint_storage=owner_storage, continuation_store=owner_store).as_agent()
@@ -337,9 +288,9 @@ async def test_the_agent_resumes_a_joint_pause_on_another_worker(postgres_server
         await pool.close()
 
 
-@workflow(name="joint_attack", keep_checkpoints=True)
+@workflow(name="joint_pause", keep_checkpoints=True)
 async def _kept(topic: str, ctx: RunContext) -> str:
-    text = await _draft(topic)
+    text = await draft(topic)
     first = await ctx.request_info({"draft": text}, response_type=str)
     second = await ctx.request_info({"again": first}, response_type=str)
     return f"{text}: {first}, {second}"
@@ -347,13 +298,13 @@ async def _kept(topic: str, ctx: RunContext) -> str:
 
 @pytest.mark.parametrize("kind", ["kept", "synchronous"])
 async def test_kept_checkpoints_and_synchronous_steps_resume_across_workers(postgres_server: str, kind: str) -> None:
-    schema = _schema()
+    schema = new_schema("a")
     options = {"synchronous_steps": True} if kind == "synchronous" else {}
-    one, two = _Worker.on(postgres_server, schema, **options), _Worker.on(postgres_server, schema, **options)
-    definition = _kept if kind == "kept" else _twice
+    one, two = JointWorker.on(postgres_server, schema, **options), JointWorker.on(postgres_server, schema, **options)
+    definition = _kept if kind == "kept" else twice
 
-    async def answer(worker: _Worker, paused: Any, text: str, earlier: dict[str, str] | None = None) -> Any:
-        responses = {**(earlier or {}), _request(paused): text}
+    async def resume(worker: JointWorker, paused: Any, text: str, earlier: dict[str, str] | None = None) -> Any:
+        responses = {**(earlier or {}), request(paused): text}
         built = definition.build(checkpoint_storage=worker.storage, continuation_store=worker.store)
         return await built.run(responses=responses, continuation_token=paused.continuation_token)
 
@@ -361,10 +312,10 @@ async def test_kept_checkpoints_and_synchronous_steps_resume_across_workers(post
         await one.ready()
         await two.ready()
         paused = await definition.build(checkpoint_storage=one.storage, continuation_store=one.store).run("k")
-        again = await answer(two, paused, "a")
-        done = await answer(one, again, "b", {_request(paused): "a"})
+        again = await resume(two, paused, "a")
+        done = await resume(one, again, "b", {request(paused): "a"})
         assert done.get_outputs() == ["draft about k: a, b"]
-        left = await two.storage.list_checkpoints(workflow_name="joint_attack")
+        left = await two.storage.list_checkpoints(workflow_name="joint_pause")
         assert (len(left) > 2) if kind == "kept" else left == []
     finally:
         await one.aclose()

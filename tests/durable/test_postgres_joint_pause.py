@@ -8,81 +8,24 @@ is saved whole under the inserted record; a held pause no record took is saved w
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 import psycopg
 import pytest
+from joint_support import JointWorker, answer, count_rows, new_schema, request
 
-from agent_framework_functional import (
-    PostgresCheckpointStorage,
-    PostgresContinuationStore,
-    RunContext,
-    step,
-    workflow,
-)
+from agent_framework_functional import PostgresCheckpointStorage, PostgresContinuationStore
 from agent_framework_functional._checkpoint_chain import RecordingCheckpointStorage
 from agent_framework_functional._durable.postgres_joint import PostgresJoint, joint
 
 pytestmark = pytest.mark.slow
 
 
-@step
-async def _draft(topic: str) -> str:
-    return f"draft about {topic}"
-
-
-@workflow(name="joint_pause")
-async def _twice(topic: str, ctx: RunContext) -> str:
-    text = await _draft(topic)
-    first = await ctx.request_info({"draft": text}, response_type=str)
-    second = await ctx.request_info({"again": first}, response_type=str)
-    return f"{text}: {first}, {second}"
-
-
-def _schema() -> str:
-    return f"p_{uuid.uuid4().hex}"
-
-
-class _Pair:
-    def __init__(self, url: str, schema: str) -> None:
-        self.storage = PostgresCheckpointStorage(url, schema=schema)
-        self.store = PostgresContinuationStore(url, schema=schema)
-
-    def build(self) -> Any:
-        return _twice.build(checkpoint_storage=self.storage, continuation_store=self.store)
-
-    async def ready(self) -> None:
-        await self.storage.list_checkpoints(workflow_name="joint_pause")  # the storage's schema check
-        await self.store.purge_expired()  # and the store's
-
-    async def aclose(self) -> None:
-        await self.store.aclose()
-        await self.storage.aclose()
-
-
-async def _answer(pair: _Pair, paused: Any, answer: str, earlier: dict[str, str] | None = None) -> Any:
-    """Answer ``paused``'s request (a resume answers the chain's earlier requests again: ``earlier``)."""
-    responses = {**(earlier or {}), paused.get_request_info_events()[0].request_id: answer}
-    return await pair.build().run(responses=responses, continuation_token=paused.continuation_token)
-
-
-def _first(paused: Any, answer: str) -> dict[str, str]:
-    return {paused.get_request_info_events()[0].request_id: answer}
-
-
-async def _rows(url: str, schema: str, table: str) -> int:
-    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        row = await (await conn.execute(f'SELECT count(*) FROM "{schema}".{table}')).fetchone()
-    assert row is not None
-    return int(row[0])
-
-
 async def test_a_pause_is_one_statement_and_resumes_on_either_worker(
     postgres_server: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    schema = _schema()
-    one, two = _Pair(postgres_server, schema), _Pair(postgres_server, schema)
+    schema = new_schema("p")
+    one, two = JointWorker.on(postgres_server, schema), JointWorker.on(postgres_server, schema)
     sent: list[str] = []
     execute = psycopg.AsyncConnection.execute
 
@@ -97,19 +40,21 @@ async def test_a_pause_is_one_statement_and_resumes_on_either_worker(
         paused = await one.build().run("x")
         pause_statements = [text for text in sent if "save_delta_checkpoint" in text or "INSERT INTO" in text]
         assert len(pause_statements) == 1 and "continuations" in pause_statements[0]
-        again = await _answer(one, paused, "a")  # the same worker: its deduper continues the pause's segment
+        again = await answer(one, paused, "a")  # the same worker: its deduper continues the pause's segment
         assert again.continuation_token is not None
-        done = await _answer(two, again, "b", _first(paused, "a"))  # the other worker reads the joint statement's rows
+        done = await answer(
+            two, again, "b", {request(paused): "a"}
+        )  # the other worker reads the joint statement's rows
         assert done.get_outputs() == ["draft about x: a, b"]
-        assert await _rows(postgres_server, schema, "delta_checkpoints") == 0  # the finished chain deleted
+        assert await count_rows(postgres_server, schema, "delta_checkpoints") == 0  # the finished chain deleted
     finally:
         await one.aclose()
         await two.aclose()
 
 
 async def test_a_failed_statement_leaves_the_pause_checkpoint_alone_and_no_record(postgres_server: str) -> None:
-    schema = _schema()
-    pair = _Pair(postgres_server, schema)
+    schema = new_schema("p")
+    pair = JointWorker.on(postgres_server, schema)
     try:
         await pair.ready()
         async with await psycopg.AsyncConnection.connect(postgres_server, autocommit=True) as conn:
@@ -123,7 +68,7 @@ async def test_a_failed_statement_leaves_the_pause_checkpoint_alone_and_no_recor
             )
         with pytest.raises(psycopg.Error, match="no records today"):
             await pair.build().run("y")
-        assert await _rows(postgres_server, schema, "continuations") == 0
+        assert await count_rows(postgres_server, schema, "continuations") == 0
         kept = await pair.storage.list_checkpoints(workflow_name="joint_pause")
         assert [bool(checkpoint.pending_request_info_events) for checkpoint in kept] == [True]  # its restore point
     finally:
@@ -133,8 +78,8 @@ async def test_a_failed_statement_leaves_the_pause_checkpoint_alone_and_no_recor
 async def test_a_save_the_storage_refuses_is_saved_whole_under_the_record(
     postgres_server: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    schema = _schema()
-    one, two = _Pair(postgres_server, schema), _Pair(postgres_server, schema)
+    schema = new_schema("p")
+    one, two = JointWorker.on(postgres_server, schema), JointWorker.on(postgres_server, schema)
     init = PostgresJoint.__init__
 
     def refusing(self: PostgresJoint, *args: Any) -> None:
@@ -146,11 +91,11 @@ async def test_a_save_the_storage_refuses_is_saved_whole_under_the_record(
         await one.ready()
         await two.ready()
         paused = await one.build().run("z")
-        assert await _rows(postgres_server, schema, "continuations") == 1
-        assert await _rows(postgres_server, schema, "checkpoints") == 1  # whole, under the same id
-        assert await _rows(postgres_server, schema, "delta_checkpoints") == 0
-        again = await _answer(two, paused, "c")
-        done = await _answer(one, again, "d", _first(paused, "c"))
+        assert await count_rows(postgres_server, schema, "continuations") == 1
+        assert await count_rows(postgres_server, schema, "checkpoints") == 1  # whole, under the same id
+        assert await count_rows(postgres_server, schema, "delta_checkpoints") == 0
+        again = await answer(two, paused, "c")
+        done = await answer(one, again, "d", {request(paused): "c"})
         assert done.get_outputs() == ["draft about z: c, d"]
     finally:
         await one.aclose()
@@ -160,8 +105,8 @@ async def test_a_save_the_storage_refuses_is_saved_whole_under_the_record(
 async def test_a_held_pause_no_record_took_is_saved_when_its_run_settles(
     postgres_server: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    schema = _schema()
-    one, two = _Pair(postgres_server, schema), _Pair(postgres_server, schema)
+    schema = new_schema("p")
+    one, two = JointWorker.on(postgres_server, schema), JointWorker.on(postgres_server, schema)
     take = RecordingCheckpointStorage.take_held_pause
     calls: list[bool] = []
 
@@ -175,7 +120,7 @@ async def test_a_held_pause_no_record_took_is_saved_when_its_run_settles(
         await two.ready()
         paused = await one.build().run("w")
         assert calls[:2] == [True, True]
-        done = await _answer(two, await _answer(two, paused, "e"), "f", _first(paused, "e"))
+        done = await answer(two, await answer(two, paused, "e"), "f", {request(paused): "e"})
         assert done.get_outputs() == ["draft about w: e, f"]
     finally:
         await one.aclose()
@@ -183,7 +128,7 @@ async def test_a_held_pause_no_record_took_is_saved_when_its_run_settles(
 
 
 async def test_no_joint_for_another_database_or_a_subclass(postgres_server: str) -> None:
-    schema = _schema()
+    schema = new_schema("p")
     separator = "&" if "?" in postgres_server else "?"
     store = PostgresContinuationStore(postgres_server, schema=schema)
     elsewhere = PostgresCheckpointStorage(f"{postgres_server}{separator}application_name=other", schema=schema)
