@@ -77,11 +77,10 @@ class StoreRecords:
             ContinuationAuthorityError: As :meth:`get`.
         """
         pair = self.joint()
-        if pair is not None:
-            found = await pair.read(token_hash)
-            if found is not None:
-                return self._checked(found[0], allow_expired=False), found[1]
-        return await self.get(token_hash), None
+        if pair is None:
+            return await self.get(token_hash), None
+        record, read = await pair.read(token_hash)
+        return self._checked(record, allow_expired=False), read
 
     def joint(self) -> PostgresJoint | None:
         """The store and the storage as one database's pair (``_durable/postgres_joint.py``), or None."""

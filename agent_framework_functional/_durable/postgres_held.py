@@ -313,12 +313,13 @@ class HeldStepSaves:
             WorkflowCheckpointException: As :meth:`save`: the checkpoint cannot be encoded or stored.
         """
         check_storable(checkpoint)
-        if not self._db.ready or not holdable(checkpoint):
+        if not holdable(checkpoint):
             return None
         with self._superseding(checkpoint):
             plan = self._deduper.prepare(checkpoint)
             if plan is None:
                 return None  # stored whole by the caller's save
+            await self._db.prepare()  # a first save: the pool opens and the tables are checked first
             await self._held.written_by(plan.log)
             self._unsent.discard(checkpoint.checkpoint_id)
             return plan, delta_params(checkpoint, plan, self.sealer, self._times())

@@ -16,8 +16,8 @@ become one round trip, on the storage's connection (it keeps one warm for its fu
   subquery on the record instead of a parameter. Core makes a checkpoint id a random uuid, which is its
   row key as it is; any other id (or a row that does not match) is loaded the usual way afterwards.
 
-Everything goes the usual way when the two do not share a database or the storage has not prepared its
-schema yet.
+A first use opens the pools and checks both schemas first, as each object's own first operation does.
+Everything goes the usual way when the two do not share a database.
 """
 
 from __future__ import annotations
@@ -216,24 +216,19 @@ class PostgresJoint:
         planned = await self.storage.hold_pause(checkpoint)
         return None if planned is None else HeldPause(self, checkpoint, *planned)
 
-    async def read(
-        self, token_hash: str
-    ) -> tuple[ContinuationRecord | None, Callable[[], WorkflowCheckpoint] | None] | None:
+    async def read(self, token_hash: str) -> tuple[ContinuationRecord | None, Callable[[], WorkflowCheckpoint] | None]:
         """The record of ``token_hash`` (None: none), and what decodes its checkpoint (None: load it the usual way).
 
         The checkpoint is decoded only when asked, so the caller checks the record first, as it would
         before a load of its own; decoding raises what the storage's ``load`` would
         (``WorkflowCheckpointException``: the row does not open or decode).
 
-        Returns:
-            None (read nothing) while the storage has not prepared its schema: read them one by one then.
-
         Raises:
             psycopg.OperationalError: PostgreSQL is unreachable (as the store's ``get``).
         """
         store, storage = self.store, self.storage
-        if not storage.database.ready or not store.database.ready:  # a first use migrates the tables
-            return None
+        await store.database.prepare()  # a first use: each checks its tables first
+        await storage.database.prepare()
         params = {"hash": token_hash, "now": time.time()}
 
         async def read(conn: AsyncConnection[Any]) -> list[tuple[Any, ...]]:
