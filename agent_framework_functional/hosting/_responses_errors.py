@@ -2,7 +2,8 @@
 
 A refusal is one HTTP error response (status, OpenAI-style ``code``, message, the input field it
 names, whether a retry can fix it); :func:`refusal_for` maps each error the agent raises on purpose to
-one (anything else is not the client's doing: the route answers 500 without details).
+one, and a store failure (``DurableStoreError``) to 503 (anything else is not the client's doing: the
+route answers 500 without details).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from fastapi.responses import JSONResponse
 
 from .._errors import (
     ContinuationAuthorityError,
+    ContinuationStoreDurabilityError,
+    DurableStoreError,
     FunctionalWorkflowError,
     PendingContinuationError,
     ResponseMismatchError,
@@ -37,6 +40,19 @@ REFUSED_MESSAGE = (
     "Continue from the conversation's latest response, or send new input to start a new run."
 )
 
+# A store failure is the server's: its details (addresses, settings) stay in the server's log.
+STORE_MESSAGE = (
+    "The server's continuation store failed during this request (unreachable, or not set up to keep a claim); "
+    "the request may not have taken effect. Try again later, from the conversation's latest response."
+)
+
+# Refusals whose message is fixed (409, x-should-retry false), the first match wins (Stale is an authority error).
+_FIXED: tuple[tuple[type[BaseException], str, str], ...] = (
+    (PendingContinuationError, "pending_request", PENDING_MESSAGE),
+    (StaleContinuationError, "continuation_refused", STALE_MESSAGE),
+    (ContinuationAuthorityError, "continuation_refused", REFUSED_MESSAGE),
+)
+
 
 class Refusal(Exception):
     """One HTTP error response: status, OpenAI-style error code and message, the field, whether to retry."""
@@ -50,14 +66,14 @@ def refusal_for(exc: BaseException, request: ResponsesRequest | None = None) -> 
     """The HTTP answer to an error the agent raised on purpose (None: not the client's doing)."""
     if isinstance(exc, WorkflowRunningError):
         return Refusal(409, "workflow_running", str(exc), retry=True)
-    if isinstance(exc, PendingContinuationError):
-        return Refusal(409, "pending_request", PENDING_MESSAGE)
-    if isinstance(exc, StaleContinuationError):
-        return Refusal(409, "continuation_refused", STALE_MESSAGE)
-    if isinstance(exc, ContinuationAuthorityError):
-        return Refusal(409, "continuation_refused", REFUSED_MESSAGE)
+    for kind, code, message in _FIXED:
+        if isinstance(exc, kind):
+            return Refusal(409, code, message)
     if isinstance(exc, ResponseMismatchError):
         return Refusal(400, "answer_mismatch", str(exc), param=_answer_param(exc, request))
+    if isinstance(exc, DurableStoreError):  # the server's store, not the client's request
+        retry = not isinstance(exc, ContinuationStoreDurabilityError)  # a misconfigured store stays so
+        return Refusal(503, "store_unavailable", STORE_MESSAGE, retry=retry)
     if isinstance(exc, FunctionalWorkflowError):
         if isinstance(exc, ValueError):
             return Refusal(400, "invalid_request", str(exc))

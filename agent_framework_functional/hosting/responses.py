@@ -239,8 +239,9 @@ class _ResponsesHost:
             await asyncio.shield(accepted)  # the first update: a refusal is still an HTTP status
         except Exception as exc:
             refusal = refusal_for(exc, request)
-            if refusal is None:
+            if refusal is None or refusal.status >= 500:
                 logger.exception("The agent run of response %s failed", response_id)
+            if refusal is None:
                 refusal = Refusal(500, "server_error", "The agent run failed; the conversation takes new input.")
             return self.error(refusal)
         return StreamingResponse(_sse_body(queue, turn), media_type="text/event-stream")
