@@ -63,7 +63,8 @@ def saves() -> Iterator[list[str]]:
 
     async def counting(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
         text = query.decode() if isinstance(query, bytes) else str(query)
-        if text.startswith("SELECT") and "save_delta_checkpoint" in text:  # not the schema's CREATE FUNCTION
+        sent = text.startswith(("SELECT", "WITH"))  # not the schema's CREATE FUNCTION; WITH: a pause with its record
+        if sent and "save_delta_checkpoint" in text:
             counted.append(f"save x{text.count('save_delta_checkpoint(')}")
         elif text.startswith("SELECT") and "delete_checkpoints" in text:
             counted.append("delete")
