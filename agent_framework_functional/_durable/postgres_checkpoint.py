@@ -41,7 +41,7 @@ from .postgres_rows import (
     row_references,
     storable,
 )
-from .postgres_rows_sql import HEAD_COLUMNS, STATEMENTS
+from .postgres_rows_sql import HEAD_COLUMNS, MIGRATION_4, STATEMENTS
 from .postgres_rows_sql import MIGRATION as MIGRATION_3
 from .postgres_schema import DEFAULT_POOL_SIZE, DEFAULT_POOL_TIMEOUT_SECONDS, DEFAULT_SCHEMA, PostgresPool
 
@@ -64,6 +64,7 @@ MIGRATIONS = (
     MIGRATION,
     # 3: a delta checkpoint's head and chunk in one row, bigint segments (``_durable/postgres_rows_sql.py``).
     MIGRATION_3,
+    MIGRATION_4,  # 4: ``free_delta_segments`` finds segments by id in a generic plan too.
 )
 """The ``checkpoints`` component's migrations, version 1 first (``_durable.postgres_schema`` applies them)."""
 
@@ -205,17 +206,17 @@ class PostgresCheckpointStorage(HeldStepSaves, DurableCheckpointStorage):
         statement = self._sql["save_whole" if self._waits_for_disk(checkpoint) else "save_whole_nowait"]
 
         async def save(conn: AsyncConnection[Any]) -> None:
-            await self._purge_when_due(conn, now)
+            await self.purge_when_due(conn, now)
             await execute_save(conn, checkpoint.checkpoint_id, statement, row)
 
         await self._db.run("checkpoint save", save)
         return checkpoint.checkpoint_id
 
-    async def _purge_when_due(self, conn: AsyncConnection[Any], now: float) -> None:
-        """Delete expired checkpoints and segments, at most once per ``PURGE_INTERVAL_SECONDS``."""
+    async def purge_when_due(self, conn: AsyncConnection[Any], now: float) -> None:
+        """Delete expired checkpoints on ``conn`` when due (first on every write, a joint pause's too)."""
         if self._purges.due(now):
             self._purges.ran(now)
-            await conn.execute(self._sql["purge"], (now,))
+            await self._db.execute_custom_plan(conn, self._sql["purge"], (now,))
 
     async def _write_delta(
         self, checkpoint: WorkflowCheckpoint, plan: DeltaSave, head: bytes, chunk: bytes | None
@@ -239,7 +240,7 @@ class PostgresCheckpointStorage(HeldStepSaves, DurableCheckpointStorage):
     async def _save_delta(
         self, now: float, statement: bytes, params: tuple[Any, ...], conn: AsyncConnection[Any]
     ) -> bool:
-        await self._purge_when_due(conn, now)
+        await self.purge_when_due(conn, now)
         row = await (await execute_save(conn, str(params[1]), statement, params)).fetchone()
         return bool(row is not None and row[-1])
 

@@ -156,6 +156,7 @@ class HeldPause:
         statement = self._joint.save_with_record
 
         async def write(conn: AsyncConnection[Any]) -> tuple[Any, ...] | None:
+            await storage.purge_when_due(conn, time.time())  # as the storage's own saves do
             return await (await conn.execute(statement, params)).fetchone()
 
         try:

@@ -198,6 +198,37 @@ BEGIN
 END $$;
 """
 )
+
+MIGRATION_4 = """
+CREATE OR REPLACE FUNCTION {schema}.free_delta_segments(p_ids BIGINT[], p_now DOUBLE PRECISION) RETURNS VOID
+LANGUAGE plpgsql AS $$
+DECLARE
+    parents BIGINT[];
+BEGIN
+    LOOP
+        WITH dead AS (
+            DELETE FROM {schema}.delta_segments WHERE segment_id = ANY(CASE WHEN p_now IS NULL THEN p_ids
+                    ELSE ARRAY(SELECT segment_id FROM {schema}.delta_segments WHERE expires_at <= p_now) END)
+                AND children <= 0 AND (p_now IS NOT NULL OR refs <= 0)
+                RETURNING workflow_name, segment_id, parent_ids[cardinality(parent_ids)] AS parent
+        ), gone AS (
+            DELETE FROM {schema}.delta_checkpoints
+                WHERE (workflow_name, segment_id) IN (SELECT workflow_name, segment_id FROM dead)
+        )
+        SELECT array_agg(parent) FILTER (WHERE parent IS NOT NULL) INTO parents FROM dead;
+        EXIT WHEN parents IS NULL;
+        UPDATE {schema}.delta_segments AS s SET children = s.children - d.n
+            FROM (SELECT id, count(*) AS n FROM unnest(parents) AS id GROUP BY id) AS d WHERE s.segment_id = d.id;
+        p_ids := parents;
+    END LOOP;
+END $$;
+"""
+"""Migration 4: ``free_delta_segments`` finds the segments it frees by their ids in a generic plan too.
+
+Version 3 chose between ids and expiry with ``CASE`` over the whole condition, which a generic plan
+(``plan_cache_mode = force_generic_plan``, as the package's pools plan) cannot fold: every release then
+scanned the whole ``delta_segments`` table. Now the ids are an index condition either way.
+"""
 """Migration 3 of the ``checkpoints`` component (see the module docstring)."""
 
 _LIVE = "(d.expires_at IS NULL OR d.expires_at > %(now)s)"

@@ -87,6 +87,20 @@ async def _check_open(conn: AsyncConnection[Any]) -> None:
         await AsyncConnectionPool.check_connection(conn)
 
 
+async def _plan_once(conn: AsyncConnection[Any]) -> None:
+    """Set a new pooled connection to plan each statement once: ``plan_cache_mode = force_generic_plan``.
+
+    With ``prepare_threshold=0`` (as LangGraph's ``PostgresSaver`` connects) every statement is prepared
+    on its first use, and with generic plans neither those nor the statements inside the PL/pgSQL
+    functions are planned again: a new connection runs at its long-run speed from its second use on
+    (PostgreSQL's default plans each of them anew five times first). Every hot statement keeps its index
+    scans under generic plans (``tests/durable/test_postgres_plans.py``); the purges, whose best plan
+    depends on how many rows are past their time, ask for custom plans
+    (:meth:`PostgresPool.execute_custom_plan`).
+    """
+    await conn.execute("SET plan_cache_mode = force_generic_plan", prepare=False)
+
+
 async def _usable(conn: AsyncConnection[Any]) -> bool:
     """Whether a kept connection may run the next operation: open, idle, and passing :func:`_check_open`."""
     from psycopg.pq import TransactionStatus
@@ -112,9 +126,10 @@ def _same_conninfo(one: str, other: str) -> bool:
 class PostgresPool:
     """One backend's access to PostgreSQL: a lazily opened pool, its schema, and outage errors.
 
-    Built from a connection string, it owns an ``AsyncConnectionPool`` (autocommit connections, each
-    checked before use, usually without a round trip, so connections a server restart closed are replaced
-    instead of failing an operation); built from a pool, it borrows it (the caller opens and closes it). Any
+    Built from a connection string, it owns an ``AsyncConnectionPool`` (autocommit connections that prepare
+    each statement on first use and plan it once, see :func:`_plan_once`; each checked before use, usually
+    without a round trip, so connections a server restart closed are replaced instead of failing an
+    operation); built from a pool, it borrows it (the caller opens and closes it, and sets it up). Any
     ``psycopg.OperationalError`` (server down, connection lost, no connection within the timeout)
     is re-raised as a ``PostgresUnavailableError`` (an ``OperationalError`` and a ``DurableStoreError``)
     that names the backend and the operation.
@@ -154,7 +169,8 @@ class PostgresPool:
                 max_size=max_size,
                 timeout=self._timeout,
                 open=False,
-                kwargs={"autocommit": True},
+                kwargs={"autocommit": True, "prepare_threshold": 0},
+                configure=_plan_once,
                 check=_check_open,
                 name=owner,
             )
@@ -308,7 +324,7 @@ class PostgresPool:
                     f"newer than this package knows ({latest}); upgrade agent-framework-functional on every worker."
                 )
             for script in self._migrations[current:]:
-                await conn.execute(sql.SQL(script).format(schema=schema))  # pyright: ignore[reportArgumentType]
+                await conn.execute(sql.SQL(script).format(schema=schema), prepare=False)  # pyright: ignore[reportArgumentType]
             if current < latest:
                 await conn.execute(
                     sql.SQL(
@@ -317,6 +333,20 @@ class PostgresPool:
                     ).format(schema),
                     (self._component, latest),
                 )
+
+    @staticmethod
+    async def execute_custom_plan(conn: AsyncConnection[Any], statement: Any, params: Any) -> Any:
+        """Run ``statement`` planned for its parameters' values (a purge: an index scan when few rows are due).
+
+        The pools this class builds plan generically (:func:`_plan_once`); a purge's best plan depends on
+        how many rows are past their time, so it is planned anew, in a transaction of its own.
+
+        Returns:
+            psycopg's cursor (its ``rowcount`` counts the rows deleted).
+        """
+        async with conn.transaction():
+            await conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
+            return await conn.execute(statement, params)
 
     async def aclose(self) -> None:
         """Close the pool if this object created it; a pool passed in is left open."""

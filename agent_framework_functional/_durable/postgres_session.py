@@ -53,6 +53,8 @@ _STATEMENTS = {
     ),
 }
 
+_PURGES = frozenset({"expire", "trim"})
+
 
 class PostgresRecords(LimitedRecords):
     """The ``<schema>.session_records`` table, through the package's Postgres pool and migrations."""
@@ -64,7 +66,10 @@ class PostgresRecords(LimitedRecords):
 
     async def _execute(self, what: str, name: str, params: tuple[Any, ...]) -> Any:
         async def operation(conn: AsyncConnection[Any]) -> Any:
-            cursor = await conn.execute(self._sql[name], params)
+            if name in _PURGES:  # how many rows are due decides their best plan (``PostgresPool``)
+                cursor = await self.db.execute_custom_plan(conn, self._sql[name], params)
+            else:
+                cursor = await conn.execute(self._sql[name], params)
             return await cursor.fetchone() if cursor.description is not None else cursor.rowcount
 
         return await self.db.run(what, operation)

@@ -347,7 +347,7 @@ class PostgresContinuationStore(TimedStore):
 
     async def _purge(self, conn: AsyncConnection[Any]) -> int:
         now = self.now()
-        cursor = await conn.execute(self._sql["purge"], {"cutoff": now - self._retention})
+        cursor = await self._db.execute_custom_plan(conn, self._sql["purge"], {"cutoff": now - self._retention})
         self._purges.ran(now)
         return cursor.rowcount
 

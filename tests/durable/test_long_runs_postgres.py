@@ -208,10 +208,10 @@ async def test_a_version_1_table_is_upgraded_and_its_whole_checkpoints_still_loa
     storage = PostgresCheckpointStorage(postgres_server, schema=schema)
     try:
         checkpoint = WorkflowCheckpoint(workflow_name="batch", graph_signature_hash="g", state={"n": 1})
-        await storage.save(checkpoint)  # first use: migrates to version 3, then saves whole
+        await storage.save(checkpoint)  # first use: migrates to the latest version, then saves whole
         with psycopg.connect(postgres_server, autocommit=True) as conn:
             version = conn.execute(f'SELECT version FROM "{schema}".schema_version').fetchone()
-        assert version is not None and version[0] == len(MIGRATIONS) == 3
+        assert version is not None and version[0] == len(MIGRATIONS) == 4
         assert (await storage.load(checkpoint.checkpoint_id)).state == {"n": 1}
         await old.build(checkpoint_storage=storage).run(["x1", "x2"])
         assert _stored(postgres_server, schema) == (2, 1)
@@ -293,11 +293,11 @@ async def test_a_version_2_database_with_sealed_checkpoints_is_upgraded_and_stil
 
     storage = PostgresCheckpointStorage(postgres_server, schema=schema, sealer=sealer)
     try:
-        for saved in tee.kept:  # the first load migrates to version 3; the version-2 rows stay where they are
+        for saved in tee.kept:  # the first load migrates to the latest; the version-2 rows stay where they are
             assert _canonical(await storage.load(saved.checkpoint_id)) == _canonical(saved)
         with psycopg.connect(postgres_server, autocommit=True) as conn:
             version = conn.execute(f'SELECT version FROM "{schema}".schema_version').fetchone()
-        assert version == (3,)
+        assert version == (len(MIGRATIONS),)
         assert await storage.list_checkpoint_ids(workflow_name="batch") == tee.ids
 
         restored = (  # a restore from a version-2 checkpoint goes on in version-3 rows (one new segment)

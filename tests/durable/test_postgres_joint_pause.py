@@ -3,11 +3,13 @@
 Against a real PostgreSQL cluster (``postgres_server``). Asserted: one statement carries both, the
 pause resumes on the same worker (its run's later saves continue the pause's segment) and on another;
 a failed statement leaves the pause's checkpoint saved alone and no record; a save the storage refuses
-is saved whole under the inserted record; a held pause no record took is saved when its run settles.
+is saved whole under the inserted record; a held pause no record took is saved when its run settles; the
+statement purges expired checkpoints first when a purge is due, as the storage's own saves do.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import psycopg
@@ -145,3 +147,22 @@ async def test_no_joint_for_another_database_or_a_subclass(postgres_server: str)
     finally:
         for closable in (store, elsewhere, reordered, custom):
             await closable.aclose()
+
+
+async def test_a_pause_saved_with_its_record_purges_expired_checkpoints_when_due(postgres_server: str) -> None:
+    # Regression: the joint statement skipped the storage's purge, so a worker whose every save was a
+    # pause (a HITL cycle: pause, answer, finish) never deleted expired checkpoints.
+    schema = new_schema("p")
+    short, late = JointWorker.on(postgres_server, schema, ttl=1), JointWorker.on(postgres_server, schema)
+    expired = "delta_segments WHERE expires_at <= extract(epoch FROM clock_timestamp())"
+    try:
+        await short.ready()
+        await short.build().run("x")  # its checkpoints expire a second later
+        await asyncio.sleep(1.2)
+        assert await count_rows(postgres_server, schema, expired) > 0
+        await late.ready()
+        await late.build().run("y")  # this storage's first write: a joint pause, which purges first
+        assert await count_rows(postgres_server, schema, expired) == 0
+    finally:
+        await short.aclose()
+        await late.aclose()

@@ -1,0 +1,187 @@
+"""The package's pools plan each statement once, and keep their index scans on large tables.
+
+The pools ``PostgresPool`` builds from a connection string prepare every statement on first use
+(``prepare_threshold=0``) and plan generically (``plan_cache_mode = force_generic_plan``), so a new
+connection is at its long-run speed from its second use on. A generic plan cannot fold a condition on a
+parameter's value, so each statement has to be right for any value: checked here on tables of 40,000
+rows with PostgreSQL's own ``auto_explain`` (``log_analyze``: only nodes that ran count). A pause, an
+answer on another worker and the finished run's release scan no whole table (also on tables that
+version 3 created, whose ``free_delta_segments`` could not use its index in a generic plan); the purges, planned for
+their values (``execute_custom_plan``), use the ``expires_at`` indexes when few rows are due.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from agent_framework_functional import (
+    PostgresCheckpointStorage,
+    PostgresContinuationStore,
+    RunContext,
+    workflow,
+)
+from agent_framework_functional._durable.postgres_checkpoint import MIGRATIONS
+from agent_framework_functional._durable.postgres_schema import PostgresPool
+
+pytestmark = pytest.mark.slow
+
+ROWS = 40_000
+TABLES = ("continuations", "checkpoints", "delta_segments", "delta_checkpoints")
+MARK = "plans: the tables are full"
+
+
+@workflow(name="plans_review")
+async def _review(topic: str, ctx: RunContext) -> str:
+    answer = await ctx.request_info({"draft": topic}, response_type=str)
+    return f"{topic}: {answer}"
+
+
+def _explain_everything(url: str) -> None:
+    """Have every new session log the plan of every statement, nested ones too, with what ran."""
+    settings = {
+        "session_preload_libraries": "auto_explain",
+        "auto_explain.log_min_duration": "0",
+        "auto_explain.log_nested_statements": "on",
+        "auto_explain.log_analyze": "on",
+        "log_min_messages": "log",
+    }
+    with psycopg.connect(url, autocommit=True) as conn:
+        for name, value in settings.items():
+            conn.execute(f"ALTER DATABASE postgres SET {name} = '{value}'")  # pyright: ignore[reportArgumentType]
+
+
+def _fill(url: str, schema: str) -> None:
+    """``ROWS`` rows in each table, none of them due for a purge, then fresh statistics."""
+    far = 4e10
+    with psycopg.connect(url, autocommit=True) as conn:
+        for statement in (
+            f"INSERT INTO {schema}.continuations SELECT md5(i::text), 'other', 's', i::text, '[]', {far}, {far} + i, "
+            f"'issued', {far}, NULL, NULL FROM generate_series(1, {ROWS}) AS i",
+            f"INSERT INTO {schema}.delta_segments SELECT -i, 'other' || (i % 500), 1, 0, 1, {far} + i, NULL, NULL "
+            f"FROM generate_series(1, {ROWS}) AS i",
+            f"INSERT INTO {schema}.delta_checkpoints SELECT -i, 0, {far} + i, 0, gen_random_uuid(), NULL, 1, true, "
+            f"'other' || (i % 500), '\\x00' FROM generate_series(1, {ROWS}) AS i",
+            f"INSERT INTO {schema}.checkpoints SELECT 'x' || i, 'other' || (i % 500), 0, {far} + i, '\\x00' "
+            f"FROM generate_series(1, {ROWS}) AS i",
+        ):
+            conn.execute(statement)  # pyright: ignore[reportArgumentType]
+        for table in TABLES:
+            conn.execute(f"ANALYZE {schema}.{table}")  # pyright: ignore[reportArgumentType]
+        conn.execute(f"SELECT '{MARK}'")  # pyright: ignore[reportArgumentType]
+
+
+def _scans(log: str) -> list[str]:
+    """The whole-table scans of our tables that ran (``never executed`` nodes left out), as logged."""
+    scans = re.finditer(r"Seq Scan on (\w+)[^\n]*", log)
+    return [scan[0] for scan in scans if scan[1] in TABLES and "never executed" not in scan[0]]
+
+
+async def _cycle(pausing: tuple[Any, Any], answering: tuple[Any, Any]) -> None:
+    store, storage = pausing
+    paused = await _review.build(checkpoint_storage=storage, continuation_store=store).run("plans")
+    request_id = paused.get_request_info_events()[0].request_id
+    store, storage = answering
+    resumed = _review.build(checkpoint_storage=storage, continuation_store=store)
+    done = await resumed.run(responses={request_id: "ok"}, continuation_token=paused.continuation_token)
+    assert done.get_outputs() == ["plans: ok"]
+
+
+async def test_owned_pools_prepare_on_first_use_and_plan_generically(postgres_server: str) -> None:
+    schema = f"plans_{uuid.uuid4().hex[:12]}"
+    store = PostgresContinuationStore(postgres_server, schema=schema)
+    storage = PostgresCheckpointStorage(postgres_server, schema=schema)
+    try:
+        await _cycle((store, storage), (store, storage))
+
+        async def probe(conn: psycopg.AsyncConnection[Any]) -> tuple[Any, ...]:
+            mode = await (await conn.execute("SHOW plan_cache_mode", prepare=False)).fetchone()
+            prepared = await (
+                await conn.execute("SELECT count(*) FROM pg_prepared_statements", prepare=False)
+            ).fetchone()
+            assert mode is not None and prepared is not None
+            return conn.prepare_threshold, mode[0], prepared[0]
+
+        for pool in (store.database, storage.database):
+            threshold, mode, prepared = await pool.run("probe", probe)
+            assert (threshold, mode) == (0, "force_generic_plan")
+            assert prepared >= 1  # statements run once are prepared already (psycopg's default waits for 5)
+    finally:
+        await store.aclose()
+        await storage.aclose()
+
+
+async def test_a_pool_the_caller_passes_keeps_its_settings(postgres_server: str) -> None:
+    from psycopg_pool import AsyncConnectionPool
+
+    pool = AsyncConnectionPool(postgres_server, min_size=1, max_size=2, open=False, kwargs={"autocommit": True})
+    await pool.open()
+    store = PostgresContinuationStore(pool, schema=f"plans_{uuid.uuid4().hex[:12]}")
+    try:
+        await store.purge_expired()  # the schema exists now; the purge planned for its values on this pool too
+
+        async def probe(conn: psycopg.AsyncConnection[Any]) -> tuple[Any, ...]:
+            mode = await (await conn.execute("SHOW plan_cache_mode")).fetchone()
+            assert mode is not None
+            return conn.prepare_threshold, mode[0]
+
+        assert await store.database.run("probe", probe) == (5, "auto")
+    finally:
+        await store.aclose()
+        await pool.close()
+
+
+async def test_large_tables_keep_index_scans_on_the_hot_path_and_in_purges(postgres_servers: Any) -> None:
+    server = postgres_servers()
+    _explain_everything(server.url)
+    schema = f"plans_{uuid.uuid4().hex[:12]}"
+    version_3 = PostgresPool(
+        server.url,
+        owner="version 3",
+        schema=schema,
+        component="checkpoints",
+        migrations=MIGRATIONS[:3],
+        max_size=1,
+        pool_timeout=10.0,
+    )
+    await version_3.prepare()  # the tables as version 3 left them: the workers' first use upgrades them
+    await version_3.aclose()
+    workers = [
+        (PostgresContinuationStore(server.url, schema=schema), PostgresCheckpointStorage(server.url, schema=schema))
+        for _ in range(2)
+    ]
+    log_path = Path(server.root) / "server.log"
+    try:
+        await _cycle(workers[0], workers[1])  # the tables exist now, at the latest version
+        await _cycle(workers[1], workers[0])  # each storage's first pause purged: none due for 10 minutes
+        with psycopg.connect(server.url) as conn:
+            version = conn.execute(f"SELECT version FROM {schema}.schema_version WHERE component = 'checkpoints'")  # pyright: ignore[reportArgumentType]
+            assert version.fetchone() == (len(MIGRATIONS),)
+        _fill(server.url, schema)
+        for _ in range(3):
+            await _cycle(workers[0], workers[1])
+            await _cycle(workers[1], workers[1])
+        hot = log_path.read_text(errors="replace").split(MARK)[-1]
+        assert "free_delta_segments" in hot and "delete_checkpoints" in hot
+        assert _scans(hot) == []
+
+        purging = PostgresCheckpointStorage(server.url, schema=schema, ttl=3600)  # a first save purges
+        store = workers[0][0]
+        try:
+            await _cycle((store, purging), workers[1])
+            assert await store.purge_expired() == 0
+        finally:
+            await purging.aclose()
+        purges = log_path.read_text(errors="replace").split(MARK)[-1][len(hot) :]
+        assert "purge_checkpoints" in purges and "updated_at <" in purges
+        # delta_segments has no expires_at index: the checkpoint purge reads that table whole, as before.
+        assert [scan for scan in _scans(purges) if "delta_segments" not in scan] == []
+    finally:
+        for store, storage in workers:
+            await store.aclose()
+            await storage.aclose()
