@@ -22,6 +22,7 @@ from ._continuation import FunctionalWorkflowContinuationToken, continuation_tok
 from ._definition import FunctionalWorkflowDefinition, workflow
 from ._durable.checkpoint_seal import CheckpointSealer
 from ._durable.postgres_checkpoint import PostgresCheckpointStorage
+from ._durable.postgres_migrate import migrate_postgres
 from ._durable.postgres_session import PostgresSessionStore
 from ._durable.postgres_store import PostgresContinuationStore
 from ._durable.redis_checkpoint import RedisCheckpointStorage
@@ -94,6 +95,7 @@ __all__ = [  # noqa: RUF022 - plain sorted(), as tests/test_public_api.py checks
     "continuation_token_hash",
     "emit_update",
     "get_run_context",
+    "migrate_postgres",
     "response_schema",
     "responses_approval_messages",
     "responses_to_run_with_approvals",

@@ -62,6 +62,7 @@ EXPECTED_ALL = [
     "continuation_token_hash",
     "emit_update",
     "get_run_context",
+    "migrate_postgres",
     "response_schema",
     "responses_approval_messages",
     "responses_to_run_with_approvals",

@@ -216,7 +216,7 @@ class PostgresCheckpointStorage(HeldStepSaves, DurableCheckpointStorage):
         """Delete expired checkpoints on ``conn`` when due (first on every write, a joint pause's too)."""
         if self._purges.due(now):
             self._purges.ran(now)
-            await self._db.execute_custom_plan(conn, self._sql["purge"], (now,))
+            await self._db.purge_quietly(self._db.execute_custom_plan(conn, self._sql["purge"], (now,)))
 
     async def _write_delta(
         self, checkpoint: WorkflowCheckpoint, plan: DeltaSave, head: bytes, chunk: bytes | None
@@ -294,8 +294,8 @@ class PostgresCheckpointStorage(HeldStepSaves, DurableCheckpointStorage):
 
         async def rows(conn: AsyncConnection[Any]) -> tuple[list[tuple[Any, ...]], ...]:
             names = {"name": workflow_name, "now": time.time()}
-            found = await (await conn.execute(self._sql["list"], names)).fetchall()
-            deltas = await (await conn.execute(self._sql["delta_list"], names)).fetchall()
+            found = await (await self._db.execute_custom_plan(conn, self._sql["list"], names)).fetchall()
+            deltas = await (await self._db.execute_custom_plan(conn, self._sql["delta_list"], names)).fetchall()
             segments = sorted({str(segment) for row in found for segment in (row[3] or ())})
             chunks = await version_2_chunks(conn, self._sql["chunks"], segments) if segments else []
             return found, chunks, deltas, await self._delta_chunks(conn, deltas)

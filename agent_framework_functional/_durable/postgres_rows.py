@@ -85,6 +85,13 @@ def check_storable(checkpoint: WorkflowCheckpoint) -> None:
         )
 
 
+PREPARED_PARAMS_MAX = 64
+"""A save's statement with more parameters (several held saves: 13 each) is planned each time, never prepared.
+
+Its text depends on how many saves it carries; prepared, each size would keep its own plan in the server
+session (about 1 MB at 200 saves), up to psycopg's 100 prepared statements per connection."""
+
+
 async def execute_save(conn: AsyncConnection[Any], checkpoint_id: str, statement: Any, params: Any) -> Any:
     """Run a save's statement; a row PostgreSQL cannot index (an id or a workflow name too long) is refused.
 
@@ -93,8 +100,9 @@ async def execute_save(conn: AsyncConnection[Any], checkpoint_id: str, statement
     """
     from psycopg.errors import ProgramLimitExceeded
 
+    prepare = None if len(params) <= PREPARED_PARAMS_MAX else False  # None: the connection's threshold (0)
     try:
-        return await conn.execute(statement, params)
+        return await conn.execute(statement, params, prepare=prepare)
     except ProgramLimitExceeded as exc:  # not an outage: the same row fails every time
         raise WorkflowCheckpointException(
             f"Checkpoint {checkpoint_id[:80]!r} cannot be stored in PostgreSQL (its id or workflow name is too "

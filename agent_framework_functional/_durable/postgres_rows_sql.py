@@ -209,7 +209,7 @@ BEGIN
         WITH dead AS (
             DELETE FROM {schema}.delta_segments WHERE segment_id = ANY(CASE WHEN p_now IS NULL THEN p_ids
                     ELSE ARRAY(SELECT segment_id FROM {schema}.delta_segments WHERE expires_at <= p_now) END)
-                AND children <= 0 AND (p_now IS NOT NULL OR refs <= 0)
+                AND children <= 0 AND (p_now IS NOT NULL OR refs <= 0) AND (p_now IS NULL OR expires_at <= p_now)
                 RETURNING workflow_name, segment_id, parent_ids[cardinality(parent_ids)] AS parent
         ), gone AS (
             DELETE FROM {schema}.delta_checkpoints
@@ -227,7 +227,9 @@ END $$;
 
 Version 3 chose between ids and expiry with ``CASE`` over the whole condition, which a generic plan
 (``plan_cache_mode = force_generic_plan``, as the package's pools plan) cannot fold: every release then
-scanned the whole ``delta_segments`` table. Now the ids are an index condition either way.
+scanned the whole ``delta_segments`` table. Now the ids are an index condition either way; a purge still
+checks ``expires_at`` on the row it deletes, so a save that extended the segment while the purge waited
+for its lock keeps it (PostgreSQL re-checks the condition on the row's new version).
 """
 """Migration 3 of the ``checkpoints`` component (see the module docstring)."""
 

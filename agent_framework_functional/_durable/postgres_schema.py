@@ -1,13 +1,9 @@
 """The Postgres backends' shared plumbing: the connection pool, the versioned schema, and clear outage errors.
 
-Schema and migrations. Each backend (``continuations``, ``checkpoints``) owns a list of migrations:
-SQL scripts numbered from 1, never edited once released (a change is a new script at the end). The
-first operation of a store object opens one transaction that takes a transaction-level advisory
-lock (so eight workers starting together migrate once), creates the schema and its
-``schema_version`` table if missing, applies the scripts past the recorded version, and records the
-new version. A database at a newer version than this package knows is refused with an error (upgrade
-the package); an older one is upgraded in place. Hosts that forbid DDL at run time run the same
-scripts in their own migration tool (README "Durable continuations").
+A :class:`PostgresPool`'s first operation brings its component's tables to the package's version
+(``_durable/postgres_versions.py``: numbered migrations under an advisory lock, recorded in
+``<schema>.schema_version``). Hosts that forbid DDL at run time run ``migrate_postgres`` with a role
+that may (README "Durable continuations").
 """
 
 from __future__ import annotations
@@ -15,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import logging
 import select
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -23,6 +20,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._store import duration_seconds
+from .postgres_versions import Component, migrate
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator
@@ -31,6 +29,8 @@ if TYPE_CHECKING:
     from psycopg_pool import AsyncConnectionPool
 
 _T = TypeVar("_T")
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_SCHEMA = "agent_framework_functional"
 """The PostgreSQL schema (namespace) both Postgres backends create their tables in, by default."""
@@ -43,14 +43,6 @@ DEFAULT_POOL_TIMEOUT_SECONDS = 10.0
 
 KEEP_SECONDS = 30.0
 """How long a :class:`PostgresPool` built with ``keep_connection`` keeps one connection out of its pool."""
-
-_VERSION_TABLE = """
-CREATE TABLE IF NOT EXISTS {schema}.schema_version (
-    component TEXT PRIMARY KEY,
-    version INTEGER NOT NULL,
-    applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
-)
-"""
 
 
 def import_psycopg(owner: str) -> None:
@@ -68,6 +60,8 @@ def check_schema_name(schema: str) -> str:
         raise ValueError(f"schema must be a plain SQL identifier (letters, digits, '_'), got {schema!r}.")
     if not all(ch.isascii() and (ch.isalnum() or ch == "_") and not ch.isupper() for ch in schema):
         raise ValueError(f"schema must be a plain lower-case SQL identifier (letters, digits, '_'), got {schema!r}.")
+    if schema.startswith("pg_"):
+        raise ValueError(f"schema must not start with 'pg_' (PostgreSQL keeps that prefix for itself), got {schema!r}.")
     return schema
 
 
@@ -159,8 +153,7 @@ class PostgresPool:
             raise ValueError(f"max_size must be a positive integer, got {max_size!r}.")
         self.owner = owner
         self.schema = check_schema_name(schema)
-        self._component = component
-        self._migrations = tuple(migrations)
+        self._component = Component(owner, self.schema, component, tuple(migrations))
         self._timeout = duration_seconds(pool_timeout, "pool_timeout")
         if isinstance(target, str):
             self._pool: AsyncConnectionPool = AsyncConnectionPool(
@@ -300,39 +293,21 @@ class PostgresPool:
         if self._owns_pool:
             await self._pool.open(wait=False)
         async with self._connection("schema check") as conn:
-            await self._migrate(conn)
+            await migrate(conn, self._component)
 
-    async def _migrate(self, conn: AsyncConnection[Any]) -> None:
-        """Create the schema or bring it up to this package's version, once, under an advisory lock."""
-        from psycopg import sql
+    async def purge_quietly(self, purge: Awaitable[Any]) -> None:
+        """Await an automatic purge on the connection of the write it precedes; a database error is logged.
 
-        schema = sql.Identifier(self.schema)
-        async with conn.transaction():
-            await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"aff:{self.schema}",))
-            await conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
-            await conn.execute(sql.SQL(_VERSION_TABLE).format(schema=schema))
-            cursor = await conn.execute(
-                sql.SQL("SELECT version FROM {}.schema_version WHERE component = %s").format(schema),
-                (self._component,),
-            )
-            row = await cursor.fetchone()
-            current = 0 if row is None else int(row[0])
-            latest = len(self._migrations)
-            if current > latest:
-                raise RuntimeError(
-                    f"{self.owner}: the {self._component} tables in schema {self.schema!r} are at version {current}, "
-                    f"newer than this package knows ({latest}); upgrade agent-framework-functional on every worker."
-                )
-            for script in self._migrations[current:]:
-                await conn.execute(sql.SQL(script).format(schema=schema), prepare=False)  # pyright: ignore[reportArgumentType]
-            if current < latest:
-                await conn.execute(
-                    sql.SQL(
-                        "INSERT INTO {}.schema_version (component, version) VALUES (%s, %s) "
-                        "ON CONFLICT (component) DO UPDATE SET version = EXCLUDED.version, applied_at = now()"
-                    ).format(schema),
-                    (self._component, latest),
-                )
+        A purge is housekeeping: a lock it cannot get (``lock_timeout``) or a ``statement_timeout`` must not
+        fail the save or claim after it (its transaction is rolled back; the next purge is due an interval
+        later). A lost connection fails that write's own statement next, as it would have anyway.
+        """
+        from psycopg import Error
+
+        try:
+            await purge
+        except Error as exc:
+            logger.warning("%s: the purge of expired rows failed and was skipped: %s", self.owner, exc)
 
     @staticmethod
     async def execute_custom_plan(conn: AsyncConnection[Any], statement: Any, params: Any) -> Any:

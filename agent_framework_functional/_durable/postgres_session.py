@@ -53,7 +53,8 @@ _STATEMENTS = {
     ),
 }
 
-_PURGES = frozenset({"expire", "trim"})
+_PLANNED_FOR_VALUES = frozenset({"expire", "trim", "remove_group"})
+"""Statements whose best plan depends on how many rows match (purges; a group, which may hold most rows)."""
 
 
 class PostgresRecords(LimitedRecords):
@@ -66,7 +67,7 @@ class PostgresRecords(LimitedRecords):
 
     async def _execute(self, what: str, name: str, params: tuple[Any, ...]) -> Any:
         async def operation(conn: AsyncConnection[Any]) -> Any:
-            if name in _PURGES:  # how many rows are due decides their best plan (``PostgresPool``)
+            if name in _PLANNED_FOR_VALUES:  # how many rows match decides their best plan (``PostgresPool``)
                 cursor = await self.db.execute_custom_plan(conn, self._sql[name], params)
             else:
                 cursor = await conn.execute(self._sql[name], params)

@@ -347,8 +347,8 @@ class PostgresContinuationStore(TimedStore):
 
     async def _purge(self, conn: AsyncConnection[Any]) -> int:
         now = self.now()
+        self._purges.ran(now)  # also when it fails: the next one is due an interval later, not on every write
         cursor = await self._db.execute_custom_plan(conn, self._sql["purge"], {"cutoff": now - self._retention})
-        self._purges.ran(now)
         return cursor.rowcount
 
     async def _update(self, name: str, params: tuple[Any, ...]) -> bool:
@@ -364,7 +364,7 @@ class PostgresContinuationStore(TimedStore):
 
         async def write(conn: AsyncConnection[Any]) -> Any:
             if self._purges.interval is not None and self._purges.due(self.now()):
-                await self._purge(conn)
+                await self._db.purge_quietly(self._purge(conn))  # housekeeping: its failure must not fail the write
             return await operation(conn)
 
         return await (on or self._db).run(what, write)

@@ -36,6 +36,7 @@ from agent_framework_functional import (
     DurableStoreError,
     PostgresCheckpointStorage,
     PostgresContinuationStore,
+    PostgresSessionStore,
     continuation_token_hash,
 )
 from agent_framework_functional._durable.postgres_checkpoint import MIGRATIONS as CHECKPOINT_MIGRATIONS
@@ -327,6 +328,8 @@ def test_arguments_are_checked() -> None:
         PostgresContinuationStore("postgresql://127.0.0.1:1/x", schema="Bad-Name")
     with pytest.raises(ValueError, match="schema"):
         PostgresCheckpointStorage("postgresql://127.0.0.1:1/x", schema="x; DROP TABLE y")
+    with pytest.raises(ValueError, match="must not start with 'pg_'"):  # PostgreSQL refused it at first use
+        PostgresSessionStore("postgresql://127.0.0.1:1/x", schema="pg_sessions")
     with pytest.raises(ValueError, match="max_size"):
         PostgresContinuationStore("postgresql://127.0.0.1:1/x", max_size=0)
     with pytest.raises(ValueError, match="ttl"):

@@ -6,7 +6,10 @@ connection is at its long-run speed from its second use on. A generic plan canno
 parameter's value, so each statement has to be right for any value: checked here on tables of 40,000
 rows with PostgreSQL's own ``auto_explain`` (``log_analyze``: only nodes that ran count). A pause, an
 answer on another worker and the finished run's release scan no whole table (also on tables that
-version 3 created, whose ``free_delta_segments`` could not use its index in a generic plan); the purges, planned for
+version 3 created, whose ``free_delta_segments`` could not use its index in a generic plan, and with
+every filler row of one other workflow, so that a generic plan would take a workflow's name for half
+the table); listing a workflow's checkpoints is planned for the name it asks for, and clearing a session
+group reads no whole table either; the purges, planned for
 their values (``execute_custom_plan``), use the ``expires_at`` indexes when few rows are due.
 """
 
@@ -19,10 +22,12 @@ from typing import Any
 
 import psycopg
 import pytest
+from agent_framework import AgentSession
 
 from agent_framework_functional import (
     PostgresCheckpointStorage,
     PostgresContinuationStore,
+    PostgresSessionStore,
     RunContext,
     workflow,
 )
@@ -32,7 +37,7 @@ from agent_framework_functional._durable.postgres_schema import PostgresPool
 pytestmark = pytest.mark.slow
 
 ROWS = 40_000
-TABLES = ("continuations", "checkpoints", "delta_segments", "delta_checkpoints")
+TABLES = ("continuations", "checkpoints", "delta_segments", "delta_checkpoints", "session_records")
 MARK = "plans: the tables are full"
 
 
@@ -57,17 +62,19 @@ def _explain_everything(url: str) -> None:
 
 
 def _fill(url: str, schema: str) -> None:
-    """``ROWS`` rows in each table, none of them due for a purge, then fresh statistics."""
+    """``ROWS`` rows in each table, all of one other workflow (``main``) and none due for a purge; statistics."""
     far = 4e10
     with psycopg.connect(url, autocommit=True) as conn:
         for statement in (
-            f"INSERT INTO {schema}.continuations SELECT md5(i::text), 'other', 's', i::text, '[]', {far}, {far} + i, "
+            f"INSERT INTO {schema}.continuations SELECT md5(i::text), 'main', 's', i::text, '[]', {far}, {far} + i, "
             f"'issued', {far}, NULL, NULL FROM generate_series(1, {ROWS}) AS i",
-            f"INSERT INTO {schema}.delta_segments SELECT -i, 'other' || (i % 500), 1, 0, 1, {far} + i, NULL, NULL "
+            f"INSERT INTO {schema}.delta_segments SELECT -i, 'main', 1, 0, 1, {far} + i, NULL, NULL "
             f"FROM generate_series(1, {ROWS}) AS i",
             f"INSERT INTO {schema}.delta_checkpoints SELECT -i, 0, {far} + i, 0, gen_random_uuid(), NULL, 1, true, "
-            f"'other' || (i % 500), '\\x00' FROM generate_series(1, {ROWS}) AS i",
-            f"INSERT INTO {schema}.checkpoints SELECT 'x' || i, 'other' || (i % 500), 0, {far} + i, '\\x00' "
+            f"'main', '\\x00' FROM generate_series(1, {ROWS}) AS i",
+            f"INSERT INTO {schema}.session_records SELECT md5(i::text), 'g' || (i % 2), '{{}}', {far} + i "
+            f"FROM generate_series(1, {ROWS}) AS i",
+            f"INSERT INTO {schema}.checkpoints SELECT 'x' || i, 'main', 0, {far} + i, '\\x00' "
             f"FROM generate_series(1, {ROWS}) AS i",
         ):
             conn.execute(statement)  # pyright: ignore[reportArgumentType]
@@ -155,10 +162,12 @@ async def test_large_tables_keep_index_scans_on_the_hot_path_and_in_purges(postg
         (PostgresContinuationStore(server.url, schema=schema), PostgresCheckpointStorage(server.url, schema=schema))
         for _ in range(2)
     ]
+    sessions = PostgresSessionStore(server.url, schema=schema)
     log_path = Path(server.root) / "server.log"
     try:
         await _cycle(workers[0], workers[1])  # the tables exist now, at the latest version
         await _cycle(workers[1], workers[0])  # each storage's first pause purged: none due for 10 minutes
+        await sessions.set("conversation:a", AgentSession(session_id="conversation:a"))  # its table and first purge
         with psycopg.connect(server.url) as conn:
             version = conn.execute(f"SELECT version FROM {schema}.schema_version WHERE component = 'checkpoints'")  # pyright: ignore[reportArgumentType]
             assert version.fetchone() == (len(MIGRATIONS),)
@@ -175,13 +184,20 @@ async def test_large_tables_keep_index_scans_on_the_hot_path_and_in_purges(postg
         try:
             await _cycle((store, purging), workers[1])
             assert await store.purge_expired() == 0
+            await _review.build(checkpoint_storage=purging, continuation_store=store).run("listed")
+            listed = await purging.list_checkpoints(workflow_name="plans_review")  # a name few rows have
+            assert listed and {checkpoint.workflow_name for checkpoint in listed} == {"plans_review"}
+            assert await sessions.records.remove_group("snapshots") == 0  # a group other than the one most rows have
+            assert await sessions.get("conversation:a") is not None
         finally:
             await purging.aclose()
         purges = log_path.read_text(errors="replace").split(MARK)[-1][len(hot) :]
-        assert "purge_checkpoints" in purges and "updated_at <" in purges
+        assert "purge_checkpoints" in purges and "updated_at <" in purges and "workflow_name = " in purges
+        assert "WHERE grp = " in purges
         # delta_segments has no expires_at index: the checkpoint purge reads that table whole, as before.
         assert [scan for scan in _scans(purges) if "delta_segments" not in scan] == []
     finally:
         for store, storage in workers:
             await store.aclose()
             await storage.aclose()
+        await sessions.aclose()
