@@ -296,11 +296,11 @@ class PostgresPool:
             await migrate(conn, self._component)
 
     async def purge_quietly(self, purge: Awaitable[Any]) -> None:
-        """Await an automatic purge on the connection of the write it precedes; a database error is logged.
+        """Await an automatic purge (before a save or claim, after a session write); a database error is logged.
 
         A purge is housekeeping: a lock it cannot get (``lock_timeout``) or a ``statement_timeout`` must not
-        fail the save or claim after it (its transaction is rolled back; the next purge is due an interval
-        later). A lost connection fails that write's own statement next, as it would have anyway.
+        fail the write it goes with (its transaction is rolled back; the next purge is due an interval later).
+        A lost connection fails that write's own statement next, as it would have anyway.
         """
         from psycopg import Error
 

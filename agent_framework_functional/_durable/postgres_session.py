@@ -83,8 +83,8 @@ class PostgresRecords(LimitedRecords):
         now = self.now()
         params = (record_key(group, key), group_key(group), text, now + self.ttl)
         await self._execute("session write", "write", params)
-        if self.purges.due(now):
-            await self.purge()
+        if self.purges.due(now):  # housekeeping after the write: its failure is logged, the write stands
+            await self.db.purge_quietly(self.purge())
 
     async def remove(self, group: str, key: str) -> bool:
         return int(await self._execute("session delete", "remove", (record_key(group, key),))) == 1

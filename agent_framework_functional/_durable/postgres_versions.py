@@ -76,11 +76,20 @@ async def _migrate_locked(conn: AsyncConnection[Any], component: Component) -> N
 
     schema = sql.Identifier(component.schema)
     async with conn.transaction():
+        # Each statement sees what committed before it (also where the default isolation is stricter), so the
+        # version read after the lock includes a migration another worker finished while this one waited.
+        await conn.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
         await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"aff:{component.schema}",))
-        await conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
-        await conn.execute(sql.SQL(VERSION_TABLE).format(schema=schema))  # pyright: ignore[reportArgumentType]
-        current = await _recorded_version(conn, component) or 0  # another worker may have migrated meanwhile
+        current = await _recorded_version(conn, component) or 0
         component.refuse_newer(current)
+        if current >= len(component.migrations):  # migrated while this worker waited for the lock
+            return
+        exists = await (
+            await conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (component.schema,))
+        ).fetchone()
+        if exists is None:  # CREATE SCHEMA IF NOT EXISTS needs CREATE on the database even when it exists
+            await conn.execute(sql.SQL("CREATE SCHEMA {}").format(schema))
+        await conn.execute(sql.SQL(VERSION_TABLE).format(schema=schema))  # pyright: ignore[reportArgumentType]
         for script in component.migrations[current:]:  # several commands each: never prepared
             await conn.execute(sql.SQL(script).format(schema=schema), prepare=False)  # pyright: ignore[reportArgumentType]
         if current < len(component.migrations):

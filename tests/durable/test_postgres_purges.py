@@ -4,7 +4,8 @@ Against a real PostgreSQL cluster (``postgres_server``). Asserted: a checkpoint 
 that cannot get a row lock within ``lock_timeout`` is logged and skipped, and the pause or claim it
 preceded goes through (token issued, record written); a purge that waited for a segment a save was
 extending keeps the segment once the save commits (PostgreSQL re-checks ``expires_at`` on the row's new
-version); and a run's held step checkpoints written in one statement of many saves are not prepared.
+version); an automatic session purge that fails leaves the session written; and a run's held step
+checkpoints written in one statement of many saves are not prepared.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from typing import Any
 
 import psycopg
 import pytest
+from agent_framework import AgentSession
 from joint_support import JointWorker, count_rows, new_schema
 
-from agent_framework_functional import PostgresCheckpointStorage, RunContext, step, workflow
+from agent_framework_functional import PostgresCheckpointStorage, PostgresSessionStore, RunContext, step, workflow
 from agent_framework_functional._durable.postgres_rows import PREPARED_PARAMS_MAX
 
 pytestmark = pytest.mark.slow
@@ -118,12 +120,45 @@ async def test_a_purge_keeps_a_segment_a_save_extended_while_it_waited(postgres_
 
     purging = threading.Thread(target=purge)
     purging.start()
-    await asyncio.sleep(0.5)  # the purge waits for the saver's row lock
+    await _until_a_backend_waits_for_a_lock(postgres_server)  # the purge, on the saver's row
     saver.commit()
     saver.close()
     purging.join(timeout=10)
     assert not purging.is_alive()
     assert await count_rows(postgres_server, schema, "delta_segments WHERE segment_id = 4242") == 1
+
+
+async def _until_a_backend_waits_for_a_lock(url: str) -> None:
+    waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+    for _ in range(200):
+        with psycopg.connect(url, autocommit=True) as conn:
+            row = conn.execute(waiting).fetchone()
+        if row is not None and row[0] > 0:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("no backend waited for a lock within 10 s")
+
+
+async def test_an_automatic_session_purge_that_cannot_lock_a_row_does_not_fail_the_write(
+    postgres_server: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    schema = new_schema("pu")
+    first = PostgresSessionStore(postgres_server, schema=schema)
+    await first.set("conversation:a", AgentSession(session_id="conversation:a"))  # its table
+    await first.aclose()
+    with psycopg.connect(postgres_server, autocommit=True) as conn:  # an expired session row
+        conn.execute(f"INSERT INTO \"{schema}\".session_records VALUES ('old', 'g', '{{}}', 1)")  # pyright: ignore[reportArgumentType]
+    holder = _locked(postgres_server, f"SELECT 1 FROM \"{schema}\".session_records WHERE key = 'old' FOR UPDATE")
+    sessions = PostgresSessionStore(_with_lock_timeout(postgres_server), schema=schema)
+    try:
+        with caplog.at_level(logging.WARNING):  # a new store's first write purges after it
+            await sessions.set("conversation:b", AgentSession(session_id="conversation:b"))
+        assert "the purge of expired rows failed and was skipped" in caplog.text
+        assert await sessions.get("conversation:b") is not None
+    finally:
+        holder.rollback()
+        holder.close()
+        await sessions.aclose()
 
 
 @step
@@ -140,12 +175,24 @@ async def _batches(count: int, ctx: RunContext) -> int:
     return int(await ctx.request_info({"total": total}, response_type=str) == "ok")
 
 
-async def test_a_statement_of_many_held_saves_is_not_prepared(postgres_server: str) -> None:
+async def test_a_statement_of_many_held_saves_is_not_prepared(
+    postgres_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     storage = PostgresCheckpointStorage(postgres_server, schema=new_schema("pu"))
     saves = PREPARED_PARAMS_MAX // 13 + 2
     try:
+        sent: list[str] = []
+        execute = psycopg.AsyncConnection.execute
+
+        async def recorded(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+            sent.append(query.decode() if isinstance(query, bytes) else str(query))
+            return await execute(self, query, *args, **kwargs)
+
+        monkeypatch.setattr(psycopg.AsyncConnection, "execute", recorded)
         paused = await _batches.build(checkpoint_storage=storage).run(saves)
+        monkeypatch.undo()
         assert paused.get_request_info_events()
+        assert max(text.count("save_delta_checkpoint(") for text in sent) == saves  # the batch was one statement
 
         async def prepared(conn: psycopg.AsyncConnection[Any]) -> list[str]:
             rows = await (await conn.execute("SELECT statement FROM pg_prepared_statements", prepare=False)).fetchall()

@@ -9,6 +9,7 @@ clear error naming ``migrate_postgres`` and creates nothing, and the same object
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -115,3 +116,60 @@ async def test_a_worker_that_may_not_create_missing_tables_is_told_to_run_migrat
         assert paused.continuation_token is not None
     finally:
         await worker.aclose()
+
+
+async def test_migrate_postgres_runs_as_the_owner_of_a_schema_a_dba_made(postgres_server: str) -> None:
+    # Regression: CREATE SCHEMA IF NOT EXISTS needs CREATE on the database even when the schema exists.
+    schema = f"roles_{uuid.uuid4().hex[:12]}"
+    url = _worker_role(postgres_server, schema)
+    owner = url.split("//", 1)[1].split("@", 1)[0]
+    with psycopg.connect(postgres_server, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema} AUTHORIZATION {owner}")  # pyright: ignore[reportArgumentType]
+    assert await migrate_postgres(url, schema=schema) == LATEST
+    assert _versions(postgres_server, schema) == LATEST
+
+
+def _migrating(url: str, schema: str) -> psycopg.Connection[Any]:
+    """A migration in progress: the schema's advisory lock held, checkpoints at the latest version, not committed."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            f"UPDATE {schema}.schema_version SET version = version - 1 WHERE component = 'checkpoints'"  # pyright: ignore[reportArgumentType]
+        )
+    migrator = psycopg.connect(url)
+    migrator.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"aff:{schema}",))
+    migrator.execute(f"UPDATE {schema}.schema_version SET version = version + 1 WHERE component = 'checkpoints'")  # pyright: ignore[reportArgumentType]
+    return migrator
+
+
+async def _until_a_backend_waits_for_the_lock(url: str) -> None:
+    waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'advisory'"
+    for _ in range(200):
+        with psycopg.connect(url, autocommit=True) as conn:
+            row = conn.execute(waiting).fetchone()
+        if row is not None and row[0] > 0:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("no backend waited for the advisory lock within 10 s")
+
+
+@pytest.mark.parametrize("role", ["dml_only", "owner_repeatable_read"])
+async def test_a_worker_that_waited_for_a_migration_uses_the_tables_it_made(postgres_server: str, role: str) -> None:
+    # Regression: after the lock a worker ran DDL before reading the version again, so a DML-only worker
+    # failed, and under REPEATABLE READ (its snapshot taken before the wait) an owner failed to serialize.
+    schema = f"roles_{uuid.uuid4().hex[:12]}"
+    await migrate_postgres(postgres_server, schema=schema)
+    if role == "dml_only":
+        url = _worker_role(postgres_server, schema)
+    else:
+        url = f"{postgres_server}?options=-c%20default_transaction_isolation%3Drepeatable%5C%20read"
+    migrator = _migrating(postgres_server, schema)
+    storage = PostgresCheckpointStorage(url, schema=schema)
+    try:
+        listing = asyncio.create_task(storage.list_checkpoints(workflow_name="roles_review"))
+        await _until_a_backend_waits_for_the_lock(postgres_server)  # the worker read an older version
+        migrator.commit()
+        assert await asyncio.wait_for(listing, 10) == []
+        assert _versions(postgres_server, schema)["checkpoints"] == LATEST["checkpoints"]
+    finally:
+        migrator.close()
+        await storage.aclose()
