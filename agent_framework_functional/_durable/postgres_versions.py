@@ -37,6 +37,18 @@ class Component:
     name: str
     migrations: Sequence[str]
 
+    def cannot_create(self, version: int, error: Exception) -> str:
+        """The message for a role that may not create what is missing: what to run, or what the role needs."""
+        found = (
+            f"the {self.name} tables in schema {self.schema!r} are at version {version}, this package needs "
+            f"{len(self.migrations)}, and this role may not create them ({_first_line(error)})"
+        )
+        if self.owner == "migrate_postgres":
+            advice = "Run it with a role that has CREATE on the database, or one that owns the schema."
+        else:
+            advice = "Run migrate_postgres(url, schema=...) once with a role that may, then start the workers."
+        return f"{self.owner}: {found}. {advice}"
+
     def refuse_newer(self, version: int) -> None:
         """Raise ``RuntimeError`` when the tables are newer than this package's migrations."""
         if version > len(self.migrations):
@@ -56,18 +68,20 @@ async def migrate(conn: AsyncConnection[Any], component: Component) -> None:
     from psycopg.errors import InsufficientPrivilege
 
     latest = len(component.migrations)
-    recorded = await _recorded_version(conn, component)
+    try:
+        recorded = await _recorded_version(conn, component)
+    except InsufficientPrivilege as exc:
+        raise RuntimeError(
+            f"{component.owner}: this role may not read {component.schema}.schema_version ({_first_line(exc)}). Grant "
+            "it USAGE on the schema and SELECT, INSERT, UPDATE, DELETE on its tables (README 'Schema and migrations')."
+        ) from exc
     if recorded is not None and recorded >= latest:
         component.refuse_newer(recorded)
         return
     try:
         await _migrate_locked(conn, component)
     except InsufficientPrivilege as exc:
-        raise RuntimeError(
-            f"{component.owner}: the {component.name} tables in schema {component.schema!r} are missing or older "
-            f"than this package (version {recorded or 0}, it needs {latest}), and this role may not create them "
-            f"({exc}). Run migrate_postgres(url, schema=...) once with a role that may, then start the workers."
-        ) from exc
+        raise RuntimeError(component.cannot_create(recorded or 0, exc)) from exc
 
 
 async def _migrate_locked(conn: AsyncConnection[Any], component: Component) -> None:
@@ -116,3 +130,8 @@ async def _recorded_version(conn: AsyncConnection[Any], component: Component) ->
     except (UndefinedTable, InvalidSchemaName):
         return None
     return None if row is None else int(row[0])
+
+
+def _first_line(error: Exception) -> str:
+    """The error's message without the statement and caret lines it appends."""
+    return str(error).splitlines()[0] if str(error) else type(error).__name__

@@ -173,3 +173,19 @@ async def test_a_worker_that_waited_for_a_migration_uses_the_tables_it_made(post
     finally:
         migrator.close()
         await storage.aclose()
+
+
+async def test_a_role_without_grants_is_told_what_to_grant_and_migrate_postgres_what_role_to_use(
+    postgres_server: str,
+) -> None:
+    schema = f"roles_{uuid.uuid4().hex[:12]}"
+    url = _worker_role(postgres_server, schema)  # no schema yet: no grants either
+    with pytest.raises(RuntimeError, match="Run it with a role that has CREATE on the database, or one that owns"):
+        await migrate_postgres(url, schema=schema)  # not the circular "run migrate_postgres"
+    await migrate_postgres(postgres_server, schema=schema)  # the tables exist; this role still has no rights there
+    worker = _Worker(url, schema)
+    try:
+        with pytest.raises(RuntimeError, match=r"may not read .*schema_version .*Grant it USAGE on the schema"):
+            await worker.build().run("x")
+    finally:
+        await worker.aclose()
