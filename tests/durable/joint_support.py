@@ -6,6 +6,7 @@ answers every earlier request of its chain again, so :func:`answer` takes the ea
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -78,3 +79,15 @@ async def count_rows(url: str, schema: str, table: str) -> int:
         row = await (await conn.execute(f'SELECT count(*) FROM "{schema}".{table}')).fetchone()
     assert row is not None
     return int(row[0])
+
+
+async def until_a_backend_waits(url: str, condition: str = "wait_event_type = 'Lock'") -> None:
+    """Return once a server backend waits as ``condition`` says (a lock by default); fail after 10 s."""
+    waiting = f"SELECT count(*) FROM pg_stat_activity WHERE {condition}"
+    for _ in range(200):
+        with psycopg.connect(url, autocommit=True) as conn:
+            row = conn.execute(waiting).fetchone()  # pyright: ignore[reportArgumentType]
+        if row is not None and row[0] > 0:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"no backend waited ({condition}) within 10 s")

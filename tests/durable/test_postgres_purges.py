@@ -19,7 +19,7 @@ from typing import Any
 import psycopg
 import pytest
 from agent_framework import AgentSession
-from joint_support import JointWorker, count_rows, new_schema
+from joint_support import JointWorker, count_rows, new_schema, until_a_backend_waits
 
 from agent_framework_functional import PostgresCheckpointStorage, PostgresSessionStore, RunContext, step, workflow
 from agent_framework_functional._durable.postgres_rows import PREPARED_PARAMS_MAX
@@ -120,23 +120,12 @@ async def test_a_purge_keeps_a_segment_a_save_extended_while_it_waited(postgres_
 
     purging = threading.Thread(target=purge)
     purging.start()
-    await _until_a_backend_waits_for_a_lock(postgres_server)  # the purge, on the saver's row
+    await until_a_backend_waits(postgres_server)  # the purge, on the saver's row
     saver.commit()
     saver.close()
     purging.join(timeout=10)
     assert not purging.is_alive()
     assert await count_rows(postgres_server, schema, "delta_segments WHERE segment_id = 4242") == 1
-
-
-async def _until_a_backend_waits_for_a_lock(url: str) -> None:
-    waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-    for _ in range(200):
-        with psycopg.connect(url, autocommit=True) as conn:
-            row = conn.execute(waiting).fetchone()
-        if row is not None and row[0] > 0:
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("no backend waited for a lock within 10 s")
 
 
 async def test_an_automatic_session_purge_that_cannot_lock_a_row_does_not_fail_the_write(

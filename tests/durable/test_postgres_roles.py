@@ -16,6 +16,7 @@ from typing import Any
 import psycopg
 import pytest
 from agent_framework import AgentSession
+from joint_support import until_a_backend_waits
 
 from agent_framework_functional import (
     ContinuationAuthorityError,
@@ -141,17 +142,6 @@ def _migrating(url: str, schema: str) -> psycopg.Connection[Any]:
     return migrator
 
 
-async def _until_a_backend_waits_for_the_lock(url: str) -> None:
-    waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'advisory'"
-    for _ in range(200):
-        with psycopg.connect(url, autocommit=True) as conn:
-            row = conn.execute(waiting).fetchone()
-        if row is not None and row[0] > 0:
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("no backend waited for the advisory lock within 10 s")
-
-
 @pytest.mark.parametrize("role", ["dml_only", "owner_repeatable_read"])
 async def test_a_worker_that_waited_for_a_migration_uses_the_tables_it_made(postgres_server: str, role: str) -> None:
     # Regression: after the lock a worker ran DDL before reading the version again, so a DML-only worker
@@ -166,7 +156,7 @@ async def test_a_worker_that_waited_for_a_migration_uses_the_tables_it_made(post
     storage = PostgresCheckpointStorage(url, schema=schema)
     try:
         listing = asyncio.create_task(storage.list_checkpoints(workflow_name="roles_review"))
-        await _until_a_backend_waits_for_the_lock(postgres_server)  # the worker read an older version
+        await until_a_backend_waits(postgres_server, "wait_event = 'advisory'")  # the worker read an older version
         migrator.commit()
         assert await asyncio.wait_for(listing, 10) == []
         assert _versions(postgres_server, schema)["checkpoints"] == LATEST["checkpoints"]
