@@ -199,6 +199,8 @@ END $$;
 """
 )
 
+"""Migration 3 of the ``checkpoints`` component (see the module docstring)."""
+
 MIGRATION_4 = """
 CREATE OR REPLACE FUNCTION {schema}.free_delta_segments(p_ids BIGINT[], p_now DOUBLE PRECISION) RETURNS VOID
 LANGUAGE plpgsql AS $$
@@ -231,7 +233,6 @@ scanned the whole ``delta_segments`` table. Now the ids are an index condition e
 checks ``expires_at`` on the row it deletes, so a save that extended the segment while the purge waited
 for its lock keeps it (PostgreSQL re-checks the condition on the row's new version).
 """
-"""Migration 3 of the ``checkpoints`` component (see the module docstring)."""
 
 _LIVE = "(d.expires_at IS NULL OR d.expires_at > %(now)s)"
 _HEAD_COLUMNS = (

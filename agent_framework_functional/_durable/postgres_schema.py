@@ -314,7 +314,8 @@ class PostgresPool:
         """Run ``statement`` planned for its parameters' values (a purge: an index scan when few rows are due).
 
         The pools this class builds plan generically (:func:`_plan_once`); a purge's best plan depends on
-        how many rows are past their time, so it is planned anew, in a transaction of its own.
+        how many rows are past their time, a listing's on how many rows its workflow has, so each is
+        planned anew, in a transaction of its own.
 
         Returns:
             psycopg's cursor (its ``rowcount`` counts the rows deleted).

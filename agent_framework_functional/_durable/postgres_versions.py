@@ -106,14 +106,13 @@ async def _migrate_locked(conn: AsyncConnection[Any], component: Component) -> N
         await conn.execute(sql.SQL(VERSION_TABLE).format(schema=schema))  # pyright: ignore[reportArgumentType]
         for script in component.migrations[current:]:  # several commands each: never prepared
             await conn.execute(sql.SQL(script).format(schema=schema), prepare=False)  # pyright: ignore[reportArgumentType]
-        if current < len(component.migrations):
-            await conn.execute(
-                sql.SQL(
-                    "INSERT INTO {}.schema_version (component, version) VALUES (%s, %s) "
-                    "ON CONFLICT (component) DO UPDATE SET version = EXCLUDED.version, applied_at = now()"
-                ).format(schema),
-                (component.name, len(component.migrations)),
-            )
+        await conn.execute(
+            sql.SQL(
+                "INSERT INTO {}.schema_version (component, version) VALUES (%s, %s) "
+                "ON CONFLICT (component) DO UPDATE SET version = EXCLUDED.version, applied_at = now()"
+            ).format(schema),
+            (component.name, len(component.migrations)),
+        )
 
 
 async def _recorded_version(conn: AsyncConnection[Any], component: Component) -> int | None:
