@@ -19,20 +19,23 @@ of core that moves one fails loudly (AGENTS.md's module table says why each is n
   and offers each checkpoint save the entries added since the last one (:class:`StepCacheLog`,
   :func:`step_cache_offer`); it skips core's save at a clean finish when the run's recorder deletes the
   chain at once (``drops_final_checkpoint``); core's own classes stay untouched (``tests/test_long_runs.py``).
-* Core's ``_functional.dis`` and ``_get_step_wrapper_identity``: ``_signature_cache``'s, for our builds only.
+* Core's ``_discover_workflow_dependencies`` / ``_compute_signature_hash``: run over a copy of core's module
+  names whose ``dis`` and ``_get_step_wrapper_identity`` are cached (:func:`over_cached_reads`); no core global
+  is changed (``tests/test_signature_cache.py``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dis
 import functools
 import itertools
-from collections.abc import Awaitable, Callable
+import types
+from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
-from types import CoroutineType, ModuleType
+from types import CoroutineType
 from typing import Any, cast
 
-import agent_framework._workflows._functional as _core_functional
 from agent_framework import (
     AgentResponse,
     CheckpointStorage,
@@ -52,7 +55,7 @@ from agent_framework._workflows._functional import (
 from agent_framework._workflows._typing_utils import is_instance_of
 from agent_framework._workflows._workflow import _coerce_request_info_response  # pyright: ignore[reportPrivateUsage]
 
-from ._signature_cache import OUR_SIGNATURE, CachedClassification, CachedDis, CachedIdentity
+from ._signature_cache import CachedClassification, CachedDis, CachedIdentity
 from ._step_cache import CURRENT_OFFER, append_new_keys
 from ._step_cache import ORIGINAL_MESSAGE as ORIGINAL_MESSAGE  # re-exported: the storages' step-cache deltas
 from ._step_cache import STEP_CACHE as STEP_CACHE
@@ -139,7 +142,7 @@ class StepCacheLog:
     (synced when a save asks, :meth:`sync`). ``parent``: the replayed pause's ``(log, cache_len, counts_len)``.
     """
 
-    __slots__ = ("__weakref__", "base", "cache", "cache_keys", "count_keys", "counts", "live_storage", "parent")
+    __slots__ = ("__weakref__", "base", "cache", "cache_keys", "count_keys", "counts", "live", "parent")
 
     def __init__(self, ctx: RunContext, parent: tuple[StepCacheLog, int, int] | None) -> None:
         self.cache: dict[str, Any] = ctx._step_cache  # pyright: ignore[reportPrivateUsage]
@@ -148,8 +151,8 @@ class StepCacheLog:
         self.count_keys: list[str] = []
         self.base = (len(self.cache), len(self.counts))
         self.parent = parent if parent is not None and parent[1:] == self.base else None
-        # The storage that took this run's first offer: later saves hand it core's live dicts, uncopied.
-        self.live_storage: CheckpointStorage | None = None
+        # A save of this run took an offer: later saves hand the run's storage core's live dicts, uncopied.
+        self.live = False
 
     def sync(self) -> None:
         """Append to ``cache_keys`` / ``count_keys`` the keys added to the dicts since the last sync."""
@@ -231,6 +234,33 @@ def make_linear(ctx: RunContext) -> LinearRunContext:
     return linear
 
 
+def over_cached_reads(*functions: Callable[..., Any]) -> list[Callable[..., Any]]:
+    """Copies of core's ``functions`` (all of core's ``_functional`` module) over one copy of that module's names.
+
+    In the copy, ``dis`` and ``_get_step_wrapper_identity`` are ``_signature_cache``'s cached versions,
+    so only the functions made here use the caches; core's module globals and classes stay as they are.
+    Functions nested in them take the copy as their globals too (``tests/test_signature_cache.py``).
+    """
+    names = dict(functions[0].__globals__)
+    names["dis"] = CachedDis(dis)
+    names["_get_step_wrapper_identity"] = CachedIdentity(names["_get_step_wrapper_identity"])
+    copies: list[Callable[..., Any]] = []
+    for function in functions:
+        copy = types.FunctionType(
+            function.__code__, names, function.__name__, function.__defaults__, function.__closure__
+        )
+        copy.__kwdefaults__ = function.__kwdefaults__
+        copy.__qualname__ = function.__qualname__
+        copies.append(copy)
+    return copies
+
+
+_DISCOVER, _SIGNATURE_HASH = over_cached_reads(
+    _CoreFunctionalWorkflow._discover_workflow_dependencies.__func__,  # pyright: ignore[reportPrivateUsage, reportFunctionMemberAccess]
+    _CoreFunctionalWorkflow._compute_signature_hash,  # pyright: ignore[reportPrivateUsage]
+)
+
+
 class LinearFunctionalWorkflow(_CoreFunctionalWorkflow):
     """Core's ``FunctionalWorkflow`` whose runs cost linear time in their ``@step`` calls (internal).
 
@@ -246,20 +276,9 @@ class LinearFunctionalWorkflow(_CoreFunctionalWorkflow):
     # Core's check of the workflow function's parameters, cached per function (``_signature_cache``).
     _classify_signature = staticmethod(CachedClassification(_CoreFunctionalWorkflow._classify_signature))  # pyright: ignore[reportPrivateUsage]
 
-    @classmethod
-    def _discover_workflow_dependencies(cls, func: Callable[..., Any]) -> Any:
-        token = OUR_SIGNATURE.set(True)  # core's signature from cached reads (``_signature_cache``)
-        try:
-            return super()._discover_workflow_dependencies(func)  # pyright: ignore[reportPrivateUsage]
-        finally:
-            OUR_SIGNATURE.reset(token)
-
-    def _compute_signature_hash(self, dependencies: Any = None) -> str:
-        token = OUR_SIGNATURE.set(True)
-        try:
-            return super()._compute_signature_hash(dependencies)  # pyright: ignore[reportPrivateUsage]
-        finally:
-            OUR_SIGNATURE.reset(token)
+    # Core's signature computation over cached reads of its inputs (:func:`over_cached_reads`).
+    _discover_workflow_dependencies = classmethod(_DISCOVER)  # pyright: ignore[reportAssignmentType]
+    _compute_signature_hash = _SIGNATURE_HASH  # pyright: ignore[reportAssignmentType]
 
     def _capture_replay_state(self, ctx: RunContext, message: Any | None = None) -> None:
         _CoreFunctionalWorkflow._capture_replay_state(self, ctx, message)  # pyright: ignore[reportPrivateUsage]
@@ -286,8 +305,9 @@ class LinearFunctionalWorkflow(_CoreFunctionalWorkflow):
             make_linear(ctx)
         hook = ctx._on_step_completed  # pyright: ignore[reportPrivateUsage]
         if hook is not None:  # core saves after each step
-            self._af_log = StepCacheLog(ctx, pending[1] if pending is not None and pending[0] is ctx else None)
-            ctx._on_step_completed = _marked_step_save(hook)  # pyright: ignore[reportPrivateUsage]
+            log = StepCacheLog(ctx, pending[1] if pending is not None and pending[0] is ctx else None)
+            self._af_log = log
+            ctx._on_step_completed = _offered_step_save(ctx, log, hook)  # pyright: ignore[reportPrivateUsage]
         else:
             self._af_log = None
             if not grown:
@@ -297,51 +317,65 @@ class LinearFunctionalWorkflow(_CoreFunctionalWorkflow):
     async def _save_checkpoint(
         self, ctx: RunContext, storage: CheckpointStorage, previous_checkpoint_id: str | None = None
     ) -> str:
-        if not ctx._pending_requests and not _STEP_SAVE.get() and getattr(storage, "drops_final_checkpoint", False):  # pyright: ignore[reportPrivateUsage]
-            return previous_checkpoint_id or ""  # a clean finish: the recorder would delete this checkpoint at once
+        # Core calls this for the pause's and the final save (and, before 1.26, for each step's save).
         save = _CoreFunctionalWorkflow._save_checkpoint  # pyright: ignore[reportPrivateUsage]
+        if _STEP_SAVE.get():  # a step's save inside :func:`_offered_step_save`, which made the offer
+            return await save(self, ctx, storage, previous_checkpoint_id)
+        if not ctx._pending_requests and getattr(storage, "drops_final_checkpoint", False):  # pyright: ignore[reportPrivateUsage]
+            return previous_checkpoint_id or ""  # a clean finish: the recorder would delete this checkpoint at once
         log = self._af_log
         if log is None or log.cache is not ctx._step_cache:  # pyright: ignore[reportPrivateUsage]
             return await save(self, ctx, storage, previous_checkpoint_id)
-        if isinstance(ctx, LinearRunContext):
-            linear: LinearRunContext | None = ctx
-        else:
-            linear = make_linear(ctx) if len(log.cache) >= LINEAR_FROM else None
-        offer = StepCacheOffer(log)
-        if linear is not None:
-            linear.af_live = log.live_storage is storage
-        token = CURRENT_OFFER.set(offer)
-        try:
-            checkpoint_id = await save(self, ctx, storage, previous_checkpoint_id)
-        finally:
-            CURRENT_OFFER.reset(token)
-            if linear is not None:
-                linear.af_live = False
-        if offer.taken:
-            log.live_storage = storage
-        return checkpoint_id
+        with offering(ctx, log):
+            return await save(self, ctx, storage, previous_checkpoint_id)
 
 
 _STEP_SAVE: ContextVar[bool] = ContextVar("af_step_save", default=False)
 
 
-def _marked_step_save(hook: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
-    """Core's per-step save hook, marked so that :meth:`LinearFunctionalWorkflow._save_checkpoint` tells it apart."""
+@contextlib.contextmanager
+def offering(ctx: RunContext, log: StepCacheLog) -> Iterator[StepCacheOffer]:
+    """Offer the checkpoint core builds and saves inside this block the run's new step-cache entries.
+
+    The offer is set in this task's context before core builds the checkpoint: core 1.23 saves in this
+    task, core 1.26 in a task it starts here (a copy of this context), so the storage reads it either way.
+    """
+    linear = ctx if isinstance(ctx, LinearRunContext) else make_linear(ctx) if len(log.cache) >= LINEAR_FROM else None
+    offer = StepCacheOffer(log)
+    if linear is not None:
+        linear.af_live = log.live  # a storage that took an earlier offer gets core's live dicts, uncopied
+    token = CURRENT_OFFER.set(offer)
+    try:
+        yield offer
+    finally:
+        CURRENT_OFFER.reset(token)
+        if linear is not None:
+            linear.af_live = False
+        if offer.taken:
+            log.live = True
+
+
+def _offered_step_save(
+    ctx: RunContext, log: StepCacheLog, hook: Callable[[], Awaitable[None]]
+) -> Callable[[], Awaitable[None]]:
+    """Core's per-step save hook with the step-cache offer made around it (:func:`offering`).
+
+    Core 1.26 builds a step's checkpoint and starts its save inside this hook without calling
+    ``_save_checkpoint``, so the offer is made here, not there (``tests/test_long_runs.py`` checks both).
+    """
 
     async def after_step() -> None:
-        token = _STEP_SAVE.set(True)
+        marked = _STEP_SAVE.set(True)
         try:
-            await hook()
+            if log.cache is not ctx._step_cache:  # pyright: ignore[reportPrivateUsage]
+                await hook()
+                return
+            with offering(ctx, log):
+                await hook()
         finally:
-            _STEP_SAVE.reset(token)
+            _STEP_SAVE.reset(marked)
 
     return after_step
-
-
-if isinstance(getattr(_core_functional, "dis", None), ModuleType):
-    _core_functional.dis = CachedDis(dis)  # type: ignore[attr-defined]  # pyright: ignore[reportAttributeAccessIssue]
-if callable(getattr(_core_functional, "_get_step_wrapper_identity", None)):
-    _core_functional._get_step_wrapper_identity = CachedIdentity(_core_functional._get_step_wrapper_identity)  # pyright: ignore[reportPrivateUsage, reportAttributeAccessIssue]
 
 
 def _linear_when_grown(ctx: RunContext) -> Callable[[], Awaitable[None]]:

@@ -2,9 +2,9 @@
 
 Core computes a workflow's signature on every build and every run: it reads each reachable code
 object's instructions and hashes each reachable function's identity (code, defaults, closure).
-``_core_compat`` puts :class:`CachedDis` and :class:`CachedIdentity` in place of core's ``dis`` and
-``_get_step_wrapper_identity``; both answer from their cache only while :data:`OUR_SIGNATURE` is set
-(our ``LinearFunctionalWorkflow``'s signature), and otherwise call core's own.
+``_core_compat.over_cached_reads`` runs core's signature functions over a copy of core's module names in
+which :class:`CachedDis` and :class:`CachedIdentity` stand for ``dis`` and ``_get_step_wrapper_identity``;
+core's own module, and every run of core used directly, keep core's.
 """
 
 from __future__ import annotations
@@ -12,13 +12,9 @@ from __future__ import annotations
 import dis
 import functools
 from collections.abc import Callable, Iterator
-from contextvars import ContextVar
 from types import CodeType, FunctionType, GenericAlias, ModuleType, UnionType
 from typing import Any, ForwardRef, cast
 from weakref import WeakKeyDictionary
-
-OUR_SIGNATURE: ContextVar[bool] = ContextVar("af_our_signature", default=False)
-"""Set while one of our builds or runs computes core's signature."""
 
 
 class CachedDis:
@@ -32,8 +28,8 @@ class CachedDis:
         return getattr(self._real, name)
 
     def get_instructions(self, x: Any, *args: Any, **kwargs: Any) -> Iterator[dis.Instruction]:
-        """``dis.get_instructions``; from the cache for a code object inside our signature computation."""
-        if not OUR_SIGNATURE.get() or args or kwargs or not isinstance(x, CodeType):
+        """``dis.get_instructions``; from the cache for a code object."""
+        if args or kwargs or not isinstance(x, CodeType):
             return self._real.get_instructions(x, *args, **kwargs)
         found = self._cache.get(x)
         if found is None:
@@ -82,8 +78,6 @@ class CachedIdentity:
         self._cache = _PerFunction(_identity_inputs, _same_inputs)
 
     def __call__(self, func: Any) -> tuple[str, bool]:
-        if not OUR_SIGNATURE.get():
-            return self._real(func)
         return self._cache.get(func, self._real, _durable)
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "agent_framework_functional"
@@ -252,3 +254,35 @@ def test_named_python_files_are_in_the_repository() -> None:
         if name.rsplit("/", 1)[-1] not in present
     )
     assert not missing, missing
+
+
+_GLOBALS_PROBE = """
+import importlib, sys
+hosts = ["agent_framework_devui", "agent_framework_ag_ui", "agent_framework_hosting_responses", "agent_framework_a2a",
+         "a2a", "mcp"]
+import agent_framework, agent_framework._workflows._functional, agent_framework._workflows._checkpoint_encoding
+for host in hosts:
+    importlib.import_module(host)
+def snapshot():
+    return {name: dict(vars(module)) for name, module in list(sys.modules.items())
+            if module is not None and name.split(".")[0] in {"agent_framework", *hosts}
+            and not name.startswith("agent_framework_functional")}
+before = snapshot()
+import agent_framework_functional
+for sub in ("hosting", "hosting.devui", "hosting.agui", "hosting.responses", "hosting.a2a", "hosting.mcp"):
+    importlib.import_module("agent_framework_functional." + sub)
+changed = sorted(f"{module}.{key}" for module, names in before.items()
+                 for key, value in names.items()
+                 if key in vars(sys.modules[module]) and vars(sys.modules[module])[key] is not value
+                 and key not in {"__warningregistry__"})
+print(len(before), changed)
+"""
+
+
+def test_importing_the_package_changes_no_global_of_core_or_of_a_host_package() -> None:
+    # Code that uses core or a host package directly in the same process must run as without the package.
+    done = subprocess.run([sys.executable, "-c", _GLOBALS_PROBE], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    modules, changed = done.stdout.strip().split(" ", 1)
+    assert int(modules) > 50  # core and the host packages were loaded before the package
+    assert changed == "[]", changed

@@ -22,7 +22,7 @@ from agent_framework._workflows import _functional as core_functional
 
 from agent_framework_functional import _core_compat
 from agent_framework_functional import workflow as our_workflow
-from agent_framework_functional._core_compat import LinearFunctionalWorkflow, LinearRunContext
+from agent_framework_functional._core_compat import LinearFunctionalWorkflow, LinearRunContext, step_cache_offer
 
 SEEN_CONTEXTS: list[type[Any]] = []
 
@@ -124,6 +124,67 @@ async def test_key_decodes_grow_linearly_in_ours_and_quadratically_in_core(monke
     assert core_decodes >= steps * (steps - 1) // 2  # core: every cached key on every miss
     assert counts["ours"] <= 2 * steps  # ours: the new key, once for the check and once for the index
     assert counts["core"] <= 3 * steps  # core's other decodes (key validation) stay per call
+
+
+class OfferWatchingStorage(InMemoryCheckpointStorage):
+    """Core's in-memory storage that notes, inside each ``save()``, whether the save came with our step-cache offer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.step_saves = self.pause_saves = 0
+        self.bypassed = 0
+
+    async def save(self, checkpoint: WorkflowCheckpoint) -> str:
+        if checkpoint.pending_request_info_events:
+            self.pause_saves += 1
+        else:
+            self.step_saves += 1
+        offer = step_cache_offer()
+        if offer is None or not offer.take(checkpoint.state):
+            self.bypassed += 1
+        return await super().save(checkpoint)
+
+
+async def test_every_step_save_of_a_run_we_drive_carries_the_step_cache_offer() -> None:
+    # Core 1.23 saves each step through ``_save_checkpoint``; core 1.26 builds the checkpoint and saves it in
+    # a task of its own from its per-step hook. Either way the storage must see the offer, or the package's
+    # storages store the whole cache on every step (quadratic) and the run never switches to the index.
+    steps = 12
+    storage = OfferWatchingStorage()
+    SEEN_CONTEXTS.clear()
+    await our_workflow(keep_checkpoints=True)(batch).build(checkpoint_storage=storage).run(_docs(steps))
+    assert storage.step_saves >= steps
+    assert storage.bypassed == 0, f"{storage.bypassed} of {storage.step_saves} step saves bypassed"
+    assert SEEN_CONTEXTS[-1] is LinearRunContext  # the switch happens in a run with storage too
+
+
+async def test_the_pause_save_of_a_run_we_drive_carries_the_step_cache_offer() -> None:
+    # The pause's save goes through core's ``_save_checkpoint`` (overridden by ``LinearFunctionalWorkflow``).
+    async def gated(docs: list[str], ctx: RunContext) -> int:
+        flagged = await batch(docs)
+        return flagged if await ctx.request_info({"flagged": flagged}, response_type=bool) else -1
+
+    storage = OfferWatchingStorage()
+    paused = await our_workflow(gated).build(checkpoint_storage=storage).run(_docs(6))
+    assert paused.continuation_token is not None
+    assert storage.pause_saves == 1
+    assert storage.bypassed == 0, f"{storage.bypassed} of {storage.step_saves + storage.pause_saves} saves bypassed"
+
+
+async def test_key_decodes_stay_linear_in_a_run_with_checkpoint_storage(monkeypatch: pytest.MonkeyPatch) -> None:
+    steps = 200
+    decodes = 0
+    original = core_functional._decode_versioned_step_cache_key  # pyright: ignore[reportPrivateUsage]
+
+    def counting(key: str) -> Any:
+        nonlocal decodes
+        decodes += 1
+        return original(key)
+
+    monkeypatch.setattr(core_functional, "_decode_versioned_step_cache_key", counting)
+    monkeypatch.setattr(_core_compat, "_decode_versioned_step_cache_key", counting)
+    await our_workflow(batch).build(checkpoint_storage=InMemoryCheckpointStorage()).run(_docs(steps))
+    assert decodes <= 5 * steps  # core's full-cache check on every step would be steps * (steps - 1) / 2
 
 
 async def test_ours_writes_the_checkpoints_core_writes_to_cores_storages() -> None:

@@ -8,6 +8,7 @@ computes for the same function at that moment, and core's own instances never us
 
 from __future__ import annotations
 
+import dis
 import functools
 import gc
 import inspect
@@ -20,10 +21,11 @@ from typing import Any
 import pytest
 from agent_framework import FunctionalWorkflow as CoreFunctionalWorkflow
 from agent_framework import InMemoryCheckpointStorage, RunContext
+from agent_framework._workflows import _functional as core_functional
 
 from agent_framework_functional import ContinuationStore, SQLiteContinuationStore, step, workflow
 from agent_framework_functional._core_compat import LinearFunctionalWorkflow, build_core
-from agent_framework_functional._signature_cache import OUR_SIGNATURE, CachedClassification, CachedIdentity
+from agent_framework_functional._signature_cache import CachedClassification, CachedDis, CachedIdentity
 from agent_framework_functional._store import _STORE_TYPES, is_continuation_store  # pyright: ignore[reportPrivateUsage]
 
 
@@ -86,7 +88,7 @@ def test_a_cached_signature_follows_every_change_core_sees() -> None:
     assert _both() == first
 
 
-def test_the_identity_cache_answers_only_inside_our_signature() -> None:
+def test_the_identity_cache_keeps_only_durable_results() -> None:
     calls: list[Any] = []
 
     def real(func: Any) -> tuple[str, bool]:
@@ -94,16 +96,26 @@ def test_the_identity_cache_answers_only_inside_our_signature() -> None:
         return (f"id of {func.__name__}", func.__defaults__ is None or isinstance(func.__defaults__[0], str))
 
     cached = CachedIdentity(real)
-    assert cached(_helper) == cached(_helper) and len(calls) == 2  # outside: core's own, every time
-    token = OUR_SIGNATURE.set(True)
-    try:
-        assert cached(_helper) == ("id of _helper", True)
-        assert cached(_helper) == ("id of _helper", True) and len(calls) == 3  # a hit
-        cached(_listed)
-        cached(_listed)
-        assert len(calls) == 5  # not durable: asked again
-    finally:
-        OUR_SIGNATURE.reset(token)
+    assert cached(_helper) == ("id of _helper", True)
+    assert cached(_helper) == ("id of _helper", True) and len(calls) == 1  # a hit
+    cached(_listed)
+    cached(_listed)
+    assert len(calls) == 3  # not durable: asked again
+
+
+def test_our_signature_reads_through_the_caches_and_core_reads_its_own() -> None:
+    # The caches are the globals of our copies of core's signature functions only: a build of ours must
+    # call them (else the copies no longer run on our path), and core's module keeps core's ``dis``.
+    discover = LinearFunctionalWorkflow._discover_workflow_dependencies.__func__  # pyright: ignore[reportPrivateUsage, reportFunctionMemberAccess]
+    names = discover.__globals__
+    assert isinstance(names["dis"], CachedDis) and isinstance(names["_get_step_wrapper_identity"], CachedIdentity)
+    assert names is LinearFunctionalWorkflow._compute_signature_hash.__globals__  # pyright: ignore[reportPrivateUsage]
+    before = len(names["dis"]._cache)  # pyright: ignore[reportPrivateUsage]
+    build_core(_flow, name="flow", description=None, checkpoint_storage=None)
+    assert len(names["dis"]._cache) > before or before > 0  # pyright: ignore[reportPrivateUsage]
+    assert core_functional.dis is dis
+    assert core_functional._get_step_wrapper_identity.__module__ == core_functional.__name__  # pyright: ignore[reportPrivateUsage]
+    assert CoreFunctionalWorkflow._discover_workflow_dependencies.__func__.__globals__ is vars(core_functional)  # pyright: ignore[reportPrivateUsage, reportFunctionMemberAccess]
 
 
 async def _two_inputs(first: str, second: str) -> str:
