@@ -6,6 +6,8 @@
 # Extra arguments go to pytest, e.g. `bash scripts/test.sh tests/test_workflow.py -q`.
 # PYTHON= picks the interpreter that creates a missing venv (default python3), VENV= the venv folder (default
 # .venv); .ci/run runs it once per supported Python, e.g. `PYTHON=python3.13 VENV=.venv-ci-3.13 bash scripts/test.sh`.
+# CORE= pins agent-framework-core (e.g. CORE=1.23.0, the lowest release pyproject accepts); without it pip installs
+# the newest release pyproject accepts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,7 +16,12 @@ if [ ! -x "$venv/bin/python" ]; then
   "${PYTHON:-python3}" -m venv "$venv"
 fi
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[test,bench,hosting,postgres,a2a,mcp]"
+core=()
+if [ -n "${CORE:-}" ]; then
+  core=("agent-framework-core==$CORE")
+fi
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[test,bench,hosting,postgres,a2a,mcp]" "${core[@]}"
+"$venv/bin/python" -c 'import importlib.metadata as m; print("agent-framework-core", m.version("agent-framework-core"))'
 
 for hook in scripts/services/*.sh; do
   [ -e "$hook" ] && bash "$hook"

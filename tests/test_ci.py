@@ -76,3 +76,22 @@ def test_ci_runs_the_readme_quickstart_command_one_as_written() -> None:
     assert commands[0].startswith("python3 -m venv .venv && ")  # the line .ci/run picks out and runs
     ci = CI_RUN.read_text(encoding="utf-8")
     assert "/^python3 -m venv .venv && /p" in ci and 'bash -c "$quickstart"' in ci
+
+
+def test_the_core_range_is_exactly_what_ci_tests() -> None:
+    # The lower bound is the core .ci/run pins for its extra run; the upper bound is the minor after the newest
+    # tested release, which README names beside the lowest.
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    found = re.search(r'"agent-framework-core>=(\d+)\.(\d+),<(\d+)\.(\d+)"', pyproject)
+    assert found is not None
+    low_major, low_minor, high_major, high_minor = (int(part) for part in found.groups())
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Supported Python versions", 1)[1].split("\n## ", 1)[0]
+    tested = section.split("**Tested cores.**", 1)[1].split("\n\n", 1)[0]
+    assert f"{low_major}.{low_minor}.0 (the lowest accepted)" in tested
+    assert re.search(rf"{high_major}\.{high_minor - 1}\.\d+ \(the newest release\)", tested)
+    assert f"`>={low_major}.{low_minor},<{high_major}.{high_minor}`" in tested
+    ci = CI_RUN.read_text(encoding="utf-8")
+    assert 'CORE="$lowest_core"' in ci and "agent-framework-core>=" in ci
+    script = (ROOT / "scripts" / "test.sh").read_text(encoding="utf-8")
+    assert '"agent-framework-core==$CORE"' in script
