@@ -192,15 +192,17 @@ def decode_body(raw: bytes) -> Mapping[str, Any]:
 
 
 def _id_field(body: Mapping[str, Any], name: str) -> str | None:
+    """The id in ``body[name]``: a string, or for ``conversation`` also ``{"id": <string>}`` (nothing else)."""
     value = body.get(name)
-    if name == "conversation" and isinstance(value, Mapping):
-        value = cast("Mapping[str, Any]", value).get("id")
     if value is None:
         return None
+    shape = "a non-empty string"
+    if name == "conversation":
+        shape += ' or an object {"id": <that string>}'
+        if isinstance(value, Mapping) and set(cast("Mapping[str, Any]", value)) == {"id"}:
+            value = cast("Mapping[str, Any]", value)["id"]
     if not isinstance(value, str) or not value or len(value) > MAX_ID_LENGTH:
-        raise InvalidRequestError(
-            f"`{name}` must be a non-empty string of at most {MAX_ID_LENGTH} characters.", param=name
-        )
+        raise InvalidRequestError(f"`{name}` must be {shape} (at most {MAX_ID_LENGTH} characters).", param=name)
     return value
 
 

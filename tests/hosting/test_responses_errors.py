@@ -197,6 +197,18 @@ HOSTILE_BODIES: dict[str, tuple[dict[str, Any], int, str, str | None]] = {
     "background": ({"input": "x", "background": True}, 400, "invalid_request", "background"),
     "two session fields": ({"input": "x", "previous_response_id": "resp_1"}, 400, "invalid_request", "conversation"),
     "a huge conversation id": ({"conversation": "c" * 10_000, "input": "x"}, 400, "invalid_request", "conversation"),
+    # A malformed conversation is not "no conversation": that would start a new one and drop this one's pause.
+    "conversation without id": ({"conversation": {"x": 1}, "input": "x"}, 400, "invalid_request", "conversation"),
+    "a conversation object with more than id": (
+        {"conversation": {"id": "c", "x": 1}, "input": "x"},
+        400,
+        "invalid_request",
+        "conversation",
+    ),
+    "a conversation id not text": ({"conversation": {"id": 7}, "input": "x"}, 400, "invalid_request", "conversation"),
+    "a conversation that is a number": ({"conversation": 7, "input": "x"}, 400, "invalid_request", "conversation"),
+    "a conversation that is a list": ({"conversation": ["c"], "input": "x"}, 400, "invalid_request", "conversation"),
+    "a conversation that is false": ({"conversation": False, "input": "x"}, 400, "invalid_request", "conversation"),
 }
 
 
@@ -214,6 +226,11 @@ def test_hostile_bodies_get_a_4xx_naming_the_field_and_the_conversation_stays_an
         error = refused.json()["error"]
         assert (error["code"], error["param"]) == (code, param), error
     assert text_of(client.call({**head, "input": [approve("auto::0")]})) == f"deployed: hostile {case}"
+
+
+def test_a_conversation_object_names_the_same_conversation_as_its_id(client: Responses) -> None:
+    assert approval_items(client.call({"conversation": {"id": "conv_object"}, "input": "object"}))
+    assert text_of(client.call({"conversation": "conv_object", "input": [approve("auto::0")]})) == "deployed: object"
 
 
 def test_unknown_previous_response_id_is_a_400(client: Responses) -> None:
