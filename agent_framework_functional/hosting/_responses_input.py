@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 from agent_framework import Content, Message
 
+from .._answers import value_result
+
 if TYPE_CHECKING:
     from agent_framework_hosting import AgentRunArgs
 
@@ -95,7 +97,7 @@ def _result_content(item: Mapping[str, Any]) -> Content:
         value = output  # not JSON: the text itself (a str request's answer)
     except RecursionError:
         raise ValueError("`function_call_output` `output` nests too deeply to read.") from None
-    return Content.from_function_result(call_id=call_id, result=value)
+    return value_result(call_id, value)  # a JSON string stays a string: '"3"' does not answer an int
 
 
 def _answer_content(item: Mapping[str, Any]) -> Content:
