@@ -87,7 +87,9 @@ def _answer(request_id: str, event: WorkflowEvent[Any] | None, response: Any) ->
         if response.action != "accept":
             return Content.from_function_approval_response(False, request_id, _call(request_id))
         content = dict(response.content or {})
-        return result_answer(request_id, content[ANSWER_FIELD] if set(content) == {ANSWER_FIELD} else content)
+        value = content[ANSWER_FIELD] if set(content) == {ANSWER_FIELD} else content
+        # The form is unknown here: a string may be the JSON text of a list or model, so it stays text to read as JSON.
+        return Content.from_function_result(call_id=request_id, result=value)
     if response.action != "accept":
         if event.response_type is bool:
             return result_answer(request_id, False)  # a declined or dismissed approval is a rejection

@@ -284,3 +284,18 @@ async def test_older_protocol_clients_are_asked_again_after_a_refused_answer(ser
         with pytest.raises(MCPError, match="call the tool again"):
             await client.call_tool("deployer", {"task": "mcp-legacy-bad"})
     assert DEPLOYS["mcp-legacy-bad"] == 0
+
+
+def test_an_answer_to_a_pause_held_elsewhere_keeps_a_string_as_json_text() -> None:
+    """The worker that holds no pause cannot know the form: an ``answer`` string may be the JSON text of a list or a
+    model (the string field of a type that is no primitive), so the worker that holds it reads it as JSON."""
+    from agent_framework import WorkflowEvent
+
+    from agent_framework_functional._chat import answers_to_responses
+    from agent_framework_functional.hosting import mcp
+
+    answer = mcp._answer("auto::0", None, types.ElicitResult(action="accept", content={"answer": "[1, 2]"}))  # pyright: ignore[reportPrivateUsage]
+    event = WorkflowEvent.request_info(
+        request_id="auto::0", source_executor_id="w", request_data={}, response_type=list[int]
+    )
+    assert answers_to_responses([answer], {"auto::0": event}) == {"auto::0": [1, 2]}
