@@ -14,7 +14,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from agent_framework import WorkflowEvent
+from agent_framework import Content, WorkflowEvent
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import ErrorDetails
 
@@ -24,6 +24,19 @@ from ._errors import ResponseMismatchError
 _MAX_ERRORS = 3  # field errors named in a message (a 10 MB answer must not make a 10 MB message)
 _MAX_LOC_PART = 40  # characters of one field name in a path
 _MAX_LITERAL = 16_384  # characters of a Python-literal answer worth parsing (ast runs on the event loop)
+_SCALAR_ERRORS = frozenset({"bool_type", "int_type", "float_type"})  # pydantic's strict errors of a JSON scalar
+
+
+STRING_ANSWER = "functional_string_answer"
+"""Set (True) in a ``function_result``'s ``additional_properties`` when its ``result`` is a JSON string value
+itself, not JSON text to read: core stores every result as text, and ``"3"`` must not answer an ``int``."""
+
+
+def value_result(call_id: str, value: Any) -> Content:
+    """A ``function_result`` answering ``call_id`` with the JSON ``value`` (a string marked :data:`STRING_ANSWER`)."""
+    if isinstance(value, str):
+        return Content.from_function_result(call_id=call_id, result=value, additional_properties={STRING_ANSWER: True})
+    return Content.from_function_result(call_id=call_id, result=value)
 
 
 @functools.lru_cache(maxsize=512)
@@ -109,8 +122,9 @@ def convert_answer(value: Any, response_type: Any, request_id: str) -> Any:
         request_id: The request's id (named in the error).
 
     Returns:
-        ``value`` when core's rule accepts it, else pydantic's validated value. A ``bool`` (also a field)
-        takes only ``True`` / ``False``: an approval is never inferred from text or numbers.
+        ``value`` when core's rule accepts it, else pydantic's validated value. A JSON value follows the
+        type's JSON Schema strictly: a ``bool`` (also a field) takes only ``True`` / ``False``, and a
+        number never takes a bool or text (``"3"``), though a whole float (``3.0``) is an integer.
 
     Raises:
         ResponseMismatchError: The value fits neither; names each failing field path and the request id,
@@ -119,10 +133,10 @@ def convert_answer(value: Any, response_type: Any, request_id: str) -> Any:
     if value is None or (isinstance(response_type, type) and type(value) is response_type):
         return value
     # An approval is never inferred: pydantic would take "yes", "off", 1 or 0.0 for a bool (only true / false do),
-    # and so would core for a bool field of a model or list.
+    # and so would core for a bool field of a model or list; nor a number: core takes true for an int, pydantic "3".
     adapter = None if response_type is bool else _adapter(response_type)
     details = ": only true or false answers a bool request" if response_type is bool else ""
-    inferred = _inferred_bools(adapter, value) if adapter is not None else []
+    inferred = _lax_scalars(adapter, value) if adapter is not None else []
     if inferred:
         adapter, details = None, ": " + _describe_errors(inferred)
     elif response_fits(value, response_type, request_id):
@@ -152,16 +166,24 @@ def _validated(adapter: TypeAdapter[Any], value: Any, response_type: Any, reques
     return (converted, None) if response_fits(converted, response_type, request_id) else (None, "")
 
 
-def _inferred_bools(adapter: TypeAdapter[Any], value: Any) -> list[ErrorDetails]:
-    """The bool fields in ``value`` that are not true / false (pydantic's lax rules would read "yes" or 1 as one)."""
+def _lax_scalars(adapter: TypeAdapter[Any], value: Any) -> list[ErrorDetails]:
+    """The bool and number fields of ``value`` that only lax rules read as one (``"yes"``, ``1`` or ``"3"``, ``true``).
+
+    The JSON Schema refuses them; a whole float still answers an integer field, as JSON Schema allows.
+    """
     try:
         adapter.validate_json(json.dumps(value), strict=True)
     except ValidationError as exc:
-        errors = exc.errors(include_url=False, include_input=False, include_context=False)
-        return [error for error in errors if error["type"] == "bool_type"]
+        errors = exc.errors(include_url=False, include_context=False)
+        return [error for error in errors if error["type"] in _SCALAR_ERRORS and not _whole_float(error)]
     except (RecursionError, ValueError, TypeError):  # not JSON (a Python caller's value): the lax rules decide
         pass
     return []
+
+
+def _whole_float(error: ErrorDetails) -> bool:
+    value = error.get("input")
+    return error["type"] == "int_type" and isinstance(value, float) and value.is_integer()
 
 
 def _describe_errors(errors: list[ErrorDetails]) -> str:

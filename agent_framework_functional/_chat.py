@@ -17,7 +17,7 @@ from typing import Any, Literal, Union
 
 from agent_framework import Content, Message, RunContext, WorkflowEvent, normalize_messages
 
-from ._answers import accepts_none, convert_answer, parse_json_text, type_name
+from ._answers import STRING_ANSWER, accepts_none, convert_answer, parse_json_text, type_name
 from ._core_compat import accepts
 from ._errors import ResponseMismatchError
 
@@ -230,30 +230,36 @@ def answers_to_responses(answers: Sequence[Content], requests: Mapping[str, Work
 
 def _answer_value(answer: Content, request_id: str, response_type: Any) -> Any:
     if answer.type == "function_approval_response":
-        if response_type is bool:
-            if not isinstance(answer.approved, bool):  # "no" or [] must not approve by truthiness
-                raise ResponseMismatchError(
-                    f"The approval of request {request_id!r} has approved={answer.approved!r}; only true or false "
-                    "answers a bool request. The continuation is still pending.",
-                    request_id=request_id,
-                )
-            return answer.approved
-        if accepts(answer, response_type):
-            return answer
-        raise ResponseMismatchError(
-            f"Request {request_id!r} expects a {type_name(response_type)}, which an approval cannot give. "
-            f"Answer it with a function_result content (call_id={request_id!r}) whose result is the value. "
-            "The continuation is still pending.",
-            request_id=request_id,
-        )
+        return _approval_value(answer, request_id, response_type)
     if response_type is Content:
         return answer
     if response_type is bool and answer.result == REJECTED_RESULT:
         return False  # a declined approval, the way core's Agent (and AG-UI for hosted calls) reports it
+    if (answer.additional_properties or {}).get(STRING_ANSWER) is True:
+        return convert_answer(answer.result, response_type, request_id)  # a JSON string, not JSON text
     value = parse_json_text(answer.result, response_type)
     if value is None and not accepts_none(response_type):
         value = _NO_VALUE  # a host's empty reply is no answer (core would take None for any type)
     return convert_answer(value, response_type, request_id)
+
+
+def _approval_value(answer: Content, request_id: str, response_type: Any) -> Any:
+    if response_type is bool:
+        if not isinstance(answer.approved, bool):  # "no" or [] must not approve by truthiness
+            raise ResponseMismatchError(
+                f"The approval of request {request_id!r} has approved={answer.approved!r}; only true or false "
+                "answers a bool request. The continuation is still pending.",
+                request_id=request_id,
+            )
+        return answer.approved
+    if accepts(answer, response_type):
+        return answer
+    raise ResponseMismatchError(
+        f"Request {request_id!r} expects a {type_name(response_type)}, which an approval cannot give. "
+        f"Answer it with a function_result content (call_id={request_id!r}) whose result is the value. "
+        "The continuation is still pending.",
+        request_id=request_id,
+    )
 
 
 _NO_VALUE = object()

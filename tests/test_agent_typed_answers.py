@@ -259,3 +259,56 @@ def test_a_bool_field_takes_only_true_or_false(answer: Any) -> None:
         _answers.convert_answer({"title": "t", "approved": True, "checks": [answer]}, Review, "auto::0")
     kept = _answers.convert_answer({"title": "t", "approved": True, "checks": [False]}, Review, "auto::0")
     assert Review.model_validate(kept) == Review(title="t", approved=True, checks=[False])
+
+
+# (response_type, an answer only lax rules would take, the field named, what answers it)
+LAX_NUMBERS: list[tuple[Any, Any, str, Any]] = [
+    (int, True, "Input should be a valid integer", 3),
+    (int, "3", "Input should be a valid integer", 3),
+    (int, " 3 ", "Input should be a valid integer", 3.0),  # a whole float is an integer in JSON Schema
+    (float, "2.5", "Input should be a valid number", 2.5),
+    (float, False, "Input should be a valid number", 2),
+    (Optional[int], "3", "Input should be a valid integer", None),  # noqa: UP045
+    (Rating, {"stars": "4", "color": "red"}, "stars: Input should be a valid integer", {"stars": 4, "color": "red"}),
+    (Rating, {"stars": True, "color": "red"}, "stars: Input should be a valid integer", {"stars": 4.0, "color": "red"}),
+    (list[int], [1, True], r"\[1\]: Input should be a valid integer", [1, 2]),
+]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(("response_type", "lax", "message", "good"), LAX_NUMBERS)
+async def test_a_number_takes_no_bool_and_no_numeric_text_in_run(
+    response_type: Any, lax: Any, message: str, good: Any, stream: bool
+) -> None:
+    """``run(responses=...)`` follows the published JSON Schema: core would take ``True`` for an ``int`` and pydantic
+    ``"3"``; the refusal names the request and the field, and the pause still takes the right answer."""
+    wf = asks(response_type).build()
+    paused = await wf.run("tea")
+    with pytest.raises(ResponseMismatchError, match=message) as info:
+        wf.run(responses={"auto::0": lax}, continuation_token=paused.continuation_token, stream=stream)
+    assert "'auto::0'" in str(info.value) and "still pending" in str(info.value)
+    assert wf.pending_request_ids == {"auto::0"}
+    done = await wf.run(responses={"auto::0": good}, continuation_token=paused.continuation_token)
+    assert done.continuation_token is None
+    assert seen == [TypeAdapter(response_type).validate_python(good)]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_hosts_json_string_never_answers_a_number_but_json_text_does(stream: bool) -> None:
+    """A host's typed value ``"3"`` (a JSON string, marked by ``value_result``) is refused for an ``int``; a plain
+    ``function_result`` is JSON text, as a text-only protocol carries it, so ``3`` there is the number 3."""
+    from agent_framework_functional._answers import value_result
+
+    agent = asks(int).build().as_agent()
+    session = agent.create_session()
+    await agent.run("tea", session=session)
+    for value in ("3", " 3 ", "true"):
+        reply = Message("tool", [value_result("auto::0", value)])
+        with pytest.raises(ResponseMismatchError, match=r"'auto::0'.*valid integer"):
+            agent.run(reply, session=session, stream=stream)
+    for refused in (True, '"3"'):  # JSON true, and the JSON text of a string
+        with pytest.raises(ResponseMismatchError, match="valid integer"):
+            agent.run(answer("auto::0", refused), session=session, stream=stream)
+    assert set(agent.pending_requests_for(session)) == {"auto::0"}
+    done = await run(agent, answer("auto::0", "3"), stream=stream, session=session)
+    assert done.continuation_token is None and seen == [3]

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 from agent_framework import Content, Message
 
+from .._answers import value_result
+
 if TYPE_CHECKING:
     from agent_framework_hosting import AgentRunArgs
 
@@ -95,7 +97,7 @@ def _result_content(item: Mapping[str, Any]) -> Content:
         value = output  # not JSON: the text itself (a str request's answer)
     except RecursionError:
         raise ValueError("`function_call_output` `output` nests too deeply to read.") from None
-    return Content.from_function_result(call_id=call_id, result=value)
+    return value_result(call_id, value)  # a JSON string stays a string: '"3"' does not answer an int
 
 
 def _answer_content(item: Mapping[str, Any]) -> Content:
@@ -192,15 +194,17 @@ def decode_body(raw: bytes) -> Mapping[str, Any]:
 
 
 def _id_field(body: Mapping[str, Any], name: str) -> str | None:
+    """The id in ``body[name]``: a string, or for ``conversation`` also ``{"id": <string>}`` (nothing else)."""
     value = body.get(name)
-    if name == "conversation" and isinstance(value, Mapping):
-        value = cast("Mapping[str, Any]", value).get("id")
     if value is None:
         return None
+    shape = "a non-empty string"
+    if name == "conversation":
+        shape += ' or an object {"id": <that string>}'
+        if isinstance(value, Mapping) and set(cast("Mapping[str, Any]", value)) == {"id"}:
+            value = cast("Mapping[str, Any]", value)["id"]
     if not isinstance(value, str) or not value or len(value) > MAX_ID_LENGTH:
-        raise InvalidRequestError(
-            f"`{name}` must be a non-empty string of at most {MAX_ID_LENGTH} characters.", param=name
-        )
+        raise InvalidRequestError(f"`{name}` must be {shape} (at most {MAX_ID_LENGTH} characters).", param=name)
     return value
 
 

@@ -13,6 +13,8 @@ from typing import Any
 import uvicorn
 from agent_framework import AgentSession, Message
 from fastapi import FastAPI
+from fastapi.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .._agent import FunctionalWorkflowAgent
 from ._adapter import HostedAgent, as_messages, parse_typed_text, result_answer
@@ -40,6 +42,37 @@ def _typed_text(messages: Any) -> str | None:
     if not contents or any(content.type != "text" for content in contents):
         return None
     return "".join(content.text or "" for content in contents)
+
+
+_MALFORMED_TOKEN = JSONResponse(
+    status_code=401,
+    content={
+        "error": {
+            "message": "Invalid authentication token",  # DevUI's own refusal of a wrong token
+            "type": "authentication_error",
+            "code": "invalid_token",
+        }
+    },
+)
+
+
+class RefuseMalformedAuth:
+    """ASGI middleware: an ``Authorization`` header with a non-ASCII byte is a 401 before DevUI reads it.
+
+    DevUI compares the bearer token with ``secrets.compare_digest``, which raises on non-ASCII text: a 500.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Answer 401 for a malformed ``Authorization`` header, else pass the request on."""
+        if scope["type"] == "http" and any(
+            name.lower() == b"authorization" and not value.isascii() for name, value in scope["headers"]
+        ):
+            await _MALFORMED_TOKEN(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
 
 
 class DevUIAgent(HostedAgent):
@@ -127,10 +160,12 @@ def devui_app(
         The ASGI app (``app.state.devui_conversations``: the conversation store).
 
     Raises:
-        ValueError: ``max_conversations`` is below 1, or ``release_memory_every`` is not a positive,
-            finite number or None.
+        ValueError: ``auth_token`` is empty or not ASCII, ``max_conversations`` is below 1, or
+            ``release_memory_every`` is not a positive, finite number or None.
     """
     check_release_every(release_memory_every)
+    if not auth_token or not auth_token.isascii():
+        raise ValueError("auth_token must be non-empty ASCII text (a bearer token; secrets.token_urlsafe() makes one).")
     store = BoundedConversationStore(ttl=agent.continuation_ttl, max_conversations=max_conversations)
     server = BoundedDevServer(
         host=host,
@@ -145,6 +180,7 @@ def devui_app(
     app.state.devui_conversations = store  # what it keeps (len(), operators' metrics)
     if release_memory_every is not None:
         app.add_middleware(ReleaseFreeMemory, every=release_memory_every)
+    app.add_middleware(RefuseMalformedAuth)  # outermost: before DevUI's auth check can raise
     return app
 
 

@@ -26,7 +26,7 @@ from .._answers import response_schema
 from .._chat import answers_to_responses
 from .._errors import FunctionalWorkflowError
 from .._updates import REQUEST_INFO_FUNCTION_NAME, request_data_to_json
-from ._adapter import ANSWER_FIELD, result_answer
+from ._adapter import ANSWER_FIELD, parse_typed_text, result_answer
 
 TASK_ARGUMENT = "task"
 """The tool's one argument: the text that starts the workflow."""
@@ -87,7 +87,9 @@ def _answer(request_id: str, event: WorkflowEvent[Any] | None, response: Any) ->
         if response.action != "accept":
             return Content.from_function_approval_response(False, request_id, _call(request_id))
         content = dict(response.content or {})
-        return result_answer(request_id, content[ANSWER_FIELD] if set(content) == {ANSWER_FIELD} else content)
+        value = content[ANSWER_FIELD] if set(content) == {ANSWER_FIELD} else content
+        # The form is unknown here: a string may be the JSON text of a list or model, so it stays text to read as JSON.
+        return Content.from_function_result(call_id=request_id, result=value)
     if response.action != "accept":
         if event.response_type is bool:
             return result_answer(request_id, False)  # a declined or dismissed approval is a rejection
@@ -102,7 +104,14 @@ def _answer(request_id: str, event: WorkflowEvent[Any] | None, response: Any) ->
         return result_answer(request_id, content)
     if ANSWER_FIELD not in content:
         raise MCPError(types.INVALID_PARAMS, f"The answer to {request_id!r} needs the field {ANSWER_FIELD!r}.")
-    return result_answer(request_id, content[ANSWER_FIELD])
+    return result_answer(request_id, _field_value(content[ANSWER_FIELD], event.response_type))
+
+
+def _field_value(value: Any, response_type: Any) -> Any:
+    """The ``answer`` field's value; for a type that is no primitive, the field is text holding its JSON."""
+    if isinstance(value, str) and not _is_primitive(response_schema(response_type)):
+        return parse_typed_text(value)
+    return value
 
 
 def _call(request_id: str) -> Content:

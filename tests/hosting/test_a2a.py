@@ -48,6 +48,7 @@ from hosting_support import (
     run_sample_self_check,
 )
 
+from agent_framework_functional import RunContext, workflow
 from agent_framework_functional.hosting.a2a import BOOL_WORDS, FunctionalA2AExecutor, a2a_app, new_answer_part
 
 INPUT_REQUIRED = TaskState.TASK_STATE_INPUT_REQUIRED
@@ -294,6 +295,26 @@ async def test_hostile_input_is_a_protocol_error_and_the_pause_stays(serve_port:
     assert still.status.state == INPUT_REQUIRED
     assert output_of(await send(client, [new_answer_part(True)], paused)) == "deployed: a2a-hostile"
     assert DEPLOYS["a2a-hostile"] == 1
+
+
+@workflow(name="copier", description="Asks how many copies (an int), then makes them.")
+async def copier(text: str, ctx: RunContext) -> str:
+    copies = await ctx.request_info({"copies_of": text}, response_type=int)
+    return f"{copies!r} copies of {text}"
+
+
+async def test_an_int_request_takes_only_a_json_number(serve_port: Any, http: httpx.AsyncClient) -> None:
+    """The request's schema says integer: a data part's true, "3" or " 3 " is refused naming the request (core would
+    take true, and a string kept as result text would read as 3); the task still waits and 3 answers it."""
+    client = await client_for(serve_a2a(serve_port, copier), http)
+    paused = await send(client, [new_text_part("memo")])
+    assert request_of(paused)["response_schema"] == {"type": "integer"}
+    for lax in (True, "3", " 3 "):
+        with pytest.raises(A2AError, match="valid integer"):
+            await send(client, [new_answer_part(lax)], paused)
+    still = await client.get_task(GetTaskRequest(id=paused.id))
+    assert still.status.state == INPUT_REQUIRED
+    assert output_of(await send(client, [new_answer_part(3)], paused)) == "3 copies of memo"
 
 
 async def test_text_answers_take_only_the_bool_vocabulary(serve_port: Any, http: httpx.AsyncClient) -> None:

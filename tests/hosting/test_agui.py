@@ -28,6 +28,7 @@ from agui_support import (
 from fastapi import FastAPI
 from hosting_support import DEPLOYS, PUBLISHED, ROOT, make_agent, run_node, run_sample_self_check, verify_agui_events
 
+from agent_framework_functional import RunContext, workflow
 from agent_framework_functional.hosting import agui_endpoint
 
 
@@ -150,6 +151,29 @@ def test_structured_answer_of_the_wrong_shape_is_400_naming_the_field_and_keeps_
     done = thread.answer(answer={"title": title, "body": "b", "approved": True})
     assert text_of(done) == f"published: {title} / b"
     assert PUBLISHED[title] == 1
+
+
+@workflow(name="copier", description="Asks how many copies (an int), then makes them.")
+async def copier(text: str, ctx: RunContext) -> str:
+    copies = await ctx.request_info({"copies_of": text}, response_type=int)
+    return f"{copies!r} copies of {text}"
+
+
+def test_an_int_request_takes_only_a_json_number(serve: Any, http: httpx.Client) -> None:
+    """The request's schema says integer: an ``answer`` of true, "3" or " 3 " is a 400 naming the request (core
+    would take true, and a string kept as result text would read as 3); the pause stays and 3 answers it."""
+    app = FastAPI()
+    store = InMemoryAGUIThreadSnapshotStore()
+    agui_endpoint(app, make_agent(copier), "/copier", snapshot_store=store, single_user=True)
+    thread = Thread(http, f"{serve(app).base}/copier")
+    (arguments,) = request_arguments(thread.say("memo"))
+    assert arguments["response_schema"] == {"type": "integer"}
+    for lax in (True, "3", " 3 "):
+        detail = thread.refused(400, resume=thread.resume(answer=lax))
+        assert "valid integer" in detail and "still pending" in detail
+    done = thread.answer(answer=3)
+    assert not errors(done)
+    assert text_of(done) == "3 copies of memo"
 
 
 def test_client_that_hangs_up_at_the_approval_request_can_still_answer_it(serve: Any, http: httpx.Client) -> None:

@@ -284,6 +284,38 @@ def test_hostile_request_fails_and_the_conversation_stays_answerable(devui: DevU
     assert DEPLOYS[target] == 1
 
 
+MALFORMED_AUTH = {
+    "a non-ASCII token": b"Bearer \xff",
+    "the token and a non-ASCII byte": b"Bearer " + TOKEN.encode() + b"\xe9",
+    "latin-1 text": "Bearer jeton-\u00e9t\u00e9".encode("latin-1"),
+    "a non-ASCII scheme": b"B\xe9arer " + TOKEN.encode(),
+    "no scheme": TOKEN.encode(),
+    "a scheme without a token": b"Bearer",
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED_AUTH))
+def test_a_malformed_authorization_header_is_a_401_never_a_500(devui: DevUI, case: str) -> None:
+    """DevUI compares tokens with ``secrets.compare_digest``, which raises on non-ASCII text (a 500 and a
+    traceback); every malformed header is DevUI's 401, and the right token still works."""
+    header = {"Authorization": MALFORMED_AUTH[case]}
+    conversation = devui.conversation()
+    for method, path, body in (
+        ("GET", "/v1/entities", None),
+        ("POST", "/v1/responses", devui.body(conversation, "deploy x", stream=True)),
+    ):
+        reply = devui.http.request(method, f"{devui.base}{path}", json=body, headers=header)
+        assert reply.status_code == 401, reply.text[:300]
+        assert reply.json()["error"]["type"] == "authentication_error"
+    assert approval_requests(devui.stream(conversation, f"deploy after {case}"))
+
+
+@pytest.mark.parametrize("token", ["", "jeton-\u00e9t\u00e9"])
+def test_devui_app_refuses_a_token_it_could_not_compare(token: str) -> None:
+    with pytest.raises(ValueError, match="ASCII"):
+        devui_app(make_agent(), auth_token=token)
+
+
 DOCS = ROOT / "docs"
 
 

@@ -26,6 +26,7 @@ from hosting_support import (
 )
 from mcp import Client, MCPError, types
 
+from agent_framework_functional import RunContext, workflow
 from agent_framework_functional.hosting.mcp import first_text, mcp_app
 
 KEY = b"test-host-key-0123456789abcdef01"
@@ -185,6 +186,46 @@ async def test_hostile_state_and_answers_are_errors_and_the_pause_stays(serve: A
     assert DEPLOYS["mcp-other"] == 0
 
 
+@workflow(name="copier", description="Asks how many copies (an int), then makes them.")
+async def copier(text: str, ctx: RunContext) -> str:
+    copies = await ctx.request_info({"copies_of": text}, response_type=int)
+    return f"{copies!r} copies of {text}"
+
+
+@workflow(name="tally", description="Asks for a list of counts, the form's answer field holding its JSON.")
+async def tally(text: str, ctx: RunContext) -> str:
+    counts = await ctx.request_info({"counts_of": text}, response_type=list[int])
+    return f"{sum(counts)} in {text}"
+
+
+async def test_a_number_takes_only_a_json_number(serve: Any) -> None:
+    """The form says integer: an answer of true, "3" or " 3 " is refused naming the request (core would take true,
+    and a string kept as result text would read as 3); the pause stays and 3 answers it. A type that is no
+    primitive is answered with its JSON in a string field, read as JSON: "[1, 2]" is a list, '["1"]' is refused."""
+    for definition, refused, good, expected in [
+        (copier, [True, "3", " 3 "], 3, "3 copies of memo"),
+        (tally, ['["1", 2]', "[true]", '"[1]"'], "[1, 2]", "3 in memo"),
+    ]:
+        async with Client(serve_mcp(serve, definition)) as client:
+            paused = await pause(client, definition.name, "memo")
+            for lax in refused:
+                with pytest.raises(MCPError, match=r"valid integer|valid list"):
+                    await client.session.call_tool(
+                        definition.name,
+                        {"task": "memo"},
+                        input_responses=accept({"answer": lax}),
+                        request_state=paused.request_state,
+                        allow_input_required=True,
+                    )
+            done = await client.call_tool(
+                definition.name,
+                {"task": "memo"},
+                input_responses=accept({"answer": good}),
+                request_state=paused.request_state,
+            )
+        assert first_text(done) == expected
+
+
 def test_host_mcp_sample_self_check() -> None:
     out = run_sample_self_check(ROOT / "samples" / "host_mcp.py")
     assert "self-check passed: deployed: ship it" in out
@@ -243,3 +284,18 @@ async def test_older_protocol_clients_are_asked_again_after_a_refused_answer(ser
         with pytest.raises(MCPError, match="call the tool again"):
             await client.call_tool("deployer", {"task": "mcp-legacy-bad"})
     assert DEPLOYS["mcp-legacy-bad"] == 0
+
+
+def test_an_answer_to_a_pause_held_elsewhere_keeps_a_string_as_json_text() -> None:
+    """The worker that holds no pause cannot know the form: an ``answer`` string may be the JSON text of a list or a
+    model (the string field of a type that is no primitive), so the worker that holds it reads it as JSON."""
+    from agent_framework import WorkflowEvent
+
+    from agent_framework_functional._chat import answers_to_responses
+    from agent_framework_functional.hosting import mcp
+
+    answer = mcp._answer("auto::0", None, types.ElicitResult(action="accept", content={"answer": "[1, 2]"}))  # pyright: ignore[reportPrivateUsage]
+    event = WorkflowEvent.request_info(
+        request_id="auto::0", source_executor_id="w", request_data={}, response_type=list[int]
+    )
+    assert answers_to_responses([answer], {"auto::0": event}) == {"auto::0": [1, 2]}

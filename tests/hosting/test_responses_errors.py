@@ -49,6 +49,12 @@ async def slow_deployer(text: str, ctx: RunContext) -> str:
     return f"deployed: {text}"
 
 
+@workflow(name="copier", description="Asks how many copies (an int), then makes them.")
+async def copier(text: str, ctx: RunContext) -> str:
+    copies = await ctx.request_info({"copies_of": text}, response_type=int)
+    return f"{copies!r} copies of {text}"
+
+
 @pytest.fixture
 def client(serve: Any, http: httpx.Client) -> Responses:
     return serve_agent(serve, http, deployer)
@@ -197,6 +203,18 @@ HOSTILE_BODIES: dict[str, tuple[dict[str, Any], int, str, str | None]] = {
     "background": ({"input": "x", "background": True}, 400, "invalid_request", "background"),
     "two session fields": ({"input": "x", "previous_response_id": "resp_1"}, 400, "invalid_request", "conversation"),
     "a huge conversation id": ({"conversation": "c" * 10_000, "input": "x"}, 400, "invalid_request", "conversation"),
+    # A malformed conversation is not "no conversation": that would start a new one and drop this one's pause.
+    "conversation without id": ({"conversation": {"x": 1}, "input": "x"}, 400, "invalid_request", "conversation"),
+    "a conversation object with more than id": (
+        {"conversation": {"id": "c", "x": 1}, "input": "x"},
+        400,
+        "invalid_request",
+        "conversation",
+    ),
+    "a conversation id not text": ({"conversation": {"id": 7}, "input": "x"}, 400, "invalid_request", "conversation"),
+    "a conversation that is a number": ({"conversation": 7, "input": "x"}, 400, "invalid_request", "conversation"),
+    "a conversation that is a list": ({"conversation": ["c"], "input": "x"}, 400, "invalid_request", "conversation"),
+    "a conversation that is false": ({"conversation": False, "input": "x"}, 400, "invalid_request", "conversation"),
 }
 
 
@@ -214,6 +232,32 @@ def test_hostile_bodies_get_a_4xx_naming_the_field_and_the_conversation_stays_an
         error = refused.json()["error"]
         assert (error["code"], error["param"]) == (code, param), error
     assert text_of(client.call({**head, "input": [approve("auto::0")]})) == f"deployed: hostile {case}"
+
+
+def test_a_conversation_object_names_the_same_conversation_as_its_id(client: Responses) -> None:
+    assert approval_items(client.call({"conversation": {"id": "conv_object"}, "input": "object"}))
+    assert text_of(client.call({"conversation": "conv_object", "input": [approve("auto::0")]})) == "deployed: object"
+
+
+@pytest.mark.parametrize("output", ["true", '"3"', '" 3 "', '"3.0"'])
+def test_an_int_request_takes_only_a_json_number(serve: Any, http: httpx.Client, output: str) -> None:
+    """The request's JSON Schema says integer: JSON true and numeric text are refused (core takes true for an int,
+    pydantic "3"), with the field named and the pause kept; the JSON number then answers it."""
+    client = serve_agent(serve, http, copier)
+    head = {"conversation": f"conv_int_{output}"}
+    (request,) = approval_items(client.call({**head, "input": "memo"}))
+    assert json.loads(request["arguments"])["response_schema"] == {"type": "integer"}
+
+    def answer(text: str) -> dict[str, Any]:
+        return {"type": "function_call_output", "call_id": request["id"], "output": text}
+
+    for stream in (False, True):
+        refused = client.post({**head, "input": [answer(output)], "stream": stream})
+        assert refused.status_code == 400, refused.text[:300]
+        error = refused.json()["error"]
+        assert (error["code"], error["param"]) == ("answer_mismatch", "input[0].output"), error
+        assert "valid integer" in error["message"] and "still pending" in error["message"]
+    assert text_of(client.call({**head, "input": [answer("3")]})) == "3 copies of memo"
 
 
 def test_unknown_previous_response_id_is_a_400(client: Responses) -> None:
