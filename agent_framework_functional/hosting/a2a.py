@@ -12,6 +12,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, cast
 
+from a2a.helpers import get_message_text
 from a2a.server.cluster import StoredTask
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers import DefaultRequestHandler
@@ -22,11 +23,13 @@ from a2a.types import Message as A2AMessage
 from a2a.utils.errors import InvalidParamsError
 from agent_framework import SessionStore
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 
 from .._agent import FunctionalWorkflowAgent
 from .._errors import ResponseMismatchError
 from ._a2a_executor import FunctionalA2AExecutor, handled, replayed
 from ._a2a_parts import BOOL_WORDS, message_answers, new_answer_part
+from ._body_limit import BodyLimit
 from ._defaults import default_session_store
 
 __all__ = [
@@ -37,6 +40,14 @@ __all__ = [
     "message_answers",
     "new_answer_part",
 ]
+
+DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+"""The largest request body ``a2a_app`` reads by default (1 MiB); a larger one is a 413."""
+
+_NO_INPUT = (
+    "A message that starts a task needs a text part with the workflow's input (data parts answer a paused task: "
+    "send them with its task_id)."
+)
 
 
 class FunctionalA2ARequestHandler(DefaultRequestHandler):
@@ -68,6 +79,8 @@ class FunctionalA2ARequestHandler(DefaultRequestHandler):
                 raise InvalidParamsError(
                     f"Context {context_id} waits for input on task {paused_on}: send the answer with that task_id."
                 )
+            if not message.task_id and not get_message_text(message).strip():
+                raise InvalidParamsError(_NO_INPUT)
             return  # an unknown task id: a2a-sdk refuses it (TaskNotFound)
         if task.status.state != TaskState.TASK_STATE_INPUT_REQUIRED or session is None:
             return  # an ended task: a2a-sdk refuses it; a running one: the executor's guard ignores it
@@ -106,6 +119,7 @@ def a2a_app(
     text_answers: bool = False,
     version: str = "1.0.0",
     rpc_path: str = "/",
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> Starlette:
     """A Starlette app that serves ``agent`` over A2A (JSON-RPC, streaming), correct by default.
 
@@ -117,7 +131,8 @@ def a2a_app(
 
     What it sets, and why (README "Host it", A2A): one session per A2A context in ``session_store`` (key
     ``a2a:context:<id>``), so a client that left at the pause answers later; a wrong answer, or new input on
-    a context whose pause is open, is JSON-RPC ``InvalidParams`` and changes nothing; an answer queued on a
+    a context whose pause is open, or a message that starts a task without text, is JSON-RPC ``InvalidParams``
+    and changes nothing; a request body over ``max_body_bytes`` is HTTP 413, never read; an answer queued on a
     task that ended meanwhile is not run, and a message sent again never answers a later pause; text
     answers only with ``text_answers=True`` (``str`` takes the text, ``bool`` approve/yes or reject/no).
 
@@ -132,9 +147,13 @@ def a2a_app(
         text_answers: Accept text parts as answers (see above).
         version: The agent card's version.
         rpc_path: The path of the JSON-RPC endpoint.
+        max_body_bytes: The largest request body read.
 
     Returns:
         The app; the agent card is served at ``/.well-known/agent-card.json``.
+
+    Raises:
+        ValueError: ``max_body_bytes`` is not a positive integer.
 
     Examples:
         .. code-block:: python
@@ -142,6 +161,8 @@ def a2a_app(
             app = a2a_app(review.build().as_agent(name="review"), url="http://127.0.0.1:8000/")
             uvicorn.run(app, host="127.0.0.1", port=8000)  # A2AAgent(url="http://127.0.0.1:8000/")
     """
+    if isinstance(max_body_bytes, bool) or not isinstance(max_body_bytes, int) or max_body_bytes < 1:
+        raise ValueError(f"max_body_bytes must be a positive integer, not {max_body_bytes!r}.")
     executor = FunctionalA2AExecutor(
         agent,
         session_store=session_store if session_store is not None else default_session_store(agent),
@@ -171,7 +192,9 @@ def a2a_app(
             await handler.aclose()
 
     app = Starlette(
-        routes=[*create_agent_card_routes(card), *create_jsonrpc_routes(handler, rpc_path)], lifespan=lifespan
+        routes=[*create_agent_card_routes(card), *create_jsonrpc_routes(handler, rpc_path)],
+        middleware=[Middleware(BodyLimit, path=rpc_path, max_bytes=max_body_bytes)],
+        lifespan=lifespan,
     )
     app.state.a2a_handler = handler
     return app

@@ -444,3 +444,35 @@ async def test_an_answer_after_the_pause_expired_fails_the_task_and_frees_the_co
     assert DEPLOYS["a2a-expired"] == 0
     again = await send(client, [new_text_part("a2a-expired-2")], context_id=paused.context_id)
     assert output_of(await send(client, [new_answer_part(True, "auto::0")], again)) == "deployed: a2a-expired-2"
+
+
+async def test_a_message_without_text_or_answer_is_refused(serve_port: Any, http: httpx.AsyncClient) -> None:
+    """New input without text (only data, or blank text) is ``InvalidParams``: the workflow never runs with ``""``."""
+    from a2a.helpers import new_data_part
+
+    client = await client_for(serve_a2a(serve_port), http)
+    for parts in ([new_data_part({"target": "a2a-data"})], [new_text_part("  ")]):
+        with pytest.raises(A2AError, match="needs a text part"):
+            await send(client, parts)
+    assert DEPLOYS[""] == 0
+    paused = await send(client, [new_text_part("a2a-text")])
+    with pytest.raises(A2AError, match="carries no answer"):  # blank text on a paused task answers nothing
+        await send(client, [new_text_part(" ")], paused)
+    assert output_of(await send(client, [new_answer_part(True)], paused)) == "deployed: a2a-text"
+
+
+async def test_a_body_over_max_body_bytes_is_413_and_not_run(serve_port: Any, http: httpx.AsyncClient) -> None:
+    """The default limit is 1 MiB: a 2 MiB message is refused before a2a-sdk parses it; a smaller limit applies too."""
+    url = serve_a2a(serve_port)
+    client = await client_for(url, http)
+    with pytest.raises(A2AError):
+        await send(client, [new_text_part("a2a-huge" + "x" * (2 * 1024 * 1024))])
+    raw = await http.post(url, content=b"{" + b" " * (1024 * 1024) + b"}", headers={"content-type": "application/json"})
+    assert raw.status_code == 413
+    assert "larger than 1048576 bytes" in raw.text
+    small = await client_for(serve_a2a(serve_port, max_body_bytes=2000), http)
+    with pytest.raises(A2AError):
+        await send(small, [new_text_part("a2a-small" + "y" * 2000)])
+    assert output_of(await send(small, [new_answer_part(True)], await send(small, [new_text_part("a2a-fits")])))
+    with pytest.raises(ValueError, match="max_body_bytes"):
+        a2a_app(make_agent(), url=url, max_body_bytes=0)
