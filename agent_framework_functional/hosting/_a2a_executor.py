@@ -7,6 +7,7 @@ that task resumes the workflow; the session of each A2A context lives in a sessi
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -18,10 +19,11 @@ from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskStore, TaskUpdater
 from a2a.types import Message as A2AMessage
 from a2a.types import Part, Task, TaskState
+from a2a.utils.errors import TaskNotCancelableError
 from agent_framework import AgentResponse, AgentSession, Message, SessionStore
 
 from .._agent import FunctionalWorkflowAgent
-from .._errors import ContinuationAuthorityError, FunctionalWorkflowError
+from .._errors import ContinuationAuthorityError, FunctionalWorkflowError, WorkflowRunningError
 from ._a2a_parts import message_answers, request_part
 
 logger = logging.getLogger(__name__)
@@ -40,9 +42,20 @@ HOST_KEY = "a2a_host"  # session.state entry of this host: the task that holds t
 _HANDLED_KEPT = 64  # message ids kept per paused task: a retried message must not answer the next pause
 
 
+_ANSWERING = (
+    "Task {} cannot be cancelled: an answer to its pause is running, and the task ends with that answer's "
+    "outcome (read it with tasks/get)."
+)
+
+
+def _held(session: AgentSession | None) -> dict[str, Any]:
+    """This host's entry in ``session``: the task that holds the pause, the messages it ran, when it paused."""
+    return cast(dict[str, Any], session.state.get(HOST_KEY) or {}) if session is not None else {}
+
+
 def handled(session: AgentSession | None, task_id: str) -> list[str]:
     """The ids of the messages that ran on ``task_id`` (the task whose pause ``session`` holds)."""
-    held = cast(dict[str, Any], session.state.get(HOST_KEY) or {}) if session is not None else {}
+    held = _held(session)
     return list(held.get("messages") or []) if held.get("task_id") == task_id else []
 
 
@@ -93,7 +106,7 @@ class FunctionalA2AExecutor(AgentExecutor):
         A task that ended (failed, cancelled) cannot be answered, so its pause must not hold the context: the
         session write that would clear it can be lost (a store outage after the run).
         """
-        paused_on = cast(dict[str, Any], session.state.get(HOST_KEY) or {}).get("task_id") if session else None
+        paused_on = _held(session).get("task_id")
         if not paused_on or self.task_store is None:
             return paused_on
         found = await self.task_store.get(paused_on, context)
@@ -112,8 +125,8 @@ class FunctionalA2AExecutor(AgentExecutor):
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         """Run one message of a task: start the workflow, or answer its pause; publish the task's new state."""
         task = context.current_task
-        if task is not None and task.status.state in TERMINAL:
-            return  # an answer queued on a task that ended meanwhile: it must not run (a2a-sdk would run it)
+        if task is not None and task.status.state in (*TERMINAL, TaskState.TASK_STATE_WORKING):
+            return  # queued on a task that ended meanwhile, or whose answer another worker runs: it must not run
         if context.message is None:
             raise ValueError("An A2A request without a message cannot run.")
         if task is None:
@@ -187,15 +200,16 @@ class FunctionalA2AExecutor(AgentExecutor):
         return [Message(role="user", contents=answers)]
 
     async def _pause_gone(self, attempt: _Attempt, exc: ContinuationAuthorityError) -> None:
-        """The pause cannot be answered: leave a context another worker moved on, else end the task."""
+        """The pause cannot be answered: leave the task to whatever took the pause, else end the task."""
         updater, session = attempt.updater, attempt.session
-        stored = await self.session_store.get(attempt.key)
-        if attempt.answering and stored is not None and stored.state != session.state:
-            # another worker's run moved this context on (a racing answer won): leave its session and task be
-            await updater.requires_input(updater.new_agent_message([new_text_part(str(exc)), *attempt.asked]))
-            return
-        if attempt.answering:  # no answer can reach this pause any more: end the task and free the context
-            session.state.pop(HOST_KEY, None)
+        if attempt.answering:
+            stored = await self.session_store.get(attempt.key)
+            if (stored is not None and stored.state != session.state) or not self.outlived(session):
+                # another answer (or a cancel) took this pause, here or on another worker: its outcome is the task's,
+                # so nothing is written over it (not the old requests, not a failure)
+                logger.info("An answer to A2A task %s lost to another answer or a cancel.", attempt.task_id)
+                return
+            session.state.pop(HOST_KEY, None)  # no answer can reach this pause any more: free the context
             await self.session_store.set(attempt.key, session)
         await updater.failed(updater.new_agent_message([new_text_part(f"{exc} {_GONE}")]))
 
@@ -205,7 +219,7 @@ class FunctionalA2AExecutor(AgentExecutor):
         requests = [c for m in response.messages for c in m.contents if c.type == "function_approval_request"]
         if requests:
             messages = [*attempt.handled, attempt.message.message_id][-_HANDLED_KEPT:]
-            session.state[HOST_KEY] = {"task_id": attempt.task_id, "messages": messages}
+            session.state[HOST_KEY] = {"task_id": attempt.task_id, "messages": messages, "paused_at": time.time()}
         else:
             session.state.pop(HOST_KEY, None)
         await self.session_store.set(attempt.key, session)
@@ -221,8 +235,7 @@ class FunctionalA2AExecutor(AgentExecutor):
         """Cancel the task; a pause it held is abandoned, so its context takes new input."""
         key = self.session_key(context.context_id or "")
         session = await self.session_store.get(key) if context.context_id else None
-        held = cast(dict[str, Any], session.state.get(HOST_KEY) or {}) if session is not None else {}
-        if session is not None and held.get("task_id") == context.task_id:
+        if session is not None and _held(session).get("task_id") == context.task_id:
             try:
                 await self.agent.abandon_continuation_async(session=session)
             except FunctionalWorkflowError:
@@ -230,3 +243,31 @@ class FunctionalA2AExecutor(AgentExecutor):
             session.state.pop(HOST_KEY, None)
             await self.session_store.set(key, session)
         await TaskUpdater(event_queue, context.task_id or "", context.context_id or "").cancel()
+
+    def outlived(self, session: AgentSession) -> bool:
+        """Whether the pause ``session`` holds is older than the agent's ``continuation_ttl`` (expired)."""
+        paused_at = _held(session).get("paused_at")
+        return not isinstance(paused_at, (int, float)) or time.time() - paused_at >= self.agent.continuation_ttl
+
+    async def before_cancel(self, task: Task) -> None:
+        """Abandon the pause ``task`` holds before a2a-sdk cancels it; refuse while an answer to it runs.
+
+        Raises:
+            TaskNotCancelableError: An answer to the task's pause runs (on any worker): the task ends with its
+                outcome, never cancelled first.
+        """
+        key = self.session_key(task.context_id)
+        session = await self.session_store.get(key)
+        if session is None or _held(session).get("task_id") != task.id:
+            return  # the task holds no pause: a2a-sdk cancels it
+        if task.status.state != TaskState.TASK_STATE_INPUT_REQUIRED:
+            raise TaskNotCancelableError(_ANSWERING.format(task.id))
+        try:
+            await self.agent.abandon_continuation_async(session=session)
+        except WorkflowRunningError:
+            raise TaskNotCancelableError(_ANSWERING.format(task.id)) from None
+        except ContinuationAuthorityError:
+            if not self.outlived(session):  # claimed by an answer another worker runs
+                raise TaskNotCancelableError(_ANSWERING.format(task.id)) from None
+        session.state.pop(HOST_KEY, None)
+        await self.session_store.set(key, session)

@@ -18,7 +18,16 @@ from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
 from a2a.server.tasks import TaskStore
-from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill, SendMessageRequest, Task, TaskState
+from a2a.types import (
+    AgentCapabilities,
+    AgentCard,
+    AgentInterface,
+    AgentSkill,
+    CancelTaskRequest,
+    SendMessageRequest,
+    Task,
+    TaskState,
+)
 from a2a.types import Message as A2AMessage
 from a2a.utils.errors import InvalidParamsError
 from agent_framework import SessionStore
@@ -27,9 +36,9 @@ from starlette.middleware import Middleware
 
 from .._agent import FunctionalWorkflowAgent
 from .._errors import ResponseMismatchError
-from ._a2a_executor import FunctionalA2AExecutor, handled, replayed
+from ._a2a_executor import TERMINAL, FunctionalA2AExecutor, handled, replayed
 from ._a2a_parts import BOOL_WORDS, message_answers, new_answer_part
-from ._a2a_tasks import DEFAULT_MAX_TASKS, BoundedTaskStore
+from ._a2a_tasks import DEFAULT_MAX_TASKS, BoundedTaskStore, FinalTaskStore
 from ._body_limit import BodyLimit
 from ._defaults import default_session_store
 
@@ -37,6 +46,7 @@ __all__ = [
     "BOOL_WORDS",
     "DEFAULT_MAX_TASKS",
     "BoundedTaskStore",
+    "FinalTaskStore",
     "FunctionalA2AExecutor",
     "FunctionalA2ARequestHandler",
     "a2a_app",
@@ -97,6 +107,14 @@ class FunctionalA2ARequestHandler(DefaultRequestHandler):
         except ResponseMismatchError as exc:
             raise InvalidParamsError(str(exc)) from None
 
+    async def on_cancel_task(self, params: CancelTaskRequest, context: ServerCallContext) -> Task | None:
+        """Abandon the pause the task holds, then a2a-sdk's ``tasks/cancel``; refused while an answer to it runs."""
+        found = await self.task_store.get(params.id, context)
+        task: Task | None = found.task if isinstance(found, StoredTask) else found
+        if task is not None and task.status.state not in TERMINAL:
+            await self.executor.before_cancel(task)
+        return await super().on_cancel_task(params, context)
+
     async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Any:  # pyright: ignore[reportIncompatibleMethodOverride]
         """Check the answer, then a2a-sdk's ``message/send``."""
         await self.check(params.message, context)
@@ -137,7 +155,9 @@ def a2a_app(
     a context whose pause is open, or a message that starts a task without text, is JSON-RPC ``InvalidParams``
     and changes nothing; a request body over ``max_body_bytes`` is HTTP 413, never read; an answer queued on a
     task that ended meanwhile is not run, and a message sent again never answers a later pause; text
-    answers only with ``text_answers=True`` (``str`` takes the text, ``bool`` approve/yes or reject/no); tasks
+    answers only with ``text_answers=True`` (``str`` takes the text, ``bool`` approve/yes or reject/no); a
+    finished task stays finished on every worker sharing ``task_store`` (an answer that lost a race writes
+    nothing over the winner's outcome; a cancel is refused while an answer to the task's pause runs); tasks
     kept in a bounded store unless ``task_store`` is given; ``a2a-sdk``'s in-process state of a task waiting for
     input released after the agent's ``continuation_ttl`` (its ``interrupted_task_timeout``; an answer after
     that reloads the task from the store).
@@ -149,9 +169,10 @@ def a2a_app(
         url: The public URL of the JSON-RPC endpoint, advertised in the agent card.
         session_store: Where sessions live (a bounded ``InMemorySessionStore`` by default; pass a shared one,
             ``RedisSessionStore`` or ``PostgresSessionStore``, for several workers, with a shared ``task_store``).
-        task_store: Where ``a2a-sdk`` keeps tasks. By default a :class:`BoundedTaskStore` (``a2a-sdk``'s
-            ``InMemoryTaskStore``, a finished task dropped ``continuation_ttl`` after its last write, an
-            unfinished one twice that, at most :data:`DEFAULT_MAX_TASKS`).
+        task_store: Where ``a2a-sdk`` keeps tasks: for several workers a shared one (``a2a-sdk``'s
+            ``DatabaseTaskStore``), used through :class:`FinalTaskStore`. By default a :class:`BoundedTaskStore`
+            (``a2a-sdk``'s ``InMemoryTaskStore``, a finished task dropped ``continuation_ttl`` after its last write,
+            an unfinished one twice that, at most :data:`DEFAULT_MAX_TASKS`).
         text_answers: Accept text parts as answers (see above).
         version: The agent card's version.
         rpc_path: The path of the JSON-RPC endpoint.
@@ -190,7 +211,9 @@ def a2a_app(
     )
     handler = FunctionalA2ARequestHandler(
         executor,
-        task_store=task_store if task_store is not None else BoundedTaskStore(ttl=agent.continuation_ttl),
+        task_store=FinalTaskStore(task_store)
+        if task_store is not None
+        else BoundedTaskStore(ttl=agent.continuation_ttl),
         agent_card=card,
         interrupted_task_timeout=agent.continuation_ttl,
     )
