@@ -538,7 +538,7 @@ async def test_a_paused_task_is_released_from_memory_after_the_pause_ttl(
     url, handler = serve_app(serve_port, deployer.build(continuation_ttl=1).as_agent(name="deployer"))
     client = await client_for(url, http)
     paused = await send(client, [new_text_part("a2a-release")])
-    active = handler._active_task_registry._active_tasks  # a2a-sdk's registry (private): what is held per task
+    active = handler._active_task_registry._active_tasks  # pyright: ignore[reportPrivateUsage]  (a2a-sdk: per task)
     assert paused.id in active
     for _ in range(200):  # released one TTL (1 s) after the pause; waits at most 20 s
         if paused.id not in active:

@@ -213,3 +213,24 @@ async def test_a_late_answer_never_rewrites_the_finished_task(workers: tuple[Cli
     for client in (first, second):
         assert output_of(await client.get_task(GetTaskRequest(id=paused.id))) == f"deployed: {target}"
     assert DEPLOYS[target] == 1
+
+
+async def test_a_cancel_on_the_other_worker_abandons_the_pause(workers: tuple[Client, Client]) -> None:
+    """A cancel on the worker that did not take the pause: CANCELED, for good; the answer on the first worker
+    runs nothing, and the context takes new input."""
+    first, second = workers
+    GATE.set()
+    paused = await send(first, [new_text_part("a2a-cancel-other")])
+    cancelled = await second.cancel_task(CancelTaskRequest(id=paused.id))
+    assert cancelled.status.state == TaskState.TASK_STATE_CANCELED
+    try:
+        outcome: Any = await send(first, [new_answer_part(True, "auto::0")], paused)
+    except A2AError as exc:
+        outcome = exc
+    assert isinstance(outcome, A2AError) or outcome.status.state == TaskState.TASK_STATE_CANCELED, outcome
+    for client in (first, second):
+        assert (await client.get_task(GetTaskRequest(id=paused.id))).status.state == TaskState.TASK_STATE_CANCELED
+    assert DEPLOYS["a2a-cancel-other"] == 0
+    again = await send(second, [new_text_part("a2a-cancel-other-2")], context_id=paused.context_id)
+    done = await send(first, [new_answer_part(True, "auto::0")], again)
+    assert output_of(done) == "deployed: a2a-cancel-other-2"
