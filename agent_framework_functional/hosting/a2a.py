@@ -131,6 +131,13 @@ class FunctionalA2ARequestHandler(DefaultRequestHandler):
             yield event
 
 
+def _final(task_store: TaskStore | None, agent: FunctionalWorkflowAgent) -> FinalTaskStore:
+    """The task store ``a2a_app`` hands to ``a2a-sdk``: one that never writes over a finished task."""
+    if task_store is None:
+        return BoundedTaskStore(ttl=agent.continuation_ttl)
+    return task_store if isinstance(task_store, FinalTaskStore) else FinalTaskStore(task_store)
+
+
 def a2a_app(
     agent: FunctionalWorkflowAgent,
     *,
@@ -211,9 +218,7 @@ def a2a_app(
     )
     handler = FunctionalA2ARequestHandler(
         executor,
-        task_store=FinalTaskStore(task_store)
-        if task_store is not None
-        else BoundedTaskStore(ttl=agent.continuation_ttl),
+        task_store=_final(task_store, agent),
         agent_card=card,
         interrupted_task_timeout=agent.continuation_ttl,
     )

@@ -528,6 +528,8 @@ async def test_the_default_task_store_is_bounded(serve_port: Any, http: httpx.As
     assert output_of(await send(client, [new_answer_part(True)], first)) == "deployed: a2a-bounded-3"
     with pytest.raises(ValueError, match="max_tasks"):
         BoundedTaskStore(ttl=1, max_tasks=0)
+    custom = BoundedTaskStore(ttl=5, max_tasks=3)  # used as given: it already never writes over a finished task
+    assert serve_app(serve_port, make_agent(), task_store=custom)[1].task_store is custom
 
 
 async def test_a_paused_task_is_released_from_memory_after_the_pause_ttl(
