@@ -461,7 +461,7 @@ async def test_a_message_without_text_or_answer_is_refused(serve_port: Any, http
     assert output_of(await send(client, [new_answer_part(True)], paused)) == "deployed: a2a-text"
 
 
-async def test_a_body_over_max_body_bytes_is_413_and_not_run(serve_port: Any, http: httpx.AsyncClient) -> None:
+async def test_a_body_over_max_body_bytes_is_413(serve_port: Any, http: httpx.AsyncClient) -> None:
     """The default limit is 1 MiB: a 2 MiB message is refused before a2a-sdk parses it; a smaller limit applies too."""
     url = serve_a2a(serve_port)
     client = await client_for(url, http)
