@@ -60,7 +60,7 @@ def message_answers(
             allowed, or a value the request's type refuses (the message says what to send).
     """
     if not pending:  # held by the continuation store (another worker): the agent's run checks the answers
-        return [_blind_answer(part) for part in message.parts]
+        return _blind_answers(message)
     only = next(iter(pending)) if len(pending) == 1 else None
     answers: list[Content] = []
     for part in message.parts:
@@ -89,6 +89,13 @@ def message_answers(
         raise ResponseMismatchError("The message carries no answer; the task is still waiting for input.")
     answers_to_responses(answers, pending)  # converts each value; refuses unknown ids and duplicates
     return answers
+
+
+def _blind_answers(message: A2AMessage) -> list[Content]:
+    """The answers of a message checked for shape only (the pause is held elsewhere)."""
+    if not message.parts:
+        raise ResponseMismatchError("The message carries no answer; the task is still waiting for input.")
+    return [_blind_answer(part) for part in message.parts]
 
 
 def _blind_answer(part: Part) -> Content:

@@ -30,6 +30,7 @@ from .._updates import REQUEST_INFO_FUNCTION_NAME
 from ._adapter import ANSWER_FIELD, HostedAgent, as_messages, check_answer, replace_contents, result_answer
 from ._agui_approvals import bound_approval_state, restore_open_approvals
 from ._agui_resume import ResumeAnswer, payload_answer, read_answers, read_request, refuse
+from ._body_limit import BodyLimit
 from ._memory import DEFAULT_RELEASE_MEMORY_EVERY, add_release_once, check_release_every
 from ._snapshots import snapshot_store_for
 
@@ -209,51 +210,6 @@ def _check_answer(answer: ResumeAnswer, pending: Mapping[str, WorkflowEvent[Any]
         raise refuse(str(exc)) from None
 
 
-class _BodyLimit:
-    """ASGI middleware: a POST to ``path`` whose body exceeds ``max_bytes`` gets 413 before anything reads it."""
-
-    def __init__(self, app: Any, *, path: str, max_bytes: int) -> None:
-        self.app = app
-        self.path = path
-        self.max_bytes = max_bytes
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope["path"] != self.path or scope["method"] != "POST":
-            await self.app(scope, receive, send)
-            return
-        chunks: list[bytes] = []
-        size = 0
-        more = True
-        while more:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_bytes:
-                await self._too_large(send)
-                return
-            chunks.append(chunk)
-            more = message.get("more_body", False)
-        body = b"".join(chunks)
-        replayed = False
-
-        async def replay() -> Any:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
-
-    async def _too_large(self, send: Any) -> None:
-        detail = json.dumps({"detail": f"The request body is larger than {self.max_bytes} bytes."}).encode()
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(detail)).encode())]
-        await send({"type": "http.response.start", "status": 413, "headers": headers})
-        await send({"type": "http.response.body", "body": detail})
-
-
 def agui_endpoint(
     app: FastAPI,
     agent: FunctionalWorkflowAgent,
@@ -364,5 +320,5 @@ def agui_endpoint(
         detached_runs=True,
         max_detached_runs=max_runs,
     )
-    app.add_middleware(_BodyLimit, path=path, max_bytes=max_body_bytes)
+    app.add_middleware(BodyLimit, path=path, max_bytes=max_body_bytes)
     add_release_once(app, release_memory_every)

@@ -465,3 +465,108 @@ async def test_an_answer_after_the_pause_expired_fails_the_task_and_frees_the_co
     assert DEPLOYS["a2a-expired"] == 0
     again = await send(client, [new_text_part("a2a-expired-2")], context_id=paused.context_id)
     assert output_of(await send(client, [new_answer_part(True, "auto::0")], again)) == "deployed: a2a-expired-2"
+
+
+async def test_a_message_without_text_or_answer_is_refused(serve_port: Any, http: httpx.AsyncClient) -> None:
+    """New input without text (only data, or blank text) is ``InvalidParams``: the workflow never runs with ``""``."""
+    from a2a.helpers import new_data_part
+
+    client = await client_for(serve_a2a(serve_port), http)
+    for parts in ([new_data_part({"target": "a2a-data"})], [new_text_part("  ")]):
+        with pytest.raises(A2AError, match="needs a text part"):
+            await send(client, parts)
+    assert DEPLOYS[""] == 0
+    paused = await send(client, [new_text_part("a2a-text")])
+    with pytest.raises(A2AError, match="carries no answer"):  # blank text on a paused task answers nothing
+        await send(client, [new_text_part(" ")], paused)
+    assert output_of(await send(client, [new_answer_part(True)], paused)) == "deployed: a2a-text"
+
+
+async def test_a_body_over_max_body_bytes_is_413(serve_port: Any, http: httpx.AsyncClient) -> None:
+    """The default limit is 1 MiB: a 2 MiB message is refused before a2a-sdk parses it; a smaller limit applies too."""
+    url = serve_a2a(serve_port)
+    client = await client_for(url, http)
+    with pytest.raises(A2AError):
+        await send(client, [new_text_part("a2a-huge" + "x" * (2 * 1024 * 1024))])
+    raw = await http.post(url, content=b"{" + b" " * (1024 * 1024) + b"}", headers={"content-type": "application/json"})
+    assert raw.status_code == 413
+    assert "larger than 1048576 bytes" in raw.text
+    small = await client_for(serve_a2a(serve_port, max_body_bytes=2000), http)
+    with pytest.raises(A2AError):
+        await send(small, [new_text_part("a2a-small" + "y" * 2000)])
+    assert output_of(await send(small, [new_answer_part(True)], await send(small, [new_text_part("a2a-fits")])))
+    with pytest.raises(ValueError, match="max_body_bytes"):
+        a2a_app(make_agent(), url=url, max_body_bytes=0)
+
+
+def serve_app(serve: Callable[..., ServerThread], agent: Any, **options: Any) -> tuple[str, Any]:
+    """Serve ``a2a_app(agent)`` on a free loopback port; return its URL and its a2a-sdk request handler."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/"
+    app = a2a_app(agent, url=url, **options)
+    serve(app, port=port)
+    return url, app.state.a2a_handler
+
+
+async def test_the_default_task_store_is_bounded(serve_port: Any, http: httpx.AsyncClient) -> None:
+    """Finished tasks go ``continuation_ttl`` after their last write, unfinished ones twice that; at most
+    ``max_tasks`` are kept, the least recently written finished ones first. (a2a-sdk's store kept every task.)"""
+    from agent_framework_functional.hosting.a2a import DEFAULT_MAX_TASKS, BoundedTaskStore
+
+    agent = make_agent()
+    url, handler = serve_app(serve_port, agent)
+    store = handler.task_store
+    assert isinstance(store, BoundedTaskStore)
+    assert (store.ttl, store.max_tasks) == (agent.continuation_ttl, DEFAULT_MAX_TASKS)
+    now = [0.0]
+    store.clock = lambda: now[0]
+    client = await client_for(url, http)
+
+    async def found(task: Task) -> bool:
+        try:
+            await client.get_task(GetTaskRequest(id=task.id))
+        except A2AError as exc:
+            assert "not found" in str(exc).lower(), exc
+            return False
+        return True
+
+    done = await send(client, [new_answer_part(True)], await send(client, [new_text_part("a2a-bounded-1")]))
+    waiting = await send(client, [new_text_part("a2a-bounded-2")])
+    now[0] = store.ttl + 1
+    assert not await found(done)
+    assert await found(waiting)  # its pause expired: an answer still learns why it cannot run
+    now[0] = 2 * store.ttl + 1
+    assert not await found(waiting)
+    assert len(store) == 0
+
+    store.max_tasks = 2
+    first = await send(client, [new_text_part("a2a-bounded-3")])
+    second = await send(client, [new_answer_part(True)], await send(client, [new_text_part("a2a-bounded-4")]))
+    third = await send(client, [new_text_part("a2a-bounded-5")])
+    assert [await found(task) for task in (first, second, third)] == [True, False, True]
+    assert output_of(await send(client, [new_answer_part(True)], first)) == "deployed: a2a-bounded-3"
+    with pytest.raises(ValueError, match="max_tasks"):
+        BoundedTaskStore(ttl=1, max_tasks=0)
+    custom = BoundedTaskStore(ttl=5, max_tasks=3)  # used as given: it already never writes over a finished task
+    assert serve_app(serve_port, make_agent(), task_store=custom)[1].task_store is custom
+
+
+async def test_a_paused_task_is_released_from_memory_after_the_pause_ttl(
+    serve_port: Any, http: httpx.AsyncClient
+) -> None:
+    """a2a-sdk keeps a task waiting for input in memory (its ``ActiveTask`` and four asyncio tasks) until
+    ``interrupted_task_timeout``, which ``a2a_app`` sets to the pause TTL (a2a-sdk's default: never)."""
+    url, handler = serve_app(serve_port, deployer.build(continuation_ttl=1).as_agent(name="deployer"))
+    client = await client_for(url, http)
+    paused = await send(client, [new_text_part("a2a-release")])
+    active = handler._active_task_registry._active_tasks  # pyright: ignore[reportPrivateUsage]  (a2a-sdk: per task)
+    assert paused.id in active
+    for _ in range(200):  # released one TTL (1 s) after the pause; waits at most 20 s
+        if paused.id not in active:
+            break
+        await asyncio.sleep(0.1)
+    assert paused.id not in active
+    found = await client.get_task(GetTaskRequest(id=paused.id))  # the store still has it
+    assert found.status.state == INPUT_REQUIRED

@@ -1,0 +1,273 @@
+"""The executor of :func:`~agent_framework_functional.hosting.a2a.a2a_app`: runs one message of an A2A task.
+
+A pause is a task in ``input-required`` whose status message carries the request as a data part; an answer on
+that task resumes the workflow; the session of each A2A context lives in a session store.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, cast
+
+from a2a.helpers import get_message_text, new_task_from_user_message, new_text_part
+from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.cluster import StoredTask, VersionedTaskStore
+from a2a.server.context import ServerCallContext
+from a2a.server.events import EventQueue
+from a2a.server.tasks import TaskStore, TaskUpdater
+from a2a.types import Message as A2AMessage
+from a2a.types import Part, Task, TaskState
+from a2a.utils.errors import TaskNotCancelableError
+from agent_framework import AgentResponse, AgentSession, Message, SessionStore
+
+from .._agent import FunctionalWorkflowAgent
+from .._errors import ContinuationAuthorityError, FunctionalWorkflowError, WorkflowRunningError
+from ._a2a_parts import message_answers, request_part
+
+logger = logging.getLogger(__name__)
+
+_GONE = "This task's pause can no longer be answered; start a new task on this context."
+TERMINAL = frozenset(
+    {
+        TaskState.TASK_STATE_COMPLETED,
+        TaskState.TASK_STATE_FAILED,
+        TaskState.TASK_STATE_CANCELED,
+        TaskState.TASK_STATE_REJECTED,
+    }
+)
+_BUSY = "Another task of this context is running; send this message again when it ends."
+HOST_KEY = "a2a_host"  # session.state entry of this host: the task that holds the pause, the messages it ran
+_HANDLED_KEPT = 64  # message ids kept per paused task: a retried message must not answer the next pause
+
+
+_ANSWERING = (
+    "Task {} cannot be cancelled: an answer to its pause is running, and the task ends with that answer's "
+    "outcome (read it with tasks/get)."
+)
+
+
+def _held(session: AgentSession | None) -> dict[str, Any]:
+    """This host's entry in ``session``: the task that holds the pause, the messages it ran, when it paused."""
+    return cast(dict[str, Any], session.state.get(HOST_KEY) or {}) if session is not None else {}
+
+
+def handled(session: AgentSession | None, task_id: str) -> list[str]:
+    """The ids of the messages that ran on ``task_id`` (the task whose pause ``session`` holds)."""
+    held = _held(session)
+    return list(held.get("messages") or []) if held.get("task_id") == task_id else []
+
+
+def replayed(message: A2AMessage, task_id: str) -> str:
+    return (
+        f"Message {message.message_id!r} already ran on task {task_id} (a retried answer); it does not answer "
+        "the requests asked since. The task still waits for input: send the answer as a new message."
+    )
+
+
+@dataclass
+class _Attempt:
+    """One message run on a task: what the outcome paths need."""
+
+    message: A2AMessage
+    task_id: str
+    answering: bool
+    key: str
+    updater: TaskUpdater
+    session: AgentSession
+    asked: list[Part]  # the waiting task's request parts, copied
+    handled: list[str]  # the ids of the messages that already ran on the task
+
+
+class FunctionalA2AExecutor(AgentExecutor):
+    """Runs a FunctionalWorkflowAgent for ``a2a-sdk``: pauses become ``input-required`` tasks.
+
+    Args:
+        agent: The agent; one object serves every A2A context.
+
+    Keyword Args:
+        session_store: Where each context's session lives (key ``a2a:context:<context id>``).
+        text_answers: Accept text parts as answers (see :func:`message_answers`).
+    """
+
+    def __init__(self, agent: FunctionalWorkflowAgent, *, session_store: SessionStore, text_answers: bool) -> None:
+        super().__init__()
+        self.agent = agent
+        self.session_store = session_store
+        self.text_answers = text_answers
+        self.busy: set[str] = set()  # session keys with a run in flight; bounded by those runs
+        # the handler's task store (set by it): a pause on a task that ended is stale
+        self.task_store: TaskStore | VersionedTaskStore | None = None
+
+    async def waits_on(self, session: AgentSession | None, context: ServerCallContext) -> str | None:
+        """The task whose pause ``session``'s context waits on, or None (none, or that task has ended).
+
+        A task that ended (failed, cancelled) cannot be answered, so its pause must not hold the context: the
+        session write that would clear it can be lost (a store outage after the run).
+        """
+        paused_on = _held(session).get("task_id")
+        if not paused_on or self.task_store is None:
+            return paused_on
+        found = await self.task_store.get(paused_on, context)
+        task: Task | None = found.task if isinstance(found, StoredTask) else found
+        return None if task is not None and task.status.state in TERMINAL else paused_on
+
+    @staticmethod
+    def session_key(context_id: str) -> str:
+        """The session store key of one A2A context."""
+        return f"a2a:context:{context_id}"
+
+    async def session_for(self, context_id: str) -> AgentSession | None:
+        """The stored session of ``context_id`` (None: the context never ran here)."""
+        return await self.session_store.get(self.session_key(context_id))
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        """Run one message of a task: start the workflow, or answer its pause; publish the task's new state."""
+        task = context.current_task
+        if task is not None and task.status.state in (*TERMINAL, TaskState.TASK_STATE_WORKING):
+            return  # queued on a task that ended meanwhile, or whose answer another worker runs: it must not run
+        if context.message is None:
+            raise ValueError("An A2A request without a message cannot run.")
+        if task is None:
+            task = new_task_from_user_message(context.message)
+            await event_queue.enqueue_event(task)
+        answering = task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+        updater = TaskUpdater(event_queue, task.id, task.context_id)
+        key = self.session_key(task.context_id)
+        if key in self.busy:  # one run per context (per process); a2a-sdk serializes only one task's messages
+            await updater.failed(updater.new_agent_message([new_text_part(_BUSY)]))
+            return
+        self.busy.add(key)
+        try:
+            await self._run(context.message, task, answering, key, updater, context.call_context)
+        finally:
+            self.busy.discard(key)
+
+    async def _run(
+        self,
+        message: A2AMessage,
+        waiting: Task,
+        answering: bool,
+        key: str,
+        updater: TaskUpdater,
+        call: ServerCallContext,
+    ) -> None:
+        # copies: a2a-sdk updates the task object it handed over once start_work is processed
+        asked = [Part.FromString(p.SerializeToString()) for p in waiting.status.message.parts if p.HasField("data")]
+        session = await self.session_store.get(key) or self.agent.create_session(session_id=key)
+        attempt = _Attempt(message, waiting.id, answering, key, updater, session, asked, handled(session, waiting.id))
+        if await self._refused_at_start(attempt, call):
+            return
+        await updater.start_work()
+        try:
+            response = await self.agent.run(self._agent_input(attempt), session=session)
+        except ContinuationAuthorityError as exc:  # the pause is gone (expired, answered, abandoned): nothing ran
+            await self._pause_gone(attempt, exc)
+        except FunctionalWorkflowError as exc:  # refused and nothing changed (the stored session is still right)
+            parts = [new_text_part(str(exc))]
+            if answering:  # the task still waits: its status keeps the request parts it had
+                await updater.requires_input(updater.new_agent_message([*parts, *asked]))
+            else:
+                await updater.failed(updater.new_agent_message(parts))
+        except Exception:
+            logger.exception("The workflow of A2A task %s failed.", attempt.task_id)
+            session.state.pop(HOST_KEY, None)
+            await self.session_store.set(key, session)
+            await updater.failed(updater.new_agent_message([new_text_part("The workflow failed.")]))
+        else:
+            await self._settle(attempt, response)
+
+    async def _refused_at_start(self, attempt: _Attempt, call: ServerCallContext) -> bool:
+        """Refuse a message the context cannot run now (it waits on another task, or this answer already ran)."""
+        updater = attempt.updater
+        paused_on = await self.waits_on(attempt.session, call)
+        if paused_on not in (None, attempt.task_id):  # the context waits on another task (checked on receipt too)
+            await updater.failed(updater.new_agent_message([new_text_part(f"Context waits on task {paused_on}.")]))
+            return True
+        if attempt.answering and attempt.message.message_id in attempt.handled:  # checked on receipt; this raced it
+            text = new_text_part(replayed(attempt.message, attempt.task_id))
+            await updater.requires_input(updater.new_agent_message([text, *attempt.asked]))
+            return True
+        return False
+
+    def _agent_input(self, attempt: _Attempt) -> Any:
+        """The agent's input: the answers to the pause the task waits on, or the message's text."""
+        if not attempt.answering:
+            return get_message_text(attempt.message)
+        pending = self.agent.pending_requests_for(attempt.session)
+        answers = message_answers(attempt.message, pending, text_answers=self.text_answers)
+        return [Message(role="user", contents=answers)]
+
+    async def _pause_gone(self, attempt: _Attempt, exc: ContinuationAuthorityError) -> None:
+        """The pause cannot be answered: leave the task to whatever took the pause, else end the task."""
+        updater, session = attempt.updater, attempt.session
+        if attempt.answering:
+            stored = await self.session_store.get(attempt.key)
+            if (stored is not None and stored.state != session.state) or not self.outlived(session):
+                # another answer (or a cancel) took this pause, here or on another worker: its outcome is the task's,
+                # so nothing is written over it (not the old requests, not a failure)
+                logger.info("An answer to A2A task %s lost to another answer or a cancel.", attempt.task_id)
+                return
+            session.state.pop(HOST_KEY, None)  # no answer can reach this pause any more: free the context
+            await self.session_store.set(attempt.key, session)
+        await updater.failed(updater.new_agent_message([new_text_part(f"{exc} {_GONE}")]))
+
+    async def _settle(self, attempt: _Attempt, response: AgentResponse[Any]) -> None:
+        """Store the session (with the task a new pause waits on), then report the pause or the result."""
+        updater, session = attempt.updater, attempt.session
+        requests = [c for m in response.messages for c in m.contents if c.type == "function_approval_request"]
+        if requests:
+            messages = [*attempt.handled, attempt.message.message_id][-_HANDLED_KEPT:]
+            session.state[HOST_KEY] = {"task_id": attempt.task_id, "messages": messages, "paused_at": time.time()}
+        else:
+            session.state.pop(HOST_KEY, None)
+        await self.session_store.set(attempt.key, session)
+        if requests:
+            parts = [new_text_part(f"{self.agent.name} waits for input: {len(requests)} request(s).")]
+            await updater.requires_input(updater.new_agent_message(parts + [request_part(c) for c in requests]))
+            return
+        if response.text:
+            await updater.add_artifact([new_text_part(response.text)], name="output")
+        await updater.complete()
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        """Cancel the task; a pause it held is abandoned, so its context takes new input."""
+        key = self.session_key(context.context_id or "")
+        session = await self.session_store.get(key) if context.context_id else None
+        if session is not None and _held(session).get("task_id") == context.task_id:
+            try:
+                await self.agent.abandon_continuation_async(session=session)
+            except FunctionalWorkflowError:
+                logger.warning("A2A task %s was cancelled; its pause could not be abandoned.", context.task_id)
+            session.state.pop(HOST_KEY, None)
+            await self.session_store.set(key, session)
+        await TaskUpdater(event_queue, context.task_id or "", context.context_id or "").cancel()
+
+    def outlived(self, session: AgentSession) -> bool:
+        """Whether the pause ``session`` holds is older than the agent's ``continuation_ttl`` (expired)."""
+        paused_at = _held(session).get("paused_at")
+        return not isinstance(paused_at, (int, float)) or time.time() - paused_at >= self.agent.continuation_ttl
+
+    async def before_cancel(self, task: Task) -> None:
+        """Abandon the pause ``task`` holds before a2a-sdk cancels it; refuse while an answer to it runs.
+
+        Raises:
+            TaskNotCancelableError: An answer to the task's pause runs (on any worker): the task ends with its
+                outcome, never cancelled first.
+        """
+        key = self.session_key(task.context_id)
+        session = await self.session_store.get(key)
+        if session is None or _held(session).get("task_id") != task.id:
+            return  # the task holds no pause: a2a-sdk cancels it
+        if task.status.state != TaskState.TASK_STATE_INPUT_REQUIRED:
+            raise TaskNotCancelableError(_ANSWERING.format(task.id))
+        try:
+            await self.agent.abandon_continuation_async(session=session)
+        except WorkflowRunningError:
+            raise TaskNotCancelableError(_ANSWERING.format(task.id)) from None
+        except ContinuationAuthorityError:
+            if not self.outlived(session):  # claimed by an answer another worker runs
+                raise TaskNotCancelableError(_ANSWERING.format(task.id)) from None
+        session.state.pop(HOST_KEY, None)
+        await self.session_store.set(key, session)
