@@ -19,6 +19,11 @@ of core that moves one fails loudly (AGENTS.md's module table says why each is n
   and offers each checkpoint save the entries added since the last one (:class:`StepCacheLog`,
   :func:`step_cache_offer`); it skips core's save at a clean finish when the run's recorder deletes the
   chain at once (``drops_final_checkpoint``); core's own classes stay untouched (``tests/test_long_runs.py``).
+* The host packages' private names, imported when their host first needs them: AG-UI's
+  ``_session_id_for_thread`` and approval state (``_approval_state_store``, ``_approval_lifecycle``,
+  ``_approval_state``, ``canonical_function_arguments``); DevUI's ``InMemoryConversationStore`` internals,
+  ``CheckpointConversationManager``, ``DevServer._ensure_executor`` and the executor's ``_pending_approvals``
+  (``tests/hosting/test_host_private_names.py``, ``test_devui_store.py``, ``test_two_workers.py``).
 * Core's ``_discover_workflow_dependencies`` / ``_compute_signature_hash``: run over a copy of core's module
   names whose ``dis`` and ``_get_step_wrapper_identity`` are cached (:func:`over_cached_reads`); no core global
   is changed (``tests/test_signature_cache.py``).
@@ -398,3 +403,111 @@ def build_core(
 ) -> _CoreFunctionalWorkflow:
     """Build the core instance our ``FunctionalWorkflow`` drives, as core's definition's ``build`` does."""
     return LinearFunctionalWorkflow(func, name=name, description=description, checkpoint_storage=checkpoint_storage)
+
+
+# ---------------------------------------------------------------- host packages' private names
+# The host packages are optional extras: each name is imported when its host first needs it. Pinned by
+# ``tests/hosting/test_host_private_names.py`` (each is still called, or read, on the host's path).
+
+
+def agui_session_id_for_thread(*, scope: str, thread_id: str) -> str:
+    """AG-UI's session id of a thread (``_snapshots._session_id_for_thread``), so our sessions are AG-UI's."""
+    from agent_framework_ag_ui._snapshots import _session_id_for_thread  # pyright: ignore[reportPrivateUsage]
+
+    return _session_id_for_thread(scope=scope, thread_id=thread_id)
+
+
+def agui_approval_state(runner: Any) -> Any:
+    """AG-UI's approval state of ``runner`` (``AgentFrameworkAgent._approval_state_store``)."""
+    return runner._approval_state_store
+
+
+def set_agui_approval_state(
+    runner: Any, *, pending_retention_seconds: float, terminal_retention_seconds: float
+) -> None:
+    """Give ``runner`` AG-UI's in-memory approval state with these retentions (AG-UI offers no option for them)."""
+    from agent_framework_ag_ui._approval_state import (  # pyright: ignore[reportPrivateUsage]
+        InMemoryAGUIApprovalStateStore,
+    )
+
+    runner._approval_state_store = InMemoryAGUIApprovalStateStore(
+        pending_retention_seconds=pending_retention_seconds,
+        terminal_retention_seconds=terminal_retention_seconds,
+    )
+
+
+def register_agui_hosted_approval(runner: Any, *, scope: str, thread_id: str, interrupt_id: str, call: Any) -> None:
+    """Register an open ``request_info`` interrupt in AG-UI's approval state unless it is known there already.
+
+    ``call`` is the interrupt's ``function_call`` content; AG-UI records the agent's calls as ``HOSTED``.
+    """
+    from agent_framework_ag_ui._approval_lifecycle import ApprovalExecutionOwner  # pyright: ignore[reportPrivateUsage]
+    from agent_framework_ag_ui._approval_state import approval_state_thread_id  # pyright: ignore[reportPrivateUsage]
+    from agent_framework_ag_ui._utils import canonical_function_arguments  # pyright: ignore[reportPrivateUsage]
+
+    store = agui_approval_state(runner)
+    approval_thread = approval_state_thread_id(scope=scope, thread_id=thread_id)
+    if store.lifecycle.occurrence_for_alias(thread_id=approval_thread, interrupt_id=interrupt_id) is not None:
+        return
+    store.register(
+        owner=ApprovalExecutionOwner.HOSTED,
+        scope=scope,
+        thread_ids=[approval_thread],
+        name=call.name,
+        arguments=canonical_function_arguments(call) or "{}",
+        request_id=interrupt_id,
+        interrupt_id=interrupt_id,
+        call_id=call.call_id,
+        function_call_id=call.call_id,
+    )
+
+
+def devui_conversation_store_class() -> type[Any]:
+    """DevUI's ``InMemoryConversationStore`` (its checkpoint manager requires that class)."""
+    from agent_framework_devui._conversations import InMemoryConversationStore  # pyright: ignore[reportPrivateUsage]
+
+    return InMemoryConversationStore
+
+
+def devui_conversation_count(store: Any) -> int:
+    """How many conversations DevUI's in-memory ``store`` holds (its ``_conversations``)."""
+    return len(getattr(store, "_conversations", {}))
+
+
+def devui_forget_conversation(store: Any, conversation_id: str) -> None:
+    """Drop a conversation and its item index from DevUI's in-memory ``store``."""
+    store._conversations.pop(conversation_id, None)
+    store._item_index.pop(conversation_id, None)
+
+
+def devui_install_store(executor: Any, store: Any) -> dict[Any, Any]:
+    """Make ``store`` the conversation store of DevUI's ``executor``; returns the executor's tracked approvals.
+
+    DevUI's executor keeps ``_pending_approvals`` (keyed ``(conversation id, request id)``) until answered;
+    the caller prunes it with the conversations it drops.
+    """
+    from agent_framework_devui._conversations import CheckpointConversationManager  # pyright: ignore[reportPrivateUsage]
+
+    executor.conversation_store = store
+    executor.checkpoint_manager = CheckpointConversationManager(store)
+    return executor._pending_approvals
+
+
+@functools.cache
+def devui_server_class() -> type[Any]:
+    """DevUI's ``DevServer`` that installs its ``store_installer(executor)`` when DevUI builds its executor.
+
+    DevUI builds the executor in ``DevServer._ensure_executor``, before any conversation exists.
+    """
+    from agent_framework_devui import DevServer
+
+    class InstallingDevServer(DevServer):
+        store_installer: Callable[[Any], None] | None = None
+
+        async def _ensure_executor(self) -> Any:  # pyright: ignore[reportIncompatibleMethodOverride]
+            executor = await super()._ensure_executor()  # pyright: ignore[reportPrivateUsage]
+            if self.store_installer is not None:
+                self.store_installer(executor)
+            return executor
+
+    return InstallingDevServer

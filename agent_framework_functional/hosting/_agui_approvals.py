@@ -5,8 +5,8 @@ AG-UI keeps each open approval in a process-local store of its ``AgentFrameworkA
 the answer. The thread's snapshot (in the shared store) keeps each open interrupt with its ``request_info``
 call; :func:`restore_open_approvals` registers those in this process's approval state exactly as AG-UI does
 when it streams the request. The agent still decides: the answer resumes only with the thread's token (in the
-snapshot's session state) through the continuation store. Every touch of AG-UI's private approval API is here,
-pinned by ``tests/hosting/test_two_workers.py``.
+snapshot's session state) through the continuation store. AG-UI's private approval API is used through
+``_core_compat``, pinned by ``tests/hosting/test_two_workers.py`` and ``tests/hosting/test_host_private_names.py``.
 """
 
 from __future__ import annotations
@@ -15,14 +15,9 @@ from typing import Any, cast
 
 from agent_framework import Content
 from agent_framework_ag_ui import AgentFrameworkAgent, AGUIThreadSnapshot
-from agent_framework_ag_ui._approval_lifecycle import ApprovalExecutionOwner  # pyright: ignore[reportPrivateUsage]
-from agent_framework_ag_ui._approval_state import (  # pyright: ignore[reportPrivateUsage]
-    InMemoryAGUIApprovalStateStore,
-    approval_state_thread_id,
-)
-from agent_framework_ag_ui._utils import canonical_function_arguments  # pyright: ignore[reportPrivateUsage]
 
 from .._agent import FunctionalWorkflowAgent
+from .._core_compat import register_agui_hosted_approval, set_agui_approval_state
 from .._updates import REQUEST_INFO_FUNCTION_NAME
 
 ANSWERED_APPROVAL_RETENTION_SECONDS = 60.0
@@ -44,7 +39,8 @@ def bound_approval_state(runner: AgentFrameworkAgent, agent: FunctionalWorkflowA
     ``AgentFrameworkAgent`` builds its store with AG-UI's defaults and offers no option, so it is replaced.
     """
     ttl = agent.continuation_ttl
-    runner._approval_state_store = InMemoryAGUIApprovalStateStore(  # pyright: ignore[reportPrivateUsage]
+    set_agui_approval_state(
+        runner,
         pending_retention_seconds=ttl,
         terminal_retention_seconds=min(ANSWERED_APPROVAL_RETENTION_SECONDS, ttl),
     )
@@ -70,23 +66,10 @@ def restore_open_approvals(
     runner: AgentFrameworkAgent, scope: str, thread_id: str, snapshot: AGUIThreadSnapshot
 ) -> None:
     """Register the snapshot's open ``request_info`` interrupts that this process's AG-UI state lacks."""
-    store = runner._approval_state_store  # pyright: ignore[reportPrivateUsage]
-    approval_thread = approval_state_thread_id(scope=scope, thread_id=thread_id)
     for interrupt in snapshot.interrupt or []:
         interrupt_id = interrupt.get("id")
         call = _request_call(interrupt)
-        if not isinstance(interrupt_id, str) or call is None:
-            continue
-        if store.lifecycle.occurrence_for_alias(thread_id=approval_thread, interrupt_id=interrupt_id) is not None:
-            continue
-        store.register(
-            owner=ApprovalExecutionOwner.HOSTED,  # what AG-UI records for the agent's request_info calls
-            scope=scope,
-            thread_ids=[approval_thread],
-            name=REQUEST_INFO_FUNCTION_NAME,
-            arguments=canonical_function_arguments(call) or "{}",
-            request_id=interrupt_id,
-            interrupt_id=interrupt_id,
-            call_id=call.call_id,
-            function_call_id=call.call_id,
-        )
+        if isinstance(interrupt_id, str) and call is not None:
+            register_agui_hosted_approval(
+                runner, scope=scope, thread_id=thread_id, interrupt_id=interrupt_id, call=call
+            )

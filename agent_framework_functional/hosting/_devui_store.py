@@ -13,10 +13,9 @@ that class with two bounds, checked whenever a conversation is created, listed o
 A dropped conversation is gone from DevUI's list; a request naming it gets DevUI's own "not found". The
 approvals DevUI tracks for it (``AgentFrameworkExecutor._pending_approvals``, kept until answered) go with it.
 
-Every touch of DevUI's private API is here, pinned by ``tests/hosting/test_devui_store.py``: the store's
-``_conversations`` / ``_item_index``, ``DevServer._ensure_executor`` (where DevUI builds its executor: the
-store is swapped in before any conversation exists), the executor's ``conversation_store``,
-``checkpoint_manager`` and ``_pending_approvals``.
+DevUI's private names (the store class, its ``_conversations`` / ``_item_index``,
+``DevServer._ensure_executor``, the executor's ``_pending_approvals``) are used through ``_core_compat``,
+pinned by ``tests/hosting/test_devui_store.py``.
 """
 
 from __future__ import annotations
@@ -27,17 +26,20 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from agent_framework import AgentSession
-from agent_framework_devui import DevServer
-from agent_framework_devui._conversations import (  # pyright: ignore[reportPrivateUsage]
-    CheckpointConversationManager,
-    InMemoryConversationStore,
+
+from .._core_compat import (
+    devui_conversation_count,
+    devui_conversation_store_class,
+    devui_forget_conversation,
+    devui_install_store,
+    devui_server_class,
 )
 
 DEFAULT_MAX_CONVERSATIONS = 10_000
 """How many conversations ``devui_app`` keeps at most by default (the hosts' session stores keep as many)."""
 
 
-class BoundedConversationStore(InMemoryConversationStore):
+class BoundedConversationStore(devui_conversation_store_class()):  # pyright: ignore[reportUntypedBaseClass]
     """DevUI's in-memory conversation store, dropping conversations idle past ``ttl`` or past a count.
 
     Args:
@@ -71,7 +73,7 @@ class BoundedConversationStore(InMemoryConversationStore):
 
     def __len__(self) -> int:
         """How many conversations are kept."""
-        return len(self._conversations)
+        return devui_conversation_count(self)
 
     def _use(self, conversation_id: str) -> None:
         """Drop what is past its bounds, then mark ``conversation_id`` (if kept) as used now."""
@@ -103,8 +105,7 @@ class BoundedConversationStore(InMemoryConversationStore):
                 used.move_to_end(front)
                 continue
             conversation_id, _ = used.popitem(last=False)
-            self._conversations.pop(conversation_id, None)
-            self._item_index.pop(conversation_id, None)
+            devui_forget_conversation(self, conversation_id)
             dropped.add(conversation_id)
         if dropped:
             self._forget_approvals(dropped)
@@ -176,18 +177,17 @@ class BoundedConversationStore(InMemoryConversationStore):
         return await super().list_conversations_by_metadata(metadata_filter)
 
 
-class BoundedDevServer(DevServer):
+class BoundedDevServer(devui_server_class()):  # pyright: ignore[reportUntypedBaseClass]
     """DevUI's server with a :class:`BoundedConversationStore` in its executor (installed when DevUI builds it)."""
 
     def __init__(self, *args: Any, conversation_store: BoundedConversationStore, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.bounded_store = conversation_store
+        self.store_installer = self._install
 
-    async def _ensure_executor(self) -> Any:  # pyright: ignore[reportIncompatibleMethodOverride]
-        executor = await super()._ensure_executor()  # pyright: ignore[reportPrivateUsage]
+    def _install(self, executor: Any) -> None:
         if executor.conversation_store is not self.bounded_store:
             install_store(executor, self.bounded_store)
-        return executor
 
 
 def install_store(executor: Any, store: BoundedConversationStore) -> None:
@@ -196,9 +196,6 @@ def install_store(executor: Any, store: BoundedConversationStore) -> None:
     Raises:
         RuntimeError: The executor already holds conversations (they would be lost).
     """
-    current = executor.conversation_store
-    if len(getattr(current, "_conversations", {})):
+    if devui_conversation_count(executor.conversation_store):
         raise RuntimeError("DevUI's executor already holds conversations; install the store before serving")
-    store.approvals = executor._pending_approvals
-    executor.conversation_store = store
-    executor.checkpoint_manager = CheckpointConversationManager(store)
+    store.approvals = devui_install_store(executor, store)

@@ -20,10 +20,10 @@ from agent_framework_ag_ui import (
     AGUIThreadSnapshotStore,
     add_agent_framework_fastapi_endpoint,
 )
-from agent_framework_ag_ui._snapshots import _session_id_for_thread  # pyright: ignore[reportPrivateUsage]
 from fastapi import Depends, FastAPI, Request
 
 from .._agent import FunctionalWorkflowAgent
+from .._core_compat import agui_session_id_for_thread
 from .._errors import ContinuationAuthorityError, ResponseMismatchError
 from .._session import SESSION_STATE_KEY, session_token
 from .._updates import REQUEST_INFO_FUNCTION_NAME
@@ -134,7 +134,7 @@ async def check_request(
     thread_id = request.get("thread_id")
     if not answers or not isinstance(thread_id, str):
         return
-    session = AgentSession(session_id=_session_id_for_thread(scope=scope, thread_id=thread_id))
+    session = AgentSession(session_id=agui_session_id_for_thread(scope=scope, thread_id=thread_id))
     pending = agent.pending_requests_for(session)
     snapshot = None if pending else await snapshot_store.get(scope=scope, thread_id=thread_id)
     open_ids = set(pending) if pending else _open_ids(snapshot)
