@@ -511,3 +511,16 @@ def devui_server_class() -> type[Any]:
             return executor
 
     return InstallingDevServer
+
+
+# ---- Checkpoint decoding's pre-check (_durable/checkpoint_pickles.py) ----------------------------------------------
+def checkpoint_global_resolver(allowed_types: frozenset[str], protocol: int) -> Callable[[str, str], Any]:
+    """Core's ``find_class`` of a restricted checkpoint decode under ``allowed_types``, at pickle ``protocol``."""
+    from agent_framework._workflows._checkpoint_encoding import (
+        _REGISTERED_CHECKPOINT_TYPE_KEYS,  # pyright: ignore[reportPrivateUsage]
+        _RestrictedUnpickler,  # pyright: ignore[reportPrivateUsage]
+    )
+
+    unpickler = _RestrictedUnpickler(bytes((0x80, protocol)) + b"N.", allowed_types | _REGISTERED_CHECKPOINT_TYPE_KEYS)
+    unpickler.load()  # only the protocol: dotted names from 4 on, Python 2's module names before 3, as the decoder
+    return unpickler.find_class

@@ -43,24 +43,11 @@ from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 
 from .._core_compat import ORIGINAL_MESSAGE, STEP_CACHE, STEP_COUNTS, StepCacheLog, StepCacheOffer, step_cache_offer
 from .checkpoint_heads import head_fields, read_heads
+from .checkpoint_pickles import decode_value, encode_value
 from .checkpoint_storage import unsavable
 
 _HEAD = ("checkpoint_id", "previous_checkpoint_id", "timestamp")
 _KNOWN_HEADS = 256  # references of recently saved or loaded checkpoints, to continue a restore's segments
-
-
-def encode_value(value: Any) -> Any:
-    """Core's checkpoint encoding (``encode_checkpoint_value``), imported when first used."""
-    from agent_framework._workflows._checkpoint_encoding import encode_checkpoint_value
-
-    return encode_checkpoint_value(value)
-
-
-def decode_value(encoded: Any, allowed_types: frozenset[str]) -> Any:
-    """Core's checkpoint decoding under its allow-list (``decode_checkpoint_value``)."""
-    from agent_framework._workflows._checkpoint_encoding import decode_checkpoint_value
-
-    return decode_checkpoint_value(encoded, allowed_types=allowed_types)
 
 
 class _Segment:

@@ -4,7 +4,8 @@ Core's ``FileCheckpointStorage`` is the reference: a checkpoint that does not lo
 another workflow than the one it is filed under, is skipped by the listing with a warning. A whole
 body is written and read only through :func:`encode_body` / :func:`decode_body` (PostgreSQL; Redis keeps
 its own messages), with core's private ``encode_checkpoint_value`` / ``decode_checkpoint_value``
-(``agent_framework._workflows._checkpoint_encoding``), imported on first use and pinned by
+(``agent_framework._workflows._checkpoint_encoding``) through ``checkpoint_pickles.py`` (each pickle
+checked before it is decoded), imported on first use and pinned by
 ``tests/stores/test_checkpoint_storage_contract.py``.
 """
 
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, ClassVar
 from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 
 from .._store import AsyncClosing
+from .checkpoint_pickles import decode_value, encode_value
 from .checkpoint_seal import CheckpointSealer, is_sealed, warn_unsealed
 from .redis_delta import chunk_context, head_context, parse_references
 
@@ -47,11 +49,9 @@ def encode_body(checkpoint: WorkflowCheckpoint, allowed_types: frozenset[str]) -
     Raises:
         WorkflowCheckpointException: It cannot be encoded, or would not decode under ``allowed_types``.
     """
-    from agent_framework._workflows._checkpoint_encoding import decode_checkpoint_value, encode_checkpoint_value
-
     try:
-        encoded = encode_checkpoint_value(checkpoint.to_dict())
-        decode_checkpoint_value(encoded, allowed_types=allowed_types)  # refuse now what a load would refuse
+        encoded = encode_value(checkpoint.to_dict())
+        decode_value(encoded, allowed_types)  # refuse now what a load would refuse
         return json.dumps(encoded, ensure_ascii=False).encode("utf-8")
     except Exception as exc:
         raise unsavable(checkpoint.checkpoint_id) from exc
@@ -72,10 +72,8 @@ def decode_body(checkpoint_id: str, body: bytes, allowed_types: frozenset[str]) 
         WorkflowCheckpointException: The body is not UTF-8 JSON, is nested too deeply, holds a type
             outside the allow-list, or is not a checkpoint.
     """
-    from agent_framework._workflows._checkpoint_encoding import decode_checkpoint_value
-
     try:
-        decoded = decode_checkpoint_value(json.loads(body.decode("utf-8")), allowed_types=allowed_types)
+        decoded = decode_value(json.loads(body.decode("utf-8")), allowed_types)
         return WorkflowCheckpoint.from_dict(decoded)
     except (RecursionError, MemoryError) as exc:
         raise WorkflowCheckpointException(f"Checkpoint {checkpoint_id} is nested too deeply to load.") from exc

@@ -1,11 +1,12 @@
 """RedisCheckpointStorage: core's ``CheckpointStorage`` on Redis, for workers without a shared file system.
 
-Core's private API touched here (on purpose, and only here): ``encode_checkpoint_value`` and
+Core's private API touched here (on purpose): ``encode_checkpoint_value`` and
 ``decode_checkpoint_value`` from ``agent_framework._workflows._checkpoint_encoding``, the helpers
 core's own ``FileCheckpointStorage`` uses, so a checkpoint is encoded exactly as core encodes it and
-decoded under core's allow-list. They are imported when first used, so a core upgrade that moves
-them breaks only this class; ``tests/durable/test_redis_checkpoint.py`` imports them directly and
-compares the stored body with what ``FileCheckpointStorage`` writes, so such an upgrade fails loudly.
+decoded under core's allow-list, through ``checkpoint_pickles.py`` (each pickle checked before it is
+decoded). They are imported when first used, so a core upgrade that moves them breaks only the
+storages; ``tests/durable/test_redis_checkpoint.py`` imports them directly and compares the stored
+body with what ``FileCheckpointStorage`` writes, so such an upgrade fails loudly.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 
 from .._store import duration_seconds
 from .checkpoint_delta import DeltaSave, StepCacheDeduper
+from .checkpoint_pickles import decode_value, encode_value
 from .checkpoint_seal import CheckpointSealer
 from .checkpoint_storage import DurableCheckpointStorage, check_allowed_types, check_sealer, same_id, unsavable
 from .redis_client import DEFAULT_MAX_CONNECTIONS, DEFAULT_POOL_TIMEOUT_SECONDS, pooled_client, sorted_members
@@ -54,15 +56,11 @@ DEFAULT_CHECKPOINT_TTL = timedelta(days=7)
 
 
 def _encode(checkpoint: WorkflowCheckpoint) -> Any:
-    from agent_framework._workflows._checkpoint_encoding import encode_checkpoint_value
-
-    return encode_checkpoint_value(checkpoint.to_dict())
+    return encode_value(checkpoint.to_dict())
 
 
 def _decode(encoded: Any, allowed_types: frozenset[str]) -> WorkflowCheckpoint:
-    from agent_framework._workflows._checkpoint_encoding import decode_checkpoint_value
-
-    return WorkflowCheckpoint.from_dict(decode_checkpoint_value(encoded, allowed_types=allowed_types))
+    return WorkflowCheckpoint.from_dict(decode_value(encoded, allowed_types))
 
 
 class RedisCheckpointStorage(DurableCheckpointStorage):
