@@ -19,6 +19,9 @@ of core that moves one fails loudly (AGENTS.md's module table says why each is n
   and offers each checkpoint save the entries added since the last one (:class:`StepCacheLog`,
   :func:`step_cache_offer`); it skips core's save at a clean finish when the run's recorder deletes the
   chain at once (``drops_final_checkpoint``); core's own classes stay untouched (``tests/test_long_runs.py``).
+* Core's checkpoint encoding (``encode_checkpoint_value`` / ``decode_checkpoint_value``, its restricted
+  unpickler's ``find_class``): the package's storages encode and decode as core's storages do
+  (``tests/durable/test_redis_checkpoint.py``, ``tests/durable/test_checkpoint_pickles.py``).
 * The host packages' private names, imported when their host first needs them: AG-UI's
   ``_session_id_for_thread`` and approval state (``_approval_state_store``, ``_approval_lifecycle``,
   ``_approval_state``, ``canonical_function_arguments``); DevUI's ``InMemoryConversationStore`` internals,
@@ -511,6 +514,20 @@ def devui_server_class() -> type[Any]:
             return executor
 
     return InstallingDevServer
+
+
+def core_encode_checkpoint_value(value: Any) -> Any:
+    """Core's checkpoint encoding of ``value`` (``_checkpoint_encoding.encode_checkpoint_value``)."""
+    from agent_framework._workflows._checkpoint_encoding import encode_checkpoint_value
+
+    return encode_checkpoint_value(value)
+
+
+def core_decode_checkpoint_value(encoded: Any, allowed_types: frozenset[str]) -> Any:
+    """Core's checkpoint decoding of ``encoded`` under its allow-list (``decode_checkpoint_value``)."""
+    from agent_framework._workflows._checkpoint_encoding import decode_checkpoint_value
+
+    return decode_checkpoint_value(encoded, allowed_types=allowed_types)
 
 
 # ---- Checkpoint decoding's pre-check (_durable/checkpoint_pickles.py) ----------------------------------------------

@@ -22,7 +22,7 @@ from typing import Any
 
 from agent_framework import WorkflowCheckpointException
 
-from .._core_compat import checkpoint_global_resolver
+from .._core_compat import checkpoint_global_resolver, core_decode_checkpoint_value, core_encode_checkpoint_value
 
 PICKLED, TYPE_KEY = "__pickled__", "__type__"
 """The keys of the envelope core's ``encode_checkpoint_value`` writes for a value JSON cannot hold."""
@@ -233,15 +233,11 @@ def check_pickles(encoded: Any, allowed_types: frozenset[str]) -> None:
 
 
 def encode_value(value: Any) -> Any:
-    """Core's checkpoint encoding (``encode_checkpoint_value``), imported when first used."""
-    from agent_framework._workflows._checkpoint_encoding import encode_checkpoint_value
-
-    return encode_checkpoint_value(value)
+    """Core's checkpoint encoding (``encode_checkpoint_value``, through ``_core_compat``)."""
+    return core_encode_checkpoint_value(value)
 
 
 def decode_value(encoded: Any, allowed_types: frozenset[str]) -> Any:
     """Core's checkpoint decoding under its allow-list (``decode_checkpoint_value``), after :func:`check_pickles`."""
-    from agent_framework._workflows._checkpoint_encoding import decode_checkpoint_value
-
     check_pickles(encoded, allowed_types)
-    return decode_checkpoint_value(encoded, allowed_types=allowed_types)
+    return core_decode_checkpoint_value(encoded, allowed_types)
