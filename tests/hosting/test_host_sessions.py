@@ -13,11 +13,13 @@ import time
 from typing import Any
 
 import httpx
+import pytest
 from agent_framework_ag_ui._approval_lifecycle import ApprovalOccurrence  # pyright: ignore[reportPrivateUsage]
 from agui_support import Thread, errors, text_of
 from fastapi import FastAPI
 from hosting_support import DEPLOYS, deployer, make_agent
 from responses_support import Responses, approval_items, approve
+from responses_support import text_of as response_text
 
 from agent_framework_functional import InMemorySessionStore
 from agent_framework_functional._store import DEFAULT_TTL_SECONDS
@@ -59,6 +61,32 @@ def test_responses_sessions_past_max_entries_are_dropped_oldest_first(serve: Any
     assert reply.status_code == 409, reply.text
     assert reply.json()["error"]["code"] == "continuation_refused"
     assert DEPLOYS["first"] == 0
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_responses_a_paused_conversation_whose_session_was_evicted_takes_new_input(
+    serve: Any, http: httpx.Client, stream: bool
+) -> None:
+    """Past ``max_entries`` the paused conversation's session (its token) is dropped: the answer gets 409
+    ``continuation_refused`` (start over), and new input starts a new turn instead of 409 ``pending_request``
+    ("answer it first", which the client no longer can) until the pause's TTL."""
+    sessions = InMemorySessionStore(max_entries=2)
+    app = responses_app(deployer.build().as_agent(name="deployer"), session_store=sessions)
+    client = Responses(http, serve(app).base)
+    conversation = {"conversation": f"c-evicted-{stream}"}
+    first = client.call({**conversation, "input": f"evicted first {stream}"})
+    for number in range(2):
+        client.call({"conversation": f"c-evicting-{stream}-{number}", "input": "evicting"})
+    (request,) = approval_items(first)
+    refused = client.post({**conversation, "input": [approve(request["id"])], "stream": stream})
+    assert refused.status_code == 409, refused.text
+    assert refused.json()["error"]["code"] == "continuation_refused"
+    body = {**conversation, "input": f"evicted again {stream}"}
+    again = client.stream(body)[1] if stream else client.call(body)  # was 409 pending_request
+    (request,) = approval_items(again)
+    done = client.call({**conversation, "input": [approve(request["id"])]})
+    assert response_text(done) == f"deployed: evicted again {stream}"
+    assert DEPLOYS[f"evicted first {stream}"] == 0
 
 
 def test_agui_endpoint_without_a_snapshot_store_keeps_threads_in_a_bounded_store(
