@@ -187,7 +187,9 @@ class CallPlanner:
         # A caller that resends history (AG-UI) adds this turn's part after the last assistant message.
         turn = read_turn(base.input_messages, with_answers=args.responses is None and args.checkpoint_id is None)
         stored = session_token(base.session, self.agent.id)
-        if turn.answers and (turn.only_answers or base.workflow.has_pending_continuation or stored is not None):
+        # A pause whose session lost its token takes answers only alone (then refused); with text, new input.
+        paused = base.workflow.has_pending_continuation and not lost_its_token(base.session, base.options)
+        if turn.answers and (turn.only_answers or paused or stored is not None):
             return self._chat_resume(base, args, turn)
         if args.responses is not None or args.checkpoint_id is not None:
             return self._explicit(base, args)
@@ -333,7 +335,7 @@ class CallPlanner:
         """
         check = plan.deferred
         assert check is not None
-        if not check.turn.answers:
+        if not check.turn.answers or check.orphaned:
             return await self._deferred_new_input(plan, check)
         workflow = plan.workflow
         try:

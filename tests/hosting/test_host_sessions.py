@@ -89,6 +89,53 @@ def test_responses_a_paused_conversation_whose_session_was_evicted_takes_new_inp
     assert DEPLOYS[f"evicted first {stream}"] == 0
 
 
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.parametrize("lost", ["evicted", "expired"])
+def test_agui_a_paused_thread_whose_snapshot_was_dropped_takes_new_input(
+    serve: Any, http: httpx.Client, tmp_path: Any, lost: str
+) -> None:
+    """The thread's snapshot (with its token) is dropped from the session store, past ``max_entries`` (in memory)
+    or its ``ttl`` (SQLite, a clock moved on): the answer gets the 400 of an expired pause, and new input starts a
+    new turn instead of AG-UI's ``APPROVAL_RESUME_REQUIRED`` (or the agent's conflict) until the pause's TTL."""
+    from agent_framework_functional import SQLiteSessionStore
+
+    clock = Clock()
+    sessions = (
+        InMemorySessionStore(max_entries=2)
+        if lost == "evicted"
+        else SQLiteSessionStore(tmp_path / "sessions.db", ttl=100, clock=clock)
+    )
+    app = FastAPI()
+    agui_endpoint(app, deployer.build().as_agent(name="deployer"), "/agent", snapshot_store=sessions, single_user=True)
+    url = f"{serve(app).base}/agent"
+    try:
+        thread = Thread(http, url)
+        thread.say(f"agui {lost} first")
+        if lost == "evicted":
+            for _ in range(2):
+                Thread(http, url).say("evicting")
+        else:
+            clock.now += 101
+        assert "is not pending on this thread" in thread.refused(400, resume=thread.resume())
+        again = thread.say(f"agui {lost} again")  # was RUN_ERROR APPROVAL_RESUME_REQUIRED
+        assert not errors(again), errors(again)
+        assert thread.interrupts
+        done = thread.answer()
+        assert not errors(done), errors(done)
+        assert text_of(done) == f"deployed: agui {lost} again"
+        assert DEPLOYS[f"agui {lost} first"] == 0
+    finally:
+        if isinstance(sessions, SQLiteSessionStore):
+            sessions.close()
+
+
 def test_agui_endpoint_without_a_snapshot_store_keeps_threads_in_a_bounded_store(
     serve: Any, http: httpx.Client
 ) -> None:
