@@ -7,17 +7,20 @@ ends; AG-UI's endpoint keeps thread snapshots the same way without ``snapshot_st
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import json
+import threading
 import time
 from typing import Any
 
 import httpx
 import pytest
+from agent_framework_ag_ui import AGUIThreadSnapshot, InMemoryAGUIThreadSnapshotStore
 from agent_framework_ag_ui._approval_lifecycle import ApprovalOccurrence  # pyright: ignore[reportPrivateUsage]
-from agui_support import Thread, errors, text_of
+from agui_support import BUSY, Thread, errors, text_of
 from fastapi import FastAPI
-from hosting_support import DEPLOYS, deployer, make_agent
+from hosting_support import DEPLOYS, HangUps, deployer, make_agent
 from responses_support import Responses, approval_items, approve
 from responses_support import text_of as response_text
 
@@ -134,6 +137,40 @@ def test_agui_a_paused_thread_whose_snapshot_was_dropped_takes_new_input(
     finally:
         if isinstance(sessions, SQLiteSessionStore):
             sessions.close()
+
+
+class HeldSnapshots(InMemoryAGUIThreadSnapshotStore):
+    """Snapshot saves wait until the test releases them: a run whose snapshot is not saved yet, for as long as
+    the test needs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    async def save(self, *, scope: Any, thread_id: str, snapshot: AGUIThreadSnapshot) -> None:
+        await asyncio.to_thread(self.release.wait, 10)
+        await super().save(scope=scope, thread_id=thread_id, snapshot=snapshot)
+
+
+def test_agui_new_input_before_the_pause_snapshot_is_saved_keeps_the_pause(serve: Any, http: httpx.Client) -> None:
+    """A thread whose pause is not in its snapshot yet (the client hung up at the approval request and sent new
+    text at once, while AG-UI still saves) is not a thread whose snapshot was dropped: its approvals stay, AG-UI
+    answers 409, and the answer still deploys."""
+    snapshots = HeldSnapshots()
+    app = FastAPI()
+    hang_ups = HangUps()
+    agui_endpoint(app, make_agent(), "/agent", snapshot_store=snapshots, single_user=True)
+    thread = Thread(http, f"{serve(hang_ups.watch(app)).base}/agent")
+    target = f"deploy settling {thread.thread_id}"
+    thread.say_and_hang_up_at_the_approval_request(target)
+    new_text = [*thread.messages, {"id": "m-new", "role": "user", "content": "something else"}]
+    busy = thread.post(messages=new_text)  # the snapshot save is held: AG-UI's run of the thread is still on
+    assert (busy.status_code, busy.json()) == (409, BUSY)
+    snapshots.release.set()
+    done = thread.answer(busy_retry_seconds=10)
+    assert not errors(done), errors(done)
+    assert text_of(done) == "deployed: " + target
+    assert DEPLOYS[target] == 1
 
 
 def test_agui_endpoint_without_a_snapshot_store_keeps_threads_in_a_bounded_store(
