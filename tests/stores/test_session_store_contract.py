@@ -282,3 +282,45 @@ async def test_a_paused_conversation_whose_session_was_dropped_takes_new_input(
     finally:
         if continuations is not None:
             await continuations.aclose()
+
+
+@pytest.mark.parametrize("lost", ["evicted", "expired"])
+async def test_a_pause_orphaned_on_one_worker_blocks_nothing_there_once_another_paused_the_conversation(
+    make: Callable[..., BoundedSessionStore], lost: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Two workers share the stores. Worker A pauses a conversation; its session is dropped; worker B, which holds
+    nothing for it, starts a new turn that pauses again. Back on A (which still holds the orphaned first pause),
+    the answer to B's pause deploys, and new input conflicts only with B's pause, as on any worker."""
+    kind = request.node.callspec.params["make"]
+    if kind == "memory":
+        pytest.skip("one process only: an in-memory session store is not shared by workers")
+    clock = Clock()
+    stores = [make(max_entries=2, ttl=0.3 if kind == "redis" and lost == "expired" else 100, clock=clock)]
+    stores.append(make(max_entries=2, ttl=stores[0].records.ttl, clock=clock))  # type: ignore[attr-defined]
+    checkpoints = InMemoryCheckpointStorage()
+    continuations = [SQLiteContinuationStore(tmp_path / "c.db") for _ in range(2)]
+    workers = [
+        lost_session_probe.build(checkpoint_storage=checkpoints, continuation_store=store).as_agent(name="probe")
+        for store in continuations
+    ]
+
+    async def turn(worker: int, session_id: str, message: Any) -> Any:
+        store, agent = stores[worker], workers[worker]
+        session = await store.get(session_id) or agent.create_session(session_id=session_id)
+        try:
+            return await agent.run(message, session=session)
+        finally:
+            await store.set(session_id, session)
+
+    try:
+        first = await turn(0, "paused", "first")
+        await _lose(stores[0], clock, lost, lambda session_id, text: turn(0, session_id, text))
+        assert await stores[1].get("paused") is None
+        second = await turn(1, "paused", "second")  # B holds nothing for it: a new turn
+        assert second.continuation_token is not None
+        assert (await turn(0, "paused", _approve(second))).text == "deployed second"  # on A
+        with pytest.raises(ContinuationAuthorityError):
+            await workers[1].workflow.verify_continuation_token_async(first.continuation_token)
+    finally:
+        for store in continuations:
+            await store.aclose()
