@@ -37,7 +37,7 @@ from ._errors import (
     StaleContinuationError,
     WorkflowRunningError,
 )
-from ._session import Conversations, clear_session_token, resolve_token, session_token
+from ._session import Conversations, clear_session_token, lost_its_token, resolve_token, session_token
 from ._workflow import FunctionalWorkflow, FunctionalWorkflowRunResult
 
 if TYPE_CHECKING:
@@ -65,6 +65,7 @@ class DeferredCheck:
     token: Any
     turn: Turn
     from_session: bool  # the token is the session's stored one (a stale one gets its own error)
+    orphaned: bool = False  # new input on a session that lost the token of the pause held here
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,7 +187,9 @@ class CallPlanner:
         # A caller that resends history (AG-UI) adds this turn's part after the last assistant message.
         turn = read_turn(base.input_messages, with_answers=args.responses is None and args.checkpoint_id is None)
         stored = session_token(base.session, self.agent.id)
-        if turn.answers and (turn.only_answers or base.workflow.has_pending_continuation or stored is not None):
+        # A pause whose session lost its token takes answers only alone (then refused); with text, new input.
+        paused = base.workflow.has_pending_continuation and not lost_its_token(base.session, base.options)
+        if turn.answers and (turn.only_answers or paused or stored is not None):
             return self._chat_resume(base, args, turn)
         if args.responses is not None or args.checkpoint_id is not None:
             return self._explicit(base, args)
@@ -261,6 +264,8 @@ class CallPlanner:
         """New input: the workflow's acceptance rules for it, then a fresh run (or a text reply's resume)."""
         _check_new_input_args(args)
         if base.workflow.has_pending_continuation:
+            if lost_its_token(base.session, base.options):  # orphaned: abandoned in the run (the store), then fresh
+                return dataclasses.replace(base, kind=CallKind.DEFERRED, deferred=DeferredCheck(None, turn, True, True))
             return self._text_reply(base, turn)
         if base.workflow.is_running:
             raise WorkflowRunningError()
@@ -330,7 +335,7 @@ class CallPlanner:
         """
         check = plan.deferred
         assert check is not None
-        if not check.turn.answers:
+        if not check.turn.answers or check.orphaned:
             return await self._deferred_new_input(plan, check)
         workflow = plan.workflow
         try:
@@ -348,8 +353,12 @@ class CallPlanner:
     async def _deferred_new_input(self, plan: CallPlan, check: DeferredCheck) -> CallPlan:
         """New input over a stored token: stale runs fresh; a resumable pause conflicts or takes a text reply.
 
-        Nothing else can say the pause is gone, and a pause must never be discarded silently.
+        Nothing else can say the pause is gone, and a pause must never be discarded silently. An orphaned
+        pause (its session lost the token: evicted, expired) is abandoned first: nobody can answer it.
         """
+        if check.orphaned:
+            await plan.workflow.abandon_continuation_async(force=True)
+            return self._fresh(plan)
         if plan.session is not None and (plan.had_instance or await plan.workflow.token_is_stale(check.token)):
             clear_session_token(plan.session, self.agent.id)
             return self._fresh(plan)

@@ -465,6 +465,17 @@ def register_agui_hosted_approval(runner: Any, *, scope: str, thread_id: str, in
     )
 
 
+def expire_agui_open_approvals(runner: Any, *, scope: str, thread_id: str) -> None:
+    """Expire the thread's pending approvals in ``runner``'s AG-UI state (its pause was orphaned)."""
+    from agent_framework_ag_ui._approval_state import approval_state_thread_id  # pyright: ignore[reportPrivateUsage]
+
+    lifecycle = agui_approval_state(runner).lifecycle
+    approval_thread = approval_state_thread_id(scope=scope, thread_id=thread_id)
+    pending = lifecycle.pending_interrupt_ids(thread_id=approval_thread)
+    if pending:
+        lifecycle.expire_batch(thread_id=approval_thread, interrupt_ids=sorted(pending))
+
+
 def devui_conversation_store_class() -> type[Any]:
     """DevUI's ``InMemoryConversationStore`` (its checkpoint manager requires that class)."""
     from agent_framework_devui._conversations import InMemoryConversationStore  # pyright: ignore[reportPrivateUsage]

@@ -53,6 +53,16 @@ def session_token(session: AgentSession | None, agent_id: str) -> Mapping[str, A
     return typing.cast(Mapping[str, Any], token)
 
 
+def lost_its_token(session: AgentSession | None, options: Mapping[str, Any]) -> bool:
+    """True when ``session`` holds nothing under :data:`SESSION_STATE_KEY` and ``options`` no token.
+
+    A session keeps its conversation's token (AGENTS.md invariant 14); one that comes back with no entry at all
+    was dropped from the host's store (evicted, expired) or rebuilt without its state, so a pause held for its
+    conversation is orphaned (invariant 44). A value under the key, even a malformed one, is not "lost".
+    """
+    return session is not None and SESSION_STATE_KEY not in session.state and options.get("continuation_token") is None
+
+
 def store_session_token(
     session: AgentSession, agent_id: str, token: Mapping[str, Any], answers: Mapping[str, Any] | None = None
 ) -> None:

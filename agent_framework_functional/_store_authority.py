@@ -29,7 +29,7 @@ from ._errors import (
 )
 from ._expiry import delete_checkpoint, resolve_ttl
 from ._restore import check_restore
-from ._store import ContinuationStore, is_continuation_store
+from ._store import ContinuationRecord, ContinuationStore, is_continuation_store
 from ._store_records import StoreRecords, earlier_requests
 
 
@@ -232,7 +232,7 @@ class StoreAuthority:
             record, read = ticket.record, None
         else:  # with a Postgres pair on one database: the record and its checkpoint in one round trip
             record, read = await self.records.get_paused(remote_hash)
-        await self.check_conflict()
+        await self.check_conflict(resumed=record)
         requests = ticket.requests or {}
         if ticket.record is None:
             pending = await self.records.pause_requests(record, ticket.recorder, read)
@@ -300,15 +300,26 @@ class StoreAuthority:
         await recorder.delete_chain(keep=checkpoint_id)  # the resumed pause's checkpoint, if any
         return continuation
 
-    async def check_conflict(self, verdict: VerifiedContinuation | None = None) -> None:
-        """The store decides whether the pause held here is still claimable (a verdict for it passes)."""
+    async def check_conflict(
+        self, verdict: VerifiedContinuation | None = None, *, resumed: ContinuationRecord | None = None
+    ) -> None:
+        """The store decides whether the pause held here is still claimable (a verdict for it passes).
+
+        A claimable one conflicts, unless the pause resumed (the verdict's, or ``resumed``) is a later one of this
+        conversation: a conversation has one pause, so the one held here was orphaned (its session dropped,
+        another worker ran the conversation on) and is abandoned (AGENTS.md invariant 44).
+        """
         memory = self.memory
         local = memory.pending if memory.has_pending else None
         if local is None or (verdict is not None and verdict.held_here):
             return
-        if await self.records.still_claimable(local):
+        record = await self.records.still_claimable(local)
+        later = verdict.record if verdict is not None else resumed
+        if record is not None and _superseded(record, later, memory.conversation) and memory.pending is local:
+            await self._abandon_local(force=True)
+        elif record is not None:
             raise PendingContinuationError()
-        if memory.pending is local:
+        elif memory.pending is local:
             memory.discard()
 
     # ------------------------------------------------------------------ abandonment
@@ -346,6 +357,17 @@ class StoreAuthority:
                 await delete_checkpoint(*checkpoint)
         if not accepted and not force:
             raise ContinuationAuthorityError()
+
+
+def _superseded(record: ContinuationRecord, later: ContinuationRecord | None, conversation: str | None) -> bool:
+    """``later`` is a pause of ``conversation`` issued after ``record`` (both on the store's clock)."""
+    return (
+        later is not None
+        and conversation is not None
+        and later.conversation == conversation
+        and record.conversation == conversation
+        and later.created_at > record.created_at
+    )
 
 
 def make_authority(

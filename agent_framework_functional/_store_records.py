@@ -154,10 +154,10 @@ class StoreRecords:
         else:
             await self.store.save(record)
 
-    async def still_claimable(self, continuation: Continuation) -> bool:
-        """True while the store has ``continuation``'s pause claimable (any conversation, no identity check)."""
+    async def still_claimable(self, continuation: Continuation) -> ContinuationRecord | None:
+        """``continuation``'s record while the store has it claimable (any conversation, no identity check)."""
         record = await self.store.get(hash_secret(continuation.secret))
-        return record is not None and record.is_claimable(self.store.now())
+        return record if record is not None and record.is_claimable(self.store.now()) else None
 
     async def claim(self, claim_hash: str) -> bool:
         """The store's claim, shielded so cancellation cannot split it from its outcome (AGENTS.md invariant 28).

@@ -1,23 +1,32 @@
-"""AG-UI's approval state for a paused thread this process never saw (another worker paused it, or a restart).
+"""AG-UI's approval state for a paused thread this process never saw, or whose snapshot is gone.
 
 AG-UI keeps each open approval in a process-local store of its ``AgentFrameworkAgent`` and refuses a resume
 (``APPROVAL_RESUME_NOT_FOUND``) that finds none, so with several workers only the one that paused could take
 the answer. The thread's snapshot (in the shared store) keeps each open interrupt with its ``request_info``
 call; :func:`restore_open_approvals` registers those in this process's approval state exactly as AG-UI does
 when it streams the request. The agent still decides: the answer resumes only with the thread's token (in the
-snapshot's session state) through the continuation store. AG-UI's private approval API is used through
-``_core_compat``, pinned by ``tests/hosting/test_two_workers.py`` and ``tests/hosting/test_host_private_names.py``.
+snapshot's session state) through the continuation store. Conversely, a thread whose snapshot the store dropped
+(evicted, expired) took its token along: :func:`expire_open_approvals` retires its approvals, so AG-UI hands
+new input to the agent instead of demanding an answer nobody can give; :class:`SettlingThreads` tells that
+apart from a run whose snapshot is not saved yet. AG-UI's private approval API is used through ``_core_compat``,
+pinned by ``tests/hosting/test_two_workers.py``, ``test_host_sessions.py`` and ``test_host_private_names.py``.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any, cast
 
 from agent_framework import Content
-from agent_framework_ag_ui import AgentFrameworkAgent, AGUIThreadSnapshot
+from agent_framework_ag_ui import AgentFrameworkAgent, AGUIThreadSnapshot, AGUIThreadSnapshotStore
 
 from .._agent import FunctionalWorkflowAgent
-from .._core_compat import register_agui_hosted_approval, set_agui_approval_state
+from .._core_compat import (
+    agui_session_id_for_thread,
+    expire_agui_open_approvals,
+    register_agui_hosted_approval,
+    set_agui_approval_state,
+)
 from .._updates import REQUEST_INFO_FUNCTION_NAME
 
 ANSWERED_APPROVAL_RETENTION_SECONDS = 60.0
@@ -73,3 +82,56 @@ def restore_open_approvals(
             register_agui_hosted_approval(
                 runner, scope=scope, thread_id=thread_id, interrupt_id=interrupt_id, call=call
             )
+
+
+def expire_open_approvals(runner: AgentFrameworkAgent, scope: str, thread_id: str) -> None:
+    """Expire the thread's pending approvals in ``runner``'s AG-UI state (its pause was orphaned)."""
+    expire_agui_open_approvals(runner, scope=scope, thread_id=thread_id)
+
+
+class SettlingThreads:
+    """An ``AGUIThreadSnapshotStore`` that knows which threads have a run whose snapshot is not saved yet.
+
+    A run is noted when it reaches the agent (:meth:`begin`, by session id) and forgotten when AG-UI saves its
+    thread's snapshot; until then a missing snapshot or token is not an orphaned pause. Bounded: past
+    ``max_threads`` (runs whose save never came) the oldest notes go.
+
+    Args:
+        store: The snapshot store AG-UI uses.
+        max_threads: Notes kept at most.
+    """
+
+    def __init__(self, store: AGUIThreadSnapshotStore, max_threads: int) -> None:
+        self.store = store
+        self.max_threads = max_threads
+        self.runs: OrderedDict[str, int] = OrderedDict()
+
+    def begin(self, session_id: str) -> None:
+        """A run of the thread with ``session_id`` reached the agent."""
+        self.runs[session_id] = self.runs.pop(session_id, 0) + 1
+        while len(self.runs) > self.max_threads:
+            self.runs.popitem(last=False)
+
+    def settling(self, scope: str, thread_id: str) -> bool:
+        """A run of the thread reached the agent and its snapshot is not saved yet."""
+        return agui_session_id_for_thread(scope=scope, thread_id=thread_id) in self.runs
+
+    async def save(self, *, scope: str, thread_id: str, snapshot: AGUIThreadSnapshot) -> None:
+        """Save through the store, then forget one run of the thread."""
+        await self.store.save(scope=scope, thread_id=thread_id, snapshot=snapshot)
+        session_id = agui_session_id_for_thread(scope=scope, thread_id=thread_id)
+        left = self.runs.pop(session_id, 0) - 1
+        if left > 0:
+            self.runs[session_id] = left
+
+    async def get(self, *, scope: str, thread_id: str) -> AGUIThreadSnapshot | None:
+        """The store's."""
+        return await self.store.get(scope=scope, thread_id=thread_id)
+
+    async def delete(self, *, scope: str, thread_id: str) -> bool:
+        """The store's."""
+        return await self.store.delete(scope=scope, thread_id=thread_id)
+
+    async def clear(self, *, scope: str | None = None) -> None:
+        """The store's."""
+        await self.store.clear(scope=scope)

@@ -28,7 +28,7 @@ from .._errors import ContinuationAuthorityError, ResponseMismatchError
 from .._session import SESSION_STATE_KEY, session_token
 from .._updates import REQUEST_INFO_FUNCTION_NAME
 from ._adapter import ANSWER_FIELD, HostedAgent, as_messages, check_answer, replace_contents, result_answer
-from ._agui_approvals import bound_approval_state, restore_open_approvals
+from ._agui_approvals import SettlingThreads, bound_approval_state, expire_open_approvals, restore_open_approvals
 from ._agui_resume import ResumeAnswer, payload_answer, read_answers, read_request, refuse
 from ._body_limit import BodyLimit
 from ._memory import DEFAULT_RELEASE_MEMORY_EVERY, add_release_once, check_release_every
@@ -82,7 +82,24 @@ def _approval_as_answer(content: Content) -> Content:
 
 
 class AGUIAgent(HostedAgent):
-    """The agent as AG-UI sees it: its session key protected, resume payloads turned into answer contents."""
+    """The agent as AG-UI sees it: its session key protected, resume payloads turned into answer contents.
+
+    Args:
+        agent: The agent.
+        settling: Notes each run that reaches the agent until its thread's snapshot is saved (``agui_endpoint``).
+    """
+
+    def __init__(self, agent: FunctionalWorkflowAgent, settling: SettlingThreads | None = None) -> None:
+        super().__init__(agent)
+        self.settling = settling
+
+    def run(
+        self, messages: Any = None, *, stream: bool = False, session: AgentSession | None = None, **kwargs: Any
+    ) -> Any:
+        """The wrapped agent's run, noted in ``settling`` (its snapshot is saved after it)."""
+        if self.settling is not None and session is not None:
+            self.settling.begin(session.session_id)
+        return super().run(messages, stream=stream, session=session, **kwargs)
 
     @property
     def context_providers(self) -> list[Any]:
@@ -111,7 +128,7 @@ async def check_request(
     snapshot_store: AGUIThreadSnapshotStore,
     runner: AgentFrameworkAgent | None = None,
 ) -> None:
-    """Refuse (``HTTPException`` 400) what AG-UI would let through and break a paused thread; read-only.
+    """Refuse (``HTTPException`` 400) what AG-UI would let through and break a paused thread.
 
     The resume is read as AG-UI will act on it, in every place and shape it accepts (``_agui_resume``); one
     AG-UI would read two ways is refused. Refused: client ``state`` naming the package's session key; a resume
@@ -124,7 +141,9 @@ async def check_request(
     continuation store and the checkpoint). AG-UI would otherwise claim the interrupt and the agent refuse it,
     leaving the interrupt's outcome unknown and the thread stuck. When this process holds nothing for the
     thread, the open interrupts are registered in ``runner``'s (process-local) AG-UI approval state so AG-UI
-    hands the answer to the agent.
+    hands the answer to the agent. A pause held here whose thread lost its snapshot (and so its token: evicted
+    or expired from the store) is not pending: its answer is refused as above, and on new input its approvals
+    are expired in AG-UI's state (the only change made here), so the agent starts a new turn.
     """
     request = read_request(body)
     if request is None:
@@ -132,10 +151,40 @@ async def check_request(
     _refuse_reserved_state(request.get("state"))
     answers = read_answers(request)
     thread_id = request.get("thread_id")
-    if not answers or not isinstance(thread_id, str):
+    if not isinstance(thread_id, str):
         return
     session = AgentSession(session_id=agui_session_id_for_thread(scope=scope, thread_id=thread_id))
     pending = agent.pending_requests_for(session)
+    if pending and await _orphaned(snapshot_store, scope, thread_id):
+        pending = {}
+        if not answers:
+            if runner is not None:
+                expire_open_approvals(runner, scope, thread_id)
+            return
+    if answers:
+        await _check_answers(answers, agent, session, pending, (scope, thread_id, snapshot_store, runner))
+
+
+async def _orphaned(snapshot_store: AGUIThreadSnapshotStore, scope: str, thread_id: str) -> bool:
+    """The thread's pause held here lost its token: no snapshot, or one without the package's session key.
+
+    Not while a run of the thread has not saved its snapshot yet (``SettlingThreads``).
+    """
+    if isinstance(snapshot_store, SettlingThreads) and snapshot_store.settling(scope, thread_id):
+        return False
+    snapshot = await snapshot_store.get(scope=scope, thread_id=thread_id)
+    return snapshot is None or SESSION_STATE_KEY not in (snapshot.session_state or {})
+
+
+async def _check_answers(
+    answers: list[ResumeAnswer],
+    agent: FunctionalWorkflowAgent,
+    session: AgentSession,
+    pending: Mapping[str, WorkflowEvent[Any]],
+    where: tuple[str, str, AGUIThreadSnapshotStore, AgentFrameworkAgent | None],
+) -> None:
+    """The answers against the pause's requests, held here or (through the snapshot's token) elsewhere."""
+    scope, thread_id, snapshot_store, runner = where
     snapshot = None if pending else await snapshot_store.get(scope=scope, thread_id=thread_id)
     open_ids = set(pending) if pending else _open_ids(snapshot)
     answers = [a for a in answers if not a.from_tool_message or a.interrupt_id in open_ids]
@@ -278,8 +327,8 @@ def agui_endpoint(
         TypeError: ``snapshot_store`` is a core ``SessionStore`` that is not one of the package's.
     """
     check_release_every(release_memory_every)
-    snapshots = snapshot_store_for(snapshot_store, agent)
-    runner = AgentFrameworkAgent(agent=AGUIAgent(agent), snapshot_store=snapshots)  # pyright: ignore[reportArgumentType]
+    snapshots = SettlingThreads(snapshot_store_for(snapshot_store, agent), max_threads=4 * max_runs)
+    runner = AgentFrameworkAgent(agent=AGUIAgent(agent, snapshots), snapshot_store=snapshots)  # pyright: ignore[reportArgumentType]
     bound_approval_state(runner, agent)
     if single_user == (authorization_scope_resolver is not None):
         raise ValueError(

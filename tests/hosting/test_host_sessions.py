@@ -7,17 +7,22 @@ ends; AG-UI's endpoint keeps thread snapshots the same way without ``snapshot_st
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import json
+import threading
 import time
 from typing import Any
 
 import httpx
+import pytest
+from agent_framework_ag_ui import AGUIThreadSnapshot, InMemoryAGUIThreadSnapshotStore
 from agent_framework_ag_ui._approval_lifecycle import ApprovalOccurrence  # pyright: ignore[reportPrivateUsage]
-from agui_support import Thread, errors, text_of
+from agui_support import BUSY, Thread, errors, text_of
 from fastapi import FastAPI
-from hosting_support import DEPLOYS, deployer, make_agent
+from hosting_support import DEPLOYS, HangUps, deployer, make_agent
 from responses_support import Responses, approval_items, approve
+from responses_support import text_of as response_text
 
 from agent_framework_functional import InMemorySessionStore
 from agent_framework_functional._store import DEFAULT_TTL_SECONDS
@@ -59,6 +64,113 @@ def test_responses_sessions_past_max_entries_are_dropped_oldest_first(serve: Any
     assert reply.status_code == 409, reply.text
     assert reply.json()["error"]["code"] == "continuation_refused"
     assert DEPLOYS["first"] == 0
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_responses_a_paused_conversation_whose_session_was_evicted_takes_new_input(
+    serve: Any, http: httpx.Client, stream: bool
+) -> None:
+    """Past ``max_entries`` the paused conversation's session (its token) is dropped: the answer gets 409
+    ``continuation_refused`` (start over), and new input starts a new turn instead of 409 ``pending_request``
+    ("answer it first", which the client no longer can) until the pause's TTL."""
+    sessions = InMemorySessionStore(max_entries=2)
+    app = responses_app(deployer.build().as_agent(name="deployer"), session_store=sessions)
+    client = Responses(http, serve(app).base)
+    conversation = {"conversation": f"c-evicted-{stream}"}
+    first = client.call({**conversation, "input": f"evicted first {stream}"})
+    for number in range(2):
+        client.call({"conversation": f"c-evicting-{stream}-{number}", "input": "evicting"})
+    (request,) = approval_items(first)
+    refused = client.post({**conversation, "input": [approve(request["id"])], "stream": stream})
+    assert refused.status_code == 409, refused.text
+    assert refused.json()["error"]["code"] == "continuation_refused"
+    body = {**conversation, "input": f"evicted again {stream}"}
+    again = client.stream(body)[1] if stream else client.call(body)  # was 409 pending_request
+    (request,) = approval_items(again)
+    done = client.call({**conversation, "input": [approve(request["id"])]})
+    assert response_text(done) == f"deployed: evicted again {stream}"
+    assert DEPLOYS[f"evicted first {stream}"] == 0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.parametrize("lost", ["evicted", "expired"])
+def test_agui_a_paused_thread_whose_snapshot_was_dropped_takes_new_input(
+    serve: Any, http: httpx.Client, tmp_path: Any, lost: str
+) -> None:
+    """The thread's snapshot (with its token) is dropped from the session store, past ``max_entries`` (in memory)
+    or its ``ttl`` (SQLite, a clock moved on): the answer gets the 400 of an expired pause, and new input starts a
+    new turn instead of AG-UI's ``APPROVAL_RESUME_REQUIRED`` (or the agent's conflict) until the pause's TTL."""
+    from agent_framework_functional import SQLiteSessionStore
+
+    clock = Clock()
+    sessions = (
+        InMemorySessionStore(max_entries=2)
+        if lost == "evicted"
+        else SQLiteSessionStore(tmp_path / "sessions.db", ttl=100, clock=clock)
+    )
+    app = FastAPI()
+    agui_endpoint(app, deployer.build().as_agent(name="deployer"), "/agent", snapshot_store=sessions, single_user=True)
+    url = f"{serve(app).base}/agent"
+    try:
+        thread = Thread(http, url)
+        thread.say(f"agui {lost} first")
+        if lost == "evicted":
+            for _ in range(2):
+                Thread(http, url).say("evicting")
+        else:
+            clock.now += 101
+        assert "is not pending on this thread" in thread.refused(400, resume=thread.resume())
+        again = thread.say(f"agui {lost} again")  # was RUN_ERROR APPROVAL_RESUME_REQUIRED
+        assert not errors(again), errors(again)
+        assert thread.interrupts
+        done = thread.answer()
+        assert not errors(done), errors(done)
+        assert text_of(done) == f"deployed: agui {lost} again"
+        assert DEPLOYS[f"agui {lost} first"] == 0
+    finally:
+        if isinstance(sessions, SQLiteSessionStore):
+            sessions.close()
+
+
+class HeldSnapshots(InMemoryAGUIThreadSnapshotStore):
+    """Snapshot saves wait until the test releases them: a run whose snapshot is not saved yet, for as long as
+    the test needs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    async def save(self, *, scope: Any, thread_id: str, snapshot: AGUIThreadSnapshot) -> None:
+        await asyncio.to_thread(self.release.wait, 10)
+        await super().save(scope=scope, thread_id=thread_id, snapshot=snapshot)
+
+
+def test_agui_new_input_before_the_pause_snapshot_is_saved_keeps_the_pause(serve: Any, http: httpx.Client) -> None:
+    """A thread whose pause is not in its snapshot yet (the client hung up at the approval request and sent new
+    text at once, while AG-UI still saves) is not a thread whose snapshot was dropped: its approvals stay, AG-UI
+    answers 409, and the answer still deploys."""
+    snapshots = HeldSnapshots()
+    app = FastAPI()
+    hang_ups = HangUps()
+    agui_endpoint(app, make_agent(), "/agent", snapshot_store=snapshots, single_user=True)
+    thread = Thread(http, f"{serve(hang_ups.watch(app)).base}/agent")
+    target = f"deploy settling {thread.thread_id}"
+    thread.say_and_hang_up_at_the_approval_request(target)
+    new_text = [*thread.messages, {"id": "m-new", "role": "user", "content": "something else"}]
+    busy = thread.post(messages=new_text)  # the snapshot save is held: AG-UI's run of the thread is still on
+    assert (busy.status_code, busy.json()) == (409, BUSY)
+    snapshots.release.set()
+    done = thread.answer(busy_retry_seconds=10)
+    assert not errors(done), errors(done)
+    assert text_of(done) == "deployed: " + target
+    assert DEPLOYS[target] == 1
 
 
 def test_agui_endpoint_without_a_snapshot_store_keeps_threads_in_a_bounded_store(

@@ -1,11 +1,13 @@
 """Every bounded session store, one contract: core's SessionStore as JSON, a TTL from the last write, ``max_entries``.
 
 Runs once per backend (in memory, SQLite, a real Redis, a real PostgreSQL), and for each the AG-UI snapshot view
-(``hosting.ThreadSnapshotStore``) kept in the same store.
+(``hosting.ThreadSnapshotStore``) kept in the same store, and what a paused conversation whose session the store
+dropped (evicted or expired) does next.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -13,15 +15,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_framework import AgentSession, SessionStore
+from agent_framework import AgentSession, InMemoryCheckpointStorage, Message, RunContext, SessionStore
 from agent_framework_ag_ui import AGUIThreadSnapshot
 
 from agent_framework_functional import (
     SESSION_STATE_KEY,
+    ContinuationAuthorityError,
     InMemorySessionStore,
     PostgresSessionStore,
     RedisSessionStore,
+    SQLiteContinuationStore,
     SQLiteSessionStore,
+    workflow,
 )
 from agent_framework_functional._durable.session_store import BoundedSessionStore
 from agent_framework_functional.hosting import ThreadSnapshotStore
@@ -208,3 +213,114 @@ async def test_every_session_store_works_with_async_with(make: Callable[..., Bou
         await store.set("k", _session())
         assert (await store.get("k")) is not None
     await store.aclose()  # closing twice does nothing
+
+
+@workflow(name="lost_session_probe")
+async def lost_session_probe(target: str, ctx: RunContext) -> str:
+    return f"deployed {target}" if await ctx.request_info({"target": target}, response_type=bool) else "declined"
+
+
+async def _lose(store: BoundedSessionStore, clock: Clock, lost: str, turn: Callable[..., Any]) -> None:
+    """Drop the paused conversation's session from ``store``: past ``max_entries`` (2) or past its TTL."""
+    if lost == "evicted":
+        for number in range(2):
+            clock.now += 1
+            await turn(f"other-{number}", "other")
+        await store.purge_expired()  # type: ignore[attr-defined]
+    elif isinstance(store, RedisSessionStore):  # Redis expires keys by its own clock: wait for it
+        for _ in range(500):  # at most 10 s
+            if await store.get("paused") is None:
+                break
+            await asyncio.sleep(0.02)
+    else:
+        clock.now += 101
+
+
+def _approve(paused: Any) -> Message:
+    return Message("user", [paused.user_input_requests[0].to_function_approval_response(approved=True)])
+
+
+@pytest.mark.parametrize("authority", ["memory", "continuation_store"])
+@pytest.mark.parametrize("lost", ["evicted", "expired"])
+async def test_a_paused_conversation_whose_session_was_dropped_takes_new_input(
+    make: Callable[..., BoundedSessionStore], lost: str, authority: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """The session held the pause's token; once the store drops it (eviction, expiry), new input starts a new turn
+    (the orphaned pause is abandoned, in the continuation store too, and its checkpoint deleted), and an answer gets
+    the authority error (hosts: "start over"). Without this the conversation was refused until the pause's TTL."""
+    clock = Clock()
+    redis_expiry = lost == "expired" and request.node.callspec.params["make"] == "redis"  # a real TTL: short
+    store = make(max_entries=2, ttl=0.3 if redis_expiry else 100, clock=clock)
+    checkpoints = InMemoryCheckpointStorage()
+    continuations = SQLiteContinuationStore(tmp_path / "c.db") if authority == "continuation_store" else None
+    agent = lost_session_probe.build(checkpoint_storage=checkpoints, continuation_store=continuations).as_agent()
+
+    async def turn(session_id: str, message: Any) -> Any:
+        """One host turn: the stored session (or a new one with the conversation's id), the run, the write."""
+        session = await store.get(session_id) or agent.create_session(session_id=session_id)
+        try:
+            return await agent.run(message, session=session)
+        finally:
+            await store.set(session_id, session)
+
+    try:
+        paused = await turn("paused", "first")
+        assert paused.continuation_token is not None
+        await _lose(store, clock, lost, turn)
+        assert await store.get("paused") is None
+
+        with pytest.raises(ContinuationAuthorityError):  # refused, nothing runs: start over
+            await turn("paused", _approve(paused))
+        again = await turn("paused", "second")  # a new turn, not "answer the pending request first"
+        assert again.continuation_token is not None
+        assert again.continuation_token != paused.continuation_token
+        with pytest.raises(ContinuationAuthorityError):  # the orphaned pause is abandoned everywhere
+            await agent.workflow.verify_continuation_token_async(paused.continuation_token)
+        live = 1 + (2 if lost == "evicted" else 0)  # the pauses still open: "paused" again, and the others
+        assert len(await checkpoints.list_checkpoint_ids(workflow_name="lost_session_probe")) == live
+        assert (await turn("paused", _approve(again))).text == "deployed second"
+    finally:
+        if continuations is not None:
+            await continuations.aclose()
+
+
+@pytest.mark.parametrize("lost", ["evicted", "expired"])
+async def test_a_pause_orphaned_on_one_worker_blocks_nothing_there_once_another_paused_the_conversation(
+    make: Callable[..., BoundedSessionStore], lost: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Two workers share the stores. Worker A pauses a conversation; its session is dropped; worker B, which holds
+    nothing for it, starts a new turn that pauses again. Back on A (which still holds the orphaned first pause),
+    the answer to B's pause deploys, and new input conflicts only with B's pause, as on any worker."""
+    kind = request.node.callspec.params["make"]
+    if kind == "memory":
+        pytest.skip("one process only: an in-memory session store is not shared by workers")
+    clock = Clock()
+    stores = [make(max_entries=2, ttl=0.3 if kind == "redis" and lost == "expired" else 100, clock=clock)]
+    stores.append(make(max_entries=2, ttl=stores[0].records.ttl, clock=clock))  # type: ignore[attr-defined]
+    checkpoints = InMemoryCheckpointStorage()
+    continuations = [SQLiteContinuationStore(tmp_path / "c.db") for _ in range(2)]
+    workers = [
+        lost_session_probe.build(checkpoint_storage=checkpoints, continuation_store=store).as_agent(name="probe")
+        for store in continuations
+    ]
+
+    async def turn(worker: int, session_id: str, message: Any) -> Any:
+        store, agent = stores[worker], workers[worker]
+        session = await store.get(session_id) or agent.create_session(session_id=session_id)
+        try:
+            return await agent.run(message, session=session)
+        finally:
+            await store.set(session_id, session)
+
+    try:
+        first = await turn(0, "paused", "first")
+        await _lose(stores[0], clock, lost, lambda session_id, text: turn(0, session_id, text))
+        assert await stores[1].get("paused") is None
+        second = await turn(1, "paused", "second")  # B holds nothing for it: a new turn
+        assert second.continuation_token is not None
+        assert (await turn(0, "paused", _approve(second))).text == "deployed second"  # on A
+        with pytest.raises(ContinuationAuthorityError):
+            await workers[1].workflow.verify_continuation_token_async(first.continuation_token)
+    finally:
+        for store in continuations:
+            await store.aclose()
