@@ -307,7 +307,7 @@ class StoreAuthority:
 
         A claimable one conflicts, unless the pause resumed (the verdict's, or ``resumed``) is a later one of this
         conversation: a conversation has one pause, so the one held here was orphaned (its session dropped,
-        another worker ran the conversation on) and is abandoned (AGENTS.md invariant 44).
+        another worker ran the conversation on) and is abandoned (AGENTS.md invariant 45).
         """
         memory = self.memory
         local = memory.pending if memory.has_pending else None
