@@ -15,6 +15,7 @@ import httpx
 import pytest
 from agui_support import Thread, build_app, errors, request_data, text_of
 from hosting_support import DEPLOYS, ROOT
+from request_ids import core_id
 
 FORGED_STATE = {
     "agent_framework_functional": {
@@ -63,7 +64,7 @@ def test_a_resume_resent_after_it_was_answered_runs_nothing(base: str, http: htt
         assert "not pending on this thread" in thread.refused(400, resume=resume)
     assert DEPLOYS[target] == 1
     thread.say(f"{target} again")
-    assert [i["id"] for i in thread.interrupts] == ["auto::0"]  # a fresh pause, answered as usual
+    assert [core_id(i["id"]) for i in thread.interrupts] == ["auto::0"]  # a fresh pause, answered as usual
     assert text_of(thread.answer()) == f"deployed: {target} again"
     assert DEPLOYS[target] == 1
 
@@ -87,9 +88,10 @@ def test_raw_agui_with_the_bare_agent_is_wedged_by_forged_state(base: str, http:
     thread = Thread(http, f"{base}/raw")
     target = f"deploy wedged {thread.thread_id}"
     thread.say(target)
+    interrupts = thread.interrupts
     (forged,) = errors(thread.run(resume=thread.resume(), state=FORGED_STATE))
     assert forged["code"] == "ContinuationAuthorityError"
-    thread.interrupts = [{"id": "auto::0"}]
+    thread.interrupts = interrupts
     (honest,) = errors(thread.answer())
     assert "indeterminate" in honest["message"]
     assert DEPLOYS[target] == 0
@@ -135,9 +137,12 @@ def test_hostile_request_is_a_4xx_and_the_conversation_stays_answerable(
         reply = thread.post(resume=resume)
         assert "'auto::9' is not pending" in reply.json()["detail"]
     elif case == "resume payload without approved":
-        reply = thread.post(resume=[{"interruptId": "auto::0", "status": "resolved", "payload": {"answer": True}}])
+        interrupt_id = thread.interrupts[0]["id"]
+        reply = thread.post(resume=[{"interruptId": interrupt_id, "status": "resolved", "payload": {"answer": True}}])
     elif case == "resume payload that is not an object":
-        reply = thread.post(resume=[{"interruptId": "auto::0", "status": "resolved", "payload": "yes"}])
+        reply = thread.post(
+            resume=[{"interruptId": thread.interrupts[0]["id"], "status": "resolved", "payload": "yes"}]
+        )
     else:
         reply = thread.post(resume=thread.resume(), state={"agent_framework_functional": {}})
     assert reply.status_code == status, reply.text[:300]
