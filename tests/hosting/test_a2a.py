@@ -298,6 +298,25 @@ async def test_hostile_input_is_a_protocol_error_and_the_pause_stays(serve_port:
     assert DEPLOYS["a2a-hostile"] == 1
 
 
+async def test_an_earlier_rounds_answer_sent_to_the_next_pause_is_invalid_params(
+    serve_port: Any, http: httpx.AsyncClient
+) -> None:
+    """Core numbers requests per run (``auto::0`` again in the context's next task); the published ids are unique
+    to their pause, so round one's answer sent again on round two's task (a client retry) answers nothing there."""
+    client = await client_for(serve_a2a(serve_port), http)
+    first = await send(client, [new_text_part("a2a-round-one")])
+    round_one = [new_answer_part(True, request_of(first)["request_id"])]  # the answer, kept by the client
+    assert output_of(await send(client, round_one, first)) == "deployed: a2a-round-one"
+    second = await send(client, [new_text_part("a2a-round-two")], context_id=first.context_id)
+    assert core_id(request_of(second)["request_id"]) == core_id(request_of(first)["request_id"])
+    with pytest.raises(A2AError, match="does not answer a pending request"):
+        await send(client, round_one, second)
+    assert DEPLOYS["a2a-round-two"] == 0  # nothing ran
+    still = await client.get_task(GetTaskRequest(id=second.id))
+    assert request_of(still) == request_of(second)
+    assert output_of(await send(client, [new_answer_part(True)], second)) == "deployed: a2a-round-two"
+
+
 async def test_text_answers_take_only_the_bool_vocabulary(serve_port: Any, http: httpx.AsyncClient) -> None:
     assert dict(BOOL_WORDS) == {"approve": True, "yes": True, "reject": False, "no": False}
     client = await client_for(serve_a2a(serve_port, text_answers=True), http)

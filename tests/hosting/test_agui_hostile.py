@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -80,6 +81,24 @@ def test_agui_merge_cannot_touch_the_session_key_of_the_agents_view(base: str, h
     assert not errors(done)
     assert text_of(done) == f"deployed: {target}"
     assert DEPLOYS[target] == 1
+
+
+def test_an_earlier_rounds_resume_replayed_after_the_next_pause_is_refused(base: str, http: httpx.Client) -> None:
+    """Core numbers requests per run (``auto::0`` again in the next turn's pause); the interrupt ids are unique to
+    their pause, so round one's exact request sent again (a double click, a retry) approves nothing of round two."""
+    thread = Thread(http, f"{base}/agent")
+    target = f"deploy round one {thread.thread_id}"
+    thread.say(target)
+    round_one = thread.body(resume=thread.resume())  # the exact request, kept by the client
+    assert text_of(thread.run(**round_one)) == f"deployed: {target}"
+    thread.say(f"{target}, round two")
+    assert [core_id(i["id"]) for i in thread.interrupts] == [core_id(round_one["resume"][0]["interruptId"])]
+    for _ in range(2):
+        reply = http.post(thread.url, json={**round_one, "runId": uuid.uuid4().hex})
+        assert reply.status_code == 400, reply.text[:300]
+        assert "not pending on this thread" in reply.json()["detail"]
+    assert DEPLOYS[f"{target}, round two"] == 0  # nothing ran
+    assert text_of(thread.answer(approved=False)) == f"not deployed: {target}, round two"
 
 
 def test_raw_agui_with_the_bare_agent_is_wedged_by_forged_state(base: str, http: httpx.Client) -> None:

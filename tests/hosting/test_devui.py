@@ -225,6 +225,23 @@ def test_client_that_hangs_up_at_the_approval_request_can_still_answer_it(devui:
     assert DEPLOYS["deploy hangup"] == 1
 
 
+def test_an_earlier_rounds_approval_replayed_after_the_next_pause_fails_the_turn(devui: DevUI) -> None:
+    """Core numbers requests per run (``auto::0`` again in the next turn's pause); the published ids are unique to
+    their pause, so round one's approval sent again (a double click, a retry) approves nothing of round two."""
+    conversation = devui.conversation()
+    target = f"deploy round one {conversation}"
+    (first,) = approval_requests(devui.stream(conversation, target))
+    round_one = approval(first["request_id"])  # the exact answer, kept by the page
+    assert completed_text(devui.stream(conversation, round_one)) == f"deployed: {target}"
+    (second,) = approval_requests(devui.stream(conversation, f"{target}, round two"))
+    assert core_id(second["request_id"]) == core_id(first["request_id"])  # core's id is the same in both rounds
+    refused = devui.stream(conversation, round_one)  # DevUI drops an approval of a request it no longer has open
+    assert "did not contain any supported message content" in failure_message(refused)
+    assert DEPLOYS[f"{target}, round two"] == 0  # nothing ran
+    done = devui.stream(conversation, approval(second["request_id"], False))
+    assert completed_text(done) == f"not deployed: {target}, round two"
+
+
 def test_a_turn_without_a_conversation_is_refused_and_runs_nothing(devui: DevUI) -> None:
     """DevUI runs a turn whose conversation is missing or was dropped by the bounds with ``session=None``;
     every such turn would share the agent's one session-less conversation (a pause there would block the

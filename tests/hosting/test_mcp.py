@@ -127,6 +127,36 @@ async def test_client_gone_at_the_pause_answers_later_and_replay_is_refused(serv
     assert DEPLOYS["mcp-later"] == 1
 
 
+async def test_an_earlier_pauses_answer_sent_with_the_next_pause_is_invalid_params(serve: Any) -> None:
+    """Core numbers requests per run (``auto::0`` again in the next call's pause); the published ids are unique to
+    their pause, so round one's ``inputResponses`` sent with round two's ``requestState`` answer nothing there."""
+    async with Client(serve_mcp(serve)) as client:
+        first = await pause(client, "deployer", "mcp-round-one")
+        round_one = accept(first, {"answer": True})  # the answers, kept by a client that mixes them up later
+        done = await client.call_tool(
+            "deployer", {"task": "mcp-round-one"}, input_responses=round_one, request_state=first.request_state
+        )
+        assert first_text(done) == "deployed: mcp-round-one"
+        second = await pause(client, "deployer", "mcp-round-two")
+        assert core_ids(second.input_requests or {}) == core_ids(round_one)
+        with pytest.raises(MCPError, match="answer no pending request"):
+            await client.session.call_tool(
+                "deployer",
+                {"task": "mcp-round-two"},
+                input_responses=round_one,
+                request_state=second.request_state,
+                allow_input_required=True,
+            )
+        assert DEPLOYS["mcp-round-two"] == 0  # nothing ran
+        done = await client.call_tool(
+            "deployer",
+            {"task": "mcp-round-two"},
+            input_responses=accept(second, {"answer": True}),
+            request_state=second.request_state,
+        )
+    assert first_text(done) == "deployed: mcp-round-two"
+
+
 async def test_two_answers_with_one_state_resume_once(serve: Any) -> None:
     async with Client(serve_mcp(serve)) as client:
         paused = await pause(client, "deployer", "mcp-race")

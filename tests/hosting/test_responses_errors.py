@@ -264,6 +264,30 @@ def test_a_replayed_answer_is_refused_and_the_conversation_takes_new_input(clien
     assert approval_items(client.call({**head, "input": "again"}))
 
 
+@pytest.mark.parametrize("item", ["mcp_approval_response", "function_call_output"])
+def test_an_earlier_rounds_answer_replayed_after_the_next_pause_is_an_answer_mismatch(
+    client: Responses, item: str
+) -> None:
+    """Core numbers requests per run (``auto::0`` again in round two); the ids the agent publishes are unique to
+    their pause, so round one's exact request sent again (a double click, a retry) answers nothing of round two."""
+    head = {"conversation": f"conv_rounds_{item}"}
+    first = client.call({**head, "input": "round one"})
+    if item == "mcp_approval_response":
+        answer, param = {**head, "input": [approve(published(first))]}, "input[0].approval_request_id"
+    else:
+        output = {"type": "function_call_output", "call_id": published(first), "output": "true"}
+        answer, param = {**head, "input": [output]}, "input[0].call_id"
+    assert text_of(client.call(answer)) == "deployed: round one"
+    second = client.call({**head, "input": "round two"})
+    assert core_id(published(second)) == core_id(published(first))  # core's id is the same in both rounds
+    for stream in (False, True):
+        refused = client.post({**answer, "stream": stream})
+        assert refused.status_code == 400, refused.text
+        assert (refused.json()["error"]["code"], refused.json()["error"]["param"]) == ("answer_mismatch", param)
+    assert DEPLOYS["round two"] == 0  # nothing ran
+    assert text_of(client.call({**head, "input": [approve(published(second), False)]})) == "not deployed: round two"
+
+
 async def test_fifty_concurrent_conversations_through_one_app(serve: Any) -> None:
     """50 conversations at once (half ``conversation``, half ``previous_response_id``; half streaming): each
     gets its own answer once, and the route holds nothing afterwards (no busy keys, no runs)."""
