@@ -28,7 +28,7 @@ from ._agent_run import AgentCall, AgentRunner, close_workflow_stream, drop_work
 from ._chat import InputMapper, input_mode_for
 from ._core_compat import functional_workflows_experimental
 from ._session import Conversations
-from ._updates import REQUEST_INFO_FUNCTION_NAME
+from ._updates import REQUEST_INFO_FUNCTION_NAME, published_requests
 from ._workflow import FunctionalWorkflow
 
 
@@ -114,20 +114,24 @@ class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAge
 
     @property
     def pending_requests(self) -> Mapping[str, WorkflowEvent[Any]]:
-        """The session-less conversation's pending requests: always :attr:`workflow`'s pending view.
+        """The session-less conversation's pending requests: :attr:`workflow`'s pending view, read each time.
 
-        Each conversation with a session has its own view: :meth:`pending_requests_for`.
+        Keyed by the ids the agent publishes (unique to the pause; README "Use it as an agent"); each
+        event's ``request_id`` is core's. Each conversation with a session has its own view:
+        :meth:`pending_requests_for`.
         """
-        return self._workflow.pending_requests
+        return published_requests(self._workflow.pending_requests, self._workflow.pending_tag())
 
     def pending_requests_for(self, session: AgentSession) -> Mapping[str, WorkflowEvent[Any]]:
-        """One conversation's pending requests (request id -> ``request_info`` event), read-only.
+        """One conversation's pending requests (published request id -> ``request_info`` event), read-only.
 
         Empty when ``session`` has no instance here (e.g. restored in another process: its pause is in
         the continuation store, see :meth:`FunctionalWorkflow.verify_continuation_token_async`).
         """
         workflow = self._conversations.workflow_for(session, create=False)
-        return workflow.pending_requests if workflow is not None else MappingProxyType({})
+        if workflow is None:
+            return MappingProxyType({})
+        return published_requests(workflow.pending_requests, workflow.pending_tag())
 
     def workflow_for(self, session: AgentSession | None) -> FunctionalWorkflow | None:
         """One conversation's instance: :attr:`workflow` without a session, else the one attached to ``session``.

@@ -15,17 +15,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from agent_framework import AgentSession, CheckpointStorage, Content, Message, ResponseStream, WorkflowEvent
+from agent_framework import AgentSession, CheckpointStorage, Message, ResponseStream, WorkflowEvent
 
 from ._authority import VerifiedContinuation
 from ._chat import (
     InputMapper,
     InputMode,
     Turn,
-    answers_to_responses,
     chat_messages,
     is_chat_input,
     map_input,
+    pause_answers,
     read_turn,
     text_answer,
 )
@@ -38,6 +38,7 @@ from ._errors import (
     WorkflowRunningError,
 )
 from ._session import Conversations, clear_session_token, lost_its_token, resolve_token, session_token
+from ._updates import core_ids, token_tag
 from ._workflow import FunctionalWorkflow, FunctionalWorkflowRunResult
 
 if TYPE_CHECKING:
@@ -203,7 +204,7 @@ class CallPlanner:
         if verified is None:  # kept in the store, not here: checked inside the run, in the same order
             check = DeferredCheck(token, turn, from_session)
             return dataclasses.replace(base, kind=CallKind.DEFERRED, deferred=check)
-        return self._answered(base, verified, turn.answers, turn.only_answers)
+        return self._answered(base, verified, turn, core_ids=not from_session)
 
     def _verify(self, workflow: FunctionalWorkflow, token: Any, from_session: bool) -> VerifiedContinuation | None:
         """The synchronous token check; a session-stored token known to be spent gets its own error."""
@@ -214,17 +215,15 @@ class CallPlanner:
                 raise StaleContinuationError() from None
             raise
 
-    def _answered(
-        self, base: CallPlan, verified: VerifiedContinuation, answers: list[Content], only_answers: bool
-    ) -> CallPlan:
-        """A chat resume whose authority passed: check and convert the answers."""
-        if not only_answers:
+    def _answered(self, base: CallPlan, verified: VerifiedContinuation, turn: Turn, *, core_ids: bool) -> CallPlan:
+        """A chat resume whose authority passed: check and convert the answers (``core_ids``: the caller's token)."""
+        if not turn.only_answers:
             raise ValueError(
                 "While a continuation is pending, send the answers alone: messages whose contents are only "
                 "function_approval_response / function_result contents for the pending requests. Send new "
                 "text after the workflow finished. The continuation is still pending."
             )
-        return self._resumed(base, verified, answers_to_responses(answers, verified))
+        return self._resumed(base, verified, pause_answers(turn.answers, verified, verified.token, core_ids=core_ids))
 
     def _resumed(self, base: CallPlan, verified: VerifiedContinuation, converted: Mapping[str, Any]) -> CallPlan:
         """A chat resume with the answers so far; the verified pause spares the workflow a second check."""
@@ -247,6 +246,8 @@ class CallPlanner:
             token = resolve_token(token, base.options, base.session, self.agent.id)
         mapping = isinstance(args.responses, Mapping)
         given = dict(args.responses or {}) if mapping else {}  # not a mapping: the workflow's TypeError
+        if resume:  # ids published for this pause back to core's (core's own ids also name it: the token does)
+            given = core_ids(given, token_tag(token))
         # Earlier rounds' answers too, as for chat-native answers (core's replay forgets them).
         answers = {**self._remembered(base.session, token), **given} if resume else given
         return dataclasses.replace(
@@ -348,7 +349,7 @@ class CallPlanner:
             await workflow.check_pause_conflict(verified)
         except PendingContinuationError:
             raise PendingContinuationError(AGENT_PENDING_CONTINUATION_MESSAGE) from None
-        return self._answered(plan, verified, check.turn.answers, check.turn.only_answers)
+        return self._answered(plan, verified, check.turn, core_ids=not check.from_session)
 
     async def _deferred_new_input(self, plan: CallPlan, check: DeferredCheck) -> CallPlan:
         """New input over a stored token: stale runs fresh; a resumable pause conflicts or takes a text reply.

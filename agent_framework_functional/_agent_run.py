@@ -26,7 +26,7 @@ from ._agent_plan import CallKind, CallPlan, CallPlanner, WorkflowStream
 from ._continuation import FunctionalWorkflowContinuationToken
 from ._core_compat import set_context_response
 from ._session import Conversations, clear_session_token, session_token, store_session_token
-from ._updates import UpdateConverter
+from ._updates import UpdateConverter, token_tag
 from ._workflow import FunctionalWorkflowRunResult
 
 if TYPE_CHECKING:
@@ -80,21 +80,29 @@ async def _final_token(call: AgentCall) -> FunctionalWorkflowContinuationToken |
 class _Reply:
     """The updates of one call: all of them for the response, the approval requests kept for the end."""
 
-    __slots__ = ("converter", "requests", "updates")
+    __slots__ = ("converter", "paused_on", "requests", "updates")
 
     def __init__(self, converter: UpdateConverter) -> None:
         self.converter = converter
         self.updates: list[AgentResponseUpdate] = []
         self.requests: list[AgentResponseUpdate] = []
+        self.paused_on: list[WorkflowEvent[Any]] = []
 
     def add(self, event: WorkflowEvent[Any]) -> list[AgentResponseUpdate]:
         """Convert ``event``; returns the updates to yield now (approval requests wait for the settled session)."""
+        if event.type == "request_info":
+            self.paused_on.append(event)  # converted once the pause's token, and so its ids, are known
+            return []
         converted = self.converter.convert(event)
         self.updates.extend(converted)
-        if event.type == "request_info":
-            self.requests.extend(converted)
-            return []
         return converted
+
+    def publish(self, token: Mapping[str, Any] | None) -> None:
+        """The approval requests, under the ids published for the pause of ``token``."""
+        tag = token_tag(token) if token is not None else None
+        for event in self.paused_on:
+            self.requests.extend(self.converter.convert(event, tag))
+        self.updates.extend(self.requests)
 
 
 class AgentRunner:
@@ -206,6 +214,7 @@ class AgentRunner:
         context: SessionContext,
     ) -> list[AgentResponseUpdate]:
         """Providers see the full response; returns what is yielded last: the requests, then the token."""
+        reply.publish(token)
         final_update = reply.converter.token_update(token) if token is not None else None
         if final_update is not None:
             reply.updates.append(final_update)

@@ -20,6 +20,7 @@ from agent_framework import Content, Message, RunContext, WorkflowEvent, normali
 from ._answers import STRING_ANSWER, accepts_none, convert_answer, parse_json_text, type_name
 from ._core_compat import accepts
 from ._errors import ResponseMismatchError
+from ._updates import published_id, token_tag
 
 InputMode = Literal["text", "message", "messages", "as_given"]
 InputMapper = Callable[[list[Message]], Any]
@@ -225,6 +226,32 @@ def answers_to_responses(answers: Sequence[Content], requests: Mapping[str, Work
                 request_id=request_id,
             )
         responses[request_id] = _answer_value(answer, request_id, requests[request_id].response_type)
+    return responses
+
+
+def pause_answers(
+    answers: Sequence[Content], requests: Mapping[str, WorkflowEvent[Any]], token: Any, *, core_ids: bool
+) -> dict[str, Any]:
+    """Chat-native answers to the pause of ``token`` (``requests``: core's ids) as ``responses`` in core's ids.
+
+    An answer names a request by the id the agent published for this pause (``_updates.published_id``); with
+    ``core_ids`` (the caller presented the token, which names the pause) also by core's id. Any other id, such
+    as one published for an earlier pause of the conversation, answers nothing here.
+
+    Raises:
+        ResponseMismatchError: As :func:`answers_to_responses`; nothing has changed.
+    """
+    tag = token_tag(token)
+    aliases = {published_id(request_id, tag): request_id for request_id in requests}
+    if core_ids:
+        aliases.update((request_id, request_id) for request_id in requests)
+    named = answers_to_responses(answers, {alias: requests[request_id] for alias, request_id in aliases.items()})
+    responses = {aliases[alias]: value for alias, value in named.items()}
+    if len(responses) < len(named):
+        raise ResponseMismatchError(
+            "The input answers a request more than once (by two of its ids); send one answer per request. "
+            "The continuation is still pending."
+        )
     return responses
 
 

@@ -8,6 +8,7 @@ spent here (:func:`remember_spent`).
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import secrets
@@ -149,6 +150,21 @@ def verify_token(presented: object, continuation: Continuation | None) -> Contin
 def hash_secret(secret: str | bytes) -> str:
     """Return the hex sha256 of a token secret (its ASCII text): the only form in which a store sees a token."""
     return hashlib.sha256(secret.encode("ascii") if isinstance(secret, str) else secret).hexdigest()
+
+
+_REQUEST_TAG_DOMAIN = b"agent_framework_functional request id\x00"
+
+
+def request_tag(secret: str | bytes | None) -> str | None:
+    """The tag of a pause's published request ids: 16 URL-safe characters derived from its token's secret.
+
+    A domain-separated sha256, so it reveals nothing of the secret (nor the store's hash); every pause has
+    its own token, so its own tag (README "Use it as an agent"). None for no secret.
+    """
+    if secret is None:
+        return None
+    raw = secret.encode("ascii") if isinstance(secret, str) else secret
+    return base64.urlsafe_b64encode(hashlib.sha256(_REQUEST_TAG_DOMAIN + raw).digest()[:12]).decode("ascii")
 
 
 def continuation_token_hash(token: Mapping[str, Any]) -> str:

@@ -10,19 +10,56 @@ last one: core's ``from_updates`` keeps the last update's token, so nothing may 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
-from typing import Any, cast
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import Any, TypeVar, cast
 
 from agent_framework import AgentResponse, AgentResponseUpdate, Content, Message, WorkflowEvent
 from pydantic_core import to_jsonable_python
 
 from ._answers import response_schema, type_name
+from ._authority import raw_token
+from ._continuation import presented_secret, request_tag
 
 REQUEST_INFO_FUNCTION_NAME = "request_info"
 """Function name of the ``function_call`` inside each approval request."""
 
 LIVE_DATA_PROPERTY = "data"
 """Key of ``AgentResponseUpdate.additional_properties`` that carries an emitted JSON value."""
+
+PAUSE_TAG_SEPARATOR = "~"
+"""Joins core's request id and its pause's tag in the ids the agent publishes (``auto::0~<tag>``)."""
+
+_Event = TypeVar("_Event")
+
+
+def published_id(request_id: str, tag: str | None) -> str:
+    """The id the agent publishes for core's ``request_id`` of the pause tagged ``tag`` (core's id when None).
+
+    Core counts ids per run (``auto::0`` again in every new run of a conversation); the tag, derived from
+    the pause's token (``_continuation.request_tag``), makes the id unique to its pause, so an answer to an
+    earlier pause never answers a later one.
+    """
+    return request_id if tag is None else f"{request_id}{PAUSE_TAG_SEPARATOR}{tag}"
+
+
+def token_tag(token: object) -> str | None:
+    """The tag of the pause whose token (or ``VerifiedContinuation``) is ``token``; None when malformed."""
+    return request_tag(presented_secret(raw_token(token)))
+
+
+def published_requests(requests: Mapping[str, _Event], tag: str | None) -> Mapping[str, _Event]:
+    """``requests`` (core's id -> event) under the ids the agent publishes, read-only."""
+    return MappingProxyType({published_id(request_id, tag): event for request_id, event in requests.items()})
+
+
+def core_ids(answers: Mapping[str, Any], tag: str | None) -> dict[str, Any]:
+    """``answers`` with each id published for the pause tagged ``tag`` back to core's id (other ids unchanged)."""
+    suffix = f"{PAUSE_TAG_SEPARATOR}{tag}"
+    return {
+        key[: -len(suffix)] if tag is not None and isinstance(key, str) and key.endswith(suffix) else key: value
+        for key, value in answers.items()
+    }
 
 
 def request_data_to_json(data: Any) -> Any:
@@ -54,12 +91,12 @@ class UpdateConverter:
         self.response_id = response_id
         self._live_text = LiveText()
 
-    def convert(self, event: WorkflowEvent[Any]) -> list[AgentResponseUpdate]:
+    def convert(self, event: WorkflowEvent[Any], tag: str | None = None) -> list[AgentResponseUpdate]:
         """Convert one workflow event to the updates the caller sees (often none).
 
         ``intermediate`` events (live updates) pass through; an ``output`` whose text the run already
         streamed live adds nothing (no text twice; see :class:`LiveText`); a ``request_info`` becomes
-        an approval request.
+        an approval request whose ids carry ``tag``, its pause's (:func:`published_id`).
         """
         if event.type == "intermediate":
             update = live_update_to_agent_update(
@@ -74,7 +111,7 @@ class UpdateConverter:
             if self._live_text.repeats(contents):
                 return []
         elif event.type == "request_info" and event.request_id:
-            contents = approval_request(event)
+            contents = approval_request(event, tag)
         else:
             return []
         if not contents:
@@ -102,7 +139,7 @@ class UpdateConverter:
         )
 
 
-def approval_request(event: WorkflowEvent[Any]) -> list[Content]:
+def approval_request(event: WorkflowEvent[Any], tag: str | None = None) -> list[Content]:
     """The contents of a ``request_info`` event: the call, then its approval request (as core's ``Agent`` does).
 
     The ``function_call`` (call id = request id, ``hosted=True``: the workflow, not the caller, runs it)
@@ -112,9 +149,9 @@ def approval_request(event: WorkflowEvent[Any]) -> list[Content]:
     in ``function_call.arguments`` and ``function_approval_request.additional_properties``. A ``bool``
     request takes a ``function_approval_response``; any request takes a ``function_result`` whose
     ``call_id`` is the request id and whose ``result`` is the JSON value (or, for a ``str`` request on a
-    session, the user's plain text reply).
+    session, the user's plain text reply). The request id is the one published for the pause tagged ``tag``.
     """
-    request_id = event.request_id
+    request_id = published_id(event.request_id, tag)
     expects = type_name(event.response_type)
     schema = response_schema(event.response_type)
     function_call = Content.from_function_call(

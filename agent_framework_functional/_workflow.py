@@ -20,6 +20,7 @@ from ._abandon import ContinuationAbandonment
 from ._acceptance import accept_run, check_checkpoint_storage
 from ._authority import VerifiedContinuation
 from ._authority_protocol import ResumeTicket
+from ._continuation import request_tag
 from ._core_compat import build_core, functional_workflows_experimental
 from ._errors import ContinuationAuthorityError
 from ._run import WorkflowRun, handle
@@ -69,14 +70,8 @@ class FunctionalWorkflow(ContinuationAbandonment):
         self._definition = definition
         self._checkpoint_storage = checkpoint_storage
         # Raises on a store that is not one, or a store without checkpoint storage.
-        self._authority = make_authority(
-            continuation_store,
-            checkpoint_storage,
-            self._reset_core,
-            self._identity,
-            definition.keep_checkpoints,
-            continuation_ttl,
-        )
+        strategy = (continuation_store, checkpoint_storage, self._reset_core, self._identity)
+        self._authority = make_authority(*strategy, definition.keep_checkpoints, continuation_ttl)
         self._core = self._new_core()
         self._active: WorkflowRun | None = None
         functools.update_wrapper(self, definition.func)  # pyright: ignore[reportArgumentType]
@@ -356,6 +351,11 @@ class FunctionalWorkflow(ContinuationAbandonment):
                 self._core = self._new_core()
 
     # Package-internal questions the agent asks (not public API).
+
+    def pending_tag(self) -> str | None:
+        """The tag the agent adds to the pending pause's request ids (``_continuation.request_tag``), or None."""
+        pending = self._authority.pending
+        return request_tag(pending.secret) if pending is not None and self._authority.has_pending else None
 
     def pause_expires_at(self) -> float | None:
         """When the unreserved pause expires (seconds since the epoch), or None when none waits."""

@@ -66,7 +66,7 @@ DEPLOYS: collections.Counter[str] = collections.Counter()
 
 @workflow(name="deployer", description="Asks one bool approval, then deploys.")
 async def deployer(text: str, ctx: RunContext) -> str:
-    """One pause (``auto::0``); an approval counts one deploy (outside any step: a second run counts twice)."""
+    """One pause (core's ``auto::0``); an approval counts one deploy (outside any step: a second run counts twice)."""
     if not await ctx.request_info({"action": "deploy", "target": text}, response_type=bool):
         return f"not deployed: {text}"
     DEPLOYS[text] += 1
@@ -232,7 +232,8 @@ async def bench_responses(n: int) -> list[Row]:
         async def approval(client: httpx.AsyncClient, index: int) -> tuple[float, bool]:
             target = f"responses {n} {index}"
             paused = (await client.post(url, json={"input": target})).json()
-            answer = {"type": "mcp_approval_response", "approval_request_id": "auto::0", "approve": True}
+            (request_id,) = [item["id"] for item in paused["output"] if item["type"] == "mcp_approval_request"]
+            answer = {"type": "mcp_approval_response", "approval_request_id": request_id, "approve": True}
             started = time.perf_counter()
             done = await client.post(url, json={"previous_response_id": paused["id"], "input": [answer]})
             seconds = time.perf_counter() - started

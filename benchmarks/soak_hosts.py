@@ -242,7 +242,9 @@ class Client:
     async def pause(self, target: str) -> Any:
         """Start a conversation that pauses for the approval; returns what :meth:`answer` needs."""
         if self.host == "responses":
-            return (await self.http.post(f"{self.base}/v1/responses", json={"input": target})).json()["id"]
+            paused = (await self.http.post(f"{self.base}/v1/responses", json={"input": target})).json()
+            (request_id,) = [item["id"] for item in paused["output"] if item["type"] == "mcp_approval_request"]
+            return paused["id"], request_id  # the request id is unique to the pause
         if self.host == "agui":
             thread = uuid.uuid4().hex
             events = await self._agui(thread, [{"id": uuid.uuid4().hex, "role": "user", "content": target}])
@@ -265,9 +267,10 @@ class Client:
         """Approve the pause; returns (seconds of the approval turn, whether the reply was right)."""
         started = time.perf_counter()
         if self.host == "responses":
-            answer = {"type": "mcp_approval_response", "approval_request_id": "auto::0", "approve": True}
+            response_id, request_id = paused
+            answer = {"type": "mcp_approval_response", "approval_request_id": request_id, "approve": True}
             done = await self.http.post(
-                f"{self.base}/v1/responses", json={"previous_response_id": paused, "input": [answer]}
+                f"{self.base}/v1/responses", json={"previous_response_id": response_id, "input": [answer]}
             )
             self.last_reply = f"{done.status_code} {done.text}"
             payload = done.json()

@@ -33,7 +33,7 @@ PORT = 16793
 
 @workflow(name="deployer", description="Asks one approval, then deploys.")
 async def deployer(text: str, ctx: RunContext) -> str:
-    """Pause once for a bool approval (request id ``auto::0``), then answer with text."""
+    """Pause once for a bool approval (core's request id ``auto::0``), then answer with text."""
     approved = await ctx.request_info({"action": "deploy", "target": text}, response_type=bool)
     return f"deployed: {text}" if approved else f"not deployed: {text}"
 

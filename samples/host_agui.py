@@ -18,6 +18,7 @@ import asyncio
 import json
 import sys
 import uuid
+from typing import Any
 
 import httpx
 import uvicorn
@@ -30,7 +31,7 @@ from agent_framework_functional.hosting import agui_endpoint
 
 @workflow(name="deployer", description="Asks one approval, then deploys.")
 async def deployer(text: str, ctx: RunContext) -> str:
-    """Pause once for a bool approval (request id ``auto::0``), then answer with text."""
+    """Pause once for a bool approval (core's request id ``auto::0``), then answer with text."""
     approved = await ctx.request_info({"action": "deploy", "target": text}, response_type=bool)
     return f"deployed: {text}" if approved else f"not deployed: {text}"
 
@@ -54,7 +55,8 @@ async def self_check() -> str:
         async with httpx.AsyncClient(base_url=base, timeout=30, trust_env=False) as client:
             body = {"threadId": uuid.uuid4().hex, "tools": [], "context": [], "state": {}, "forwardedProps": {}}
             messages = [{"id": uuid.uuid4().hex, "role": "user", "content": "ship it"}]
-            for resume in (None, [{"interruptId": "auto::0", "status": "resolved", "payload": {"approved": True}}]):
+            resume: list[dict[str, Any]] | None = None
+            for _ in range(2):  # the turn, then its answer
                 run = {
                     **body,
                     "runId": uuid.uuid4().hex,
@@ -64,6 +66,11 @@ async def self_check() -> str:
                 reply = await client.post("/agent", json=run)
                 events = [json.loads(line[5:]) for line in reply.text.splitlines() if line.startswith("data:")]
                 messages = next(e["messages"] for e in events if e["type"] == "MESSAGES_SNAPSHOT")
+                outcome = next(e for e in events if e["type"] == "RUN_FINISHED").get("outcome") or {}
+                resume = [  # each interrupt's id is unique to its pause (the request id and a tag)
+                    {"interruptId": interrupt["id"], "status": "resolved", "payload": {"approved": True}}
+                    for interrupt in outcome.get("interrupts") or []
+                ]
             return "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
     finally:
         server.should_exit = True

@@ -14,7 +14,9 @@ then, while serving::
 
     curl -s localhost:16790/v1/responses -H 'content-type: application/json' -d '{"input": "ship it"}'
     curl -s localhost:16790/v1/responses -H 'content-type: application/json' -d '{"previous_response_id":
-      "<id>", "input": [{"type": "mcp_approval_response", "approval_request_id": "auto::0", "approve": true}]}'
+      "<id>", "input": [{"type": "mcp_approval_response", "approval_request_id": "<ID>", "approve": true}]}'
+
+(``<id>``: the paused response's ``id``; ``<ID>``: its ``mcp_approval_request`` item's ``id``, unique to the pause).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ PORT = 16790
 
 @workflow(name="deployer", description="Asks one approval, then deploys.")
 async def deployer(text: str, ctx: RunContext) -> str:
-    """Pause once for a bool approval (request id ``auto::0``), then answer with text."""
+    """Pause once for a bool approval (core's request id ``auto::0``), then answer with text."""
     approved = await ctx.request_info({"action": "deploy", "target": text}, response_type=bool)
     return f"deployed: {text}" if approved else f"not deployed: {text}"
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from agent_framework import AgentResponse, AgentResponseUpdate, ResponseStream
+from request_ids import core_id, core_ids
 
 from agent_framework_functional import (
     ContinuationAuthorityError,
@@ -34,8 +35,9 @@ def _approval_requests(response: AgentResponse) -> list[Any]:
 
 
 def _assert_synced(agent: FunctionalWorkflowAgent, expected: set[str]) -> None:
-    assert set(agent.pending_requests) == expected
-    assert set(agent.pending_requests) == set(agent.workflow.pending_request_ids)
+    assert core_ids(agent.pending_requests) == expected
+    assert core_ids(agent.pending_requests) == set(agent.workflow.pending_request_ids)
+    assert [event.request_id for event in agent.pending_requests.values()] == sorted(expected)  # core's ids
 
 
 async def _paused(agent: FunctionalWorkflowAgent) -> dict[str, Any]:
@@ -55,7 +57,8 @@ async def test_non_streaming_pause_and_resume(agent: FunctionalWorkflowAgent, ca
     assert agent.workflow.has_pending_continuation
     _assert_synced(agent, {"auto::0"})
     requests = _approval_requests(paused)
-    assert [r.id for r in requests] == ["auto::0"]
+    assert [r.id for r in requests] == list(agent.pending_requests)
+    assert core_ids(r.id for r in requests) == {"auto::0"}
 
     done = await agent.run(responses={"auto::0": "ok"}, continuation_token=json.loads(json.dumps(token)))
     assert done.continuation_token is None
@@ -69,10 +72,10 @@ async def test_approval_request_content_shape(agent: FunctionalWorkflowAgent) ->
     paused = await agent.run("tea")
     (content,) = _approval_requests(paused)
     assert content.type == "function_approval_request"
-    assert content.id == "auto::0"
-    assert content.function_call.call_id == "auto::0"
+    assert core_id(content.id) == "auto::0" and content.id in agent.pending_requests
+    assert content.function_call.call_id == content.id
     arguments = content.function_call.arguments
-    assert arguments["request_id"] == "auto::0"
+    assert arguments["request_id"] == content.id == content.additional_properties["request_id"]
     assert arguments["data"] == {"draft": "draft about tea"}
     assert json.loads(json.dumps(content.to_dict())) == content.to_dict()
 
@@ -96,7 +99,7 @@ async def test_approval_request_data_is_made_json_safe() -> None:
     assert data == {"draft": "tea", "due": "2026-01-02T03:04:05Z"}
     json.dumps(content.to_dict())
     # The pending view still holds the original event, data untouched.
-    assert isinstance(agent.pending_requests["auto::0"].data, ReviewRequest)
+    assert isinstance(agent.pending_requests[content.id].data, ReviewRequest)
 
 
 # ---------------------------------------------------------------------------- streaming
@@ -117,7 +120,8 @@ async def test_streaming_last_update_carries_the_token(agent: FunctionalWorkflow
     assert AgentResponse.from_updates(updates).continuation_token == token
     final = await stream.get_final_response()
     assert final.continuation_token == token
-    assert [c.id for m in final.messages for c in m.contents if c.type == "function_approval_request"] == ["auto::0"]
+    published = [c.id for m in final.messages for c in m.contents if c.type == "function_approval_request"]
+    assert published == list(agent.pending_requests) and core_ids(published) == {"auto::0"}
     _assert_synced(agent, {"auto::0"})
 
     resumed = agent.run(responses={"auto::0": "ok"}, continuation_token=token, stream=True)
@@ -177,7 +181,7 @@ async def test_pending_requests_are_empty_inside_an_accepted_resume(
     seen: list[set[str]] = []
 
     async def look(feedback: str) -> None:
-        seen.append(set(agent.pending_requests))
+        seen.append(core_ids(agent.pending_requests))
 
     hooks["after_feedback"] = look
     if stream:

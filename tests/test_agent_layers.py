@@ -26,6 +26,7 @@ from agent_framework import (
     step,
 )
 from agent_framework.observability import AgentTelemetryLayer
+from request_ids import core_ids
 
 from agent_framework_functional import FunctionalWorkflowAgent, _core_compat, workflow
 
@@ -158,7 +159,7 @@ async def test_agent_middleware_can_stop_a_resume_and_the_pause_stays(stream: bo
     agent = gated_deploy.build().as_agent(middleware=[gate])
     session = agent.create_session()
     paused = await _run(agent, "prod", stream, session=session)
-    pending = set(agent.pending_requests_for(session))
+    pending = core_ids(agent.pending_requests_for(session))
     blocking["on"] = True
     if stream:
         stopped = await agent.run(_approval(paused, True), stream=True, session=session).get_final_response()
@@ -167,7 +168,7 @@ async def test_agent_middleware_can_stop_a_resume_and_the_pause_stays(stream: bo
         stopped = await agent.run(_approval(paused, True), session=session)
         assert stopped.text == "blocked by policy"
     assert DEPLOYS["prod"] == 0
-    assert set(agent.pending_requests_for(session)) == pending  # nothing ran, the pause is intact
+    assert core_ids(agent.pending_requests_for(session)) == pending  # nothing ran, the pause is intact
     blocking["on"] = False
     done = await _run(agent, _approval(paused, True), stream, session=session)
     assert done.text == "deployed prod"

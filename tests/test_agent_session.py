@@ -7,10 +7,12 @@ from typing import Any
 
 import pytest
 from agent_framework import AgentSession, Message
+from request_ids import core_ids
 
 from agent_framework_functional import (
     ContinuationAuthorityError,
     FunctionalWorkflowAgent,
+    ResponseMismatchError,
     RunContext,
     step,
     workflow,
@@ -142,7 +144,7 @@ async def test_another_session_or_no_session_gets_the_authority_error() -> None:
 
     assert other.state == {}
     assert stored(session, agent) == paused.continuation_token
-    assert set(agent.pending_requests_for(session)) == {"auto::0"}
+    assert core_ids(agent.pending_requests_for(session)) == {"auto::0"}
     assert agent.pending_requests == {}  # the session-less conversation is another one
 
 
@@ -161,7 +163,7 @@ async def test_a_rejected_call_changes_neither_session_nor_workflow() -> None:
             call()
 
     assert json.dumps(session.to_dict(), sort_keys=True) == before
-    assert set(agent.pending_requests_for(session)) == {"auto::0"}
+    assert core_ids(agent.pending_requests_for(session)) == {"auto::0"}
     assert agent.pending_requests == {}  # the session-less conversation is another one
     assert (await agent.run(yes(paused), session=session)).text == "published tea"
 
@@ -203,7 +205,7 @@ async def test_stream_dropped_before_iteration_keeps_the_token_resumable() -> No
     del stream
 
     assert stored(session, agent) == paused.continuation_token
-    assert set(agent.pending_requests_for(session)) == {"auto::0"}
+    assert core_ids(agent.pending_requests_for(session)) == {"auto::0"}
     assert agent.pending_requests == {}  # the session-less conversation is another one
     assert (await agent.run(yes(paused), session=session)).text == "published tea"
 
@@ -264,3 +266,28 @@ async def test_two_agents_share_a_session_without_mixing_tokens() -> None:
     assert stored(session, first) == paused_first.continuation_token
     assert (await first.run(yes(paused_first), session=session)).text == "published tea"
     assert SESSION_STATE_KEY not in session.state
+
+
+@pytest.mark.parametrize("through", ["json", "session"])
+async def test_an_earlier_rounds_answer_replayed_on_a_later_pause_is_an_unknown_id(through: str) -> None:
+    """Core restarts its ids (``auto::0``) in every run; the published ids are unique to their pause."""
+    agent = new_agent()
+    session = agent.create_session()
+    first = await agent.run("one", session=session)
+    answer = yes(first)  # round 1's exact answer, kept by a client that will send it twice
+    if through == "json":
+        answer = Message.from_dict(json.loads(json.dumps(answer.to_dict())))
+    assert (await agent.run(answer, session=session)).text == "published one"
+    second = await agent.run("two", session=session)
+    (first_id,), (second_id,) = (
+        [request.id for request in response.user_input_requests] for response in (first, second)
+    )
+    assert core_ids([first_id]) == core_ids([second_id]) == {"auto::0"}  # core's id is the same in both rounds
+    token = stored(session, agent)
+
+    with pytest.raises(ResponseMismatchError) as refused:
+        await agent.run(answer, session=session)  # the replay: answers no request of this pause
+    assert refused.value.unknown_id and refused.value.request_id == first_id
+    assert published == ["one"] and stored(session, agent) == token  # nothing ran, the pause is intact
+    assert list(agent.pending_requests_for(session)) == [second_id] and second_id != first_id
+    assert (await agent.run(yes(second), session=session)).text == "published two"

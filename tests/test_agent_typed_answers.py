@@ -16,6 +16,7 @@ from typing import Any, Literal, Optional
 import pytest
 from agent_framework import AgentResponse, AgentSession, Content, Message
 from pydantic import BaseModel, TypeAdapter
+from request_ids import core_id, core_ids
 
 from agent_framework_functional import (
     FunctionalWorkflowAgent,
@@ -84,6 +85,12 @@ def answer(call_id: str, result: Any) -> Message:
     return Message("tool", [Content.from_function_result(call_id=call_id, result=result)])
 
 
+def only_id(agent: FunctionalWorkflowAgent, session: AgentSession) -> str:
+    """The published id of the one request pending on ``session`` (unique to its pause)."""
+    (request_id,) = agent.pending_requests_for(session)
+    return request_id
+
+
 async def run(agent: FunctionalWorkflowAgent, message: Any, *, stream: bool, **kwargs: Any) -> AgentResponse:
     if stream:
         return await agent.run(message, stream=True, **kwargs).get_final_response()
@@ -118,7 +125,7 @@ async def test_a_json_answer_converts_to_the_response_type(
     session = agent.create_session()
     await agent.run("tea", session=session)
     result = json.dumps(value) if as_text and not isinstance(value, str) else value
-    done = await run(agent, answer("auto::0", result), stream=stream, session=session)
+    done = await run(agent, answer(only_id(agent, session), result), stream=stream, session=session)
     assert done.continuation_token is None
     want = expected(response_type, value, wanted)
     assert seen == [want] and type(seen[0]) is type(want)
@@ -156,19 +163,20 @@ async def test_a_wrong_shape_names_the_field_and_keeps_the_pause(
     session = agent.create_session()
     paused = await agent.run("tea", session=session)
     state = json.dumps(session.to_dict(), sort_keys=True)
+    request_id = only_id(agent, session)
     with pytest.raises(ResponseMismatchError, match=message) as info:
-        agent.run(answer("auto::0", value), session=session, stream=stream)  # refused at the call site
-    assert "'auto::0'" in str(info.value)
+        agent.run(answer(request_id, value), session=session, stream=stream)  # refused at the call site
+    assert repr(request_id) in str(info.value)
     assert paused.continuation_token is not None
     assert paused.continuation_token["token"] not in str(info.value)
     assert json.dumps(session.to_dict(), sort_keys=True) == state  # the session is exactly as it was
-    assert set(agent.pending_requests_for(session)) == {"auto::0"}
+    assert core_ids(agent.pending_requests_for(session)) == {"auto::0"}
     assert seen == []
     good = {Draft: {"title": "t", "body": "b"}, Rating: {"stars": 1, "color": "red"}, Color: "red"}
     fixed = good.get(response_type, {"title": "t", "body": "b"} if response_type == list[Draft] else None)
     fixed = [fixed] if response_type == list[Draft] else fixed
     fixed = {Literal["ship", "hold"]: "ship", int: 3, bool: True}.get(response_type, fixed)
-    done = await run(agent, answer("auto::0", fixed), stream=stream, session=session)
+    done = await run(agent, answer(request_id, fixed), stream=stream, session=session)
     assert done.continuation_token is None and len(seen) == 1  # the same token still resumes it, once
 
 
@@ -185,10 +193,12 @@ async def test_earlier_answers_kept_as_json_in_the_session_convert_again_on_the_
     agent = two_typed_rounds.build().as_agent()
     session = agent.create_session()
     await agent.run("tea", session=session)
-    again = await run(agent, answer("auto::0", "green"), stream=stream, session=session)
+    again = await run(agent, answer(only_id(agent, session), "green"), stream=stream, session=session)
     assert again.continuation_token is not None
     restored = AgentSession.from_dict(json.loads(json.dumps(session.to_dict())))  # the host serialises it
-    done = await run(agent, answer("auto::1", {"title": "T", "body": "B"}), stream=stream, session=restored)
+    second = only_id(agent, restored)
+    assert core_id(second) == "auto::1"
+    done = await run(agent, answer(second, {"title": "T", "body": "B"}), stream=stream, session=restored)
     assert done.text == "green: T"
     assert seen == [(Color.GREEN, Draft(title="T", body="B"))]
 

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from agent_framework import Content, Message
 from pydantic import BaseModel
+from request_ids import core_ids
 
 from agent_framework_functional import (
     ContinuationAuthorityError,
@@ -94,7 +95,7 @@ async def test_an_approval_whose_approved_is_not_a_bool_is_refused_and_nothing_r
     with pytest.raises(ResponseMismatchError, match="only true or false"):
         await agent.run(Message("user", [answer]), continuation_token=paused.continuation_token)
 
-    assert set(agent.pending_requests) == {"auto::0"}
+    assert core_ids(agent.pending_requests) == {"auto::0"}
     done = await agent.run(approval(paused, True), continuation_token=paused.continuation_token)
     assert done.text == "answer=True type=bool"
 
@@ -114,7 +115,7 @@ async def test_approval_cannot_answer_a_str_request_and_the_continuation_stays()
         agent.run(approval(paused, True), continuation_token=paused.continuation_token)
 
     assert not isinstance(caught.value, ContinuationAuthorityError)
-    assert set(agent.pending_requests) == {"auto::0"}
+    assert core_ids(agent.pending_requests) == {"auto::0"}
     done = await agent.run(function_result("auto::0", "ship it"), continuation_token=paused.continuation_token)
     assert done.text == "answer='ship it' type=str"
 
@@ -157,7 +158,7 @@ async def test_unconvertible_result_is_rejected_and_changes_nothing() -> None:
     with pytest.raises(ValueError, match=r"not a Verdict .*approved: Input should be a valid boolean"):
         agent.run(function_result("auto::0", {"approved": "maybe?"}), continuation_token=paused.continuation_token)
 
-    assert set(agent.pending_requests) == {"auto::0"}
+    assert core_ids(agent.pending_requests) == {"auto::0"}
     done = await agent.run(
         function_result("auto::0", {"approved": True, "note": "fine"}), continuation_token=paused.continuation_token
     )
@@ -175,7 +176,7 @@ async def test_answer_for_no_pending_request_is_rejected_and_changes_nothing() -
     with pytest.raises(ValueError, match="does not answer a pending request"):
         agent.run(function_result("other-call", "x"), continuation_token=paused.continuation_token, stream=True)
 
-    assert set(agent.pending_requests) == {"auto::0"}
+    assert core_ids(agent.pending_requests) == {"auto::0"}
     assert agent.workflow.has_pending_continuation
     done = await agent.run(approval(paused, True), continuation_token=paused.continuation_token)
     assert done.text == "answer=True type=bool"
@@ -188,7 +189,7 @@ async def test_two_answers_for_one_request_are_rejected() -> None:
     with pytest.raises(ValueError, match="more than once"):
         agent.run(Message("user", [answer, answer]), continuation_token=paused.continuation_token)
 
-    assert set(agent.pending_requests) == {"auto::0"}
+    assert core_ids(agent.pending_requests) == {"auto::0"}
 
 
 async def test_authority_is_checked_before_the_answers() -> None:
@@ -203,7 +204,7 @@ async def test_authority_is_checked_before_the_answers() -> None:
         with pytest.raises(ContinuationAuthorityError):
             agent.run(approval(paused, True), continuation_token=bad_token, stream=True)  # type: ignore[arg-type]
 
-    assert set(agent.pending_requests) == {"auto::0"}
+    assert core_ids(agent.pending_requests) == {"auto::0"}
     assert side_effects == ["tea"]
 
 
@@ -218,7 +219,7 @@ async def test_new_text_while_pending_is_the_workflow_conflict_error() -> None:
     with pytest.raises(PendingContinuationError):
         agent.run(Message("user", ["something else"]), stream=True)
 
-    assert set(agent.pending_requests) == {"auto::0"}
+    assert core_ids(agent.pending_requests) == {"auto::0"}
     done = await agent.run(approval(paused, True), continuation_token=paused.continuation_token)
     assert done.text == "answer=True type=bool"
 
@@ -232,7 +233,7 @@ async def test_text_mixed_with_answers_while_pending_is_rejected_after_authority
     with pytest.raises(ValueError, match="send the answers alone"):
         agent.run(mixed, continuation_token=paused.continuation_token)
 
-    assert set(agent.pending_requests) == {"auto::0"}
+    assert core_ids(agent.pending_requests) == {"auto::0"}
 
 
 async def test_answers_with_nothing_pending_are_an_authority_error_not_a_fresh_run() -> None:
@@ -288,12 +289,12 @@ async def test_multi_round_pause_remembers_earlier_answers() -> None:
 
     agent = two.build().as_agent()
     paused = await agent.run("x")
-    assert set(agent.pending_requests) == {"first"}
+    assert core_ids(agent.pending_requests) == {"first"}
     paused_again = await agent.run(
         Message("user", [paused.user_input_requests[0].to_function_approval_response(approved=True)]),
         continuation_token=paused.continuation_token,
     )
-    assert set(agent.pending_requests) == {"second"}
+    assert core_ids(agent.pending_requests) == {"second"}
 
     with pytest.raises(ValueError, match=r"does not answer a pending request.*second"):
         agent.run(
@@ -325,7 +326,7 @@ async def test_deeply_nested_json_answer_is_a_response_mismatch_not_a_recursion_
     nested = "[" * depth + "]" * depth
     with pytest.raises(ResponseMismatchError, match="cannot be converted"):
         agent.run(function_result("auto::0", nested), continuation_token=paused.continuation_token)
-    assert set(agent.pending_requests) == {"auto::0"}  # nothing changed: the continuation is still pending
+    assert core_ids(agent.pending_requests) == {"auto::0"}  # nothing changed: the continuation is still pending
 
 
 async def test_deeply_nested_response_on_a_workflow_resume_is_a_response_mismatch() -> None:

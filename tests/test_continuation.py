@@ -19,6 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from request_ids import core_ids
 
 from agent_framework_functional import (
     ContinuationAuthorityError,
@@ -464,7 +465,7 @@ class AuthorityMachine(RuleBasedStateMachine):
     def views_match_the_model(self) -> None:
         assert not self.wf.is_running
         assert self.wf.has_pending_continuation == (self.current is not None)
-        assert set(self.agent.pending_requests) == set(self.wf.pending_request_ids)
+        assert core_ids(self.agent.pending_requests) == set(self.wf.pending_request_ids)
         assert bool(self.wf.pending_request_ids) == (self.current is not None)
 
 

@@ -46,6 +46,7 @@ EXTRA_NAMES: dict[str, dict[str, str]] = {
         "evict_pause": "package-internal: the agent's conversation bound",
         "bind_conversation": "package-internal: a session's instance is bound to its conversation",
         "verify_token_now": "package-internal: the agent's synchronous token check",
+        "pending_tag": "package-internal: the tag of the request ids the agent publishes",
         "token_known_stale": "package-internal: a session token known spent, without I/O",
         "token_is_stale": "package-internal: a session token known spent, with the store",
         "token_is_resumable": "package-internal: the settled session keeps only a resumable token",

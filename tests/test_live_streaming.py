@@ -26,6 +26,7 @@ from agent_framework import (
     WorkflowRunState,
 )
 from pydantic import BaseModel
+from request_ids import core_ids
 
 from agent_framework_functional import (
     RunContext,
@@ -659,7 +660,7 @@ async def test_token_is_on_the_last_update_with_live_updates_on() -> None:
     assert all(u.continuation_token is None for u in updates[:-1])
     assert AgentResponse.from_updates(updates).continuation_token == token
     assert (await stream.get_final_response()).continuation_token == token
-    assert set(agent.pending_requests) == {"auto::0"} == wf.pending_request_ids
+    assert core_ids(agent.pending_requests) == {"auto::0"} == wf.pending_request_ids
 
 
 async def test_token_is_spent_before_the_first_live_update_of_a_resume() -> None:

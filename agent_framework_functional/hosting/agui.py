@@ -26,7 +26,7 @@ from .._agent import FunctionalWorkflowAgent
 from .._core_compat import agui_session_id_for_thread
 from .._errors import ContinuationAuthorityError, ResponseMismatchError
 from .._session import SESSION_STATE_KEY, session_token
-from .._updates import REQUEST_INFO_FUNCTION_NAME
+from .._updates import REQUEST_INFO_FUNCTION_NAME, published_requests, token_tag
 from ._adapter import ANSWER_FIELD, HostedAgent, as_messages, check_answer, replace_contents, result_answer
 from ._agui_approvals import SettlingThreads, bound_approval_state, expire_open_approvals, restore_open_approvals
 from ._agui_resume import ResumeAnswer, payload_answer, read_answers, read_request, refuse
@@ -214,12 +214,13 @@ async def _held_elsewhere(
     restored = AgentSession(session_id=session.session_id)
     restored.state.update(copy.deepcopy(snapshot.session_state or {}) if snapshot is not None else {})
     try:
-        return await agent.workflow.verify_continuation_token_async(session_token(restored, agent.id))
+        verified = await agent.workflow.verify_continuation_token_async(session_token(restored, agent.id))
     except ContinuationAuthorityError:
         raise refuse(
             "This thread's pause can no longer be resumed (answered, abandoned, expired, or kept by no "
             "continuation store this server reads); nothing was run. Send new input as a run without 'resume'."
         ) from None
+    return published_requests(verified, token_tag(verified))  # the interrupts' ids, as the agent published them
 
 
 def _refuse_reserved_state(state: Any) -> None:

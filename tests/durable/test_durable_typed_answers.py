@@ -83,12 +83,12 @@ async def test_json_answers_convert_on_other_workers_and_a_wrong_shape_spends_no
     second_worker = make_agent()
     copy = moved(session)
     before = json.dumps(copy.to_dict(), sort_keys=True)
-    message = await refused(second_worker, result("auto::0", "loud"), copy, stream)
-    assert "'auto::0'" in message and "Input should be 'formal' or 'casual'" in message
+    message = await refused(second_worker, result(call.call_id, "loud"), copy, stream)  # the id this pause published
+    assert repr(call.call_id) in message and "Input should be 'formal' or 'casual'" in message
     assert json.dumps(copy.to_dict(), sort_keys=True) == before
     assert await status(second_worker.workflow.continuation_store, first.continuation_token) == "issued"
 
-    second = await run(second_worker, result("auto::0", "formal"), copy, stream)
+    second = await run(second_worker, result(call.call_id, "formal"), copy, stream)
     assert second.continuation_token is not None
     request = second.messages[-1].contents[0]
     assert request.arguments["response_schema"] == TypeAdapter(list[Draft]).json_schema()  # type: ignore[index]
@@ -97,16 +97,16 @@ async def test_json_answers_convert_on_other_workers_and_a_wrong_shape_spends_no
     third_worker = make_agent()  # holds neither round: the Tone answer comes back from the session as JSON
     last = moved(copy)
     before = json.dumps(last.to_dict(), sort_keys=True)
-    wrong = result("auto::1", json.dumps([{"title": 5, "body": "x"}]))
+    wrong = result(request.call_id, json.dumps([{"title": 5, "body": "x"}]))
     message = await refused(third_worker, wrong, last, stream)
-    assert "'auto::1'" in message and "[0].title: Input should be a valid string" in message
+    assert repr(request.call_id) in message and "[0].title: Input should be a valid string" in message
     assert second.continuation_token["token"] not in message
     assert json.dumps(last.to_dict(), sort_keys=True) == before
     assert await status(third_worker.workflow.continuation_store, second.continuation_token) == "issued"
     assert EFFECTS == []
 
     edited = [{"title": "Tea, edited", "body": "b"}, {"title": "Second", "body": "c"}]
-    done = await run(third_worker, result("auto::1", json.dumps(edited)), last, stream)
+    done = await run(third_worker, result(request.call_id, json.dumps(edited)), last, stream)
     assert done.text == "formal: Tea, edited (Draft), Second (Draft)"
     assert EFFECTS == ["formal:['Tea, edited', 'Second']"]
     assert await status(third_worker.workflow.continuation_store, second.continuation_token) == "claimed"

@@ -7,6 +7,7 @@ from typing import Any
 
 import httpx
 from hosting_support import parse_sse, sse_data
+from request_ids import core_id, naming
 
 from agent_framework_functional.hosting import responses_app
 
@@ -17,6 +18,17 @@ def approve(request_id: str, approved: bool = True) -> dict[str, Any]:
 
 def approval_items(response: dict[str, Any]) -> list[dict[str, Any]]:
     return [item for item in response["output"] if item["type"] == "mcp_approval_request"]
+
+
+def published(response: dict[str, Any], request_id: str = "auto::0") -> str:
+    """The id ``response`` published for core's ``request_id`` (unique to its pause: what an answer must name)."""
+    (found,) = [item["id"] for item in approval_items(response) if core_id(item["id"]) == request_id]
+    return found
+
+
+def answering(body: Any, response: dict[str, Any]) -> Any:
+    """``body`` with each string that is one of core's request ids of ``response`` replaced by its published id."""
+    return naming(body, [item["id"] for item in approval_items(response)])
 
 
 def text_of(response: dict[str, Any]) -> str:

@@ -47,6 +47,7 @@ from hosting_support import (
     reviewer,
     run_sample_self_check,
 )
+from request_ids import core_id, core_ids
 
 from agent_framework_functional import RunContext, workflow
 from agent_framework_functional.hosting.a2a import BOOL_WORDS, FunctionalA2AExecutor, a2a_app, new_answer_part
@@ -125,10 +126,10 @@ async def test_bool_approval_round_trip(serve_port: Any, http: httpx.AsyncClient
     client = await client_for(serve_a2a(serve_port), http)
     paused = await send(client, [new_text_part("a2a-bool")])
     request = request_of(paused)
-    assert request["request_id"] == "auto::0"
+    assert core_id(request["request_id"]) == "auto::0"
     assert request["data"] == {"action": "deploy", "target": "a2a-bool"}
     assert request["response_schema"] == {"type": "boolean"}
-    done = await send(client, [new_answer_part(True, "auto::0")], paused)
+    done = await send(client, [new_answer_part(True, request["request_id"])], paused)
     assert output_of(done) == "deployed: a2a-bool"
     assert DEPLOYS["a2a-bool"] == 1
 
@@ -136,7 +137,7 @@ async def test_bool_approval_round_trip(serve_port: Any, http: httpx.AsyncClient
 async def test_streaming_client_round_trip(serve_port: Any, http: httpx.AsyncClient) -> None:
     client = await create_client(serve_a2a(serve_port), ClientConfig(httpx_client=http, streaming=True))
     paused = await send(client, [new_text_part("a2a-stream")])
-    assert request_of(paused)["request_id"] == "auto::0"
+    assert core_id(request_of(paused)["request_id"]) == "auto::0"
     assert output_of(await send(client, [new_answer_part(True)], paused)) == "deployed: a2a-stream"
     assert DEPLOYS["a2a-stream"] == 1
 
@@ -234,7 +235,7 @@ async def test_two_new_tasks_on_one_context_keep_the_pause() -> None:
     await asyncio.gather(executor.execute(start("a"), queues[0]), executor.execute(start("b"), queues[1]))
     session = await store.get(executor.session_key("ctx"))
     assert session is not None
-    assert set(executor.agent.pending_requests_for(session)) == {"auto::0"}
+    assert core_ids(executor.agent.pending_requests_for(session)) == {"auto::0"}
     ends = [[event.status.state for event in queue.events if hasattr(event, "status")][-1] for queue in queues]
     assert sorted(ends) == sorted([INPUT_REQUIRED, TaskState.TASK_STATE_FAILED]), ends
     paused_id = "ab"[ends.index(INPUT_REQUIRED)]
@@ -267,13 +268,14 @@ async def test_client_gone_at_the_pause_answers_later(serve_port: Any) -> None:
     async with httpx.AsyncClient(trust_env=False, timeout=60) as later_http:
         later = await client_for(url, later_http)
         found = await later.get_task(GetTaskRequest(id=paused.id))
-        assert request_of(found)["request_id"] == "auto::0"
+        assert request_of(found)["request_id"] == request_of(paused)["request_id"]
         assert output_of(await send(later, [new_answer_part(True)], found)) == "deployed: a2a-later"
 
 
 async def test_hostile_input_is_a_protocol_error_and_the_pause_stays(serve_port: Any, http: httpx.AsyncClient) -> None:
     client = await client_for(serve_a2a(serve_port), http)
     paused = await send(client, [new_text_part("a2a-hostile")])
+    request_id = request_of(paused)["request_id"]
     other = await send(client, [new_text_part("a2a-other")])
     ghost = Task(id=str(uuid.uuid4()), context_id=paused.context_id)
     with pytest.raises(A2AError, match="not found"):
@@ -285,7 +287,7 @@ async def test_hostile_input_is_a_protocol_error_and_the_pause_stays(serve_port:
         ([new_answer_part("yes")], "bool"),  # pydantic's lax rules must not read "yes" as true
         ([new_answer_part(True, "auto::9")], "does not answer a pending request"),
         ([Part(url="http://example.com/x")], "url part cannot answer"),
-        ([new_answer_part(True, "auto::0"), new_answer_part(True, "auto::0")], "more than once"),
+        ([new_answer_part(True, request_id), new_answer_part(True, request_id)], "more than once"),
     ]:
         with pytest.raises(A2AError, match=says):
             await send(client, parts, paused)
@@ -315,6 +317,25 @@ async def test_an_int_request_takes_only_a_json_number(serve_port: Any, http: ht
     still = await client.get_task(GetTaskRequest(id=paused.id))
     assert still.status.state == INPUT_REQUIRED
     assert output_of(await send(client, [new_answer_part(3)], paused)) == "3 copies of memo"
+
+
+async def test_an_earlier_rounds_answer_sent_to_the_next_pause_is_invalid_params(
+    serve_port: Any, http: httpx.AsyncClient
+) -> None:
+    """Core numbers requests per run (``auto::0`` again in the context's next task); the published ids are unique
+    to their pause, so round one's answer sent again on round two's task (a client retry) answers nothing there."""
+    client = await client_for(serve_a2a(serve_port), http)
+    first = await send(client, [new_text_part("a2a-round-one")])
+    round_one = [new_answer_part(True, request_of(first)["request_id"])]  # the answer, kept by the client
+    assert output_of(await send(client, round_one, first)) == "deployed: a2a-round-one"
+    second = await send(client, [new_text_part("a2a-round-two")], context_id=first.context_id)
+    assert core_id(request_of(second)["request_id"]) == core_id(request_of(first)["request_id"])
+    with pytest.raises(A2AError, match="does not answer a pending request"):
+        await send(client, round_one, second)
+    assert DEPLOYS["a2a-round-two"] == 0  # nothing ran
+    still = await client.get_task(GetTaskRequest(id=second.id))
+    assert request_of(still) == request_of(second)
+    assert output_of(await send(client, [new_answer_part(True)], second)) == "deployed: a2a-round-two"
 
 
 async def test_text_answers_take_only_the_bool_vocabulary(serve_port: Any, http: httpx.AsyncClient) -> None:
@@ -383,12 +404,13 @@ async def test_a_pause_taken_by_one_worker_is_answered_on_another(serve_port: An
             for parts in ([new_text_part("approve")], [Part(url="http://example.com/x")], [new_answer_part(True)]):
                 with pytest.raises(A2AError, match="data part"):  # the shape is checked on any worker
                     await send(second, parts, paused)
-            refused = await send(second, [new_answer_part("yes", "auto::0")], paused)  # the agent's check
+            request_id = request_of(paused)["request_id"]
+            refused = await send(second, [new_answer_part("yes", request_id)], paused)  # the agent's check
             assert "only true or false" in refused.status.message.parts[0].text
-            assert request_of(refused)["request_id"] == "auto::0"  # still waiting, with its request
-            assert output_of(await send(second, [new_answer_part(True, "auto::0")], paused)) == "deployed: a2a-workers"
+            assert request_of(refused)["request_id"] == request_id  # still waiting, with its request
+            assert output_of(await send(second, [new_answer_part(True, request_id)], paused)) == "deployed: a2a-workers"
             # worker one still holds the task as waiting: a2a-sdk runs the late answer, the executor ignores it
-            late = await send(first, [new_answer_part(True, "auto::0")], paused)
+            late = await send(first, [new_answer_part(True, request_id)], paused)
             assert output_of(late) == "deployed: a2a-workers"
     assert DEPLOYS["a2a-workers"] == 1
 
@@ -456,15 +478,16 @@ async def test_an_answer_after_the_pause_expired_fails_the_task_and_frees_the_co
     serve_port(a2a_app(deployer.build(continuation_ttl=1).as_agent(name="deployer"), url=url), port=port)
     client = await client_for(url, http)
     paused = await send(client, [new_text_part("a2a-expired")])
-    assert request_of(paused)["request_id"] == "auto::0"
+    request_id = request_of(paused)["request_id"]
     await asyncio.sleep(1.3)
-    failed = await send(client, [new_answer_part(True, "auto::0")], paused)
+    failed = await send(client, [new_answer_part(True, request_id)], paused)
     assert failed.status.state == TaskState.TASK_STATE_FAILED, failed.status
     reason = " ".join(part.text for part in failed.status.message.parts if part.HasField("text"))
     assert "new task" in reason, reason
     assert DEPLOYS["a2a-expired"] == 0
     again = await send(client, [new_text_part("a2a-expired-2")], context_id=paused.context_id)
-    assert output_of(await send(client, [new_answer_part(True, "auto::0")], again)) == "deployed: a2a-expired-2"
+    answer = new_answer_part(True, request_of(again)["request_id"])
+    assert output_of(await send(client, [answer], again)) == "deployed: a2a-expired-2"
 
 
 async def test_a_message_without_text_or_answer_is_refused(serve_port: Any, http: httpx.AsyncClient) -> None:

@@ -27,6 +27,7 @@ from agui_support import (
 )
 from fastapi import FastAPI
 from hosting_support import DEPLOYS, PUBLISHED, ROOT, make_agent, run_node, run_sample_self_check, verify_agui_events
+from request_ids import core_id
 
 from agent_framework_functional import RunContext, workflow
 from agent_framework_functional.hosting import agui_endpoint
@@ -41,10 +42,11 @@ def test_approval_round_trip_with_canonical_resume(base: str, http: httpx.Client
     thread = Thread(http, f"{base}/agent")
     paused = thread.say("deploy app")
     assert not errors(paused)
-    assert [(i["id"], i["toolCallId"]) for i in thread.interrupts] == [("auto::0", "auto::0")]
+    (interrupt,) = thread.interrupts
+    assert core_id(interrupt["id"]) == "auto::0" and interrupt["toolCallId"] == interrupt["id"]
     # The request_info tool call is opened before AG-UI closes it for the approval (verifyEvents needs it).
     kinds = [(e["type"], e.get("toolCallId")) for e in paused]
-    assert kinds.index(("TOOL_CALL_START", "auto::0")) < kinds.index(("TOOL_CALL_END", "auto::0"))
+    assert kinds.index(("TOOL_CALL_START", interrupt["id"])) < kinds.index(("TOOL_CALL_END", interrupt["id"]))
     (arguments,) = request_arguments(paused)
     assert arguments["data"] == {"action": "deploy", "target": "deploy app"}
     assert arguments["answer"] is None  # the slot a typed answer fills
@@ -84,7 +86,7 @@ def test_two_approvals_in_one_run(base: str, http: httpx.Client) -> None:
     thread = Thread(http, f"{base}/releaser")
     assert request_data(thread.say("v3")) == [{"gate": "build", "target": "v3"}]
     second = thread.answer()
-    assert [i["id"] for i in thread.interrupts] == ["auto::1"]
+    assert [core_id(i["id"]) for i in thread.interrupts] == ["auto::1"]
     assert request_data(second) == [{"gate": "release", "target": "v3"}]
     assert text_of(thread.answer()) == "v3: build=True release=True"
 
@@ -111,9 +113,10 @@ def test_str_request_answered_with_a_typed_answer(base: str, http: httpx.Client)
     thread = Thread(http, f"{base}/reviewer")
     (arguments,) = request_arguments(thread.say("the post"))
     assert arguments["response_type"] == "str"
+    interrupts = thread.interrupts
     (error,) = errors(thread.say("ship it"))
     assert error["code"] == "APPROVAL_RESUME_REQUIRED"
-    thread.interrupts = [{"id": "auto::0"}]
+    thread.interrupts = interrupts
     done = thread.answer(answer="ship it")
     assert not errors(done)
     assert text_of(done) == "published: the post (ship it)"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -15,6 +16,7 @@ import httpx
 import pytest
 from agui_support import Thread, build_app, errors, request_data, text_of
 from hosting_support import DEPLOYS, ROOT
+from request_ids import core_id
 
 FORGED_STATE = {
     "agent_framework_functional": {
@@ -63,7 +65,7 @@ def test_a_resume_resent_after_it_was_answered_runs_nothing(base: str, http: htt
         assert "not pending on this thread" in thread.refused(400, resume=resume)
     assert DEPLOYS[target] == 1
     thread.say(f"{target} again")
-    assert [i["id"] for i in thread.interrupts] == ["auto::0"]  # a fresh pause, answered as usual
+    assert [core_id(i["id"]) for i in thread.interrupts] == ["auto::0"]  # a fresh pause, answered as usual
     assert text_of(thread.answer()) == f"deployed: {target} again"
     assert DEPLOYS[target] == 1
 
@@ -81,15 +83,34 @@ def test_agui_merge_cannot_touch_the_session_key_of_the_agents_view(base: str, h
     assert DEPLOYS[target] == 1
 
 
+def test_an_earlier_rounds_resume_replayed_after_the_next_pause_is_refused(base: str, http: httpx.Client) -> None:
+    """Core numbers requests per run (``auto::0`` again in the next turn's pause); the interrupt ids are unique to
+    their pause, so round one's exact request sent again (a double click, a retry) approves nothing of round two."""
+    thread = Thread(http, f"{base}/agent")
+    target = f"deploy round one {thread.thread_id}"
+    thread.say(target)
+    round_one = thread.body(resume=thread.resume())  # the exact request, kept by the client
+    assert text_of(thread.run(**round_one)) == f"deployed: {target}"
+    thread.say(f"{target}, round two")
+    assert [core_id(i["id"]) for i in thread.interrupts] == [core_id(round_one["resume"][0]["interruptId"])]
+    for _ in range(2):
+        reply = http.post(thread.url, json={**round_one, "runId": uuid.uuid4().hex})
+        assert reply.status_code == 400, reply.text[:300]
+        assert "not pending on this thread" in reply.json()["detail"]
+    assert DEPLOYS[f"{target}, round two"] == 0  # nothing ran
+    assert text_of(thread.answer(approved=False)) == f"not deployed: {target}, round two"
+
+
 def test_raw_agui_with_the_bare_agent_is_wedged_by_forged_state(base: str, http: httpx.Client) -> None:
     """What ``agui_endpoint`` prevents (host behaviour with the bare agent on raw AG-UI): the forged token is
     refused, AG-UI marks the interrupt's outcome unknown, and the honest resume is refused too."""
     thread = Thread(http, f"{base}/raw")
     target = f"deploy wedged {thread.thread_id}"
     thread.say(target)
+    interrupts = thread.interrupts
     (forged,) = errors(thread.run(resume=thread.resume(), state=FORGED_STATE))
     assert forged["code"] == "ContinuationAuthorityError"
-    thread.interrupts = [{"id": "auto::0"}]
+    thread.interrupts = interrupts
     (honest,) = errors(thread.answer())
     assert "indeterminate" in honest["message"]
     assert DEPLOYS[target] == 0
@@ -135,9 +156,12 @@ def test_hostile_request_is_a_4xx_and_the_conversation_stays_answerable(
         reply = thread.post(resume=resume)
         assert "'auto::9' is not pending" in reply.json()["detail"]
     elif case == "resume payload without approved":
-        reply = thread.post(resume=[{"interruptId": "auto::0", "status": "resolved", "payload": {"answer": True}}])
+        interrupt_id = thread.interrupts[0]["id"]
+        reply = thread.post(resume=[{"interruptId": interrupt_id, "status": "resolved", "payload": {"answer": True}}])
     elif case == "resume payload that is not an object":
-        reply = thread.post(resume=[{"interruptId": "auto::0", "status": "resolved", "payload": "yes"}])
+        reply = thread.post(
+            resume=[{"interruptId": thread.interrupts[0]["id"], "status": "resolved", "payload": "yes"}]
+        )
     else:
         reply = thread.post(resume=thread.resume(), state={"agent_framework_functional": {}})
     assert reply.status_code == status, reply.text[:300]

@@ -27,6 +27,7 @@ from agui_support import Thread, build_app, errors, text_of
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from hosting_support import PUBLISHED, editor, make_agent, parse_sse
+from request_ids import core_id, naming
 
 from agent_framework_functional.hosting import agui_endpoint
 from agent_framework_functional.hosting._adapter import result_answer
@@ -63,13 +64,14 @@ def base(serve: Any) -> str:
 def _editor(http: httpx.Client, base: str, title: str) -> Thread:
     thread = Thread(http, f"{base}/editor")
     thread.say(title)
-    assert [i["id"] for i in thread.interrupts] == ["auto::0"]
+    assert [core_id(i["id"]) for i in thread.interrupts] == ["auto::0"]
     return thread
 
 
 def _post(thread: Thread, extra: dict[str, Any]) -> httpx.Response:
-    # forwardedProps in ``extra`` replaces the body's empty one; a forwarded_props key sits beside it.
-    body = {**thread.body(), **extra}
+    # forwardedProps in ``extra`` replaces the body's empty one; a forwarded_props key sits beside it. Core's ids
+    # in ``extra`` become the ones the thread's pause published.
+    body = {**thread.body(), **naming(extra, [i["id"] for i in thread.interrupts])}
     if "forwarded_props" in extra:
         del body["forwardedProps"]
     return thread.http.post(thread.url, json=body, headers={"Accept": "text/event-stream"})
@@ -119,7 +121,7 @@ def test_an_answer_in_any_form_runs_once_and_its_replay_is_refused(base: str, ht
     for _ in range(2):
         replay = _post(thread, FORMS[form](entry(good(title))))
         assert replay.status_code == 400, replay.text[:300]
-        assert "'auto::0' is not pending" in replay.json()["detail"]
+        assert f"{thread.interrupts[0]['id']!r} is not pending" in replay.json()["detail"]
     assert PUBLISHED[title] == 1
 
 

@@ -35,6 +35,7 @@ from hosting_support import (
     run_sample_self_check,
     sse_data,
 )
+from request_ids import core_id
 
 from agent_framework_functional import FunctionalWorkflowAgent
 from agent_framework_functional.hosting import devui_app
@@ -132,7 +133,7 @@ def test_streaming_approval_round_trip(devui: DevUI) -> None:
     conversation = devui.conversation()
     paused = devui.stream(conversation, "deploy app")
     (request,) = approval_requests(paused)
-    assert request["request_id"] == "auto::0"
+    assert core_id(request["request_id"]) == "auto::0"
     assert request["function_call"]["name"] == "request_info"
     assert request["function_call"]["arguments"]["data"] == {"action": "deploy", "target": "deploy app"}
     assert completed_text(paused) == ""
@@ -148,12 +149,13 @@ def test_streaming_two_approvals_in_one_run(serve: Any, http: httpx.Client) -> N
     devui = start_devui(serve, http, make_agent(releaser))
     conversation = devui.conversation()
     (first,) = approval_requests(devui.stream(conversation, "v2"))
-    assert first["request_id"] == "auto::0"
+    assert core_id(first["request_id"]) == "auto::0"
     assert first["function_call"]["arguments"]["data"]["gate"] == "build"
-    (second,) = approval_requests(devui.stream(conversation, approval("auto::0", True)))
-    assert second["request_id"] == "auto::1"
+    (second,) = approval_requests(devui.stream(conversation, approval(first["request_id"], True)))
+    assert core_id(second["request_id"]) == "auto::1"
     assert second["function_call"]["arguments"]["data"]["gate"] == "release"
-    assert completed_text(devui.stream(conversation, approval("auto::1", False))) == "v2: build=True release=False"
+    done = devui.stream(conversation, approval(second["request_id"], False))
+    assert completed_text(done) == "v2: build=True release=False"
 
 
 def test_str_request_answered_by_a_plain_text_reply(serve: Any, http: httpx.Client) -> None:
@@ -175,7 +177,7 @@ def test_non_streaming_approval_round_trip(devui: DevUI) -> None:
     paused = devui.call(conversation, "deploy web")
     assert paused["status"] == "completed"
     calls = [item for item in paused["output"] if item.get("type") == "function_call"]
-    assert [(c["call_id"], c["name"]) for c in calls] == [("auto::0", "request_info")]
+    assert [(core_id(c["call_id"]), c["name"]) for c in calls] == [("auto::0", "request_info")]
     assert json.loads(calls[0]["arguments"])["data"] == {"action": "deploy", "target": "deploy web"}
 
     done = devui.call(conversation, approval(calls[0]["call_id"], approved=False))
@@ -187,13 +189,14 @@ def test_two_conversations_interleaved_on_one_agent(devui: DevUI) -> None:
     conv_a, conv_b = devui.conversation(), devui.conversation()
     (request_a,) = approval_requests(devui.stream(conv_a, "alpha"))
     (request_b,) = approval_requests(devui.stream(conv_b, "beta"))  # A still paused
-    # Request ids repeat across workflow runs (auto::0); each conversation's session selects its own pause.
-    assert request_a["request_id"] == request_b["request_id"] == "auto::0"
+    # Core's ids repeat across workflow runs (auto::0); the published ones are unique to their pause.
+    assert core_id(request_a["request_id"]) == core_id(request_b["request_id"]) == "auto::0"
+    assert request_a["request_id"] != request_b["request_id"]
     assert request_a["function_call"]["arguments"]["data"]["target"] == "alpha"
     assert request_b["function_call"]["arguments"]["data"]["target"] == "beta"
 
-    assert completed_text(devui.stream(conv_a, approval("auto::0", True))) == "deployed: alpha"
-    assert completed_text(devui.stream(conv_b, approval("auto::0", False))) == "not deployed: beta"
+    assert completed_text(devui.stream(conv_a, approval(request_a["request_id"], True))) == "deployed: alpha"
+    assert completed_text(devui.stream(conv_b, approval(request_b["request_id"], False))) == "not deployed: beta"
     # Both conversations are finished: each takes new input again.
     assert approval_requests(devui.stream(conv_a, "gamma"))
     assert approval_requests(devui.stream(conv_b, "delta"))
@@ -204,6 +207,7 @@ def test_client_that_hangs_up_at_the_approval_request_can_still_answer_it(devui:
     conversation = devui.conversation()
     body = devui.body(conversation, "deploy hangup", stream=True)
     seen: list[str] = []
+    request_id = ""
     with devui.http.stream("POST", f"{devui.base}/v1/responses", json=body, headers=AUTH) as reply:
         assert reply.status_code == 200
         for event in iter_sse(reply.iter_lines()):
@@ -211,13 +215,31 @@ def test_client_that_hangs_up_at_the_approval_request_can_still_answer_it(devui:
             kind = data.get("type") if isinstance(data, dict) else data
             seen.append(kind)
             if kind == "response.function_approval.requested":
+                request_id = data["request_id"]
                 break  # hang up: leave the with block without reading the rest
     assert seen[-1] == "response.function_approval.requested"
     assert "response.completed" not in seen
 
-    done = devui.stream(conversation, approval("auto::0"))
+    done = devui.stream(conversation, approval(request_id))
     assert completed_text(done) == "deployed: deploy hangup"
     assert DEPLOYS["deploy hangup"] == 1
+
+
+def test_an_earlier_rounds_approval_replayed_after_the_next_pause_fails_the_turn(devui: DevUI) -> None:
+    """Core numbers requests per run (``auto::0`` again in the next turn's pause); the published ids are unique to
+    their pause, so round one's approval sent again (a double click, a retry) approves nothing of round two."""
+    conversation = devui.conversation()
+    target = f"deploy round one {conversation}"
+    (first,) = approval_requests(devui.stream(conversation, target))
+    round_one = approval(first["request_id"])  # the exact answer, kept by the page
+    assert completed_text(devui.stream(conversation, round_one)) == f"deployed: {target}"
+    (second,) = approval_requests(devui.stream(conversation, f"{target}, round two"))
+    assert core_id(second["request_id"]) == core_id(first["request_id"])  # core's id is the same in both rounds
+    refused = devui.stream(conversation, round_one)  # DevUI drops an approval of a request it no longer has open
+    assert "did not contain any supported message content" in failure_message(refused)
+    assert DEPLOYS[f"{target}, round two"] == 0  # nothing ran
+    done = devui.stream(conversation, approval(second["request_id"], False))
+    assert completed_text(done) == f"not deployed: {target}, round two"
 
 
 def test_a_turn_without_a_conversation_is_refused_and_runs_nothing(devui: DevUI) -> None:
@@ -232,8 +254,8 @@ def test_a_turn_without_a_conversation_is_refused_and_runs_nothing(devui: DevUI)
     assert devui.agent is not None and not devui.agent.pending_requests  # the session-less one holds nothing
 
     conversation = devui.conversation()
-    assert approval_requests(devui.stream(conversation, "deploy session"))
-    assert completed_text(devui.stream(conversation, approval("auto::0"))) == "deployed: deploy session"
+    (request,) = approval_requests(devui.stream(conversation, "deploy session"))
+    assert completed_text(devui.stream(conversation, approval(request["request_id"]))) == "deployed: deploy session"
 
 
 def test_fifty_concurrent_conversations_on_one_agent(serve: Any) -> None:
@@ -249,7 +271,8 @@ def test_fifty_concurrent_conversations_on_one_agent(serve: Any) -> None:
             assert [
                 [r["function_call"]["arguments"]["data"]["target"] for r in approval_requests(e)] for e in paused
             ] == [[target] for target in targets]
-            done = list(pool.map(devui.stream, conversations, [approval("auto::0")] * count))
+            answers = [approval(r["request_id"]) for events in paused for r in approval_requests(events)]
+            done = list(pool.map(devui.stream, conversations, answers))
     assert [completed_text(events) for events in done] == [f"deployed: {target}" for target in targets]
     assert [DEPLOYS[target] for target in targets] == [1] * count
 
@@ -261,7 +284,7 @@ def test_hostile_request_fails_and_the_conversation_stays_answerable(devui: DevU
     and the honest answer deploys once."""
     conversation = devui.conversation()
     target = f"deploy hostile {conversation}"
-    assert approval_requests(devui.stream(conversation, target))
+    (request,) = approval_requests(devui.stream(conversation, target))
     url = f"{devui.base}/v1/responses"
     headers = {**AUTH, "Content-Type": "application/json"}
     if case == "malformed JSON":
@@ -280,7 +303,7 @@ def test_hostile_request_fails_and_the_conversation_stays_answerable(devui: DevU
         refused = devui.stream(conversation, approval("auto::9"))  # DevUI drops an approval it never issued
         assert "did not contain any supported message content" in failure_message(refused)
     assert DEPLOYS[target] == 0
-    assert completed_text(devui.stream(conversation, approval("auto::0"))) == f"deployed: {target}"
+    assert completed_text(devui.stream(conversation, approval(request["request_id"]))) == f"deployed: {target}"
     assert DEPLOYS[target] == 1
 
 

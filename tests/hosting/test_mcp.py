@@ -25,6 +25,7 @@ from hosting_support import (
     run_sample_self_check,
 )
 from mcp import Client, MCPError, types
+from request_ids import core_ids
 
 from agent_framework_functional import RunContext, workflow
 from agent_framework_functional.hosting.mcp import first_text, mcp_app
@@ -55,8 +56,10 @@ async def pause(client: Client, tool: str, task: str) -> types.InputRequiredResu
     return first
 
 
-def accept(value: dict[str, Any]) -> dict[str, types.ElicitResult]:
-    return {"auto::0": types.ElicitResult(action="accept", content=value)}  # pyright: ignore[reportArgumentType]
+def accept(paused: types.InputRequiredResult, value: dict[str, Any]) -> dict[str, types.ElicitResult]:
+    """The answer to the one request of ``paused``, under the id it published (unique to the pause)."""
+    (request_id,) = paused.input_requests or {}
+    return {request_id: types.ElicitResult(action="accept", content=value)}  # pyright: ignore[reportArgumentType]
 
 
 async def test_bool_approval_round_trip(serve: Any) -> None:
@@ -111,18 +114,48 @@ async def test_client_gone_at_the_pause_answers_later_and_replay_is_refused(serv
     url = serve_mcp(serve)
     async with Client(url) as first:
         paused = await pause(first, "deployer", "mcp-later")
-    assert set(paused.input_requests or {}) == {"auto::0"}
+    assert core_ids(paused.input_requests or {}) == {"auto::0"}
     async with Client(url) as later:
         state = paused.request_state
         done = await later.call_tool(
-            "deployer", {"task": "mcp-later"}, input_responses=accept({"answer": True}), request_state=state
+            "deployer", {"task": "mcp-later"}, input_responses=accept(paused, {"answer": True}), request_state=state
         )
         assert first_text(done) == "deployed: mcp-later"
         with pytest.raises(MCPError, match="continuation"):
             await later.call_tool(
-                "deployer", {"task": "mcp-later"}, input_responses=accept({"answer": True}), request_state=state
+                "deployer", {"task": "mcp-later"}, input_responses=accept(paused, {"answer": True}), request_state=state
             )
     assert DEPLOYS["mcp-later"] == 1
+
+
+async def test_an_earlier_pauses_answer_sent_with_the_next_pause_is_invalid_params(serve: Any) -> None:
+    """Core numbers requests per run (``auto::0`` again in the next call's pause); the published ids are unique to
+    their pause, so round one's ``inputResponses`` sent with round two's ``requestState`` answer nothing there."""
+    async with Client(serve_mcp(serve)) as client:
+        first = await pause(client, "deployer", "mcp-round-one")
+        round_one = accept(first, {"answer": True})  # the answers, kept by a client that mixes them up later
+        done = await client.call_tool(
+            "deployer", {"task": "mcp-round-one"}, input_responses=round_one, request_state=first.request_state
+        )
+        assert first_text(done) == "deployed: mcp-round-one"
+        second = await pause(client, "deployer", "mcp-round-two")
+        assert core_ids(second.input_requests or {}) == core_ids(round_one)
+        with pytest.raises(MCPError, match="answer no pending request"):
+            await client.session.call_tool(
+                "deployer",
+                {"task": "mcp-round-two"},
+                input_responses=round_one,
+                request_state=second.request_state,
+                allow_input_required=True,
+            )
+        assert DEPLOYS["mcp-round-two"] == 0  # nothing ran
+        done = await client.call_tool(
+            "deployer",
+            {"task": "mcp-round-two"},
+            input_responses=accept(second, {"answer": True}),
+            request_state=second.request_state,
+        )
+    assert first_text(done) == "deployed: mcp-round-two"
 
 
 async def test_two_answers_with_one_state_resume_once(serve: Any) -> None:
@@ -133,7 +166,7 @@ async def test_two_answers_with_one_state_resume_once(serve: Any) -> None:
             return await client.call_tool(
                 "deployer",
                 {"task": "mcp-race"},
-                input_responses=accept({"answer": True}),
+                input_responses=accept(paused, {"answer": True}),
                 request_state=paused.request_state,
             )
 
@@ -152,12 +185,22 @@ async def test_hostile_state_and_answers_are_errors_and_the_pause_stays(serve: A
         assert state is not None and other.request_state is not None
         forged = state[:-4] + ("AAAA" if not state.endswith("AAAA") else "BBBB")
         for arguments, responses, sent_state, says in [
-            ({"task": "mcp-hostile"}, accept({"answer": True}), forged, "Invalid or expired requestState"),
-            ({"task": "mcp-hostile"}, accept({"answer": True}), "not-a-state", "Invalid or expired requestState"),
+            ({"task": "mcp-hostile"}, accept(paused, {"answer": True}), forged, "Invalid or expired requestState"),
+            (
+                {"task": "mcp-hostile"},
+                accept(paused, {"answer": True}),
+                "not-a-state",
+                "Invalid or expired requestState",
+            ),
             # another call's state (swapped): bound to that call's arguments
-            ({"task": "mcp-hostile"}, accept({"answer": True}), other.request_state, "Invalid or expired requestState"),
-            ({"task": "mcp-hostile"}, accept({"answer": "yes"}), state, "bool"),
-            ({"task": "mcp-hostile"}, accept({"wrong": True}), state, "needs the field"),
+            (
+                {"task": "mcp-hostile"},
+                accept(paused, {"answer": True}),
+                other.request_state,
+                "Invalid or expired requestState",
+            ),
+            ({"task": "mcp-hostile"}, accept(paused, {"answer": "yes"}), state, "bool"),
+            ({"task": "mcp-hostile"}, accept(paused, {"wrong": True}), state, "needs the field"),
             (
                 {"task": "mcp-hostile"},
                 {"auto::9": types.ElicitResult(action="accept", content={"answer": True})},
@@ -179,7 +222,7 @@ async def test_hostile_state_and_answers_are_errors_and_the_pause_stays(serve: A
         with pytest.raises(MCPError, match="non-empty string"):
             await client.session.call_tool("deployer", {"task": " "}, allow_input_required=True)
         done = await client.call_tool(
-            "deployer", {"task": "mcp-hostile"}, input_responses=accept({"answer": True}), request_state=state
+            "deployer", {"task": "mcp-hostile"}, input_responses=accept(paused, {"answer": True}), request_state=state
         )
     assert first_text(done) == "deployed: mcp-hostile"
     assert DEPLOYS["mcp-hostile"] == 1
@@ -251,16 +294,25 @@ async def test_a_pause_taken_by_one_worker_is_answered_on_another(serve: Any, tm
         async with Client(second_url) as second:
             with pytest.raises(MCPError, match="bool"):  # the agent's own check: nothing changes
                 await second.call_tool(
-                    "deployer", {"task": "mcp-workers"}, input_responses=accept({"answer": "yes"}), request_state=state
+                    "deployer",
+                    {"task": "mcp-workers"},
+                    input_responses=accept(paused, {"answer": "yes"}),
+                    request_state=state,
                 )
             done = await second.call_tool(
-                "deployer", {"task": "mcp-workers"}, input_responses=accept({"answer": True}), request_state=state
+                "deployer",
+                {"task": "mcp-workers"},
+                input_responses=accept(paused, {"answer": True}),
+                request_state=state,
             )
             assert first_text(done) == "deployed: mcp-workers"
         async with Client(first_url) as first:
             with pytest.raises(MCPError, match="continuation"):  # a replay on the worker that paused
                 await first.call_tool(
-                    "deployer", {"task": "mcp-workers"}, input_responses=accept({"answer": True}), request_state=state
+                    "deployer",
+                    {"task": "mcp-workers"},
+                    input_responses=accept(paused, {"answer": True}),
+                    request_state=state,
                 )
     assert DEPLOYS["mcp-workers"] == 1
 

@@ -17,7 +17,8 @@ import pytest
 from agent_framework import AgentSession, RunContext, SessionStore
 from agent_framework_hosting_responses import responses_to_run
 from hosting_support import DEPLOYS, ROOT, HangUps, deployer, iter_sse, releaser, reviewer, run_sample_self_check
-from responses_support import Responses, approval_items, approve, serve_agent, text_of
+from request_ids import core_id
+from responses_support import Responses, approval_items, approve, published, serve_agent, text_of
 
 from agent_framework_functional import responses_approval_messages, responses_to_run_with_approvals, workflow
 from agent_framework_functional.hosting import responses_app
@@ -40,6 +41,7 @@ class SlowSessionStore(SessionStore):
         self.hang_ups = hang_ups
         self.writing = threading.Event()  # set (for the test's thread) when a held write has started
         self.written = threading.Event()  # and when it has finished
+        self.session: AgentSession | None = None  # the last session written with state
 
     async def set(self, session_id: str, session: AgentSession) -> None:
         if session.state:
@@ -47,6 +49,7 @@ class SlowSessionStore(SessionStore):
             await self.hang_ups.wait(timeout=0.3)
         await super().set(session_id, session)
         if session.state:
+            self.session = session
             self.written.set()
 
 
@@ -114,7 +117,7 @@ def test_non_streaming_round_trip_with_previous_response_id(client: Responses) -
     paused = client.call({"input": "deploy app"})
     assert paused["status"] == "completed"
     (request,) = approval_items(paused)
-    assert request["id"] == "auto::0"
+    assert core_id(request["id"]) == "auto::0"
     assert request["name"] == "request_info"
     assert json.loads(request["arguments"])["data"] == {"action": "deploy", "target": "deploy app"}
 
@@ -129,9 +132,9 @@ def test_streaming_round_trip_with_conversation(client: Responses) -> None:
     _, paused = client.stream({"input": "deploy web", "conversation": conversation})
     assert paused["status"] == "completed"
     (request,) = approval_items(paused)
-    assert request["id"] == "auto::0"
+    assert core_id(request["id"]) == "auto::0"
 
-    events, done = client.stream({"conversation": conversation, "input": [approve("auto::0", False)]})
+    events, done = client.stream({"conversation": conversation, "input": [approve(request["id"], False)]})
     deltas = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
     assert deltas == "not deployed: deploy web"
     assert text_of(done) == "not deployed: deploy web"
@@ -139,12 +142,12 @@ def test_streaming_round_trip_with_conversation(client: Responses) -> None:
 
 def test_two_approvals_in_one_run(two_step_client: Responses) -> None:
     first = two_step_client.call({"input": "v5", "conversation": "conv_two_step"})
-    assert [i["id"] for i in approval_items(first)] == ["auto::0"]
-    second = two_step_client.call({"conversation": "conv_two_step", "input": [approve("auto::0")]})
+    assert [core_id(i["id"]) for i in approval_items(first)] == ["auto::0"]
+    second = two_step_client.call({"conversation": "conv_two_step", "input": [approve(published(first))]})
     (request,) = approval_items(second)
-    assert request["id"] == "auto::1"
+    assert request["id"] == published(second, "auto::1")
     assert json.loads(request["arguments"])["data"]["gate"] == "release"
-    done = two_step_client.call({"conversation": "conv_two_step", "input": [approve("auto::1")]})
+    done = two_step_client.call({"conversation": "conv_two_step", "input": [approve(request["id"])]})
     assert text_of(done) == "v5: build=True release=True"
 
 
@@ -162,8 +165,10 @@ def test_two_conversations_interleaved_on_one_agent(client: Responses) -> None:
     paused_b = client.call({"input": "beta", "conversation": "conv_B"})  # A still paused
     assert [json.loads(i["arguments"])["data"]["target"] for i in approval_items(paused_a)] == ["alpha"]
     assert [json.loads(i["arguments"])["data"]["target"] for i in approval_items(paused_b)] == ["beta"]
-    assert text_of(client.call({"conversation": "conv_A", "input": [approve("auto::0")]})) == "deployed: alpha"
-    assert text_of(client.call({"conversation": "conv_B", "input": [approve("auto::0", False)]})) == (
+    assert (
+        text_of(client.call({"conversation": "conv_A", "input": [approve(published(paused_a))]})) == "deployed: alpha"
+    )
+    assert text_of(client.call({"conversation": "conv_B", "input": [approve(published(paused_b), False)]})) == (
         "not deployed: beta"
     )
 
@@ -172,9 +177,9 @@ def test_replaying_a_spent_branch_is_refused(client: Responses) -> None:
     """``previous_response_id`` snapshots can branch; the pause's token is single use, so only one branch
     may answer it: the second answer (approve again, or decline) is refused with 409 and runs nothing."""
     paused = client.call({"input": "deploy once"})
-    answer = {"previous_response_id": paused["id"], "input": [approve("auto::0")]}
+    answer = {"previous_response_id": paused["id"], "input": [approve(published(paused))]}
     assert text_of(client.call(answer)) == "deployed: deploy once"
-    for replay in (answer, {"previous_response_id": paused["id"], "input": [approve("auto::0", False)]}):
+    for replay in (answer, {"previous_response_id": paused["id"], "input": [approve(published(paused), False)]}):
         refused = client.post(replay)
         assert refused.status_code == 409
         assert refused.json()["error"]["code"] == "continuation_refused"
@@ -235,8 +240,8 @@ def test_client_that_hangs_up_while_the_pause_is_being_stored_can_still_answer_i
     input 409 ``PendingContinuationError``, for good.)"""
     hang_ups = HangUps()
     store = SlowSessionStore(hang_ups)
-    app = responses_app(deployer.build().as_agent(name="deployer"), session_store=store)
-    client = Responses(http, serve(hang_ups.watch(app)).base)
+    agent = deployer.build().as_agent(name="deployer")
+    client = Responses(http, serve(hang_ups.watch(responses_app(agent, session_store=store))).base)
     target = f"deploy early hangup {session}"
     body: dict[str, Any] = {"input": target, "stream": True}
     if session == "conversation":
@@ -253,16 +258,18 @@ def test_client_that_hangs_up_while_the_pause_is_being_stored_can_still_answer_i
         if session == "previous_response_id"
         else {"conversation": "conv_early_hangup"}
     )
-    # The client comes back later (once the write is done) and answers the first request of the pause (core's
-    # ids are in order, auto::0 first), which it never saw.
+    # The client comes back later (once the write is done) and answers the request of the pause, which it never
+    # saw: its id is unique to the pause, so the test reads it from the agent (a real client from its logs, say).
     assert store.written.wait(10), "the write of the paused session was cancelled with the response"
-    done = client.call({**head, "input": [approve("auto::0")]})
+    assert store.session is not None
+    (request_id,) = agent.pending_requests_for(store.session)
+    done = client.call({**head, "input": [approve(request_id)]})
     assert text_of(done) == f"deployed: {target}"
     assert DEPLOYS[target] == 1
 
 
 def test_new_input_on_a_paused_conversation_is_a_conflict(client: Responses) -> None:
-    client.call({"input": "deploy first", "conversation": "conv_busy"})
+    paused = client.call({"input": "deploy first", "conversation": "conv_busy"})
     refused = client.post({"input": "something else", "conversation": "conv_busy"})
     assert refused.status_code == 409
     assert refused.json()["error"]["code"] == "pending_request"
@@ -270,7 +277,7 @@ def test_new_input_on_a_paused_conversation_is_a_conflict(client: Responses) -> 
     message = refused.json()["error"]["message"]  # what to send next over HTTP, no Python call
     assert "function_call_output" in message and "new conversation" in message
     assert "abandon_continuation" not in message
-    done = client.call({"conversation": "conv_busy", "input": [approve("auto::0")]})
+    done = client.call({"conversation": "conv_busy", "input": [approve(published(paused))]})
     assert text_of(done) == "deployed: deploy first"
 
 

@@ -22,7 +22,8 @@ import pytest
 from agent_framework import RunContext, SessionStore
 from fastapi import HTTPException, Request
 from hosting_support import DEPLOYS, deployer
-from responses_support import Responses, approval_items, approve, serve_agent, text_of
+from request_ids import core_id
+from responses_support import Responses, answering, approval_items, approve, published, serve_agent, text_of
 
 from agent_framework_functional import (
     ContinuationAuthorityError,
@@ -78,7 +79,7 @@ def test_a_request_on_a_branch_whose_resume_is_running_is_a_409_with_retry_after
     client = serve_agent(serve, http, slow_deployer)
     target = f"race {second}"
     paused = client.call({"input": target})
-    answer = {"previous_response_id": paused["id"], "input": [approve("auto::0")]}
+    answer = {"previous_response_id": paused["id"], "input": [approve(published(paused))]}
     with ThreadPoolExecutor(1) as pool, httpx.Client(timeout=60, trust_env=False) as other:
         resume = pool.submit(other.post, client.url, json=answer)
         assert ENTERED.wait(30), "the resume did not start"
@@ -107,9 +108,10 @@ def test_a_second_request_of_a_conversation_while_it_runs_is_a_409_with_retry_af
 ) -> None:
     client = serve_agent(serve, http, slow_deployer)
     head = {"conversation": "conv_busy_twice"}
-    client.call({**head, "input": "busy"})
+    busy = client.call({**head, "input": "busy"})
     with ThreadPoolExecutor(1) as pool, httpx.Client(timeout=60, trust_env=False) as other:
-        resume = pool.submit(other.post, client.url, json={**head, "input": [approve("auto::0")], "stream": True})
+        answer = {**head, "input": [approve(published(busy))], "stream": True}
+        resume = pool.submit(other.post, client.url, json=answer)
         assert ENTERED.wait(30)
         refused = client.post({**head, "input": "next", "stream": True})
         gate.set()
@@ -120,7 +122,7 @@ def test_a_second_request_of_a_conversation_while_it_runs_is_a_409_with_retry_af
     assert done.status_code == 200 and "response.completed" in done.text
     assert SLOW_DEPLOYS["busy"] == 1
     paused = client.call({**head, "input": "next"})  # the retry after it ended is taken
-    assert [item["id"] for item in approval_items(paused)] == ["auto::0"]
+    assert [core_id(item["id"]) for item in approval_items(paused)] == ["auto::0"]
 
 
 def _token_in(store: SessionStore, key: str) -> Any:
@@ -146,11 +148,11 @@ def test_hostile_raw_bodies_are_refused_and_the_conversation_stays_answerable(
     client: Responses, http: httpx.Client, case: str
 ) -> None:
     head = {"conversation": f"conv_raw_{len(case)}"}
-    client.call({**head, "input": f"raw {case}"})
+    paused = client.call({**head, "input": f"raw {case}"})
     refused = http.post(client.url, content=HOSTILE_RAW[case], headers={"content-type": "application/json"})
     assert refused.status_code == (413 if case == "10 MB body" else 400), refused.text[:300]
     assert refused.json()["error"]["code"] in ("invalid_json", "body_too_large")
-    assert text_of(client.call({**head, "input": [approve("auto::0")]})) == f"deployed: raw {case}"
+    assert text_of(client.call({**head, "input": [approve(published(paused))]})) == f"deployed: raw {case}"
 
 
 DEEP_OUTPUT = "[" * 200_000 + "]" * 200_000
@@ -224,14 +226,15 @@ def test_hostile_bodies_get_a_4xx_naming_the_field_and_the_conversation_stays_an
 ) -> None:
     body, status, code, param = HOSTILE_BODIES[case]
     head = {"conversation": f"conv_hostile_{sorted(HOSTILE_BODIES).index(case)}"}
-    client.call({**head, "input": f"hostile {case}"})
+    paused = client.call({**head, "input": f"hostile {case}"})
+    body = answering(body, paused)  # the answers name the ids this pause published
     for stream in (False, True):  # streaming refusals are HTTP statuses too
         refused = client.post({**head, **body, "stream": stream} if "stream" not in body else {**head, **body})
         assert refused.status_code == status, refused.text[:300]
         assert refused.headers["content-type"].startswith("application/json")
         error = refused.json()["error"]
         assert (error["code"], error["param"]) == (code, param), error
-    assert text_of(client.call({**head, "input": [approve("auto::0")]})) == f"deployed: hostile {case}"
+    assert text_of(client.call({**head, "input": [approve(published(paused))]})) == f"deployed: hostile {case}"
 
 
 def test_a_conversation_object_names_the_same_conversation_as_its_id(client: Responses) -> None:
@@ -274,26 +277,28 @@ def test_unknown_previous_response_id_is_a_400(client: Responses) -> None:
 def test_a_token_of_another_conversation_is_refused_and_both_stay_answerable(serve: Any, http: httpx.Client) -> None:
     store = SessionStore()
     client = serve_agent(serve, http, deployer, session_store=store)
-    client.call({"conversation": "conv_tok_a", "input": "a"})
-    client.call({"conversation": "conv_tok_b", "input": "b"})
+    paused_a = client.call({"conversation": "conv_tok_a", "input": "a"})
+    paused_b = client.call({"conversation": "conv_tok_b", "input": "b"})
     token_b = _token_in(store, "conversation:conv_tok_b")
     for body in (
-        {"conversation": "conv_tok_a", "input": [approve("auto::0")], "continuation_token": token_b},
+        {"conversation": "conv_tok_a", "input": [approve(published(paused_b))], "continuation_token": token_b},
         {"conversation": "conv_tok_a", "input": "x", "continuation_token": token_b},
     ):
         refused = client.post(body)
         assert refused.status_code == 400
         assert refused.json()["error"]["param"] == "continuation_token"
         assert json.dumps(token_b["token"]) not in refused.text
-    declined = client.call({"conversation": "conv_tok_b", "input": [approve("auto::0", False)]})
+    declined = client.call({"conversation": "conv_tok_b", "input": [approve(published(paused_b), False)]})
     assert text_of(declined) == "not deployed: b"
-    assert text_of(client.call({"conversation": "conv_tok_a", "input": [approve("auto::0")]})) == "deployed: a"
+    assert (
+        text_of(client.call({"conversation": "conv_tok_a", "input": [approve(published(paused_a))]})) == "deployed: a"
+    )
 
 
 def test_a_replayed_answer_is_refused_and_the_conversation_takes_new_input(client: Responses) -> None:
     head = {"conversation": "conv_replay"}
-    client.call({**head, "input": "replay me"})
-    answer = {**head, "input": [approve("auto::0")]}
+    paused = client.call({**head, "input": "replay me"})
+    answer = {**head, "input": [approve(published(paused))]}
     assert text_of(client.call(answer)) == "deployed: replay me"
     for stream in (False, True):
         refused = client.post({**answer, "stream": stream})
@@ -301,6 +306,30 @@ def test_a_replayed_answer_is_refused_and_the_conversation_takes_new_input(clien
         assert refused.json()["error"]["code"] == "continuation_refused"
     assert DEPLOYS["replay me"] == 1
     assert approval_items(client.call({**head, "input": "again"}))
+
+
+@pytest.mark.parametrize("item", ["mcp_approval_response", "function_call_output"])
+def test_an_earlier_rounds_answer_replayed_after_the_next_pause_is_an_answer_mismatch(
+    client: Responses, item: str
+) -> None:
+    """Core numbers requests per run (``auto::0`` again in round two); the ids the agent publishes are unique to
+    their pause, so round one's exact request sent again (a double click, a retry) answers nothing of round two."""
+    head = {"conversation": f"conv_rounds_{item}"}
+    first = client.call({**head, "input": "round one"})
+    if item == "mcp_approval_response":
+        answer, param = {**head, "input": [approve(published(first))]}, "input[0].approval_request_id"
+    else:
+        output = {"type": "function_call_output", "call_id": published(first), "output": "true"}
+        answer, param = {**head, "input": [output]}, "input[0].call_id"
+    assert text_of(client.call(answer)) == "deployed: round one"
+    second = client.call({**head, "input": "round two"})
+    assert core_id(published(second)) == core_id(published(first))  # core's id is the same in both rounds
+    for stream in (False, True):
+        refused = client.post({**answer, "stream": stream})
+        assert refused.status_code == 400, refused.text
+        assert (refused.json()["error"]["code"], refused.json()["error"]["param"]) == ("answer_mismatch", param)
+    assert DEPLOYS["round two"] == 0  # nothing ran
+    assert text_of(client.call({**head, "input": [approve(published(second), False)]})) == "not deployed: round two"
 
 
 async def test_fifty_concurrent_conversations_through_one_app(serve: Any) -> None:
@@ -394,11 +423,12 @@ def test_scope_keeps_each_callers_conversations_apart(serve: Any, http: httpx.Cl
     assert approval_items(paused)
     bobs = http.post(url, json={"conversation": "conv_shared", "input": "bob's"}, headers=bob)
     assert bobs.status_code == 200 and approval_items(bobs.json())  # not ann's pause: a conversation of his own
-    stolen = http.post(url, json={"previous_response_id": paused["id"], "input": [approve("auto::0")]}, headers=bob)
+    answer = [approve(published(paused))]
+    stolen = http.post(url, json={"previous_response_id": paused["id"], "input": answer}, headers=bob)
     assert stolen.status_code == 400
     assert stolen.json()["error"]["code"] == "previous_response_not_found"
     assert http.post(url, json={"input": "anonymous"}).status_code == 401
-    done = http.post(url, json={"conversation": "conv_shared", "input": [approve("auto::0")]}, headers=ann)
+    done = http.post(url, json={"conversation": "conv_shared", "input": answer}, headers=ann)
     assert text_of(done.json()) == "deployed: ann's"
 
 
@@ -418,16 +448,17 @@ def test_a_client_that_hangs_up_inside_its_body_is_not_a_server_error(
 
     client = serve_agent(serve, http, deployer)
     head = {"conversation": "conv_truncated"}
-    client.call({**head, "input": "truncated"})
+    paused = client.call({**head, "input": "truncated"})
     port = int(client.url.split(":")[2].split("/")[0])
     with caplog.at_level(logging.ERROR):
         with socket.create_connection(("127.0.0.1", port)) as raw:
             raw.sendall(
                 b"POST /v1/responses HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                b"Content-Length: 5000\r\n\r\n" + json.dumps({**head, "input": [approve("auto::0")]}).encode()[:20]
+                b"Content-Length: 5000\r\n\r\n"
+                + json.dumps({**head, "input": [approve(published(paused))]}).encode()[:20]
             )
             time.sleep(0.2)
         time.sleep(0.5)  # let the server notice the hang-up and finish the request
     assert [r for r in caplog.records if r.levelno >= logging.ERROR] == [], [r.getMessage() for r in caplog.records]
     assert DEPLOYS["truncated"] == 0
-    assert text_of(client.call({**head, "input": [approve("auto::0")]})) == "deployed: truncated"
+    assert text_of(client.call({**head, "input": [approve(published(paused))]})) == "deployed: truncated"

@@ -17,6 +17,7 @@ import pytest
 from hosting_support import DEPLOYS, ROOT, deployer, reviewer, run_sample_self_check
 from openai import AsyncOpenAI, BadRequestError, ConflictError
 from pydantic import BaseModel
+from request_ids import core_id
 
 from agent_framework_functional import RunContext, workflow
 from agent_framework_functional.hosting import responses_app
@@ -65,7 +66,7 @@ def pause_items(response: Any) -> tuple[Any, Any]:
     """The pause's ``function_call`` and ``mcp_approval_request`` items (one request)."""
     (call,) = [item for item in response.output if item.type == "function_call"]
     (approval,) = [item for item in response.output if item.type == "mcp_approval_request"]
-    assert call.call_id == approval.id == "auto::0"
+    assert call.call_id == approval.id and core_id(approval.id) == "auto::0"  # the id published for this pause
     assert call.name == approval.name == "request_info"
     return call, approval
 
@@ -123,24 +124,27 @@ async def test_approve_with_edits_a_pydantic_answer(openai_client: Any) -> None:
     request = json.loads(call.arguments)
     assert request["data"] == {"title": "tea", "body": "About tea.", "tags": ["tea"]}
     edited = {"approved": True, "draft": {**request["data"], "title": "Tea, brewed right", "tags": ["tea", "howto"]}}
-    done = await client.responses.create(model="editor", conversation="conv_edits", input=output("auto::0", edited))
+    done = await client.responses.create(model="editor", conversation="conv_edits", input=output(call.call_id, edited))
     assert done.output_text == "published: Tea, brewed right / About tea. / tea,howto"
 
 
 async def test_a_wrong_shape_is_a_400_naming_the_field_and_keeps_the_pause(openai_client: Any) -> None:
     client = openai_client(editor)
     paused = await client.responses.create(model="editor", input="milk")
+    call, _ = pause_items(paused)
     wrong = {"approved": True, "draft": {"title": "Milk"}}  # no body
     for stream in (False, True):
         with pytest.raises(BadRequestError) as refused:
             await client.responses.create(
-                model="editor", previous_response_id=paused.id, input=output("auto::0", wrong), stream=stream
+                model="editor", previous_response_id=paused.id, input=output(call.call_id, wrong), stream=stream
             )
         error: dict[str, Any] = refused.value.body  # type: ignore[assignment]
         assert (error["code"], error["param"]) == ("answer_mismatch", "input[0].output")
         assert "draft.body" in error["message"]  # the field at fault
     right = {"approved": False, "draft": {"title": "Milk", "body": "b"}}
-    done = await client.responses.create(model="editor", previous_response_id=paused.id, input=output("auto::0", right))
+    done = await client.responses.create(
+        model="editor", previous_response_id=paused.id, input=output(call.call_id, right)
+    )
     assert done.output_text == "dropped: milk"
 
 

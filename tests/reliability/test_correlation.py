@@ -14,6 +14,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
+from request_ids import core_ids
 
 from agent_framework_functional import (
     ContinuationAuthorityError,
@@ -64,7 +65,7 @@ async def test_unmatched_response_is_refused_without_spending_the_token(
     assert token["token"] not in str(info.value)
     # Nothing moved: same pending request, same view in the agent, not running, token still good.
     assert wf.pending_request_ids == {"auto::0"}
-    assert set(agent.pending_requests) == {"auto::0"}
+    assert core_ids(agent.pending_requests) == {"auto::0"}
     assert wf.has_pending_continuation
     assert not wf.is_running
     done = await wf.run(responses={"auto::0": "ok"}, continuation_token=token)
@@ -76,7 +77,7 @@ async def test_unmatched_response_through_the_agent_keeps_its_view() -> None:
     paused = await agent.run("tea")
     with pytest.raises(ValueError, match="None of the responses"):
         agent.run(responses={"wrong": "x"}, continuation_token=paused.continuation_token)
-    assert set(agent.pending_requests) == {"auto::0"}
+    assert core_ids(agent.pending_requests) == {"auto::0"}
     done = await agent.run(responses={"auto::0": "ok"}, continuation_token=paused.continuation_token)
     assert done.text == "tea:ok"
 
@@ -187,6 +188,6 @@ async def test_responses_that_cannot_be_read_leave_the_pause_intact(where: str, 
     assert not wf.is_running
     assert wf.has_pending_continuation
     assert wf.pending_request_ids == {"auto::0"}
-    assert set(agent.pending_requests) == {"auto::0"}
+    assert core_ids(agent.pending_requests) == {"auto::0"}
     done = await wf.run(responses={"auto::0": "ok"}, continuation_token=token)
     assert done.get_outputs() == ["tea:ok"]

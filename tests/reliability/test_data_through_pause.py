@@ -241,7 +241,7 @@ async def test_agent_surfaces_typed_payloads_as_json(payloads: ModuleType) -> No
     assert arguments["data"]["deadline"] == (p.T0 + timedelta(days=1)).isoformat().replace("+00:00", "Z")
     assert arguments["data"]["nested"]["notes"][0]["text"] == "please review"
     # The workflow's own pending view still holds the typed objects.
-    assert_same_types(agent.pending_requests["auto::0"].data["nested"]["notes"], [p.Note("please review", p.T0)])
+    assert_same_types(agent.pending_requests[content.id].data["nested"]["notes"], [p.Note("please review", p.T0)])
 
 
 async def test_checkpoint_restore_in_another_process_keeps_types(payloads: ModuleType, tmp_path: Path) -> None:
