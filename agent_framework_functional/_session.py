@@ -56,9 +56,10 @@ def session_token(session: AgentSession | None, agent_id: str) -> Mapping[str, A
 def lost_its_token(session: AgentSession | None, options: Mapping[str, Any]) -> bool:
     """True when ``session`` holds nothing under :data:`SESSION_STATE_KEY` and ``options`` no token.
 
-    A session keeps its conversation's token (AGENTS.md invariant 14); one that comes back with no entry at all
-    was dropped from the host's store (evicted, expired) or rebuilt without its state, so a pause held for its
-    conversation is orphaned (invariant 45). A value under the key, even a malformed one, is not "lost".
+    A session keeps its conversation's token (AGENTS.md invariant 14), and the package's entry stays (empty)
+    once the token is spent; one that comes back with no entry at all was dropped from the host's store
+    (evicted, expired) or rebuilt without its state, so a pause held for its conversation is orphaned
+    (invariant 45). A value under the key, even an empty or malformed one, is not "lost".
     """
     return session is not None and SESSION_STATE_KEY not in session.state and options.get("continuation_token") is None
 
@@ -80,17 +81,19 @@ def store_session_token(
 
 
 def clear_session_token(session: AgentSession, agent_id: str) -> None:
-    """Remove this agent's token from ``session.state`` (and the package entry once it is empty)."""
+    """Remove this agent's token from ``session.state``; the package's entry stays, empty if nothing else is in it.
+
+    The entry marks a session the agent has used: a copy saved when nothing was pending (an earlier Responses
+    snapshot, an old ``to_dict()``) is not taken for a dropped session (:func:`lost_its_token`), so new input on
+    it conflicts with the conversation's live pause instead of abandoning it.
+    """
     entry = session.state.get(SESSION_STATE_KEY)
     if not isinstance(entry, Mapping):
         return
     entries = dict(typing.cast(Mapping[str, Any], entry))
     if entries.pop(agent_id, None) is None:
         return
-    if entries:
-        session.state[SESSION_STATE_KEY] = entries
-    else:
-        del session.state[SESSION_STATE_KEY]
+    session.state[SESSION_STATE_KEY] = entries
 
 
 def resolve_token(

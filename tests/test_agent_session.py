@@ -12,6 +12,7 @@ from request_ids import core_ids
 from agent_framework_functional import (
     ContinuationAuthorityError,
     FunctionalWorkflowAgent,
+    PendingContinuationError,
     ResponseMismatchError,
     RunContext,
     step,
@@ -68,7 +69,7 @@ async def test_paused_run_stores_the_token_in_its_session_and_resume_needs_nothi
     done = await agent.run(yes(paused), session=session)
     assert done.text == "published tea"
     assert published == ["tea"]
-    assert SESSION_STATE_KEY not in session.state  # spent: removed
+    assert session.state[SESSION_STATE_KEY] == {}  # spent: the token removed, the empty entry kept
 
 
 async def test_session_survives_a_json_round_trip_with_the_token() -> None:
@@ -82,7 +83,7 @@ async def test_session_survives_a_json_round_trip_with_the_token() -> None:
     assert stored(restored, agent) == paused.continuation_token
     done = await agent.run(yes(paused), session=restored, stream=True).get_final_response()
     assert done.text == "published tea"
-    assert SESSION_STATE_KEY not in restored.state
+    assert restored.state[SESSION_STATE_KEY] == {}
     json.dumps(restored.to_dict())
 
 
@@ -128,7 +129,7 @@ async def test_argument_token_resumes_and_still_clears_the_session_copy() -> Non
 
     await agent.run(yes(paused), session=session, continuation_token=paused.continuation_token)
 
-    assert SESSION_STATE_KEY not in session.state
+    assert session.state[SESSION_STATE_KEY] == {}
 
 
 async def test_another_session_or_no_session_gets_the_authority_error() -> None:
@@ -189,7 +190,7 @@ async def test_failed_resume_spends_the_token_and_removes_it() -> None:
     with pytest.raises(RuntimeError, match="resumed code failed"):
         await agent.run(yes(paused), session=session)
 
-    assert SESSION_STATE_KEY not in session.state
+    assert session.state[SESSION_STATE_KEY] == {}
     assert agent.pending_requests_for(session) == {}
     assert (await agent.run("tea", session=session)).user_input_requests
 
@@ -221,7 +222,7 @@ async def test_abandon_with_the_session_token_clears_workflow_and_session() -> N
 
     agent.abandon_continuation(session=session)
 
-    assert SESSION_STATE_KEY not in session.state
+    assert session.state[SESSION_STATE_KEY] == {}
     assert agent.pending_requests_for(session) == {}
     assert (await agent.run("coffee", session=session)).user_input_requests
     assert published == []
@@ -234,7 +235,7 @@ async def test_force_abandon_clears_a_lost_token_from_the_session() -> None:
 
     agent.abandon_continuation(force=True, session=session)
 
-    assert SESSION_STATE_KEY not in session.state
+    assert session.state[SESSION_STATE_KEY] == {}
     assert agent.pending_requests_for(session) == {}
 
 
@@ -265,7 +266,7 @@ async def test_two_agents_share_a_session_without_mixing_tokens() -> None:
     assert (await second.run(yes(paused_second), session=session)).text == "published coffee"
     assert stored(session, first) == paused_first.continuation_token
     assert (await first.run(yes(paused_first), session=session)).text == "published tea"
-    assert SESSION_STATE_KEY not in session.state
+    assert session.state[SESSION_STATE_KEY] == {}
 
 
 @pytest.mark.parametrize("through", ["json", "session"])
@@ -291,3 +292,19 @@ async def test_an_earlier_rounds_answer_replayed_on_a_later_pause_is_an_unknown_
     assert published == ["one"] and stored(session, agent) == token  # nothing ran, the pause is intact
     assert list(agent.pending_requests_for(session)) == [second_id] and second_id != first_id
     assert (await agent.run(yes(second), session=session)).text == "published two"
+
+
+async def test_new_input_on_an_older_copy_of_the_session_conflicts_with_the_live_pause() -> None:
+    # A copy saved while nothing was pending (an earlier Responses snapshot, an old ``to_dict()``) is not a session
+    # the host dropped: new input on it must not abandon the conversation's live pause (only a session that comes
+    # back with no entry of the package at all is taken for an evicted one).
+    agent = new_agent()
+    session = agent.create_session(session_id="chat-branch")
+    await agent.run(yes(await agent.run("one", session=session)), session=session)
+    older = round_trip(session)
+    live = await agent.run("two", session=session)
+    with pytest.raises(PendingContinuationError):
+        await agent.run("branch", session=older)
+    assert stored(session, agent) == live.continuation_token
+    done = await agent.run(yes(live), session=session)
+    assert done.text == "published two"

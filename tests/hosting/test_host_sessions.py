@@ -92,6 +92,26 @@ def test_responses_a_paused_conversation_whose_session_was_evicted_takes_new_inp
     assert DEPLOYS[f"evicted first {stream}"] == 0
 
 
+def test_responses_new_input_on_an_earlier_finished_response_keeps_the_chains_pause(
+    serve: Any, http: httpx.Client
+) -> None:
+    """R1 pauses, R2 answers it, R3 (after R2) pauses: new input after R2 again is a branch from a snapshot that
+    held nothing pending, not an evicted session, so it gets 409 ``pending_request`` and R3 stays answerable
+    (it was taken for an orphan: 200, R3 abandoned)."""
+    client = Responses(http, serve(responses_app(deployer.build().as_agent(name="deployer"))).base)
+    first = client.call({"input": "branch one"})
+    (request,) = approval_items(first)
+    second = client.call({"input": [approve(request["id"])], "previous_response_id": first["id"]})
+    third = client.call({"input": "branch three", "previous_response_id": second["id"]})
+    branch = client.post({"input": "branch two", "previous_response_id": second["id"]})
+    assert branch.status_code == 409, branch.text
+    assert branch.json()["error"]["code"] == "pending_request"
+    (request,) = approval_items(third)
+    done = client.call({"input": [approve(request["id"])], "previous_response_id": third["id"]})
+    assert response_text(done) == "deployed: branch three"
+    assert DEPLOYS["branch two"] == 0
+
+
 class Clock:
     def __init__(self) -> None:
         self.now = 1_000_000.0
