@@ -27,8 +27,8 @@ from ._agent_plan import CallArgs, CallPlanner
 from ._agent_run import AgentCall, AgentRunner, close_workflow_stream, drop_workflow_stream
 from ._chat import InputMapper, input_mode_for
 from ._core_compat import functional_workflows_experimental
-from ._session import Conversations
-from ._updates import REQUEST_INFO_FUNCTION_NAME, published_requests
+from ._session import Conversations, session_token
+from ._updates import REQUEST_INFO_FUNCTION_NAME, published_requests, token_tag
 from ._workflow import FunctionalWorkflow
 
 
@@ -126,12 +126,18 @@ class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAge
         """One conversation's pending requests (published request id -> ``request_info`` event), read-only.
 
         Empty when ``session`` has no instance here (e.g. restored in another process: its pause is in
-        the continuation store, see :meth:`FunctionalWorkflow.verify_continuation_token_async`).
+        the continuation store, see :meth:`FunctionalWorkflow.verify_continuation_token_async`), and when
+        the instance here holds an older pause than the one ``session``'s token names (another worker paused
+        the conversation again): that pause is answered through the store, as one held elsewhere.
         """
         workflow = self._conversations.workflow_for(session, create=False)
         if workflow is None:
             return MappingProxyType({})
-        return published_requests(workflow.pending_requests, workflow.pending_tag())
+        tag = workflow.pending_tag()
+        stored = session_token(session, self.id)
+        if stored is not None and tag is not None and token_tag(stored) != tag:
+            return MappingProxyType({})
+        return published_requests(workflow.pending_requests, tag)
 
     def workflow_for(self, session: AgentSession | None) -> FunctionalWorkflow | None:
         """One conversation's instance: :attr:`workflow` without a session, else the one attached to ``session``.

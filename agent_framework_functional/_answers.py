@@ -11,8 +11,9 @@ import ast
 import copy
 import functools
 import json
+import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from agent_framework import Content, WorkflowEvent
 from pydantic import TypeAdapter, ValidationError
@@ -130,6 +131,14 @@ def convert_answer(value: Any, response_type: Any, request_id: str) -> Any:
         ResponseMismatchError: The value fits neither; names each failing field path and the request id,
             never the value.
     """
+    if _non_finite(value):
+        name = type_name(response_type)
+        raise ResponseMismatchError(
+            f"The answer to request {request_id!r} is not a {name}: NaN and Infinity are not JSON numbers. Resume "
+            "again with a finite number (its JSON Schema is the request's response_schema); the continuation is "
+            "still pending.",
+            request_id=request_id,
+        )
     if value is None or (isinstance(response_type, type) and type(value) is response_type):
         return value
     # An approval is never inferred: pydantic would take "yes", "off", 1 or 0.0 for a bool (only true / false do),
@@ -153,6 +162,19 @@ def convert_answer(value: Any, response_type: Any, request_id: str) -> Any:
         "continuation is still pending.",
         request_id=request_id,
     )
+
+
+def _non_finite(value: Any, depth: int = 0) -> bool:
+    """Whether ``value`` (a JSON value) holds NaN or an infinity, which no JSON Schema number admits."""
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if depth > 64:
+        return False  # pydantic refuses what nests this deep anyway
+    if isinstance(value, dict):
+        return any(_non_finite(item, depth + 1) for item in cast("dict[Any, Any]", value).values())
+    if isinstance(value, (list, tuple)):
+        return any(_non_finite(item, depth + 1) for item in cast("list[Any]", value))
+    return False
 
 
 def _validated(adapter: TypeAdapter[Any], value: Any, response_type: Any, request_id: str) -> tuple[Any, str | None]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import math
 from typing import Any, Literal, Optional
 
 import pytest
@@ -312,13 +313,39 @@ async def test_a_hosts_json_string_never_answers_a_number_but_json_text_does(str
     agent = asks(int).build().as_agent()
     session = agent.create_session()
     await agent.run("tea", session=session)
+    (request_id,) = agent.pending_requests_for(session)  # the published id: core's, "~", the pause's tag
     for value in ("3", " 3 ", "true"):
-        reply = Message("tool", [value_result("auto::0", value)])
-        with pytest.raises(ResponseMismatchError, match=r"'auto::0'.*valid integer"):
+        reply = Message("tool", [value_result(request_id, value)])
+        with pytest.raises(ResponseMismatchError, match=f"'{request_id}'.*valid integer"):
             agent.run(reply, session=session, stream=stream)
     for refused in (True, '"3"'):  # JSON true, and the JSON text of a string
         with pytest.raises(ResponseMismatchError, match="valid integer"):
-            agent.run(answer("auto::0", refused), session=session, stream=stream)
-    assert set(agent.pending_requests_for(session)) == {"auto::0"}
-    done = await run(agent, answer("auto::0", "3"), stream=stream, session=session)
+            agent.run(answer(request_id, refused), session=session, stream=stream)
+    assert set(agent.pending_requests_for(session)) == {request_id}
+    done = await run(agent, answer(request_id, "3"), stream=stream, session=session)
     assert done.continuation_token is None and seen == [3]
+
+
+@pytest.mark.parametrize("response_type", [float, Draft, list[float], "float | None"])
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+async def test_nan_and_infinity_answer_no_number(response_type: Any, bad: float) -> None:
+    """NaN and the infinities are no JSON numbers (JSON Schema admits neither): refused in ``run(responses=...)``
+    and through the agent (JSON text ``NaN`` / ``Infinity``), and the pause keeps taking a finite number."""
+    if response_type == "float | None":
+        response_type = float | None
+    value: Any = (
+        {"title": "t", "body": bad} if response_type is Draft else [1.0, bad] if response_type == list[float] else bad
+    )
+    wf = asks(response_type).build()
+    paused = await wf.run("tea")
+    with pytest.raises(ResponseMismatchError, match="NaN and Infinity are not JSON numbers"):
+        wf.run(responses={"auto::0": value}, continuation_token=paused.continuation_token)
+    assert wf.pending_request_ids == {"auto::0"}
+    if response_type is float:
+        agent = asks(float).build().as_agent()
+        session = agent.create_session()
+        await agent.run("tea", session=session)
+        with pytest.raises(ResponseMismatchError, match="not JSON numbers"):
+            agent.run(answer(only_id(agent, session), json.dumps(bad)), session=session)
+        done = await agent.run(answer(only_id(agent, session), "2.5"), session=session)
+        assert done.continuation_token is None and seen[-1] == 2.5

@@ -155,9 +155,12 @@ async def check_request(
         return
     session = AgentSession(session_id=agui_session_id_for_thread(scope=scope, thread_id=thread_id))
     pending = agent.pending_requests_for(session)
-    if pending and await _orphaned(snapshot_store, scope, thread_id):
-        pending = {}
-        if not answers:
+    held = agent.workflow_for(session)
+    if pending and held is not None:
+        orphaned, not_its_pause = await _held_pause_state(snapshot_store, scope, thread_id, agent, held.pending_tag())
+        if orphaned or not_its_pause:
+            pending = {}  # answers are checked against the thread's own pause (its token), if it has one
+        if orphaned and not answers:
             if runner is not None:
                 expire_open_approvals(runner, scope, thread_id)
             return
@@ -165,15 +168,25 @@ async def check_request(
         await _check_answers(answers, agent, session, pending, (scope, thread_id, snapshot_store, runner))
 
 
-async def _orphaned(snapshot_store: AGUIThreadSnapshotStore, scope: str, thread_id: str) -> bool:
-    """The thread's pause held here lost its token: no snapshot, or one without the package's session key.
+async def _held_pause_state(
+    snapshot_store: AGUIThreadSnapshotStore, scope: str, thread_id: str, agent: FunctionalWorkflowAgent, tag: str | None
+) -> tuple[bool, bool]:
+    """Whether the thread's pause held here is orphaned, and whether it is not the pause the thread's token names.
 
-    Not while a run of the thread has not saved its snapshot yet (``SettlingThreads``).
+    Orphaned: no snapshot, or one without the package's session key (evicted or expired: the token went with
+    it). Not its pause: the snapshot holds no token of the agent, or one of another pause (answered or paused
+    again elsewhere). Neither while a run of the thread has not saved its snapshot yet (``SettlingThreads``).
     """
     if isinstance(snapshot_store, SettlingThreads) and snapshot_store.settling(scope, thread_id):
-        return False
+        return False, False
     snapshot = await snapshot_store.get(scope=scope, thread_id=thread_id)
-    return snapshot is None or SESSION_STATE_KEY not in (snapshot.session_state or {})
+    state = (snapshot.session_state or {}) if snapshot is not None else {}
+    if SESSION_STATE_KEY not in state:
+        return True, True
+    thread_session = AgentSession(session_id=thread_id)
+    thread_session.state.update(state)
+    token = session_token(thread_session, agent.id)
+    return False, token is None or token_tag(token) != tag
 
 
 async def _check_answers(

@@ -22,6 +22,7 @@ from a2a.types import CancelTaskRequest, GetTaskRequest, Task, TaskState
 from a2a.utils.errors import A2AError
 from agent_framework import AgentSession, FileCheckpointStorage, SessionStore
 from hosting_support import DEPLOYS, ServerThread
+from request_ids import core_id
 from test_a2a import client_for, output_of, request_of, send
 
 from agent_framework_functional import RunContext, SQLiteContinuationStore, workflow
@@ -135,8 +136,8 @@ async def test_a_cancel_that_meets_a_running_answer_is_refused(workers: tuple[Cl
     (It reported CANCELED, then the task turned COMPLETED.)"""
     first, second = workers
     paused = await send(first, [new_text_part("a2a-cancel-race")])
-    assert request_of(paused)["request_id"] == "auto::0"
-    answer = asyncio.ensure_future(send(second, [new_answer_part(True, "auto::0")], paused))
+    assert core_id(request_of(paused)["request_id"]) == "auto::0"
+    answer = asyncio.ensure_future(send(second, [new_answer_part(True, request_of(paused)["request_id"])], paused))
     await running(first, paused)
     with pytest.raises(A2AError, match="answer"):
         await first.cancel_task(CancelTaskRequest(id=paused.id))
@@ -152,17 +153,17 @@ async def test_an_answer_that_loses_a_race_never_rewrites_the_finished_task(work
     COMPLETED with one deploy. (The loser wrote ``input-required`` over the winner's completed task.)"""
     first, second = workers
     paused = await send(first, [new_text_part("a2a-answer-race")])
-    answer = asyncio.ensure_future(send(second, [new_answer_part(True, "auto::0")], paused))
+    answer = asyncio.ensure_future(send(second, [new_answer_part(True, request_of(paused)["request_id"])], paused))
     await running(first, paused)
     outcomes: list[Any] = []
     try:
-        outcomes.append(await send(first, [new_answer_part(True, "auto::0")], paused))
+        outcomes.append(await send(first, [new_answer_part(True, request_of(paused)["request_id"])], paused))
     except A2AError as exc:
         outcomes.append(exc)
     GATE.set()
     assert output_of(await answer) == "deployed: a2a-answer-race"
     try:
-        outcomes.append(await send(first, [new_answer_part(True, "auto::0")], paused))
+        outcomes.append(await send(first, [new_answer_part(True, request_of(paused)["request_id"])], paused))
     except A2AError as exc:
         outcomes.append(exc)
     for outcome in outcomes:
@@ -186,9 +187,9 @@ async def test_a_late_answer_never_rewrites_the_finished_task(workers: tuple[Cli
     target = f"a2a-late-{released.split()[0]}"
     paused = await send(first, [new_text_part(target)])
     SESSIONS[0].hold(1)  # the handler's check reads once; the executor's read waits
-    late = asyncio.ensure_future(send(first, [new_answer_part(True, "auto::0")], paused))
+    late = asyncio.ensure_future(send(first, [new_answer_part(True, request_of(paused)["request_id"])], paused))
     assert await asyncio.to_thread(SESSIONS[0].reached.wait, 30)
-    answer = asyncio.ensure_future(send(second, [new_answer_part(True, "auto::0")], paused))
+    answer = asyncio.ensure_future(send(second, [new_answer_part(True, request_of(paused)["request_id"])], paused))
     if released == "while the winner runs":
         assert await asyncio.to_thread(ENTERED.wait, 30)
         SESSIONS[0].release.set()
@@ -224,7 +225,7 @@ async def test_a_cancel_on_the_other_worker_abandons_the_pause(workers: tuple[Cl
     cancelled = await second.cancel_task(CancelTaskRequest(id=paused.id))
     assert cancelled.status.state == TaskState.TASK_STATE_CANCELED
     try:
-        outcome: Any = await send(first, [new_answer_part(True, "auto::0")], paused)
+        outcome: Any = await send(first, [new_answer_part(True, request_of(paused)["request_id"])], paused)
     except A2AError as exc:
         outcome = exc
     assert isinstance(outcome, A2AError) or outcome.status.state == TaskState.TASK_STATE_CANCELED, outcome
@@ -232,5 +233,5 @@ async def test_a_cancel_on_the_other_worker_abandons_the_pause(workers: tuple[Cl
         assert (await client.get_task(GetTaskRequest(id=paused.id))).status.state == TaskState.TASK_STATE_CANCELED
     assert DEPLOYS["a2a-cancel-other"] == 0
     again = await send(second, [new_text_part("a2a-cancel-other-2")], context_id=paused.context_id)
-    done = await send(first, [new_answer_part(True, "auto::0")], again)
+    done = await send(first, [new_answer_part(True, request_of(again)["request_id"])], again)
     assert output_of(done) == "deployed: a2a-cancel-other-2"

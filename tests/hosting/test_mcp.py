@@ -256,14 +256,14 @@ async def test_a_number_takes_only_a_json_number(serve: Any) -> None:
                     await client.session.call_tool(
                         definition.name,
                         {"task": "memo"},
-                        input_responses=accept({"answer": lax}),
+                        input_responses=accept(paused, {"answer": lax}),
                         request_state=paused.request_state,
                         allow_input_required=True,
                     )
             done = await client.call_tool(
                 definition.name,
                 {"task": "memo"},
-                input_responses=accept({"answer": good}),
+                input_responses=accept(paused, {"answer": good}),
                 request_state=paused.request_state,
             )
         assert first_text(done) == expected

@@ -238,8 +238,9 @@ def test_hostile_bodies_get_a_4xx_naming_the_field_and_the_conversation_stays_an
 
 
 def test_a_conversation_object_names_the_same_conversation_as_its_id(client: Responses) -> None:
-    assert approval_items(client.call({"conversation": {"id": "conv_object"}, "input": "object"}))
-    assert text_of(client.call({"conversation": "conv_object", "input": [approve("auto::0")]})) == "deployed: object"
+    paused = client.call({"conversation": {"id": "conv_object"}, "input": "object"})
+    done = client.call({"conversation": "conv_object", "input": [approve(published(paused))]})
+    assert text_of(done) == "deployed: object"
 
 
 @pytest.mark.parametrize("output", ["true", '"3"', '" 3 "', '"3.0"'])
