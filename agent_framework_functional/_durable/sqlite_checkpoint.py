@@ -20,7 +20,7 @@ import weakref
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 
@@ -43,7 +43,10 @@ from .sqlite_rows import (
     LIVE,
     SCHEMA,
     UPSERT_SEGMENT,
+    began_at_once,
+    close_all,
     drop,
+    finish,
     gathered,
     id_key,
     id_text,
@@ -62,9 +65,8 @@ DEFAULT_CHECKPOINT_TTL = timedelta(days=7)
 PURGE_INTERVAL_SECONDS = 600.0
 """How often (at most) a storage object deletes expired checkpoints, on a save."""
 
-
-def _close_dropped(conn: sqlite3.Connection) -> None:
-    conn.close()
+WAL_CHECKPOINT_EVERY = 256
+"""Saves committed on the event loop's thread between two WAL checkpoints (run in a worker thread)."""
 
 
 class SQLiteCheckpointStorage(DurableCheckpointStorage):
@@ -76,12 +78,11 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
     checkpoint that would not decode is refused at :meth:`save`, and a stored one that does not decode
     makes :meth:`load` raise ``WorkflowCheckpointException`` and :meth:`list_checkpoints` skip it.
 
-    Checkpoints of runs this package drives store each step result once (as on Redis and PostgreSQL):
-    a row per checkpoint holds a small head, and the step results added since the run's previous save
-    are one chunk appended to the run's segment. Checkpoints core saves directly are stored whole.
-    Tables (``workflow_checkpoints``, ``checkpoint_segments``, ``checkpoint_chunks``) are created when
-    the storage opens the file. WAL mode; blocking calls run in a worker thread. Put the file on a
-    local disk; use the Redis or PostgreSQL storage for several machines.
+    Runs this package drives store each step result once (as on Redis and PostgreSQL): a checkpoint is
+    one chunk (its head and the step results added since the run's previous save) appended to the run's
+    segment; core used directly is stored whole. Tables are created when the storage opens the file
+    (WAL mode). A save runs on the event loop's thread unless it must wait for a lock; reads and
+    deletes run in a worker thread. Put the file on a local disk; for several machines use Redis or PostgreSQL.
 
     Security: core decodes with ``pickle`` under an allow-list, so without a ``sealer`` whoever can
     write the file can run code in your workers (the storage logs a warning once). With a
@@ -93,9 +94,9 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
 
     Keyword Args:
         allowed_checkpoint_types: Extra ``"module:QualName"`` types checkpoints may contain.
-        ttl: How long a checkpoint is kept after it is saved (seconds or ``timedelta``), default 7 days;
-            ``None`` keeps checkpoints until :meth:`delete`. Expired rows are never returned and are
-            deleted by a later save (at most once per 10 minutes per object).
+        ttl: How long a checkpoint is kept after its run's last save (seconds or ``timedelta``), default 7
+            days; ``None`` keeps them until :meth:`delete`. Expired ones are never returned and are deleted
+            by a later save (at most once per 10 minutes per object).
         busy_timeout: Seconds to wait for another process's write lock before failing.
         sealer: Seals every piece it saves and opens every piece it loads (README "Durable
             continuations"); None stores core's encoding as it is.
@@ -137,15 +138,21 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
         self._deduper = StepCacheDeduper(self._allowed_types, inline_heads=True)
         self.path = Path(path)
         self._lock = threading.Lock()
-        self._conn = connect_sqlite(self.path, timeout)
+        conn = connect_sqlite(self.path, timeout)
+        connections = [conn]
         try:
-            self._conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
             for statement in SCHEMA:
-                self._conn.execute(statement)
+                conn.execute(statement)
+            now = connect_sqlite(self.path, timeout)  # the event loop's: never waits, never checkpoints the WAL
+            connections.append(now)
+            now.executescript("PRAGMA synchronous = NORMAL; PRAGMA wal_autocheckpoint = 0; PRAGMA busy_timeout = 0;")
         except BaseException:
-            self._conn.close()
+            close_all(*connections)
             raise
-        self._finalizer = weakref.finalize(self, _close_dropped, self._conn)
+        self._conn, self._now = conn, now
+        self._commits = 0
+        self._finalizer = weakref.finalize(self, close_all, self._conn, self._now)
 
     async def save(self, checkpoint: WorkflowCheckpoint) -> str:
         """Store a copy of ``checkpoint`` (replacing one with the same id) and return its id.
@@ -277,14 +284,7 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
             return loads
 
         loads = await self._run(read)
-
-        def loader(load: Callable[[], WorkflowCheckpoint]) -> Callable[[], Any]:
-            async def run() -> WorkflowCheckpoint:
-                return load()
-
-            return run
-
-        return await self._listed(workflow_name, ((cid, loader(load)) for cid, load in loads))
+        return await self._listed(workflow_name, ((cid, functools.partial(_decoded, load)) for cid, load in loads))
 
     async def delete(self, checkpoint_id: str) -> bool:
         """Delete a checkpoint by id (and the step results nothing references any more).
@@ -311,13 +311,13 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
         def delete(conn: sqlite3.Connection, _now: float) -> int:
             return sum(drop(conn, checkpoint_id) for checkpoint_id in ids)
 
-        return await self._write(delete, purge=False) if ids else 0
+        return await self._write(delete, at_once=False) if ids else 0
 
     def close(self) -> None:
         """Close the database connection (idempotent); the storage cannot be used afterwards."""
         with self._lock:
             if self._finalizer.detach() is not None:
-                self._conn.close()
+                close_all(self._conn, self._now)
 
     async def aclose(self) -> None:
         """Close the database connection (idempotent) without blocking the event loop; see :meth:`close`."""
@@ -357,24 +357,35 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
         """One chunk opened (bound to its segment and index; a sealed one refused without a sealer) as text."""
         return open_chunk(segment, index, self._unseal(checkpoint_id, raw, chunk_context(segment, index)), None)
 
-    async def _write(self, operation: Callable[[sqlite3.Connection, float], _T], *, purge: bool = True) -> _T:
-        """Run ``operation`` in one immediate transaction (purging first when due); rolled back on error or False."""
+    async def _write(self, operation: Callable[[sqlite3.Connection, float], _T], *, at_once: bool = True) -> _T:
+        """Run ``operation`` in one immediate transaction; rolled back on an error or a False result.
 
-        def transaction(conn: sqlite3.Connection) -> _T:
+        A save runs at once on the event loop's thread when nothing holds the storage or the file's write lock
+        (a WAL commit with ``synchronous = NORMAL`` waits for no disk; every ``WAL_CHECKPOINT_EVERY`` such saves
+        the WAL is checkpointed in the worker thread); else, for a due purge and for deletes, in that thread.
+        """
+        due = self._purges.interval is not None and self._purges.due(time.time())
+        if at_once and not due and self._lock.acquire(blocking=False):
+            try:
+                began = began_at_once(self._now)
+                result = finish(self._now, operation) if began else None
+            finally:
+                self._lock.release()
+            if began:
+                self._commits += 1
+                if self._commits % WAL_CHECKPOINT_EVERY == 0:
+                    await self._run(lambda conn: conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall())
+                return cast("_T", result)
+
+        def waiting(conn: sqlite3.Connection) -> _T:
             now = time.time()
             conn.execute("BEGIN IMMEDIATE")
-            try:
-                if purge and self._purges.interval is not None and self._purges.due(now):
-                    self._purges.ran(now)
-                    purge_expired(conn, now)
-                result = operation(conn, now)
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT" if result is not False else "ROLLBACK")
-            return result
+            if at_once and self._purges.interval is not None and self._purges.due(now):
+                self._purges.ran(now)
+                purge_expired(conn, now)
+            return finish(conn, operation)
 
-        return await self._run(transaction)
+        return await self._run(waiting)
 
     async def _run(self, operation: Callable[[sqlite3.Connection], _T]) -> _T:
         def locked() -> _T:
@@ -382,3 +393,7 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
                 return operation(self._conn)
 
         return await asyncio.to_thread(locked)
+
+
+async def _decoded(load: Callable[[], WorkflowCheckpoint]) -> WorkflowCheckpoint:
+    return load()

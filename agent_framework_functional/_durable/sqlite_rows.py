@@ -1,4 +1,4 @@
-"""The SQLite layout of ``SQLiteCheckpointStorage``: its tables, stored keys, and the reads and deletes of chunks.
+"""The SQLite layout of ``SQLiteCheckpointStorage``: its tables, stored keys, transactions, reads and deletes.
 
 A checkpoint of a run we drive is one row of ``checkpoint_chunks`` (its new step results and its head,
 ``_durable/checkpoint_delta.py`` with ``inline_heads``) in its run's segment; ``checkpoint_segments`` counts
@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 import uuid
-from collections.abc import Sequence
-from typing import Any, cast
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar, cast
+
+_T = TypeVar("_T")
 
 SCHEMA = (
     # Checkpoints stored whole (core used directly): one row each.
@@ -130,3 +133,29 @@ def segment_key(segment: str) -> int | str:
 def segment_text(key: Any) -> str:
     """A stored segment id as the deduper's text (:func:`segment_key` undone)."""
     return f"{key + (1 << 63):016x}" if isinstance(key, int) else str(key)
+
+
+def began_at_once(conn: sqlite3.Connection) -> bool:
+    """``BEGIN IMMEDIATE`` on a connection that never waits; False when another process holds the write lock."""
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError:  # busy (or failing): the worker thread's connection waits, or raises
+        return False
+    return True
+
+
+def finish(conn: sqlite3.Connection, operation: Callable[[sqlite3.Connection, float], _T]) -> _T:
+    """Finish the transaction ``conn`` began: ``operation``, then commit (rolled back on an error or False)."""
+    try:
+        result = operation(conn, time.time())
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT" if result is not False else "ROLLBACK")
+    return result
+
+
+def close_all(*connections: sqlite3.Connection) -> None:
+    """Close the storage's connections (also its weak finalizer's job when it is dropped open)."""
+    for conn in connections:
+        conn.close()

@@ -25,7 +25,7 @@ from agent_framework import RunContext, WorkflowCheckpoint, WorkflowCheckpointEx
 from agent_framework._workflows._checkpoint_encoding import encode_checkpoint_value
 
 from agent_framework_functional import CheckpointSealer, SQLiteCheckpointStorage, SQLiteContinuationStore, workflow
-from agent_framework_functional._durable import checkpoint_delta
+from agent_framework_functional._durable import checkpoint_delta, sqlite_checkpoint
 
 STEPS = 300
 
@@ -205,3 +205,30 @@ def test_bad_options_are_refused(tmp_path: Path) -> None:
         SQLiteCheckpointStorage(tmp_path / "x.db", allowed_checkpoint_types=[1])  # type: ignore[list-item]
     with pytest.raises(TypeError):
         SQLiteCheckpointStorage(tmp_path / "x.db", sealer="key")  # type: ignore[arg-type]
+
+
+async def test_a_save_waits_for_another_process_holding_the_write_lock(tmp_path: Path) -> None:
+    path = tmp_path / "locked.db"
+    async with SQLiteCheckpointStorage(path) as storage:
+        wf = workflow(keep_checkpoints=True)(plain).build(checkpoint_storage=storage)
+        await wf.run(["a"])
+        with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as other:
+            other.execute("BEGIN IMMEDIATE")  # another process's write
+            run = asyncio.ensure_future(wf.run(["b", "c"]))
+            await asyncio.sleep(0.2)
+            assert not run.done()  # the save could not write at once: it waits in the worker thread
+            other.execute("COMMIT")
+            await run
+        assert len(await storage.list_checkpoint_ids(workflow_name="plain")) == 2 + 3
+
+
+async def test_the_wal_is_checkpointed_while_saves_run_on_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The loop's connection never checkpoints the WAL itself (a checkpoint waits for the disk).
+    monkeypatch.setattr(sqlite_checkpoint, "WAL_CHECKPOINT_EVERY", 16)
+    path = tmp_path / "wal.db"
+    async with SQLiteCheckpointStorage(path) as storage:
+        await workflow(keep_checkpoints=True)(plain).build(checkpoint_storage=storage).run([str(i) for i in range(400)])
+        wal = path.with_name(path.name + "-wal").stat().st_size
+    assert wal < 1 << 20  # about 5 MB when it is never checkpointed
