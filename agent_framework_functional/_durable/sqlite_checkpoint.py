@@ -44,6 +44,7 @@ from .sqlite_rows import (
     SCHEMA,
     UPSERT_SEGMENT,
     began_at_once,
+    blob,
     close_all,
     drop,
     finish,
@@ -237,7 +238,7 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
             sql = f"SELECT body FROM workflow_checkpoints WHERE checkpoint_id = ? AND {LIVE}"
             whole = conn.execute(sql, (checkpoint_id, now)).fetchone()
             if whole is not None:
-                return (bytes(whole[0]),)
+                return (blob(whole[0]),)
             sql = (
                 "SELECT c.segment, c.idx, s.parents FROM checkpoint_chunks c JOIN checkpoint_segments s "
                 f"ON s.segment = c.segment WHERE c.checkpoint_id = ? AND {LIVE.replace('expires_at', 's.expires_at')}"
@@ -267,12 +268,12 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
             now = time.time()
             sql = f"SELECT checkpoint_id, body FROM workflow_checkpoints WHERE workflow_name = ? AND {LIVE}"
             rows = conn.execute(sql + " ORDER BY saved_at", (workflow_name, now)).fetchall()
-            loads = [(str(cid), functools.partial(self._whole, str(cid), bytes(body))) for cid, body in rows]
+            loads = [(str(cid), functools.partial(self._whole, str(cid), blob(body))) for cid, body in rows]
             sql = f"SELECT segment, parents FROM checkpoint_segments WHERE workflow_name = ? AND {LIVE}"
             for segment, parents in conn.execute(sql + " ORDER BY saved_at", (workflow_name, now)).fetchall():
                 ids = conn.execute(
                     "SELECT checkpoint_id, idx FROM checkpoint_chunks WHERE segment = ? AND checkpoint_id IS NOT NULL "
-                    "ORDER BY idx",
+                    "AND typeof(idx) = 'integer' AND idx >= 0 ORDER BY idx",
                     (segment,),
                 ).fetchall()
                 if ids:

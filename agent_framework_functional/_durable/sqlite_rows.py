@@ -89,10 +89,10 @@ def gathered(
     conn: sqlite3.Connection, segment: str, index: int, parents: str
 ) -> tuple[list[tuple[str, int]], list[list[bytes]]]:
     """A checkpoint's references (its parents, then its own segment up to chunk ``index``) and their chunks."""
-    refs = [*references(parents), (segment, index + 1)]
+    refs = [*references(parents), (segment, index + 1 if isinstance(index, int) and index >= 0 else 0)]
     chunks = [
         [
-            bytes(body)
+            blob(body)
             for (body,) in conn.execute(
                 "SELECT body FROM checkpoint_chunks WHERE segment = ? AND idx < ? ORDER BY idx",
                 (segment_key(name), count),
@@ -120,7 +120,14 @@ def id_key(checkpoint_id: str) -> bytes | str:
 
 def id_text(key: Any) -> str:
     """A stored checkpoint id as core's text (:func:`id_key` undone)."""
-    return str(uuid.UUID(bytes=bytes(key))) if isinstance(key, bytes) else str(key)
+    if isinstance(key, bytes):
+        return str(uuid.UUID(bytes=key)) if len(key) == 16 else key.hex()  # another length: no id of ours
+    return str(key)
+
+
+def blob(value: Any) -> bytes:
+    """A stored body as bytes (one written as text or a number, which this storage never writes, as its text)."""
+    return value if isinstance(value, bytes) else str(value).encode("utf-8", "surrogatepass")
 
 
 def segment_key(segment: str) -> int | str:

@@ -232,3 +232,30 @@ async def test_the_wal_is_checkpointed_while_saves_run_on_the_event_loop(
         await workflow(keep_checkpoints=True)(plain).build(checkpoint_storage=storage).run([str(i) for i in range(400)])
         wal = path.with_name(path.name + "-wal").stat().st_size
     assert wal < 1 << 20  # about 5 MB when it is never checkpointed
+
+
+@pytest.mark.parametrize(
+    "chunk",
+    [
+        ("text body", 0, "not json"),  # a body written as text
+        (b"\xff\xfe", 0, "[]"),  # not UTF-8
+        (b"{}", "zero", "[]"),  # an index that is not a number
+        (b"{}", 0, 7),  # parents that are not text
+        (b"{}", 0, '[["segment", "many"]]'),  # malformed parents
+    ],
+)
+async def test_planted_rows_of_any_type_fail_load_cleanly_and_are_skipped_by_list(
+    tmp_path: Path, chunk: tuple[Any, Any, Any]
+) -> None:
+    path = tmp_path / "planted.db"
+    async with SQLiteCheckpointStorage(path) as storage:
+        await workflow(keep_checkpoints=True)(plain).build(checkpoint_storage=storage).run(["a"])
+        good = await storage.list_checkpoint_ids(workflow_name="plain")
+        body, index, parents = chunk
+        with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+            conn.execute("INSERT INTO checkpoint_segments VALUES (?, 'plain', ?, 1, 1, 0, NULL)", ("seg", parents))
+            conn.execute("INSERT INTO checkpoint_chunks VALUES ('seg', ?, 'planted', ?)", (index, body))
+        with pytest.raises(WorkflowCheckpointException):
+            await storage.load("planted")
+        assert await storage.list_checkpoint_ids(workflow_name="plain") == good
+        assert await storage.delete("planted")
