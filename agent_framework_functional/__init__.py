@@ -29,6 +29,7 @@ from ._durable.redis_checkpoint import RedisCheckpointStorage
 from ._durable.redis_session import RedisSessionStore
 from ._durable.redis_store import RedisContinuationStore
 from ._durable.session_store import InMemorySessionStore
+from ._durable.sqlite_checkpoint import SQLiteCheckpointStorage
 from ._durable.sqlite_session import SQLiteSessionStore
 from ._durable.sqlite_store import SQLiteContinuationStore
 from ._emit import emit_update, stream_agent
@@ -86,6 +87,7 @@ __all__ = [  # noqa: RUF022 - plain sorted(), as tests/test_public_api.py checks
     "ResponseMismatchError",
     "RunContext",
     "SESSION_STATE_KEY",
+    "SQLiteCheckpointStorage",
     "SQLiteContinuationStore",
     "SQLiteSessionStore",
     "StaleContinuationError",

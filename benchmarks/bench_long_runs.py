@@ -7,6 +7,8 @@ by ``core`` and through this package by ``ours``) and LangGraph's ``entrypoint``
 * ``memory``: core and ours without checkpoint storage (the step cache lives in memory, for a
   replay after a pause); LangGraph with ``InMemorySaver`` (without a checkpointer it keeps no task
   results at all).
+* ``sqlite``: core and ours with ``SQLiteCheckpointStorage`` (this package's embedded storage, one file);
+  LangGraph with ``AsyncSqliteSaver``.
 * ``redis``: core and ours with ``RedisCheckpointStorage`` (this package's storage) on a real
   ``redis-server`` the benchmark starts on a free loopback port (no persistence: memory only);
   LangGraph with ``AsyncSqliteSaver`` (its durable saver here).
@@ -27,7 +29,9 @@ run's wall time; ``stored`` is what the run left in its storage: the Redis keys'
 the checkpoint files' sizes, the SQLite file with its WAL; ``payload`` is the bytes of the values
 alone (Redis hash fields and list items; LangGraph's checkpoint, metadata and write blobs).
 Cells whose cost grows with N squared (core's step-cache check, and every checkpoint holding the
-whole cache) are skipped above ``--max-quadratic`` steps. There is no target: it exits 0.
+whole cache) are skipped above ``--max-quadratic`` steps. The goals (CPU per step at the largest N within
+1.3x of the smallest, ours; ours at most 0.6x LangGraph's CPU at 1,000 steps and more on the memory,
+sqlite and postgres rows; ours storing at most LangGraph's bytes) are printed, met or missed; it exits 0.
 
 .. code-block:: bash
 
@@ -63,8 +67,13 @@ from typing import Any
 import agent_framework
 from agent_framework import FileCheckpointStorage, step
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's package, not an installed one
 import agent_framework_functional
-from agent_framework_functional import PostgresCheckpointStorage, RedisCheckpointStorage
+from agent_framework_functional import (
+    PostgresCheckpointStorage,
+    RedisCheckpointStorage,
+    SQLiteCheckpointStorage,
+)
 
 warnings.filterwarnings("ignore")  # core's ExperimentalWarning
 
@@ -83,7 +92,7 @@ LANGGRAPH_SKIPPED = (
     f"needs Python 3.11 or newer; this is Python {platform.python_version()}"
 )
 SIDES = ("core", "ours", "langgraph") if LANGGRAPH_RUNS else ("core", "ours")
-ROWS = ("memory", "redis", "file", "postgres")
+ROWS = ("memory", "sqlite", "redis", "file", "postgres")
 
 
 @step
@@ -255,6 +264,13 @@ def sqlite_payload(path: Path) -> int:
         return int(checkpoints.fetchone()[0]) + int(writes.fetchone()[0])
 
 
+def ours_sqlite_payload(path: Path) -> int:
+    with contextlib.closing(sqlite3.connect(path)) as con:
+        whole = con.execute("select coalesce(sum(length(body)), 0) from workflow_checkpoints").fetchone()
+        chunks = con.execute("select coalesce(sum(length(body)), 0) from checkpoint_chunks").fetchone()
+        return int(whole[0]) + int(chunks[0])
+
+
 # ---------------------------------------------------------------- one run per side and row
 
 
@@ -331,6 +347,14 @@ async def run_one(side: str, row: str, docs: list[str], folder: Path, servers: S
         measure = await timed(lambda: wf.run(docs))
         measure.stored = measure.payload = folder_bytes(target)
         return measure
+    if row == "sqlite":
+        path = folder / f"{side}-{uuid.uuid4().hex}.db"
+        async with SQLiteCheckpointStorage(path) as sqlite_storage:
+            wf = definition.build(checkpoint_storage=sqlite_storage)
+            measure = await timed(lambda: wf.run(docs))
+        measure.stored = folder_bytes_of(folder, path.name)
+        measure.payload = ours_sqlite_payload(path)
+        return measure
     namespace = f"bench-{uuid.uuid4().hex[:12]}"
     storage = RedisCheckpointStorage(redis_url, namespace=namespace)
     try:
@@ -395,6 +419,9 @@ async def measure_all(args: argparse.Namespace, folder: Path, servers: Servers) 
         docs = [f"doc-{index:05d}" for index in range(n)]
         cells = [(side, row) for row in args.rows for side in SIDES]
         cells = [cell for cell in cells if not (quadratic(*cell) and n > args.max_quadratic)]
+        # LangGraph runs the same AsyncSqliteSaver on the sqlite, redis and file rows: measured once, shared.
+        shared = [row for row in ("redis", "file") if row in args.rows and "sqlite" in args.rows]
+        cells = [cell for cell in cells if not (cell[0] == "langgraph" and cell[1] in shared)]
         for round_index in range(args.repeats):
             shift = round_index % len(cells)
             for side, row in itertools.chain(cells[shift:], cells[:shift]):
@@ -404,6 +431,9 @@ async def measure_all(args: argparse.Namespace, folder: Path, servers: Servers) 
                     if best is not None and measure.stored is None:
                         measure.stored, measure.payload = best.stored, best.payload
                     results[side, row, n] = measure
+        for row in shared:
+            if ("langgraph", "sqlite", n) in results:
+                results["langgraph", row, n] = results["langgraph", "sqlite", n]
     return results
 
 
@@ -428,6 +458,7 @@ def report(results: dict[tuple[str, str, int], Measure], args: argparse.Namespac
                     line += f"{ours.cpu / lg.cpu:>9.3f}" if ours and lg else f"{'-':>9}"
                 print(line)
     report_linearity(results, args)
+    report_goals(results, args)
     print(json.dumps({"sizes": args.sizes, "repeats": args.repeats}))
 
 
@@ -438,6 +469,36 @@ def report_linearity(results: dict[tuple[str, str, int], Measure], args: argpars
         first, last = results.get(("ours", row, small)), results.get(("ours", row, large))
         if first and last:
             print(f"  {row:7} {last.cpu / large / (first.cpu / small):.3f}")
+
+
+GOAL_LINEAR = 1.3  # cpu per step at the largest N over the smallest, ours
+GOAL_VS_LANGGRAPH = 0.6  # ours over LangGraph's cpu, at 1,000 steps and more
+LANGGRAPH_ROWS = ("memory", "sqlite", "postgres")  # LangGraph's in-memory, SQLite and PostgreSQL savers
+
+
+def report_goals(results: dict[tuple[str, str, int], Measure], args: argparse.Namespace) -> None:
+    """Each goal per row: met or MISSED, with the figure."""
+    print("goals:")
+    small, large = min(args.sizes), max(args.sizes)
+    for row in args.rows:
+        first, last = results.get(("ours", row, small)), results.get(("ours", row, large))
+        if row != "file" and first and last and large > small:
+            ratio = last.cpu / large / (first.cpu / small)
+            print(f"  {row:8} linear {large} vs {small}: {ratio:.2f} ({_verdict(ratio <= GOAL_LINEAR)})")
+        for n in args.sizes:
+            ours, lg = results.get(("ours", row, n)), results.get(("langgraph", row, n))
+            if not ours or not lg:
+                continue
+            if row in LANGGRAPH_ROWS and n >= 1000:
+                ratio = ours.cpu / lg.cpu
+                print(f"  {row:8} cpu ours/lg at {n}: {ratio:.2f} ({_verdict(ratio <= GOAL_VS_LANGGRAPH)})")
+            if row != "file" and ours.stored is not None and lg.stored is not None:
+                ok = ours.stored <= lg.stored
+                print(f"  {row:8} stored ours/lg at {n}: {ours.stored / lg.stored:.2f} ({_verdict(ok)})")
+
+
+def _verdict(met: bool) -> str:
+    return "met" if met else "MISSED"
 
 
 if __name__ == "__main__":

@@ -241,10 +241,11 @@ def test_the_long_run_benchmark_quick_run_prints_every_row() -> None:
     done = subprocess.run([sys.executable, str(script), "--quick"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.splitlines()
-    for row in ("memory", "redis", "file", "postgres"):
+    for row in ("memory", "sqlite", "redis", "file", "postgres"):
         for size in (5, 20):
             cells = [line.split() for line in lines if line.split()[:2] == [row, str(size)]]
             assert {cell[2] for cell in cells} == SIDES, (row, size)
             assert all(float(cell[3]) > 0 for cell in cells)
     assert "linearity" in done.stdout
+    assert "goals:" in done.stdout and "sqlite   linear" in done.stdout
     assert ("needs Python 3.11" in done.stdout) is (sys.version_info < (3, 11)), done.stdout

@@ -53,6 +53,7 @@ EXPECTED_ALL = [
     "ResponseMismatchError",
     "RunContext",
     "SESSION_STATE_KEY",
+    "SQLiteCheckpointStorage",
     "SQLiteContinuationStore",
     "SQLiteSessionStore",
     "StaleContinuationError",

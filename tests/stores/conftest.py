@@ -2,7 +2,7 @@
 
 ``make_store`` / ``store`` run each test once per continuation store (SQLite, Redis, Postgres, and
 yours when ``AFF_STORE_FACTORY`` names it); ``storage_backend`` / ``make_storage`` once per checkpoint
-storage (core's in-memory and file storages as the reference, Redis, Postgres, and yours when
+storage (core's in-memory and file storages as the reference, SQLite, Redis, Postgres, and yours when
 ``AFF_CHECKPOINT_STORAGE_FACTORY`` names it). See ``store_backends.py`` for the factory shape.
 Redis and Postgres are real servers (``redis_server``, ``postgres_server`` in ``tests/conftest.py``).
 """
@@ -17,10 +17,15 @@ import pytest
 from agent_framework import CheckpointStorage
 from store_backends import Clock, StorageBackend, custom_factory, open_storage_backend, open_store_backend
 
-from agent_framework_functional import ContinuationStore, PostgresCheckpointStorage, RedisCheckpointStorage
+from agent_framework_functional import (
+    ContinuationStore,
+    PostgresCheckpointStorage,
+    RedisCheckpointStorage,
+    SQLiteCheckpointStorage,
+)
 
 STORE_KINDS = ["sqlite", "redis", "postgres"] + (["custom"] if custom_factory("AFF_STORE_FACTORY") else [])
-STORAGE_KINDS = ["memory", "file", "redis", "postgres"] + (
+STORAGE_KINDS = ["memory", "file", "sqlite", "redis", "postgres"] + (
     ["custom"] if custom_factory("AFF_CHECKPOINT_STORAGE_FACTORY") else []
 )
 SERVERS = {"redis": "redis_server", "postgres": "postgres_server"}
@@ -28,7 +33,9 @@ SERVERS = {"redis": "redis_server", "postgres": "postgres_server"}
 
 async def _close(opened: list[ContinuationStore] | list[CheckpointStorage]) -> None:
     for item in opened:
-        if isinstance(item, (ContinuationStore, RedisCheckpointStorage, PostgresCheckpointStorage)):
+        if isinstance(
+            item, (ContinuationStore, SQLiteCheckpointStorage, RedisCheckpointStorage, PostgresCheckpointStorage)
+        ):
             await item.aclose()  # core's checkpoint storages hold nothing to close
 
 

@@ -15,9 +15,11 @@ To run the suite against your own store, name your function in an environment va
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
+import sqlite3
 import time
 import uuid
 from collections.abc import Callable
@@ -34,10 +36,13 @@ from agent_framework_functional import (
     PostgresContinuationStore,
     RedisCheckpointStorage,
     RedisContinuationStore,
+    SQLiteCheckpointStorage,
     SQLiteContinuationStore,
 )
 
 StoreOpener = Callable[..., ContinuationStore]
+DurableStorage = SQLiteCheckpointStorage | RedisCheckpointStorage | PostgresCheckpointStorage
+"""This package's checkpoint storages (each takes ``sealer=`` and holds connections to close)."""
 StorageOpener = Callable[[], CheckpointStorage]
 Plant = Callable[[str, str, bytes], Any]
 """Write raw bytes as the stored body of checkpoint ``id`` of workflow ``name`` (an attacker with write access)."""
@@ -73,11 +78,11 @@ class StorageBackend:
     encodes: bool  # stores an encoded copy (refuses types outside its allow-list at save)
     plant: Plant | None = None
     # The same storage with a sealer (or none: a plain one with its own type).
-    sealed: Callable[[CheckpointSealer | None], RedisCheckpointStorage | PostgresCheckpointStorage] | None = None
+    sealed: Callable[[CheckpointSealer | None], DurableStorage] | None = None
 
 
 def open_storage_backend(kind: str, workdir: Path, server: str | None) -> StorageBackend:
-    """One of the checkpoint storages: core's two (the reference) or this package's two, on fresh storage."""
+    """One of the checkpoint storages: core's two (the reference) or this package's three, on fresh storage."""
     if kind == "memory":
         shared = InMemoryCheckpointStorage()
         return StorageBackend(lambda: shared, encodes=False)
@@ -89,6 +94,8 @@ def open_storage_backend(kind: str, workdir: Path, server: str | None) -> Storag
             (folder / f"{checkpoint_id}.json").write_bytes(body)
 
         return StorageBackend(lambda: FileCheckpointStorage(folder), encodes=True, plant=plant_file)
+    if kind == "sqlite":
+        return sqlite_storage_backend(workdir / "app.db")
     assert server is not None
     if kind == "redis":
         namespace = f"conformance:{uuid.uuid4().hex}"
@@ -128,6 +135,24 @@ def open_storage_backend(kind: str, workdir: Path, server: str | None) -> Storag
         encodes=True,
         plant=plant_postgres,
         sealed=lambda sealer: PostgresCheckpointStorage(server, schema=schema, sealer=sealer),
+    )
+
+
+def sqlite_storage_backend(path: Path) -> StorageBackend:
+    """``SQLiteCheckpointStorage`` on the file ``path`` (which a continuation store may share)."""
+
+    def plant_sqlite(checkpoint_id: str, workflow_name: str, body: bytes) -> None:
+        with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO workflow_checkpoints VALUES (?, ?, 0, NULL, ?)",
+                (checkpoint_id, workflow_name, body),
+            )
+
+    return StorageBackend(
+        lambda: SQLiteCheckpointStorage(path),
+        encodes=True,
+        plant=plant_sqlite,
+        sealed=lambda sealer: SQLiteCheckpointStorage(path, sealer=sealer),
     )
 
 

@@ -1,8 +1,8 @@
 """Core's CheckpointStorage contract and attacks on stored bodies, against every checkpoint storage.
 
 Core's ``InMemoryCheckpointStorage`` and ``FileCheckpointStorage`` are the reference: what they do,
-this package's ``RedisCheckpointStorage`` and ``PostgresCheckpointStorage`` do too. Storages that
-encode (all but the in-memory one) also refuse at ``save`` what they could not load, and treat a
+this package's ``SQLiteCheckpointStorage``, ``RedisCheckpointStorage`` and ``PostgresCheckpointStorage`` do
+too. Storages that encode (all but the in-memory one) also refuse at ``save`` what they could not load, and treat a
 body someone else wrote (garbage, non-UTF-8, hostile nesting, a type outside the allow-list) as a
 ``WorkflowCheckpointException`` on ``load`` and a skipped entry in ``list_checkpoints``.
 """
@@ -146,7 +146,7 @@ BAD_BODIES = {
 }
 
 
-PLANTABLE = ["file", "redis", "postgres"]
+PLANTABLE = ["file", "sqlite", "redis", "postgres"]
 """The storages whose raw bodies a test can write (core's in-memory storage keeps objects, not bodies)."""
 
 KNOWN_GAPS = {
@@ -206,7 +206,7 @@ def test_cores_encoding_helpers_are_where_the_postgres_storage_expects_them() ->
 
 # ---------------------------------------------------------------- sealed storages (CheckpointSealer)
 
-SEALABLE = ["redis", "postgres"]
+SEALABLE = ["sqlite", "redis", "postgres"]
 """This package's storages, which take a ``sealer=`` (README "Durable continuations")."""
 
 _CORE_MODULE = "agent_framework._workflows._checkpoint"
