@@ -249,6 +249,28 @@ class FunctionalA2AExecutor(AgentExecutor):
         paused_at = _held(session).get("paused_at")
         return not isinstance(paused_at, (int, float)) or time.time() - paused_at >= self.agent.continuation_ttl
 
+    async def release_dropped(
+        self, session: AgentSession | None, task_id: str, context_id: str, context: ServerCallContext
+    ) -> bool:
+        """Abandon the pause of a waiting task the task store no longer has (dropped past its bound).
+
+        Nobody can answer that pause (its task is not found), so new input on its context must not wait for it.
+
+        Returns:
+            True when the pause was released (or was gone already); False while the task exists or an answer runs.
+        """
+        if session is None or self.task_store is None or await self.task_store.get(task_id, context) is not None:
+            return False
+        try:
+            await self.agent.abandon_continuation_async(session=session)
+        except WorkflowRunningError:
+            return False
+        except ContinuationAuthorityError:
+            pass  # gone already (answered, expired): only the context's note is left
+        session.state.pop(HOST_KEY, None)
+        await self.session_store.set(self.session_key(context_id), session)
+        return True
+
     async def before_cancel(self, task: Task) -> None:
         """Abandon the pause ``task`` holds before a2a-sdk cancels it; refuse while an answer to it runs.
 

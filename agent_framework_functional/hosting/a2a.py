@@ -30,7 +30,7 @@ from a2a.types import (
 )
 from a2a.types import Message as A2AMessage
 from a2a.utils.errors import InvalidParamsError
-from agent_framework import SessionStore
+from agent_framework import AgentSession, SessionStore
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
@@ -88,13 +88,9 @@ class FunctionalA2ARequestHandler(DefaultRequestHandler):
         session = await self.executor.session_for(context_id) if context_id else None
         paused_on = await self.executor.waits_on(session, context)
         if task is None:
-            if paused_on and not message.task_id:
-                raise InvalidParamsError(
-                    f"Context {context_id} waits for input on task {paused_on}: send the answer with that task_id."
-                )
-            if not message.task_id and not get_message_text(message).strip():
-                raise InvalidParamsError(_NO_INPUT)
-            return  # an unknown task id: a2a-sdk refuses it (TaskNotFound)
+            if not message.task_id:  # an unknown task id: a2a-sdk refuses it (TaskNotFound)
+                await self._check_new_input(message, context_id, session, paused_on, context)
+            return
         if task.status.state != TaskState.TASK_STATE_INPUT_REQUIRED or session is None:
             return  # an ended task: a2a-sdk refuses it; a running one: the executor's guard ignores it
         if message.context_id and message.context_id != task.context_id:
@@ -106,6 +102,24 @@ class FunctionalA2ARequestHandler(DefaultRequestHandler):
             message_answers(message, pending, text_answers=self.executor.text_answers)
         except ResponseMismatchError as exc:
             raise InvalidParamsError(str(exc)) from None
+
+    async def _check_new_input(
+        self,
+        message: A2AMessage,
+        context_id: str | None,
+        session: AgentSession | None,
+        paused_on: str | None,
+        context: ServerCallContext,
+    ) -> None:
+        """Refuse new input on a context that waits for an answer, or new input without text."""
+        if paused_on and context_id and await self.executor.release_dropped(session, paused_on, context_id, context):
+            paused_on = None  # its task left the task store (past its bound): nobody can answer it, start over
+        if paused_on:
+            raise InvalidParamsError(
+                f"Context {context_id} waits for input on task {paused_on}: send the answer with that task_id."
+            )
+        if not get_message_text(message).strip():
+            raise InvalidParamsError(_NO_INPUT)
 
     async def on_cancel_task(self, params: CancelTaskRequest, context: ServerCallContext) -> Task | None:
         """Abandon the pause the task holds, then a2a-sdk's ``tasks/cancel``; refused while an answer to it runs."""

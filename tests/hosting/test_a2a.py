@@ -593,3 +593,24 @@ async def test_a_paused_task_is_released_from_memory_after_the_pause_ttl(
     assert paused.id not in active
     found = await client.get_task(GetTaskRequest(id=paused.id))  # the store still has it
     assert found.status.state == INPUT_REQUIRED
+
+
+async def test_a_context_whose_waiting_task_left_the_task_store_takes_new_input(
+    serve_port: Any, http: httpx.AsyncClient
+) -> None:
+    """Past ``max_tasks`` a waiting task is dropped; its pause can no longer be answered (task not found), so new
+    text on its context starts a new task instead of "waits for input on task ..." until the session's TTL."""
+    from agent_framework_functional.hosting.a2a import BoundedTaskStore
+
+    client = await client_for(serve_a2a(serve_port, task_store=BoundedTaskStore(ttl=3600, max_tasks=3)), http)
+    victim = await send(client, [new_text_part("a2a-dropped")])
+    answer = [new_answer_part(True, request_of(victim)["request_id"])]
+    for index in range(4):
+        await send(client, [new_text_part(f"a2a-dropping-{index}")])  # other contexts, each waiting
+    with pytest.raises(A2AError, match="not found"):
+        await send(client, answer, victim)
+    again = await send(client, [new_text_part("a2a-dropped-again")], context_id=victim.context_id)
+    assert output_of(await send(client, [new_answer_part(True, request_of(again)["request_id"])], again)) == (
+        "deployed: a2a-dropped-again"
+    )
+    assert DEPLOYS["a2a-dropped"] == 0
