@@ -88,17 +88,19 @@ class HeldSteps:
         write: Writes a run's held rows (the run, the rows) in one statement, in order, without waiting for the disk.
 
     Keyword Args:
+        lost: Called with the run whose rows are dropped unwritten because its earlier write failed.
         delay: Seconds a run's held rows wait for its next save before they are written on their own.
     """
 
-    __slots__ = ("_chains", "_delay", "_flushes", "_last", "_write")
+    __slots__ = ("_chains", "_delay", "_flushes", "_last", "_lost", "_write")
 
-    def __init__(self, write: Write, *, delay: float = STEP_WRITE_DELAY_SECONDS) -> None:
+    def __init__(self, write: Write, *, lost: Callable[[Any], None], delay: float = STEP_WRITE_DELAY_SECONDS) -> None:
         self._write = write
+        self._lost = lost
         self._delay = delay
         self._chains: dict[object, _Chain] = {}
-        self._flushes: dict[asyncio.Task[None], frozenset[str]] = {}  # the writes in flight, and their rows' ids
-        self._last: dict[object, asyncio.Task[None]] = {}  # each run's latest write: the next one waits for it
+        self._flushes: dict[asyncio.Task[bool], frozenset[str]] = {}  # the writes in flight, and their rows' ids
+        self._last: dict[object, asyncio.Task[bool]] = {}  # each run's latest write: the next one waits for it
 
     def hold(self, run: object, row: HeldSave, before: Any) -> None:
         """Hold ``row`` for ``run``; its run's rows are written after ``delay`` unless taken before.
@@ -191,18 +193,25 @@ class HeldSteps:
             self._flushes[task] = frozenset(row.checkpoint_id for row in rows)
             task.add_done_callback(functools.partial(self._written, run))
 
-    def _written(self, run: object, task: asyncio.Task[None]) -> None:
+    def _written(self, run: object, task: asyncio.Task[bool]) -> None:
         self._flushes.pop(task, None)
         if self._last.get(run) is task:
             del self._last[run]
 
-    async def _write_rows(self, run: object, rows: list[HeldSave], after: asyncio.Task[None] | None) -> None:
+    async def _write_rows(self, run: object, rows: list[HeldSave], after: asyncio.Task[bool] | None) -> bool:
+        """Write ``rows`` after the run's earlier write; whether they were written (a failure is logged)."""
         if after is not None:  # on another connection it could commit later, and these rows then find none
             await asyncio.wait([after])
+            if not after.result():  # they continue rows never written: dropped at once, not after a wait for
+                self._lost(run)  # a connection each (while PostgreSQL is down, a run's writes queue up)
+                logger.warning("%d held step checkpoint(s) were not written: the run's earlier ones failed", len(rows))
+                return False
         try:
             await self._write(run, rows)
         except Exception as exc:  # a step checkpoint lost: a restore starts earlier (as after a server crash)
             logger.warning("%d held step checkpoint(s) could not be written: %s", len(rows), exc)
+            return False
+        return True
 
 
 class HeldStepSaves:
@@ -214,7 +223,7 @@ class HeldStepSaves:
     sealer: CheckpointSealer | None
 
     def _start_holding(self) -> None:
-        self._held = HeldSteps(self._write_held)
+        self._held = HeldSteps(self._write_held, lost=functools.partial(self._deduper.rewind, snapshot=None))
         self._unwritten: OrderedDict[str, None] = OrderedDict()  # held step checkpoints a pause superseded
         self._many: dict[tuple[int, bool], bytes] = {}
         self._unsent: set[str] = set()  # pauses that superseded held rows, their statement not sent yet

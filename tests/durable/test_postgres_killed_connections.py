@@ -8,7 +8,9 @@ agent runs 40 pause/answer cycles, each call retried as README "Several machines
 reply was lost spent the token). Asserted, for three seeds: every cycle's side effect ran exactly once,
 every cycle completed, and no call took 30 s (each is bounded by ``asyncio.wait_for``, and each seed's
 cycles by a deadline, so a hang fails the test instead of stalling it). With the server stopped, a
-pause and an answer each fail within the README's bound: twice ``pool_timeout``.
+pause and an answer each fail within the README's bound: twice ``pool_timeout``; a run whose steps keep
+saving fails within its steps' time and three ``pool_timeout``s (its step checkpoints' writes do not
+each wait one after another).
 """
 
 from __future__ import annotations
@@ -136,6 +138,19 @@ async def _one_cycle(
     return False
 
 
+@step
+async def _slow_step(index: int) -> int:
+    await asyncio.sleep(0.25)
+    return index
+
+
+@workflow(name="killed_connections_steps")
+async def _many_steps(topic: str, ctx: RunContext) -> str:
+    for index in range(12):
+        await _slow_step(index)
+    return str(await ctx.request_info({"topic": topic}, response_type=bool))
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3])
 async def test_no_call_hangs_while_connections_are_terminated(
     postgres_servers: Callable[[], PostgresServer], seed: int
@@ -209,6 +224,27 @@ async def test_a_call_fails_within_twice_pool_timeout_while_the_server_is_down(
         server.start()  # the pools connect on their next operation, not at the end of a reconnection backoff
         done = await asyncio.wait_for(agent.run(answer, session=session), 30)
         assert done.text == "down:True"
+    finally:
+        await store.aclose()
+        await storage.aclose()
+
+
+async def test_a_run_whose_steps_keep_saving_fails_soon_while_the_server_is_down(
+    postgres_servers: Callable[[], PostgresServer],
+) -> None:
+    server = postgres_servers()
+    schema = f"down_{uuid.uuid4().hex}"
+    storage = PostgresCheckpointStorage(server.url, schema=schema, pool_timeout=1.0)
+    store = PostgresContinuationStore(server.url, schema=schema, pool_timeout=1.0)
+    try:
+        await storage.list_checkpoint_ids(workflow_name="killed_connections_steps")
+        await store.purge_expired()
+        wf = _many_steps.build(checkpoint_storage=storage, continuation_store=store)
+        server.kill()
+        started = time.monotonic()
+        with pytest.raises(psycopg.OperationalError):  # each step checkpoint's write waited 1 s, one after another
+            await asyncio.wait_for(wf.run("down"), 60)
+        assert time.monotonic() - started < 12 * 0.25 + 3 * 1.0 + 2.0  # the steps, three pool_timeouts, slack
     finally:
         await store.aclose()
         await storage.aclose()
