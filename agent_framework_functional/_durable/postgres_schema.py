@@ -123,7 +123,9 @@ class PostgresPool:
     Built from a connection string, it owns an ``AsyncConnectionPool`` (autocommit connections that prepare
     each statement on first use and plan it once, see :func:`_plan_once`; each checked before use, usually
     without a round trip, so connections a server restart closed are replaced instead of failing an
-    operation); built from a pool, it borrows it (the caller opens and closes it, and sets it up). Any
+    operation; it stops retrying a connection in the background after ``pool_timeout``, so the first
+    operation once the server is back connects at once); built from a pool, it borrows it (the caller
+    opens and closes it, and sets it up). Any
     ``psycopg.OperationalError`` (server down, connection lost, no connection within the timeout)
     is re-raised as a ``PostgresUnavailableError`` (an ``OperationalError`` and a ``DurableStoreError``)
     that names the backend and the operation.
@@ -164,6 +166,7 @@ class PostgresPool:
                 open=False,
                 kwargs={"autocommit": True, "prepare_threshold": 0},
                 configure=_plan_once,
+                reconnect_timeout=self._timeout,
                 name=owner,
             )
             self._owns_pool = True

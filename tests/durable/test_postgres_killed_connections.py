@@ -10,7 +10,7 @@ every cycle completed, and no call took 30 s (each is bounded by ``asyncio.wait_
 cycles by a deadline, so a hang fails the test instead of stalling it). With the server stopped, a
 pause and an answer each fail within the README's bound: twice ``pool_timeout``; a run whose steps keep
 saving fails within its steps' time and three ``pool_timeout``s (its step checkpoints' writes do not
-each wait one after another).
+each wait one after another); after a longer outage, the first call once the server is back succeeds.
 """
 
 from __future__ import annotations
@@ -245,6 +245,29 @@ async def test_a_run_whose_steps_keep_saving_fails_soon_while_the_server_is_down
         with pytest.raises(psycopg.OperationalError):  # each step checkpoint's write waited 1 s, one after another
             await asyncio.wait_for(wf.run("down"), 60)
         assert time.monotonic() - started < 12 * 0.25 + 3 * 1.0 + 2.0  # the steps, three pool_timeouts, slack
+    finally:
+        await store.aclose()
+        await storage.aclose()
+
+
+async def test_the_first_call_after_an_outage_connects_at_once(postgres_servers: Callable[[], PostgresServer]) -> None:
+    server = postgres_servers()
+    schema = f"back_{uuid.uuid4().hex}"
+    storage = PostgresCheckpointStorage(server.url, schema=schema, pool_timeout=1.0)
+    store = PostgresContinuationStore(server.url, schema=schema, pool_timeout=1.0)
+    try:
+        agent = _cycle.build(checkpoint_storage=storage, continuation_store=store).as_agent()
+        session = agent.create_session()
+        paused = await agent.run("back", session=session)
+        answer = Message("user", [paused.user_input_requests[0].to_function_approval_response(approved=True)])
+        server.kill()
+        down = time.monotonic()
+        while time.monotonic() - down < 10:  # psycopg's pool would now wait 8 s, then 16 s, between its tries
+            with pytest.raises(psycopg.OperationalError):
+                await asyncio.wait_for(agent.run(answer, session=session), 30)
+        server.start()
+        done = await asyncio.wait_for(agent.run(answer, session=session), 30)  # no retry needed
+        assert done.text == "back:True"
     finally:
         await store.aclose()
         await storage.aclose()
