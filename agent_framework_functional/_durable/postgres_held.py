@@ -88,15 +88,13 @@ class HeldSteps:
         write: Writes a run's held rows (the run, the rows) in one statement, in order, without waiting for the disk.
 
     Keyword Args:
-        lost: Called with the run whose rows are dropped unwritten because its earlier write failed.
         delay: Seconds a run's held rows wait for its next save before they are written on their own.
     """
 
-    __slots__ = ("_chains", "_delay", "_flushes", "_last", "_lost", "_write")
+    __slots__ = ("_chains", "_delay", "_flushes", "_last", "_write")
 
-    def __init__(self, write: Write, *, lost: Callable[[Any], None], delay: float = STEP_WRITE_DELAY_SECONDS) -> None:
+    def __init__(self, write: Write, *, delay: float = STEP_WRITE_DELAY_SECONDS) -> None:
         self._write = write
-        self._lost = lost
         self._delay = delay
         self._chains: dict[object, _Chain] = {}
         self._flushes: dict[asyncio.Task[bool], frozenset[str]] = {}  # the writes in flight, and their rows' ids
@@ -107,8 +105,7 @@ class HeldSteps:
 
         ``before``: what the run had stored before this row, kept from its first held row (:meth:`discard`).
         """
-        chain = self._chains.get(run)
-        if chain is None:
+        if (chain := self._chains.get(run)) is None:
             chain = self._chains[run] = _Chain(before)
             chain.timer = asyncio.get_running_loop().call_later(self._delay, self._flush, run)
         chain.rows.append(row)
@@ -128,10 +125,7 @@ class HeldSteps:
         For a pause: its checkpoint holds everything they held, and the run deletes them once it is saved.
         """
         chain = self._chains.get(run)
-        if chain is None:
-            return None
-        self.take(run)
-        return chain.rows, chain.before
+        return None if chain is None else (self.take(run), chain.before)
 
     async def written(self, checkpoint_ids: Iterable[str] | None = None) -> None:
         """Wait for the writes in flight of any of ``checkpoint_ids`` (None: all; a later statement must see them).
@@ -144,8 +138,7 @@ class HeldSteps:
 
     async def written_by(self, run: object) -> None:
         """Wait for ``run``'s writes in flight (its last one waits for the earlier ones)."""
-        last = self._last.get(run)
-        if last is not None:
+        if (last := self._last.get(run)) is not None:
             await asyncio.wait([last])
 
     def holds(self, checkpoint_ids: Iterable[str]) -> bool:
@@ -199,14 +192,11 @@ class HeldSteps:
             del self._last[run]
 
     async def _write_rows(self, run: object, rows: list[HeldSave], after: asyncio.Task[bool] | None) -> bool:
-        """Write ``rows`` after the run's earlier write; whether they were written (a failure is logged)."""
         if after is not None:  # on another connection it could commit later, and these rows then find none
             await asyncio.wait([after])
-            if not after.result():  # they continue rows never written: dropped at once, not after a wait for
-                self._lost(run)  # a connection each (while PostgreSQL is down, a run's writes queue up)
-                logger.warning("%d held step checkpoint(s) were not written: the run's earlier ones failed", len(rows))
-                return False
-        try:
+        try:  # after a failed write of the run these continue unwritten rows: dropped, no wait for a connection
+            if after is not None and not after.result():
+                raise RuntimeError("the run's earlier step checkpoints were not written")
             await self._write(run, rows)
         except Exception as exc:  # a step checkpoint lost: a restore starts earlier (as after a server crash)
             logger.warning("%d held step checkpoint(s) could not be written: %s", len(rows), exc)
@@ -223,7 +213,7 @@ class HeldStepSaves:
     sealer: CheckpointSealer | None
 
     def _start_holding(self) -> None:
-        self._held = HeldSteps(self._write_held, lost=functools.partial(self._deduper.rewind, snapshot=None))
+        self._held = HeldSteps(self._write_held)
         self._unwritten: OrderedDict[str, None] = OrderedDict()  # held step checkpoints a pause superseded
         self._many: dict[tuple[int, bool], bytes] = {}
         self._unsent: set[str] = set()  # pauses that superseded held rows, their statement not sent yet
