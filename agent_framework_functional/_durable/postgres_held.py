@@ -97,16 +97,15 @@ class HeldSteps:
         self._write = write
         self._delay = delay
         self._chains: dict[object, _Chain] = {}
-        self._flushes: dict[asyncio.Task[None], frozenset[str]] = {}  # the writes in flight, and their rows' ids
-        self._last: dict[object, asyncio.Task[None]] = {}  # each run's latest write: the next one waits for it
+        self._flushes: dict[asyncio.Task[bool], frozenset[str]] = {}  # the writes in flight, and their rows' ids
+        self._last: dict[object, asyncio.Task[bool]] = {}  # each run's latest write: the next one waits for it
 
     def hold(self, run: object, row: HeldSave, before: Any) -> None:
         """Hold ``row`` for ``run``; its run's rows are written after ``delay`` unless taken before.
 
         ``before``: what the run had stored before this row, kept from its first held row (:meth:`discard`).
         """
-        chain = self._chains.get(run)
-        if chain is None:
+        if (chain := self._chains.get(run)) is None:
             chain = self._chains[run] = _Chain(before)
             chain.timer = asyncio.get_running_loop().call_later(self._delay, self._flush, run)
         chain.rows.append(row)
@@ -126,10 +125,7 @@ class HeldSteps:
         For a pause: its checkpoint holds everything they held, and the run deletes them once it is saved.
         """
         chain = self._chains.get(run)
-        if chain is None:
-            return None
-        self.take(run)
-        return chain.rows, chain.before
+        return None if chain is None else (self.take(run), chain.before)
 
     async def written(self, checkpoint_ids: Iterable[str] | None = None) -> None:
         """Wait for the writes in flight of any of ``checkpoint_ids`` (None: all; a later statement must see them).
@@ -142,8 +138,7 @@ class HeldSteps:
 
     async def written_by(self, run: object) -> None:
         """Wait for ``run``'s writes in flight (its last one waits for the earlier ones)."""
-        last = self._last.get(run)
-        if last is not None:
+        if (last := self._last.get(run)) is not None:
             await asyncio.wait([last])
 
     def holds(self, checkpoint_ids: Iterable[str]) -> bool:
@@ -191,18 +186,22 @@ class HeldSteps:
             self._flushes[task] = frozenset(row.checkpoint_id for row in rows)
             task.add_done_callback(functools.partial(self._written, run))
 
-    def _written(self, run: object, task: asyncio.Task[None]) -> None:
+    def _written(self, run: object, task: asyncio.Task[bool]) -> None:
         self._flushes.pop(task, None)
         if self._last.get(run) is task:
             del self._last[run]
 
-    async def _write_rows(self, run: object, rows: list[HeldSave], after: asyncio.Task[None] | None) -> None:
+    async def _write_rows(self, run: object, rows: list[HeldSave], after: asyncio.Task[bool] | None) -> bool:
         if after is not None:  # on another connection it could commit later, and these rows then find none
             await asyncio.wait([after])
-        try:
+        try:  # after a failed write of the run these continue unwritten rows: dropped, no wait for a connection
+            if after is not None and not after.result():
+                raise RuntimeError("the run's earlier step checkpoints were not written")
             await self._write(run, rows)
         except Exception as exc:  # a step checkpoint lost: a restore starts earlier (as after a server crash)
             logger.warning("%d held step checkpoint(s) could not be written: %s", len(rows), exc)
+            return False
+        return True
 
 
 class HeldStepSaves:

@@ -123,7 +123,9 @@ class PostgresPool:
     Built from a connection string, it owns an ``AsyncConnectionPool`` (autocommit connections that prepare
     each statement on first use and plan it once, see :func:`_plan_once`; each checked before use, usually
     without a round trip, so connections a server restart closed are replaced instead of failing an
-    operation); built from a pool, it borrows it (the caller opens and closes it, and sets it up). Any
+    operation; it stops retrying a connection in the background after ``pool_timeout``, so the first
+    operation once the server is back connects at once); built from a pool, it borrows it (the caller
+    opens and closes it, and sets it up). Any
     ``psycopg.OperationalError`` (server down, connection lost, no connection within the timeout)
     is re-raised as a ``PostgresUnavailableError`` (an ``OperationalError`` and a ``DurableStoreError``)
     that names the backend and the operation.
@@ -164,7 +166,7 @@ class PostgresPool:
                 open=False,
                 kwargs={"autocommit": True, "prepare_threshold": 0},
                 configure=_plan_once,
-                check=_check_open,
+                reconnect_timeout=self._timeout,
                 name=owner,
             )
             self._owns_pool = True
@@ -236,6 +238,13 @@ class PostgresPool:
             if self._keeps:
                 async with self._kept_connection() as conn:
                     yield conn
+            elif self._owns_pool:
+                conn = await self._live_connection()
+                try:
+                    async with conn:
+                        yield conn
+                finally:
+                    await self._pool.putconn(conn)
             else:
                 async with self._pool.connection() as conn:
                     yield conn
@@ -251,6 +260,36 @@ class PostgresPool:
                 "token; restore the pause's checkpoint to recover it)."
             ) from exc
 
+    async def _live_connection(self) -> AsyncConnection[Any]:
+        """A connection of the owned pool that passes :func:`_check_open`, within ``pool_timeout`` in all.
+
+        A dead one goes back (the pool replaces it) and the next is taken at once: when the server has
+        closed the idle ones (a restart, terminated backends), they are all passed over without a wait
+        and the first new connection is used as soon as it is made. psycopg's own check loop waits 1 s,
+        2 s, 4 s... between tries instead, so while connections keep dying it never returns a live one.
+        Past ``max_size`` dead ones in a row, the tries are spaced 10 ms, doubling up to 0.1 s.
+        """
+        from psycopg_pool import PoolTimeout
+
+        deadline = time.monotonic() + self._timeout
+        tries = 0
+        while True:
+            conn = await self._pool.getconn(timeout=deadline - time.monotonic())
+            try:
+                await _check_open(conn)
+            except Exception:  # closed: returned, the pool replaces it
+                await self._pool.putconn(conn)
+            except BaseException:
+                await self._pool.putconn(conn)
+                raise
+            else:
+                return conn
+            tries += 1
+            delay = 0.0 if tries <= self._pool.max_size else min(0.01 * 2 ** (tries - self._pool.max_size - 1), 0.1)
+            if time.monotonic() + delay >= deadline:
+                raise PoolTimeout(f"no live connection within {self._timeout:g} s")
+            await asyncio.sleep(delay)
+
     @asynccontextmanager
     async def _kept_connection(self) -> AsyncGenerator[AsyncConnection[Any], None]:
         """The pool's ``connection()``, keeping the connection afterwards when it is idle (see the class)."""
@@ -261,7 +300,7 @@ class PostgresPool:
             await self._pool.putconn(kept[0])
             kept = None
         if kept is None:
-            kept = (await self._pool.getconn(), time.monotonic())
+            kept = (await self._live_connection(), time.monotonic())
         conn = kept[0]
         try:
             yield conn
