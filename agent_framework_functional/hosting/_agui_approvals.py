@@ -5,12 +5,14 @@ AG-UI keeps each open approval in a process-local store of its ``AgentFrameworkA
 the answer. The thread's snapshot (in the shared store) keeps each open interrupt with its ``request_info``
 call; :func:`restore_open_approvals` registers those in this process's approval state exactly as AG-UI does
 when it streams the request. The agent still decides: the answer resumes only with the thread's token (in the
-snapshot's session state) through the continuation store. Every touch of AG-UI's private approval API is here,
-pinned by ``tests/hosting/test_two_workers.py``.
+snapshot's session state) through the continuation store. :func:`bound_approval_state` keeps the approval state to
+the agent's TTL, and :func:`approval_purge` lets a host's sweep drop what expired. Every touch of AG-UI's private
+approval API is here, pinned by ``tests/hosting/test_two_workers.py`` and ``tests/hosting/test_sweep.py``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 from agent_framework import Content
@@ -48,6 +50,16 @@ def bound_approval_state(runner: AgentFrameworkAgent, agent: FunctionalWorkflowA
         pending_retention_seconds=ttl,
         terminal_retention_seconds=min(ANSWERED_APPROVAL_RETENTION_SECONDS, ttl),
     )
+
+
+def approval_purge(runner: AgentFrameworkAgent) -> Callable[[], Awaitable[int]]:
+    """The purge a host's sweep runs: AG-UI expires and drops approvals past their retention on any read."""
+
+    async def purge() -> int:
+        runner._approval_state_store.lifecycle.pending_interrupt_ids(thread_id="")  # pyright: ignore[reportPrivateUsage]
+        return 0  # AG-UI does not say how many; the agent's lapse of the same pauses counts them
+
+    return purge
 
 
 def _request_call(interrupt: dict[str, Any]) -> Content | None:

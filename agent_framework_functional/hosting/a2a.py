@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -41,6 +40,8 @@ from .._agent import FunctionalWorkflowAgent
 from .._errors import ContinuationAuthorityError, FunctionalWorkflowError, ResponseMismatchError
 from ._a2a_parts import BOOL_WORDS, message_answers, new_answer_part, request_part
 from ._defaults import default_session_store
+from ._memory import DEFAULT_RELEASE_MEMORY_EVERY
+from ._sweep import DEFAULT_SWEEP_EVERY, add_upkeep
 
 __all__ = [
     "BOOL_WORDS",
@@ -326,6 +327,8 @@ def a2a_app(
     text_answers: bool = False,
     version: str = "1.0.0",
     rpc_path: str = "/",
+    release_memory_every: float | None = DEFAULT_RELEASE_MEMORY_EVERY,
+    sweep_every: float | None = DEFAULT_SWEEP_EVERY,
 ) -> Starlette:
     """A Starlette app that serves ``agent`` over A2A (JSON-RPC, streaming), correct by default.
 
@@ -352,9 +355,14 @@ def a2a_app(
         text_answers: Accept text parts as answers (see above).
         version: The agent card's version.
         rpc_path: The path of the JSON-RPC endpoint.
+        release_memory_every: Seconds between two releases of free heap pages after a request; None: never.
+        sweep_every: Seconds between two sweeps of expired pauses and sessions (README "Run it in production").
 
     Returns:
         The app; the agent card is served at ``/.well-known/agent-card.json``.
+
+    Raises:
+        ValueError: ``release_memory_every`` or ``sweep_every`` is not a positive, finite number or None.
 
     Examples:
         .. code-block:: python
@@ -383,15 +391,7 @@ def a2a_app(
         executor, task_store=task_store if task_store is not None else InMemoryTaskStore(), agent_card=card
     )
 
-    @asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncGenerator[None, None]:
-        try:
-            yield
-        finally:
-            await handler.aclose()
-
-    app = Starlette(
-        routes=[*create_agent_card_routes(card), *create_jsonrpc_routes(handler, rpc_path)], lifespan=lifespan
-    )
+    app = Starlette(routes=[*create_agent_card_routes(card), *create_jsonrpc_routes(handler, rpc_path)])
     app.state.a2a_handler = handler
+    add_upkeep(app, agent, release_memory_every, sweep_every, stores=[executor.session_store], closing=[handler.aclose])
     return app
