@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 from .._agent import FunctionalWorkflowAgent
-from .._continuation import spent_notes
+from .._continuation import forget_spent
 from .._session import sweep_expired
 from ._memory import ReleaseFreeMemory, add_release_once, check_release_every
 
@@ -59,9 +59,8 @@ class ExpirySweep:
         self.sweeps = 0  # sweeps done (operators' metrics, tests)
 
     async def sweep(self) -> int:
-        """Sweep once now; returns how many pauses and store entries were dropped."""
-        dropped = sweep_expired(self.agent.workflow)
-        spent_notes()  # drops the spent-token notes past their time
+        """Sweep once now; returns how many pauses, spent-token notes and store entries were dropped."""
+        dropped = sweep_expired(self.agent.workflow) + forget_spent()
         for purge in self.purges:
             try:
                 dropped += await purge()

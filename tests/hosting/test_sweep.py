@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import secrets
 import socket
 import time
 import uuid
@@ -28,6 +29,7 @@ from hosting_support import ServerThread, deployer
 from mcp import Client, types
 
 from agent_framework_functional import FunctionalWorkflowAgent, InMemorySessionStore
+from agent_framework_functional._continuation import remember_spent
 from agent_framework_functional._session import attached_instances
 from agent_framework_functional.hosting import (
     ReleaseFreeMemory,
@@ -190,6 +192,20 @@ def test_a2a_and_mcp_hand_free_pages_back_by_default() -> None:
     ):
         assert not [m for m in app.user_middleware if m.cls is ReleaseFreeMemory]
         assert not hasattr(app.state, "expiry_sweeps")
+
+
+async def test_a_sweep_that_dropped_spent_token_notes_hands_free_pages_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host whose answered conversations leave nothing but spent-token notes (MCP: no store) still trims."""
+    released: list[bool] = []
+    monkeypatch.setattr(ReleaseFreeMemory, "release_now", staticmethod(lambda: released.append(True) or True))
+    agent, _ = agent_and_storage()
+    remember_spent(secrets.token_urlsafe(32), keep_for=0.01)
+    await asyncio.sleep(0.05)
+    assert await ExpirySweep(agent, every=EVERY).sweep() >= 1
+    assert released == [True]
+    assert await ExpirySweep(agent, every=EVERY).sweep() == 0  # nothing dropped: no release
+    assert released == [True]
+    assert await ExpirySweep(agent, every=EVERY, release_memory=False).sweep() == 0
 
 
 def test_the_interval_is_at_most_a_quarter_of_the_ttl_and_none_turns_the_sweep_off() -> None:
