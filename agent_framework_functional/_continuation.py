@@ -230,6 +230,13 @@ def _forget(now: float) -> None:
         excess -= 1
 
 
+def forget_spent() -> int:
+    """Drop the notes whose time has passed now (a host's sweep task); returns how many went."""
+    held = sum(len(notes) for notes in _spent.values())
+    _forget(time.time())
+    return held - sum(len(notes) for notes in _spent.values())
+
+
 def spent_notes() -> int:
     """How many spent tokens this process remembers now (notes past their time not counted)."""
     _forget(time.time())

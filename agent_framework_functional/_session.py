@@ -148,9 +148,10 @@ def _agent_entry(session: AgentSession, agent_id: str) -> Mapping[str, Any] | No
 class AttachedInstances:
     """The attached workflow instances of one template's conversations, by session id, bounded (internal).
 
-    Swept on access (no thread): a pause past its TTL lapses (token, checkpoint and instance go);
-    over ``max_count`` the least recently paused instance is evicted (without a store its pause is
-    dropped, with one only the instance goes); a running or not yet paused instance is never touched.
+    Swept on access and by a host's sweep task (``sweep_expired``): a pause past its TTL lapses (token,
+    checkpoint and instance go); over ``max_count`` the least recently paused instance is evicted (without a
+    store its pause is dropped, with one only the instance goes); a running or not yet paused instance is
+    never touched.
     Entries stay in the order they last paused (``touch``), so a sweep stops at the first unexpired pause.
 
     Args:
@@ -257,6 +258,20 @@ def detach_workflow(template: Any, session: AgentSession) -> None:
         registry.entries.pop(session.session_id, None)
         if not registry.entries:
             registry.entries = OrderedDict()  # a dict keeps its peak size: memory back to the baseline
+
+
+def sweep_expired(template: Any, now: float | None = None) -> int:
+    """Lapse the expired pauses of ``template``'s conversations now (a host's sweep task); returns how many.
+
+    The same lapse as on access (token, checkpoint and instance go), for a host that gets no request.
+    """
+    registry = _ATTACHED.get(template)
+    lapsed = registry.sweep(now) if registry is not None else 0
+    if lapsed and registry is not None and not registry.entries:
+        registry.entries = OrderedDict()  # a dict keeps its peak size: memory back to the baseline
+    if not template.is_running and template.lapse_pause(now):
+        lapsed += 1  # the session-less conversation's pause
+    return lapsed
 
 
 def attached_instances(template: Any) -> int:

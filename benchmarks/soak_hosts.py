@@ -1,29 +1,33 @@
 """Soak: many conversations through each host over time; does the server's memory, fds or latency drift?
 
 Each host runs as a server subprocess on 127.0.0.1 (``--serve``): Responses (``hosting.responses_app``),
-AG-UI (``hosting.agui_endpoint``) and DevUI (``hosting.devui_app``), each with the stores its call makes by
-default (``--cap N``: the session store's ``max_entries``, as a user sets it), serving one pausing agent (a
-``bool`` approval). The driver (this process) runs, per host:
+AG-UI (``hosting.agui_endpoint``), DevUI (``hosting.devui_app``), A2A (``hosting.a2a_app``, driven with
+a2a-sdk's client) and MCP (``hosting.mcp_app``, driven with ``mcp.Client``), each with the stores its call makes
+by default (``--cap N``: the session store's ``max_entries``, as a user sets it; MCP keeps none), serving one
+pausing agent (a ``bool`` approval). The driver (this process) runs, per host:
 
 1. ``sequential``: N conversations one after another (text, then the approval);
 2. ``concurrent``: C clients for S seconds, each running conversations back to back;
-3. ``paused``: P conversations left paused (never answered), then one TTL waited (the server is
-   started with a short ``continuation_ttl``) and one more conversation sent; reclaimed means the
-   agent's live instances went back to at most that one.
+3. ``paused``: P conversations left paused (never answered), then NOTHING sent for one TTL plus one sweep
+   interval and ``--idle-margin`` (the server is started with a short ``continuation_ttl``; the hosts' sweep
+   interval is min(60 s, TTL / 4)); reclaimed means the agent keeps no live instance and the host's store no
+   entry, which only the host's sweep task can have done.
 
 Every ``--interval`` seconds it samples the server's RSS and open file descriptors (``/proc``), and
 the server reports the agent's live instances and the host's session-store size (``/_soak``: the
 ``InMemorySessionStore`` records, sessions or AG-UI snapshots; DevUI's conversations). Approval turns are timed.
 
 Printed per host: RSS slope after warm-up (KB per 1,000 answered conversations, least squares over
-the samples after the first ``--warmup`` conversations), the same slope within each phase after its own
+the samples after the first ``--warmup`` conversations), the slope over the second half of the answered
+conversations (``rss_slope_second_half_kb_per_1000``), the same slope within each phase after its own
 warm-up (sequential: past ``--warmup``; concurrent: past its first window, since the step RSS makes when
 ``--clients`` conversations go in flight at once is paid once, not per conversation), fds first/last,
 store size, approval p50/p99 in the first and last window of the concurrent phase, and the paused
-phase's outcome. ``steady_released_slope_kb_per_1000``: the steady slope over the RSS the server reads right
-after each of its releases of free heap pages (``ReleaseFreeMemory``, at most one a minute), so a page the
-allocator keeps for up to a minute between releases does not count as growth. Goals and
-figures: benchmarks/README.md "Soak".
+phase's outcome (``reclaimed_without_traffic``, RSS right after the pauses and after the idle wait).
+``steady_released_slope_kb_per_1000``: the steady slope over the RSS the server reads right after each of its
+releases of free heap pages (``ReleaseFreeMemory``: at most one a minute after requests, and one after each sweep
+that dropped something), so a page the allocator keeps for up to a minute between releases does not count as
+growth. Goals and figures: benchmarks/README.md "Soak".
 
 For a steady-state figure: ``--rate R`` starts the concurrent phase's conversations at R per second (the
 clients cap how many are in flight), and ``--settle S`` leaves its first S seconds out of the ``steady``
@@ -65,8 +69,9 @@ from agent_framework import RunContext
 
 from agent_framework_functional import workflow
 
-HOSTS = ("responses", "agui", "devui")
+HOSTS = ("responses", "agui", "devui", "a2a", "mcp")
 TOKEN = "soak-token"
+MCP_KEY = b"soak-host-key-0123456789abcdef012"
 
 warnings.filterwarnings("ignore", category=agent_framework._feature_stage.ExperimentalWarning)  # pyright: ignore
 
@@ -90,47 +95,52 @@ def serve(host: str, ttl: float | None, cap: int | None) -> None:
     ``responses_app(agent, session_store=InMemorySessionStore(max_entries=cap, ttl=...))``, and AG-UI's
     ``agui_endpoint(..., snapshot_store=InMemorySessionStore(...))`` (kept through ``ThreadSnapshotStore``).
     DevUI keeps its conversations in the store ``devui_app`` bounds (the agent's ``continuation_ttl``,
-    ``max_conversations``: ``cap``).
+    ``max_conversations``: ``cap``). A2A keeps its sessions as Responses does (``a2a_app(session_store=)``),
+    and a2a-sdk's ``InMemoryTaskStore`` its tasks; MCP keeps none (the client carries the sealed session).
+    Every host runs its sweep task at its default interval.
     """
+    import socket
+
     import uvicorn
-    from fastapi import FastAPI
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
 
     from agent_framework_functional import InMemorySessionStore
     from agent_framework_functional._session import attached_instances
-    from agent_framework_functional.hosting import agui_endpoint, devui_app, responses_app
 
     logging.getLogger("agent_framework_devui._tracing").setLevel(logging.ERROR)  # "no real TracerProvider"
     agent = deployer.build(continuation_ttl=ttl).as_agent(name="deployer")
     store = None if cap is None else InMemorySessionStore(ttl=agent.continuation_ttl, max_entries=cap)
-    if host == "responses":
-        app: Any = responses_app(agent, session_store=store)
-    elif host == "agui":
-        app = FastAPI()
-        agui_endpoint(app, agent, "/agent", snapshot_store=store, single_user=True)
-    else:
-        from opentelemetry import trace
-
-        trace.set_tracer_provider(trace.NoOpTracerProvider())
-        app = devui_app(agent, auth_token=TOKEN, **({"max_conversations": cap} if cap else {}))
-    # The store the hosting call made (or was given), found once.
-    kept: list[Any] = [store] if store is not None else []
-    if host == "devui":
-        kept = [app.state.devui_conversations]  # devui_app's bounded conversation store
-
-    def store_size() -> int:
-        kept[:] = kept or [obj for obj in gc.get_objects() if isinstance(obj, InMemorySessionStore)]
-        return sum(len(found) for found in kept)
-
+    port = 0
+    if host == "a2a":  # the agent card names the URL: pick the port first
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+    app = host_app(host, agent, store, cap, port)
+    store_size = store_sizer(host, app, store)
     released = track_releases()
 
-    async def stats() -> dict[str, int]:
+    async def stats(_: Request) -> JSONResponse:
         live, size = attached_instances(agent.workflow), store_size()
-        return {"live": live, "store": size, "releases": released["count"], "released_rss": released["rss"]}
+        sweeps = sum(sweep.sweeps for sweep in getattr(app.state, "expiry_sweeps", []))
+        return JSONResponse(
+            {
+                "live": live,
+                "store": size,
+                "releases": released["count"],
+                "released_rss": released["rss"],
+                "sweeps": sweeps,
+            }
+        )
 
-    app.add_api_route("/_soak", stats, methods=["GET"])
-    app.add_api_route("/_soak/memory", memory_growth(), methods=["GET"])
-    app.router.routes[:0] = [app.router.routes.pop(), app.router.routes.pop()]  # ahead of DevUI's UI mount
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error", backlog=2048, timeout_keep_alive=120)
+    growth = memory_growth()
+
+    async def memory(_: Request) -> JSONResponse:
+        return JSONResponse(await growth())
+
+    app.router.routes[:0] = [Route("/_soak", stats), Route("/_soak/memory", memory)]  # ahead of DevUI's UI mount
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", backlog=2048, timeout_keep_alive=120)
     server = uvicorn.Server(config)
 
     async def run() -> None:
@@ -143,21 +153,67 @@ def serve(host: str, ttl: float | None, cap: int | None) -> None:
     asyncio.run(run())
 
 
+def host_app(host: str, agent: Any, store: Any, cap: int | None, port: int) -> Any:
+    """The app the host's one call makes: ``store`` (``--cap``) as its session store, if given."""
+    from fastapi import FastAPI
+
+    from agent_framework_functional.hosting import a2a_app, agui_endpoint, devui_app, mcp_app, responses_app
+
+    if host == "responses":
+        return responses_app(agent, session_store=store)
+    if host == "agui":
+        app = FastAPI()
+        agui_endpoint(app, agent, "/agent", snapshot_store=store, single_user=True)
+        return app
+    if host == "a2a":
+        return a2a_app(agent, url=f"http://127.0.0.1:{port}/", session_store=store)
+    if host == "mcp":
+        return mcp_app(agent, key=MCP_KEY)
+    from opentelemetry import trace
+
+    trace.set_tracer_provider(trace.NoOpTracerProvider())
+    return devui_app(agent, auth_token=TOKEN, **({"max_conversations": cap} if cap else {}))
+
+
+def store_sizer(host: str, app: Any, store: Any) -> Any:
+    """How many entries the store the hosting call made (or was given) holds; the store is found once.
+
+    MCP keeps none (the client carries the session, sealed).
+    """
+    from agent_framework_functional import InMemorySessionStore
+
+    kept: list[Any] = [store] if store is not None else []
+    if host == "devui":
+        kept = [app.state.devui_conversations]  # devui_app's bounded conversation store
+
+    def store_size() -> int:
+        if host == "mcp":
+            return 0
+        kept[:] = kept or [obj for obj in gc.get_objects() if isinstance(obj, InMemorySessionStore)]
+        return sum(len(found) for found in kept)
+
+    return store_size
+
+
 def track_releases() -> dict[str, int]:
-    """Count the host's releases of free heap pages and read RSS right after each (this server process only)."""
+    """Count the host's releases of free heap pages and read RSS right after each (this server process only).
+
+    Both kinds count: after a request (``ReleaseFreeMemory``, at most one a minute) and right after a sweep that
+    dropped something (``ReleaseFreeMemory.release_now``, which the first also calls).
+    """
     from agent_framework_functional.hosting import ReleaseFreeMemory
 
     released = {"count": 0, "rss": 0}
-    release = ReleaseFreeMemory.release
+    release_now = ReleaseFreeMemory.release_now
 
-    def release_and_read(self: Any) -> bool:
-        if did := release(self):
+    def release_and_read() -> bool:
+        if did := release_now():
             with open("/proc/self/status") as status:
                 released["rss"] = next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
             released["count"] += 1
         return did
 
-    ReleaseFreeMemory.release = release_and_read  # type: ignore[method-assign]
+    ReleaseFreeMemory.release_now = staticmethod(release_and_read)  # type: ignore[method-assign]
     return released
 
 
@@ -238,9 +294,23 @@ class Client:
         self.entity: str | None = None
         self.headers = {"Authorization": f"Bearer {TOKEN}"} if host == "devui" else {}
         self.last_reply = ""  # the status and body of the last answer (why a wrong one was wrong)
+        self.protocol: Any = None  # the a2a-sdk or mcp client (``open``)
+
+    async def open(self, stack: contextlib.AsyncExitStack) -> None:
+        """Connect the protocol's own client (A2A: a2a-sdk's, from the agent card; MCP: ``mcp.Client``)."""
+        if self.host == "a2a":
+            from a2a.client import ClientConfig, create_client
+
+            self.protocol = await create_client(f"{self.base}/", ClientConfig(httpx_client=self.http, streaming=False))
+        elif self.host == "mcp":
+            from mcp import Client as MCPClient
+
+            self.protocol = await stack.enter_async_context(MCPClient(f"{self.base}/mcp"))
 
     async def pause(self, target: str) -> Any:
         """Start a conversation that pauses for the approval; returns what :meth:`answer` needs."""
+        if self.host in ("a2a", "mcp"):
+            return await self._protocol_pause(target)
         if self.host == "responses":
             paused = (await self.http.post(f"{self.base}/v1/responses", json={"input": target})).json()
             (request_id,) = [item["id"] for item in paused["output"] if item["type"] == "mcp_approval_request"]
@@ -263,10 +333,47 @@ class Client:
         (request,) = [e for e in _sse(reply.text) if e["type"] == "response.function_approval.requested"]
         return body, request["request_id"]
 
+    async def _protocol_pause(self, target: str) -> Any:
+        if self.host == "a2a":
+            from a2a.helpers import new_text_part
+
+            return await self._a2a_send([new_text_part(target)])
+        result = await self.protocol.session.call_tool("deployer", {"task": target}, allow_input_required=True)
+        (request_id,) = result.input_requests or {}  # the id the pause published (unique to it)
+        return result.request_state, request_id
+
+    async def _a2a_send(self, parts: list[Any], task: Any = None) -> Any:
+        from a2a.types import Message, Role, SendMessageRequest
+
+        message = Message(role=Role.ROLE_USER, parts=parts, message_id=uuid.uuid4().hex)
+        if task is not None:
+            message.task_id, message.context_id = task.id, task.context_id
+        events = [event async for event in self.protocol.send_message(SendMessageRequest(message=message))]
+        return events[-1].task
+
+    async def _protocol_answer(self, target: str, paused: Any) -> str:
+        if self.host == "a2a":
+            from agent_framework_functional.hosting.a2a import new_answer_part
+
+            done = await self._a2a_send([new_answer_part(True)], paused)  # the task's one pending request
+            self.last_reply = str(done.status)
+            return "".join(part.text for artifact in done.artifacts for part in artifact.parts)
+        from mcp import types
+
+        request_state, request_id = paused
+        answers = {request_id: types.ElicitResult(action="accept", content={"answer": True})}
+        done = await self.protocol.call_tool(
+            "deployer", {"task": target}, input_responses=answers, request_state=request_state
+        )
+        self.last_reply = str(done)
+        return "".join(c.text for c in done.content if isinstance(c, types.TextContent))
+
     async def answer(self, target: str, paused: Any) -> tuple[float, bool]:
         """Approve the pause; returns (seconds of the approval turn, whether the reply was right)."""
         started = time.perf_counter()
-        if self.host == "responses":
+        if self.host in ("a2a", "mcp"):
+            text = await self._protocol_answer(target, paused)
+        elif self.host == "responses":
             response_id, request_id = paused
             answer = {"type": "mcp_approval_response", "approval_request_id": request_id, "approve": True}
             done = await self.http.post(
@@ -320,6 +427,10 @@ class Soak:
     paused_live_before: int = 0
     paused_live_after: int = 0
     paused_store_after: int = 0
+    rss_paused: int = 0  # KB, right after the unanswered pauses
+    rss_idle: int = 0  # KB, after the idle wait
+    idle_seconds: float = 0.0
+    sweeps: int = 0  # sweeps the server's sweep task had done by the end
 
 
 def proc_stats(pid: int) -> tuple[int, int]:
@@ -423,8 +534,12 @@ async def soak_host(host: str, args: argparse.Namespace) -> Soak:
         base = f"http://127.0.0.1:{port}"
         soak = Soak(host)
         limits = httpx.Limits(max_connections=args.clients + 2, max_keepalive_connections=args.clients + 2)
-        async with httpx.AsyncClient(timeout=120, trust_env=False, limits=limits) as http:
+        async with (
+            httpx.AsyncClient(timeout=120, trust_env=False, limits=limits) as http,
+            contextlib.AsyncExitStack() as stack,
+        ):
             client = Client(host, base, http)
+            await client.open(stack)
             started = time.perf_counter()
             stop = asyncio.Event()
 
@@ -444,18 +559,29 @@ async def soak_host(host: str, args: argparse.Namespace) -> Soak:
             await sample(soak, process.pid, http, base, started)
             if args.diagnose:  # after the last sample: the report's full collection and object census cost memory
                 await memory_report(http, base, "end", soak)
-            # Paused mode: conversations nobody answers, then one TTL, then one more conversation (it sweeps).
-            for index in range(args.paused):
-                await client.pause(f"{host} p{index}")
-            soak.paused_live_before = (await server_stats(http, base))["live"]
-            await asyncio.sleep(args.ttl * 1.1)
-            await client.pause(f"{host} after-ttl")
-            after = await server_stats(http, base)
-            soak.paused_live_after, soak.paused_store_after = after["live"], after["store"]
+            await paused_phase(client, soak, args, process.pid)
         return soak
     finally:
         process.kill()
         await process.wait()
+
+
+async def paused_phase(client: Client, soak: Soak, args: argparse.Namespace, pid: int) -> None:
+    """Conversations nobody answers, then nothing at all is sent for one TTL plus one sweep interval (and a margin).
+
+    Reclaimed: the agent keeps no instance and the host's store nothing, so the sweep task released them (no
+    request could: the only one after the pauses is the ``/_soak`` read at the end, which touches neither).
+    """
+    for index in range(args.paused):
+        await client.pause(f"{soak.host} p{index}")
+    before = await server_stats(client.http, client.base)
+    soak.paused_live_before, soak.rss_paused = before["live"], proc_stats(pid)[0]
+    soak.idle_seconds = args.ttl + min(60.0, args.ttl / 4) + args.idle_margin  # the hosts' default sweep interval
+    await asyncio.sleep(soak.idle_seconds)
+    soak.rss_idle = proc_stats(pid)[0]  # read before the /_soak request below
+    after = await server_stats(client.http, client.base)
+    soak.paused_live_after, soak.paused_store_after = after["live"], after["store"]
+    soak.sweeps = after["sweeps"]
 
 
 def slope_kb_per_1000(samples: list[tuple[float, int, int, int, int, int]], warmup: int) -> float:
@@ -534,6 +660,7 @@ def report(soak: Soak, args: argparse.Namespace) -> dict[str, Any]:
         "wrong": soak.wrong,
         "rss_mb_first_last": (round(first[2] / 1024, 1), round(last[2] / 1024, 1)),
         "rss_slope_kb_per_1000": round(slope_kb_per_1000(soak.samples, args.warmup), 1),
+        "rss_slope_second_half_kb_per_1000": round(slope_kb_per_1000(soak.samples, soak.answered // 2), 1),
         "rss_slope_sequential_concurrent": tuple(round(slope, 1) for slope in phase_slopes(soak, args)),
         "rss_slope_steady_kb_per_1000": round(slope_kb_per_1000(steady, 0), 1),
         "steady_answered": steady[-1][1] - steady[0][1] if steady else 0,
@@ -549,9 +676,12 @@ def report(soak: Soak, args: argparse.Namespace) -> dict[str, Any]:
         "p50_p99_last_ms": (round(p50_last, 1), round(p99_last, 1)),
         "p99_last_over_first": round(p99_last / p99_first, 2) if p99_first == p99_first and p99_first else None,
         "paused": args.paused,
-        "paused_live_before_after_ttl": (soak.paused_live_before, soak.paused_live_after),
-        "reclaimed_within_ttl": soak.paused_live_after <= 1,
-        "store_after_ttl": soak.paused_store_after,
+        "paused_live_before_after_idle": (soak.paused_live_before, soak.paused_live_after),
+        "store_after_idle": soak.paused_store_after,
+        "reclaimed_without_traffic": soak.paused_live_after == 0 and soak.paused_store_after == 0,
+        "idle_seconds": round(soak.idle_seconds, 2),
+        "rss_mb_paused_idle": (round(soak.rss_paused / 1024, 1), round(soak.rss_idle / 1024, 1)),
+        "sweeps": soak.sweeps,
     }
 
 
@@ -580,6 +710,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--clients", type=int, default=10, help="concurrent clients")
     parser.add_argument("--paused", type=int, default=500, help="conversations left paused")
     parser.add_argument("--ttl", type=float, default=5.0, help="the server's continuation_ttl (seconds)")
+    parser.add_argument(
+        "--idle-margin", type=float, default=2.0, help="seconds waited past TTL + sweep interval with no request"
+    )
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between samples")
     parser.add_argument("--warmup", type=int, default=300, help="answered conversations before the slope counts")
     parser.add_argument("--rate", type=float, default=0.0, help="conversations started per second (0: no pacing)")

@@ -5,8 +5,9 @@ Installed with the ``hosting`` extra (``pip install "agent-framework-functional[
 ``serve_devui`` / ``devui_app`` (DevUI) and ``responses_app`` (``agent-framework-hosting-responses``).
 Each host package is imported only when its call is first used, so ``import agent_framework_functional``
 never needs them. ``a2a_app`` (A2A) needs the ``a2a`` extra, ``mcp_app`` (an MCP tool) the ``mcp``
-extra. ``ReleaseFreeMemory`` (ASGI middleware the Responses, DevUI and AG-UI hosting calls add) hands the allocator's
-free heap pages back after requests. README "Host it" shows each call.
+extra. ``ReleaseFreeMemory`` (ASGI middleware every hosting call adds) hands the allocator's free heap pages back
+after requests; every call's app also runs a task in its lifespan that releases expired pauses with no request
+(``sweep_every``). README "Host it" shows each call.
 """
 
 from __future__ import annotations

@@ -8,13 +8,16 @@ when it streams the request. The agent still decides: the answer resumes only wi
 snapshot's session state) through the continuation store. Conversely, a thread whose snapshot the store dropped
 (evicted, expired) took its token along: :func:`expire_open_approvals` retires its approvals, so AG-UI hands
 new input to the agent instead of demanding an answer nobody can give; :class:`SettlingThreads` tells that
-apart from a run whose snapshot is not saved yet. AG-UI's private approval API is used through ``_core_compat``,
-pinned by ``tests/hosting/test_two_workers.py``, ``test_host_sessions.py`` and ``test_host_private_names.py``.
+apart from a run whose snapshot is not saved yet; :func:`approval_purge` lets a host's sweep drop what expired.
+AG-UI's private approval API is used through ``_core_compat``,
+pinned by ``tests/hosting/test_two_workers.py``, ``test_host_sessions.py``,
+``test_sweep.py`` and ``test_host_private_names.py``.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 from agent_framework import Content
@@ -22,6 +25,7 @@ from agent_framework_ag_ui import AgentFrameworkAgent, AGUIThreadSnapshot, AGUIT
 
 from .._agent import FunctionalWorkflowAgent
 from .._core_compat import (
+    agui_approval_state,
     agui_session_id_for_thread,
     expire_agui_open_approvals,
     register_agui_hosted_approval,
@@ -53,6 +57,16 @@ def bound_approval_state(runner: AgentFrameworkAgent, agent: FunctionalWorkflowA
         pending_retention_seconds=ttl,
         terminal_retention_seconds=min(ANSWERED_APPROVAL_RETENTION_SECONDS, ttl),
     )
+
+
+def approval_purge(runner: AgentFrameworkAgent) -> Callable[[], Awaitable[int]]:
+    """The purge a host's sweep runs: AG-UI expires and drops approvals past their retention on any read."""
+
+    async def purge() -> int:
+        agui_approval_state(runner).lifecycle.pending_interrupt_ids(thread_id="")
+        return 0  # AG-UI does not say how many; the agent's lapse of the same pauses counts them
+
+    return purge
 
 
 def _request_call(interrupt: dict[str, Any]) -> Content | None:

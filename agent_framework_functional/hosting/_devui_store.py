@@ -3,7 +3,8 @@
 DevUI keeps every conversation (its messages, items, traces, ``AgentSession`` and a checkpoint storage) in
 ``agent_framework_devui._conversations.InMemoryConversationStore`` for the life of the process, and offers
 no option to bound it; its checkpoint manager requires that class. :class:`BoundedConversationStore` is
-that class with two bounds, checked whenever a conversation is created, listed or used:
+that class with two bounds, checked whenever a conversation is created, listed or used, and by the host's
+sweep task (``purge_expired``):
 
 - a conversation no request touched for ``ttl`` seconds (the agent's ``continuation_ttl``: its pause, if
   any, has expired too) is dropped, unless a turn of it is running (``DevUIAgent`` notes each turn's start
@@ -95,7 +96,11 @@ class BoundedConversationStore(devui_conversation_store_class()):  # pyright: ig
             self._turns[conversation_id] = left
         self._use(conversation_id)
 
-    def _sweep(self, now: float) -> None:
+    async def purge_expired(self) -> int:
+        """Drop the conversations past their bounds now (a host's sweep task; every use also does it)."""
+        return self._sweep(self._clock())
+
+    def _sweep(self, now: float) -> int:
         dropped: set[str] = set()
         used = self._used
         while used and (next(iter(used.values())) <= now - self.ttl or len(used) > self.max_conversations):
@@ -109,6 +114,7 @@ class BoundedConversationStore(devui_conversation_store_class()):  # pyright: ig
             dropped.add(conversation_id)
         if dropped:
             self._forget_approvals(dropped)
+        return len(dropped)
 
     def _forget_approvals(self, dropped: set[str]) -> None:
         """Drop DevUI's tracked approvals of dropped conversations (keyed ``(conversation id, request id)``)."""

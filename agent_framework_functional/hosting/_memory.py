@@ -67,10 +67,18 @@ class ReleaseFreeMemory:
 
     def release(self) -> bool:
         """Hand free heap pages back now if ``every`` seconds passed since the last release; True if it did."""
-        now = time.monotonic()
-        if now - ReleaseFreeMemory._last < self.every:
+        if time.monotonic() - ReleaseFreeMemory._last < self.every:
             return False
-        ReleaseFreeMemory._last = now
+        return ReleaseFreeMemory.release_now()
+
+    @staticmethod
+    def release_now() -> bool:
+        """Hand free heap pages back now, whatever the interval (a host's sweep, after it dropped something).
+
+        Returns:
+            True if the C library could (glibc), else False.
+        """
+        ReleaseFreeMemory._last = time.monotonic()
         if not ReleaseFreeMemory._looked_up:
             ReleaseFreeMemory._trim, ReleaseFreeMemory._looked_up = _malloc_trim(), True
         if ReleaseFreeMemory._trim is None:
@@ -85,16 +93,16 @@ def add_release_once(app: Any, every: float | None) -> None:
         app.add_middleware(ReleaseFreeMemory, every=every)
 
 
-def check_release_every(every: float | None) -> float | None:
+def check_release_every(every: float | None, name: str = "release_memory_every") -> float | None:
     """``every`` when it is None or a positive, finite number of seconds (infinity would release once, then never).
 
     Raises:
-        ValueError: Anything else (the message names ``release_memory_every``).
+        ValueError: Anything else (the message names the option, ``name``).
     """
     if every is not None and (
         isinstance(every, bool)
         or not isinstance(every, int | float)  # pyright: ignore[reportUnnecessaryIsInstance]
         or not 0 < every <= sys.float_info.max  # NaN, infinity, and an int no float holds
     ):  # refused here: the middleware keeps a float, and the app would fail at its first request
-        raise ValueError(f"release_memory_every must be a positive, finite number of seconds or None, not {every!r}.")
+        raise ValueError(f"{name} must be a positive, finite number of seconds or None, not {every!r}.")
     return every

@@ -61,6 +61,11 @@ class ThreadSnapshotStore:
             return None
         return AGUIThreadSnapshot(**cast("dict[str, Any]", json.loads(text)))
 
+    async def purge_expired(self) -> int:
+        """Drop the session store's expired records now (snapshots and sessions; a host's sweep calls it)."""
+        purge = getattr(self.sessions, "purge_expired", None)
+        return await purge() if purge is not None else 0
+
     async def delete(self, *, scope: str, thread_id: str) -> bool:
         """Delete a thread's snapshot; True when there was one."""
         return await self.sessions.records.remove(

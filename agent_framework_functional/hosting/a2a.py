@@ -9,7 +9,6 @@ in a session store. Needs the ``a2a`` extra.
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
 from typing import Any, cast
 
 from a2a.helpers import get_message_text
@@ -41,6 +40,8 @@ from ._a2a_parts import BOOL_WORDS, message_answers, new_answer_part
 from ._a2a_tasks import DEFAULT_MAX_TASKS, BoundedTaskStore, FinalTaskStore
 from ._body_limit import BodyLimit
 from ._defaults import default_session_store
+from ._memory import DEFAULT_RELEASE_MEMORY_EVERY
+from ._sweep import DEFAULT_SWEEP_EVERY, add_upkeep
 
 __all__ = [
     "BOOL_WORDS",
@@ -162,6 +163,8 @@ def a2a_app(
     version: str = "1.0.0",
     rpc_path: str = "/",
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    release_memory_every: float | None = DEFAULT_RELEASE_MEMORY_EVERY,
+    sweep_every: float | None = DEFAULT_SWEEP_EVERY,
 ) -> Starlette:
     """A Starlette app that serves ``agent`` over A2A (JSON-RPC, streaming), correct by default.
 
@@ -198,12 +201,15 @@ def a2a_app(
         version: The agent card's version.
         rpc_path: The path of the JSON-RPC endpoint.
         max_body_bytes: The largest request body read.
+        release_memory_every: Seconds between two releases of free heap pages after a request; None: never.
+        sweep_every: Seconds between two sweeps of expired pauses and sessions (README "Run it in production").
 
     Returns:
         The app; the agent card is served at ``/.well-known/agent-card.json``.
 
     Raises:
-        ValueError: ``max_body_bytes`` is not a positive integer.
+        ValueError: ``max_body_bytes`` is not a positive integer, or ``release_memory_every`` or ``sweep_every``
+            is not a positive, finite number or None.
 
     Examples:
         .. code-block:: python
@@ -237,17 +243,10 @@ def a2a_app(
         interrupted_task_timeout=agent.continuation_ttl,
     )
 
-    @asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncGenerator[None, None]:
-        try:
-            yield
-        finally:
-            await handler.aclose()
-
     app = Starlette(
         routes=[*create_agent_card_routes(card), *create_jsonrpc_routes(handler, rpc_path)],
         middleware=[Middleware(BodyLimit, path=rpc_path, max_bytes=max_body_bytes)],
-        lifespan=lifespan,
     )
     app.state.a2a_handler = handler
+    add_upkeep(app, agent, release_memory_every, sweep_every, stores=[executor.session_store], closing=[handler.aclose])
     return app

@@ -28,11 +28,18 @@ from .._errors import ContinuationAuthorityError, ResponseMismatchError
 from .._session import SESSION_STATE_KEY, session_token
 from .._updates import REQUEST_INFO_FUNCTION_NAME, published_requests, token_tag
 from ._adapter import ANSWER_FIELD, HostedAgent, as_messages, check_answer, replace_contents, result_answer
-from ._agui_approvals import SettlingThreads, bound_approval_state, expire_open_approvals, restore_open_approvals
+from ._agui_approvals import (
+    SettlingThreads,
+    approval_purge,
+    bound_approval_state,
+    expire_open_approvals,
+    restore_open_approvals,
+)
 from ._agui_resume import ResumeAnswer, payload_answer, read_answers, read_request, refuse
 from ._body_limit import BodyLimit
-from ._memory import DEFAULT_RELEASE_MEMORY_EVERY, add_release_once, check_release_every
+from ._memory import DEFAULT_RELEASE_MEMORY_EVERY, check_release_every
 from ._snapshots import snapshot_store_for
+from ._sweep import DEFAULT_SWEEP_EVERY, add_upkeep
 
 DEFAULT_MAX_BODY_BYTES = 1_000_000
 """Largest request body :func:`agui_endpoint` reads (bytes); a larger one is refused with 413."""
@@ -285,6 +292,7 @@ def agui_endpoint(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     max_runs: int = DEFAULT_MAX_RUNS,
     release_memory_every: float | None = DEFAULT_RELEASE_MEMORY_EVERY,
+    sweep_every: float | None = DEFAULT_SWEEP_EVERY,
 ) -> None:
     """Serve ``agent`` at ``POST path`` over AG-UI, set up the way a pausing agent needs (README "Host it").
 
@@ -313,6 +321,8 @@ def agui_endpoint(
     - ``ReleaseFreeMemory`` on the app (once, however many endpoints are added), as ``responses_app`` and
       ``devui_app`` add it: a host that runs for months keeps RSS at what is in use, not at its busiest
       moment's high-water mark.
+    - A sweep task in the app's lifespan (one per endpoint): every ``sweep_every`` seconds the agent's expired
+      pauses, the snapshots and AG-UI's approvals past their time go, with no request at all.
 
     Args:
         app: The FastAPI app (before it starts: a body-size middleware is added).
@@ -334,13 +344,16 @@ def agui_endpoint(
         release_memory_every: Seconds between handing the C allocator's free heap pages back to the system
             after a request (glibc's ``malloc_trim``; nothing elsewhere); None adds no middleware. The app
             keeps the first endpoint's setting when several add it.
+        sweep_every: Seconds between two sweeps (at most a quarter of the agent's ``continuation_ttl``);
+            None: expired pauses go only on access.
 
     Raises:
         ValueError: Not exactly one of ``single_user`` and ``authorization_scope_resolver`` is given, or
-            ``release_memory_every`` is not a positive, finite number or None.
+            ``release_memory_every`` or ``sweep_every`` is not a positive, finite number or None.
         TypeError: ``snapshot_store`` is a core ``SessionStore`` that is not one of the package's.
     """
     check_release_every(release_memory_every)
+    check_release_every(sweep_every, "sweep_every")
     snapshots = SettlingThreads(snapshot_store_for(snapshot_store, agent), max_threads=4 * max_runs)
     runner = AgentFrameworkAgent(agent=AGUIAgent(agent, snapshots), snapshot_store=snapshots)  # pyright: ignore[reportArgumentType]
     bound_approval_state(runner, agent)
@@ -384,4 +397,11 @@ def agui_endpoint(
         max_detached_runs=max_runs,
     )
     app.add_middleware(BodyLimit, path=path, max_bytes=max_body_bytes)
-    add_release_once(app, release_memory_every)
+    add_upkeep(
+        app,
+        agent,
+        release_memory_every,
+        sweep_every,
+        stores=[snapshots.store],
+        purges=[approval_purge(runner)],
+    )

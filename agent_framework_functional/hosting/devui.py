@@ -19,7 +19,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from .._agent import FunctionalWorkflowAgent
 from ._adapter import HostedAgent, as_messages, parse_typed_text, result_answer
 from ._devui_store import DEFAULT_MAX_CONVERSATIONS, BoundedConversationStore, BoundedDevServer
-from ._memory import DEFAULT_RELEASE_MEMORY_EVERY, ReleaseFreeMemory, check_release_every
+from ._memory import DEFAULT_RELEASE_MEMORY_EVERY, check_release_every
+from ._sweep import DEFAULT_SWEEP_EVERY, add_upkeep
 
 DEFAULT_PORT = 8080
 """DevUI's own default port."""
@@ -140,11 +141,13 @@ def devui_app(
     host: str = "127.0.0.1",
     max_conversations: int = DEFAULT_MAX_CONVERSATIONS,
     release_memory_every: float | None = DEFAULT_RELEASE_MEMORY_EVERY,
+    sweep_every: float | None = DEFAULT_SWEEP_EVERY,
 ) -> FastAPI:
     """DevUI's FastAPI app serving ``agent`` (page and API), with bearer-token auth; see :func:`serve_devui`.
 
     Conversations are bounded (DevUI's own store keeps every one): idle past the agent's
-    ``continuation_ttl``, or least recently used past ``max_conversations``, they go.
+    ``continuation_ttl``, or least recently used past ``max_conversations``, they go; a task the app's
+    lifespan runs sweeps the expired ones and their pauses every ``sweep_every`` seconds.
 
     Args:
         agent: The agent (one object serves every conversation).
@@ -155,13 +158,15 @@ def devui_app(
         max_conversations: How many DevUI conversations are kept at most.
         release_memory_every: Seconds between handing the C allocator's free heap pages back to the
             system after a request (glibc's ``malloc_trim``; nothing elsewhere); None never.
+        sweep_every: Seconds between two sweeps of expired pauses and conversations (at most a quarter of
+            the agent's ``continuation_ttl``), so they go with no request at all; None: only on access.
 
     Returns:
         The ASGI app (``app.state.devui_conversations``: the conversation store).
 
     Raises:
         ValueError: ``auth_token`` is empty or not ASCII, ``max_conversations`` is below 1, or
-            ``release_memory_every`` is not a positive, finite number or None.
+            ``release_memory_every`` or ``sweep_every`` is not a positive, finite number or None.
     """
     check_release_every(release_memory_every)
     if not auth_token or not auth_token.isascii():
@@ -178,8 +183,7 @@ def devui_app(
     server.set_pending_entities([DevUIAgent(agent, store)])
     app = server.get_app()
     app.state.devui_conversations = store  # what it keeps (len(), operators' metrics)
-    if release_memory_every is not None:
-        app.add_middleware(ReleaseFreeMemory, every=release_memory_every)
+    add_upkeep(app, agent, release_memory_every, sweep_every, stores=[store])
     app.add_middleware(RefuseMalformedAuth)  # outermost: before DevUI's auth check can raise
     return app
 
@@ -191,6 +195,7 @@ async def serve_devui(
     port: int = DEFAULT_PORT,
     auth_token: str | None = None,
     max_conversations: int = DEFAULT_MAX_CONVERSATIONS,
+    sweep_every: float | None = DEFAULT_SWEEP_EVERY,
 ) -> None:
     """Serve ``agent`` in DevUI until interrupted, printing the page's URL and its auth token.
 
@@ -206,12 +211,13 @@ async def serve_devui(
         port: The port; 0 picks a free one (the printed URL shows which).
         auth_token: The bearer token.
         max_conversations: How many DevUI conversations are kept at most (see :func:`devui_app`).
+        sweep_every: Seconds between two sweeps of expired pauses and conversations (see :func:`devui_app`).
 
     Raises:
         SystemExit: The port is taken (uvicorn's own error).
     """
     token = auth_token or os.environ.get("DEVUI_AUTH_TOKEN") or secrets.token_urlsafe(24)
-    app = devui_app(agent, auth_token=token, host=host, max_conversations=max_conversations)
+    app = devui_app(agent, auth_token=token, host=host, max_conversations=max_conversations, sweep_every=sweep_every)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning")
     server = uvicorn.Server(config)
     serving = asyncio.create_task(server.serve())

@@ -27,6 +27,8 @@ from .._chat import answers_to_responses
 from .._errors import FunctionalWorkflowError
 from .._updates import REQUEST_INFO_FUNCTION_NAME, request_data_to_json
 from ._adapter import ANSWER_FIELD, parse_typed_text, result_answer
+from ._memory import DEFAULT_RELEASE_MEMORY_EVERY
+from ._sweep import DEFAULT_SWEEP_EVERY, add_upkeep
 
 TASK_ARGUMENT = "task"
 """The tool's one argument: the text that starts the workflow."""
@@ -256,6 +258,8 @@ def mcp_app(
     state_ttl_seconds: float = DEFAULT_STATE_TTL_SECONDS,
     path: str = "/mcp",
     host: str = "127.0.0.1",
+    release_memory_every: float | None = DEFAULT_RELEASE_MEMORY_EVERY,
+    sweep_every: float | None = DEFAULT_SWEEP_EVERY,
 ) -> Starlette:
     """A Streamable HTTP MCP app whose one tool runs ``agent``, correct by default.
 
@@ -289,9 +293,15 @@ def mcp_app(
         state_ttl_seconds: How long a pause can be answered through its ``requestState``.
         path: The Streamable HTTP endpoint.
         host: Where the app is served (``127.0.0.1`` turns on ``mcp``'s DNS-rebinding protection).
+        release_memory_every: Seconds between two releases of free heap pages after a request; None: never.
+        sweep_every: Seconds between two sweeps of expired pauses (README "Run it in production"); None: only
+            on access.
 
     Returns:
-        The Starlette app (serve it with uvicorn; its lifespan runs the MCP session manager).
+        The Starlette app (serve it with uvicorn; its lifespan runs the MCP session manager and the sweep).
+
+    Raises:
+        ValueError: ``release_memory_every`` or ``sweep_every`` is not a positive, finite number or None.
 
     Examples:
         .. code-block:: python
@@ -306,6 +316,7 @@ def mcp_app(
     server.middleware.append(RequestStateBoundary(security, default_audience=tool.name))
     app = server.streamable_http_app(streamable_http_path=path, host=host)
     app.state.mcp_tool = tool
+    add_upkeep(app, agent, release_memory_every, sweep_every)
     return app
 
 

@@ -23,9 +23,10 @@ from starlette.requests import ClientDisconnect
 
 from .._agent import FunctionalWorkflowAgent
 from ._defaults import default_session_store
-from ._memory import DEFAULT_RELEASE_MEMORY_EVERY, ReleaseFreeMemory, check_release_every
+from ._memory import DEFAULT_RELEASE_MEMORY_EVERY, check_release_every
 from ._responses_errors import Refusal, error_response, refusal_for
 from ._responses_input import InvalidRequestError, ResponsesRequest, decode_body, parse_request
+from ._sweep import DEFAULT_SWEEP_EVERY, add_upkeep
 
 logger = logging.getLogger(__name__)
 
@@ -296,6 +297,7 @@ def responses_app(
     forward_options: Collection[str] = (),
     scope: Callable[[Request], str] | None = None,
     release_memory_every: float | None = DEFAULT_RELEASE_MEMORY_EVERY,
+    sweep_every: float | None = DEFAULT_SWEEP_EVERY,
 ) -> FastAPI:
     """A FastAPI app that serves ``agent`` over the OpenAI Responses API, correct by default.
 
@@ -346,13 +348,16 @@ def responses_app(
         release_memory_every: Seconds between handing the C allocator's free heap pages back to the
             system after a request (glibc's ``malloc_trim``; nothing elsewhere), so RSS follows live data
             instead of the busiest moment's high-water mark; None never.
+        sweep_every: Seconds between two sweeps of expired pauses and sessions by a task the app's lifespan
+            runs (at most a quarter of the agent's ``continuation_ttl``), so they go with no request at all;
+            None: only on access.
 
     Returns:
         The app (mount it or serve it with uvicorn); ``app.state.responses_host`` is the route's state.
 
     Raises:
         ValueError: ``max_body_bytes`` is not a positive integer, ``retry_after`` a non-negative one, or
-            ``release_memory_every`` a positive, finite number or None.
+            ``release_memory_every`` or ``sweep_every`` a positive, finite number or None.
 
     Examples:
         .. code-block:: python
@@ -376,6 +381,5 @@ def responses_app(
     app.state.responses_host = host
     endpoint: Callable[[Request], Awaitable[Response]] = host.handle
     app.add_api_route(path, endpoint, methods=["POST"], include_in_schema=True)
-    if release_memory_every is not None:
-        app.add_middleware(ReleaseFreeMemory, every=release_memory_every)
+    add_upkeep(app, agent, release_memory_every, sweep_every, stores=[host.session_store])
     return app

@@ -261,10 +261,11 @@ def test_two_apps_on_one_sqlite_file_share_agui_threads_and_responses_conversati
 
 def test_agui_endpoint_keeps_answered_and_unanswered_approvals_for_one_ttl_only(serve: Any, http: httpx.Client) -> None:
     """AG-UI's approval state drops answered approvals (its own default keeps them 15 minutes, and refuses new
-    approvals at 10,000 per scope) and unanswered ones (its default: 24 h) by the agent's TTL."""
+    approvals at 10,000 per scope) and unanswered ones (its default: 24 h) by the agent's TTL, on access (the
+    sweep task, off here, would drop them with no request: ``test_sweep.py``)."""
     agent = deployer.build(continuation_ttl=0.5).as_agent(name="deployer")
     app = FastAPI()
-    agui_endpoint(app, agent, "/agent", single_user=True)
+    agui_endpoint(app, agent, "/agent", single_user=True, sweep_every=None)
     url = f"{serve(app).base}/agent"
 
     def kept() -> int:
