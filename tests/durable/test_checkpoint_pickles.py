@@ -160,10 +160,30 @@ def _envelope(data: bytes, type_key: str = "x:y") -> dict[str, str]:
     return {PICKLED: base64.b64encode(data).decode("ascii"), TYPE_KEY: type_key}
 
 
+class _Decoded:
+    """A decoded value, equal to another when both pickle to the same bytes or have the same ``repr``.
+
+    Values may be recursive, so they are compared as bytes; two decodes of one pickle may still share equal
+    strings differently (Python 3.10, protocol 2: the same memo layout is not guaranteed), so an equal ``repr``
+    counts too.
+    """
+
+    def __init__(self, value: Any) -> None:
+        self.pickled, self.text = pickle.dumps(value), repr(value)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Decoded) and (self.pickled == other.pickled or self.text == other.text)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return self.text[:200]
+
+
 def _outcome(decode: Callable[[], Any]) -> tuple[str, Any]:
-    """``("ok", the value pickled again)`` (values may be recursive: compared as bytes) or ``("refused", why)``."""
+    """``("ok", the decoded value)`` or ``("refused", why)``."""
     try:
-        return "ok", pickle.dumps(decode())
+        return "ok", _Decoded(decode())
     except WorkflowCheckpointException as exc:
         return "refused", str(exc)
 
