@@ -18,6 +18,7 @@ import datetime
 import decimal
 import enum
 import pickle
+import re
 import struct
 import uuid
 from collections.abc import Callable, Iterator
@@ -165,11 +166,11 @@ class _Decoded:
 
     Values may be recursive, so they are compared as bytes; two decodes of one pickle may still share equal
     strings differently (Python 3.10, protocol 2: the same memo layout is not guaranteed), so an equal ``repr``
-    counts too.
+    (object addresses left out) counts too.
     """
 
     def __init__(self, value: Any) -> None:
-        self.pickled, self.text = pickle.dumps(value), repr(value)
+        self.pickled, self.text = pickle.dumps(value), re.sub(r" at 0x[0-9a-fA-F]+", "", repr(value))
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, _Decoded) and (self.pickled == other.pickled or self.text == other.text)
