@@ -105,7 +105,8 @@ class InMemoryAuthority:
         checkpoint_storage: The instance's checkpoint storage (a run may name another).
 
     Keyword Args:
-        keep_checkpoints: Never delete the checkpoints of a finished or re-paused run chain.
+        retention: Seconds a finished chain's checkpoints are kept (0: deleted at the finish; None: every
+            checkpoint kept for good, an abandoned or expired pause's too).
         ttl: Seconds a pause stays resumable (``_expiry.resolve_ttl``).
         identity: Returns the workflow's ``(name, signature hash)``, which a restored checkpoint must match.
     """
@@ -116,8 +117,8 @@ class InMemoryAuthority:
         "_pause_checkpoint",
         "checkpoint_storage",
         "conversation",
-        "keep_checkpoints",
         "pending",
+        "retention",
         "spent_hash",
         "ttl",
     )
@@ -129,7 +130,7 @@ class InMemoryAuthority:
         on_reset: Callable[[], None],
         checkpoint_storage: CheckpointStorage | None = None,
         *,
-        keep_checkpoints: bool = False,
+        retention: float | None = 0.0,
         ttl: float = 24 * 60 * 60.0,
         identity: Callable[[], tuple[str, str]] | None = None,
     ) -> None:
@@ -139,12 +140,17 @@ class InMemoryAuthority:
         self.pending: Continuation | None = None
         self.conversation: str | None = None
         self.checkpoint_storage: CheckpointStorage | None = checkpoint_storage
-        self.keep_checkpoints = keep_checkpoints
+        self.retention = retention
         # The pending pause's checkpoint and the storage it is in (deleted when the pause is discarded).
         self._pause_checkpoint: tuple[CheckpointStorage, str] | None = None
         self.spent_hash: int | None = None
 
     # ------------------------------------------------------------------ views
+
+    @property
+    def keep_checkpoints(self) -> bool:
+        """True when no checkpoint is ever deleted (``checkpoint_retention=None``)."""
+        return self.retention is None
 
     @property
     def has_pending(self) -> bool:
@@ -254,7 +260,7 @@ class InMemoryAuthority:
         checkpoint_id = core_kwargs.get("checkpoint_id")
         if storage is None or (self.keep_checkpoints and checkpoint_id is None):
             return ticket
-        recorder = RecordingCheckpointStorage(storage, keep=self.keep_checkpoints)
+        recorder = RecordingCheckpointStorage(storage, retention=self.retention)
         if checkpoint_id is not None and self._identity is not None:
             await check_restore(recorder, self._identity(), core_kwargs)
         core_kwargs["checkpoint_storage"] = recorder
@@ -287,9 +293,9 @@ class InMemoryAuthority:
         return True
 
     async def finish(self, ticket: ResumeTicket) -> None:
-        """Delete the chain's checkpoints through the recorder."""
+        """Keep the chain's checkpoints for the retention, through the recorder."""
         if ticket.recorder is not None:
-            await ticket.recorder.delete_chain(keep=None)
+            await ticket.recorder.finish_chain()
 
     async def record_pause(
         self,

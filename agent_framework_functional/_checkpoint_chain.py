@@ -2,21 +2,21 @@
 
 Core saves several checkpoints per run (one per step, one for the pause) and never deletes any.
 Every run with checkpoint storage hands core a :class:`RecordingCheckpointStorage` in front of the
-real one; when the run pauses again or finishes, the checkpoints of its chain that back no issued
-token are deleted (AGENTS.md invariant 30), with or without a continuation store.
+real one; when the run pauses again, the checkpoints of its chain that back no issued token are deleted,
+and when it finishes, its chain's checkpoints are kept for the definition's ``checkpoint_retention``
+(AGENTS.md invariant 30), with or without a continuation store.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agent_framework import CheckpointStorage, WorkflowCheckpoint
 
-from ._expiry import checkpoint_deletions
+from ._expiry import checkpoint_deletions, delete_checkpoints, retain_checkpoints, sweep_retained
 from ._step_cache import HOLD_STEP_SAVES
 
 if TYPE_CHECKING:
@@ -37,8 +37,8 @@ class RecordingCheckpointStorage:
         inner: The storage core should really use.
 
     Keyword Args:
-        keep: Keep every checkpoint (``@workflow(keep_checkpoints=True)``): :meth:`delete_chain`
-            deletes nothing.
+        retention: Seconds a finished run's checkpoints are kept (``@workflow(checkpoint_retention=...)``):
+            0 deletes them at the finish, None keeps every checkpoint (:meth:`delete_chain` deletes nothing).
     """
 
     __slots__ = (
@@ -51,12 +51,15 @@ class RecordingCheckpointStorage:
         "pause_writer",
         "preloaded",
         "resumed_checkpoint_id",
+        "retention",
         "saved_ids",
     )
 
-    def __init__(self, inner: CheckpointStorage, *, keep: bool = False) -> None:
+    def __init__(self, inner: CheckpointStorage, *, retention: float | None = 0.0) -> None:
+        sweep_retained()  # each run with checkpoint storage deletes what is past its retention
         self.inner = inner
-        self.keep = keep
+        self.retention = retention
+        self.keep = retention is None
         self.last_saved_id: str | None = None
         self.saved_ids: list[str] = []
         # The checkpoint of the pause this run claimed (set by the claim): deleted once the run ends well.
@@ -75,11 +78,11 @@ class RecordingCheckpointStorage:
 
     @property
     def drops_final_checkpoint(self) -> bool:
-        """True when :meth:`delete_chain` deletes everything a finished run saved (no ``keep``).
+        """True when :meth:`finish_chain` deletes everything a finished run saved at once (retention 0).
 
-        Core then need not save the checkpoint of a clean finish: the run's end deletes it at once.
+        Core then need not save the checkpoint of a clean finish: nothing could read it.
         """
-        return not self.keep
+        return self.retention == 0
 
     async def save(self, checkpoint: WorkflowCheckpoint) -> str:
         writer = self.pause_writer
@@ -133,6 +136,20 @@ class RecordingCheckpointStorage:
         self.resumed_checkpoint_id = None
         await self._delete(doomed)
 
+    async def finish_chain(self) -> None:
+        """The run finished: keep its chain's checkpoints (this run's, the resumed pause's) for the retention.
+
+        With retention 0 they are deleted now (:meth:`delete_chain`); with None they are kept for good.
+        The ids stay noted for :meth:`settle` (a storage writes the step saves it holds).
+        """
+        if self.retention == 0:
+            await self.delete_chain(keep=None)
+            return
+        resumed, self.resumed_checkpoint_id = self.resumed_checkpoint_id, None
+        if self.retention is not None:
+            kept = [*([resumed] if resumed is not None else []), *self.saved_ids]
+            retain_checkpoints(self.inner, kept, self.retention)
+
     async def delete_superseded(self, *, keep: str) -> None:
         """Delete the checkpoints this run saved before its pause ``keep`` (the pause's holds all they held).
 
@@ -147,16 +164,8 @@ class RecordingCheckpointStorage:
         return [] if self.keep else [checkpoint_id for checkpoint_id in saved if checkpoint_id != keep]
 
     async def _delete(self, doomed: list[str]) -> None:
-        if not doomed:
-            return
-        delete_many = getattr(self.inner, "delete_many", None)
-        if delete_many is not None:  # one round trip for the whole chain (PostgresCheckpointStorage)
-            with contextlib.suppress(Exception):  # cleanup must never fail the run
-                await delete_many(doomed)
-            return
-        for checkpoint_id in doomed:
-            with contextlib.suppress(Exception):  # cleanup must never fail the run
-                await self.inner.delete(checkpoint_id)
+        if doomed:  # failures ignored: cleanup must never fail the run
+            await delete_checkpoints(self.inner, doomed)
 
     async def load(self, checkpoint_id: str) -> WorkflowCheckpoint:
         preloaded, self.preloaded = self.preloaded, None

@@ -12,6 +12,7 @@ from agent_framework import CheckpointStorage
 from agent_framework import FunctionalWorkflowDefinition as _CoreFunctionalWorkflowDefinition
 
 from ._core_compat import functional_workflows_experimental
+from ._expiry import DEFAULT_CHECKPOINT_RETENTION, resolve_retention
 from ._workflow import FunctionalWorkflow
 
 if TYPE_CHECKING:
@@ -30,11 +31,13 @@ class FunctionalWorkflowDefinition:
     Keyword Args:
         name: Workflow name; defaults to ``func.__name__``.
         description: Optional human-readable description.
-        keep_checkpoints: Keep every checkpoint (history) instead of deleting a chain's spent ones.
+        checkpoint_retention: How long a finished run's checkpoints are kept (seconds or ``timedelta``,
+            default 24 hours; 0 deletes them at the finish; None keeps every checkpoint for good).
 
     Raises:
-        ValueError: More than one non-``RunContext`` parameter (core's rule).
-        TypeError: ``func`` is not an async function.
+        ValueError: More than one non-``RunContext`` parameter (core's rule); a negative
+            ``checkpoint_retention`` or one over ten years.
+        TypeError: ``func`` is not an async function; ``checkpoint_retention`` is not a duration.
     """
 
     def __init__(
@@ -43,7 +46,7 @@ class FunctionalWorkflowDefinition:
         *,
         name: str | None = None,
         description: str | None = None,
-        keep_checkpoints: bool = False,
+        checkpoint_retention: float | timedelta | None = DEFAULT_CHECKPOINT_RETENTION,
     ) -> None:
         if not inspect.iscoroutinefunction(func):
             shown = getattr(func, "__name__", type(func).__name__)
@@ -52,7 +55,7 @@ class FunctionalWorkflowDefinition:
         self.func: WorkflowFunc = func
         self.name: str = self._core_definition.name
         self.description: str | None = description
-        self.keep_checkpoints: bool = bool(keep_checkpoints)
+        self.checkpoint_retention: float | None = resolve_retention(checkpoint_retention)
         functools.update_wrapper(self, func)  # pyright: ignore[reportArgumentType]
 
     def build(
@@ -90,7 +93,10 @@ def workflow(func: WorkflowFunc, /) -> FunctionalWorkflowDefinition: ...
 
 @overload
 def workflow(
-    *, name: str | None = None, description: str | None = None, keep_checkpoints: bool = False
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    checkpoint_retention: float | timedelta | None = DEFAULT_CHECKPOINT_RETENTION,
 ) -> Callable[[WorkflowFunc], FunctionalWorkflowDefinition]: ...
 
 
@@ -101,7 +107,7 @@ def workflow(
     *,
     name: str | None = None,
     description: str | None = None,
-    keep_checkpoints: bool = False,
+    checkpoint_retention: float | timedelta | None = DEFAULT_CHECKPOINT_RETENTION,
 ) -> FunctionalWorkflowDefinition | Callable[[WorkflowFunc], FunctionalWorkflowDefinition]:
     """Turn an async function (core's functional workflow) into a :class:`FunctionalWorkflowDefinition`.
 
@@ -114,13 +120,15 @@ def workflow(
     Keyword Args:
         name: Workflow name; defaults to the function's name.
         description: Optional description (shown by the agent).
-        keep_checkpoints: Keep every checkpoint (README "Checkpoints").
+        checkpoint_retention: How long a finished run's checkpoints are kept (default 24 hours; 0: deleted
+            at the finish; None: every checkpoint kept for good; README "Checkpoints are kept, then deleted").
 
     Returns:
         A definition (bare ``@workflow``) or a decorator that makes one.
 
     Raises:
-        ValueError: More than one non-``RunContext`` parameter.
+        ValueError: More than one non-``RunContext`` parameter; a bad ``checkpoint_retention``.
+        TypeError: ``checkpoint_retention`` is not a duration.
 
     Examples:
         .. code-block:: python
@@ -129,10 +137,11 @@ def workflow(
             async def review(topic: str, ctx: RunContext) -> str:
                 return await ctx.request_info({"topic": topic}, response_type=str)
     """
+    options: dict[str, Any] = {"name": name, "description": description, "checkpoint_retention": checkpoint_retention}
     if func is not None:
-        return FunctionalWorkflowDefinition(func, name=name, description=description, keep_checkpoints=keep_checkpoints)
+        return FunctionalWorkflowDefinition(func, **options)
 
     def decorator(fn: WorkflowFunc) -> FunctionalWorkflowDefinition:
-        return FunctionalWorkflowDefinition(fn, name=name, description=description, keep_checkpoints=keep_checkpoints)
+        return FunctionalWorkflowDefinition(fn, **options)
 
     return decorator

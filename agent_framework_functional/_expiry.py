@@ -1,27 +1,58 @@
-"""Pause expiry: the one TTL of a pause, and deleting the checkpoint of a discarded pause.
+"""Checkpoint expiry: the one TTL of a pause, a finished run's checkpoint retention, and their deletion.
 
 One TTL governs a pause (README "Durable continuations", AGENTS.md invariant 42): its token, the
 conversation's attached workflow instance and the pause's checkpoint. With a continuation store it is the
 store's ``ttl_seconds``; without one it is ``build(..., continuation_ttl=...)`` (default 24 hours).
 A discarded pause (expired, evicted, abandoned or found stale) deletes its checkpoint here.
+A finished run's checkpoints are kept for ``@workflow(checkpoint_retention=...)`` (AGENTS.md invariant 30):
+:func:`retain_checkpoints` notes them, and :func:`sweep_retained`, called as runs start and finish, deletes
+the ones past retention (a storage's own TTL removes them too, also when this process is gone).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import functools
+import heapq
+import itertools
+import time
+import weakref
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from agent_framework import CheckpointStorage
+from agent_framework import CheckpointStorage, InMemoryCheckpointStorage
 
-from ._store import DEFAULT_TTL_SECONDS, duration_seconds
+from ._store import DEFAULT_TTL_SECONDS, MAX_DURATION_SECONDS, duration_seconds
 
 if TYPE_CHECKING:
     from ._store import ContinuationStore
 
 _deleting: set[asyncio.Task[Any]] = set()
 """Checkpoint deletions started without an ``await`` (strong references until they finish)."""
+
+DEFAULT_CHECKPOINT_RETENTION = timedelta(hours=24)
+"""How long a finished run's checkpoints are kept by default (``@workflow(checkpoint_retention=...)``)."""
+
+_retained: list[tuple[float, int, Callable[[], CheckpointStorage | None], tuple[str, ...]]] = []
+"""Finished runs' checkpoints kept for their retention: (deadline, order, storage, ids), a heap by deadline."""
+_order = itertools.count()
+
+
+def resolve_retention(retention: float | timedelta | None) -> float | None:
+    """``checkpoint_retention`` in seconds: None keeps checkpoints for good, 0 deletes them at the finish.
+
+    Raises:
+        ValueError: A negative, infinite or NaN duration, or one over ten years.
+        TypeError: Neither None, a number nor a ``timedelta``.
+    """
+    if retention is None:
+        return None
+    if retention == (timedelta(0) if isinstance(retention, timedelta) else 0) and not isinstance(retention, bool):
+        return 0.0
+    return duration_seconds(retention, "checkpoint_retention")
 
 
 def resolve_ttl(ttl: float | timedelta | None, store: ContinuationStore | None) -> float:
@@ -60,6 +91,67 @@ def delete_checkpoint_soon(storage: CheckpointStorage, checkpoint_id: str) -> No
     task = loop.create_task(delete_checkpoint(storage, checkpoint_id))
     _deleting.add(task)
     task.add_done_callback(_deleting.discard)
+
+
+def _same(storage: CheckpointStorage) -> CheckpointStorage:
+    return storage
+
+
+def retain_checkpoints(storage: CheckpointStorage, checkpoint_ids: Sequence[str], seconds: float) -> None:
+    """Delete ``checkpoint_ids`` from ``storage`` at the first sweep ``seconds`` from now (in-memory: weakly held)."""
+    if not checkpoint_ids:
+        return
+    reference: Callable[[], CheckpointStorage | None]
+    if isinstance(storage, InMemoryCheckpointStorage):  # its checkpoints go with it: never keep it alive
+        reference = weakref.ref(storage)
+    else:  # files, keys and rows outlive the storage object: it is held until the deadline
+        reference = functools.partial(_same, storage)
+    deadline = time.time() + min(seconds, MAX_DURATION_SECONDS)
+    heapq.heappush(_retained, (deadline, next(_order), reference, tuple(checkpoint_ids)))
+
+
+def forget_retained(storage: CheckpointStorage) -> None:
+    """Forget the retained checkpoints of ``storage``, which its owner closed.
+
+    A deletion through a closed storage would open new connections that nobody closes; its own ``ttl`` (or
+    the next process that restores or deletes them) is left to delete them.
+    """
+    kept = [entry for entry in _retained if entry[2]() is not storage]
+    if len(kept) != len(_retained):
+        _retained[:] = kept
+        heapq.heapify(_retained)
+
+
+def sweep_retained() -> None:
+    """Start deleting the retained checkpoints whose retention has passed (one clock read when none has).
+
+    Needs a running event loop (the deletions are its tasks); without one the sweep waits for the next call.
+    """
+    now = time.time()
+    if not _retained or _retained[0][0] > now:
+        return
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    while _retained and _retained[0][0] <= now:
+        _, _, reference, checkpoint_ids = heapq.heappop(_retained)
+        storage = reference()
+        if storage is not None:  # from an empty context: a run's end cancels the tasks started in it
+            task = contextvars.Context().run(loop.create_task, delete_checkpoints(storage, checkpoint_ids))
+            _deleting.add(task)
+            task.add_done_callback(_deleting.discard)
+
+
+async def delete_checkpoints(storage: CheckpointStorage, checkpoint_ids: Sequence[str]) -> None:
+    """Delete checkpoints (one ``delete_many`` call when the storage has it); failures are ignored."""
+    delete_many = getattr(storage, "delete_many", None)
+    if delete_many is not None:  # one round trip for the whole chain (PostgresCheckpointStorage, Redis)
+        with contextlib.suppress(Exception):
+            await delete_many(list(checkpoint_ids))
+        return
+    for checkpoint_id in checkpoint_ids:
+        await delete_checkpoint(storage, checkpoint_id)
 
 
 async def checkpoint_deletions() -> None:

@@ -22,7 +22,7 @@ CURRENT_OFFER: ContextVar[StepCacheOffer | None] = ContextVar(
 )
 
 HOLD_STEP_SAVES: ContextVar[bool] = ContextVar("agent_framework_functional_hold_step_saves", default=False)
-"""Set by a run's checkpoint recorder around its saves when the run deletes its chain when it ends.
+"""Set by a run's checkpoint recorder around its saves unless it keeps every checkpoint (retention None).
 
 A storage may then hold a step checkpoint back and write it with the run's next save
 (``_durable/postgres_held.py``); a direct ``save()`` is written at once.

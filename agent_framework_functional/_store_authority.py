@@ -45,6 +45,9 @@ class StoreAuthority:
         on_reset: As for :class:`InMemoryAuthority`.
         identity: Returns the workflow's ``(name, signature hash)``, which a record must match.
 
+    Keyword Args:
+        retention: As for :class:`InMemoryAuthority`.
+
     Raises:
         TypeError: ``store`` does not implement :class:`ContinuationStore`.
         ValueError: No checkpoint storage: a durable resume restores the pause's checkpoint.
@@ -59,7 +62,7 @@ class StoreAuthority:
         on_reset: Callable[[], None],
         identity: Callable[[], tuple[str, str]],
         *,
-        keep_checkpoints: bool = False,
+        retention: float | None = 0.0,
     ) -> None:
         if not is_continuation_store(store):
             raise TypeError(
@@ -71,9 +74,7 @@ class StoreAuthority:
                 "A continuation_store needs checkpoint_storage as well: a resume in another process restores "
                 "the pause's checkpoint. Pass checkpoint_storage=... (shared by every worker) to build()."
             )
-        self.memory = InMemoryAuthority(
-            on_reset, checkpoint_storage, keep_checkpoints=keep_checkpoints, ttl=store.ttl_seconds
-        )
+        self.memory = InMemoryAuthority(on_reset, checkpoint_storage, retention=retention, ttl=store.ttl_seconds)
         self.store: ContinuationStore = store
         self.checkpoint_storage: CheckpointStorage = checkpoint_storage
         self.records = StoreRecords(store, checkpoint_storage, identity, self.memory)
@@ -206,7 +207,7 @@ class StoreAuthority:
                 "With a continuation_store every pause must be saved in the checkpoint storage given to build(), "
                 "so that any worker can restore it. Drop checkpoint_storage from this run."
             )
-        recorder = RecordingCheckpointStorage(self.checkpoint_storage, keep=self.memory.keep_checkpoints)
+        recorder = RecordingCheckpointStorage(self.checkpoint_storage, retention=self.memory.retention)
         recorder.pause_writer = self.records.joint()
         return recorder
 
@@ -375,7 +376,7 @@ def make_authority(
     checkpoint_storage: CheckpointStorage | None,
     on_reset: Callable[[], None],
     identity: Callable[[], tuple[str, str]],
-    keep_checkpoints: bool = False,
+    retention: float | None = 0.0,
     ttl: float | timedelta | None = None,
 ) -> Authority:
     """The authority strategy for a workflow instance: in memory, or with ``store`` when one is given.
@@ -388,10 +389,10 @@ def make_authority(
         return InMemoryAuthority(
             on_reset,
             checkpoint_storage,
-            keep_checkpoints=keep_checkpoints,
+            retention=retention,
             ttl=resolve_ttl(ttl, None),
             identity=identity,
         )
     if is_continuation_store(store):
         resolve_ttl(ttl, store)  # raises when the two disagree
-    return StoreAuthority(store, checkpoint_storage, on_reset, identity, keep_checkpoints=keep_checkpoints)
+    return StoreAuthority(store, checkpoint_storage, on_reset, identity, retention=retention)

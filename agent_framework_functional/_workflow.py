@@ -71,7 +71,7 @@ class FunctionalWorkflow(ContinuationAbandonment):
         self._checkpoint_storage = checkpoint_storage
         # Raises on a store that is not one, or a store without checkpoint storage.
         strategy = (continuation_store, checkpoint_storage, self._reset_core, self._identity)
-        self._authority = make_authority(*strategy, definition.keep_checkpoints, continuation_ttl)
+        self._authority = make_authority(*strategy, definition.checkpoint_retention, continuation_ttl)
         self._core = self._new_core()
         self._active: WorkflowRun | None = None
         functools.update_wrapper(self, definition.func)  # pyright: ignore[reportArgumentType]
@@ -224,6 +224,8 @@ class FunctionalWorkflow(ContinuationAbandonment):
     ) -> ResponseStream[WorkflowEvent[Any], FunctionalWorkflowRunResult] | Awaitable[FunctionalWorkflowRunResult]:
         """Start, resume, or restore a run, as core's ``run`` does, with continuation authority.
 
+        At least one of ``message``, ``responses`` or ``checkpoint_id`` (``responses`` may come with
+        ``checkpoint_id``: a restore that answers the checkpoint's requests).
         Every check happens here, synchronously, in the order of README "The rules", so a rejected
         call raises at the call site (also with ``stream=True``) and changes nothing. With a
         continuation store, a token this process does not hold is checked inside the run (first

@@ -123,7 +123,7 @@ CORE = agent_framework.workflow(batch)
 OURS = agent_framework_functional.workflow(batch)
 # With a storage, ours keeps its checkpoints, as LangGraph's savers do, so ``stored`` compares what a run
 # wrote (a default run deletes its chain's checkpoints when it ends: invariant 30).
-OURS_KEPT = agent_framework_functional.workflow(keep_checkpoints=True)(batch)
+OURS_KEPT = agent_framework_functional.workflow(checkpoint_retention=None)(batch)
 HERE = Path(__file__).resolve().parent
 
 

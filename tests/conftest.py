@@ -17,6 +17,7 @@ import pytest
 from agent_framework import CheckpointStorage, InMemoryCheckpointStorage, WorkflowCheckpoint
 from postgres_server import PostgresServer, missing_postgres_advice
 from redis_server import REDIS_DURABLE_OPTIONS, RedisServer
+from retention_clock import retention_clock  # noqa: F401  (a fixture)
 
 from agent_framework_functional import (
     FunctionalWorkflow,

@@ -44,7 +44,7 @@ from agent_framework_functional import (  # noqa: E402
 SECRET_ANSWER = "answer-that-must-not-leak"
 
 
-@workflow(name="probe", keep_checkpoints=True)  # the probe restores an abandoned pause from its checkpoint
+@workflow(name="probe", checkpoint_retention=None)  # the probe restores an abandoned pause from its checkpoint
 async def probe(topic: str, ctx: RunContext) -> str:
     answer = await ctx.request_info({"topic": topic}, response_type=str)
     return f"{topic}: {answer}"

@@ -169,7 +169,7 @@ async def test_a_restore_with_a_wrong_answer_is_refused_before_the_run(
     stream: bool,
     keep: bool,
 ) -> None:
-    definition = workflow(name="review", keep_checkpoints=keep)(review_definition.func)
+    definition = workflow(name="review", checkpoint_retention=None if keep else 0)(review_definition.func)
     await definition.build(checkpoint_storage=storage).run("tea")
     checkpoint_id = await pause_checkpoint_id(storage, "review")
     restorer = definition.build(checkpoint_storage=storage)

@@ -25,7 +25,7 @@ from agent_framework_functional import RunContext, _core_compat, step, workflow
 EXTRA_NAMES: dict[str, dict[str, str]] = {
     "definition": {
         "func": "the decorated function, public (core keeps it as _func)",
-        "keep_checkpoints": "@workflow(keep_checkpoints=True): finished chains keep their checkpoints",
+        "checkpoint_retention": "how long a finished run's checkpoints are kept (core keeps them for good)",
     },
     "workflow": {
         "abandon_continuation": "one pending continuation per instance: explicit abandonment (README)",
@@ -78,7 +78,7 @@ EXTRA_PARAMETERS: dict[str, dict[str, str]] = {
         "continuation_store": "durable tokens shared by workers",
         "continuation_ttl": "one pause TTL for the token, the live instance and the checkpoint",
     },
-    "definition.__init__": {"keep_checkpoints": "finished chains keep their checkpoints (history) when True"},
+    "definition.__init__": {"checkpoint_retention": "how long a finished run's checkpoints are kept (default 24 h)"},
     "workflow.__init__": {
         "definition": "an instance is built by FunctionalWorkflowDefinition.build() from its definition",
         "continuation_store": "durable tokens shared by workers",

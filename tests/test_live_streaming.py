@@ -370,7 +370,7 @@ async def test_emitting_after_the_run_ended_raises() -> None:
 
 
 async def test_updates_after_cores_stream_ended_are_refused_while_the_store_cleans_up(tmp_path: Path) -> None:
-    # With a continuation store a finished run still deletes its chain's checkpoints after core's
+    # With a continuation store a finished run (retention 0) still deletes its chain's checkpoints after core's
     # stream ended; an update emitted then was accepted and lost (before), then kept out of order.
     # Now it is refused, as in a streaming run.
     cleaning = asyncio.Event()
@@ -395,7 +395,7 @@ async def test_updates_after_cores_stream_ended_are_refused_while_the_store_clea
     async def noted(topic: str) -> str:
         return topic
 
-    @workflow(name="cleans_up")
+    @workflow(name="cleans_up", checkpoint_retention=0)  # its finish deletes the chain at once
     async def cleans_up(topic: str) -> str:
         late.append(asyncio.ensure_future(emit_during_cleanup()))
         await noted(topic)  # its checkpoint is what the finished run deletes
@@ -925,7 +925,7 @@ async def keeps_the_response(topic: str, ctx: RunContext) -> str:
 async def test_a_step_returning_the_agent_response_replays_it_from_the_cache(
     resume: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(keeps_the_response, "keep_checkpoints", True)  # "checkpoint" restores an abandoned pause
+    monkeypatch.setattr(keeps_the_response, "checkpoint_retention", None)  # "checkpoint" restores an abandoned pause
     WRITER.runs = 0
     storage = InMemoryCheckpointStorage()
     wf = keeps_the_response.build(checkpoint_storage=storage)

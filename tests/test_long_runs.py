@@ -152,7 +152,7 @@ async def test_every_step_save_of_a_run_we_drive_carries_the_step_cache_offer() 
     steps = 12
     storage = OfferWatchingStorage()
     SEEN_CONTEXTS.clear()
-    await our_workflow(keep_checkpoints=True)(batch).build(checkpoint_storage=storage).run(_docs(steps))
+    await our_workflow(checkpoint_retention=None)(batch).build(checkpoint_storage=storage).run(_docs(steps))
     assert storage.step_saves >= steps
     assert storage.bypassed == 0, f"{storage.bypassed} of {storage.step_saves} step saves bypassed"
     assert SEEN_CONTEXTS[-1] is LinearRunContext  # the switch happens in a run with storage too
@@ -191,7 +191,7 @@ async def test_ours_writes_the_checkpoints_core_writes_to_cores_storages() -> No
     steps = 40
     core_storage, our_storage = InMemoryCheckpointStorage(), InMemoryCheckpointStorage()
     await agent_framework.workflow(batch).build(checkpoint_storage=core_storage).run(_docs(steps))
-    await our_workflow(keep_checkpoints=True)(batch).build(checkpoint_storage=our_storage).run(_docs(steps))
+    await our_workflow(checkpoint_retention=None)(batch).build(checkpoint_storage=our_storage).run(_docs(steps))
     core_chain = await core_storage.list_checkpoints(workflow_name="batch")
     our_chain = await our_storage.list_checkpoints(workflow_name="batch")
     assert len(core_chain) == len(our_chain) == steps + 1
@@ -224,7 +224,9 @@ def _foreign(checkpoint: WorkflowCheckpoint) -> WorkflowCheckpoint:
 @pytest.mark.parametrize("side", ["core", "ours"])
 async def test_a_cache_written_by_another_step_definition_is_refused_as_core_refuses_it(side: str) -> None:
     storage = InMemoryCheckpointStorage()
-    definition: Any = agent_framework.workflow(batch) if side == "core" else our_workflow(keep_checkpoints=True)(batch)
+    definition: Any = (
+        agent_framework.workflow(batch) if side == "core" else our_workflow(checkpoint_retention=None)(batch)
+    )
     await definition.build(checkpoint_storage=storage).run(_docs(3))
     last = (await storage.list_checkpoints(workflow_name="batch"))[-1]
     await storage.save(_foreign(last))

@@ -243,10 +243,10 @@ async def test_abandonment_with_a_store_deletes_the_checkpoint_files(tmp_path: P
         await store.aclose()
 
 
-async def test_keep_checkpoints_keeps_them_on_abandonment(tmp_path: Path) -> None:
+async def test_retention_none_keeps_them_on_abandonment(tmp_path: Path) -> None:
     folder = tmp_path / "cp"
 
-    @workflow(name="kept", keep_checkpoints=True)
+    @workflow(name="kept", checkpoint_retention=None)
     async def kept(target: str, ctx: RunContext) -> str:
         return str(await ctx.request_info({"target": target}, response_type=bool))
 

@@ -175,7 +175,7 @@ async def test_never_iterated_resume_stream_keeps_the_continuation(
 async def test_never_iterated_restore_stream_does_not_wedge(
     review_definition: FunctionalWorkflowDefinition, pause_checkpoint_id: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(review_definition, "keep_checkpoints", True)  # it restores an abandoned pause
+    monkeypatch.setattr(review_definition, "checkpoint_retention", None)  # it restores an abandoned pause
     storage = InMemoryCheckpointStorage()
     wf = review_definition.build(checkpoint_storage=storage)
     wf.abandon_continuation((await wf.run("tea")).continuation_token)

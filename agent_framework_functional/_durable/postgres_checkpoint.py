@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 
+from .._expiry import forget_retained
 from .._store import PurgeSchedule, duration_seconds
 from .checkpoint_delta import DeltaSave, StepCacheDeduper
 from .checkpoint_seal import CheckpointSealer
@@ -397,4 +398,5 @@ class PostgresCheckpointStorage(HeldStepSaves, DurableCheckpointStorage):
         A pool passed in is left open.
         """
         await self._held.flush_now()
+        forget_retained(self)
         await self._db.aclose()

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 
+from .._expiry import forget_retained
 from .._store import duration_seconds
 from .checkpoint_delta import DeltaSave, StepCacheDeduper
 from .checkpoint_pickles import decode_value, encode_value
@@ -291,6 +292,7 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
 
     async def aclose(self) -> None:
         """Close the client if the storage created it from a URL; a client passed in is left open."""
+        forget_retained(self)
         if self._owns_client:
             await self._client.aclose()
 

@@ -24,6 +24,7 @@ from typing import Any, TypeVar, cast
 
 from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 
+from .._expiry import forget_retained
 from .._store import PurgeSchedule, duration_seconds
 from .checkpoint_delta import DeltaSave, StepCacheDeduper
 from .checkpoint_seal import CheckpointSealer
@@ -316,6 +317,7 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
 
     def close(self) -> None:
         """Close the database connection (idempotent); the storage cannot be used afterwards."""
+        forget_retained(self)
         with self._lock:
             if self._finalizer.detach() is not None:
                 close_all(self._conn, self._now)

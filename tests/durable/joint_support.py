@@ -26,7 +26,7 @@ async def draft(topic: str) -> str:
     return f"draft about {topic}"
 
 
-@workflow(name="joint_pause")
+@workflow(name="joint_pause", checkpoint_retention=0)  # a finish deletes its chain at once
 async def twice(topic: str, ctx: RunContext) -> str:
     text = await draft(topic)
     first = await ctx.request_info({"draft": text}, response_type=str)

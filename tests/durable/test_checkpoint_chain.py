@@ -1,9 +1,10 @@
 """Without a continuation store too, a run chain deletes its spent checkpoints (AGENTS.md invariant 30).
 
 A run that pauses keeps only its pause's checkpoint; a resume that pauses again keeps only the new
-pause's; a run that finishes leaves nothing. 1,000 runs leave no file in ``FileCheckpointStorage``
-and no key in Redis. ``@workflow(keep_checkpoints=True)`` keeps every checkpoint (history). A
-resume that fails deletes nothing, so its pause stays restorable.
+pause's; a run that finishes keeps its chain's for the retention (default 24 hours), after which the next
+run's sweep deletes them: 1,000 runs leave only the newest pause's file in ``FileCheckpointStorage`` and
+its keys in Redis. ``@workflow(checkpoint_retention=None)`` keeps every checkpoint (history). A resume that
+fails deletes nothing, so its pause stays restorable.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pytest
 import redis.asyncio as aioredis
 from agent_framework import FileCheckpointStorage
 from durable_workflows import HOOKS, approval, finishes, two_rounds
+from retention_clock import RetentionClock
 
 from agent_framework_functional import FunctionalWorkflow, FunctionalWorkflowDefinition, RedisCheckpointStorage
 
@@ -38,21 +40,26 @@ async def _cycle(wf: FunctionalWorkflow, topic: str, *, stream: bool) -> None:
 
 
 @pytest.mark.slow
-async def test_a_thousand_finished_runs_leave_no_checkpoint_file(tmp_path: Path) -> None:
+async def test_a_thousand_finished_runs_leave_no_checkpoint_file_past_retention(
+    tmp_path: Path, retention_clock: RetentionClock
+) -> None:
     folder = tmp_path / "checkpoints"
     wf = approval.build(checkpoint_storage=FileCheckpointStorage(folder))
     paused = await wf.run("first")
     assert _files(folder) == 1  # only the pause's checkpoint backs the token
     await wf.run(responses={"auto::0": "ok"}, continuation_token=paused.continuation_token)
-    assert _files(folder) == 0
+    assert _files(folder) == 3  # the finished chain: the pause's, the resume's step and core's final save
     for index in range(RUNS):
         await _cycle(wf, f"t{index}", stream=index % 2 == 1)
-    assert _files(folder) == 0
+    assert _files(folder) == 3 * (RUNS + 1)  # all kept for the retention
     await finishes.build(checkpoint_storage=FileCheckpointStorage(folder)).run("no pause")
-    assert _files(folder) == 0  # a run that never paused deletes its own checkpoints too
+    await retention_clock.pass_retention()
+    assert _files(folder) == 0  # a run that never paused has its own checkpoints deleted too
 
 
-async def test_a_resume_that_pauses_again_keeps_only_the_new_pause(tmp_path: Path) -> None:
+async def test_a_resume_that_pauses_again_keeps_only_the_new_pause(
+    tmp_path: Path, retention_clock: RetentionClock
+) -> None:
     storage = FileCheckpointStorage(tmp_path)
     wf = two_rounds.build(checkpoint_storage=storage)
     first = await wf.run("tea")
@@ -62,12 +69,15 @@ async def test_a_resume_that_pauses_again_keeps_only_the_new_pause(tmp_path: Pat
     second_ids = await storage.list_checkpoint_ids(workflow_name="approval_two_rounds")
     assert len(second_ids) == 1 and second_ids != first_ids
     await wf.run(responses={"auto::0": "a", "auto::1": "b"}, continuation_token=second.continuation_token)
+    finished = await storage.list_checkpoint_ids(workflow_name="approval_two_rounds")
+    assert second_ids[0] in finished and len(finished) == 3  # the resumed pause's, its step's, core's final
+    await retention_clock.pass_retention()
     assert await storage.list_checkpoint_ids(workflow_name="approval_two_rounds") == []
 
 
-async def test_keep_checkpoints_keeps_the_history(tmp_path: Path) -> None:
-    kept = FunctionalWorkflowDefinition(approval.func, name="approval", keep_checkpoints=True)
-    assert kept.keep_checkpoints and not approval.keep_checkpoints
+async def test_retention_none_keeps_the_history(tmp_path: Path) -> None:
+    kept = FunctionalWorkflowDefinition(approval.func, name="approval", checkpoint_retention=None)
+    assert kept.checkpoint_retention is None and approval.checkpoint_retention == 24 * 3600
     folder = tmp_path / "checkpoints"
     wf = kept.build(checkpoint_storage=FileCheckpointStorage(folder))
     counts = []
@@ -96,7 +106,9 @@ async def test_a_failed_resume_keeps_its_pause_restorable(tmp_path: Path) -> Non
 
 
 @pytest.mark.slow
-async def test_a_thousand_finished_runs_leave_no_key_in_redis(redis_server: str) -> None:
+async def test_a_thousand_finished_runs_leave_no_key_in_redis_past_retention(
+    redis_server: str, retention_clock: RetentionClock
+) -> None:
     namespace = f"aff-test:{uuid.uuid4().hex}"
     storage = RedisCheckpointStorage(redis_server, namespace=namespace)
     raw = aioredis.Redis.from_url(redis_server)
@@ -109,6 +121,8 @@ async def test_a_thousand_finished_runs_leave_no_key_in_redis(redis_server: str)
         await wf.run(responses={"auto::0": "ok"}, continuation_token=paused.continuation_token)
         for index in range(RUNS):
             await _cycle(wf, f"t{index}", stream=index % 2 == 1)
+        assert [key async for key in raw.scan_iter(f"{namespace}:*")] != []  # kept for the retention
+        await retention_clock.pass_retention()
         assert [key async for key in raw.scan_iter(f"{namespace}:*")] == []
     finally:
         await raw.aclose()

@@ -100,7 +100,7 @@ async def _refusal(server: str, backend: str, plant: str) -> tuple[WorkflowCheck
     async with BACKENDS[backend][1](server) as (storage, poison):
         untouched = WorkflowCheckpoint(workflow_name="batch", graph_signature_hash="h", state={"count": 3})
         await storage.save(untouched)
-        await workflow(keep_checkpoints=True)(batch).build(checkpoint_storage=storage).run(DOCS)
+        await workflow(checkpoint_retention=None)(batch).build(checkpoint_storage=storage).run(DOCS)
         checkpoint_id = await poison(PLANTS[plant])
         with pytest.raises(WorkflowCheckpointException) as refused:
             await storage.load(checkpoint_id)

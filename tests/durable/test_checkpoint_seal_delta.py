@@ -66,7 +66,7 @@ class Run:
         self.refs: list[list[Any]] = []
 
     async def go(self) -> Run:
-        wf = workflow(keep_checkpoints=True)(batch).build(checkpoint_storage=self.storage)
+        wf = workflow(checkpoint_retention=None)(batch).build(checkpoint_storage=self.storage)
         paused = await wf.run(DOCS)
         await wf.run(
             responses=dict.fromkeys(wf.pending_request_ids, "ok"), continuation_token=paused.continuation_token

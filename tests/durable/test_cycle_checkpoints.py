@@ -1,7 +1,8 @@
 """What one pause-and-resume cycle saves and deletes, and when (AGENTS.md invariants 24 and 30).
 
 A run that finishes cleanly does not save core's last checkpoint when its chain is deleted at once
-(nothing would ever read it); with ``keep_checkpoints=True`` it does. With a continuation store, the
+(``checkpoint_retention=0``: nothing would ever read it); with a retention (the default) or
+``checkpoint_retention=None`` it does. With a continuation store, the
 pause's earlier checkpoints are deleted while its record is saved, the pause's own checkpoint is kept
 whatever becomes of the record, and a failed record save issues no token.
 """
@@ -51,19 +52,34 @@ async def _cycle(definition: FunctionalWorkflowDefinition, storage: CountingStor
 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_a_clean_finish_saves_no_checkpoint_its_end_would_delete(stream: bool) -> None:
+    at_once = FunctionalWorkflowDefinition(approval.func, name="approval", checkpoint_retention=0)
     storage = CountingStorage()
-    await _cycle(approval, storage, stream=stream)
+    await _cycle(at_once, storage, stream=stream)
     # The pausing run: after its step, then the pause. The resume: after its step; no save at the finish.
     assert storage.saves == [False, True, False]
     assert await storage.list_checkpoint_ids(workflow_name="approval") == []
     quiet = CountingStorage()
-    await finishes.build(checkpoint_storage=quiet).run("no pause")
+    finishes_at_once = FunctionalWorkflowDefinition(finishes.func, name=finishes.name, checkpoint_retention=0)
+    await finishes_at_once.build(checkpoint_storage=quiet).run("no pause")
     assert quiet.saves == [False]  # after its one step; nothing at the finish
     assert await quiet.list_checkpoint_ids(workflow_name=finishes.name) == []
 
 
-async def test_keep_checkpoints_still_saves_the_finish() -> None:
-    kept = FunctionalWorkflowDefinition(approval.func, name="approval", keep_checkpoints=True)
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_clean_finish_with_a_retention_saves_core_s_final_checkpoint(stream: bool) -> None:
+    storage = CountingStorage()
+    await _cycle(approval, storage, stream=stream)  # the default retention: 24 hours
+    # The pausing run: its step (deleted at the pause), the pause. The resume: its step, then the finish.
+    assert storage.saves == [False, True, False, False]
+    finished = await storage.list_checkpoints(workflow_name="approval")
+    assert len(finished) == 3 and not max(finished, key=lambda c: c.timestamp).pending_request_info_events
+    quiet = CountingStorage()
+    await finishes.build(checkpoint_storage=quiet).run("no pause")
+    assert quiet.saves == [False, False]  # after its one step, and at the finish
+
+
+async def test_retention_none_still_saves_the_finish() -> None:
+    kept = FunctionalWorkflowDefinition(approval.func, name="approval", checkpoint_retention=None)
     storage = CountingStorage()
     await _cycle(kept, storage, stream=False)
     assert storage.saves == [False, True, False, False]  # core's own saves, the finish's included
@@ -94,7 +110,8 @@ async def test_the_pause_s_earlier_checkpoints_go_while_its_record_is_saved(tmp_
         assert len(storage.deleted) == 1 and pause_id not in storage.deleted
         done = await wf.run(responses={"auto::0": "ok"}, continuation_token=paused.continuation_token)
         assert done.get_outputs() == ["shipped: draft about tea (ok)"]
-        assert await storage.list_checkpoint_ids(workflow_name="approval") == []
+        finished = await storage.list_checkpoint_ids(workflow_name="approval")
+        assert pause_id in finished and len(finished) == 3  # the finished chain, kept for the retention
 
 
 async def test_a_failed_record_save_keeps_the_pause_checkpoint_and_issues_no_token(tmp_path: Path) -> None:

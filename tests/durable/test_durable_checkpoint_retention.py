@@ -1,8 +1,9 @@
 """A durable run chain deletes the pause checkpoints no issued token needs.
 
 When a claimed resume pauses again, the resumed pause's checkpoint and the run's other checkpoints
-go (the new pause's checkpoint stays: it backs the new token); when a run finishes, every
-checkpoint of its chain goes. A resume that fails keeps the resumed pause's checkpoint (restoring
+go (the new pause's checkpoint stays: it backs the new token); when a run finishes with
+``checkpoint_retention=0``, every checkpoint of its chain goes (with the default retention they are kept,
+``tests/test_checkpoint_retention.py``). A resume that fails keeps the resumed pause's checkpoint (restoring
 it is the recovery path); an abandoned pause deletes its checkpoint (nothing can resume it).
 """
 
@@ -19,15 +20,19 @@ from agent_framework_functional import (
     ContinuationAuthorityError,
     ContinuationStore,
     FunctionalWorkflow,
+    FunctionalWorkflowDefinition,
     continuation_token_hash,
 )
+
+# The finish's deletion is what these tests pin, so the chain is not retained.
+AT_ONCE = FunctionalWorkflowDefinition(two_rounds.func, name=two_rounds.name, checkpoint_retention=0)
 
 
 @pytest.fixture
 def build(
     make_store: Callable[..., ContinuationStore], storage: FileCheckpointStorage
 ) -> Callable[[], FunctionalWorkflow]:
-    return lambda: two_rounds.build(checkpoint_storage=storage, continuation_store=make_store())
+    return lambda: AT_ONCE.build(checkpoint_storage=storage, continuation_store=make_store())
 
 
 async def _ids(storage: FileCheckpointStorage) -> set[str]:

@@ -89,7 +89,7 @@ async def test_a_thousand_step_run_stores_each_result_once_and_reads_back_what_c
     storage = PostgresCheckpointStorage(postgres_server, schema=schema)
     tee = Tee(storage, keep=lambda index: index % 97 == 0 or index >= STEPS - 2)
     try:
-        wf = workflow(keep_checkpoints=True)(batch).build(checkpoint_storage=tee)  # type: ignore[arg-type]
+        wf = workflow(checkpoint_retention=None)(batch).build(checkpoint_storage=tee)  # type: ignore[arg-type]
         docs = [f"doc-{index:04d}" for index in range(STEPS)]
         paused = await wf.run(docs)
         assert wf.pending_request_ids
@@ -104,7 +104,7 @@ async def test_a_thousand_step_run_stores_each_result_once_and_reads_back_what_c
 
         middle = tee.ids[STEPS // 2]  # a restore on a fresh instance: core's replay, one more segment
         restored = (
-            await workflow(keep_checkpoints=True)(batch).build(checkpoint_storage=storage).run(checkpoint_id=middle)
+            await workflow(checkpoint_retention=None)(batch).build(checkpoint_storage=storage).run(checkpoint_id=middle)
         )
         assert restored.get_final_state().name == "IDLE_WITH_PENDING_REQUESTS"
         assert _stored(postgres_server, schema) == (STEPS + 5 + (STEPS - STEPS // 2 - 1), 3)
@@ -138,7 +138,7 @@ async def test_deleting_checkpoints_frees_a_segment_once_nothing_references_it(p
     storage = PostgresCheckpointStorage(postgres_server, schema=schema)
     try:
         await (
-            workflow(keep_checkpoints=True)(batch)
+            workflow(checkpoint_retention=None)(batch)
             .build(checkpoint_storage=storage)
             .run([f"d{index}" for index in range(4)])
         )
@@ -159,7 +159,7 @@ async def test_a_segment_lost_meanwhile_is_written_again_whole(postgres_server: 
     schema = _schema()
     storage = PostgresCheckpointStorage(postgres_server, schema=schema)
     try:
-        wf = workflow(keep_checkpoints=True)(batch).build(checkpoint_storage=storage)
+        wf = workflow(checkpoint_retention=None)(batch).build(checkpoint_storage=storage)
         paused = await wf.run([f"d{index}" for index in range(6)])
         with psycopg.connect(postgres_server, autocommit=True) as conn:  # as if it expired while the pause waited
             conn.execute(f'DELETE FROM "{schema}".delta_segments')
@@ -179,7 +179,7 @@ async def test_a_sealed_chunk_moved_to_another_position_is_refused(postgres_serv
     schema = _schema()
     storage = PostgresCheckpointStorage(postgres_server, schema=schema, sealer=CheckpointSealer({"k1": b"k" * 32}))
     try:
-        await workflow(keep_checkpoints=True)(batch).build(checkpoint_storage=storage).run(["a1", "a2", "a3"])
+        await workflow(checkpoint_retention=None)(batch).build(checkpoint_storage=storage).run(["a1", "a2", "a3"])
         ids = await storage.list_checkpoint_ids(workflow_name="batch")
         assert len(ids) == 4
         with psycopg.connect(postgres_server, autocommit=True) as conn:  # swap the first two chunks
@@ -204,7 +204,7 @@ async def test_a_version_1_table_is_upgraded_and_its_whole_checkpoints_still_loa
             "applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
         )
         conn.execute(f"INSERT INTO \"{schema}\".schema_version (component, version) VALUES ('checkpoints', 1)")
-    old = workflow(keep_checkpoints=True)(batch)
+    old = workflow(checkpoint_retention=None)(batch)
     storage = PostgresCheckpointStorage(postgres_server, schema=schema)
     try:
         checkpoint = WorkflowCheckpoint(workflow_name="batch", graph_signature_hash="g", state={"n": 1})
@@ -223,7 +223,7 @@ async def test_corrupted_segment_references_are_refused_naming_postgresql(postgr
     schema = _schema()
     storage = PostgresCheckpointStorage(postgres_server, schema=schema)
     try:
-        await workflow(keep_checkpoints=True)(batch).build(checkpoint_storage=storage).run(["a1", "a2"])
+        await workflow(checkpoint_retention=None)(batch).build(checkpoint_storage=storage).run(["a1", "a2"])
         ids = await storage.list_checkpoint_ids(workflow_name="batch")
         with psycopg.connect(postgres_server, autocommit=True) as conn:
             conn.execute(f'UPDATE "{schema}".delta_segments SET parent_ids = ARRAY[1]::BIGINT[]')
@@ -283,7 +283,7 @@ async def test_a_version_2_database_with_sealed_checkpoints_is_upgraded_and_stil
     writer = _Version2Writer(postgres_server, schema, sealer)
     tee = Tee(writer, keep=lambda index: True)  # type: ignore[arg-type]
     try:
-        wf = workflow(keep_checkpoints=True)(batch).build(checkpoint_storage=tee)  # type: ignore[arg-type]
+        wf = workflow(checkpoint_retention=None)(batch).build(checkpoint_storage=tee)  # type: ignore[arg-type]
         await wf.run([f"doc-{index:02d}" for index in range(20)])
         assert wf.pending_request_ids
     finally:
@@ -301,7 +301,7 @@ async def test_a_version_2_database_with_sealed_checkpoints_is_upgraded_and_stil
         assert await storage.list_checkpoint_ids(workflow_name="batch") == tee.ids
 
         restored = (  # a restore from a version-2 checkpoint goes on in version-3 rows (one new segment)
-            await workflow(keep_checkpoints=True)(batch)
+            await workflow(checkpoint_retention=None)(batch)
             .build(checkpoint_storage=storage)
             .run(checkpoint_id=tee.ids[10])
         )
@@ -340,7 +340,7 @@ async def test_ids_that_are_not_uuids_and_other_timestamps_read_back_as_saved(
     storage = PostgresCheckpointStorage(postgres_server, schema=schema, sealer=sealer)
     tee = _Renaming(storage, keep=lambda index: True)
     try:
-        wf = workflow(keep_checkpoints=True)(batch).build(checkpoint_storage=tee)  # type: ignore[arg-type]
+        wf = workflow(checkpoint_retention=None)(batch).build(checkpoint_storage=tee)  # type: ignore[arg-type]
         await wf.run([f"doc-{index}" for index in range(6)])
         assert all(checkpoint_id.startswith("run/") for checkpoint_id in tee.ids)
         for saved in tee.kept:

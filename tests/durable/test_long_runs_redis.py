@@ -98,7 +98,7 @@ async def test_a_thousand_step_run_stores_each_result_once_and_reads_back_what_c
     storage = RedisCheckpointStorage(redis_url, namespace=namespace)
     tee = Tee(storage, keep=lambda index: index % 97 == 0 or index >= STEPS - 2)
     try:
-        wf = workflow(keep_checkpoints=True)(batch).build(checkpoint_storage=tee)  # type: ignore[arg-type]
+        wf = workflow(checkpoint_retention=None)(batch).build(checkpoint_storage=tee)  # type: ignore[arg-type]
         docs = [f"doc-{index:04d}" for index in range(STEPS)]
         paused = await wf.run(docs)
         assert wf.pending_request_ids
@@ -117,7 +117,7 @@ async def test_a_thousand_step_run_stores_each_result_once_and_reads_back_what_c
         # Restore from a checkpoint in the middle on a fresh instance: core's replay, one more segment.
         middle = tee.ids[STEPS // 2]
         restored = (
-            await workflow(keep_checkpoints=True)(batch).build(checkpoint_storage=storage).run(checkpoint_id=middle)
+            await workflow(checkpoint_retention=None)(batch).build(checkpoint_storage=storage).run(checkpoint_id=middle)
         )
         assert restored.get_final_state().name == "IDLE_WITH_PENDING_REQUESTS"
         entries, segments = await _stored_entries(client, namespace)
@@ -154,7 +154,7 @@ async def test_deleting_checkpoints_frees_a_segment_once_nothing_references_it(
     storage = RedisCheckpointStorage(redis_url, namespace=namespace)
     try:
         await (
-            workflow(keep_checkpoints=True)(batch)
+            workflow(checkpoint_retention=None)(batch)
             .build(checkpoint_storage=storage)
             .run([f"d{index}" for index in range(4)])
         )
@@ -176,7 +176,7 @@ async def test_a_segment_lost_meanwhile_is_written_again_whole(redis_url: str, c
     namespace = f"lost-{uuid.uuid4().hex}"
     storage = RedisCheckpointStorage(redis_url, namespace=namespace)
     try:
-        wf = workflow(keep_checkpoints=True)(batch).build(checkpoint_storage=storage)
+        wf = workflow(checkpoint_retention=None)(batch).build(checkpoint_storage=storage)
         paused = await wf.run([f"d{index}" for index in range(6)])
         [segment] = [key async for key in client.scan_iter(f"{namespace}:segment:*")]
         await client.delete(segment)  # as if it expired while the pause waited
@@ -220,7 +220,11 @@ async def test_a_checkpoint_deleted_in_the_middle_of_a_segment_no_longer_loads_a
 ) -> None:
     storage = RedisCheckpointStorage(redis_url, namespace=f"mid-{uuid.uuid4().hex}")
     try:
-        await workflow(keep_checkpoints=True)(batch).build(checkpoint_storage=storage).run([f"d{i}" for i in range(6)])
+        await (
+            workflow(checkpoint_retention=None)(batch)
+            .build(checkpoint_storage=storage)
+            .run([f"d{i}" for i in range(6)])
+        )
         ids = await storage.list_checkpoint_ids(workflow_name="batch")
         assert len(ids) == 7
         assert await storage.delete(ids[3])
@@ -239,7 +243,11 @@ async def test_every_key_of_a_long_run_expires_with_ttl(redis_url: str, client: 
     namespace = f"ttl-{uuid.uuid4().hex}"
     storage = RedisCheckpointStorage(redis_url, namespace=namespace, ttl=0.4)
     try:
-        await workflow(keep_checkpoints=True)(batch).build(checkpoint_storage=storage).run([f"d{i}" for i in range(20)])
+        await (
+            workflow(checkpoint_retention=None)(batch)
+            .build(checkpoint_storage=storage)
+            .run([f"d{i}" for i in range(20)])
+        )
         keys = [key async for key in client.scan_iter(f"{namespace}:*")]
         assert keys
         for key in keys:
@@ -263,7 +271,7 @@ async def test_checkpoints_stored_in_the_earlier_layout_still_load_resume_list_a
         [pause_id] = await storage.list_checkpoint_ids(workflow_name="batch")  # the chain's spent ones deleted
         assert await client.hget(f"{namespace}:checkpoint:{pause_id}", "segments") is not None  # the earlier layout
         assert _canonical(await storage.load(pause_id)) == _canonical(tee.kept[-1])
-        wf = workflow(batch).build(checkpoint_storage=storage)  # the upgraded version resumes the pause
+        wf = workflow(checkpoint_retention=0)(batch).build(checkpoint_storage=storage)  # the upgraded version restores
         done = await wf.run(responses={"auto::0": "ok"}, continuation_token=None, checkpoint_id=pause_id)
         assert done.get_outputs() == [sum(f"d{i}".endswith("7") for i in range(8))]
         assert paused.continuation_token is not None
@@ -290,7 +298,11 @@ async def test_a_bucket_that_keeps_being_written_drops_its_expired_locations(
     await client.hset(bucket, mapping=expired)  # type: ignore[arg-type]
     storage = RedisCheckpointStorage(redis_url, namespace=namespace)
     try:
-        await workflow(keep_checkpoints=True)(batch).build(checkpoint_storage=storage).run([f"d{i}" for i in range(3)])
+        await (
+            workflow(checkpoint_retention=None)(batch)
+            .build(checkpoint_storage=storage)
+            .run([f"d{i}" for i in range(3)])
+        )
         fields = set(await client.hkeys(bucket))  # type: ignore[misc]
         assert not fields & set(expired)  # dropped by the first save that found the bucket past 64 entries
         assert len(fields - {b""}) == 4 and len(await storage.list_checkpoint_ids(workflow_name="batch")) == 4

@@ -82,7 +82,7 @@ def _stored(path: Path) -> tuple[int, int, int]:
 
 async def _run_plain(path: Path, steps: int) -> tuple[int, int, int]:
     async with SQLiteCheckpointStorage(path) as storage:
-        wf = workflow(keep_checkpoints=True)(plain).build(checkpoint_storage=storage)
+        wf = workflow(checkpoint_retention=None)(plain).build(checkpoint_storage=storage)
         await wf.run([f"doc-{index:04d}" for index in range(steps)])
         assert len(await storage.list_checkpoint_ids(workflow_name="plain")) == steps + 1
     return _stored(path)
@@ -108,7 +108,7 @@ async def test_a_pause_its_resume_and_a_restore_read_back_what_core_wrote(tmp_pa
     path = tmp_path / "app.db"
     async with SQLiteCheckpointStorage(path) as storage:
         tee = Tee(storage, every=37)
-        wf = workflow(keep_checkpoints=True)(batch).build(checkpoint_storage=tee)  # type: ignore[arg-type]
+        wf = workflow(checkpoint_retention=None)(batch).build(checkpoint_storage=tee)  # type: ignore[arg-type]
         docs = [f"doc-{index:04d}" for index in range(STEPS)]
         paused = await wf.run(docs)
         done = await wf.run(
@@ -121,7 +121,7 @@ async def test_a_pause_its_resume_and_a_restore_read_back_what_core_wrote(tmp_pa
         assert _stored(path)[:2] == (STEPS + 5, 2)  # each result once; the resume continues the pause's segment
 
         middle = tee.ids[STEPS // 2]
-        other = workflow(keep_checkpoints=True)(batch).build(checkpoint_storage=storage)
+        other = workflow(checkpoint_retention=None)(batch).build(checkpoint_storage=storage)
         restored = await other.run(checkpoint_id=middle)
         assert restored.get_final_state().name == "IDLE_WITH_PENDING_REQUESTS"
         assert _stored(path)[:2] == (STEPS + 5 + (STEPS - STEPS // 2 - 1), 3)
@@ -142,7 +142,7 @@ async def test_core_used_directly_is_stored_whole(tmp_path: Path) -> None:
 async def test_deleting_checkpoints_frees_a_segment_once_nothing_references_it(tmp_path: Path) -> None:
     path = tmp_path / "app.db"
     async with SQLiteCheckpointStorage(path) as storage:
-        wf = workflow(keep_checkpoints=True)(plain).build(checkpoint_storage=storage)
+        wf = workflow(checkpoint_retention=None)(plain).build(checkpoint_storage=storage)
         await wf.run([f"d{index}" for index in range(4)])
         ids = await storage.list_checkpoint_ids(workflow_name="plain")
         assert len(ids) == 5
@@ -162,7 +162,7 @@ async def test_sealed_chunks_are_refused_when_altered_or_moved(tmp_path: Path) -
     path = tmp_path / "sealed.db"
     sealer = CheckpointSealer({"k1": secrets.token_bytes(32)})
     async with SQLiteCheckpointStorage(path, sealer=sealer) as storage:
-        await workflow(keep_checkpoints=True)(plain).build(checkpoint_storage=storage).run(["a", "b", "c"])
+        await workflow(checkpoint_retention=None)(plain).build(checkpoint_storage=storage).run(["a", "b", "c"])
         ids = await storage.list_checkpoint_ids(workflow_name="plain")
         assert len((await storage.load(ids[-1])).state["_step_cache"]) == 3
         with contextlib.closing(sqlite3.connect(path)) as conn, conn:
@@ -177,19 +177,21 @@ async def test_sealed_chunks_are_refused_when_altered_or_moved(tmp_path: Path) -
 async def test_the_continuation_store_and_the_storage_share_one_file(tmp_path: Path) -> None:
     path = tmp_path / "app.db"
     async with SQLiteCheckpointStorage(path) as storage, SQLiteContinuationStore(path) as store:
-        wf = workflow(batch).build(checkpoint_storage=storage, continuation_store=store)
+        wf = workflow(checkpoint_retention=0)(batch).build(checkpoint_storage=storage, continuation_store=store)
         paused = await wf.run(["d1", "d2"])
         async with SQLiteCheckpointStorage(path) as other_storage, SQLiteContinuationStore(path) as other_store:
-            other = workflow(batch).build(checkpoint_storage=other_storage, continuation_store=other_store)
+            other = workflow(checkpoint_retention=0)(batch).build(
+                checkpoint_storage=other_storage, continuation_store=other_store
+            )
             request_id = paused.get_request_info_events()[0].request_id
             done = await other.run(responses={request_id: "ok"}, continuation_token=paused.continuation_token)
         assert done.get_outputs() == [0]
-        assert _stored(path) == (0, 0, 0)  # a finished run deletes its chain
+        assert _stored(path) == (0, 0, 0)  # a finished run with no retention deletes its chain
 
 
 async def test_checkpoints_expire_after_ttl(tmp_path: Path) -> None:
     async with SQLiteCheckpointStorage(tmp_path / "ttl.db", ttl=0.2) as storage:
-        await workflow(keep_checkpoints=True)(plain).build(checkpoint_storage=storage).run(["a", "b"])
+        await workflow(checkpoint_retention=None)(plain).build(checkpoint_storage=storage).run(["a", "b"])
         ids = await storage.list_checkpoint_ids(workflow_name="plain")
         assert len(ids) == 3
         await asyncio.sleep(0.3)
@@ -210,7 +212,7 @@ def test_bad_options_are_refused(tmp_path: Path) -> None:
 async def test_a_save_waits_for_another_process_holding_the_write_lock(tmp_path: Path) -> None:
     path = tmp_path / "locked.db"
     async with SQLiteCheckpointStorage(path) as storage:
-        wf = workflow(keep_checkpoints=True)(plain).build(checkpoint_storage=storage)
+        wf = workflow(checkpoint_retention=None)(plain).build(checkpoint_storage=storage)
         await wf.run(["a"])
         with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as other:
             other.execute("BEGIN IMMEDIATE")  # another process's write
@@ -229,7 +231,11 @@ async def test_the_wal_is_checkpointed_while_saves_run_on_the_event_loop(
     monkeypatch.setattr(sqlite_checkpoint, "WAL_CHECKPOINT_EVERY", 16)
     path = tmp_path / "wal.db"
     async with SQLiteCheckpointStorage(path) as storage:
-        await workflow(keep_checkpoints=True)(plain).build(checkpoint_storage=storage).run([str(i) for i in range(400)])
+        await (
+            workflow(checkpoint_retention=None)(plain)
+            .build(checkpoint_storage=storage)
+            .run([str(i) for i in range(400)])
+        )
         wal = path.with_name(path.name + "-wal").stat().st_size
     assert wal < 1 << 20  # about 5 MB when it is never checkpointed
 
@@ -249,7 +255,7 @@ async def test_planted_rows_of_any_type_fail_load_cleanly_and_are_skipped_by_lis
 ) -> None:
     path = tmp_path / "planted.db"
     async with SQLiteCheckpointStorage(path) as storage:
-        await workflow(keep_checkpoints=True)(plain).build(checkpoint_storage=storage).run(["a"])
+        await workflow(checkpoint_retention=None)(plain).build(checkpoint_storage=storage).run(["a"])
         good = await storage.list_checkpoint_ids(workflow_name="plain")
         body, index, parents = chunk
         with contextlib.closing(sqlite3.connect(path)) as conn, conn:

@@ -1,8 +1,8 @@
 """``PostgresCheckpointStorage`` holds a run's step checkpoints back until its next save, its end, or a delay.
 
 A run we drive that pauses writes only the pause's row (it holds the step results of the held step
-checkpoints, which its run deletes next), and a run that finishes deletes its held step checkpoints
-unwritten. Nothing a worker or a restore needs is missed:
+checkpoints, which its run deletes next), and a run that finishes with ``checkpoint_retention=0`` deletes
+its held step checkpoints unwritten. Nothing a worker or a restore needs is missed:
 the storage's reads write what it holds first, a failed run's step checkpoints are written when it
 ends, and a running run's are written after the delay. Every test runs against a real PostgreSQL
 cluster (``postgres_server``); statements are counted on psycopg's own connection class.
@@ -38,7 +38,7 @@ async def _part(text: str) -> str:
     return text.upper()
 
 
-@workflow(name="held_review")
+@workflow(name="held_review", checkpoint_retention=0)  # a finish deletes its chain at once
 async def _review(topic: str, ctx: RunContext) -> str:
     first = await _part(f"{topic} one")
     second = await _part(f"{topic} two")
@@ -46,7 +46,7 @@ async def _review(topic: str, ctx: RunContext) -> str:
     return f"{first} {second} ({await _part(answer)})"
 
 
-@workflow(name="held_waits")
+@workflow(name="held_waits", checkpoint_retention=0)
 async def _waits(topic: str) -> str:
     first = await _part(topic)
     await GATE[topic].wait()  # the test reads the storage while the run is here
@@ -133,7 +133,7 @@ async def _counted(text: str) -> str:
     return text.upper()
 
 
-@workflow(name="held_rounds")
+@workflow(name="held_rounds", checkpoint_retention=0)
 async def _rounds(topic: str, ctx: RunContext) -> str:
     first = await _counted(f"{topic} a")
     one = await ctx.request_info({"first": first}, response_type=str)

@@ -20,6 +20,7 @@ from durable_support import new_record
 
 from agent_framework_functional import (
     ContinuationAuthorityError,
+    FunctionalWorkflowDefinition,
     PostgresCheckpointStorage,
     PostgresContinuationStore,
     RunContext,
@@ -132,7 +133,8 @@ async def test_a_finished_chain_deletes_its_checkpoints_in_one_call(postgres_ser
     storage.calls = []
     store = PostgresContinuationStore(postgres_server, schema=schema)
     try:
-        wf = _review.build(checkpoint_storage=storage, continuation_store=store)
+        at_once = FunctionalWorkflowDefinition(_review.func, checkpoint_retention=0)  # the finish deletes the chain
+        wf = at_once.build(checkpoint_storage=storage, continuation_store=store)
         paused = await wf.run("x")
         request_id = paused.get_request_info_events()[0].request_id
         done = await wf.run(responses={request_id: "ok"}, continuation_token=paused.continuation_token)

@@ -35,7 +35,7 @@ async def test_an_unsealed_row_with_a_timestamp_out_of_range_is_refused_and_skip
     schema = f"t_{uuid.uuid4().hex}"
     storage = PostgresCheckpointStorage(postgres_server, schema=schema)
     try:
-        await workflow(keep_checkpoints=True)(batch).build(checkpoint_storage=storage).run(["a", "b"])
+        await workflow(checkpoint_retention=None)(batch).build(checkpoint_storage=storage).run(["a", "b"])
         ids = await storage.list_checkpoint_ids(workflow_name="batch")
         with psycopg.connect(postgres_server, autocommit=True) as conn:
             conn.execute(f'UPDATE "{schema}".delta_checkpoints SET ts = %s WHERE checkpoint_id = %s', (micros, ids[0]))
@@ -117,7 +117,7 @@ async def test_a_null_parent_segment_id_is_refused_by_load_and_skipped_by_the_li
     sealer = CheckpointSealer({"k1": secrets.token_bytes(32)}) if sealed else None
     storage = PostgresCheckpointStorage(postgres_server, schema=schema, sealer=sealer)
     try:
-        instance = workflow(name="rounds", keep_checkpoints=True)(_two_rounds).build(checkpoint_storage=storage)
+        instance = workflow(name="rounds", checkpoint_retention=None)(_two_rounds).build(checkpoint_storage=storage)
         paused = await instance.run(["a", "b"])
         request = paused.get_request_info_events()[0].request_id
         assert (

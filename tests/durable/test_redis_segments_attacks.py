@@ -144,7 +144,7 @@ async def test_an_earlier_layout_segment_of_the_wrong_type_is_a_lost_checkpoint(
     earlier = EarlierLayoutStorage(redis_server, namespace=namespace)
     storage = RedisCheckpointStorage(redis_server, namespace=namespace)
     try:
-        await workflow(keep_checkpoints=True)(batch).build(checkpoint_storage=earlier).run(DOCS)
+        await workflow(checkpoint_retention=None)(batch).build(checkpoint_storage=earlier).run(DOCS)
         [pause_id] = (await storage.list_checkpoint_ids(workflow_name="batch"))[-1:]
         async for key in raw.scan_iter(f"{namespace}:segment:*"):
             await _retype_key(raw, key.decode())

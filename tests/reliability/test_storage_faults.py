@@ -85,7 +85,7 @@ def storage(tmp_path: Path) -> FlakyStorage:
 @pytest.fixture
 async def history(storage: FlakyStorage) -> dict[str, str]:
     """Checkpoints of an earlier, completed run in the same storage (kept: a finished chain deletes its own)."""
-    kept = FunctionalWorkflowDefinition(refund.func, name=refund.name, keep_checkpoints=True)
+    kept = FunctionalWorkflowDefinition(refund.func, name=refund.name, checkpoint_retention=None)
     wf = kept.build(checkpoint_storage=storage)
     paused = await wf.run(1)
     paused = await wf.run(responses={"auto::0": "a"}, continuation_token=paused.continuation_token)
@@ -201,7 +201,7 @@ async def test_save_failure_when_a_resume_pauses_again(storage: FlakyStorage, hi
 async def test_load_failure_gives_an_error_and_the_instance_stays_usable(
     storage: FlakyStorage, history: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(refund, "keep_checkpoints", True)  # it restores an abandoned pause: keep its checkpoint
+    monkeypatch.setattr(refund, "checkpoint_retention", None)  # it restores an abandoned pause: keep its checkpoint
     wf = refund.build(checkpoint_storage=storage)
     paused = await wf.run(4)
     ids = sorted(snapshot(storage.storage_path))
