@@ -260,10 +260,13 @@ class PostgresPool:
                 await self._pool.putconn(conn)
             return result
         except Exception as exc:
-            raise self._unavailable(what, exc) from exc
+            outage = self._unavailable(what, exc)
+            if outage is None:
+                raise
+            raise outage from exc
 
-    def _unavailable(self, what: str, exc: Exception) -> Exception:
-        """``exc`` itself, or a ``PostgresUnavailableError`` when it is an outage (no connection, or a lost one)."""
+    def _unavailable(self, what: str, exc: Exception) -> Exception | None:
+        """A ``PostgresUnavailableError`` when ``exc`` is an outage (no connection, or a lost one); else None."""
         from psycopg import OperationalError
         from psycopg_pool import PoolTimeout
 
@@ -280,7 +283,7 @@ class PostgresPool:
                 "lost may have been applied: read the record before retrying (a claim that did happen spent the "
                 "token; restore the pause's checkpoint to recover it)."
             )
-        return exc
+        return None
 
     async def _live_connection(self) -> AsyncConnection[Any]:
         """A connection of the owned pool that passes :func:`_check_open`, within ``pool_timeout`` in all.
