@@ -34,12 +34,11 @@ of core that moves one fails loudly (AGENTS.md's module table says why each is n
 
 from __future__ import annotations
 
-import contextlib
 import dis
 import functools
 import itertools
 import types
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from types import CoroutineType
 from typing import Any, cast
@@ -341,26 +340,35 @@ class LinearFunctionalWorkflow(_CoreFunctionalWorkflow):
 _STEP_SAVE: ContextVar[bool] = ContextVar("af_step_save", default=False)
 
 
-@contextlib.contextmanager
-def offering(ctx: RunContext, log: StepCacheLog) -> Iterator[StepCacheOffer]:
+class offering:  # a context manager used as a function, as ``contextlib``'s are
     """Offer the checkpoint core builds and saves inside this block the run's new step-cache entries.
 
     The offer is set in this task's context before core builds the checkpoint: core 1.23 saves in this
     task, core 1.26 in a task it starts here (a copy of this context), so the storage reads it either way.
+    A class, not a generator: it wraps every step's save.
     """
-    linear = ctx if isinstance(ctx, LinearRunContext) else make_linear(ctx) if len(log.cache) >= LINEAR_FROM else None
-    offer = StepCacheOffer(log)
-    if linear is not None:
-        linear.af_live = log.live  # a storage that took an earlier offer gets core's live dicts, uncopied
-    token = CURRENT_OFFER.set(offer)
-    try:
-        yield offer
-    finally:
-        CURRENT_OFFER.reset(token)
-        if linear is not None:
-            linear.af_live = False
-        if offer.taken:
-            log.live = True
+
+    __slots__ = ("linear", "log", "offer", "token")
+
+    def __init__(self, ctx: RunContext, log: StepCacheLog) -> None:
+        self.log = log
+        self.linear = (
+            ctx if isinstance(ctx, LinearRunContext) else make_linear(ctx) if len(log.cache) >= LINEAR_FROM else None
+        )
+
+    def __enter__(self) -> StepCacheOffer:
+        offer = self.offer = StepCacheOffer(self.log)
+        if self.linear is not None:
+            self.linear.af_live = self.log.live  # a storage that took an earlier offer gets core's live dicts
+        self.token = CURRENT_OFFER.set(offer)
+        return offer
+
+    def __exit__(self, *exc_info: object) -> None:
+        CURRENT_OFFER.reset(self.token)
+        if self.linear is not None:
+            self.linear.af_live = False
+        if self.offer.taken:
+            self.log.live = True
 
 
 def _offered_step_save(

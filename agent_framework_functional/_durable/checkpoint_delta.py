@@ -43,10 +43,11 @@ from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 
 from .._core_compat import ORIGINAL_MESSAGE, STEP_CACHE, STEP_COUNTS, StepCacheLog, StepCacheOffer, step_cache_offer
 from .checkpoint_heads import head_fields, read_heads
-from .checkpoint_pickles import decode_value, encode_value
+from .checkpoint_pickles import PICKLED, decode_value, encode_value
 from .checkpoint_storage import unsavable
 
 _HEAD = ("checkpoint_id", "previous_checkpoint_id", "timestamp")
+_PICKLE_KEY = json.dumps(PICKLED)  # how a pickle envelope's key appears in a chunk's JSON text
 _KNOWN_HEADS = 256  # references of recently saved or loaded checkpoints, to continue a restore's segments
 
 
@@ -85,15 +86,15 @@ class DeltaSave:
     """One checkpoint saved as a head over chunks: what the backend writes (see the module docstring).
 
     Attributes:
-        body: The head: JSON ``[checkpoint_id, previous_checkpoint_id, timestamp]``.
-        references: JSON ``[[segment id, chunk count], ...]``, oldest first.
+        head: ``[checkpoint_id, previous_checkpoint_id, timestamp]``.
         segment: This run's segment id.
         chunk: The JSON chunk to append to ``segment``, or None when nothing changed.
         chunk_index: How many chunks ``segment`` must hold before the append.
+        refs: ``[[segment id, chunk count], ...]``, oldest first.
     """
 
-    body: str
-    references: str
+    head: list[Any]
+    inline: bool
     segment: str
     chunk: str | None
     chunk_index: int
@@ -102,6 +103,16 @@ class DeltaSave:
     log: StepCacheLog
     state: _Segment
     after: tuple[int, int, int, str, Any, str, str | None, datetime | None]  # the _PROGRESS fields, in order
+
+    @property
+    def body(self) -> str:
+        """The head as JSON (empty with inline heads: the chunk carries it)."""
+        return "" if self.inline else json.dumps(self.head, ensure_ascii=False)
+
+    @property
+    def references(self) -> str:
+        """``refs`` as JSON (what a sealed head is bound to)."""
+        return json.dumps(self.refs)
 
 
 class StepCacheDeduper:
@@ -181,16 +192,13 @@ class StepCacheDeduper:
         if seg.chunks == 0 or rest_json != seg.rest:
             chunk["h"] = encoded_rest
         time = self._add_head(chunk, head, seg) if self._inline else seg.last_time
-        text: str | None = None
-        if chunk:
-            decode_value(chunk, self._allowed_types)  # refuse now what load() would refuse later
-            text = json.dumps(chunk, ensure_ascii=False, separators=self._separators)
+        text = self._chunk_text(chunk) if chunk else None
         chunks = seg.chunks + (1 if text is not None else 0)
         refs = [*seg.parents, [seg.id, chunks]]
         sizes = (len(cast("dict[str, Any]", checkpoint.state[STEP_CACHE])), len(log.counts))
         return DeltaSave(
-            body="" if self._inline else json.dumps(head, ensure_ascii=False),
-            references=json.dumps(refs),
+            head=head,
+            inline=self._inline,
             segment=seg.id,
             chunk=text,
             chunk_index=seg.chunks,
@@ -200,6 +208,13 @@ class StepCacheDeduper:
             state=seg,
             after=(chunks, offer.cache_len, offer.counts_len, last, message, rest_json, head[0], time),
         )
+
+    def _chunk_text(self, chunk: dict[str, Any]) -> str:
+        """A chunk's JSON, refused now when load() would refuse it later (only a pickle envelope can fail to decode)."""
+        text = json.dumps(chunk, ensure_ascii=False, separators=self._separators)
+        if _PICKLE_KEY in text:
+            decode_value(chunk, self._allowed_types)
+        return text
 
     @staticmethod
     def _add_head(chunk: dict[str, Any], head: list[Any], seg: _Segment) -> datetime | None:

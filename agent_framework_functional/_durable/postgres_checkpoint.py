@@ -241,7 +241,8 @@ class PostgresCheckpointStorage(HeldStepSaves, DurableCheckpointStorage):
     async def _save_delta(
         self, now: float, statement: bytes, params: tuple[Any, ...], conn: AsyncConnection[Any]
     ) -> bool:
-        await self.purge_when_due(conn, now)
+        if self._purges.due(now):
+            await self.purge_when_due(conn, now)
         row = await (await execute_save(conn, str(params[1]), statement, params)).fetchone()
         return bool(row is not None and row[-1])
 

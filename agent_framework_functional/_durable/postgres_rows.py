@@ -38,6 +38,7 @@ _NAMESPACE = uuid.UUID("5b0c7f64-2a6e-5d3b-9c41-7e8f0a1d2c3b")
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _MICROSECOND = timedelta(microseconds=1)
 _HEX_SEGMENT = re.compile(r"[0-9a-f]{16}")
+_UUID4 = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")  # version 4, RFC 4122
 _SIGN = 1 << 63
 _WORD = 1 << 64
 
@@ -48,15 +49,11 @@ Unseal = Callable[[str, bytes, bytes], bytes]
 def row_key(checkpoint_id: str) -> str:
     """The ``uuid`` a checkpoint id is stored under: itself if a random (version 4) uuid, else a name-based one.
 
-    Core makes random uuids. Only those are kept as they are, so no id can equal the name-based key
-    of another one (a version-5 id is hashed like any other text).
+    Core makes random uuids. Only those (in their canonical lower-case text) are kept as they are, so no id
+    can equal the name-based key of another one (a version-5 id is hashed like any other text).
     """
-    try:
-        parsed = uuid.UUID(checkpoint_id)
-        if parsed.version == 4 and str(parsed) == checkpoint_id:
-            return checkpoint_id
-    except (ValueError, TypeError, AttributeError):
-        pass
+    if _UUID4.fullmatch(checkpoint_id):
+        return checkpoint_id
     return str(uuid.uuid5(_NAMESPACE, checkpoint_id))
 
 

@@ -15,7 +15,6 @@ import logging
 import select
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -23,8 +22,6 @@ from .._store import duration_seconds
 from .postgres_versions import Component, migrate
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncGenerator
-
     from psycopg import AsyncConnection
     from psycopg_pool import AsyncConnectionPool
 
@@ -40,6 +37,8 @@ DEFAULT_POOL_SIZE = 10
 
 DEFAULT_POOL_TIMEOUT_SECONDS = 10.0
 """How long an operation waits for a pooled connection (also while the server is down) before failing."""
+
+_IDLE = 0  # psycopg.pq.TransactionStatus.IDLE (libpq's PQTRANS_IDLE)
 
 KEEP_SECONDS = 30.0
 """How long a :class:`PostgresPool` built with ``keep_connection`` keeps one connection out of its pool."""
@@ -93,6 +92,16 @@ async def _plan_once(conn: AsyncConnection[Any]) -> None:
     (:meth:`PostgresPool.execute_custom_plan`).
     """
     await conn.execute("SET plan_cache_mode = force_generic_plan", prepare=False)
+
+
+def _idle(conn: AsyncConnection[Any]) -> bool:
+    """Whether ``conn`` is open and outside a transaction (libpq's status, without building ``conn.info``)."""
+    return not conn.closed and conn.pgconn.transaction_status == _IDLE
+
+
+def _quiet(conn: AsyncConnection[Any]) -> bool:
+    """Whether an open connection's socket has nothing to read (the usual case: no check needed, :func:`_usable`)."""
+    return not select.select([conn.fileno()], [], [], 0)[0]
 
 
 async def _usable(conn: AsyncConnection[Any]) -> bool:
@@ -224,41 +233,57 @@ class PostgresPool:
         """
         if not self._ready:
             await self._prepare()
-        async with self._connection(what) as conn:
-            return await operation(conn)
+        return await self._on_connection(what, operation)
 
-    @asynccontextmanager
-    async def _connection(self, what: str) -> AsyncGenerator[AsyncConnection[Any], None]:
+    async def _on_connection(self, what: str, operation: Callable[[AsyncConnection[Any]], Awaitable[_T]]) -> _T:
+        """``operation`` on the kept connection (no context manager: saves come back to back) or a pooled one."""
+        try:
+            if not self._keeps:
+                if not self._owns_pool:
+                    async with self._pool.connection() as conn:
+                        return await operation(conn)
+                conn = await self._live_connection()
+                try:
+                    async with conn:
+                        return await operation(conn)
+                finally:
+                    await self._pool.putconn(conn)
+            conn, since = await self._take_kept()
+            try:
+                result = await operation(conn)
+            except BaseException:
+                await self._pool.putconn(conn)  # the pool resets or replaces it
+                raise
+            if self._kept is None and _idle(conn) and time.monotonic() - since < KEEP_SECONDS:
+                self._kept = (conn, since)
+            else:
+                await self._pool.putconn(conn)
+            return result
+        except Exception as exc:
+            outage = self._unavailable(what, exc)
+            if outage is None:
+                raise
+            raise outage from exc
+
+    def _unavailable(self, what: str, exc: Exception) -> Exception | None:
+        """A ``PostgresUnavailableError`` when ``exc`` is an outage (no connection, or a lost one); else None."""
         from psycopg import OperationalError
         from psycopg_pool import PoolTimeout
 
         from .postgres_errors import PostgresUnavailableError
 
-        try:
-            if self._keeps:
-                async with self._kept_connection() as conn:
-                    yield conn
-            elif self._owns_pool:
-                conn = await self._live_connection()
-                try:
-                    async with conn:
-                        yield conn
-                finally:
-                    await self._pool.putconn(conn)
-            else:
-                async with self._pool.connection() as conn:
-                    yield conn
-        except PoolTimeout as exc:
-            raise PostgresUnavailableError(
+        if isinstance(exc, PoolTimeout):
+            return PostgresUnavailableError(
                 f"{self.owner}: no connection to PostgreSQL within {self._timeout:g} s ({exc}); the {what} did not "
                 "happen. Check that the server is up and reachable, or raise pool_timeout / max_size."
-            ) from exc
-        except OperationalError as exc:
-            raise PostgresUnavailableError(
+            )
+        if isinstance(exc, OperationalError):
+            return PostgresUnavailableError(
                 f"{self.owner}: the connection to PostgreSQL failed during a {what} ({exc}). A write whose reply was "
                 "lost may have been applied: read the record before retrying (a claim that did happen spent the "
                 "token; restore the pause's checkpoint to recover it)."
-            ) from exc
+            )
+        return None
 
     async def _live_connection(self) -> AsyncConnection[Any]:
         """A connection of the owned pool that passes :func:`_check_open`, within ``pool_timeout`` in all.
@@ -290,28 +315,13 @@ class PostgresPool:
                 raise PoolTimeout(f"no live connection within {self._timeout:g} s")
             await asyncio.sleep(delay)
 
-    @asynccontextmanager
-    async def _kept_connection(self) -> AsyncGenerator[AsyncConnection[Any], None]:
-        """The pool's ``connection()``, keeping the connection afterwards when it is idle (see the class)."""
-        from psycopg.pq import TransactionStatus
-
+    async def _take_kept(self) -> tuple[AsyncConnection[Any], float]:
+        """The kept connection when it is still usable (else it goes back to the pool), or a live pooled one."""
         kept, self._kept = self._kept, None
-        if kept is not None and not await _usable(kept[0]):
+        if kept is not None and not (_idle(kept[0]) and _quiet(kept[0])) and not await _usable(kept[0]):
             await self._pool.putconn(kept[0])
             kept = None
-        if kept is None:
-            kept = (await self._live_connection(), time.monotonic())
-        conn = kept[0]
-        try:
-            yield conn
-        except BaseException:
-            await self._pool.putconn(conn)  # the pool resets or replaces it
-            raise
-        idle = not conn.closed and conn.info.transaction_status == TransactionStatus.IDLE
-        if self._kept is None and idle and time.monotonic() - kept[1] < KEEP_SECONDS:
-            self._kept = kept
-        else:
-            await self._pool.putconn(conn)
+        return kept if kept is not None else (await self._live_connection(), time.monotonic())
 
     async def prepare(self) -> None:
         """Open the pool and check the schema now (the first :meth:`run` does it otherwise)."""
@@ -331,8 +341,7 @@ class PostgresPool:
     async def _open(self) -> None:
         if self._owns_pool:
             await self._pool.open(wait=False)
-        async with self._connection("schema check") as conn:
-            await migrate(conn, self._component)
+        await self._on_connection("schema check", functools.partial(migrate, component=self._component))
 
     async def purge_quietly(self, purge: Awaitable[Any]) -> None:
         """Await an automatic purge (before a save or claim, after a session write); a database error is logged.

@@ -363,3 +363,19 @@ def test_no_checkpoint_id_is_stored_under_the_row_key_of_another() -> None:
     # An id that is literally another id's name-based key is hashed again, so the two rows never meet.
     assert row_key(key) != key
     assert row_key(str(uuid.uuid1())) != row_key(other)
+
+
+def test_only_the_canonical_text_of_a_random_uuid_is_its_own_row_key() -> None:
+    made = str(uuid.uuid4())
+    for form in (made.upper(), "{" + made + "}", made.replace("-", ""), "urn:uuid:" + made, made + "\n"):
+        assert row_key(form) != form and uuid.UUID(row_key(form)).version == 5
+    not_rfc_4122 = str(uuid.UUID(int=uuid.UUID(made).int & ~(0xC << 60)))  # variant bits 00: not a random uuid
+    assert row_key(not_rfc_4122) != not_rfc_4122
+
+
+def test_the_kept_connection_check_reads_libpq_idle_status() -> None:
+    from psycopg.pq import TransactionStatus
+
+    from agent_framework_functional._durable import postgres_schema
+
+    assert postgres_schema._IDLE == TransactionStatus.IDLE  # pyright: ignore[reportPrivateUsage]

@@ -89,8 +89,9 @@ async def test_an_id_or_workflow_name_too_long_for_an_index_is_core_refusal_not_
             WorkflowCheckpoint(workflow_name="batch", graph_signature_hash="h", checkpoint_id=secrets.token_hex(2000)),
             WorkflowCheckpoint(workflow_name=long_name, graph_signature_hash="h"),
         ):
-            with pytest.raises(WorkflowCheckpointException, match="too long"):
+            with pytest.raises(WorkflowCheckpointException, match="too long") as refusal:
                 await storage.save(refused)
+            assert type(refusal.value.__cause__).__name__ == "ProgramLimitExceeded"  # PostgreSQL's, passed on as it is
         with pytest.raises(WorkflowCheckpointException, match="too long"):  # a run we drive: version-3 rows
             await workflow(name=long_name)(batch).build(checkpoint_storage=storage).run(["a"])
     finally:
