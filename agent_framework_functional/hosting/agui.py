@@ -368,7 +368,7 @@ def agui_endpoint(
         # thread on any of them); apart from other paths and agents of the app.
         single_scope = f"agent-framework-functional:single-user:{path}:{agent.name or agent.id}"
 
-        def single_user_scope() -> str:
+        async def single_user_scope() -> str:  # async: FastAPI runs a plain function in a worker thread
             return single_scope
 
         resolver = single_user_scope

@@ -286,3 +286,24 @@ def test_review_with_edits_sample_through_the_official_js_client(serve: Any) -> 
     proc = run_node("agui_client.mjs", f"{server.base}/agent", "tea", sample.EXPECTED, json.dumps(review))
     assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
     assert f"final text: {sample.EXPECTED}" in proc.stdout
+
+
+def test_a_single_user_conversation_runs_on_the_event_loop(
+    serve: Any, http: httpx.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``single_user=True``'s scope is an async dependency: FastAPI runs a plain function in a worker thread on every
+    request, and each thread that allocates adds a C heap of its own to the process (RSS that steps up, not down)."""
+    import fastapi.dependencies.utils as solving
+
+    threaded: list[Any] = []
+    run_in_threadpool = solving.run_in_threadpool
+
+    async def counted(call: Any, *args: Any, **kwargs: Any) -> Any:
+        threaded.append(call)
+        return await run_in_threadpool(call, *args, **kwargs)
+
+    monkeypatch.setattr(solving, "run_in_threadpool", counted)
+    thread = Thread(http, f"{serve(build_app()).base}/agent")
+    assert not errors(thread.say("deploy threads"))
+    assert text_of(thread.answer(approved=True)) == "deployed: deploy threads"
+    assert threaded == []
