@@ -40,6 +40,10 @@ _retained: list[tuple[float, int, Callable[[], CheckpointStorage | None], tuple[
 """Finished runs' checkpoints kept for their retention: (deadline, order, storage, ids), a heap by deadline."""
 _order = itertools.count()
 
+RETAINED_MAX = 10_000
+"""At most this many finished chains are noted for deletion in a process (about 0.5 KB each); past it, the one
+nearest its deadline is left to its storage's own ``ttl`` (core's storages keep it), so memory stays bounded."""
+
 
 def resolve_retention(retention: float | timedelta | None) -> float | None:
     """``checkpoint_retention`` in seconds: None keeps checkpoints for good, 0 deletes them at the finish.
@@ -107,7 +111,11 @@ def retain_checkpoints(storage: CheckpointStorage, checkpoint_ids: Sequence[str]
     else:  # files, keys and rows outlive the storage object: it is held until the deadline
         reference = functools.partial(_same, storage)
     deadline = time.time() + min(seconds, MAX_DURATION_SECONDS)
-    heapq.heappush(_retained, (deadline, next(_order), reference, tuple(checkpoint_ids)))
+    entry = (deadline, next(_order), reference, tuple(checkpoint_ids))
+    if len(_retained) < RETAINED_MAX:
+        heapq.heappush(_retained, entry)
+    else:
+        heapq.heappushpop(_retained, entry)
 
 
 def forget_retained(storage: CheckpointStorage) -> None:

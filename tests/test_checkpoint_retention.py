@@ -17,7 +17,7 @@ import pytest
 from agent_framework import FileCheckpointStorage, InMemoryCheckpointStorage, RunContext, step
 from retention_clock import RetentionClock
 
-from agent_framework_functional import FunctionalWorkflowDefinition, SQLiteCheckpointStorage, workflow
+from agent_framework_functional import FunctionalWorkflowDefinition, SQLiteCheckpointStorage, _expiry, workflow
 from agent_framework_functional._expiry import _retained, checkpoint_deletions
 
 
@@ -102,6 +102,15 @@ async def test_a_closed_storage_is_forgotten_by_the_sweep(tmp_path: Path) -> Non
     await storage.aclose()
     # A deletion through a closed storage would open connections nobody closes (Redis reconnects).
     assert not any(entry[2]() is storage for entry in _retained)
+
+
+async def test_the_noted_chains_stay_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_expiry, "RETAINED_MAX", len(_retained) + 2)
+    storage = FileCheckpointStorage(tmp_path)
+    for _ in range(4):
+        await _cycle(kept_a_day, storage)
+    assert len(_retained) == _expiry.RETAINED_MAX  # the nearest deadlines went to the storage's own ttl
+    assert sum(entry[2]() is storage for entry in _retained) == 2
 
 
 async def test_zero_deletes_a_finished_chain_at_once() -> None:
