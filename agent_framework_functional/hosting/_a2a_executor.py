@@ -192,9 +192,16 @@ class FunctionalA2AExecutor(AgentExecutor):
         return False
 
     def _agent_input(self, attempt: _Attempt) -> Any:
-        """The agent's input: the answers to the pause the task waits on, or the message's text."""
+        """The agent's input: the answers to the pause the task waits on, or the message's text.
+
+        Raises:
+            ContinuationAuthorityError: The pause is past the agent's ``continuation_ttl`` (a sweep may have
+                dropped it already, so its requests are not known here to read an answer without ``request_id``).
+        """
         if not attempt.answering:
             return get_message_text(attempt.message)
+        if self.outlived(attempt.session):  # expired: its answer gets "start over" whatever its shape
+            raise ContinuationAuthorityError
         pending = self.agent.pending_requests_for(attempt.session)
         answers = message_answers(attempt.message, pending, text_answers=self.text_answers)
         return [Message(role="user", contents=answers)]

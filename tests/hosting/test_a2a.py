@@ -466,25 +466,27 @@ async def test_a_retried_answer_does_not_answer_the_next_pause(serve_port: Any, 
     assert output_of(await send(client, [new_answer_part(False)], waiting)) == "a2a-retry: build=True release=False"
 
 
+@pytest.mark.parametrize("named", [True, False])
 async def test_an_answer_after_the_pause_expired_fails_the_task_and_frees_the_context(
-    serve_port: Any, http: httpx.AsyncClient
+    serve_port: Any, http: httpx.AsyncClient, named: bool
 ) -> None:
     """A task whose pause expired cannot be answered any more: the answer fails the task (saying why and what to do),
-    runs nothing, and the context takes new input. (It stayed ``input-required`` for good, refusing every answer.)"""
+    runs nothing, and the context takes new input. (It stayed ``input-required`` for good, refusing every answer; an
+    answer without ``request_id``, once the sweep had dropped the expired pause, was told to name one.)"""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     url = f"http://127.0.0.1:{port}/"
     serve_port(a2a_app(deployer.build(continuation_ttl=1).as_agent(name="deployer"), url=url), port=port)
     client = await client_for(url, http)
-    paused = await send(client, [new_text_part("a2a-expired")])
+    paused = await send(client, [new_text_part(f"a2a-expired-{named}")])
     request_id = request_of(paused)["request_id"]
     await asyncio.sleep(1.3)
-    failed = await send(client, [new_answer_part(True, request_id)], paused)
+    failed = await send(client, [new_answer_part(True, request_id if named else None)], paused)
     assert failed.status.state == TaskState.TASK_STATE_FAILED, failed.status
     reason = " ".join(part.text for part in failed.status.message.parts if part.HasField("text"))
     assert "new task" in reason, reason
-    assert DEPLOYS["a2a-expired"] == 0
+    assert DEPLOYS[f"a2a-expired-{named}"] == 0
     again = await send(client, [new_text_part("a2a-expired-2")], context_id=paused.context_id)
     answer = new_answer_part(True, request_of(again)["request_id"])
     assert output_of(await send(client, [answer], again)) == "deployed: a2a-expired-2"
