@@ -273,3 +273,8 @@ def test_core_internals_used_for_the_non_streaming_stream_are_where_we_expect_th
     for name in ("_finalize_events", "_run_cleanup", "_ensure_not_running"):
         assert callable(getattr(core, name)), name
     assert callable(_core_compat.core_event_stream)
+
+
+def test_run_says_at_least_one_of_message_responses_or_checkpoint_id_as_core_does() -> None:
+    doc = aff.FunctionalWorkflow.run.__doc__ or ""
+    assert "At least one of ``message``, ``responses`` or ``checkpoint_id``" in doc  # core's own tests read this
