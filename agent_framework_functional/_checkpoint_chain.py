@@ -140,8 +140,10 @@ class RecordingCheckpointStorage:
         """The run finished: keep its chain's checkpoints (this run's, the resumed pause's) for the retention.
 
         With retention 0 they are deleted now (:meth:`delete_chain`); with None they are kept for good.
-        The ids stay noted for :meth:`settle` (a storage writes the step saves it holds).
+        The ids stay noted for :meth:`settle` (a storage writes the step saves it holds). A finish sweeps, as a
+        run's start does, for chains whose retention passed while it ran.
         """
+        sweep_retained()
         if self.retention == 0:
             await self.delete_chain(keep=None)
             return

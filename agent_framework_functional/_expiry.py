@@ -17,6 +17,7 @@ import contextvars
 import functools
 import heapq
 import itertools
+import logging
 import time
 import weakref
 from collections.abc import Callable, Sequence
@@ -36,9 +37,12 @@ _deleting: set[asyncio.Task[Any]] = set()
 DEFAULT_CHECKPOINT_RETENTION = timedelta(hours=24)
 """How long a finished run's checkpoints are kept by default (``@workflow(checkpoint_retention=...)``)."""
 
-_retained: list[tuple[float, int, Callable[[], CheckpointStorage | None], tuple[str, ...]]] = []
+_Retained = tuple[float, int, Callable[[], CheckpointStorage | None], tuple[str, ...]]
+_retained: list[_Retained] = []
 """Finished runs' checkpoints kept for their retention: (deadline, order, storage, ids), a heap by deadline."""
 _order = itertools.count()
+_warned: list[bool] = []  # the cap below was reached once (warned once a process)
+logger = logging.getLogger(__name__)
 
 RETAINED_MAX = 10_000
 """At most this many finished chains are noted for deletion in a process (about 0.5 KB each); past it, the one
@@ -116,6 +120,13 @@ def retain_checkpoints(storage: CheckpointStorage, checkpoint_ids: Sequence[str]
         heapq.heappush(_retained, entry)
     else:
         heapq.heappushpop(_retained, entry)
+        if not _warned:
+            _warned.append(True)
+            logger.warning(
+                "More than %d finished chains await their checkpoint_retention: the ones nearest their deadline are "
+                "left to their storage's own ttl (core's storages have none and keep them).",
+                RETAINED_MAX,
+            )
 
 
 def forget_retained(storage: CheckpointStorage) -> None:
@@ -148,7 +159,14 @@ def sweep_retained() -> None:
         if storage is not None:  # from an empty context: a run's end cancels the tasks started in it
             task = contextvars.Context().run(loop.create_task, delete_checkpoints(storage, checkpoint_ids))
             _deleting.add(task)
-            task.add_done_callback(_deleting.discard)
+            task.add_done_callback(functools.partial(_deleted, (now, next(_order), reference, checkpoint_ids)))
+
+
+def _deleted(entry: _Retained, task: asyncio.Task[Any]) -> None:
+    """A deletion ended: noted again when its loop cancelled it first (``asyncio.run`` ending), for the next sweep."""
+    _deleting.discard(task)
+    if task.cancelled():
+        heapq.heappush(_retained, entry)
 
 
 async def delete_checkpoints(storage: CheckpointStorage, checkpoint_ids: Sequence[str]) -> None:

@@ -39,7 +39,7 @@ def duration_seconds(value: float | timedelta, name: str) -> float:
     if isinstance(value, timedelta):
         seconds = value.total_seconds()
     elif isinstance(value, (int, float)) and not isinstance(value, bool):  # pyright: ignore[reportUnnecessaryIsInstance]
-        seconds = float(value)
+        seconds = float(value) if abs(value) < 1e300 else float("inf")  # an int past a float's range: too long
     else:
         raise TypeError(f"{name} must be a number of seconds or a timedelta, got {type(value).__name__}.")
     if not 0 < seconds <= MAX_DURATION_SECONDS:

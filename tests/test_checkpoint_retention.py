@@ -7,6 +7,7 @@ release their checkpoint at once (``tests/test_pause_expiry.py``).
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import weakref
 from datetime import timedelta
@@ -95,6 +96,51 @@ async def test_none_keeps_them_for_good(tmp_path: Path, retention_clock: Retenti
     assert len(await _ids(storage, "forever")) == saved
 
 
+async def test_a_run_that_finishes_past_a_deadline_sweeps(tmp_path: Path, retention_clock: RetentionClock) -> None:
+    storage = FileCheckpointStorage(tmp_path)
+    await _cycle(kept_a_day, storage)
+    gate = asyncio.Event()
+
+    @workflow(name="slow", checkpoint_retention=0)
+    async def slow(topic: str) -> str:
+        await gate.wait()
+        return topic
+
+    running = asyncio.ensure_future(slow.build(checkpoint_storage=storage).run("x"))
+    await asyncio.sleep(0)  # it started (and swept: nothing was due)
+    retention_clock.offset += 24 * 3600 + 1
+    gate.set()
+    await running
+    await checkpoint_deletions()
+    assert await _ids(storage, "kept_a_day") == []  # its finish swept
+
+
+def test_deletions_cut_short_by_the_loop_ending_are_left_for_the_next_sweep(
+    tmp_path: Path, retention_clock: RetentionClock
+) -> None:
+    storage = SQLiteCheckpointStorage(tmp_path / "app.db")
+
+    async def fill() -> None:
+        for _ in range(20):
+            await _cycle(kept_a_day, storage)
+
+    async def one_more() -> None:  # as a run's start or finish: 20 deletions begin, then asyncio.run cancels them
+        _expiry.sweep_retained()
+
+    async def swept() -> list[str]:
+        _expiry.sweep_retained()
+        await checkpoint_deletions()
+        return await _ids(storage, "kept_a_day")
+
+    try:
+        asyncio.run(fill())
+        retention_clock.offset += 24 * 3600 + 1
+        asyncio.run(one_more())
+        assert asyncio.run(swept()) == []
+    finally:
+        storage.close()
+
+
 async def test_a_closed_storage_is_forgotten_by_the_sweep(tmp_path: Path) -> None:
     storage = SQLiteCheckpointStorage(tmp_path / "app.db")
     await _cycle(kept_a_day, storage)
@@ -132,6 +178,7 @@ async def test_core_s_in_memory_storage_is_not_kept_alive_by_its_retention() -> 
     ("retention", "error"),
     [
         (-1, ValueError),
+        (10**400, ValueError),
         (timedelta(seconds=-5), ValueError),
         (float("nan"), ValueError),
         (True, TypeError),
