@@ -224,17 +224,16 @@ def a2a_app(
         session_store=session_store if session_store is not None else default_session_store(agent),
         text_answers=text_answers,
     )
+    description = agent.description or f"{agent.name}: a functional workflow agent."  # required on card and skill
     card = AgentCard(
         name=agent.name or agent.id,
-        description=agent.description or f"{agent.name}: a functional workflow agent.",
+        description=description,
         version=version,
         default_input_modes=["text", "application/json"],
         default_output_modes=["text", "application/json"],
         capabilities=AgentCapabilities(streaming=True),
         supported_interfaces=[AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="1.0")],
-        skills=[
-            AgentSkill(id=agent.id, name=agent.name or agent.id, description=agent.description or "", tags=["workflow"])
-        ],
+        skills=[AgentSkill(id=agent.id, name=agent.name or agent.id, description=description, tags=["workflow"])],
     )
     handler = FunctionalA2ARequestHandler(
         executor,

@@ -49,7 +49,7 @@ from hosting_support import (
 )
 from request_ids import core_id, core_ids
 
-from agent_framework_functional import RunContext, workflow
+from agent_framework_functional import FunctionalWorkflowDefinition, RunContext, workflow
 from agent_framework_functional.hosting.a2a import BOOL_WORDS, FunctionalA2AExecutor, a2a_app, new_answer_part
 
 INPUT_REQUIRED = TaskState.TASK_STATE_INPUT_REQUIRED
@@ -120,6 +120,14 @@ def request_of(task: Task) -> dict[str, Any]:
 def output_of(task: Task) -> str:
     assert task.status.state == COMPLETED, task.status
     return "".join(part.text for artifact in task.artifacts for part in artifact.parts)
+
+
+async def test_the_agent_card_is_spec_compliant_without_a_description(serve_port: Any, http: httpx.AsyncClient) -> None:
+    """The spec requires each skill's description; an agent without one got an empty string (a2a-sdk warned)."""
+    plain = FunctionalWorkflowDefinition(deployer.func, name="plain")
+    assert not make_agent(plain).description
+    card = (await http.get(serve_a2a(serve_port, plain) + ".well-known/agent-card.json")).json()
+    assert card["description"] and all(skill["description"] for skill in card["skills"]), card
 
 
 async def test_bool_approval_round_trip(serve_port: Any, http: httpx.AsyncClient) -> None:
