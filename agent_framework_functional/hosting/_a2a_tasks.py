@@ -69,7 +69,7 @@ class BoundedTaskStore(FinalTaskStore):
     A finished task is dropped ``ttl`` seconds after its last write; one that has not finished (waiting for
     input, running) ``2 * ttl`` after it (its pause has expired by then; until then an answer learns why it
     cannot run). Past ``max_tasks`` the least recently written go first, finished ones before the others.
-    Expiry is checked on access (every save and read), never by a thread.
+    Expiry is checked on access (every save and read) and by the host's sweep (:meth:`purge_expired`).
 
     Keyword Args:
         ttl: Seconds a finished task is kept (``a2a_app``: the agent's ``continuation_ttl``).
@@ -124,6 +124,12 @@ class BoundedTaskStore(FinalTaskStore):
         self.finished.pop(key, None)
         self.open.pop(key, None)
         await super().delete(task_id, context)
+
+    async def purge_expired(self) -> int:
+        """Drop the tasks past their lifetime now (``a2a_app``'s sweep task, so no traffic is needed); how many."""
+        kept = len(self)
+        await self._sweep(self.clock())
+        return kept - len(self)
 
     async def _sweep(self, now: float) -> None:
         for kept, lifetime in ((self.finished, self.ttl), (self.open, 2 * self.ttl)):

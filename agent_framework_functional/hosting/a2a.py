@@ -235,9 +235,10 @@ def a2a_app(
         supported_interfaces=[AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="1.0")],
         skills=[AgentSkill(id=agent.id, name=agent.name or agent.id, description=description, tags=["workflow"])],
     )
+    tasks = _final(task_store, agent)
     handler = FunctionalA2ARequestHandler(
         executor,
-        task_store=_final(task_store, agent),
+        task_store=tasks,
         agent_card=card,
         interrupted_task_timeout=agent.continuation_ttl,
     )
@@ -247,5 +248,7 @@ def a2a_app(
         middleware=[Middleware(BodyLimit, path=rpc_path, max_bytes=max_body_bytes)],
     )
     app.state.a2a_handler = handler
-    add_upkeep(app, agent, release_memory_every, sweep_every, stores=[executor.session_store], closing=[handler.aclose])
+    add_upkeep(
+        app, agent, release_memory_every, sweep_every, stores=[executor.session_store, tasks], closing=[handler.aclose]
+    )
     return app

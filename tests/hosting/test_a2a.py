@@ -586,6 +586,27 @@ async def test_the_default_task_store_is_bounded(serve_port: Any, http: httpx.As
     assert serve_app(serve_port, make_agent(), task_store=custom)[1].task_store is custom
 
 
+async def test_the_sweep_drops_expired_tasks_with_no_traffic(serve_port: Any, http: httpx.AsyncClient) -> None:
+    """A waiting task past twice the TTL is dropped by the app's sweep, not only by the next request: 300
+    unanswered pauses kept about 15 MB of tasks after their pauses were released, until traffic came."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/"
+    app = a2a_app(make_agent(), url=url, sweep_every=3600)
+    serve_port(app, port=port)
+    store = app.state.a2a_handler.task_store
+    now = [0.0]
+    store.clock = lambda: now[0]
+    client = await client_for(url, http)
+    await send(client, [new_text_part("a2a-swept")])
+    (sweep,) = app.state.expiry_sweeps
+    assert len(store) == 1
+    now[0] = 2 * store.ttl + 1
+    assert await sweep.sweep() >= 1  # what the sweep task runs every sweep_every seconds
+    assert len(store) == 0
+
+
 async def test_a_paused_task_is_released_from_memory_after_the_pause_ttl(
     serve_port: Any, http: httpx.AsyncClient
 ) -> None:
