@@ -39,7 +39,6 @@ from ._a2a_executor import TERMINAL, FunctionalA2AExecutor, handled, replayed
 from ._a2a_parts import BOOL_WORDS, message_answers, new_answer_part
 from ._a2a_tasks import DEFAULT_MAX_TASKS, BoundedTaskStore, FinalTaskStore
 from ._body_limit import BodyLimit
-from ._defaults import default_session_store
 from ._memory import DEFAULT_RELEASE_MEMORY_EVERY
 from ._sweep import DEFAULT_SWEEP_EVERY, add_upkeep
 
@@ -221,7 +220,7 @@ def a2a_app(
         raise ValueError(f"max_body_bytes must be a positive integer, not {max_body_bytes!r}.")
     executor = FunctionalA2AExecutor(
         agent,
-        session_store=session_store if session_store is not None else default_session_store(agent),
+        session_store=session_store,
         text_answers=text_answers,
     )
     description = agent.description or f"{agent.name}: a functional workflow agent."  # required on card and skill
