@@ -242,7 +242,7 @@ class FunctionalA2AExecutor(AgentExecutor):
         await updater.complete()
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
-        """Cancel the task; a pause it held is abandoned, so its context takes new input."""
+        """Cancel the task; a pause it kept is abandoned, so its context takes new input."""
         key = self.session_key(context.context_id or "")
         session = await self.session_store.get(key) if context.context_id else None
         if session is not None and _note(session).get("task_id") == context.task_id:

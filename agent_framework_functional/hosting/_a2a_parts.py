@@ -59,7 +59,7 @@ def message_answers(
         ResponseMismatchError: A part of another kind, a data part of another shape, text when not
             allowed, or a value the request's type refuses (the message says what to send).
     """
-    if not pending:  # held by the continuation store (another worker): the agent's run checks the answers
+    if not pending:  # kept by the continuation store (another worker): the agent's run checks the answers
         return _blind_answers(message)
     only = next(iter(pending)) if len(pending) == 1 else None
     answers: list[Content] = []
@@ -92,7 +92,7 @@ def message_answers(
 
 
 def _blind_answers(message: A2AMessage) -> list[Content]:
-    """The answers of a message checked for shape only (the pause is held elsewhere)."""
+    """The answers of a message checked for shape only (the pause is kept elsewhere)."""
     if not message.parts:
         raise ResponseMismatchError("The message carries no answer; the task is still waiting for input.")
     return [_blind_answer(part) for part in message.parts]

@@ -5,12 +5,15 @@ Every host that keeps sessions in a ``SessionStore`` (``responses_app``, ``a2a_a
 the store or created under its key, and written back once, shielded from the caller's cancellation, before the
 host reports the turn's terminal event. The conversation is free again when the turn ends (or, if its write is
 still in flight then, when the write ends). A host's own converters (request -> run, run -> protocol) sit
-around a turn; per-conversation state is never kept on the agent object.
+around a turn; per-conversation state is never kept on the agent object. :class:`RunningTurns` counts the
+turns of hosts whose framework keeps the session (DevUI's conversations, AG-UI's snapshots), so a conversation
+with a turn running is never taken for an idle or dropped one.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from collections.abc import Awaitable
 
 from agent_framework import AgentSession, SessionStore
@@ -89,3 +92,30 @@ class Turn:
             self.turns.busy.discard(self.lock)
         else:
             self.write.add_done_callback(lambda _: self.turns.busy.discard(self.lock))
+
+
+class RunningTurns:
+    """How many turns of each conversation began and have not ended; past ``most`` conversations the oldest go.
+
+    Args:
+        most: Conversations noted at most (turns whose end never came are forgotten first); None: no bound.
+    """
+
+    def __init__(self, most: int | None = None) -> None:
+        self.most = most
+        self.counts: OrderedDict[str, int] = OrderedDict()  # least recently begun or ended first
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.counts
+
+    def begin(self, key: str) -> None:
+        """A turn of ``key`` began."""
+        self.counts[key] = self.counts.pop(key, 0) + 1
+        while self.most is not None and len(self.counts) > self.most:
+            self.counts.popitem(last=False)
+
+    def end(self, key: str) -> None:
+        """A turn of ``key`` ended."""
+        left = self.counts.pop(key, 0) - 1
+        if left > 0:
+            self.counts[key] = left

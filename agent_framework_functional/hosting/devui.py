@@ -27,7 +27,7 @@ DEFAULT_PORT = 8080
 
 NO_CONVERSATION_MESSAGE = (
     "This turn has no DevUI conversation: none was given, or it was dropped (idle past the agent's "
-    "continuation_ttl, or the least recently used past max_conversations), and with it any pause it held. "
+    "continuation_ttl, or the least recently used past max_conversations), and with it any pause it kept. "
     "Start a new conversation."
 )
 

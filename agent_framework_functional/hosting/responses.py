@@ -260,30 +260,10 @@ def responses_app(
 ) -> FastAPI:
     """A FastAPI app that serves ``agent`` over the OpenAI Responses API, correct by default.
 
-    ``POST {path}`` takes ``input`` (text or items), ``stream`` (SSE when true, else JSON), and
-    ``previous_response_id`` (continue from that response's immutable snapshot) or ``conversation``
-    (one mutable head, created on first use). A pause is a ``completed`` response whose output holds a
-    ``function_call`` item (``name="request_info"``, ``call_id`` = the request id, ``arguments``: the
-    request data and the answer's type) and an ``mcp_approval_request`` item (``id`` = the request id).
-    Answer with an ``mcp_approval_response`` item (``approval_request_id``, ``approve``: a ``bool``
-    request) or a ``function_call_output`` item (``call_id`` = the request id, ``output`` = the JSON text
-    of the value, any ``response_type``), or plain text for a lone ``str`` request.
-
-    What it sets, and why:
-
-    * The continuation token stays in the session (never on the wire): on a response it would render the
-      pause as a background run (``in_progress``; ``response.failed`` when streaming).
-    * One request at a time per conversation (per ``conversation``, and per chain of
-      ``previous_response_id`` responses, which share one workflow instance): another one gets 409
-      ``conversation_busy`` with ``Retry-After``; the busy set holds only requests in flight.
-    * Runs are detached from the connection and the session is written when the agent's stream ends,
-      before the terminal event: a client that hangs up (at the approval request or earlier) loses
-      nothing and can answer later; a failed run still writes the session, so it takes new input.
-    * Errors: bad input 400 (``param`` names the field; a wrong answer shape is ``answer_mismatch``),
-      unknown ``previous_response_id`` 400, a body over ``max_body_bytes`` 413, authority and pending
-      conflicts 409 (``x-should-retry: false``), a running workflow or busy conversation 409 with
-      ``Retry-After``; when streaming, a refusal is still an HTTP status (the route starts the SSE body
-      with the run's first update). Only a failure of the workflow itself is a 500, without details.
+    A pause is a ``completed`` response with a ``function_call`` and an ``mcp_approval_request`` item; the
+    answer is an ``mcp_approval_response`` or ``function_call_output`` item (README "Host it", Responses: the
+    shapes, what it sets and why, and the error table). Each request is one turn of its conversation
+    (``hosting/_turn.py``), run detached from the connection.
 
     Args:
         agent: The agent; one object serves every conversation.
