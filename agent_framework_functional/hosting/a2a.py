@@ -39,8 +39,7 @@ from ._a2a_executor import TERMINAL, FunctionalA2AExecutor, handled, replayed
 from ._a2a_parts import BOOL_WORDS, message_answers, new_answer_part
 from ._a2a_tasks import DEFAULT_MAX_TASKS, BoundedTaskStore, FinalTaskStore
 from ._body_limit import BodyLimit
-from ._memory import DEFAULT_RELEASE_MEMORY_EVERY
-from ._sweep import DEFAULT_SWEEP_EVERY, add_upkeep
+from ._sweep import DEFAULT_RELEASE_MEMORY_EVERY, DEFAULT_SWEEP_EVERY, add_upkeep
 
 __all__ = [
     "BOOL_WORDS",

@@ -37,9 +37,8 @@ from ._agui_approvals import (
 )
 from ._agui_resume import ResumeAnswer, payload_answer, read_answers, read_request, refuse
 from ._body_limit import BodyLimit
-from ._memory import DEFAULT_RELEASE_MEMORY_EVERY, check_release_every
 from ._snapshots import snapshot_store_for
-from ._sweep import DEFAULT_SWEEP_EVERY, add_upkeep
+from ._sweep import DEFAULT_RELEASE_MEMORY_EVERY, DEFAULT_SWEEP_EVERY, add_upkeep, check_release_every
 
 DEFAULT_MAX_BODY_BYTES = 1_000_000
 """Largest request body :func:`agui_endpoint` reads (bytes); a larger one is refused with 413."""

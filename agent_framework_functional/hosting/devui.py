@@ -19,8 +19,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from .._agent import FunctionalWorkflowAgent
 from ._adapter import HostedAgent, as_messages, parse_typed_text, result_answer
 from ._devui_store import DEFAULT_MAX_CONVERSATIONS, BoundedConversationStore, BoundedDevServer
-from ._memory import DEFAULT_RELEASE_MEMORY_EVERY, check_release_every
-from ._sweep import DEFAULT_SWEEP_EVERY, add_upkeep
+from ._sweep import DEFAULT_RELEASE_MEMORY_EVERY, DEFAULT_SWEEP_EVERY, add_upkeep, check_release_every
 
 DEFAULT_PORT = 8080
 """DevUI's own default port."""

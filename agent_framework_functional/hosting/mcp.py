@@ -27,8 +27,7 @@ from .._chat import answers_to_responses
 from .._errors import FunctionalWorkflowError
 from .._updates import REQUEST_INFO_FUNCTION_NAME, request_data_to_json
 from ._adapter import ANSWER_FIELD, parse_typed_text, result_answer
-from ._memory import DEFAULT_RELEASE_MEMORY_EVERY
-from ._sweep import DEFAULT_SWEEP_EVERY, add_upkeep
+from ._sweep import DEFAULT_RELEASE_MEMORY_EVERY, DEFAULT_SWEEP_EVERY, add_upkeep
 
 TASK_ARGUMENT = "task"
 """The tool's one argument: the text that starts the workflow."""

@@ -22,10 +22,9 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.requests import ClientDisconnect
 
 from .._agent import FunctionalWorkflowAgent
-from ._memory import DEFAULT_RELEASE_MEMORY_EVERY, check_release_every
 from ._responses_errors import Refusal, error_response, refusal_for
 from ._responses_input import InvalidRequestError, ResponsesRequest, decode_body, parse_request
-from ._sweep import DEFAULT_SWEEP_EVERY, add_upkeep
+from ._sweep import DEFAULT_RELEASE_MEMORY_EVERY, DEFAULT_SWEEP_EVERY, add_upkeep, check_release_every
 from ._turn import ConversationBusy, Turn, Turns
 
 logger = logging.getLogger(__name__)
