@@ -250,8 +250,7 @@ class FunctionalA2AExecutor(AgentExecutor):
                 await self.agent.abandon_continuation_async(session=session)
             except FunctionalWorkflowError:
                 logger.warning("A2A task %s was cancelled; its pause could not be abandoned.", context.task_id)
-            session.state.pop(HOST_KEY, None)
-            await self.session_store.set(key, session)
+            await self._free_context(session, key)
         await TaskUpdater(event_queue, context.task_id or "", context.context_id or "").cancel()
 
     def outlived(self, session: AgentSession) -> bool:
@@ -277,8 +276,7 @@ class FunctionalA2AExecutor(AgentExecutor):
             return False
         except ContinuationAuthorityError:
             pass  # gone already (answered, expired): only the context's note is left
-        session.state.pop(HOST_KEY, None)
-        await self.session_store.set(self.session_key(context_id), session)
+        await self._free_context(session, self.session_key(context_id))
         return True
 
     async def before_cancel(self, task: Task) -> None:
@@ -301,5 +299,9 @@ class FunctionalA2AExecutor(AgentExecutor):
         except ContinuationAuthorityError:
             if not self.outlived(session):  # claimed by an answer another worker runs
                 raise TaskNotCancelableError(_ANSWERING.format(task.id)) from None
+        await self._free_context(session, key)
+
+    async def _free_context(self, session: AgentSession, key: str) -> None:
+        """Drop the note of the pause ``session`` kept and write the session: its context takes new input."""
         session.state.pop(HOST_KEY, None)
         await self.session_store.set(key, session)

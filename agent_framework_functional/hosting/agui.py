@@ -23,11 +23,12 @@ from agent_framework_ag_ui import (
 from fastapi import Depends, FastAPI, Request
 
 from .._agent import FunctionalWorkflowAgent
+from .._answers import value_result
 from .._core_compat import agui_session_id_for_thread
 from .._errors import ContinuationAuthorityError, ResponseMismatchError
 from .._session import SESSION_STATE_KEY, session_token
 from .._updates import REQUEST_INFO_FUNCTION_NAME, published_requests, token_tag
-from ._adapter import ANSWER_FIELD, HostedAgent, as_messages, check_answer, replace_contents, result_answer
+from ._adapter import ANSWER_FIELD, HostedAgent, as_messages, check_answer, replace_contents
 from ._agui_approvals import (
     UnsavedThreads,
     approval_purge,
@@ -84,7 +85,7 @@ def _approval_as_answer(content: Content) -> Content:
     request_id = content.id or content.function_call.call_id
     if value is None or not request_id:
         return content
-    return result_answer(request_id, value)
+    return value_result(request_id, value)
 
 
 class AGUIAgent(HostedAgent):

@@ -17,7 +17,8 @@ from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .._agent import FunctionalWorkflowAgent
-from ._adapter import HostedAgent, as_messages, parse_typed_text, result_answer
+from .._answers import value_result
+from ._adapter import HostedAgent, as_messages, parse_typed_text
 from ._devui_store import DEFAULT_MAX_CONVERSATIONS, BoundedConversationStore, BoundedDevServer
 from ._sweep import DEFAULT_RELEASE_MEMORY_EVERY, DEFAULT_SWEEP_EVERY, add_upkeep, check_release_every
 
@@ -130,7 +131,7 @@ class DevUIAgent(HostedAgent):
         ((request_id, event),) = pending.items()
         if event.response_type is str:
             return messages
-        return [Message(role="user", contents=[result_answer(request_id, parse_typed_text(text.strip()))])]
+        return [Message(role="user", contents=[value_result(request_id, parse_typed_text(text.strip()))])]
 
 
 def devui_app(

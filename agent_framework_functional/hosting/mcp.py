@@ -22,11 +22,11 @@ from mcp_types.version import is_version_at_least
 from starlette.applications import Starlette
 
 from .._agent import FunctionalWorkflowAgent
-from .._answers import response_schema
+from .._answers import response_schema, value_result
 from .._chat import answers_to_responses
 from .._errors import FunctionalWorkflowError
 from .._updates import REQUEST_INFO_FUNCTION_NAME, request_data_to_json
-from ._adapter import ANSWER_FIELD, parse_typed_text, result_answer
+from ._adapter import ANSWER_FIELD, parse_typed_text
 from ._sweep import DEFAULT_RELEASE_MEMORY_EVERY, DEFAULT_SWEEP_EVERY, add_upkeep
 
 TASK_ARGUMENT = "task"
@@ -93,7 +93,7 @@ def _answer(request_id: str, event: WorkflowEvent[Any] | None, response: Any) ->
         return Content.from_function_result(call_id=request_id, result=value)
     if response.action != "accept":
         if event.response_type is bool:
-            return result_answer(request_id, False)  # a declined or dismissed approval is a rejection
+            return value_result(request_id, False)  # a declined or dismissed approval is a rejection
         raise MCPError(
             types.INVALID_PARAMS,
             f"Request {request_id!r} was {response.action}ed; it needs an accepted answer. The call is still paused: "
@@ -102,10 +102,10 @@ def _answer(request_id: str, event: WorkflowEvent[Any] | None, response: Any) ->
     content = dict(response.content or {})
     _, whole = answer_form(event.response_type)
     if whole:
-        return result_answer(request_id, content)
+        return value_result(request_id, content)
     if ANSWER_FIELD not in content:
         raise MCPError(types.INVALID_PARAMS, f"The answer to {request_id!r} needs the field {ANSWER_FIELD!r}.")
-    return result_answer(request_id, _field_value(content[ANSWER_FIELD], event.response_type))
+    return value_result(request_id, _field_value(content[ANSWER_FIELD], event.response_type))
 
 
 def _field_value(value: Any, response_type: Any) -> Any:
