@@ -164,7 +164,7 @@ class FunctionalA2AExecutor(AgentExecutor):
             return
         await updater.start_work()
         try:
-            response = await self.agent.run(self._agent_input(attempt), session=session)
+            response = await self.agent.run(self._a2a_to_run(attempt), session=session)
         except ContinuationAuthorityError as exc:  # the pause is gone (expired, answered, abandoned): nothing ran
             await self._pause_gone(attempt, exc)
         except FunctionalWorkflowError as exc:  # refused and nothing changed (the stored session is still right)
@@ -179,7 +179,7 @@ class FunctionalA2AExecutor(AgentExecutor):
             await turn.save()
             await updater.failed(updater.new_agent_message([new_text_part("The workflow failed.")]))
         else:
-            await self._report(attempt, response)
+            await self._a2a_from_run(attempt, response)
 
     async def _refused_at_start(self, attempt: _Attempt, call: ServerCallContext) -> bool:
         """Refuse a message the context cannot run now (it waits on another task, or this answer already ran)."""
@@ -194,7 +194,7 @@ class FunctionalA2AExecutor(AgentExecutor):
             return True
         return False
 
-    def _agent_input(self, attempt: _Attempt) -> Any:
+    def _a2a_to_run(self, attempt: _Attempt) -> Any:
         """The agent's input: the answers to the pause the task waits on, or the message's text.
 
         Raises:
@@ -223,7 +223,7 @@ class FunctionalA2AExecutor(AgentExecutor):
             await attempt.turn.save()
         await updater.failed(updater.new_agent_message([new_text_part(f"{exc} {_GONE}")]))
 
-    async def _report(self, attempt: _Attempt, response: AgentResponse[Any]) -> None:
+    async def _a2a_from_run(self, attempt: _Attempt, response: AgentResponse[Any]) -> None:
         """Store the session (with the task a new pause waits on), then report the pause or the result."""
         updater, session = attempt.updater, attempt.turn.session
         requests = [c for m in response.messages for c in m.contents if c.type == "function_approval_request"]
