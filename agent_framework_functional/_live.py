@@ -6,8 +6,8 @@ instead of reimplementing the engine. In a streaming run, :func:`stream_live` ru
 ``__anext__`` (and so the workflow function) in a pump task bound to a per-run :class:`_LiveChannel`
 through a ``ContextVar``; core creates the workflow task with ``asyncio.create_task`` from that pump
 task, so the task (and every task it spawns) inherits the channel. In a non-streaming run nobody
-reads before the function returns, so :class:`LiveCollector` is bound around the one pull of core's
-stream that runs user code, collects without a bound (as core collects its own events), and no pump
+reads before the function returns, so :func:`collect_live` binds a :class:`LiveCollector` around each
+pull of core's stream, which collects without a bound (as core collects its own events), and no pump
 task is started. ``_emit.emit_update`` puts an ``intermediate`` :class:`WorkflowEvent` on whichever
 is bound.
 
@@ -209,46 +209,54 @@ class _Merge:
 
 
 class LiveCollector(_Channel):
-    """The live channel of a non-streaming run: bound around core's pull, drained after it (internal).
+    """The live channel of a non-streaming run: bound around each pull of core's stream (internal).
 
-    Nobody reads before the run ends and nobody waits for room, so it is one small object: the live
-    entries (checked with ``if collector.entries:`` after each pull) and the merge, made only once
-    something was emitted.
-
-    Args:
-        source: The workflow name, stamped on live events as ``executor_id``.
+    Nobody reads before the workflow function returns and nobody waits for room, so it only keeps the
+    live entries, without a bound (as core collects its own events); :func:`collect_live` merges them.
     """
 
-    __slots__ = ("entries", "merge")
+    __slots__ = ("entries",)
 
     def __init__(self, source: str | None) -> None:
-        # One per non-streaming run: the base fields are set here directly (no super() call).
-        self.closed = False
-        self.ctx: RunContext | None = None
-        self.core_seen = 0
-        self.source = source
+        super().__init__(source)
         self.entries: list[_Item] = []
-        self.merge: _Merge | None = None
 
     async def put_live(self, event: WorkflowEvent[Any], ctx: RunContext | None) -> None:
         """Collect a live event, preceded by the events core collected since the last entry."""
         self._check_open()
         self.entries.append((_LIVE, self._take_collected(ctx), event))
 
-    def drain(self) -> list[WorkflowEvent[Any]]:
-        """The events emitted since the last drain, each preceded by core's events collected before it."""
-        merge = self.merge
-        if merge is None:
-            merge = self.merge = _Merge()
-        out: list[WorkflowEvent[Any]] = []
-        for item in self.entries:
-            merge.live(item, out)
-        self.entries.clear()
-        return out
 
-    def is_new(self, event: WorkflowEvent[Any]) -> bool:
-        """True when core's ``event`` was not already drained ahead of a live update."""
-        return self.merge is None or self.merge.is_new(event)
+async def collect_live(
+    core_stream: ResponseStream[WorkflowEvent[Any], Any], *, source: str | None = None
+) -> AsyncGenerator[WorkflowEvent[Any], None]:
+    """Yield core's events merged, in order, with the live updates the workflow emits (non-streaming runs).
+
+    Each pull of core's stream runs with a :class:`LiveCollector` bound (no pump task); the updates a
+    pull collected go out before the event it returned, core's events they carry only once.
+    """
+    collector = LiveCollector(source)
+    merge = _Merge()
+    out: list[WorkflowEvent[Any]] = []
+    try:
+        while True:
+            bound = live_channel.set(collector)
+            try:
+                event = await _next_core_event(core_stream)
+            finally:
+                live_channel.reset(bound)
+            for item in collector.entries:
+                merge.live(item, out)
+            collector.entries.clear()
+            if event is not None and merge.is_new(event):
+                out.append(event)
+            for merged in out:
+                yield merged
+            if event is None:
+                return
+            out.clear()
+    finally:
+        collector.closed = True  # core's stream ended: later updates are refused, as in a streaming run
 
 
 async def _pump(core_stream: ResponseStream[WorkflowEvent[Any], Any], channel: _LiveChannel) -> None:

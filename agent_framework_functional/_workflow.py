@@ -23,8 +23,7 @@ from ._authority_protocol import ResumeTicket
 from ._continuation import request_tag
 from ._core_compat import build_core, functional_workflows_experimental
 from ._errors import ContinuationAuthorityError
-from ._run import WorkflowRun, handle
-from ._run_result import FunctionalWorkflowRunResult
+from ._run import FunctionalWorkflowRunResult, WorkflowRun, handle
 from ._store_authority import make_authority
 from ._telemetry import note_refusal
 
