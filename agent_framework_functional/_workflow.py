@@ -1,4 +1,4 @@
-"""FunctionalWorkflow: one workflow instance: ``run()``, the run guard, token checks, views.
+"""FunctionalWorkflow: one workflow instance: ``run()``, the run guard, token checks, abandonment, views.
 
 It wraps one core ``FunctionalWorkflow`` (core keeps replay, step caching and checkpointing), accepts
 each call with ``_acceptance.accept_run`` (which asks the authority strategy who may resume), and
@@ -7,8 +7,9 @@ hands each accepted run to ``_run.WorkflowRun``, which drives core.
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, overload
@@ -16,16 +17,15 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 from agent_framework import CheckpointStorage, ResponseStream, WorkflowEvent
 from agent_framework import FunctionalWorkflow as _CoreFunctionalWorkflow
 
-from ._abandon import ContinuationAbandonment
 from ._acceptance import accept_run, check_checkpoint_storage
 from ._authority import VerifiedContinuation
-from ._authority_protocol import ResumeTicket
+from ._authority_protocol import NEW_INPUT, ResumeTicket
 from ._continuation import request_tag
 from ._core_compat import build_core, functional_workflows_experimental
-from ._errors import ContinuationAuthorityError
+from ._errors import WorkflowRunningError
 from ._run import FunctionalWorkflowRunResult, WorkflowRun, handle
 from ._store_authority import make_authority
-from ._telemetry import note_refusal
+from ._telemetry import continuation_abandoned, note_refusal
 
 if TYPE_CHECKING:
     from ._agent import FunctionalWorkflowAgent
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 
 @functional_workflows_experimental
-class FunctionalWorkflow(ContinuationAbandonment):
+class FunctionalWorkflow:
     """A functional workflow instance whose pauses can only be resumed with their continuation token.
 
     Build it with :meth:`FunctionalWorkflowDefinition.build`. It wraps one core ``FunctionalWorkflow``
@@ -150,11 +150,8 @@ class FunctionalWorkflow(ContinuationAbandonment):
         Raises:
             ContinuationAuthorityError: Nothing unreserved is pending here, or a wrong token (one message).
         """
-        try:
+        with self._refusal_counted(token):
             return self._authority.verify(token)
-        except ContinuationAuthorityError as exc:
-            note_refusal(self.name, exc, self._authority, token)
-            raise
 
     async def verify_continuation_token_async(self, token: object) -> VerifiedContinuation:
         """Check ``token`` like :meth:`verify_continuation_token`, also for pauses held by other processes.
@@ -173,11 +170,8 @@ class FunctionalWorkflow(ContinuationAbandonment):
             ContinuationAuthorityError: The token does not authorise a resume (one fixed message).
             Exception: Whatever the store or the checkpoint storage raises when it cannot be read.
         """
-        try:
+        with self._refusal_counted(token):
             return await self._authority.verify_async(token)
-        except ContinuationAuthorityError as exc:
-            note_refusal(self.name, exc, self._authority, token)
-            raise
 
     # ------------------------------------------------------------------ run
 
@@ -258,7 +252,7 @@ class FunctionalWorkflow(ContinuationAbandonment):
             PendingContinuationError: New input or a checkpoint restore while a continuation is pending.
             WorkflowRunningError: The instance is already running.
         """
-        try:
+        with self._refusal_counted(continuation_token):
             ticket = accept_run(
                 self._authority,
                 message,
@@ -269,9 +263,6 @@ class FunctionalWorkflow(ContinuationAbandonment):
                 default_storage=self._checkpoint_storage,
                 running=self._active is not None,
             )
-        except Exception as exc:
-            note_refusal(self.name, exc, self._authority, continuation_token)
-            raise
         run = self._new_run(ticket)
         # Everything that can fail happens before this instance's state changes (invariant 1).
         core_kwargs: dict[str, Any] = {
@@ -286,6 +277,77 @@ class FunctionalWorkflow(ContinuationAbandonment):
         self._authority.reserve(ticket)
         self._active = run
         return result
+
+    # ------------------------------------------------------------------ abandonment
+
+    def abandon_continuation(
+        self,
+        token: Mapping[str, Any] | None = None,
+        *,
+        force: bool = False,
+    ) -> None:
+        """Discard the pending continuation, its replay state and checkpoint, so fresh runs are allowed again.
+
+        Args:
+            token: The current continuation token. Required unless ``force`` is True.
+
+        Keyword Args:
+            force: Clear without a token; owner-only recovery, never for untrusted callers.
+
+        Raises:
+            ContinuationAuthorityError: Without ``force``, a missing or wrong token, or nothing pending.
+            WorkflowRunningError: A run is in progress (including an accepted resume).
+            ContinuationStoreAsyncError: The instance has a continuation store (use the async method).
+        """
+        self._authority.require_sync()
+        request_ids = self._checked_abandon(token, force)
+        self._authority.abandon(token, force=force)
+        continuation_abandoned(self.name, token, forced=force, request_ids=request_ids or (), counted=bool(request_ids))
+
+    async def abandon_continuation_async(
+        self,
+        token: Mapping[str, Any] | None = None,
+        *,
+        force: bool = False,
+    ) -> None:
+        """Abandon a pending continuation, here and in the continuation store (from any process sharing it).
+
+        The store marks the record ``abandoned`` atomically, so a concurrent resume and this call cannot
+        both succeed; without a store this is :meth:`abandon_continuation`.
+
+        Args:
+            token: The continuation token. Required unless ``force`` is True.
+
+        Keyword Args:
+            force: Owner-only recovery without authority (a lost or expired token); problems are ignored.
+
+        Raises:
+            ContinuationAuthorityError: Without ``force``: the token does not authorise the abandonment.
+            WorkflowRunningError: A run of this instance holds the continuation being abandoned.
+        """
+        local = self._checked_abandon(token, force)
+        guard = None
+        if local is not None:  # held here: hold the run guard across the store call, so no run starts
+            guard = self._active = self._new_run(NEW_INPUT)
+        try:
+            with self._refusal_counted(token):
+                await self._authority.abandon_async(token, force=force)
+        finally:
+            if guard is not None and self._active is guard:
+                self._active = None
+        # Counted as pending here when it was held here, or (a pause held elsewhere) issued elsewhere.
+        counted = bool(local) or (local is None and not force)
+        continuation_abandoned(self.name, token, forced=force, request_ids=local or (), counted=counted)
+
+    def _checked_abandon(self, token: object, force: bool) -> frozenset[str] | None:
+        """The checks both abandon methods share; the pending request ids held here (None: held elsewhere)."""
+        with self._refusal_counted(token):
+            local = self._authority.check_abandon(token, force=force)
+            if local and self._active is not None:
+                raise WorkflowRunningError(
+                    "Cannot abandon while a run is in progress. Wait for it to finish or close its stream, then retry."
+                )
+        return frozenset(self._authority.pending_requests()) if local else None
 
     # ------------------------------------------------------------------ agent
 
@@ -308,6 +370,15 @@ class FunctionalWorkflow(ContinuationAbandonment):
         )
 
     # ------------------------------------------------------------------ internals
+
+    @contextlib.contextmanager
+    def _refusal_counted(self, token: object) -> Iterator[None]:
+        """Count a refused call by its reason (telemetry only), then let its error go on."""
+        try:
+            yield
+        except Exception as exc:
+            note_refusal(self.name, exc, self._authority, token)
+            raise
 
     def _new_core(self) -> _CoreFunctionalWorkflow:
         d = self._definition  # core's own build(), on the subclass that keeps long runs linear
@@ -376,11 +447,8 @@ class FunctionalWorkflow(ContinuationAbandonment):
 
     def verify_token_now(self, token: object) -> VerifiedContinuation | None:
         """The synchronous token check (None: only the store can decide); a refusal is counted."""
-        try:
+        with self._refusal_counted(token):
             return self._authority.verify_now(token)
-        except ContinuationAuthorityError as exc:
-            note_refusal(self.name, exc, self._authority, token)
-            raise
 
     def token_known_stale(self, token: object) -> bool | None:
         """Whether ``token`` is known to resume nothing, without I/O (None: only the store can tell)."""
