@@ -82,7 +82,7 @@ class RunLease:
         self._run = run
 
     def __del__(self) -> None:
-        self._run.free(self._run)
+        self._run.settle(self._run, True)
 
 
 class WorkflowRun:
@@ -96,8 +96,7 @@ class WorkflowRun:
         core: The core instance this run drives.
         name: The workflow name (source of live events).
         holds_guard: True while this run still holds the instance's guard (AGENTS.md invariant 8).
-        on_end: Called once when the run's driving ends (the instance settles its state).
-        free: Frees the instance if this run still holds it (a dropped stream or awaitable).
+        settle: The instance settles after this run, if it still holds the guard (True: dropped unfinished).
     """
 
     core_started = False
@@ -117,16 +116,14 @@ class WorkflowRun:
         name: str,
         *,
         holds_guard: Callable[[WorkflowRun], bool],
-        on_end: Callable[[WorkflowRun], None],
-        free: Callable[[WorkflowRun], None],
+        settle: Callable[[WorkflowRun, bool], None],
     ) -> None:
         self.ticket = ticket
         self.authority = authority
         self.core = core
         self.name = name
         self.holds_guard = holds_guard
-        self.on_end = on_end
-        self.free = free
+        self.settle = settle
 
     def end(self, *, dropped: bool) -> bool:
         """Hand back what the run did not spend; True when core's replay state must go.
@@ -265,13 +262,13 @@ class WorkflowRun:
         return (event,)
 
     async def _done(self) -> None:
-        """The run ended: its storage writes the step checkpoints it still holds back for it, then ``on_end``."""
+        """The run ended: its storage writes the step checkpoints it held back for it, then the instance settles."""
         try:
             recorder = self.ticket.recorder
             if recorder is not None:
                 await recorder.settle()
         finally:
-            self.on_end(self)
+            self.settle(self, False)
 
 
 def failure_surface(exc: Exception) -> list[WorkflowEvent[Any]]:
@@ -315,7 +312,7 @@ def handle(
     response_stream: ResponseStream[WorkflowEvent[Any], FunctionalWorkflowRunResult] = ResponseStream(
         run.stream(core_kwargs),
         finalizer=functools.partial(finalize_events, run=run, include_status_events=include_status_events),
-        cleanup_hooks=[functools.partial(run.free, run)],
+        cleanup_hooks=[functools.partial(run.settle, run, True)],
     )
-    weakref.finalize(response_stream, run.free, run).atexit = False
+    weakref.finalize(response_stream, run.settle, run, True).atexit = False
     return response_stream

@@ -1,4 +1,6 @@
-"""FunctionalWorkflow: one workflow instance: ``run()``, the run guard, token checks, abandonment, views.
+"""The workflow: ``@workflow`` makes a definition, ``build()`` an instance (``FunctionalWorkflow``).
+
+An instance has ``run()``, the run guard, token checks, abandonment and views.
 
 It wraps one core ``FunctionalWorkflow`` (core keeps replay, step caching and checkpointing), accepts
 each call with ``_acceptance.accept_run`` (which asks the authority strategy who may resume), and
@@ -9,13 +11,15 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Awaitable, Iterator, Mapping, Sequence
+import inspect
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 from agent_framework import CheckpointStorage, ResponseStream, WorkflowEvent
 from agent_framework import FunctionalWorkflow as _CoreFunctionalWorkflow
+from agent_framework import FunctionalWorkflowDefinition as _CoreFunctionalWorkflowDefinition
 
 from ._acceptance import accept_run, check_checkpoint_storage
 from ._authority import VerifiedContinuation
@@ -23,13 +27,13 @@ from ._authority_protocol import NEW_INPUT, ResumeTicket
 from ._continuation import request_tag
 from ._core_compat import build_core, functional_workflows_experimental
 from ._errors import WorkflowRunningError
+from ._expiry import DEFAULT_CHECKPOINT_RETENTION, resolve_retention
 from ._run import FunctionalWorkflowRunResult, WorkflowRun, handle
 from ._store_authority import make_authority
 from ._telemetry import continuation_abandoned, note_refusal
 
 if TYPE_CHECKING:
-    from ._agent import FunctionalWorkflowAgent
-    from ._definition import FunctionalWorkflowDefinition
+    from ._agent import FunctionalWorkflowAgent  # the one way back to the agent layer (as_agent)
     from ._store import ContinuationStore
 
 
@@ -393,30 +397,18 @@ class FunctionalWorkflow:
         return self.name, self._core.graph_signature_hash
 
     def _new_run(self, ticket: ResumeTicket) -> WorkflowRun:
-        name = self._definition.name
-        return WorkflowRun(
-            ticket,
-            self._authority,
-            self._core,
-            name,
-            holds_guard=self._holds_guard,
-            on_end=self._end_run,
-            free=self._free_run,
-        )
+        args = (ticket, self._authority, self._core, self._definition.name)
+        return WorkflowRun(*args, holds_guard=self._holds_guard, settle=self._settle)
 
     def _holds_guard(self, run: WorkflowRun) -> bool:
         return self._active is run
 
-    def _free_run(self, run: WorkflowRun) -> None:
-        """Free the instance from a run dropped unfinished (stream cleanup hook, weak finalizer, lease)."""
-        self._settle(run, dropped=True)  # the dropped core stream is closed later by the loop
+    def _settle(self, run: WorkflowRun, dropped: bool) -> None:
+        """Free the guard after a run ended, or was dropped unfinished (stream cleanup hook, weak finalizer, lease).
 
-    def _end_run(self, run: WorkflowRun) -> None:
-        """Settle the instance after a run's driving finished, failed, or was closed."""
-        self._settle(run, dropped=False)
-
-    def _settle(self, run: WorkflowRun, *, dropped: bool) -> None:
-        """Only the run that holds the guard settles (AGENTS.md invariant 8); replay state goes when it must."""
+        Only the run that holds the guard settles (AGENTS.md invariant 8); replay state goes when it must.
+        A dropped run's core stream is closed later by the loop.
+        """
         if self._active is run:  # else already settled: a newer run may own the instance
             self._active = None
             if run.end(dropped=dropped):
@@ -465,3 +457,128 @@ class FunctionalWorkflow:
     async def check_pause_conflict(self, verdict: VerifiedContinuation) -> None:
         """Refuse a resume of a pause held elsewhere while one waits here (``PendingContinuationError``)."""
         await self._authority.check_conflict(verdict)
+
+
+WorkflowFunc = Callable[..., Awaitable[Any]]
+
+
+@functional_workflows_experimental
+class FunctionalWorkflowDefinition:
+    """Stateless workflow definition made by :func:`workflow`; :meth:`build` one instance per caller.
+
+    Args:
+        func: The async workflow function; its non-``RunContext`` parameter receives ``run()``'s ``message``.
+
+    Keyword Args:
+        name: Workflow name; defaults to ``func.__name__``.
+        description: Optional human-readable description.
+        checkpoint_retention: How long a finished run's checkpoints are kept (seconds or ``timedelta``,
+            default 24 hours; 0 deletes them at the finish; None keeps every checkpoint for good).
+
+    Raises:
+        ValueError: More than one non-``RunContext`` parameter (core's rule); a negative
+            ``checkpoint_retention`` or one over ten years.
+        TypeError: ``func`` is not an async function; ``checkpoint_retention`` is not a duration.
+    """
+
+    def __init__(
+        self,
+        func: WorkflowFunc,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        checkpoint_retention: float | timedelta | None = DEFAULT_CHECKPOINT_RETENTION,
+    ) -> None:
+        if not inspect.iscoroutinefunction(func):
+            shown = getattr(func, "__name__", type(func).__name__)
+            raise TypeError(f"@workflow needs an async function (async def ...), got {shown!r}.")
+        self._core_definition = _CoreFunctionalWorkflowDefinition(func, name=name, description=description)
+        self.func: WorkflowFunc = func
+        self.name: str = self._core_definition.name
+        self.description: str | None = description
+        self.checkpoint_retention: float | None = resolve_retention(checkpoint_retention)
+        functools.update_wrapper(self, func)  # pyright: ignore[reportArgumentType]
+
+    def build(
+        self,
+        *,
+        checkpoint_storage: CheckpointStorage | None = None,
+        continuation_store: ContinuationStore | None = None,
+        continuation_ttl: float | timedelta | None = None,
+    ) -> FunctionalWorkflow:
+        """Build a workflow instance (no pending continuation) for one caller or session.
+
+        Keyword Args:
+            checkpoint_storage: Default core ``CheckpointStorage``; a run may override it (not with a store).
+            continuation_store: Makes tokens durable and usable from any process sharing it and
+                ``checkpoint_storage`` (required with it).
+            continuation_ttl: How long a pause stays resumable (default 24 hours); its token, instance and
+                checkpoint expire together. With a store, the store's ``ttl`` (omit this or pass the same).
+
+        Raises:
+            ValueError: A store without ``checkpoint_storage``; a bad ``continuation_ttl`` or one that
+                differs from the store's.
+            TypeError: A store or ``checkpoint_storage`` that does not implement its protocol.
+        """
+        stores = {"continuation_store": continuation_store, "continuation_ttl": continuation_ttl}
+        return FunctionalWorkflow(self, checkpoint_storage=checkpoint_storage, **stores)
+
+
+@overload
+def workflow(func: WorkflowFunc, /) -> FunctionalWorkflowDefinition: ...
+
+
+@overload
+def workflow(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    checkpoint_retention: float | timedelta | None = DEFAULT_CHECKPOINT_RETENTION,
+) -> Callable[[WorkflowFunc], FunctionalWorkflowDefinition]: ...
+
+
+@functional_workflows_experimental
+def workflow(
+    func: WorkflowFunc | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    checkpoint_retention: float | timedelta | None = DEFAULT_CHECKPOINT_RETENTION,
+) -> FunctionalWorkflowDefinition | Callable[[WorkflowFunc], FunctionalWorkflowDefinition]:
+    """Turn an async function (core's functional workflow) into a :class:`FunctionalWorkflowDefinition`.
+
+    Replay hazard: on resume the function runs again from the top; a ``@step``'s body does not (its
+    cached result is returned), code outside steps does. Keep side effects in steps.
+
+    Args:
+        func: The async function (bare ``@workflow``).
+
+    Keyword Args:
+        name: Workflow name; defaults to the function's name.
+        description: Optional description (shown by the agent).
+        checkpoint_retention: How long a finished run's checkpoints are kept (default 24 hours; 0: deleted
+            at the finish; None: every checkpoint kept for good; README "Checkpoints are kept, then deleted").
+
+    Returns:
+        A definition (bare ``@workflow``) or a decorator that makes one.
+
+    Raises:
+        ValueError: More than one non-``RunContext`` parameter; a bad ``checkpoint_retention``.
+        TypeError: ``checkpoint_retention`` is not a duration.
+
+    Examples:
+        .. code-block:: python
+
+            @workflow(name="review")
+            async def review(topic: str, ctx: RunContext) -> str:
+                return await ctx.request_info({"topic": topic}, response_type=str)
+    """
+    options: dict[str, Any] = {"name": name, "description": description, "checkpoint_retention": checkpoint_retention}
+    if func is not None:
+        return FunctionalWorkflowDefinition(func, **options)
+
+    def decorator(fn: WorkflowFunc) -> FunctionalWorkflowDefinition:
+        return FunctionalWorkflowDefinition(fn, **options)
+
+    return decorator
