@@ -41,7 +41,7 @@ from ._telemetry import (
 
 
 class Phase(enum.Enum):
-    """Where one core event puts a streaming run, so what the driver does with it."""
+    """Where one core event puts a run, so what the driver does with it."""
 
     EARLY = "early"  # before user code: withheld until the token is spent
     CLAIM = "claim"  # core's first status: user code is next, so spend the token, then pass the early events
