@@ -153,6 +153,11 @@ class _LiveChannel:
             self._wake_putter()
         return item
 
+    def drain(self, merge: _Merge, out: list[WorkflowEvent[Any]]) -> None:
+        """Move the live entries into ``out`` through ``merge`` (a non-streaming run, after each pull)."""
+        while self._items:
+            merge.live(self._items.popleft(), out)
+
     def close(self) -> None:
         """Refuse new entries and release waiting producers (they raise ``NotInWorkflowRunError``)."""
         self.closed = True
@@ -212,8 +217,7 @@ async def collect_live(
                 event = await _next_core_event(core_stream)
             finally:
                 live_channel.reset(bound)
-            while channel._items:
-                merge.live(channel._items.popleft(), out)
+            channel.drain(merge, out)
             if event is not None and merge.is_new(event):
                 out.append(event)
             for merged in out:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from datetime import timedelta
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, overload
@@ -376,7 +376,7 @@ class FunctionalWorkflow:
     # ------------------------------------------------------------------ internals
 
     @contextlib.contextmanager
-    def _refusal_counted(self, token: object) -> Iterator[None]:
+    def _refusal_counted(self, token: object) -> Generator[None, None, None]:
         """Count a refused call by its reason (telemetry only), then let its error go on."""
         try:
             yield
@@ -520,8 +520,12 @@ class FunctionalWorkflowDefinition:
                 differs from the store's.
             TypeError: A store or ``checkpoint_storage`` that does not implement its protocol.
         """
-        stores = {"continuation_store": continuation_store, "continuation_ttl": continuation_ttl}
-        return FunctionalWorkflow(self, checkpoint_storage=checkpoint_storage, **stores)
+        return FunctionalWorkflow(
+            self,
+            checkpoint_storage=checkpoint_storage,
+            continuation_store=continuation_store,
+            continuation_ttl=continuation_ttl,
+        )
 
 
 @overload
