@@ -1,12 +1,13 @@
-"""The authority protocol: the points of a run where the strategy decides, and the ticket they share.
+"""The authority protocol: the points of a run where the strategy decides, and the values they share.
 
 :class:`ResumeTicket` is what ``run()`` accepted, an immutable value every hook receives; each hook
-of :class:`Authority` returns its outcome instead of leaving it on the ticket.
+of :class:`Authority` returns its outcome instead of leaving it on the ticket. A token check's
+outcome is a :class:`VerifiedContinuation`, which ``run()`` accepts in place of the token.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -15,7 +16,6 @@ from agent_framework import CheckpointStorage, WorkflowEvent
 from ._checkpoint_chain import RecordingCheckpointStorage
 
 if TYPE_CHECKING:
-    from ._authority import VerifiedContinuation
     from ._continuation import Continuation
     from ._store import ContinuationRecord, ContinuationStore
 
@@ -59,6 +59,70 @@ class ResumeTicket:
 
 NEW_INPUT = ResumeTicket()
 """The ticket of a fresh run or restore without a recorder (shared: tickets are immutable)."""
+
+
+class VerifiedContinuation(Mapping[str, WorkflowEvent[Any]]):
+    """The outcome of a successful token check: the pause's pending requests, and what was checked.
+
+    A read-only mapping request id -> ``request_info`` event. Passed to ``run(continuation_token=...)``
+    of the same instance it stands for the token (no second store read); it does not pickle.
+
+    Attributes:
+        token: The continuation token that was checked (a plain dict).
+        record: The store's record of the pause when it was checked in a continuation store, else None.
+    """
+
+    __slots__ = ("_authority", "_continuation", "_requests", "earlier_requests", "record", "token")
+
+    def __init__(
+        self,
+        *,
+        authority: object,
+        token: Mapping[str, Any],
+        requests: Requests,
+        continuation: Continuation | None = None,
+        record: ContinuationRecord | None = None,
+        earlier_requests: Requests | None = None,
+    ) -> None:
+        self._authority = authority
+        self._continuation = continuation
+        self._requests = dict(requests)
+        self.earlier_requests: dict[str, WorkflowEvent[Any]] = dict(earlier_requests or {})
+        self.token: dict[str, Any] = dict(token)
+        self.record: ContinuationRecord | None = record
+
+    def __getitem__(self, request_id: str) -> WorkflowEvent[Any]:
+        return self._requests[request_id]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._requests)
+
+    def __len__(self) -> int:
+        return len(self._requests)
+
+    def __repr__(self) -> str:
+        return f"VerifiedContinuation(requests={sorted(self._requests)!r})"
+
+    def __reduce__(self) -> Any:
+        raise TypeError("A VerifiedContinuation is valid only in the process that checked it; send the token instead.")
+
+    @property
+    def held_here(self) -> bool:
+        """True when the pause was held in this process's memory when it was checked."""
+        return self._continuation is not None
+
+    def issued_by(self, authority: object) -> bool:
+        """True when ``authority`` made this verdict (another instance's verdict stands for nothing)."""
+        return self._authority is authority
+
+    def known_requests(self) -> dict[str, WorkflowEvent[Any]]:
+        """Every request of the run chain whose ``response_type`` is known: earlier ones, then pending."""
+        return {**self.earlier_requests, **self._requests}
+
+
+def raw_token(token: object) -> object:
+    """The token a verdict carries, or ``token`` itself."""
+    return token.token if type(token) is VerifiedContinuation else token
 
 
 class Authority(Protocol):

@@ -232,9 +232,9 @@ def _forget(now: float) -> None:
 
 def forget_spent() -> int:
     """Drop the notes whose time has passed now (a host's sweep task); returns how many went."""
-    held = sum(len(notes) for notes in _spent.values())
+    before = sum(len(notes) for notes in _spent.values())
     _forget(time.time())
-    return held - sum(len(notes) for notes in _spent.values())
+    return before - sum(len(notes) for notes in _spent.values())
 
 
 def spent_notes() -> int:
