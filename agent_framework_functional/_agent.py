@@ -22,9 +22,9 @@ from agent_framework import (
 )
 from agent_framework.observability import AgentTelemetryLayer
 
-from ._agent_layers import LayeredCall, run_layered
-from ._agent_plan import CallArgs, CallPlanner
-from ._agent_run import AgentCall, AgentRunner, close_workflow_stream, drop_workflow_stream
+from ._agent_layers import CallArgs, run_layered
+from ._agent_plan import AgentCall, CallPlanner
+from ._agent_run import AgentRunner, close_workflow_stream, drop_workflow_stream
 from ._chat import InputMapper, input_mode_for
 from ._core_compat import functional_workflows_experimental
 from ._session import Conversations, session_token
@@ -94,7 +94,7 @@ class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAge
         self.continuation_token_on_response: bool = continuation_token_on_response
         self._conversations = Conversations(workflow, self.id, max_conversations)
         mode = input_mode_for(workflow.definition.func)
-        self._planner = CallPlanner(self, self._conversations, input_mapper, mode, text_answers=text_answers)
+        self._planner = CallPlanner(self, self._conversations, input_mapper, mode, text_answers)
         self._runner = AgentRunner(self, self._planner, self._conversations, self._run_after_providers)
 
     @property
@@ -280,42 +280,27 @@ class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAge
         With a continuation store, a resume only the store can judge raises these on the first
         ``await`` or iteration instead, changing nothing.
         """
-        extras: dict[str, Any] = {
-            "responses": responses,
-            "continuation_token": continuation_token,
-            "checkpoint_id": checkpoint_id,
-            "checkpoint_storage": checkpoint_storage,
-            **kwargs,
-        }
-        call = LayeredCall(messages, stream, session, options, tools, function_invocation_kwargs, client_kwargs, extras)
-        return run_layered(self, self._planned, call, middleware)
-
-    def _planned(
-        self, call: LayeredCall
-    ) -> Callable[[], Awaitable[AgentResponse] | ResponseStream[AgentResponseUpdate, AgentResponse]]:
-        """Plan one call (every check raises here) and return what starts it."""
-        extras = call.extras
         args = CallArgs(
-            call.messages,
-            extras.pop("responses", None),
-            extras.pop("continuation_token", None),
-            extras.pop("checkpoint_id", None),
+            messages,
+            stream,
+            session,
+            options,
+            tools,
+            function_invocation_kwargs,
+            client_kwargs,
+            responses,
+            continuation_token,
+            checkpoint_id,
+            checkpoint_storage,
+            kwargs,
         )
-        checkpoint_storage = extras.pop("checkpoint_storage", None)
-        given = {
-            "tools": call.tools,
-            "function_invocation_kwargs": call.function_invocation_kwargs,
-            "client_kwargs": call.client_kwargs,
-        }
-        run_kwargs = {**{name: value for name, value in given.items() if value is not None}, **extras}
-        plan = self._planner.plan(
-            args,
-            session=call.session,
-            checkpoint_storage=checkpoint_storage,
-            options=call.options,
-            run_kwargs=run_kwargs,
-        )
-        return functools.partial(self._start, self._runner.open(plan), call.stream)
+        return run_layered(self, self._opened, args, middleware)
+
+    def _opened(
+        self, args: CallArgs
+    ) -> Callable[[], Awaitable[AgentResponse] | ResponseStream[AgentResponseUpdate, AgentResponse]]:
+        """Decide the call (every check that needs no I/O raises here) and return what starts it."""
+        return functools.partial(self._start, self._planner.open(args), args.stream)
 
     def _start(
         self, call: AgentCall, stream: bool
