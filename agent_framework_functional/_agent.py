@@ -166,13 +166,8 @@ class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAge
             ContinuationAuthorityError: Missing or wrong token without ``force``; nothing changes.
             WorkflowRunningError: A run is in progress.
         """
-        workflow = self._conversations.workflow_for(session)
-        assert workflow is not None
-        try:
-            workflow.abandon_continuation(self._conversations.abandon_token(token, force, session), force=force)
-        finally:
-            self._conversations.detach_idle(session, workflow)  # a rejected call leaves no instance behind
-        self._conversations.forget_abandoned(session, workflow)
+        with self._conversations.abandoning(token, force, session) as (workflow, presented):
+            workflow.abandon_continuation(presented, force=force)
 
     async def abandon_continuation_async(
         self,
@@ -185,15 +180,8 @@ class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAge
 
         Same arguments and errors; see :meth:`FunctionalWorkflow.abandon_continuation_async`.
         """
-        workflow = self._conversations.workflow_for(session)
-        assert workflow is not None
-        try:
-            await workflow.abandon_continuation_async(
-                self._conversations.abandon_token(token, force, session), force=force
-            )
-        finally:
-            self._conversations.detach_idle(session, workflow)  # a rejected call leaves no instance behind
-        self._conversations.forget_abandoned(session, workflow)
+        with self._conversations.abandoning(token, force, session) as (workflow, presented):
+            await workflow.abandon_continuation_async(presented, force=force)
 
     @overload
     def run(
