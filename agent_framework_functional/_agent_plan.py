@@ -11,7 +11,7 @@ rules, asking the store: the pass at the call never decides differently. The dec
 from __future__ import annotations
 
 from collections.abc import Coroutine, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agent_framework import AgentSession, Message, ResponseStream, WorkflowEvent
@@ -47,14 +47,10 @@ WorkflowStream = ResponseStream[WorkflowEvent[Any], FunctionalWorkflowRunResult]
 class AgentView(Protocol):
     """What the planner and the runner read of the agent (they do not import its class)."""
 
-    @property
-    def id(self) -> str: ...
-    @property
-    def name(self) -> str | None: ...
-    @property
-    def context_providers(self) -> list[Any]: ...
-    @property
-    def continuation_token_on_response(self) -> bool: ...
+    id: str
+    name: str | None
+    context_providers: list[Any]
+    continuation_token_on_response: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,29 +90,22 @@ class Restore:
 Decision = Fresh | Resume | Restore
 
 
+@dataclass(eq=False, slots=True)
 class AgentCall:
     """One agent call in flight: its arguments, conversation, decision and the workflow stream it drives."""
 
-    __slots__ = (
-        "args",
-        "closed",
-        "decision",
-        "had_instance",
-        "input_messages",
-        "options",
-        "workflow",
-        "workflow_stream",
-    )
+    args: CallArgs
+    workflow: FunctionalWorkflow
+    had_instance: bool  # the conversation's instance existed before this call
+    decision: Decision | None = None  # None until decided (by the run when the store must answer)
+    workflow_stream: WorkflowStream | None = None
+    closed: bool = False  # the agent stream was closed: iterating it afterwards runs nothing
+    input_messages: list[Message] = field(init=False)
+    options: dict[str, Any] = field(init=False)
 
-    def __init__(self, args: CallArgs, workflow: FunctionalWorkflow, had_instance: bool) -> None:
-        self.args = args
-        self.workflow = workflow
-        self.had_instance = had_instance  # the conversation's instance existed before this call
-        self.input_messages: list[Message] = chat_messages(args.messages)
-        self.options: dict[str, Any] = dict(args.options or {})
-        self.decision: Decision | None = None  # None until decided (by the run when the store must answer)
-        self.workflow_stream: WorkflowStream | None = None
-        self.closed = False  # the agent stream was closed: iterating it afterwards runs nothing
+    def __post_init__(self) -> None:
+        self.input_messages = chat_messages(self.args.messages)
+        self.options = dict(self.args.options or {})
 
     @property
     def session(self) -> AgentSession | None:
