@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import functools
-import uuid
-import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Literal, overload
@@ -22,9 +20,9 @@ from agent_framework import (
 )
 from agent_framework.observability import AgentTelemetryLayer
 
-from ._agent_layers import CallArgs, run_layered
-from ._agent_plan import AgentCall, CallPlanner
-from ._agent_run import AgentRunner, close_workflow_stream, drop_workflow_stream
+from ._agent_layers import AgentResult, CallArgs, run_layered
+from ._agent_plan import CallPlanner
+from ._agent_run import AgentRunner
 from ._chat import InputMapper, input_mode_for
 from ._core_compat import functional_workflows_experimental
 from ._session import Conversations, session_token
@@ -128,7 +126,7 @@ class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAge
         Empty when ``session`` has no instance here (e.g. restored in another process: its pause is in
         the continuation store, see :meth:`FunctionalWorkflow.verify_continuation_token_async`), and when
         the instance here holds an older pause than the one ``session``'s token names (another worker paused
-        the conversation again): that pause is answered through the store, as one held elsewhere.
+        the conversation again): that pause is answered through the store, as one kept by another process.
         """
         workflow = self._conversations.workflow_for(session, create=False)
         if workflow is None:
@@ -284,29 +282,9 @@ class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAge
         )
         return run_layered(self, self._opened, args, middleware)
 
-    def _opened(
-        self, args: CallArgs
-    ) -> Callable[[], Awaitable[AgentResponse] | ResponseStream[AgentResponseUpdate, AgentResponse]]:
+    def _opened(self, args: CallArgs) -> Callable[[], AgentResult]:
         """Decide the call (every check that needs no I/O raises here) and return what starts it."""
-        return functools.partial(self._start, self._planner.open(args), args.stream)
-
-    def _start(
-        self, call: AgentCall, stream: bool
-    ) -> Awaitable[AgentResponse] | ResponseStream[AgentResponseUpdate, AgentResponse]:
-        """Start an opened call: the response stream, or the awaitable response."""
-        response_id = uuid.uuid4().hex
-        if not stream:
-            return self._runner.respond(call, response_id)
-        agent_stream: ResponseStream[AgentResponseUpdate, AgentResponse] = ResponseStream(
-            self._runner.updates(call, response_id),
-            finalizer=AgentResponse.from_updates,
-            # close() before iterating closes the workflow stream too (an unstarted resume hands its claim back).
-            cleanup_hooks=[functools.partial(close_workflow_stream, call)],
-        )
-        # Only the agent stream keeps the workflow stream alive: dropping it unfinished frees the instance at
-        # once (the weak finalizer), instead of waiting for the event loop to close the abandoned generator.
-        weakref.finalize(agent_stream, drop_workflow_stream, call).atexit = False
-        return agent_stream
+        return functools.partial(self._runner.answer, self._planner.open(args))
 
     def run_stream(
         self, messages: Any | None = None, **kwargs: Any

@@ -8,6 +8,9 @@ the session's token and answers written. Non-streaming folds the same updates (:
 
 from __future__ import annotations
 
+import functools
+import uuid
+import weakref
 from collections.abc import AsyncIterable, Awaitable, Callable, Mapping
 from typing import Any
 
@@ -17,10 +20,12 @@ from agent_framework import (
     AgentSession,
     HistoryProvider,
     InMemoryHistoryProvider,
+    ResponseStream,
     SessionContext,
     WorkflowEvent,
 )
 
+from ._agent_layers import AgentResult
 from ._agent_plan import AgentCall, AgentView, CallPlanner, Fresh
 from ._continuation import FunctionalWorkflowContinuationToken
 from ._core_compat import set_context_response
@@ -32,12 +37,12 @@ AfterProviders = Callable[..., Awaitable[None]]
 """Runs the context providers' ``after_run`` (core's ``BaseAgent._run_after_providers``, handed in by the agent)."""
 
 
-def drop_workflow_stream(call: AgentCall) -> None:
+def _drop_workflow_stream(call: AgentCall) -> None:
     """Weak finalizer of an agent stream: let go of the workflow stream it was driving."""
     call.workflow_stream = None
 
 
-async def close_workflow_stream(call: AgentCall) -> None:
+async def _close_workflow_stream(call: AgentCall) -> None:
     """Cleanup hook of an agent stream: close the workflow stream it holds, if any is left."""
     call.closed = True
     workflow_stream, call.workflow_stream = call.workflow_stream, None
@@ -74,7 +79,7 @@ class _Reply:
         self.paused_on: list[WorkflowEvent[Any]] = []
 
     def add(self, event: WorkflowEvent[Any]) -> list[AgentResponseUpdate]:
-        """Convert ``event``; returns the updates to yield now (approval requests wait for the settled session)."""
+        """Convert ``event``; returns the updates to yield now (approval requests wait until the session is written)."""
         if event.type == "request_info":
             self.paused_on.append(event)  # converted once the pause's token, and so its ids, are known
             return []
@@ -107,6 +112,22 @@ class AgentRunner:
         self.planner = planner
         self.conversations = conversations
         self.after_providers = after_providers
+
+    def answer(self, call: AgentCall) -> AgentResult:
+        """Start an opened call: the awaitable response, or the response stream."""
+        response_id = uuid.uuid4().hex
+        if not call.args.stream:
+            return self.respond(call, response_id)
+        agent_stream: ResponseStream[AgentResponseUpdate, AgentResponse] = ResponseStream(
+            self.updates(call, response_id),
+            finalizer=AgentResponse.from_updates,
+            # close() before iterating closes the workflow stream too (an unstarted resume hands its claim back).
+            cleanup_hooks=[functools.partial(_close_workflow_stream, call)],
+        )
+        # Only the agent stream keeps the workflow stream alive: dropping it unfinished frees the instance at
+        # once (the weak finalizer), instead of waiting for the event loop to close the abandoned generator.
+        weakref.finalize(agent_stream, _drop_workflow_stream, call).atexit = False
+        return agent_stream
 
     async def respond(self, call: AgentCall, response_id: str) -> AgentResponse:
         """The non-streaming answer: the same updates, folded."""

@@ -50,7 +50,7 @@ def lost_its_token(session: AgentSession | None, options: Mapping[str, Any]) -> 
 
     A session keeps its conversation's token (AGENTS.md invariant 14), and the package's entry stays (empty)
     once the token is spent; one that comes back with no entry at all was dropped from the host's store
-    (evicted, expired) or rebuilt without its state, so a pause held for its conversation is orphaned
+    (evicted, expired) or rebuilt without its state, so a pause kept here for its conversation is orphaned
     (invariant 45). A value under the key, even an empty or malformed one, is not "lost".
     """
     return session is not None and SESSION_STATE_KEY not in session.state and options.get("continuation_token") is None
