@@ -37,7 +37,7 @@ from ._errors import (
     StaleContinuationError,
     WorkflowRunningError,
 )
-from ._session import Conversations, clear_session_token, lost_its_token, resolve_token, session_token
+from ._session import Conversations, lost_its_token, resolve_token, session_token
 from ._updates import core_ids, token_tag
 from ._workflow import FunctionalWorkflow, FunctionalWorkflowRunResult
 
@@ -344,9 +344,7 @@ class CallPlanner:
         # not the pause of this conversation's instance here: forgotten, a fresh run. Else a pause kept elsewhere
         # is never dropped silently: it conflicts, or (with a store) takes a text reply.
         if call.had_instance or await judge.is_stale(stored):
-            assert call.session is not None
-            clear_session_token(call.session, self.agent.id)
-            return self._fresh(call)
+            return self._fresh(call)  # the token goes when the run ends (AgentRunner._write_session)
         if call.workflow.continuation_store is None:
             raise PendingContinuationError(AGENT_PENDING_CONTINUATION_MESSAGE)
         try:

@@ -230,6 +230,9 @@ class AgentRunner:
         stored = session_token(session, self.agent.id)
         if stored is None:
             return
+        if isinstance(decision, Fresh):  # the rules ran fresh over it: it names no pause to keep
+            clear_session_token(session, self.agent.id)
+            return
         try:
             resumable = await call.workflow.token_is_resumable(stored)
         except Exception:  # store unreadable: keep the token; a resume checks it again anyway
