@@ -14,7 +14,7 @@ from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from agent_framework import AgentSession, Message, ResponseStream, WorkflowEvent
+from agent_framework import AgentSession, Message, ResponseStream, SupportsAgentRun, WorkflowEvent
 
 from ._agent_layers import CallArgs
 from ._authority import VerifiedContinuation
@@ -44,11 +44,9 @@ from ._workflow import FunctionalWorkflow, FunctionalWorkflowRunResult
 WorkflowStream = ResponseStream[WorkflowEvent[Any], FunctionalWorkflowRunResult]
 
 
-class AgentView(Protocol):
-    """What the planner and the runner read of the agent (they do not import its class)."""
+class AgentView(SupportsAgentRun, Protocol):
+    """What the planner and the runner use of the agent (they do not import its class)."""
 
-    id: str
-    name: str | None
     context_providers: list[Any]
     continuation_token_on_response: bool
 
@@ -78,7 +76,7 @@ class Restore:
 
     checkpoint_id: str
     input: Any
-    responses: Any
+    responses: Mapping[str, Any] | None
     token: Any
 
     @property

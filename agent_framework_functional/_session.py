@@ -14,7 +14,7 @@ import time
 import typing
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Mapping
 from typing import Any
 
 from agent_framework import AgentSession
@@ -302,7 +302,7 @@ class Conversations:
     @contextlib.contextmanager
     def abandoning(
         self, token: Mapping[str, Any] | None, force: bool, session: AgentSession | None
-    ) -> Iterator[tuple[FunctionalWorkflow, Mapping[str, Any] | None]]:
+    ) -> Generator[tuple[FunctionalWorkflow, Mapping[str, Any] | None], None, None]:
         """One abandonment: the conversation's instance and the token to present (without ``force``: the session's).
 
         A refused one leaves no instance it made behind; a done one drops the answers, the session's token
