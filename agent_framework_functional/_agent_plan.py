@@ -337,10 +337,12 @@ class CallPlanner:
         return self._fresh(call) if stored is None else await self._over_stored(call, turn, stored, judge)
 
     async def _over_stored(self, call: AgentCall, turn: Turn, stored: Any, judge: _Judge) -> Decision:
-        """New input on a session whose stored token no pause here has."""
-        # A restored session (another worker, a copy) with a token no pause here has. Known spent or abandoned, or
-        # not the pause of this conversation's instance here: forgotten, a fresh run. Else a pause kept elsewhere
-        # is never dropped silently: it conflicts, or (with a store) takes a text reply.
+        """New input on a session (restored elsewhere, a copy) whose stored token no pause here has.
+
+        Known spent or abandoned, or not the pause of this conversation's instance here: forgotten, a fresh
+        run. Else a pause kept elsewhere is never dropped silently: it conflicts, or (with a store) takes a
+        text reply.
+        """
         if call.had_instance or await judge.is_stale(stored):
             return self._fresh(call)  # the token goes when the run ends (AgentRunner._write_session)
         if call.workflow.continuation_store is None:
