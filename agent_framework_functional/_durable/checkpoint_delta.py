@@ -274,9 +274,7 @@ class StepCacheDeduper:
         while len(self._known) > _KNOWN_HEADS:
             self._known.popitem(last=False)
 
-    def assemble(
-        self, checkpoint_id: str, body: str, references: str, chunks: list[list[str]], *, remember: bool = True
-    ) -> WorkflowCheckpoint:
+    def assemble(self, checkpoint_id: str, body: str, references: str, chunks: list[list[str]]) -> WorkflowCheckpoint:
         """Rebuild a checkpoint from its head and the chunks of its references (in reference order).
 
         Args:
@@ -284,10 +282,6 @@ class StepCacheDeduper:
             body: The stored head.
             references: The stored references.
             chunks: For each reference, its first ``count`` chunks, in order.
-
-        Keyword Args:
-            remember: Let a restore from this checkpoint continue its segments (False: a layout the
-                storage no longer writes, so a restore starts a segment of its own).
 
         Returns:
             The checkpoint core saved.
@@ -303,8 +297,7 @@ class StepCacheDeduper:
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise _incomplete(checkpoint_id) from exc
         checkpoint = WorkflowCheckpoint.from_dict(decode_value(encoded, self._allowed_types))
-        if remember:
-            self._remember(checkpoint_id, refs, sizes)
+        self._remember(checkpoint_id, refs, sizes)
         return checkpoint
 
     def assemble_inline(

@@ -15,14 +15,13 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 
 from .._store import AsyncClosing
 from .checkpoint_pickles import decode_value, encode_value
-from .checkpoint_seal import CheckpointSealer, is_sealed, warn_unsealed
-from .redis_delta import chunk_context, head_context, parse_references
+from .checkpoint_seal import CheckpointSealer, chunk_context, head_context, is_sealed, warn_unsealed
 
 if TYPE_CHECKING:
     from .checkpoint_delta import DeltaSave, StepCacheDeduper
@@ -226,21 +225,14 @@ class DurableCheckpointStorage(AsyncClosing):
         head: bytes,
         references: bytes,
         chunks: list[list[str]] | None,
-        *,
-        remember: bool = True,
     ) -> WorkflowCheckpoint:
-        """The checkpoint a head and its opened chunks make (None: a chunk is gone); failures: core's exception.
-
-        ``remember``: as :meth:`StepCacheDeduper.assemble`'s (False for a layout no longer written).
-        """
+        """The checkpoint a head and its opened chunks make (None: a chunk is gone); failures: core's exception."""
         if chunks is None:
             raise WorkflowCheckpointException(
                 f"Checkpoint {checkpoint_id} lost part of its step cache in {self.backend} (expired or deleted)."
             )
         try:
-            checkpoint = self._deduper.assemble(
-                checkpoint_id, head.decode("utf-8"), references.decode("utf-8"), chunks, remember=remember
-            )
+            checkpoint = self._deduper.assemble(checkpoint_id, head.decode("utf-8"), references.decode("utf-8"), chunks)
         except WorkflowCheckpointException:
             raise
         except Exception as exc:  # UnicodeDecodeError, RecursionError, core's decoder on a malformed value, ...
@@ -257,3 +249,27 @@ def same_id(checkpoint_id: str, checkpoint: WorkflowCheckpoint) -> WorkflowCheck
             f"The body stored for checkpoint {checkpoint_id} is another checkpoint's; it was not loaded."
         )
     return checkpoint
+
+
+_MAX_REFERENCES = 4096
+
+
+def parse_references(checkpoint_id: str, references: bytes, backend: str) -> list[tuple[str, int]]:
+    """Read stored references ``[[segment id, chunk count], ...]``; anything else is ``WorkflowCheckpointException``."""
+    try:
+        refs = json.loads(references.decode("utf-8"))
+        if not isinstance(refs, list) or len(cast("list[Any]", refs)) > _MAX_REFERENCES:
+            raise ValueError("not a list of references")
+        parsed: list[tuple[str, int]] = []
+        for ref in cast("list[Any]", refs):
+            if not isinstance(ref, list) or len(cast("list[Any]", ref)) != 2:
+                raise ValueError("a reference is not [segment, count]")
+            segment, count = cast("list[Any]", ref)
+            if not isinstance(segment, str) or type(count) is not int or count < 0:
+                raise ValueError("a reference is not [segment, count]")
+            parsed.append((segment, count))
+    except Exception as exc:  # UnicodeDecodeError, JSONDecodeError, RecursionError, the shape
+        raise WorkflowCheckpointException(
+            f"Checkpoint {checkpoint_id} in {backend} has corrupted segment references; it was not loaded."
+        ) from exc
+    return parsed

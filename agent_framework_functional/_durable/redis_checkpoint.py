@@ -27,7 +27,6 @@ from .checkpoint_pickles import decode_value, encode_value
 from .checkpoint_seal import CheckpointSealer
 from .checkpoint_storage import DurableCheckpointStorage, check_allowed_types, check_sealer, same_id, unsavable
 from .redis_client import DEFAULT_MAX_CONNECTIONS, DEFAULT_POOL_TIMEOUT_SECONDS, pooled_client, sorted_members
-from .redis_delta import read_chunks
 from .redis_segments import (
     DELETE_SCRIPT,
     LIST_SCRIPT,
@@ -80,12 +79,11 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
     ``body``), indexed in ``<namespace>:workflow:<name>`` (a sorted set by save time). Checkpoints of
     runs this package drives store each step result once and keep no key of their own: each is one
     chunk (the entries its step added, and its head) in a ``<namespace>:segment:<id>`` list shared by
-    the run's checkpoints, and a location in a small shared hash (``_durable/redis_segments.py``);
-    checkpoints stored so by earlier versions (a hash per head) still load. ``load`` returns the same
-    checkpoint either way. Every key expires ``ttl`` after the last save that wrote it, and each save
-    drops index entries and locations older than ``ttl``, so storage stays bounded. Keep ``ttl`` at
-    least as long as the continuation store's ``ttl + retention``, so a pause's checkpoint outlives
-    its token and its recovery window.
+    the run's checkpoints, and a location in a small shared hash (``_durable/redis_segments.py``).
+    ``load`` returns the same checkpoint either way. Every key expires ``ttl`` after the last save that
+    wrote it, and each save drops index entries and locations older than ``ttl``, so storage stays
+    bounded. Keep ``ttl`` at least as long as the continuation store's ``ttl + retention``, so a
+    pause's checkpoint outlives its token and its recovery window.
 
     Security: core decodes checkpoints with ``pickle`` (restricted by the allow-list, which is a
     mitigation, not a boundary), so without a ``sealer`` whoever can write these keys can run code
@@ -242,7 +240,7 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
             return self._inline(checkpoint_id, refs, chunks)
         if found[1] is None:
             raise WorkflowCheckpointException(f"No checkpoint found with ID {checkpoint_id}")
-        return await self._materialize(checkpoint_id, found[1], found[2])
+        return self._parse(checkpoint_id, found[1])
 
     async def list_checkpoints(self, *, workflow_name: str) -> list[WorkflowCheckpoint]:
         """Return the workflow's checkpoints that still exist and decode, oldest save first.
@@ -258,7 +256,7 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
             The decoded checkpoints.
         """
         bodies = await self._bodies(workflow_name)
-        loads = [(cid, functools.partial(self._materialize, cid, raw, segs)) for cid, raw, segs in bodies]
+        loads = [(cid, functools.partial(self._load_whole, cid, raw)) for cid, raw in bodies]
         return await self._listed(workflow_name, [*loads, *await self._segment_loads(workflow_name)])
 
     async def delete(self, checkpoint_id: str) -> bool:
@@ -296,23 +294,22 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
         if self._owns_client:
             await self._client.aclose()
 
-    async def _bodies(self, workflow_name: str) -> list[tuple[str, Any, Any]]:
-        """Return ``(id, body, segments)`` of the workflow's indexed checkpoints; drop entries whose key is gone."""
+    async def _bodies(self, workflow_name: str) -> list[tuple[str, Any]]:
+        """Return ``(id, body)`` of the workflow's indexed checkpoints; drop entries whose key is gone."""
         index = self._index_key(workflow_name)
         ids = await sorted_members(self._client, index, as_text=True)  # another member was never an id saved here
         if not ids:
             return []
         async with self._client.pipeline(transaction=False) as pipe:
             for checkpoint_id in ids:
-                pipe.hmget(self._checkpoint_key(checkpoint_id), ["body", "segments"])
+                pipe.hget(self._checkpoint_key(checkpoint_id), "body")
             bodies = cast("list[Any]", await pipe.execute(raise_on_error=False))
-        found: list[tuple[str, Any, Any]] = []
-        for checkpoint_id, entry in zip(ids, bodies, strict=True):
-            raw, segments = cast("list[Any]", entry) if isinstance(entry, list) else (None, None)  # other type: none
-            if raw is None:  # expired or deleted; unless saved again meanwhile, drop it from the index
+        found: list[tuple[str, Any]] = []
+        for checkpoint_id, raw in zip(ids, bodies, strict=True):
+            if raw is None or isinstance(raw, Exception):  # gone (or another type): unless saved again, unindex it
                 await self._drop_stale(keys=[index, self._checkpoint_key(checkpoint_id)], args=[checkpoint_id])
             else:
-                found.append((checkpoint_id, raw, segments))
+                found.append((checkpoint_id, raw))
         return found
 
     @property
@@ -370,14 +367,8 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
         args += [plan.chunk_index, plan.references]
         return bool(int(await self._save_delta(args=args)))
 
-    async def _materialize(self, checkpoint_id: str, raw: Any, segments: Any) -> WorkflowCheckpoint:
-        """Decode a stored checkpoint: whole, or its head over the chunks of its segments (each opened first)."""
-        if segments is None:
-            return self._parse(checkpoint_id, raw)
-        references = _as_bytes(segments)
-        head, refs = self._head(checkpoint_id, _as_bytes(raw), references)
-        chunks = await read_chunks(self._client, self._prefix, refs, self.sealer)
-        return self._assembled(checkpoint_id, head, references, chunks, remember=False)
+    async def _load_whole(self, checkpoint_id: str, raw: Any) -> WorkflowCheckpoint:
+        return self._parse(checkpoint_id, raw)
 
     def _parse(self, checkpoint_id: str, raw: Any) -> WorkflowCheckpoint:
         """Open (with a sealer) then decode one body; every failure is ``WorkflowCheckpointException``."""

@@ -27,7 +27,7 @@ from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 from .._expiry import forget_retained
 from .._store import PurgeSchedule, duration_seconds
 from .checkpoint_delta import DeltaSave, StepCacheDeduper
-from .checkpoint_seal import CheckpointSealer
+from .checkpoint_seal import CheckpointSealer, chunk_context, open_chunk
 from .checkpoint_storage import (
     DurableCheckpointStorage,
     check_allowed_types,
@@ -36,7 +36,6 @@ from .checkpoint_storage import (
     encode_body,
     same_id,
 )
-from .redis_delta import chunk_context, open_chunk
 from .sqlite_rows import (
     ADD_REFERENCE,
     INSERT_CHUNK,
