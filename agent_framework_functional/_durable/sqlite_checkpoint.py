@@ -55,7 +55,7 @@ from .sqlite_rows import (
     segment_key,
     segment_text,
 )
-from .sqlite_store import connect_sqlite
+from .sqlite_store import connect_sqlite, setup
 
 _T = TypeVar("_T")
 logger = logging.getLogger(__name__)
@@ -139,12 +139,9 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
         self._deduper = StepCacheDeduper(self._allowed_types, inline_heads=True)
         self.path = Path(path)
         self._lock = threading.Lock()
-        conn = connect_sqlite(self.path, timeout)
+        conn = setup(self.path, timeout, SCHEMA)
         connections = [conn]
         try:
-            conn.execute("PRAGMA synchronous = NORMAL")
-            for statement in SCHEMA:
-                conn.execute(statement)
             now = connect_sqlite(self.path, timeout)  # the event loop's: never waits, never checkpoints the WAL
             connections.append(now)
             now.executescript("PRAGMA synchronous = NORMAL; PRAGMA wal_autocheckpoint = 0; PRAGMA busy_timeout = 0;")
