@@ -20,19 +20,12 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 
 from .._store import AsyncClosing
-from .checkpoint_pickles import decode_value, encode_value
+from .checkpoint_delta import DeltaSave, StepCacheDeduper
+from .checkpoint_pickles import decode_value, encode_value, unsavable
 from .checkpoint_seal import CheckpointSealer, chunk_context, head_context, is_sealed, warn_unsealed
 
 if TYPE_CHECKING:
-    from .checkpoint_delta import DeltaSave, StepCacheDeduper
-
-
-def unsavable(checkpoint_id: str) -> WorkflowCheckpointException:
-    """The refusal of a save whose checkpoint cannot be encoded, or would not decode under the allowed types."""
-    return WorkflowCheckpointException(
-        f"Checkpoint {checkpoint_id} cannot be encoded or restored under this storage's allowed "
-        "types; refusing to save. Add its types to allowed_checkpoint_types."
-    )
+    from .._step_cache import StepCacheOffer
 
 
 def encode_body(checkpoint: WorkflowCheckpoint, allowed_types: frozenset[str]) -> bytes:
@@ -111,6 +104,25 @@ class DurableCheckpointStorage(AsyncClosing):
     sealer: CheckpointSealer | None
     _allowed_types: frozenset[str]
     _deduper: StepCacheDeduper
+
+    async def save(self, checkpoint: WorkflowCheckpoint) -> str:
+        """Store a copy of ``checkpoint`` (replacing one with the same id) and return its id.
+
+        Args:
+            checkpoint: The checkpoint to save.
+
+        Returns:
+            ``checkpoint.checkpoint_id``.
+
+        Raises:
+            WorkflowCheckpointException: The checkpoint cannot be encoded, or would not decode under
+                this storage's allowed types (add the type to ``allowed_checkpoint_types``).
+        """
+        return await self.save_with_offer(checkpoint, None)
+
+    async def save_with_offer(self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None) -> str:
+        """:meth:`save`, each new step result stored once when ``offer`` (a run's recorder hands it) fits it."""
+        raise NotImplementedError
 
     async def list_checkpoints(self, *, workflow_name: str) -> list[WorkflowCheckpoint]:
         """Return the workflow's checkpoints that still exist and load, oldest save first.
@@ -191,7 +203,7 @@ class DurableCheckpointStorage(AsyncClosing):
                 self._deduper.saved(plan, checkpoint.checkpoint_id)
                 return
             self._deduper.forget(plan)
-            plan = self._deduper.prepare(checkpoint, fresh=True)
+            plan = self._deduper.prepare(checkpoint, plan.offer, fresh=True)
         raise WorkflowCheckpointException(
             f"Checkpoint {checkpoint.checkpoint_id} could not be stored: its step cache changed in {self.backend} "
             "meanwhile."

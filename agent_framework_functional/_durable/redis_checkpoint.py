@@ -43,6 +43,8 @@ from .redis_segments import (
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
+    from .._step_cache import StepCacheOffer
+
 logger = logging.getLogger(__name__)
 
 # KEYS[1] = workflow index, KEYS[2] = checkpoint key, ARGV[1] = checkpoint id.
@@ -178,20 +180,9 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
     def _index_key(self, workflow_name: str) -> str:
         return f"{self.namespace}:workflow:{workflow_name}"
 
-    async def save(self, checkpoint: WorkflowCheckpoint) -> str:
-        """Store a copy of ``checkpoint`` (replacing one with the same id) and return its id.
-
-        Args:
-            checkpoint: The checkpoint to save.
-
-        Returns:
-            ``checkpoint.checkpoint_id``.
-
-        Raises:
-            WorkflowCheckpointException: The checkpoint cannot be encoded, or would not decode under
-                this storage's allowed types (add the type to ``allowed_checkpoint_types``).
-        """
-        plan = self._deduper.prepare(checkpoint)  # before any await: reads this save's offer
+    async def save_with_offer(self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None) -> str:
+        """:meth:`save` (its errors), each new step result stored once when ``offer`` fits ``checkpoint``."""
+        plan = self._deduper.prepare(checkpoint, offer)  # before any await: core's dicts may change later
         if plan is not None:
             await self._store_delta(checkpoint, plan)
             return checkpoint.checkpoint_id

@@ -20,7 +20,7 @@ import weakref
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 
@@ -56,6 +56,9 @@ from .sqlite_rows import (
     segment_text,
 )
 from .sqlite_store import connect_sqlite, setup
+
+if TYPE_CHECKING:
+    from .._step_cache import StepCacheOffer
 
 _T = TypeVar("_T")
 logger = logging.getLogger(__name__)
@@ -152,20 +155,9 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
         self._commits = 0
         self._finalizer = weakref.finalize(self, close_all, self._conn, self._now)
 
-    async def save(self, checkpoint: WorkflowCheckpoint) -> str:
-        """Store a copy of ``checkpoint`` (replacing one with the same id) and return its id.
-
-        Args:
-            checkpoint: The checkpoint to save.
-
-        Returns:
-            ``checkpoint.checkpoint_id``.
-
-        Raises:
-            WorkflowCheckpointException: The checkpoint cannot be encoded, or would not decode under
-                this storage's allowed types (add the type to ``allowed_checkpoint_types``).
-        """
-        plan = self._deduper.prepare(checkpoint)  # before any await: reads this save's offer
+    async def save_with_offer(self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None) -> str:
+        """:meth:`save` (its errors), each new step result stored once when ``offer`` fits ``checkpoint``."""
+        plan = self._deduper.prepare(checkpoint, offer)  # before any await: core's dicts may change later
         if plan is not None:
             await self._store_delta(checkpoint, plan)
             return checkpoint.checkpoint_id

@@ -28,6 +28,7 @@ from test_checkpoint_seal import _from_dict_hijack_pickle, _pickled, _posix_path
 from agent_framework_functional import CheckpointSealer, RedisCheckpointStorage, workflow
 from agent_framework_functional._durable.checkpoint_seal import chunk_context, is_sealed
 from agent_framework_functional._durable.redis_segments import location_of
+from agent_framework_functional._step_cache import StepCacheOffer
 
 KEY = secrets.token_bytes(32)
 DOCS = [f"doc-{index:02d}" for index in range(8)]
@@ -184,13 +185,13 @@ async def test_with_a_sealer_each_chunk_is_sealed_and_every_checkpoint_reads_bac
     sealer = CheckpointSealer({"k1": KEY}, encrypt=True)
     storage = RedisCheckpointStorage(redis_server, namespace=namespace, sealer=sealer)
     saved: list[WorkflowCheckpoint] = []
-    original = storage.save
+    original = storage.save_with_offer
 
-    async def keeping(checkpoint: WorkflowCheckpoint) -> str:
+    async def keeping(checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None) -> str:
         saved.append(copy.deepcopy(checkpoint))
-        return await original(checkpoint)
+        return await original(checkpoint, offer)
 
-    storage.save = keeping  # type: ignore[method-assign]
+    storage.save_with_offer = keeping  # type: ignore[method-assign]
     try:
         run = await Run(storage, raw, namespace).go()
         entries = heads = 0

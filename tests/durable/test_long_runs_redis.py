@@ -27,6 +27,7 @@ from agent_framework._workflows._checkpoint_encoding import encode_checkpoint_va
 from durable_support import RedisServer
 
 from agent_framework_functional import RedisCheckpointStorage, workflow
+from agent_framework_functional._step_cache import StepCacheOffer
 
 STEPS = 1000
 
@@ -52,12 +53,19 @@ class Tee:
         self.kept: list[WorkflowCheckpoint] = []
         self.ids: list[str] = []
 
-    async def save(self, checkpoint: WorkflowCheckpoint) -> str:
+    def note(self, checkpoint: WorkflowCheckpoint) -> None:
         if self.keep(self.count):
             self.kept.append(copy.deepcopy(checkpoint))
         self.count += 1
         self.ids.append(checkpoint.checkpoint_id)
+
+    async def save(self, checkpoint: WorkflowCheckpoint) -> str:
+        self.note(checkpoint)
         return await self.inner.save(checkpoint)
+
+    async def save_with_offer(self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None) -> str:
+        self.note(checkpoint)
+        return await self.inner.save_with_offer(checkpoint, offer)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
