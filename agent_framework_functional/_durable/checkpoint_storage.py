@@ -67,6 +67,8 @@ def decode_body(checkpoint_id: str, body: bytes, allowed_types: frozenset[str]) 
     try:
         decoded = decode_value(json.loads(body.decode("utf-8")), allowed_types)
         return WorkflowCheckpoint.from_dict(decoded)
+    except WorkflowCheckpointException:
+        raise  # core's own refusal (a type outside the allow-list), with its message
     except (RecursionError, MemoryError) as exc:
         raise WorkflowCheckpointException(f"Checkpoint {checkpoint_id} is nested too deeply to load.") from exc
     except Exception as exc:
@@ -182,6 +184,25 @@ class DurableCheckpointStorage(AsyncClosing):
                     workflow_name,
                 )
         return checkpoints
+
+    def _whole(self, checkpoint_id: str, body: bytes) -> WorkflowCheckpoint:
+        """Open (with a sealer, before any decoding) and decode one whole body; every failure: core's exception."""
+        opened = self._unseal(checkpoint_id, body, checkpoint_id.encode("utf-8"))
+        return same_id(checkpoint_id, decode_body(checkpoint_id, opened, self._allowed_types))
+
+    def _assembled_inline(
+        self, checkpoint_id: str, refs: list[tuple[str, int]], texts: list[list[str]]
+    ) -> WorkflowCheckpoint:
+        """The checkpoint whose head is the last of its own segment's opened chunks; every failure: core's exception."""
+        try:
+            checkpoint = self._deduper.assemble_inline(checkpoint_id, refs, texts)
+        except WorkflowCheckpointException:
+            raise
+        except Exception as exc:  # RecursionError, core's decoder on a malformed value, ...
+            raise WorkflowCheckpointException(
+                self.unreadable.format(checkpoint_id=checkpoint_id, error=type(exc).__name__)
+            ) from exc
+        return same_id(checkpoint_id, checkpoint)
 
     def _unseal(self, checkpoint_id: str, body: bytes, context: bytes) -> bytes:
         """Open a sealed piece (a sealer configured), or refuse a sealed one (none configured)."""

@@ -12,7 +12,6 @@ body with what ``FileCheckpointStorage`` writes, so such an upgrade fails loudly
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import time
 from datetime import timedelta
@@ -23,9 +22,8 @@ from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 from .._expiry import forget_retained
 from .._store import duration_seconds
 from .checkpoint_delta import DeltaSave, StepCacheDeduper
-from .checkpoint_pickles import decode_value, encode_value
 from .checkpoint_seal import CheckpointSealer
-from .checkpoint_storage import DurableCheckpointStorage, check_allowed_types, check_sealer, same_id, unsavable
+from .checkpoint_storage import DurableCheckpointStorage, check_allowed_types, check_sealer, encode_body
 from .redis_client import DEFAULT_MAX_CONNECTIONS, DEFAULT_POOL_TIMEOUT_SECONDS, pooled_client, sorted_members
 from .redis_segments import (
     DELETE_SCRIPT,
@@ -55,14 +53,6 @@ return 0
 
 DEFAULT_CHECKPOINT_TTL = timedelta(days=7)
 """How long a :class:`RedisCheckpointStorage` keeps a checkpoint after saving it, by default."""
-
-
-def _encode(checkpoint: WorkflowCheckpoint) -> Any:
-    return encode_value(checkpoint.to_dict())
-
-
-def _decode(encoded: Any, allowed_types: frozenset[str]) -> WorkflowCheckpoint:
-    return WorkflowCheckpoint.from_dict(decode_value(encoded, allowed_types))
 
 
 class RedisCheckpointStorage(DurableCheckpointStorage):
@@ -186,16 +176,9 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
         if plan is not None:
             await self._store_delta(checkpoint, plan)
             return checkpoint.checkpoint_id
-        try:
-            encoded = _encode(checkpoint)
-            _decode(encoded, self._allowed_types)  # refuse now what load() would refuse later
-            body: bytes | str = json.dumps(encoded, ensure_ascii=False)
-            if self.sealer is not None:
-                body = self.sealer.seal(body.encode("utf-8"), context=checkpoint.checkpoint_id.encode("utf-8"))
-        except WorkflowCheckpointException:
-            raise
-        except Exception as exc:
-            raise unsavable(checkpoint.checkpoint_id) from exc
+        body = encode_body(checkpoint, self._allowed_types)
+        if self.sealer is not None:
+            body = self.sealer.seal(body, context=checkpoint.checkpoint_id.encode("utf-8"))
         key = self._checkpoint_key(checkpoint.checkpoint_id)
         index = self._index_key(checkpoint.workflow_name)
         now_ms = time.time() * 1000
@@ -231,7 +214,7 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
             return self._inline(checkpoint_id, refs, chunks)
         if found[1] is None:
             raise WorkflowCheckpointException(f"No checkpoint found with ID {checkpoint_id}")
-        return self._parse(checkpoint_id, found[1])
+        return self._whole(checkpoint_id, _as_bytes(found[1]))
 
     async def list_checkpoints(self, *, workflow_name: str) -> list[WorkflowCheckpoint]:
         """Return the workflow's checkpoints that still exist and decode, oldest save first.
@@ -340,15 +323,7 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
         self, checkpoint_id: str, refs: list[tuple[str, int]], chunks: list[list[Opened]]
     ) -> WorkflowCheckpoint:
         """The checkpoint whose head is the last of ``chunks`` (opened); every failure is core's exception."""
-        try:
-            checkpoint = self._deduper.assemble_inline(checkpoint_id, refs, prefix_of(chunks, refs[-1][1]))
-        except WorkflowCheckpointException:
-            raise
-        except Exception as exc:  # RecursionError, core's decoder on a malformed value, ...
-            raise WorkflowCheckpointException(
-                self.unreadable.format(checkpoint_id=checkpoint_id, error=type(exc).__name__)
-            ) from exc
-        return same_id(checkpoint_id, checkpoint)
+        return self._assembled_inline(checkpoint_id, refs, prefix_of(chunks, refs[-1][1]))
 
     async def _write_delta(
         self, checkpoint: WorkflowCheckpoint, plan: DeltaSave, head: bytes, chunk: bytes | None
@@ -359,20 +334,7 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
         return bool(int(await self._save_delta(args=args)))
 
     async def _load_whole(self, checkpoint_id: str, raw: Any) -> WorkflowCheckpoint:
-        return self._parse(checkpoint_id, raw)
-
-    def _parse(self, checkpoint_id: str, raw: Any) -> WorkflowCheckpoint:
-        """Open (with a sealer) then decode one body; every failure is ``WorkflowCheckpointException``."""
-        body = self._unseal(checkpoint_id, _as_bytes(raw), checkpoint_id.encode("utf-8"))
-        try:
-            checkpoint = _decode(json.loads(body.decode("utf-8")), self._allowed_types)
-        except WorkflowCheckpointException:
-            raise  # core's own refusal (a type outside the allow-list), with its message
-        except Exception as exc:  # UnicodeDecodeError, JSONDecodeError, RecursionError, the allow-list, ...
-            raise WorkflowCheckpointException(
-                self.unreadable.format(checkpoint_id=checkpoint_id, error=type(exc).__name__)
-            ) from exc
-        return same_id(checkpoint_id, checkpoint)
+        return self._whole(checkpoint_id, _as_bytes(raw))
 
 
 def _as_bytes(raw: Any) -> bytes:

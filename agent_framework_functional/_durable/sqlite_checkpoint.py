@@ -32,9 +32,7 @@ from .checkpoint_storage import (
     DurableCheckpointStorage,
     check_allowed_types,
     check_sealer,
-    decode_body,
     encode_body,
-    same_id,
 )
 from .sqlite_rows import (
     ADD_REFERENCE,
@@ -317,11 +315,6 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
     def _expiry(self, now: float) -> float | None:
         return None if self._ttl is None else now + self._ttl
 
-    def _whole(self, checkpoint_id: str, body: bytes) -> WorkflowCheckpoint:
-        """Open (with a sealer, before any decoding) and decode one whole body; every failure: core's exception."""
-        opened = self._unseal(checkpoint_id, body, checkpoint_id.encode("utf-8"))
-        return same_id(checkpoint_id, decode_body(checkpoint_id, opened, self._allowed_types))
-
     def _inline(
         self, checkpoint_id: str, refs: list[tuple[str, int]], chunks: list[list[bytes]] | None
     ) -> WorkflowCheckpoint:
@@ -334,15 +327,7 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
             [self._chunk(checkpoint_id, segment, index, raw) for index, raw in enumerate(found[:count])]
             for found, (segment, count) in zip(chunks, refs, strict=True)
         ]
-        try:
-            checkpoint = self._deduper.assemble_inline(checkpoint_id, refs, texts)
-        except WorkflowCheckpointException:
-            raise
-        except Exception as exc:  # RecursionError, core's decoder on a malformed value, ...
-            raise WorkflowCheckpointException(
-                self.unreadable.format(checkpoint_id=checkpoint_id, error=type(exc).__name__)
-            ) from exc
-        return same_id(checkpoint_id, checkpoint)
+        return self._assembled_inline(checkpoint_id, refs, texts)
 
     def _chunk(self, checkpoint_id: str, segment: str, index: int, raw: bytes) -> str:
         """One chunk opened (bound to its segment and index; a sealed one refused without a sealer) as text."""
