@@ -200,8 +200,8 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
             found = conn.execute(
                 f"SELECT chunks FROM checkpoint_segments WHERE segment = ? AND {LIVE}", (segment_key(segment), now)
             ).fetchone()
-            held = 0 if found is None else int(found[0])
-            if (held != plan.chunk_index) if segment == plan.segment else (held < count):
+            count_now = 0 if found is None else int(found[0])
+            if (count_now != plan.chunk_index) if segment == plan.segment else (count_now < count):
                 return False
         return True
 

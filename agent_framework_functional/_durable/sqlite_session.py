@@ -76,7 +76,7 @@ class SQLiteRecords(LimitedRecords):
         return await self._run(lambda c: c.execute(sql, (group_key(group),)).rowcount)
 
     async def count(self) -> int:
-        """Records held now (expired ones not yet purged included)."""
+        """Records stored now (expired ones not yet purged included)."""
         row = await self._run(lambda c: c.execute("SELECT count(*) FROM session_records").fetchone())
         return int(row[0])
 
