@@ -21,6 +21,7 @@ from ._continuation import Continuation, issue_continuation, known_spent, matche
 from ._errors import ContinuationAuthorityError, PendingContinuationError
 from ._expiry import delete_checkpoint, delete_checkpoint_soon
 from ._restore import check_restore
+from ._step_cache import DeltaCheckpointStorage
 
 if TYPE_CHECKING:
     from ._store import ContinuationStore
@@ -189,12 +190,18 @@ class InMemoryAuthority:
     # ------------------------------------------------------------------ inside the run
 
     async def before_core(self, ticket: ResumeTicket, core_kwargs: dict[str, Any]) -> ResumeTicket:
-        """Route the run's checkpoints through a recorder (``keep_checkpoints``: a restore's only); check a restore."""
+        """Route the run's checkpoints through a recorder; check a restore.
+
+        With ``keep_checkpoints`` only a restore's, or one on a storage that takes step-cache offers (the recorder
+        hands them).
+        """
         storage = core_kwargs.get("checkpoint_storage")
         if storage is None:
             storage = self.checkpoint_storage
         checkpoint_id = core_kwargs.get("checkpoint_id")
-        if storage is None or (self.keep_checkpoints and checkpoint_id is None):
+        if storage is None or (
+            self.keep_checkpoints and checkpoint_id is None and not isinstance(storage, DeltaCheckpointStorage)
+        ):
             return ticket
         recorder = RecordingCheckpointStorage(storage, retention=self.retention)
         if checkpoint_id is not None and self._identity is not None:

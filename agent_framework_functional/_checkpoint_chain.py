@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from agent_framework import CheckpointStorage, WorkflowCheckpoint
 
 from ._expiry import checkpoint_deletions, delete_checkpoints, retain_checkpoints, sweep_retained
-from ._step_cache import HOLD_STEP_SAVES
+from ._step_cache import HOLD_STEP_SAVES, DeltaCheckpointStorage, StepCacheOffer
 
 if TYPE_CHECKING:
     from ._durable.postgres_joint import HeldPause, PostgresJoint
@@ -48,6 +48,8 @@ class RecordingCheckpointStorage:
         "inner",
         "keep",
         "last_saved_id",
+        "offer",
+        "offered",
         "pause_writer",
         "preloaded",
         "resumed_checkpoint_id",
@@ -58,6 +60,10 @@ class RecordingCheckpointStorage:
     def __init__(self, inner: CheckpointStorage, *, retention: float | None = 0.0) -> None:
         sweep_retained()  # each run with checkpoint storage deletes what is past its retention
         self.inner = inner
+        # A storage that stores each step result once takes the run's offers (checked once per run).
+        self.offered = inner if isinstance(inner, DeltaCheckpointStorage) else None
+        # The step-cache offer of the save core is about to make (set by ``_core_compat.offering``).
+        self.offer: StepCacheOffer | None = None
         self.retention = retention
         self.keep = retention is None
         self.last_saved_id: str | None = None
@@ -84,21 +90,27 @@ class RecordingCheckpointStorage:
         """
         return self.retention == 0
 
-    async def save(self, checkpoint: WorkflowCheckpoint) -> str:
+    def save(self, checkpoint: WorkflowCheckpoint) -> Coroutine[Any, Any, str]:
+        offer, self.offer = self.offer, None  # taken at the call: core builds the checkpoint, then calls this
+        return self._save(checkpoint, offer)
+
+    async def _save(self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None) -> str:
         writer = self.pause_writer
         if writer is not None and checkpoint.pending_request_info_events and not self.keep:
-            held = await writer.hold(checkpoint)
+            held = await writer.hold(checkpoint, offer)
             if held is not None:
                 self.held_pause = held
                 self.last_saved_id = held.checkpoint_id
                 self.saved_ids.append(held.checkpoint_id)
                 return held.checkpoint_id
+        offered = self.offered
+        saving = self.inner.save(checkpoint) if offered is None else offered.save_with_offer(checkpoint, offer)
         if self.keep:
-            checkpoint_id = await self.inner.save(checkpoint)
+            checkpoint_id = await saving
         else:  # the chain is deleted when the run ends: a storage may hold a step's save for the next one
             held = HOLD_STEP_SAVES.set(True)
             try:
-                checkpoint_id = await self.inner.save(checkpoint)
+                checkpoint_id = await saving
             finally:
                 HOLD_STEP_SAVES.reset(held)
         self.last_saved_id = checkpoint_id

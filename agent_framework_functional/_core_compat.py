@@ -16,9 +16,10 @@ of core that moves one fails loudly (AGENTS.md's module table says why each is n
   and ``is_streaming()`` stays False (``tests/test_core_parity.py``).
 * The step cache of the runs we drive: :func:`build_core`'s :class:`LinearFunctionalWorkflow` turns a
   long run's ``RunContext`` into :class:`LinearRunContext` (core's versioned-cache check over an index)
-  and offers each checkpoint save the entries added since the last one (:class:`StepCacheLog`,
-  :func:`step_cache_offer`); it skips core's save at a clean finish when the run's recorder deletes the
-  chain at once (``drops_final_checkpoint``); core's own classes stay untouched (``tests/test_long_runs.py``).
+  and offers each checkpoint save the entries added since the last one (``_step_cache``'s
+  ``StepCacheOffer``, handed to the run's recorder); it skips core's save at a clean finish when the
+  run's recorder deletes the chain at once (``drops_final_checkpoint``);
+  core's own classes stay untouched (``tests/test_long_runs.py``).
 * Core's checkpoint encoding (``encode_checkpoint_value`` / ``decode_checkpoint_value``, its restricted
   unpickler's ``find_class``): the package's storages encode and decode as core's storages do
   (``tests/durable/test_redis_checkpoint.py``, ``tests/durable/test_checkpoint_pickles.py``).
@@ -39,7 +40,6 @@ import functools
 import itertools
 import types
 from collections.abc import Awaitable, Callable
-from contextvars import ContextVar
 from types import CoroutineType
 from typing import Any, cast
 
@@ -63,12 +63,7 @@ from agent_framework._workflows._typing_utils import is_instance_of
 from agent_framework._workflows._workflow import _coerce_request_info_response  # pyright: ignore[reportPrivateUsage]
 
 from ._signature_cache import CachedClassification, CachedDis, CachedIdentity
-from ._step_cache import CURRENT_OFFER, append_new_keys
-from ._step_cache import ORIGINAL_MESSAGE as ORIGINAL_MESSAGE  # re-exported: the storages' step-cache deltas
-from ._step_cache import STEP_CACHE as STEP_CACHE
-from ._step_cache import STEP_COUNTS as STEP_COUNTS
-from ._step_cache import StepCacheOffer as StepCacheOffer
-from ._step_cache import step_cache_offer as step_cache_offer
+from ._step_cache import SaveRecorder, StepCacheLog, StepCacheOffer
 
 # Core's marker for its functional workflow API; ours is the same feature (same warning, shown once).
 functional_workflows_experimental = experimental(feature_id=ExperimentalFeature.FUNCTIONAL_WORKFLOWS)
@@ -140,31 +135,6 @@ def trace_agent_invocation(agent: Any, **arguments: Any) -> Any:
 
 
 # ---------------------------------------------------------------- the step cache of runs we drive
-
-
-class StepCacheLog:
-    """One run's step cache and request counts, with their keys in insertion order (internal).
-
-    Core only adds entries in a run: what the last save did not store is a slice of the key lists
-    (synced when a save asks, :meth:`sync`). ``parent``: the replayed pause's ``(log, cache_len, counts_len)``.
-    """
-
-    __slots__ = ("__weakref__", "base", "cache", "cache_keys", "count_keys", "counts", "live", "parent")
-
-    def __init__(self, ctx: RunContext, parent: tuple[StepCacheLog, int, int] | None) -> None:
-        self.cache: dict[str, Any] = ctx._step_cache  # pyright: ignore[reportPrivateUsage]
-        self.counts: dict[str, int] = ctx._step_cache_auto_request_info_counts  # pyright: ignore[reportPrivateUsage]
-        self.cache_keys: list[str] = []
-        self.count_keys: list[str] = []
-        self.base = (len(self.cache), len(self.counts))
-        self.parent = parent if parent is not None and parent[1:] == self.base else None
-        # A save of this run took an offer: later saves hand the run's storage core's live dicts, uncopied.
-        self.live = False
-
-    def sync(self) -> None:
-        """Append to ``cache_keys`` / ``count_keys`` the keys added to the dicts since the last sync."""
-        append_new_keys(self.cache_keys, self.cache)
-        append_new_keys(self.count_keys, self.counts)
 
 
 LINEAR_FROM = 4
@@ -277,6 +247,7 @@ class LinearFunctionalWorkflow(_CoreFunctionalWorkflow):
     """
 
     _af_log: StepCacheLog | None = None
+    _af_recorder: SaveRecorder | None = None
     _af_replay: tuple[StepCacheLog, int, int] | None = None
     _af_next: tuple[RunContext, tuple[StepCacheLog, int, int] | None] | None = None
 
@@ -304,6 +275,12 @@ class LinearFunctionalWorkflow(_CoreFunctionalWorkflow):
         _CoreFunctionalWorkflow._clear_replay_state(self)  # pyright: ignore[reportPrivateUsage]
         self._af_replay = self._af_log = None
 
+    def _run_core(self, *args: Any, **kwargs: Any) -> Any:
+        # The run's storage, once per run: a recorder (``_step_cache.SaveRecorder``) takes each save's offer.
+        storage = kwargs.get("checkpoint_storage") or self._checkpoint_storage
+        self._af_recorder = storage if isinstance(storage, SaveRecorder) else None
+        return _CoreFunctionalWorkflow._run_core(self, *args, **kwargs)  # pyright: ignore[reportPrivateUsage]
+
     def _execute(self, ctx: RunContext, message: Any) -> CoroutineType[Any, Any, Any]:
         # A plain method returning core's coroutine: no coroutine frame of its own around the run.
         pending, self._af_next = self._af_next, None
@@ -311,13 +288,15 @@ class LinearFunctionalWorkflow(_CoreFunctionalWorkflow):
         if grown:
             make_linear(ctx)
         hook = ctx._on_step_completed  # pyright: ignore[reportPrivateUsage]
-        if hook is not None:  # core saves after each step
-            log = StepCacheLog(ctx, pending[1] if pending is not None and pending[0] is ctx else None)
+        recorder = self._af_recorder
+        if hook is not None and recorder is not None:  # core saves after each step, through our recorder
+            parent = pending[1] if pending is not None and pending[0] is ctx else None
+            log = StepCacheLog(ctx._step_cache, ctx._step_cache_auto_request_info_counts, parent)  # pyright: ignore[reportPrivateUsage]
             self._af_log = log
-            ctx._on_step_completed = _offered_step_save(ctx, log, hook)  # pyright: ignore[reportPrivateUsage]
+            ctx._on_step_completed = _offered_step_save(ctx, log, recorder, hook)  # pyright: ignore[reportPrivateUsage]
         else:
             self._af_log = None
-            if not grown:
+            if hook is None and not grown:
                 ctx._on_step_completed = _linear_when_grown(ctx)  # pyright: ignore[reportPrivateUsage]
         return _CoreFunctionalWorkflow._execute(self, ctx, message)  # pyright: ignore[reportPrivateUsage]
 
@@ -326,32 +305,31 @@ class LinearFunctionalWorkflow(_CoreFunctionalWorkflow):
     ) -> str:
         # Core calls this for the pause's and the final save (and, before 1.26, for each step's save).
         save = _CoreFunctionalWorkflow._save_checkpoint  # pyright: ignore[reportPrivateUsage]
-        if _STEP_SAVE.get():  # a step's save inside :func:`_offered_step_save`, which made the offer
-            return await save(self, ctx, storage, previous_checkpoint_id)
-        if not ctx._pending_requests and getattr(storage, "drops_final_checkpoint", False):  # pyright: ignore[reportPrivateUsage]
+        recorder = self._af_recorder
+        if recorder is None or recorder is not storage or recorder.offer is not None:
+            return await save(self, ctx, storage, previous_checkpoint_id)  # not ours, or a step's (offered already)
+        if not ctx._pending_requests and recorder.drops_final_checkpoint:  # pyright: ignore[reportPrivateUsage]
             return previous_checkpoint_id or ""  # a clean finish: the recorder would delete this checkpoint at once
         log = self._af_log
         if log is None or log.cache is not ctx._step_cache:  # pyright: ignore[reportPrivateUsage]
             return await save(self, ctx, storage, previous_checkpoint_id)
-        with offering(ctx, log):
+        with offering(ctx, log, recorder):
             return await save(self, ctx, storage, previous_checkpoint_id)
-
-
-_STEP_SAVE: ContextVar[bool] = ContextVar("af_step_save", default=False)
 
 
 class offering:  # a context manager used as a function, as ``contextlib``'s are
     """Offer the checkpoint core builds and saves inside this block the run's new step-cache entries.
 
-    The offer is set in this task's context before core builds the checkpoint: core 1.23 saves in this
-    task, core 1.26 in a task it starts here (a copy of this context), so the storage reads it either way.
-    A class, not a generator: it wraps every step's save.
+    The offer is handed to the run's recorder before core builds the checkpoint; core then calls the
+    recorder's ``save`` before its first ``await`` (in this task, or, core 1.26, when it starts the save's
+    task), and ``save`` takes the offer at that call. A class, not a generator: it wraps every step's save.
     """
 
-    __slots__ = ("linear", "log", "offer", "token")
+    __slots__ = ("linear", "log", "offer", "recorder")
 
-    def __init__(self, ctx: RunContext, log: StepCacheLog) -> None:
+    def __init__(self, ctx: RunContext, log: StepCacheLog, recorder: SaveRecorder) -> None:
         self.log = log
+        self.recorder = recorder
         self.linear = (
             ctx if isinstance(ctx, LinearRunContext) else make_linear(ctx) if len(log.cache) >= LINEAR_FROM else None
         )
@@ -360,11 +338,11 @@ class offering:  # a context manager used as a function, as ``contextlib``'s are
         offer = self.offer = StepCacheOffer(self.log)
         if self.linear is not None:
             self.linear.af_live = self.log.live  # a storage that took an earlier offer gets core's live dicts
-        self.token = CURRENT_OFFER.set(offer)
+        self.recorder.offer = offer
         return offer
 
     def __exit__(self, *exc_info: object) -> None:
-        CURRENT_OFFER.reset(self.token)
+        self.recorder.offer = None  # not taken (core did not save): no later save may take it
         if self.linear is not None:
             self.linear.af_live = False
         if self.offer.taken:
@@ -372,7 +350,7 @@ class offering:  # a context manager used as a function, as ``contextlib``'s are
 
 
 def _offered_step_save(
-    ctx: RunContext, log: StepCacheLog, hook: Callable[[], Awaitable[None]]
+    ctx: RunContext, log: StepCacheLog, recorder: SaveRecorder, hook: Callable[[], Awaitable[None]]
 ) -> Callable[[], Awaitable[None]]:
     """Core's per-step save hook with the step-cache offer made around it (:func:`offering`).
 
@@ -381,15 +359,11 @@ def _offered_step_save(
     """
 
     async def after_step() -> None:
-        marked = _STEP_SAVE.set(True)
-        try:
-            if log.cache is not ctx._step_cache:  # pyright: ignore[reportPrivateUsage]
-                await hook()
-                return
-            with offering(ctx, log):
-                await hook()
-        finally:
-            _STEP_SAVE.reset(marked)
+        if log.cache is not ctx._step_cache:  # pyright: ignore[reportPrivateUsage]
+            await hook()
+            return
+        with offering(ctx, log, recorder):
+            await hook()
 
     return after_step
 

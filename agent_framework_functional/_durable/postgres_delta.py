@@ -10,7 +10,7 @@ Schema version 2 of the ``checkpoints`` component (:data:`MIGRATION`): a checkpo
 head is bound to) and ``segment_ids`` (the same ids as an array, for the functions); its ``body``
 holds the head. ``checkpoint_segments`` has one row per segment (how many checkpoints reference it,
 how many chunks it holds, when it expires) and ``checkpoint_chunks`` one row per chunk. Two PL/pgSQL
-functions keep them consistent, each one statement and one round trip, as ``_durable/redis_delta.py``'s Lua
+functions keep them consistent, each one statement and one round trip, as ``_durable/redis_segments.py``'s Lua
 scripts do for Redis:
 
 * ``save_checkpoint_delta``: locks the referenced segment rows (creating the run's own one), checks
@@ -23,7 +23,7 @@ scripts do for Redis:
   checkpoint delete (a delete a crash undoes leaves rows that expire).
 
 Expired segments are deleted by the storage's purge, with its expired checkpoints. See
-``_durable/checkpoint_delta.py`` for the layout of heads and chunks, and ``_durable/redis_delta.py`` for the
+``_durable/checkpoint_delta.py`` for the layout of heads and chunks, and ``_durable/checkpoint_seal.py`` for the
 sealing contexts (:func:`head_context`, :func:`chunk_context`), shared by both backends.
 """
 
@@ -31,8 +31,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .checkpoint_seal import CheckpointSealer
-from .redis_delta import open_chunk
+from .checkpoint_seal import CheckpointSealer, open_chunk
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection

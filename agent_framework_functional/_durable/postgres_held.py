@@ -29,14 +29,14 @@ from typing import TYPE_CHECKING, Any, cast
 
 from agent_framework import WorkflowCheckpoint
 
-from .._step_cache import HOLD_STEP_SAVES, step_cache_offer
+from .._step_cache import HOLD_STEP_SAVES
 from .postgres_rows import check_storable, delta_params
 from .postgres_rows_sql import save_many
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
 
-    from .._core_compat import StepCacheLog
+    from .._step_cache import StepCacheLog, StepCacheOffer
     from .checkpoint_delta import DeltaSave, StepCacheDeduper
     from .checkpoint_seal import CheckpointSealer
     from .postgres_schema import PostgresPool
@@ -227,15 +227,14 @@ class HeldStepSaves:
         raise NotImplementedError
 
     @contextlib.contextmanager
-    def _superseding(self, checkpoint: WorkflowCheckpoint) -> Generator[None, None, None]:
+    def _superseding(self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None) -> Generator[None, None, None]:
         """A pause: forget its run's held step checkpoints unwritten (its row holds their step results).
 
-        Enter before the save's first ``await`` (it reads the save's offer) and save the pause inside. The
+        Enter before the save's first ``await`` (core's dicts may change later) and save the pause inside. The
         run deletes them once the pause is saved; that delete then sends nothing. A pause that fails before
         its statement is sent (refused, cancelled) ends its run: they are written after all, its restore point.
         Once sent, a failure may hide a pause that landed, which they must not follow: they are lost then.
         """
-        offer = step_cache_offer()
         pause = offer is not None and bool(checkpoint.pending_request_info_events) and offer.take(checkpoint.state)
         log = offer.log if offer is not None and pause else None
         discarded = None if log is None else self._held.discard(log)
@@ -301,7 +300,9 @@ class HeldStepSaves:
     ) -> WorkflowCheckpoint:
         raise NotImplementedError
 
-    async def hold_pause(self, checkpoint: WorkflowCheckpoint) -> tuple[DeltaSave, tuple[Any, ...]] | None:
+    async def hold_pause(
+        self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None
+    ) -> tuple[DeltaSave, tuple[Any, ...]] | None:
         """Plan a pause's save for a statement that writes its record too (``postgres_joint``); None: save it.
 
         Call from the save's task (it reads the offer). As a written pause does, it forgets its run's held
@@ -314,8 +315,8 @@ class HeldStepSaves:
         check_storable(checkpoint)
         if not holdable(checkpoint):
             return None
-        with self._superseding(checkpoint):
-            plan = self._deduper.prepare(checkpoint)
+        with self._superseding(checkpoint, offer):
+            plan = self._deduper.prepare(checkpoint, offer)
             if plan is None:
                 return None  # stored whole by the caller's save
             await self._db.prepare()  # a first save: the pool opens and the tables are checked first

@@ -42,6 +42,7 @@ from .postgres_store import PostgresContinuationStore
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
 
+    from .._step_cache import StepCacheOffer
     from .checkpoint_delta import DeltaSave
 
 logger = logging.getLogger(__name__)
@@ -206,15 +207,15 @@ class PostgresJoint:
         self.storage = storage
         self._load, self.save_with_record = _statements(storage.schema, store.schema)
 
-    async def hold(self, checkpoint: WorkflowCheckpoint) -> HeldPause | None:
+    async def hold(self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None) -> HeldPause | None:
         """Plan the save of a pause's checkpoint for :meth:`HeldPause.write`; None: save it the usual way.
 
-        Call from the save's task, as the storage's ``save`` (it reads the save's offer).
+        ``offer``: the save's step-cache offer (as the storage's ``save_with_offer``).
 
         Raises:
             WorkflowCheckpointException: The checkpoint cannot be encoded or stored (as ``save``).
         """
-        planned = await self.storage.hold_pause(checkpoint)
+        planned = await self.storage.hold_pause(checkpoint, offer)
         return None if planned is None else HeldPause(self, checkpoint, *planned)
 
     async def read(self, token_hash: str) -> tuple[ContinuationRecord | None, Callable[[], WorkflowCheckpoint] | None]:

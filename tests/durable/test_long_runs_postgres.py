@@ -29,6 +29,7 @@ from agent_framework_functional._durable.checkpoint_storage import DurableCheckp
 from agent_framework_functional._durable.postgres_checkpoint import MIGRATIONS
 from agent_framework_functional._durable.postgres_rows import row_key
 from agent_framework_functional._durable.postgres_schema import PostgresPool
+from agent_framework_functional._step_cache import StepCacheOffer
 
 pytestmark = pytest.mark.slow
 
@@ -56,12 +57,19 @@ class Tee:
         self.kept: list[WorkflowCheckpoint] = []
         self.ids: list[str] = []
 
-    async def save(self, checkpoint: WorkflowCheckpoint) -> str:
+    def note(self, checkpoint: WorkflowCheckpoint) -> None:
         if self.keep(self.count):
             self.kept.append(copy.deepcopy(checkpoint))
         self.count += 1
         self.ids.append(checkpoint.checkpoint_id)
+
+    async def save(self, checkpoint: WorkflowCheckpoint) -> str:
+        self.note(checkpoint)
         return await self.inner.save(checkpoint)
+
+    async def save_with_offer(self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None) -> str:
+        self.note(checkpoint)
+        return await self.inner.save_with_offer(checkpoint, offer)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -322,13 +330,13 @@ async def test_a_version_2_database_with_sealed_checkpoints_is_upgraded_and_stil
 class _Renaming(Tee):
     """Saves each checkpoint under ids that are not uuids and a timestamp with another UTC offset."""
 
-    async def save(self, checkpoint: WorkflowCheckpoint) -> str:
+    def note(self, checkpoint: WorkflowCheckpoint) -> None:
         checkpoint.checkpoint_id = f"run/{checkpoint.checkpoint_id}"
         previous = checkpoint.previous_checkpoint_id
         if previous is not None and not previous.startswith("run/"):  # core may chain the id save returned
             checkpoint.previous_checkpoint_id = f"run/{previous}"
         checkpoint.timestamp = checkpoint.timestamp.replace("+00:00", "+02:00")
-        return await super().save(checkpoint)
+        super().note(checkpoint)
 
 
 @pytest.mark.parametrize("sealed", [False, True])

@@ -24,6 +24,7 @@ from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 from durable_support import checkpoints_elsewhere, held_storage, until
 
 from agent_framework_functional import PostgresCheckpointStorage, RunContext, step, workflow
+from agent_framework_functional._step_cache import StepCacheOffer
 
 pytestmark = pytest.mark.slow
 
@@ -94,13 +95,13 @@ async def _run_to_first_gate(
     """Start ``_gated`` and return once its first step's checkpoint is saved (held) and it waits."""
     GATES[topic] = [asyncio.Event(), asyncio.Event()]
     saved = [] if saved is None else saved
-    save = storage.save
+    save = storage.save_with_offer
 
-    async def noting(checkpoint: WorkflowCheckpoint) -> str:
-        saved.append(await save(checkpoint))
+    async def noting(checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None) -> str:
+        saved.append(await save(checkpoint, offer))
         return saved[-1]
 
-    storage.save = noting  # type: ignore[method-assign]
+    storage.save_with_offer = noting  # type: ignore[method-assign]
     task = asyncio.ensure_future(run.build(checkpoint_storage=storage).run(topic))
 
     async def held() -> bool:
