@@ -11,8 +11,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 PACKAGE = Path(__file__).resolve().parent.parent / "agent_framework_functional"
 MAX_LINES = 600  # split at seams, not at a count: _core_compat.py keeps every private name of core and the hosts
 # The deferred imports: from a workflow instance back to its chat adapter (as_agent), and the Postgres
@@ -176,11 +174,6 @@ def test_module_level_imports_have_no_cycle() -> None:
     assert _find_cycle(graph) is None
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="cycles left to the other branches of this consolidation: _agent <-> _agent_plan/_agent_run, "
-    "_core_compat <-> _step_cache, _durable.checkpoint_delta <-> _durable.checkpoint_storage",
-)
 def test_imports_have_no_cycle_counting_type_only_ones() -> None:
     # Type-only imports (``if TYPE_CHECKING``) count too; an import inside a function does not (a deferred
     # import is the one allowed way back, e.g. ``FunctionalWorkflow.as_agent``).
