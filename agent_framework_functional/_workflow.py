@@ -1,10 +1,7 @@
 """The workflow: ``@workflow`` makes a definition, ``build()`` an instance (``FunctionalWorkflow``).
 
-An instance has ``run()``, the run guard, token checks, abandonment and views.
-
-It wraps one core ``FunctionalWorkflow`` (core keeps replay, step caching and checkpointing), accepts
-each call with ``_acceptance.accept_run`` (which asks the authority strategy who may resume), and
-hands each accepted run to ``_run.WorkflowRun``, which drives core.
+An instance wraps one core ``FunctionalWorkflow`` (core keeps replay, step caching and checkpointing),
+accepts each call with ``_acceptance.accept_run`` and hands each accepted run to ``_run.WorkflowRun``.
 """
 
 from __future__ import annotations
@@ -41,21 +38,10 @@ if TYPE_CHECKING:
 class FunctionalWorkflow:
     """A functional workflow instance whose pauses can only be resumed with their continuation token.
 
-    Build it with :meth:`FunctionalWorkflowDefinition.build`. It wraps one core ``FunctionalWorkflow``
-    and adds continuation authority (README "The rules"): a paused run returns a single-use
-    ``continuation_token`` that a response-only resume must present; one pending continuation and
-    one run at a time. With a continuation store any process sharing it and the checkpoint storage
-    can resume the pause, exactly once (README "Durable continuations").
-
-    Args:
-        definition: The definition this instance runs.
-
-    Keyword Args:
-        checkpoint_storage: Default checkpoint storage for runs of this instance.
-        continuation_store: Shares pauses across processes (see ``build``).
-        continuation_ttl: How long a pause stays resumable (see ``build``).
-
-    Usage: README "Quickstart" and "The API in brief".
+    Build it with :meth:`FunctionalWorkflowDefinition.build` (its arguments are this class's). A paused
+    run returns a single-use ``continuation_token`` that a response-only resume must present; one
+    pending continuation and one run at a time (README "The rules"). With a continuation store any
+    process sharing it and the checkpoint storage can resume the pause, exactly once.
     """
 
     # __dict__: functools.update_wrapper gives the instance the function's name and docstring, as core's.
@@ -139,11 +125,9 @@ class FunctionalWorkflow:
     # ------------------------------------------------------------------ token checks (read-only)
 
     def verify_continuation_token(self, token: object) -> VerifiedContinuation:
-        """Check that ``token`` authorises a resume of the continuation this instance holds in memory.
+        """Check, read-only, that ``token`` authorises a resume of the pause this instance holds in memory.
 
-        Read-only: nothing is claimed or spent (authority before correlation, AGENTS.md invariant 2).
-        With a continuation store only the in-memory copy is checked; use
-        :meth:`verify_continuation_token_async` for pauses held elsewhere.
+        With a continuation store use :meth:`verify_continuation_token_async` for pauses held elsewhere.
 
         Args:
             token: Whatever the caller presented as a continuation token.
@@ -160,9 +144,8 @@ class FunctionalWorkflow:
     async def verify_continuation_token_async(self, token: object) -> VerifiedContinuation:
         """Check ``token`` like :meth:`verify_continuation_token`, also for pauses held by other processes.
 
-        Read-only, here and in the store: the record must belong to this workflow (name, signature
-        hash, conversation) and be ``issued`` and unexpired; the pause's requests are loaded from its
-        checkpoint. The store's claim in :meth:`run` still decides which resume runs.
+        Read-only: the store's record must belong to this workflow (name, signature hash, conversation)
+        and be ``issued`` and unexpired. The store's claim in :meth:`run` still decides which resume runs.
 
         Args:
             token: Whatever the caller presented as a continuation token.
@@ -221,15 +204,12 @@ class FunctionalWorkflow:
     ) -> ResponseStream[WorkflowEvent[Any], FunctionalWorkflowRunResult] | Awaitable[FunctionalWorkflowRunResult]:
         """Start, resume, or restore a run, as core's ``run`` does, with continuation authority.
 
-        At least one of ``message``, ``responses`` or ``checkpoint_id`` (``responses`` may come with
-        ``checkpoint_id``: a restore that answers the checkpoint's requests).
         Every check happens here, synchronously, in the order of README "The rules", so a rejected
-        call raises at the call site (also with ``stream=True``) and changes nothing. With a
-        continuation store, a token this process does not hold is checked inside the run (first
-        ``await`` or iteration), still before any user code and in the same order.
+        call raises at the call site (also with ``stream=True``) and changes nothing. A token only a
+        continuation store holds is checked inside the run, still before any user code, in that order.
 
         Args:
-            message: Input for a fresh run (the workflow function's message parameter).
+            message: Input for a fresh run. At least one of ``message``, ``responses``, ``checkpoint_id``.
 
         Keyword Args:
             stream: True for a ``ResponseStream`` of ``WorkflowEvent``; False for an awaitable result.
@@ -237,7 +217,7 @@ class FunctionalWorkflow:
                 which needs ``continuation_token``. Pass all answers so far on multi-round pauses.
             continuation_token: The paused run's token, or this instance's :class:`VerifiedContinuation`
                 for it (the run then reuses that check).
-            checkpoint_id: Restore this checkpoint (optionally with ``responses``); needs no token.
+            checkpoint_id: Restore this checkpoint (with ``responses``: answering its requests); no token.
             checkpoint_storage: Checkpoint storage for this run, overriding the instance default.
             include_status_events: Non-streaming only: keep status events in the result list.
             **kwargs: Forwarded unchanged to core's ``run`` (available to steps as run kwargs).
@@ -316,8 +296,7 @@ class FunctionalWorkflow:
     ) -> None:
         """Abandon a pending continuation, here and in the continuation store (from any process sharing it).
 
-        The store marks the record ``abandoned`` atomically, so a concurrent resume and this call cannot
-        both succeed; without a store this is :meth:`abandon_continuation`.
+        Atomic in the store: a concurrent resume and this call cannot both succeed.
 
         Args:
             token: The continuation token. Required unless ``force`` is True.
@@ -404,11 +383,7 @@ class FunctionalWorkflow:
         return self._active is run
 
     def _settle(self, run: WorkflowRun, dropped: bool) -> None:
-        """Free the guard after a run ended, or was dropped unfinished (stream cleanup hook, weak finalizer, lease).
-
-        Only the run that holds the guard settles (AGENTS.md invariant 8); replay state goes when it must.
-        A dropped run's core stream is closed later by the loop.
-        """
+        """Free the guard after a run ended or was dropped (only the run holding it: AGENTS.md invariant 8)."""
         if self._active is run:  # else already settled: a newer run may own the instance
             self._active = None
             if run.end(dropped=dropped):
@@ -555,21 +530,10 @@ def workflow(
     Replay hazard: on resume the function runs again from the top; a ``@step``'s body does not (its
     cached result is returned), code outside steps does. Keep side effects in steps.
 
-    Args:
-        func: The async function (bare ``@workflow``).
-
-    Keyword Args:
-        name: Workflow name; defaults to the function's name.
-        description: Optional description (shown by the agent).
-        checkpoint_retention: How long a finished run's checkpoints are kept (default 24 hours; 0: deleted
-            at the finish; None: every checkpoint kept for good; README "Checkpoints are kept, then deleted").
+    Args and raises: as :class:`FunctionalWorkflowDefinition` (``func`` only with bare ``@workflow``).
 
     Returns:
         A definition (bare ``@workflow``) or a decorator that makes one.
-
-    Raises:
-        ValueError: More than one non-``RunContext`` parameter; a bad ``checkpoint_retention``.
-        TypeError: ``checkpoint_retention`` is not a duration.
 
     Examples:
         .. code-block:: python
