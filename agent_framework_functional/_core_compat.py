@@ -1,36 +1,15 @@
-"""The few places this package touches core's private API, kept together so they are easy to audit.
+"""Every touch of core's (and the host packages') private API, kept together so it is easy to audit.
 
-Each name is one core itself uses for the same job; the test named beside it imports it, so an upgrade
-of core that moves one fails loudly (AGENTS.md's module table says why each is needed):
-
-* ``is_instance_of`` and ``_coerce_request_info_response``: core's type rule for a ``request_info``
-  response, run on every answer before a token is claimed (``tests/test_agent_protocol.py``).
-* ``SessionContext._response``: set before the after-run providers, as core's ``WorkflowAgent`` does.
-* ``RunContext._events``: core's events so far, sent ahead of a later live update (``test_live_streaming.py``).
-* ``agent_framework._feature_stage.experimental``: core's experimental marker, with core's feature id.
-* ``categorize_middleware`` and the agent layers' ``_get_agent_middleware_pipeline`` /
-  ``_trace_agent_invocation``: core's two agent layers, run by ``_agent_layers.py`` because their
-  ``run`` drops the resume arguments (``tests/test_agent_layers.py``).
-* ``FunctionalWorkflow._run_core`` / ``_finalize_events`` / ``_run_cleanup`` / ``_ensure_not_running``:
-  what core's ``run(stream=False)`` wraps, so a non-streaming run spends the token before user code
-  and ``is_streaming()`` stays False (``tests/test_core_parity.py``).
-* The step cache of the runs we drive: :func:`build_core`'s :class:`LinearFunctionalWorkflow` turns a
-  long run's ``RunContext`` into :class:`LinearRunContext` (core's versioned-cache check over an index)
-  and offers each checkpoint save the entries added since the last one (``_step_cache``'s
-  ``StepCacheOffer``, handed to the run's recorder); it skips core's save at a clean finish when the
-  run's recorder deletes the chain at once (``drops_final_checkpoint``);
-  core's own classes stay untouched (``tests/test_long_runs.py``).
-* Core's checkpoint encoding (``encode_checkpoint_value`` / ``decode_checkpoint_value``, its restricted
-  unpickler's ``find_class``): the package's storages encode and decode as core's storages do
-  (``tests/durable/test_redis_checkpoint.py``, ``tests/durable/test_checkpoint_pickles.py``).
-* The host packages' private names, imported when their host first needs them: AG-UI's
-  ``_session_id_for_thread`` and approval state (``_approval_state_store``, ``_approval_lifecycle``,
-  ``_approval_state``, ``canonical_function_arguments``); DevUI's ``InMemoryConversationStore`` internals,
-  ``CheckpointConversationManager``, ``DevServer._ensure_executor`` and the executor's ``_pending_approvals``
-  (``tests/hosting/test_host_private_names.py``, ``test_devui_store.py``, ``test_two_workers.py``).
-* Core's ``_discover_workflow_dependencies`` / ``_compute_signature_hash``: run over a copy of core's module
-  names whose ``dis`` and ``_get_step_wrapper_identity`` are cached (:func:`over_cached_reads`); no core global
-  is changed (``tests/test_signature_cache.py``).
+Each name is one core or the host itself uses for the same job, and each is pinned by a test that fails
+when an upgrade moves it or stops calling it (``tests/test_core_compat.py`` for core's methods we
+override; ``test_agent_protocol.py``, ``test_live_streaming.py``, ``test_core_parity.py``,
+``test_agent_layers.py``, ``test_signature_cache.py``, ``hosting/test_host_private_names.py`` for the rest).
+Each function's docstring names the private name it touches. The larger piece is the step cache of the
+runs we drive: :func:`build_core`'s :class:`LinearFunctionalWorkflow` turns a long run's ``RunContext``
+into :class:`LinearRunContext` (core's versioned-cache check over an index), offers each checkpoint save
+the entries added since the last one (``_step_cache.StepCacheOffer``, handed to the run's recorder) and
+skips core's save at a clean finish when the recorder deletes the chain at once; core's own classes and
+module globals stay untouched (``tests/test_long_runs.py``).
 """
 
 from __future__ import annotations
@@ -99,10 +78,9 @@ def collected_events(ctx: RunContext) -> list[WorkflowEvent[Any]] | None:
 def core_event_stream(
     core: _CoreFunctionalWorkflow, *, include_status_events: bool, **run_kwargs: Any
 ) -> ResponseStream[WorkflowEvent[Any], WorkflowRunResult]:
-    """Core's ``run(stream=False)`` as the event stream it wraps, so its first events can be pulled.
+    """Core's ``run(stream=False)`` as the event stream it wraps (``_run_core`` and its hooks).
 
-    Core's non-streaming ``run`` returns this stream's ``get_final_response()``, so user code sees
-    ``ctx.is_streaming()`` False, as in core (``run(stream=True)`` would report True).
+    Pulled event by event, yet user code still sees ``ctx.is_streaming()`` False, as in core.
     """
     core._ensure_not_running()  # pyright: ignore[reportPrivateUsage]
     return ResponseStream(
@@ -138,18 +116,11 @@ def trace_agent_invocation(agent: Any, **arguments: Any) -> Any:
 
 
 LINEAR_FROM = 4
-"""Cached step entries from which a run we drive checks its cache over an index (:class:`LinearRunContext`).
-
-Below it the run keeps core's own ``RunContext`` (its scan of a few keys costs less than the switch,
-and core's code keeps seeing one context class)."""
+"""Cached step entries from which a run checks its cache over an index (below, core's scan costs less)."""
 
 
 class LinearRunContext(RunContext):
-    """Core's ``RunContext`` with its cache check over an index (internal).
-
-    A run's context becomes one (:func:`make_linear`, a class swap) at :data:`LINEAR_FROM` cached steps;
-    the index (``(kind, step name, occurrence)`` -> wrapper identities) decodes each new entry once.
-    """
+    """Core's ``RunContext`` with its cache check over an index (``(kind, step, occurrence)`` -> wrappers)."""
 
     af_index: dict[tuple[str, str, int | None], set[str]]
     af_indexed: int  # how many of the cache's entries (its first ones) the index holds
@@ -212,11 +183,9 @@ def make_linear(ctx: RunContext) -> LinearRunContext:
 
 
 def over_cached_reads(*functions: Callable[..., Any]) -> list[Callable[..., Any]]:
-    """Copies of core's ``functions`` (all of core's ``_functional`` module) over one copy of that module's names.
+    """Copies of core's ``functions`` (of one module) over one copy of its names, with cached reads.
 
-    In the copy, ``dis`` and ``_get_step_wrapper_identity`` are ``_signature_cache``'s cached versions,
-    so only the functions made here use the caches; core's module globals and classes stay as they are.
-    Functions nested in them take the copy as their globals too (``tests/test_signature_cache.py``).
+    In the copy ``dis`` and ``_get_step_wrapper_identity`` are ``_signature_cache``'s; core's globals stay.
     """
     names = dict(functions[0].__globals__)
     names["dis"] = CachedDis(dis)
@@ -241,9 +210,7 @@ _DISCOVER, _SIGNATURE_HASH = over_cached_reads(
 class LinearFunctionalWorkflow(_CoreFunctionalWorkflow):
     """Core's ``FunctionalWorkflow`` whose runs cost linear time in their ``@step`` calls (internal).
 
-    A run becomes a :class:`LinearRunContext` at :data:`LINEAR_FROM` cached steps (checked in each save,
-    else in core's per-step hook ``_on_step_completed``); with storage it keeps a :class:`StepCacheLog`
-    each save offers. Overrides call core's methods by class, not ``super()`` (no object per call).
+    Overrides call core's methods by class, not ``super()`` (no object per call).
     """
 
     _af_log: StepCacheLog | None = None
@@ -318,11 +285,10 @@ class LinearFunctionalWorkflow(_CoreFunctionalWorkflow):
 
 
 class offering:  # a context manager used as a function, as ``contextlib``'s are
-    """Offer the checkpoint core builds and saves inside this block the run's new step-cache entries.
+    """Offer the checkpoint core saves inside this block the run's new step-cache entries.
 
-    The offer is handed to the run's recorder before core builds the checkpoint; core then calls the
-    recorder's ``save`` before its first ``await`` (in this task, or, core 1.26, when it starts the save's
-    task), and ``save`` takes the offer at that call. A class, not a generator: it wraps every step's save.
+    The recorder's ``save`` takes the offer when core calls it, before its first ``await``.
+    A class, not a generator: it wraps every step's save.
     """
 
     __slots__ = ("linear", "log", "offer", "recorder")
@@ -352,11 +318,7 @@ class offering:  # a context manager used as a function, as ``contextlib``'s are
 def _offered_step_save(
     ctx: RunContext, log: StepCacheLog, recorder: SaveRecorder, hook: Callable[[], Awaitable[None]]
 ) -> Callable[[], Awaitable[None]]:
-    """Core's per-step save hook with the step-cache offer made around it (:func:`offering`).
-
-    Core 1.26 builds a step's checkpoint and starts its save inside this hook without calling
-    ``_save_checkpoint``, so the offer is made here, not there (``tests/test_long_runs.py`` checks both).
-    """
+    """Core's per-step save hook with the offer made around it (core 1.26 saves there, not in ``_save_checkpoint``)."""
 
     async def after_step() -> None:
         if log.cache is not ctx._step_cache:  # pyright: ignore[reportPrivateUsage]
@@ -422,10 +384,7 @@ def set_agui_approval_state(
 
 
 def register_agui_hosted_approval(runner: Any, *, scope: str, thread_id: str, interrupt_id: str, call: Any) -> None:
-    """Register an open ``request_info`` interrupt in AG-UI's approval state unless it is known there already.
-
-    ``call`` is the interrupt's ``function_call`` content; AG-UI records the agent's calls as ``HOSTED``.
-    """
+    """Register an open interrupt (``call``: its ``function_call``) in AG-UI's approval state, as ``HOSTED``."""
     from agent_framework_ag_ui._approval_lifecycle import ApprovalExecutionOwner  # pyright: ignore[reportPrivateUsage]
     from agent_framework_ag_ui._approval_state import approval_state_thread_id  # pyright: ignore[reportPrivateUsage]
     from agent_framework_ag_ui._utils import canonical_function_arguments  # pyright: ignore[reportPrivateUsage]
@@ -477,11 +436,7 @@ def devui_forget_conversation(store: Any, conversation_id: str) -> None:
 
 
 def devui_install_store(executor: Any, store: Any) -> dict[Any, Any]:
-    """Make ``store`` the conversation store of DevUI's ``executor``; returns the executor's tracked approvals.
-
-    DevUI's executor keeps ``_pending_approvals`` (keyed ``(conversation id, request id)``) until answered;
-    the caller prunes it with the conversations it drops.
-    """
+    """Make ``store`` DevUI's ``executor``'s conversation store; returns its ``_pending_approvals`` to prune."""
     from agent_framework_devui._conversations import CheckpointConversationManager  # pyright: ignore[reportPrivateUsage]
 
     executor.conversation_store = store
@@ -491,10 +446,7 @@ def devui_install_store(executor: Any, store: Any) -> dict[Any, Any]:
 
 @functools.cache
 def devui_server_class() -> type[Any]:
-    """DevUI's ``DevServer`` that installs its ``store_installer(executor)`` when DevUI builds its executor.
-
-    DevUI builds the executor in ``DevServer._ensure_executor``, before any conversation exists.
-    """
+    """DevUI's ``DevServer`` that installs ``store_installer(executor)`` in ``_ensure_executor``."""
     from agent_framework_devui import DevServer
 
     class InstallingDevServer(DevServer):

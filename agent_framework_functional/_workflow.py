@@ -209,7 +209,7 @@ class FunctionalWorkflow:
         continuation store holds is checked inside the run, still before any user code, in that order.
 
         Args:
-            message: Input for a fresh run. At least one of ``message``, ``responses``, ``checkpoint_id``.
+            message: Input for a fresh run. At least one of ``message``, ``responses`` or ``checkpoint_id``.
 
         Keyword Args:
             stream: True for a ``ResponseStream`` of ``WorkflowEvent``; False for an awaitable result.
