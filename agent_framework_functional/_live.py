@@ -1,28 +1,17 @@
 """The live channel: carries emit_update's updates from a running workflow to its caller, in order.
 
-Core's functional engine collects every event while the workflow function runs and yields them only
-after it returns (core says so in ``FunctionalWorkflow._run_core``). This module adds a side channel
-instead of reimplementing the engine. In a streaming run, :func:`stream_live` runs core's
-``__anext__`` (and so the workflow function) in a pump task bound to a per-run :class:`_LiveChannel`
-through a ``ContextVar``; core creates the workflow task with ``asyncio.create_task`` from that pump
-task, so the task (and every task it spawns) inherits the channel. In a non-streaming run nobody
-reads before the function returns, so :func:`collect_live` binds an unbounded channel around each
-pull of core's stream (as core collects its own events), and no pump task is started.
-``_emit.emit_update`` puts an ``intermediate`` :class:`WorkflowEvent` on the bound channel.
+Core yields a functional workflow's events only after the function returns, so this side channel
+(bound through the ``live_channel`` ``ContextVar``) carries them instead of a reimplemented engine.
+Streaming: :func:`stream_live` pulls core's stream in a pump task bound to a bounded channel; core
+creates the workflow task from it, so every task the workflow spawns inherits the channel.
+Non-streaming: :func:`collect_live` binds an unbounded channel around each pull (no pump task).
 
-Ordering (both modes, one merge: :class:`_Merge`): one FIFO carries live updates and the events core
-yields, so the caller sees them in the order they entered it. When a live update enters, the events
-core has collected since the last one (its ``add_event``: ``executor_invoked``/``executor_completed``
-of steps, ``request_info``, outputs added by hand) go in first, and the merge later skips them when
-core yields them again, so nothing is delivered twice. That one read of core's event list is this
-package's only touch of a core internal for streaming (``_core_compat.collected_events``); a test
-pins it.
+Ordering (one merge, :class:`_Merge`): when a live update enters, the events core collected since the
+last one go in first (``_core_compat.collected_events``, pinned by a test) and are skipped when core
+yields them again, so the caller sees everything once, in the order it happened.
 
-Backpressure (streaming runs): the channel is bounded (:data:`LIVE_BUFFER_SIZE` entries). When it
-is full, ``await emit_update(...)`` waits until the consumer takes an entry, so a slow consumer slows
-the workflow down instead of making it buffer without bound. Nothing is dropped. Note that core's
-``ResponseStream`` keeps every update it yielded for ``get_final_response()``; that history is
-core's, outside this bound.
+Backpressure (streaming): when :data:`LIVE_BUFFER_SIZE` entries wait, ``await emit_update(...)`` waits
+for the consumer; nothing is dropped (core's ``ResponseStream`` keeps its own history, outside the bound).
 """
 
 from __future__ import annotations
@@ -50,13 +39,10 @@ _Item = tuple[Any, ...]
 
 
 class _LiveChannel:
-    """What ``emit_update`` puts live events on, bound through :data:`live_channel` (internal).
+    """A FIFO from one run's workflow code (any number of tasks) to its one consumer (internal).
 
-    A FIFO from one run's workflow code (any number of tasks) to its stream (one consumer). A
-    producer that finds it full waits in line; a freed slot is promised to the first waiting
-    producer, so producers enter in the order they arrived and the bound holds exactly. Terminal
-    entries (end of stream, failure) never wait. It stamps the workflow name on live events and puts
-    the events core collected since the last live entry ahead of it.
+    A producer that finds it full waits in line; a freed slot is promised to the first waiting
+    producer, so producers enter in arrival order and the bound holds exactly. The end never waits.
     """
 
     __slots__ = ("_getter", "_items", "_maxsize", "_promised", "_putters", "closed", "core_seen", "ctx", "source")
@@ -172,11 +158,7 @@ live_channel: ContextVar[_LiveChannel | None] = ContextVar("agent_framework_func
 
 
 class _Merge:
-    """The one merge of live entries and core's events, used by both run modes (internal).
-
-    A live entry brings the events core collected before it (they go out first) and the live event;
-    those core events are remembered and skipped when core's stream yields them again.
-    """
+    """The one merge of live entries and core's events, used by both run modes (internal)."""
 
     __slots__ = ("_forwarded",)
 
@@ -201,12 +183,7 @@ class _Merge:
 async def collect_live(
     core_stream: ResponseStream[WorkflowEvent[Any], Any], *, source: str | None = None
 ) -> AsyncGenerator[WorkflowEvent[Any], None]:
-    """Yield core's events merged, in order, with the live updates the workflow emits (non-streaming runs).
-
-    Each pull of core's stream runs with an unbounded channel bound (no pump task: nobody reads before
-    the workflow function returns); the updates a pull collected go out before the event it returned,
-    core's events they carry only once.
-    """
+    """Yield core's events merged, in order, with the live updates the workflow emits (non-streaming runs)."""
     channel = _LiveChannel(sys.maxsize, source)
     merge = _Merge()
     out: list[WorkflowEvent[Any]] = []
@@ -233,11 +210,7 @@ async def _pump(core_stream: ResponseStream[WorkflowEvent[Any], Any], channel: _
     """Pull core's stream (running the workflow function) in a task bound to the live channel."""
     live_channel.set(channel)  # this task's own context copy: the caller's context is untouched
     try:
-        while True:
-            try:
-                event = await core_stream.__anext__()
-            except StopAsyncIteration:
-                break
+        while (event := await _next_core_event(core_stream)) is not None:
             await channel.put_core(event)
     except BaseException as exc:
         channel.finish(exc)

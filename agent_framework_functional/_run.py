@@ -82,7 +82,7 @@ class RunLease:
         self._run = run
 
     def __del__(self) -> None:
-        self._run.settle(self._run, True)
+        self._run.free_guard(self._run, True)
 
 
 class WorkflowRun:
@@ -96,7 +96,7 @@ class WorkflowRun:
         core: The core instance this run drives.
         name: The workflow name (source of live events).
         holds_guard: True while this run still holds the instance's guard (AGENTS.md invariant 8).
-        settle: The instance settles after this run, if it still holds the guard (True: dropped unfinished).
+        free_guard: Frees the instance's guard if this run still holds it (True: dropped unfinished).
     """
 
     core_started = False
@@ -116,14 +116,14 @@ class WorkflowRun:
         name: str,
         *,
         holds_guard: Callable[[WorkflowRun], bool],
-        settle: Callable[[WorkflowRun, bool], None],
+        free_guard: Callable[[WorkflowRun, bool], None],
     ) -> None:
         self.ticket = ticket
         self.authority = authority
         self.core = core
         self.name = name
         self.holds_guard = holds_guard
-        self.settle = settle
+        self.free_guard = free_guard
 
     def end(self, *, dropped: bool) -> bool:
         """Hand back what the run did not spend; True when core's replay state must go.
@@ -262,13 +262,13 @@ class WorkflowRun:
         return (event,)
 
     async def _done(self) -> None:
-        """The run ended: its storage writes the step checkpoints it held back for it, then the instance settles."""
+        """The run ended: its recorder ends the run's saves (``settle``), then the guard is freed."""
         try:
             recorder = self.ticket.recorder
             if recorder is not None:
                 await recorder.settle()
         finally:
-            self.settle(self, False)
+            self.free_guard(self, False)
 
 
 def failure_surface(exc: Exception) -> list[WorkflowEvent[Any]]:
@@ -312,7 +312,7 @@ def handle(
     response_stream: ResponseStream[WorkflowEvent[Any], FunctionalWorkflowRunResult] = ResponseStream(
         run.stream(core_kwargs),
         finalizer=functools.partial(finalize_events, run=run, include_status_events=include_status_events),
-        cleanup_hooks=[functools.partial(run.settle, run, True)],
+        cleanup_hooks=[functools.partial(run.free_guard, run, True)],
     )
-    weakref.finalize(response_stream, run.settle, run, True).atexit = False
+    weakref.finalize(response_stream, run.free_guard, run, True).atexit = False
     return response_stream

@@ -377,14 +377,14 @@ class FunctionalWorkflow:
 
     def _new_run(self, ticket: ResumeTicket) -> WorkflowRun:
         args = (ticket, self._authority, self._core, self._definition.name)
-        return WorkflowRun(*args, holds_guard=self._holds_guard, settle=self._settle)
+        return WorkflowRun(*args, holds_guard=self._holds_guard, free_guard=self._free_guard)
 
     def _holds_guard(self, run: WorkflowRun) -> bool:
         return self._active is run
 
-    def _settle(self, run: WorkflowRun, dropped: bool) -> None:
+    def _free_guard(self, run: WorkflowRun, dropped: bool) -> None:
         """Free the guard after a run ended or was dropped (only the run holding it: AGENTS.md invariant 8)."""
-        if self._active is run:  # else already settled: a newer run may own the instance
+        if self._active is run:  # else already freed: a newer run may own the instance
             self._active = None
             if run.end(dropped=dropped):
                 self._core = self._new_core()
