@@ -233,8 +233,7 @@ def _forget(now: float) -> None:
 def forget_spent() -> int:
     """Drop the notes whose time has passed now (a host's sweep task); returns how many went."""
     before = sum(len(notes) for notes in _spent.values())
-    _forget(time.time())
-    return before - sum(len(notes) for notes in _spent.values())
+    return before - spent_notes()
 
 
 def spent_notes() -> int:
