@@ -17,7 +17,7 @@ from agent_framework import RunContext, get_run_context, step
 
 from ._agent import FunctionalWorkflowAgent
 from ._answers import response_schema
-from ._authority import VerifiedContinuation
+from ._authority_protocol import VerifiedContinuation
 from ._continuation import FunctionalWorkflowContinuationToken, continuation_token_hash
 from ._durable.checkpoint_seal import CheckpointSealer
 from ._durable.postgres_checkpoint import PostgresCheckpointStorage

@@ -15,8 +15,7 @@ from typing import Any, TypeVar
 
 from opentelemetry import metrics, trace
 
-from ._authority import raw_token
-from ._authority_protocol import Authority, ResumeTicket
+from ._authority_protocol import Authority, ResumeTicket, raw_token
 from ._continuation import Continuation, hash_secret, presented_secret
 from ._errors import (
     CheckpointRestoreConflictError,

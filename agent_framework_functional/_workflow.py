@@ -19,8 +19,7 @@ from agent_framework import FunctionalWorkflow as _CoreFunctionalWorkflow
 from agent_framework import FunctionalWorkflowDefinition as _CoreFunctionalWorkflowDefinition
 
 from ._acceptance import accept_run, check_checkpoint_storage
-from ._authority import VerifiedContinuation
-from ._authority_protocol import NEW_INPUT, ResumeTicket
+from ._authority_protocol import NEW_INPUT, ResumeTicket, VerifiedContinuation
 from ._continuation import request_tag
 from ._core_compat import build_core, functional_workflows_experimental
 from ._errors import WorkflowRunningError
