@@ -89,14 +89,7 @@ class WorkflowRun:
     """The one run that holds an instance's run guard, and its driving of core (internal).
 
     State fields default on the class: one run is made per call and sets only what it uses.
-
-    Args:
-        ticket: What the authority accepted for this run.
-        authority: The instance's authority strategy.
-        core: The core instance this run drives.
-        name: The workflow name (source of live events).
-        holds_guard: True while this run still holds the instance's guard (AGENTS.md invariant 8).
-        free_guard: Frees the instance's guard if this run still holds it (True: dropped unfinished).
+    ``holds_guard`` / ``free_guard``: the instance's run guard (AGENTS.md invariant 8; True: dropped unfinished).
     """
 
     core_started = False
@@ -128,8 +121,7 @@ class WorkflowRun:
     def end(self, *, dropped: bool) -> bool:
         """Hand back what the run did not spend; True when core's replay state must go.
 
-        It must go after a dropped run that started core, or one that ended after user code without
-        finishing or pausing.
+        It must go after a dropped run that started core, or one that neither finished nor paused.
         """
         handed_back = self.authority.hand_back(self.ticket)
         if dropped:
@@ -200,11 +192,7 @@ class WorkflowRun:
     # ------------------------------------------------------------------ the one driver
 
     async def stream(self, core_kwargs: dict[str, Any], *, streaming: bool = True) -> AsyncIterable[WorkflowEvent[Any]]:
-        """Core's events merged with live updates, the token spent before user code; both run modes.
-
-        ``streaming=False`` drives core's non-streaming stream, live updates collected without a pump
-        task (``_live.collect_live``); :meth:`collect` folds it.
-        """
+        """Core's events merged with live updates, the token spent before user code; both run modes."""
         if not self.holds_guard(self):
             return  # closed before it was iterated: its guard was freed, so never call core
         self.early = []
@@ -304,8 +292,7 @@ def handle(
 ) -> ResponseStream[WorkflowEvent[Any], FunctionalWorkflowRunResult] | Awaitable[FunctionalWorkflowRunResult]:
     """The caller's handle on an accepted run: a ``ResponseStream``, or one coroutine (non-streaming).
 
-    Either frees the guard when dropped unfinished (AGENTS.md invariant 9): the stream by its cleanup
-    hook and a weak finalizer, the coroutine by the :class:`RunLease` only its frame holds.
+    Either frees the guard when dropped unfinished (AGENTS.md invariant 9).
     """
     if not stream:
         return run.collect(core_kwargs, include_status_events, RunLease(run))

@@ -1,10 +1,8 @@
 """The step-cache offer a checkpoint save of a run we drive hands its storage (no core private API).
 
 ``_core_compat.LinearFunctionalWorkflow`` keeps each run's :class:`StepCacheLog` and, around each save,
-gives the run's recorder (a :class:`SaveRecorder`, ``_checkpoint_chain.RecordingCheckpointStorage``) a
-:class:`StepCacheOffer`; the recorder passes it as an argument to a storage that stores each step result
-once (a :class:`DeltaCheckpointStorage`: ``_durable/checkpoint_delta.py``), checked once per run. The key
-names are those of core's checkpoint ``state``.
+gives the run's recorder (a :class:`SaveRecorder`) a :class:`StepCacheOffer`; the recorder passes it to a
+storage that stores each step result once (a :class:`DeltaCheckpointStorage`, checked once per run).
 """
 
 from __future__ import annotations
@@ -20,11 +18,7 @@ STEP_COUNTS = "_step_cache_auto_request_info_counts"
 ORIGINAL_MESSAGE = "_original_message"
 
 HOLD_STEP_SAVES: ContextVar[bool] = ContextVar("agent_framework_functional_hold_step_saves", default=False)
-"""Set by a run's checkpoint recorder around its saves unless it keeps every checkpoint (retention None).
-
-A storage may then hold a step checkpoint back and write it with the run's next save
-(``_durable/postgres_held.py``); a direct ``save()`` is written at once.
-"""
+"""Set by a run's recorder around its saves unless it keeps every checkpoint: a storage may defer a step save."""
 
 
 def append_new_keys(keys: list[str], entries: dict[str, Any]) -> None:
@@ -41,8 +35,7 @@ def append_new_keys(keys: list[str], entries: dict[str, Any]) -> None:
 class StepCacheLog:
     """One run's step cache and request counts (core's dicts), with their keys in insertion order (internal).
 
-    Core only adds entries in a run: what the last save did not store is a slice of the key lists
-    (synced when a save asks, :meth:`sync`). ``parent``: the replayed pause's ``(log, cache_len, counts_len)``.
+    ``parent``: the replayed pause's ``(log, cache_len, counts_len)``.
     """
 
     __slots__ = ("__weakref__", "base", "cache", "cache_keys", "count_keys", "counts", "live", "parent")

@@ -529,10 +529,21 @@ def workflow(
     Replay hazard: on resume the function runs again from the top; a ``@step``'s body does not (its
     cached result is returned), code outside steps does. Keep side effects in steps.
 
-    Args and raises: as :class:`FunctionalWorkflowDefinition` (``func`` only with bare ``@workflow``).
+    Args:
+        func: The async function (bare ``@workflow``).
+
+    Keyword Args:
+        name: Workflow name; defaults to the function's name.
+        description: Optional description (shown by the agent).
+        checkpoint_retention: How long a finished run's checkpoints are kept (default 24 hours; 0: deleted
+            at the finish; None: kept for good; README "Checkpoints are kept, then deleted").
 
     Returns:
         A definition (bare ``@workflow``) or a decorator that makes one.
+
+    Raises:
+        ValueError: More than one non-``RunContext`` parameter; a bad ``checkpoint_retention``.
+        TypeError: ``func`` is not an async function; ``checkpoint_retention`` is not a duration.
 
     Examples:
         .. code-block:: python
