@@ -221,10 +221,7 @@ async def _pump(core_stream: ResponseStream[WorkflowEvent[Any], Any], channel: _
 
 
 async def stream_live(
-    core_stream: ResponseStream[WorkflowEvent[Any], Any],
-    *,
-    source: str | None = None,
-    maxsize: int = LIVE_BUFFER_SIZE,
+    core_stream: ResponseStream[WorkflowEvent[Any], Any], *, source: str | None = None
 ) -> AsyncGenerator[WorkflowEvent[Any], None]:
     """Yield core's events merged, in order, with the live updates the workflow emits (streaming runs).
 
@@ -241,7 +238,7 @@ async def stream_live(
     else:
         return  # core's stream ended before user code
     merge = _Merge()
-    channel = _LiveChannel(maxsize, source)
+    channel = _LiveChannel(LIVE_BUFFER_SIZE, source)
     pump = asyncio.get_running_loop().create_task(_pump(core_stream, channel))
     out: list[WorkflowEvent[Any]] = []
     try:
