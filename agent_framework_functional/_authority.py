@@ -21,7 +21,7 @@ from ._continuation import Continuation, issue_continuation, known_spent, matche
 from ._errors import ContinuationAuthorityError, PendingContinuationError
 from ._expiry import delete_checkpoint, delete_checkpoint_soon
 from ._restore import check_restore
-from ._step_cache import DeltaCheckpointStorage
+from ._step_cache import takes_offers
 
 if TYPE_CHECKING:
     from ._store import ContinuationStore
@@ -199,9 +199,7 @@ class InMemoryAuthority:
         if storage is None:
             storage = self.checkpoint_storage
         checkpoint_id = core_kwargs.get("checkpoint_id")
-        if storage is None or (
-            self.keep_checkpoints and checkpoint_id is None and not isinstance(storage, DeltaCheckpointStorage)
-        ):
+        if storage is None or (self.keep_checkpoints and checkpoint_id is None and not takes_offers(storage)):
             return ticket
         recorder = RecordingCheckpointStorage(storage, retention=self.retention)
         if checkpoint_id is not None and self._identity is not None:

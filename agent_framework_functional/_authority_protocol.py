@@ -139,7 +139,13 @@ class Authority(Protocol):
     ``record_pause`` ``PauseNotSavedError``, ``require_sync`` ``ContinuationStoreAsyncError``.
     """
 
-    conversation: str | None  # digest of the conversation this instance is bound to (set by the agent)
+    @property
+    def conversation(self) -> str | None:
+        """Digest of the conversation this instance is bound to (set by the agent)."""
+        ...
+
+    @conversation.setter
+    def conversation(self, value: str | None) -> None: ...
 
     @property
     def store(self) -> ContinuationStore | None: ...

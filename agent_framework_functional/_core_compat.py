@@ -273,7 +273,7 @@ class LinearFunctionalWorkflow(_CoreFunctionalWorkflow):
         # Core calls this for the pause's and the final save (and, before 1.26, for each step's save).
         save = _CoreFunctionalWorkflow._save_checkpoint  # pyright: ignore[reportPrivateUsage]
         recorder = self._af_recorder
-        if recorder is None or recorder is not storage or recorder.offer is not None:
+        if recorder is None or storage is not recorder or recorder.offer is not None:  # pyright: ignore[reportUnnecessaryComparison]
             return await save(self, ctx, storage, previous_checkpoint_id)  # not ours, or a step's (offered already)
         if not ctx._pending_requests and recorder.drops_final_checkpoint:  # pyright: ignore[reportPrivateUsage]
             return previous_checkpoint_id or ""  # a clean finish: the recorder would delete this checkpoint at once

@@ -97,6 +97,11 @@ class DeltaCheckpointStorage(Protocol):
         ...
 
 
+def takes_offers(storage: object) -> bool:
+    """Whether ``storage`` stores each step result once (a :class:`DeltaCheckpointStorage`)."""
+    return isinstance(storage, DeltaCheckpointStorage)
+
+
 @runtime_checkable
 class SaveRecorder(Protocol):
     """The run's recorder as the workflow that saves through it sees it (``_checkpoint_chain``).
