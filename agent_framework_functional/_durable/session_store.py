@@ -282,11 +282,10 @@ class InMemorySessionStore(BoundedSessionStore):
     """A bounded, process-local session store: the hosts' default when they are given no shared store.
 
     Unlike core's ``SessionStore`` (no eviction, a deep copy per entry), it keeps each session as JSON
-    text and bounds what it keeps. What it drops: a session ``ttl`` after its last write (a paused
-    conversation whose session is dropped can no longer be answered through the host: its token was
-    there), and, past ``max_entries``, the least recently written sessions first. Every write drops
-    what is due, so memory stays bounded without a background task. For several workers or restarts
-    use :class:`SQLiteSessionStore`, :class:`RedisSessionStore` or :class:`PostgresSessionStore`.
+    text; each write drops the sessions ``ttl`` past their last write and, past ``max_entries``, the
+    least recently written (a dropped session's paused conversation can no longer be answered through
+    the host). For several workers or restarts use :class:`SQLiteSessionStore`,
+    :class:`RedisSessionStore` or :class:`PostgresSessionStore`.
 
     Keyword Args:
         ttl: How long a session is kept after its last write (seconds or ``timedelta``); default 24 hours,
