@@ -28,9 +28,10 @@ from weakref import WeakKeyDictionary
 
 from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 
+from .._core_compat import core_encode_checkpoint_value
 from .._step_cache import ORIGINAL_MESSAGE, STEP_CACHE, STEP_COUNTS, StepCacheLog, StepCacheOffer
 from .checkpoint_heads import head_fields, read_heads
-from .checkpoint_pickles import PICKLED, decode_value, encode_value, unsavable
+from .checkpoint_pickles import PICKLED, decode_value, unsavable
 
 _HEAD = ("checkpoint_id", "previous_checkpoint_id", "timestamp")
 _PICKLE_KEY = json.dumps(PICKLED)  # how a pickle envelope's key appears in a chunk's JSON text
@@ -145,7 +146,7 @@ class StepCacheDeduper:
         rest = checkpoint.to_dict()
         head = [rest.pop(name) for name in _HEAD]
         rest["state"] = {**checkpoint.state, STEP_CACHE: {}, STEP_COUNTS: {}, ORIGINAL_MESSAGE: None}
-        encoded_rest = encode_value(rest)
+        encoded_rest = core_encode_checkpoint_value(rest)
         encoded_state = encoded_rest.get("state")
         if not isinstance(encoded_state, dict) or STEP_CACHE not in encoded_state:
             return None  # core pickled the whole state (a reserved key in it): store the checkpoint whole
@@ -155,13 +156,15 @@ class StepCacheDeduper:
         count_keys = log.count_keys[seg.counts_done : offer.counts_len]
         last = seg.last_key
         if cache_keys:
-            chunk["c"], last = _front_coded(cache_keys, encode_value([log.cache[key] for key in cache_keys]), last)
+            chunk["c"], last = _front_coded(
+                cache_keys, core_encode_checkpoint_value([log.cache[key] for key in cache_keys]), last
+            )
         if count_keys:
             counts = [log.counts[key] for key in count_keys]
             chunk["n"] = counts if count_keys == cache_keys else dict(zip(count_keys, counts, strict=True))
         message = checkpoint.state.get(ORIGINAL_MESSAGE)
         if seg.chunks == 0 or message is not seg.message:
-            chunk["m"] = encode_value(message)
+            chunk["m"] = core_encode_checkpoint_value(message)
         if seg.chunks == 0 or rest_json != seg.rest:
             chunk["h"] = encoded_rest
         time = self._add_head(chunk, head, seg) if self._inline else seg.last_time
