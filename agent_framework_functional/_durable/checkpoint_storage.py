@@ -8,6 +8,7 @@ bodies are core's checkpoint encoding, each pickle checked before it is decoded
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable
@@ -134,13 +135,16 @@ class DurableCheckpointStorage(AsyncClosing):
         return [checkpoint.checkpoint_id for checkpoint in await self.list_checkpoints(workflow_name=workflow_name)]
 
     async def _listed(
-        self, workflow_name: str, loads: Iterable[tuple[str, Callable[[], Awaitable[WorkflowCheckpoint]]]]
+        self,
+        workflow_name: str,
+        loads: Iterable[tuple[str, Callable[[], WorkflowCheckpoint | Awaitable[WorkflowCheckpoint]]]],
     ) -> list[WorkflowCheckpoint]:
         """The checkpoints that load and whose body names ``workflow_name``, in order; others skipped with a warning."""
         checkpoints: list[WorkflowCheckpoint] = []
         for checkpoint_id, load in loads:
             try:
-                checkpoint = await load()
+                loaded = load()
+                checkpoint = await loaded if inspect.isawaitable(loaded) else loaded
             except WorkflowCheckpointException as exc:
                 self.logger.warning("Skipping checkpoint %s of workflow %s: %s", checkpoint_id, workflow_name, exc)
                 continue

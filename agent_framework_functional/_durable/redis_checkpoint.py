@@ -195,7 +195,7 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
         Whole ones first, then each segment's in save order, the segments by their last save.
         """
         bodies = await self._bodies(workflow_name)
-        loads = [(cid, functools.partial(self._load_whole, cid, raw)) for cid, raw in bodies]
+        loads = [(cid, functools.partial(self._whole, cid, _as_bytes(raw))) for cid, raw in bodies]
         return await self._listed(workflow_name, [*loads, *await self._segment_loads(workflow_name)])
 
     async def delete(self, checkpoint_id: str) -> bool:
@@ -260,15 +260,10 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
             args += location_of(head.checkpoint_id)
         where = cast("list[Any]", await self._locate(args=args))
         return [
-            (head.checkpoint_id, functools.partial(self._load_inline, head.checkpoint_id, head.refs, head.chunks))
+            (head.checkpoint_id, functools.partial(self._inline, head.checkpoint_id, head.refs, head.chunks))
             for head, at in zip(candidates, where, strict=True)
             if at is not None and _as_bytes(at) == head.location.encode("utf-8", "surrogateescape")
         ]
-
-    async def _load_inline(
-        self, checkpoint_id: str, refs: list[tuple[str, int]], chunks: list[list[Opened]]
-    ) -> WorkflowCheckpoint:
-        return self._inline(checkpoint_id, refs, chunks)
 
     def _inline(
         self, checkpoint_id: str, refs: list[tuple[str, int]], chunks: list[list[Opened]]
@@ -283,9 +278,6 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
         args = [*self._args(checkpoint.checkpoint_id), checkpoint.workflow_name, plan.segment, chunk or b""]
         args += [plan.chunk_index, plan.references]
         return bool(int(await self._save_delta(args=args)))
-
-    async def _load_whole(self, checkpoint_id: str, raw: Any) -> WorkflowCheckpoint:
-        return self._whole(checkpoint_id, _as_bytes(raw))
 
 
 def _as_bytes(raw: Any) -> bytes:

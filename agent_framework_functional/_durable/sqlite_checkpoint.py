@@ -251,7 +251,7 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
             return loads
 
         loads = await self._run(read)
-        return await self._listed(workflow_name, ((cid, functools.partial(_decoded, load)) for cid, load in loads))
+        return await self._listed(workflow_name, loads)
 
     async def delete(self, checkpoint_id: str) -> bool:
         """Delete a checkpoint by id (and step results nothing references any more); True if this call did."""
@@ -334,7 +334,3 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
                 return operation(self._conn)
 
         return await asyncio.to_thread(locked)
-
-
-async def _decoded(load: Callable[[], WorkflowCheckpoint]) -> WorkflowCheckpoint:
-    return load()
