@@ -50,32 +50,6 @@ def group_key(group: str) -> str:
     return hashlib.sha256(group.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def encode_session(session: AgentSession) -> str:
-    """``session`` as JSON text (core's ``to_dict``).
-
-    Raises:
-        TypeError: The session's state holds a value JSON cannot represent (keep state JSON-safe, or
-            register the type with core's state registry).
-    """
-    return json.dumps(session.to_dict(), ensure_ascii=True, separators=(",", ":"))
-
-
-def decode_session(text: str) -> AgentSession:
-    """The session stored as ``text`` by :func:`encode_session`."""
-    return AgentSession.from_dict(cast("dict[str, Any]", json.loads(text)))
-
-
-MAX_ENTRIES_LIMIT = 2**63 - 1
-"""The largest ``max_entries`` (a signed 64-bit integer: what SQLite and PostgreSQL take as a row count)."""
-
-
-def check_max_entries(value: int) -> int:
-    """Return ``value`` if it is a positive integer up to :data:`MAX_ENTRIES_LIMIT`; raise ``ValueError`` otherwise."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ENTRIES_LIMIT:  # pyright: ignore[reportUnnecessaryIsInstance]
-        raise ValueError(f"max_entries must be a positive integer of at most 2**63 - 1, got {value!r}.")
-    return value
-
-
 @dataclass(frozen=True)
 class SessionLimits:
     """A durable session store's bounds, checked: ``ttl`` and ``purge_interval`` in seconds (None: no purges)."""
@@ -101,9 +75,11 @@ class SessionLimits:
             TypeError: A duration is neither a number nor a ``timedelta``.
         """
         seconds = duration_seconds(ttl, "ttl")
-        entries = check_max_entries(max_entries)
+        # at most a signed 64-bit integer: what SQLite and PostgreSQL take as a row count
+        if isinstance(max_entries, bool) or not isinstance(max_entries, int) or not 1 <= max_entries <= 2**63 - 1:  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise ValueError(f"max_entries must be a positive integer of at most 2**63 - 1, got {max_entries!r}.")
         interval = None if purge_interval is None else duration_seconds(purge_interval, "purge_interval")
-        return cls(seconds, entries, interval, clock)
+        return cls(seconds, max_entries, interval, clock)
 
 
 class LimitedRecords:
@@ -165,17 +141,19 @@ class BoundedSessionStore(AsyncClosing, SessionStore):
         """
         SessionStore.validate_session_id(session_id)
         text = await self.records.read(SESSION_GROUP, session_id)
-        return None if text is None else decode_session(text)
+        return None if text is None else AgentSession.from_dict(cast("dict[str, Any]", json.loads(text)))
 
     async def set(self, session_id: str, session: AgentSession) -> None:
         """Store ``session`` under ``session_id`` as JSON; it expires ``ttl`` from now.
 
         Raises:
             ValueError: ``session_id`` is empty.
-            TypeError: The session's state is not JSON-safe.
+            TypeError: The session's state is not JSON-safe (keep it so, or register the type with
+                core's state registry).
         """
         SessionStore.validate_session_id(session_id)
-        await self.records.write(SESSION_GROUP, session_id, encode_session(session))
+        text = json.dumps(session.to_dict(), ensure_ascii=True, separators=(",", ":"))
+        await self.records.write(SESSION_GROUP, session_id, text)
 
     async def delete(self, session_id: str) -> None:
         """Delete the stored session, if present.
