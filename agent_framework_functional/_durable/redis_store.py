@@ -194,7 +194,10 @@ class RedisContinuationStore(TimedStore):
             return self._mode
 
     def _install_check(self, client: Any) -> None:
-        """Check persistence on every connection the caller's pool opens from now on (after its own hook)."""
+        """Check persistence on every connection the caller's pool opens from now on (after its own hook).
+
+        ``check`` must be an ``async def``: redis-py awaits the hook only when it is a coroutine function.
+        """
         kwargs: dict[str, Any] = client.connection_pool.connection_kwargs
         previous = kwargs.get("redis_connect_func")
 

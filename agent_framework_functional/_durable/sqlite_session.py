@@ -44,10 +44,6 @@ _TRIM = (
 )
 
 
-def _close_dropped(conn: sqlite3.Connection) -> None:
-    conn.close()
-
-
 class SQLiteRecords(LimitedRecords):
     """The ``session_records`` table of one SQLite file (WAL), used from a worker thread under a lock."""
 
@@ -55,7 +51,7 @@ class SQLiteRecords(LimitedRecords):
         super().__init__(limits)
         self._lock = threading.Lock()
         self._conn = setup(path, busy_timeout, _SCHEMA)
-        self._finalizer = weakref.finalize(self, _close_dropped, self._conn)
+        self._finalizer = weakref.finalize(self, self._conn.close)
 
     async def read(self, group: str, key: str) -> str | None:
         sql = "SELECT body FROM session_records WHERE key = ? AND expires_at > ?"
