@@ -163,7 +163,7 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
         index = self._index_key(checkpoint.workflow_name)
         now_ms = time.time() * 1000
         async with self._client.pipeline(transaction=True) as pipe:
-            await self._delete(args=self._args(checkpoint.checkpoint_id), client=pipe)  # queued: what the id held
+            await self._delete(args=self._args(checkpoint.checkpoint_id), client=pipe)  # queued: the id's old parts
             pipe.hset(key, mapping={"workflow_name": checkpoint.workflow_name, "body": body})
             pipe.zadd(index, {checkpoint.checkpoint_id: now_ms})
             if self._ttl_ms is not None:

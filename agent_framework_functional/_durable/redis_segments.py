@@ -19,7 +19,7 @@ Keys, under the storage's namespace (``p`` = ``<namespace>:``):
 
 A save appends its chunk only when every referenced segment still holds its chunks (else it writes
 nothing and returns 0: the storage saves again with one segment holding everything), drops what the
-id held before (a location, or a whole checkpoint), counts its references, and maps the id to its
+id stored before (a location, or a whole checkpoint), counts its references, and maps the id to its
 chunk. Deleting a checkpoint removes its location (its chunk stays, for the checkpoints after it)
 and frees a segment nothing references any more. A checkpoint stored whole keeps a
 ``checkpoint:<id>`` hash; the scripts read and delete both.

@@ -169,7 +169,7 @@ class DurableRecords(SessionRecords, Protocol):
     """:class:`SessionRecords` on a shared backend, which can also count and purge what it holds."""
 
     async def count(self) -> int:
-        """Records held now (sessions and snapshots; expired ones not yet purged included)."""
+        """Records stored now (sessions and snapshots; expired ones not yet purged included)."""
         ...
 
     async def purge(self) -> int:
@@ -196,7 +196,7 @@ class DurableSessionStore(Generic[_Records], BoundedSessionStore):
         return self._durable
 
     async def count(self) -> int:
-        """Records held now (sessions and snapshots; expired ones not yet purged included)."""
+        """Records stored now (sessions and snapshots; expired ones not yet purged included)."""
         return await self.records.count()
 
     async def purge_expired(self) -> int:
@@ -297,7 +297,7 @@ class InMemorySessionStore(BoundedSessionStore):
         return self._memory
 
     def __len__(self) -> int:
-        """Records held now (sessions, and AG-UI snapshots kept here), expired ones not yet dropped included."""
+        """Records stored now (sessions, and AG-UI snapshots kept here), expired ones not yet dropped included."""
         return len(self.records)
 
     async def purge_expired(self) -> int:

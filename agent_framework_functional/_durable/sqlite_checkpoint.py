@@ -172,7 +172,7 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
         assert chunk is not None  # inline heads: every save appends one
 
         def write(conn: sqlite3.Connection, now: float) -> bool:
-            drop(conn, checkpoint.checkpoint_id)  # what the id held (rolled back with a refusal)
+            drop(conn, checkpoint.checkpoint_id)  # what the id stored before (rolled back with a refusal)
             if not self._segments_hold(conn, plan, now):
                 return False
             expires_at = self._expiry(now)

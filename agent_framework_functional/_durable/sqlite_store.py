@@ -261,7 +261,7 @@ class SQLiteContinuationStore(TimedStore):
         return await self._run(run, write=True)
 
     def _purge(self, conn: sqlite3.Connection, now: float) -> int:
-        """Delete the records past retention (called with ``self._lock`` held); return how many."""
+        """Delete the records past retention (under ``self._lock``); return how many."""
         deleted = conn.execute(_PURGE, {"cutoff": now - self._retention}).rowcount
         self._purges.ran(now)
         return deleted
