@@ -1,37 +1,24 @@
 """Step-cache de-duplication for checkpoint storages: each step result stored once, each checkpoint a small head.
 
-Core saves a checkpoint after every ``@step`` call, and each one holds the whole step cache, so a
-run of N steps would store N(N+1)/2 entries. For runs this package drives, core's save comes with a
-:class:`~._step_cache.StepCacheOffer` (the run's cache in insertion order); a storage that holds a
-:class:`StepCacheDeduper` stores a checkpoint as:
+Core saves a checkpoint after every ``@step`` call, each holding the whole step cache (N(N+1)/2
+entries for N steps). For runs this package drives, the save comes with a ``StepCacheOffer`` and a
+checkpoint is stored as **chunks** appended to the run's **segment** (the cache entries added since
+the previous save, key front-coded; the input and other fields when they changed; core's encoding,
+so the same allow-list) plus a **head** (id, previous id, timestamp) and its **references**
+``[[segment id, chunk count], ...]`` (the segments of the pauses and restores it continues).
 
-* **chunks**, appended to a **segment** (one per run and storage): the entries added since the
-  run's previous save (keys front-coded against the previous key of the segment), the workflow
-  input when it changed, and the checkpoint's other fields (with the step cache left out) when they
-  changed. Encoded with core's checkpoint encoding, so values decode under the same allow-list.
-* a **head**: the checkpoint id, previous id and timestamp, plus its **references**
-  ``[[segment id, chunk count], ...]`` (the segments of the pauses and restores it continues,
-  oldest first; a few at most).
-
-Loading reads the referenced chunks in order, rebuilds core's encoding of the saved checkpoint and decodes
-it with core's decoder. A checkpoint saved without an offer (core used directly) is stored whole.
-
-A backend (``_durable/redis_checkpoint.py`` does this with one Lua script) must, for a :class:`DeltaSave`:
-store atomically, and only when ``plan.segment`` holds exactly ``plan.chunk_index`` chunks and every
-other referenced segment holds at least its count: append ``plan.chunk`` (if any) to
-``plan.segment``, store ``plan.body`` and ``plan.references`` under the checkpoint id, and count one
-reference per referenced segment. When a check fails it calls :meth:`StepCacheDeduper.prepare`
-again with ``fresh=True`` (one segment holding everything). After a write it calls
-:meth:`StepCacheDeduper.saved`. Deleting a checkpoint drops its references and deletes a segment
-nothing references any more. With ``inline_heads`` (Redis) every save appends a chunk that carries
-the head (``_durable/checkpoint_heads.py``; a segment's first chunk also its parents) and ``body`` is
-empty: the backend maps the id to ``(segment, chunk_index)`` and loads with
-:meth:`StepCacheDeduper.assemble_inline`.
+The backend's part, for a :class:`DeltaSave`: atomically, and only when ``plan.segment`` holds
+exactly ``plan.chunk_index`` chunks and every other referenced segment at least its count, append
+``plan.chunk``, store the head under the id, and count a reference per referenced segment; when a
+check fails, ``prepare(..., fresh=True)`` again, and after a write :meth:`StepCacheDeduper.saved`.
+With ``inline_heads`` (SQLite, Redis) each save appends one chunk carrying its head
+(``checkpoint_heads.py``) and loads go through :meth:`StepCacheDeduper.assemble_inline`.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import secrets
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -41,9 +28,10 @@ from weakref import WeakKeyDictionary
 
 from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 
+from .._core_compat import core_encode_checkpoint_value
 from .._step_cache import ORIGINAL_MESSAGE, STEP_CACHE, STEP_COUNTS, StepCacheLog, StepCacheOffer
 from .checkpoint_heads import head_fields, read_heads
-from .checkpoint_pickles import PICKLED, decode_value, encode_value, unsavable
+from .checkpoint_pickles import PICKLED, decode_value, unsavable
 
 _HEAD = ("checkpoint_id", "previous_checkpoint_id", "timestamp")
 _PICKLE_KEY = json.dumps(PICKLED)  # how a pickle envelope's key appears in a chunk's JSON text
@@ -84,12 +72,8 @@ _PROGRESS = ("chunks", "cache_done", "counts_done", "last_key", "message", "rest
 class DeltaSave:
     """One checkpoint saved as a head over chunks: what the backend writes (see the module docstring).
 
-    Attributes:
-        head: ``[checkpoint_id, previous_checkpoint_id, timestamp]``.
-        segment: This run's segment id.
-        chunk: The JSON chunk to append to ``segment``, or None when nothing changed.
-        chunk_index: How many chunks ``segment`` must hold before the append.
-        refs: ``[[segment id, chunk count], ...]``, oldest first.
+    ``head`` is ``[id, previous id, timestamp]``; ``chunk`` the JSON to append to ``segment`` (None:
+    nothing changed), which must hold ``chunk_index`` chunks before; ``refs`` the references, oldest first.
     """
 
     head: list[Any]
@@ -116,17 +100,14 @@ class DeltaSave:
 
 
 class StepCacheDeduper:
-    """Splits checkpoints of runs this package drives into heads and chunks, and joins them back.
-
-    One per storage object; holds no I/O. See the module docstring for the backend's part.
+    """Splits checkpoints of runs this package drives into heads and chunks, and joins them back (no I/O).
 
     Args:
         allowed_types: Extra ``"module:QualName"`` types the storage decodes (as its load does).
 
     Keyword Args:
-        inline_heads: Carry each head in its own chunk (``_durable/checkpoint_heads.py``; every save
-            appends one, compact JSON, ``DeltaSave.body`` empty), for a backend that keeps no record
-            per checkpoint; load with :meth:`assemble_inline`.
+        inline_heads: Carry each head in its own chunk (``DeltaSave.body`` empty), for a backend that
+            keeps no record per checkpoint; load with :meth:`assemble_inline`.
     """
 
     def __init__(self, allowed_types: frozenset[str], *, inline_heads: bool = False) -> None:
@@ -141,17 +122,8 @@ class StepCacheDeduper:
     ) -> DeltaSave | None:
         """Plan the save of ``checkpoint``; None when it must be stored whole (no offer, or not its offer).
 
-        Call before the first ``await`` of the storage's ``save_with_offer``: later steps may change core's dicts.
-
-        Args:
-            checkpoint: The checkpoint core hands to ``save``.
-            offer: The offer that came with it (``save_with_offer``).
-
-        Keyword Args:
-            fresh: Start a new segment holding every entry (after the backend refused a plan).
-
-        Returns:
-            What to write, or None to store the checkpoint whole.
+        Call before the first ``await`` of ``save_with_offer``: later steps may change core's dicts.
+        ``fresh`` starts a new segment holding every entry (after the backend refused a plan).
 
         Raises:
             WorkflowCheckpointException: A part cannot be encoded, or would not decode under the
@@ -174,7 +146,7 @@ class StepCacheDeduper:
         rest = checkpoint.to_dict()
         head = [rest.pop(name) for name in _HEAD]
         rest["state"] = {**checkpoint.state, STEP_CACHE: {}, STEP_COUNTS: {}, ORIGINAL_MESSAGE: None}
-        encoded_rest = encode_value(rest)
+        encoded_rest = core_encode_checkpoint_value(rest)
         encoded_state = encoded_rest.get("state")
         if not isinstance(encoded_state, dict) or STEP_CACHE not in encoded_state:
             return None  # core pickled the whole state (a reserved key in it): store the checkpoint whole
@@ -184,13 +156,15 @@ class StepCacheDeduper:
         count_keys = log.count_keys[seg.counts_done : offer.counts_len]
         last = seg.last_key
         if cache_keys:
-            chunk["c"], last = _front_coded(cache_keys, encode_value([log.cache[key] for key in cache_keys]), last)
+            chunk["c"], last = _front_coded(
+                cache_keys, core_encode_checkpoint_value([log.cache[key] for key in cache_keys]), last
+            )
         if count_keys:
             counts = [log.counts[key] for key in count_keys]
             chunk["n"] = counts if count_keys == cache_keys else dict(zip(count_keys, counts, strict=True))
         message = checkpoint.state.get(ORIGINAL_MESSAGE)
         if seg.chunks == 0 or message is not seg.message:
-            chunk["m"] = encode_value(message)
+            chunk["m"] = core_encode_checkpoint_value(message)
         if seg.chunks == 0 or rest_json != seg.rest:
             chunk["h"] = encoded_rest
         time = self._add_head(chunk, head, seg) if self._inline else seg.last_time
@@ -310,12 +284,9 @@ class StepCacheDeduper:
 
         Args:
             checkpoint_id: The id asked for: the head must name it.
-            refs: ``(segment id, chunk count)`` of the parent segments, then of its own segment (up to
-                and including its chunk); the parents must be those its segment's first chunk names.
+            refs: ``(segment id, chunk count)`` of the parents (those its segment's first chunk
+                names), then of its own segment up to and including its chunk.
             chunks: For each of ``refs``, its first ``count`` chunks (opened), in order.
-
-        Returns:
-            The checkpoint core saved.
 
         Raises:
             WorkflowCheckpointException: The chunks do not form this checkpoint, or a value decodes
@@ -368,7 +339,7 @@ def _front_coded(keys: list[str], values: list[Any], last: str) -> tuple[list[li
     """Cache entries as ``[shared prefix length, key suffix, value]`` after ``last``; and the new last key."""
     entries: list[list[Any]] = []
     for key, value in zip(keys, values, strict=True):
-        shared = _shared_prefix(last, key)
+        shared = len(os.path.commonprefix([last, key]))  # noqa: RUF071 - a character prefix is meant
         entries.append([shared, key[shared:], value])
         last = key
     return entries, last
@@ -387,12 +358,3 @@ def _replay_entries(chunk: dict[str, Any], last: str, cache: dict[str, Any], cou
     elif numbers:
         counts.update(cast("dict[str, Any]", numbers))
     return last
-
-
-def _shared_prefix(previous: str, key: str) -> int:
-    """Length of the common prefix of two keys (front coding)."""
-    limit = min(len(previous), len(key))
-    index = 0
-    while index < limit and previous[index] == key[index]:
-        index += 1
-    return index

@@ -22,7 +22,7 @@ from typing import Any
 
 from agent_framework import WorkflowCheckpointException
 
-from .._core_compat import checkpoint_global_resolver, core_decode_checkpoint_value, core_encode_checkpoint_value
+from .._core_compat import checkpoint_global_resolver, core_decode_checkpoint_value
 
 PICKLED, TYPE_KEY = "__pickled__", "__type__"
 """The keys of the envelope core's ``encode_checkpoint_value`` writes for a value JSON cannot hold."""
@@ -230,11 +230,6 @@ def check_pickles(encoded: Any, allowed_types: frozenset[str]) -> None:
             _Scan(base64.b64decode(text.encode("ascii"), validate=True), resolver).run()
         except Exception as exc:  # as core's decoder: whatever goes wrong is its exception
             raise WorkflowCheckpointException(f"Failed to decode pickled checkpoint data: {exc}") from exc
-
-
-def encode_value(value: Any) -> Any:
-    """Core's checkpoint encoding (``encode_checkpoint_value``, through ``_core_compat``)."""
-    return core_encode_checkpoint_value(value)
 
 
 def decode_value(encoded: Any, allowed_types: frozenset[str]) -> Any:

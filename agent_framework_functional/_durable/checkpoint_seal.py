@@ -154,17 +154,10 @@ class CheckpointSealer:
         return self._encrypt
 
     def seal(self, body: bytes, *, context: bytes = b"") -> bytes:
-        """Return ``body`` sealed with the signing key (and encrypted when ``encrypt=True``).
+        """Return ``body`` sealed with the signing key (and encrypted when ``encrypt=True``), as ASCII bytes.
 
-        Args:
-            body: The encoded checkpoint.
-
-        Keyword Args:
-            context: Bound into the tag (and the cipher's associated data): the checkpoint id, so the
-                body opens only under that id.
-
-        Returns:
-            The sealed body (ASCII bytes).
+        ``context`` is bound into the tag (and the cipher's associated data): the checkpoint id, so the
+        body opens only under that id.
         """
         mac_key, enc_key = self._keys[self._signing_id]
         if self._encrypt:
@@ -177,16 +170,7 @@ class CheckpointSealer:
         return b":".join((_VERSION, alg, self._signing_id, tag, payload))
 
     def open(self, sealed: bytes, *, context: bytes = b"") -> bytes:
-        """Check ``sealed`` and return the body it carries, decrypted if need be.
-
-        Args:
-            sealed: What :meth:`seal` returned (read back from storage).
-
-        Keyword Args:
-            context: The same context it was sealed with (the checkpoint id).
-
-        Returns:
-            The body, authenticated.
+        """Check ``sealed`` (what :meth:`seal` returned, with the same ``context``); return its body, decrypted.
 
         Raises:
             WorkflowCheckpointException: The body is not sealed, names an unknown key, its tag does
@@ -230,10 +214,7 @@ def head_context(checkpoint_id: str, references: bytes) -> bytes:
 
 
 def chunk_context(segment: str, index: int) -> bytes:
-    """The sealing context of a step-cache chunk: its segment id and its index in that segment.
-
-    So chunks cannot be swapped, reordered or moved between segments.
-    """
+    """The sealing context of a step-cache chunk (its segment id and index: chunks cannot be swapped or moved)."""
     return b"afs-chunk\x00" + segment.encode("utf-8") + b"\x00" + str(index).encode("ascii")
 
 

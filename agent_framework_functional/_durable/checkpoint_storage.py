@@ -1,16 +1,14 @@
-"""What the Redis and PostgreSQL checkpoint storages share: options, the body codec, sealing, the listing, deltas.
+"""What the SQLite, Redis and PostgreSQL checkpoint storages share: options, body codec, sealing, listing, deltas.
 
 Core's ``FileCheckpointStorage`` is the reference: a checkpoint that does not load, or whose body names
-another workflow than the one it is filed under, is skipped by the listing with a warning. A whole
-body is written and read only through :func:`encode_body` / :func:`decode_body` (PostgreSQL; Redis keeps
-its own messages), with core's private ``encode_checkpoint_value`` / ``decode_checkpoint_value``
-(``agent_framework._workflows._checkpoint_encoding``) through ``checkpoint_pickles.py`` (each pickle
-checked before it is decoded), imported on first use and pinned by
-``tests/stores/test_checkpoint_storage_contract.py``.
+another workflow than the one it is filed under, is skipped by the listing with a warning. Whole
+bodies are core's checkpoint encoding, each pickle checked before it is decoded
+(``checkpoint_pickles.py``); ``tests/stores/test_checkpoint_storage_contract.py`` pins the codec.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable
@@ -19,9 +17,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 
+from .._core_compat import core_encode_checkpoint_value
 from .._store import AsyncClosing
 from .checkpoint_delta import DeltaSave, StepCacheDeduper
-from .checkpoint_pickles import decode_value, encode_value, unsavable
+from .checkpoint_pickles import decode_value, unsavable
 from .checkpoint_seal import CheckpointSealer, chunk_context, head_context, is_sealed, warn_unsealed
 
 if TYPE_CHECKING:
@@ -31,18 +30,11 @@ if TYPE_CHECKING:
 def encode_body(checkpoint: WorkflowCheckpoint, allowed_types: frozenset[str]) -> bytes:
     """Return the stored bytes of ``checkpoint``: core's checkpoint encoding as UTF-8 JSON.
 
-    Args:
-        checkpoint: The checkpoint to store.
-        allowed_types: Extra ``"module:QualName"`` types the body may hold.
-
-    Returns:
-        The body.
-
     Raises:
         WorkflowCheckpointException: It cannot be encoded, or would not decode under ``allowed_types``.
     """
     try:
-        encoded = encode_value(checkpoint.to_dict())
+        encoded = core_encode_checkpoint_value(checkpoint.to_dict())
         decode_value(encoded, allowed_types)  # refuse now what a load would refuse
         return json.dumps(encoded, ensure_ascii=False).encode("utf-8")
     except Exception as exc:
@@ -50,15 +42,7 @@ def encode_body(checkpoint: WorkflowCheckpoint, allowed_types: frozenset[str]) -
 
 
 def decode_body(checkpoint_id: str, body: bytes, allowed_types: frozenset[str]) -> WorkflowCheckpoint:
-    """Return the checkpoint stored as ``body``; any problem is a ``WorkflowCheckpointException``.
-
-    Args:
-        checkpoint_id: The checkpoint's id, for the message.
-        body: What :func:`encode_body` returned (or what someone else wrote in its place).
-        allowed_types: Extra ``"module:QualName"`` types the body may hold.
-
-    Returns:
-        The checkpoint.
+    """Return the checkpoint stored as ``body`` (``checkpoint_id`` for messages).
 
     Raises:
         WorkflowCheckpointException: The body is not UTF-8 JSON, is nested too deeply, holds a type
@@ -140,38 +124,27 @@ class DurableCheckpointStorage(AsyncClosing):
         return self._allowed_types
 
     async def get_latest(self, *, workflow_name: str) -> WorkflowCheckpoint | None:
-        """Return the workflow's checkpoint with the latest ``timestamp`` (as core's storages order them).
-
-        Keyword Args:
-            workflow_name: The workflow's name.
-
-        Returns:
-            That checkpoint, or None when the workflow has none.
-        """
+        """Return the workflow's checkpoint with the latest ``timestamp`` (as core orders them), or None."""
         checkpoints = await self.list_checkpoints(workflow_name=workflow_name)
         if not checkpoints:
             return None
         return max(checkpoints, key=lambda checkpoint: datetime.fromisoformat(checkpoint.timestamp))
 
     async def list_checkpoint_ids(self, *, workflow_name: str) -> list[str]:
-        """Return the ids of the checkpoints :meth:`list_checkpoints` returns, oldest save first.
-
-        Keyword Args:
-            workflow_name: The workflow's name.
-
-        Returns:
-            Checkpoint ids; only checkpoints that load under the allow-list.
-        """
+        """Return the ids of the checkpoints :meth:`list_checkpoints` returns (those that load), in its order."""
         return [checkpoint.checkpoint_id for checkpoint in await self.list_checkpoints(workflow_name=workflow_name)]
 
     async def _listed(
-        self, workflow_name: str, loads: Iterable[tuple[str, Callable[[], Awaitable[WorkflowCheckpoint]]]]
+        self,
+        workflow_name: str,
+        loads: Iterable[tuple[str, Callable[[], WorkflowCheckpoint | Awaitable[WorkflowCheckpoint]]]],
     ) -> list[WorkflowCheckpoint]:
         """The checkpoints that load and whose body names ``workflow_name``, in order; others skipped with a warning."""
         checkpoints: list[WorkflowCheckpoint] = []
         for checkpoint_id, load in loads:
             try:
-                checkpoint = await load()
+                loaded = load()
+                checkpoint = await loaded if inspect.isawaitable(loaded) else loaded
             except WorkflowCheckpointException as exc:
                 self.logger.warning("Skipping checkpoint %s of workflow %s: %s", checkpoint_id, workflow_name, exc)
                 continue

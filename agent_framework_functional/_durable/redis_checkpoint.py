@@ -1,12 +1,7 @@
 """RedisCheckpointStorage: core's ``CheckpointStorage`` on Redis, for workers without a shared file system.
 
-Core's private API touched here (on purpose): ``encode_checkpoint_value`` and
-``decode_checkpoint_value`` from ``agent_framework._workflows._checkpoint_encoding``, the helpers
-core's own ``FileCheckpointStorage`` uses, so a checkpoint is encoded exactly as core encodes it and
-decoded under core's allow-list, through ``checkpoint_pickles.py`` (each pickle checked before it is
-decoded). They are imported when first used, so a core upgrade that moves them breaks only the
-storages; ``tests/durable/test_redis_checkpoint.py`` imports them directly and compares the stored
-body with what ``FileCheckpointStorage`` writes, so such an upgrade fails loudly.
+Whole bodies are core's own checkpoint encoding (``checkpoint_storage.encode_body``);
+``tests/durable/test_redis_checkpoint.py`` compares them with what ``FileCheckpointStorage`` writes.
 """
 
 from __future__ import annotations
@@ -58,36 +53,21 @@ DEFAULT_CHECKPOINT_TTL = timedelta(days=7)
 class RedisCheckpointStorage(DurableCheckpointStorage):
     """Core's ``CheckpointStorage`` protocol on Redis, so workers on several machines share checkpoints.
 
-    A drop-in for ``FileCheckpointStorage`` when the workers share no file system: give every worker
-    the same Redis (and namespace), with a :class:`RedisContinuationStore`, and any of them can
-    resume a pause another one saved. Checkpoints are encoded with core's own checkpoint encoding
-    (JSON, with pickled values for non-JSON types) and decoded under core's allow-list: the
-    built-in safe types, Agent Framework's and OpenAI's types, types registered with
-    ``agent_framework.register_checkpoint_type``, and ``allowed_checkpoint_types``. A checkpoint
-    that would not decode under that list is refused at :meth:`save`, as ``FileCheckpointStorage``
-    does.
+    A drop-in for ``FileCheckpointStorage``: give every worker the same Redis and namespace (with a
+    :class:`RedisContinuationStore`) and any of them can resume a pause another saved. Bodies are
+    core's checkpoint encoding, decoded under core's allow-list plus ``allowed_checkpoint_types``;
+    a checkpoint that would not decode is refused at :meth:`save`, a stored one that does not makes
+    :meth:`load` raise ``WorkflowCheckpointException`` and :meth:`list_checkpoints` skip it.
 
-    Keys: a checkpoint stored whole is ``<namespace>:checkpoint:<id>`` (a hash: ``workflow_name``,
-    ``body``), indexed in ``<namespace>:workflow:<name>`` (a sorted set by save time). Checkpoints of
-    runs this package drives store each step result once and keep no key of their own: each is one
-    chunk (the entries its step added, and its head) in a ``<namespace>:segment:<id>`` list shared by
-    the run's checkpoints, and a location in a small shared hash (``_durable/redis_segments.py``).
-    ``load`` returns the same checkpoint either way. Every key expires ``ttl`` after the last save that
-    wrote it, and each save drops index entries and locations older than ``ttl``, so storage stays
-    bounded. Keep ``ttl`` at least as long as the continuation store's ``ttl + retention``, so a
-    pause's checkpoint outlives its token and its recovery window.
+    A checkpoint stored whole is the hash ``<namespace>:checkpoint:<id>``, indexed by save time in
+    ``<namespace>:workflow:<name>``; checkpoints of runs this package drives are one chunk each in
+    their run's segment (``_durable/redis_segments.py``). Every key expires ``ttl`` after the last
+    save that wrote it: keep ``ttl`` at least the continuation store's ``ttl + retention``.
 
-    Security: core decodes checkpoints with ``pickle`` (restricted by the allow-list, which is a
-    mitigation, not a boundary), so without a ``sealer`` whoever can write these keys can run code
-    in your workers (the storage logs a warning once). With a :class:`CheckpointSealer` every stored
-    piece is authenticated with the host's key (and optionally encrypted): a whole body under its
-    id, a head under its id and references, each step-cache chunk under its segment and position;
-    a piece that fails the check is refused before anything decodes it. Either way, protect the Redis like the
-    continuation store (AUTH/ACLs on the namespace, TLS). A body that cannot be read (refused by
-    the sealer, not UTF-8, not JSON, too deeply nested, a type outside the allow-list) makes
-    :meth:`load` raise ``WorkflowCheckpointException`` and is skipped by :meth:`list_checkpoints`.
-    Losing a checkpoint in a Redis crash loses its pause (a resume then fails, it never runs
-    twice); use the same persistence as for the continuation store.
+    Security: core decodes with ``pickle``, so without a ``sealer`` whoever can write these keys can
+    run code in your workers (a warning is logged once); with a :class:`CheckpointSealer` every
+    stored piece is authenticated (optionally encrypted) and refused before decoding when it fails.
+    Protect the Redis like the continuation store (ACLs, TLS, the same persistence).
 
     Args:
         client: A ``redis.asyncio.Redis`` client (the caller owns and closes it), or a URL such as
@@ -183,7 +163,7 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
         index = self._index_key(checkpoint.workflow_name)
         now_ms = time.time() * 1000
         async with self._client.pipeline(transaction=True) as pipe:
-            await self._delete(args=self._args(checkpoint.checkpoint_id), client=pipe)  # queued: what the id held
+            await self._delete(args=self._args(checkpoint.checkpoint_id), client=pipe)  # queued: the id's old parts
             pipe.hset(key, mapping={"workflow_name": checkpoint.workflow_name, "body": body})
             pipe.zadd(index, {checkpoint.checkpoint_id: now_ms})
             if self._ttl_ms is not None:
@@ -196,17 +176,10 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
     async def load(self, checkpoint_id: str) -> WorkflowCheckpoint:
         """Load a checkpoint by id.
 
-        Args:
-            checkpoint_id: The id :meth:`save` returned.
-
-        Returns:
-            A new ``WorkflowCheckpoint`` decoded from Redis.
-
         Raises:
             WorkflowCheckpointException: No checkpoint has this id (never saved, deleted or expired),
-                or its body cannot be read: refused by the sealer (or sealed while this storage has
-                none), not UTF-8 JSON, nested too deeply, a type outside the allow-list, or a
-                checkpoint of another id.
+                or it cannot be read (refused by the sealer, not a checkpoint, a type outside the
+                allow-list, or another id's).
         """
         found = cast("list[Any]", await self._load(args=self._args(checkpoint_id)))
         if int(found[0]) == 1:
@@ -217,42 +190,20 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
         return self._whole(checkpoint_id, _as_bytes(found[1]))
 
     async def list_checkpoints(self, *, workflow_name: str) -> list[WorkflowCheckpoint]:
-        """Return the workflow's checkpoints that still exist and decode, oldest save first.
+        """Return the workflow's checkpoints that still exist and decode (others skipped with a warning).
 
-        Checkpoints stored whole come first, then those of the step-cache segments, each segment's
-        in save order, the segments by their last save. A checkpoint that fails to decode (for
-        example a type outside the allow-list) is skipped with a warning, as ``FileCheckpointStorage`` does.
-
-        Keyword Args:
-            workflow_name: The workflow's name.
-
-        Returns:
-            The decoded checkpoints.
+        Whole ones first, then each segment's in save order, the segments by their last save.
         """
         bodies = await self._bodies(workflow_name)
-        loads = [(cid, functools.partial(self._load_whole, cid, raw)) for cid, raw in bodies]
+        loads = [(cid, functools.partial(self._whole, cid, _as_bytes(raw))) for cid, raw in bodies]
         return await self._listed(workflow_name, [*loads, *await self._segment_loads(workflow_name)])
 
     async def delete(self, checkpoint_id: str) -> bool:
-        """Delete a checkpoint by id.
-
-        Args:
-            checkpoint_id: The checkpoint's id.
-
-        Returns:
-            True if this call deleted it; False if no checkpoint had this id.
-        """
+        """Delete a checkpoint by id; True if this call deleted it, False if no checkpoint had this id."""
         return bool(int(await self._delete(args=self._args(checkpoint_id))))
 
     async def delete_many(self, checkpoint_ids: list[str]) -> int:
-        """Delete several checkpoints in one round trip (a run chain's spent checkpoints; pipelined scripts).
-
-        Args:
-            checkpoint_ids: The checkpoints' ids.
-
-        Returns:
-            How many of them this call deleted.
-        """
+        """Delete several checkpoints in one round trip (pipelined scripts); return how many this call deleted."""
         ids = list(dict.fromkeys(checkpoint_ids))
         if not ids:
             return 0
@@ -309,15 +260,10 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
             args += location_of(head.checkpoint_id)
         where = cast("list[Any]", await self._locate(args=args))
         return [
-            (head.checkpoint_id, functools.partial(self._load_inline, head.checkpoint_id, head.refs, head.chunks))
+            (head.checkpoint_id, functools.partial(self._inline, head.checkpoint_id, head.refs, head.chunks))
             for head, at in zip(candidates, where, strict=True)
             if at is not None and _as_bytes(at) == head.location.encode("utf-8", "surrogateescape")
         ]
-
-    async def _load_inline(
-        self, checkpoint_id: str, refs: list[tuple[str, int]], chunks: list[list[Opened]]
-    ) -> WorkflowCheckpoint:
-        return self._inline(checkpoint_id, refs, chunks)
 
     def _inline(
         self, checkpoint_id: str, refs: list[tuple[str, int]], chunks: list[list[Opened]]
@@ -332,9 +278,6 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
         args = [*self._args(checkpoint.checkpoint_id), checkpoint.workflow_name, plan.segment, chunk or b""]
         args += [plan.chunk_index, plan.references]
         return bool(int(await self._save_delta(args=args)))
-
-    async def _load_whole(self, checkpoint_id: str, raw: Any) -> WorkflowCheckpoint:
-        return self._whole(checkpoint_id, _as_bytes(raw))
 
 
 def _as_bytes(raw: Any) -> bytes:

@@ -41,24 +41,10 @@ def pooled_client(
 ) -> Any:
     """Return a ``redis.asyncio.Redis`` client for ``url`` that owns a ``BlockingConnectionPool``.
 
-    Past ``max_connections`` concurrent commands wait for a free connection, for at most
-    ``pool_timeout``, instead of failing; closing the client closes the pool. A command that fails
-    with a connection error (a pooled connection the server closed, for example after a restart)
-    is retried once on a fresh connection; callers make sure every command they send is safe to
-    run again (see ``_TRANSITION``).
-
-    Args:
-        url: A Redis URL (``redis://``, ``rediss://`` or ``unix://``).
-
-    Keyword Args:
-        max_connections: Size of the pool.
-        pool_timeout: Longest wait for a free connection (seconds or ``timedelta``).
-        owner: Class name for error messages.
-        on_connect: Run on every new connection (redis-py's ``redis_connect_func``); it must
-            initialise the connection (``await connection.on_connect()``) first.
-
-    Returns:
-        The client (``Any``: redis-py is untyped here).
+    Past ``max_connections`` commands wait up to ``pool_timeout`` for a connection. A command failing
+    with a connection error (say, after a server restart) is retried once on a fresh connection, so
+    every command sent must be safe to run again. ``on_connect`` is redis-py's ``redis_connect_func``
+    (it must ``await connection.on_connect()`` first); ``owner`` names the class in errors.
 
     Raises:
         ImportError: The ``redis`` package is not installed.
@@ -92,12 +78,9 @@ _TIMED_SEND: dict[type, type] = {}
 def timed_send_class(connection_class: type) -> type:
     """``connection_class`` whose writes time out under ``asyncio.timeout`` instead of ``asyncio.wait_for``.
 
-    redis-py sends each command under ``asyncio.wait_for(..., socket_timeout)``, which on Python
-    3.11 wraps the write in a new task: inside a workflow run core's task factory then tracks that
-    task too, and the two cost about a quarter of a step's CPU with ``RedisCheckpointStorage``
-    (``benchmarks/README.md``). The same timeout under ``asyncio.timeout`` needs no task; a write
-    that times out still closes the connection and raises redis-py's ``TimeoutError``. Before
-    Python 3.11 (no ``asyncio.timeout``) the class is returned unchanged.
+    redis-py's ``wait_for`` wraps each write in a new task, which core's task factory tracks inside
+    a run: a large share of a step's CPU with ``RedisCheckpointStorage`` (``benchmarks/README.md``).
+    Unchanged before Python 3.11 (no ``asyncio.timeout``).
     """
     if sys.version_info < (3, 11):
         return connection_class
@@ -139,14 +122,7 @@ def text(value: Any) -> str:
 async def sorted_members(client: Any, key: str, *, as_text: bool = False) -> list[Any]:
     """Every member of the sorted set ``key``, oldest first; none when the key holds another type.
 
-    A listing skips what it cannot read, and a key an operator overwrote is no index.
-
-    Args:
-        client: A ``redis.asyncio.Redis`` client.
-        key: The sorted set's key.
-
-    Keyword Args:
-        as_text: Return the members as text, leaving out those that are not UTF-8.
+    ``as_text``: the members as text, leaving out those that are not UTF-8.
     """
     from redis.exceptions import ResponseError
 

@@ -17,12 +17,9 @@ Keys, under the storage's namespace (``p`` = ``<namespace>:``):
 * ``p wsegs:<workflow>``: a sorted set of the workflow's segments by last save (what the listing
   reads; entries older than ``ttl`` dropped on each save).
 
-A save appends its chunk only when every referenced segment still holds its chunks (else it writes
-nothing and returns 0: the storage saves again with one segment holding everything), drops what the
-id held before (a location, or a whole checkpoint), counts its references, and maps the id to its
-chunk. Deleting a checkpoint removes its location (its chunk stays, for the checkpoints after it)
-and frees a segment nothing references any more. A checkpoint stored whole keeps a
-``checkpoint:<id>`` hash; the scripts read and delete both.
+The save script keeps ``checkpoint_delta``'s backend contract (and drops what the id stored before);
+a delete removes the location (the chunk stays for the checkpoints after it). A checkpoint stored
+whole keeps a ``checkpoint:<id>`` hash; the scripts read and delete both layouts.
 """
 
 from __future__ import annotations

@@ -94,15 +94,10 @@ class RedisRecords(LimitedRecords):
 class RedisSessionStore(DurableSessionStore[RedisRecords]):
     """Core's ``SessionStore`` on Redis: sessions shared by workers on several machines, kept across restarts.
 
-    Each session is one Redis string of JSON (core's ``AgentSession.to_dict``; it holds a paused
-    conversation's continuation token, so never pickle) under ``<namespace>:<digests>``, with a Redis TTL,
-    so Redis deletes it ``ttl`` after its last write (reads do not extend it). A sorted set
-    ``<namespace>:index`` bounds the count: the first write of a store object, then the first write after
-    each ``purge_interval``, deletes the sessions past ``max_entries`` that expire first (the least
-    recently written). Writes are last-writer-wins (the hosts allow one request per conversation at a
-    time). Losing a write in a Redis crash loses that turn of the conversation (its token), never grants
-    a second resume: the continuation store decides that, so Redis's default persistence is acceptable
-    here. Use the same store for the host's AG-UI snapshots (``hosting.ThreadSnapshotStore``).
+    Each session is a Redis string of JSON with a Redis TTL of ``ttl``; a sorted set
+    ``<namespace>:index`` bounds their number (trimmed at most once per ``purge_interval``). Writes are
+    last-writer-wins. A write lost in a Redis crash loses that turn (its token), never grants a second
+    resume, so Redis's default persistence is acceptable here.
 
     Needs the ``redis`` package (``pip install "agent-framework-functional[durable]"``).
 

@@ -76,47 +76,17 @@ return 1
 class RedisContinuationStore(TimedStore):
     """A :class:`ContinuationStore` on Redis, for workers on several machines.
 
-    Each operation keeps the protocol's contract (its docstrings give the arguments and results).
+    Each record is one hash under ``<namespace>:<token hash>`` with a Redis TTL of ``ttl +
+    retention``; save, claim, release and abandon are each one Lua script on one key (atomic, and
+    fine on Redis Cluster), so exactly one claimer wins. Expiry is judged by this process's clock
+    (keep workers' clocks in sync). Use a store from one event loop.
 
-    Each record is one hash under ``<namespace>:<token hash>``. Inserting, claiming and abandoning
-    are each a single Lua script, which Redis runs atomically: a claim is a compare-and-set on
-    ``status == "issued"`` and the expiry, so exactly one caller wins however many race. Keys carry
-    a Redis TTL of ``ttl + retention``, so Redis deletes old records by itself. Expiry is judged by
-    this process's clock (:meth:`now`); keep worker clocks in sync (NTP) when TTLs are short.
-    Each script touches one key, so the store also works on Redis Cluster. Use a store from one
-    event loop: the asyncio client's connections belong to the loop that opened them.
-
-    **Durability.** A claim that Redis forgets in a crash makes a spent token resumable again (its
-    side effects could run twice), so by default (``durability="fsync"``) the store checks on every
-    new connection (redis-py's ``redis_connect_func``; on a client you pass in, installed in its
-    pool for the connections it opens from then on), and before its first write (or when the host
-    calls :meth:`check_durability` at start-up), that every acknowledged write is on the server's
-    disk:
-
-    * ``CONFIG GET`` shows ``appendonly yes`` and ``appendfsync always``: Redis fsyncs each write
-      before it replies; nothing more to do per operation.
-    * Otherwise, if AOF may be on but fsyncs lazily, or ``CONFIG`` is disabled or denied: the store
-      asks for ``WAITAOF 1 0 <timeout>`` (Redis 7.2 or newer) after each save, claim and abandon, on
-      the same connection, and raises :class:`ContinuationStoreDurabilityError` when Redis does not
-      confirm the local fsync in time (the operation then counts as failed).
-    * Otherwise (AOF off, as with Redis's default snapshot-only persistence, or WAITAOF unavailable
-      while ``CONFIG`` is hidden) the store refuses every write with
-      :class:`ContinuationStoreDurabilityError`.
-
-    ``durability="best_effort"`` skips the check and keeps whatever the server's persistence keeps:
-    a crash or restart may lose the writes since the last snapshot or fsync, so a claimed token can
-    come back ``issued`` (and resume twice), an abandoned one come back, or an issued one vanish.
-    The check covers one server's restart (a server that comes back with weaker persistence, for
-    example one configured with ``CONFIG SET`` and no ``CONFIG REWRITE``, is refused on the first
-    connection to it); a failover to a replica can still lose writes the old primary acknowledged,
-    and weakening a running server's persistence is noticed only on new connections.
-
-    **Restarts.** With a URL, a command that fails with a connection error (a pooled connection the
-    restarted server closed) is retried once on a fresh connection. That is safe for every script:
-    a claim retried after its first attempt took effect finds its own claim (same ``claimer``
-    secret) and wins again; a retried save or abandon that had taken effect reports failure (no
-    token is handed out / abandon again), never a second effect. A client you pass keeps its own
-    retry policy.
+    **Durability** (README "Durable continuations"): a claim Redis forgets in a crash makes a spent
+    token resumable again, so with ``durability="fsync"`` every new connection and the first write
+    check that Redis fsyncs what it acknowledges (``appendfsync always``, else ``WAITAOF`` after
+    each write on Redis 7.2+), and every write is refused otherwise. ``"best_effort"`` keeps
+    whatever the server's persistence keeps. With a URL, a command failing with a connection error
+    is retried once on a fresh connection (safe: a retried claim recognises its own claimer).
 
     Needs the ``redis`` package (``pip install "agent-framework-functional[durable]"``).
 
@@ -202,9 +172,8 @@ class RedisContinuationStore(TimedStore):
     async def check_durability(self) -> RedisDurabilityMode:
         """Check once that Redis keeps every acknowledged write through a crash; return how.
 
-        Every save, claim and abandon calls it first; a successful check is remembered until a new
-        connection's check fails, a failed one is repeated on the next write (so fixing the
-        server's configuration needs no restart). Call it at start-up to fail early.
+        Every write calls it first; a success is remembered until a new connection's check fails, a
+        failure is repeated on the next write. Call it at start-up to fail early.
 
         Returns:
             ``"appendfsync_always"`` (the server fsyncs each write before replying),
@@ -225,7 +194,10 @@ class RedisContinuationStore(TimedStore):
             return self._mode
 
     def _install_check(self, client: Any) -> None:
-        """Check persistence on every connection the caller's pool opens from now on (after its own hook)."""
+        """Check persistence on every connection the caller's pool opens from now on (after its own hook).
+
+        ``check`` must be an ``async def``: redis-py awaits the hook only when it is a coroutine function.
+        """
         kwargs: dict[str, Any] = client.connection_pool.connection_kwargs
         previous = kwargs.get("redis_connect_func")
 
@@ -235,15 +207,7 @@ class RedisContinuationStore(TimedStore):
         kwargs["redis_connect_func"] = check
 
     async def _check_connection(self, connection: Any, previous: Any = None) -> None:
-        """redis-py's ``redis_connect_func``: initialise a new connection, then check the server's persistence on it.
-
-        A server restarted with weaker persistence (``CONFIG SET`` without ``CONFIG REWRITE``) is
-        refused on the first connection to it, before any command of the store runs there.
-
-        Raises:
-            ContinuationStoreDurabilityError: The server could lose acknowledged writes; the
-                connection is closed, so no command runs on it.
-        """
+        """redis-py's ``redis_connect_func``: set up a new connection, then check persistence on it (closed if weak)."""
         if previous is None:
             await connection.on_connect()
         else:
@@ -270,10 +234,7 @@ class RedisContinuationStore(TimedStore):
         return f"{self.namespace}:checkpoint:{checkpoint_id}"
 
     async def save(self, record: ContinuationRecord) -> None:
-        """Insert a freshly issued record with a Redis TTL of ``ttl + retention``, and its checkpoint index.
-
-        The index key (checkpoint id -> token hash, same TTL) is written in the same round trip; it
-        is how :meth:`supersede` finds the pause of a checkpoint.
+        """Insert a freshly issued record and, same round trip, its checkpoint index (for :meth:`supersede`).
 
         Raises:
             ValueError: A record with this hash exists already.

@@ -50,32 +50,6 @@ def group_key(group: str) -> str:
     return hashlib.sha256(group.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def encode_session(session: AgentSession) -> str:
-    """``session`` as JSON text (core's ``to_dict``).
-
-    Raises:
-        TypeError: The session's state holds a value JSON cannot represent (keep state JSON-safe, or
-            register the type with core's state registry).
-    """
-    return json.dumps(session.to_dict(), ensure_ascii=True, separators=(",", ":"))
-
-
-def decode_session(text: str) -> AgentSession:
-    """The session stored as ``text`` by :func:`encode_session`."""
-    return AgentSession.from_dict(cast("dict[str, Any]", json.loads(text)))
-
-
-MAX_ENTRIES_LIMIT = 2**63 - 1
-"""The largest ``max_entries`` (a signed 64-bit integer: what SQLite and PostgreSQL take as a row count)."""
-
-
-def check_max_entries(value: int) -> int:
-    """Return ``value`` if it is a positive integer up to :data:`MAX_ENTRIES_LIMIT`; raise ``ValueError`` otherwise."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ENTRIES_LIMIT:  # pyright: ignore[reportUnnecessaryIsInstance]
-        raise ValueError(f"max_entries must be a positive integer of at most 2**63 - 1, got {value!r}.")
-    return value
-
-
 @dataclass(frozen=True)
 class SessionLimits:
     """A durable session store's bounds, checked: ``ttl`` and ``purge_interval`` in seconds (None: no purges)."""
@@ -101,9 +75,11 @@ class SessionLimits:
             TypeError: A duration is neither a number nor a ``timedelta``.
         """
         seconds = duration_seconds(ttl, "ttl")
-        entries = check_max_entries(max_entries)
+        # at most a signed 64-bit integer: what SQLite and PostgreSQL take as a row count
+        if isinstance(max_entries, bool) or not isinstance(max_entries, int) or not 1 <= max_entries <= 2**63 - 1:  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise ValueError(f"max_entries must be a positive integer of at most 2**63 - 1, got {max_entries!r}.")
         interval = None if purge_interval is None else duration_seconds(purge_interval, "purge_interval")
-        return cls(seconds, entries, interval, clock)
+        return cls(seconds, max_entries, interval, clock)
 
 
 class LimitedRecords:
@@ -165,17 +141,19 @@ class BoundedSessionStore(AsyncClosing, SessionStore):
         """
         SessionStore.validate_session_id(session_id)
         text = await self.records.read(SESSION_GROUP, session_id)
-        return None if text is None else decode_session(text)
+        return None if text is None else AgentSession.from_dict(cast("dict[str, Any]", json.loads(text)))
 
     async def set(self, session_id: str, session: AgentSession) -> None:
         """Store ``session`` under ``session_id`` as JSON; it expires ``ttl`` from now.
 
         Raises:
             ValueError: ``session_id`` is empty.
-            TypeError: The session's state is not JSON-safe.
+            TypeError: The session's state is not JSON-safe (keep it so, or register the type with
+                core's state registry).
         """
         SessionStore.validate_session_id(session_id)
-        await self.records.write(SESSION_GROUP, session_id, encode_session(session))
+        text = json.dumps(session.to_dict(), ensure_ascii=True, separators=(",", ":"))
+        await self.records.write(SESSION_GROUP, session_id, text)
 
     async def delete(self, session_id: str) -> None:
         """Delete the stored session, if present.
@@ -191,7 +169,7 @@ class DurableRecords(SessionRecords, Protocol):
     """:class:`SessionRecords` on a shared backend, which can also count and purge what it holds."""
 
     async def count(self) -> int:
-        """Records held now (sessions and snapshots; expired ones not yet purged included)."""
+        """Records stored now (sessions and snapshots; expired ones not yet purged included)."""
         ...
 
     async def purge(self) -> int:
@@ -218,7 +196,7 @@ class DurableSessionStore(Generic[_Records], BoundedSessionStore):
         return self._durable
 
     async def count(self) -> int:
-        """Records held now (sessions and snapshots; expired ones not yet purged included)."""
+        """Records stored now (sessions and snapshots; expired ones not yet purged included)."""
         return await self.records.count()
 
     async def purge_expired(self) -> int:
@@ -282,11 +260,10 @@ class InMemorySessionStore(BoundedSessionStore):
     """A bounded, process-local session store: the hosts' default when they are given no shared store.
 
     Unlike core's ``SessionStore`` (no eviction, a deep copy per entry), it keeps each session as JSON
-    text and bounds what it keeps. What it drops: a session ``ttl`` after its last write (a paused
-    conversation whose session is dropped can no longer be answered through the host: its token was
-    there), and, past ``max_entries``, the least recently written sessions first. Every write drops
-    what is due, so memory stays bounded without a background task. For several workers or restarts
-    use :class:`SQLiteSessionStore`, :class:`RedisSessionStore` or :class:`PostgresSessionStore`.
+    text; each write drops the sessions ``ttl`` past their last write and, past ``max_entries``, the
+    least recently written (a dropped session's paused conversation can no longer be answered through
+    the host). For several workers or restarts use :class:`SQLiteSessionStore`,
+    :class:`RedisSessionStore` or :class:`PostgresSessionStore`.
 
     Keyword Args:
         ttl: How long a session is kept after its last write (seconds or ``timedelta``); default 24 hours,
@@ -320,7 +297,7 @@ class InMemorySessionStore(BoundedSessionStore):
         return self._memory
 
     def __len__(self) -> int:
-        """Records held now (sessions, and AG-UI snapshots kept here), expired ones not yet dropped included."""
+        """Records stored now (sessions, and AG-UI snapshots kept here), expired ones not yet dropped included."""
         return len(self.records)
 
     async def purge_expired(self) -> int:

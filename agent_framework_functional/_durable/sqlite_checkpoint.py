@@ -1,9 +1,7 @@
 """SQLiteCheckpointStorage: core's ``CheckpointStorage`` in one SQLite file, each step result stored once.
 
-The embedded durable default for the workers of one machine, beside :class:`SQLiteContinuationStore`
-(one file may hold both). Whole bodies go through ``checkpoint_storage``'s :func:`encode_body` /
-:func:`decode_body`; checkpoints of runs this package drives take the step-cache delta path the Redis and
-PostgreSQL storages share (``DurableCheckpointStorage._store_delta``, ``_durable/checkpoint_delta.py``).
+Checkpoints of runs this package drives take the step-cache path the Redis and PostgreSQL storages
+share (``DurableCheckpointStorage._store_delta``, ``_durable/checkpoint_delta.py``).
 """
 
 from __future__ import annotations
@@ -75,21 +73,16 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
     """Core's ``CheckpointStorage`` protocol in one SQLite file, for the workers of one machine.
 
     The embedded durable default: pair it with a :class:`SQLiteContinuationStore` (the same file may
-    hold both) and any process of the machine can resume a pause another one saved. Bodies are core's
-    own checkpoint encoding, decoded under core's allow-list plus ``allowed_checkpoint_types``; a
-    checkpoint that would not decode is refused at :meth:`save`, and a stored one that does not decode
-    makes :meth:`load` raise ``WorkflowCheckpointException`` and :meth:`list_checkpoints` skip it.
+    hold both) and any process of the machine can resume a pause another saved. Bodies are core's
+    checkpoint encoding, decoded under core's allow-list plus ``allowed_checkpoint_types``; a
+    checkpoint that would not decode is refused at :meth:`save`, a stored one that does not makes
+    :meth:`load` raise ``WorkflowCheckpointException`` and :meth:`list_checkpoints` skip it. Runs this
+    package drives store each step result once (one chunk per checkpoint in the run's segment).
+    Put the file on a local disk; for several machines use Redis or PostgreSQL.
 
-    Runs this package drives store each step result once (as on Redis and PostgreSQL): a checkpoint is
-    one chunk (its head and the step results added since the run's previous save) appended to the run's
-    segment; core used directly is stored whole. Tables are created when the storage opens the file
-    (WAL mode). A save runs on the event loop's thread unless it must wait for a lock; reads and
-    deletes run in a worker thread. Put the file on a local disk; for several machines use Redis or PostgreSQL.
-
-    Security: core decodes with ``pickle`` under an allow-list, so without a ``sealer`` whoever can
-    write the file can run code in your workers (the storage logs a warning once). With a
-    :class:`CheckpointSealer` every stored piece is authenticated (and optionally encrypted) and
-    refused before decoding when the check fails.
+    Security: core decodes with ``pickle``, so without a ``sealer`` whoever can write the file can
+    run code in your workers (a warning is logged once); with a :class:`CheckpointSealer` every
+    stored piece is authenticated (optionally encrypted) and refused before decoding when it fails.
 
     Args:
         path: The database file; created (with its folders and tables) if missing.
@@ -179,7 +172,7 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
         assert chunk is not None  # inline heads: every save appends one
 
         def write(conn: sqlite3.Connection, now: float) -> bool:
-            drop(conn, checkpoint.checkpoint_id)  # what the id held (rolled back with a refusal)
+            drop(conn, checkpoint.checkpoint_id)  # what the id stored before (rolled back with a refusal)
             if not self._segments_hold(conn, plan, now):
                 return False
             expires_at = self._expiry(now)
@@ -208,16 +201,9 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
     async def load(self, checkpoint_id: str) -> WorkflowCheckpoint:
         """Load a checkpoint by id.
 
-        Args:
-            checkpoint_id: The id :meth:`save` returned.
-
-        Returns:
-            A new ``WorkflowCheckpoint``.
-
         Raises:
-            WorkflowCheckpointException: No live checkpoint has this id, or its stored parts cannot be
-                read: refused by the sealer (or sealed while this storage has none), not UTF-8 JSON,
-                nested too deeply, a type outside the allow-list, or a checkpoint of another id.
+            WorkflowCheckpointException: No live checkpoint has this id, or it cannot be read (refused
+                by the sealer, not a checkpoint, a type outside the allow-list, or another id's).
         """
 
         def read(conn: sqlite3.Connection) -> tuple[Any, ...] | None:
@@ -239,16 +225,9 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
         return self._whole(checkpoint_id, found[0]) if len(found) == 1 else self._inline(checkpoint_id, *found)
 
     async def list_checkpoints(self, *, workflow_name: str) -> list[WorkflowCheckpoint]:
-        """Return the workflow's live checkpoints that decode, oldest save first (others skipped with a warning).
+        """Return the workflow's live checkpoints that decode (others skipped with a warning).
 
-        Checkpoints stored whole come first (by save time), then those of each run's segment, in save
-        order, the segments by their last save.
-
-        Keyword Args:
-            workflow_name: The workflow's name.
-
-        Returns:
-            The decoded checkpoints.
+        Whole ones first by save time, then each segment's in save order, the segments by their last save.
         """
 
         def read(conn: sqlite3.Connection) -> list[tuple[str, Callable[[], Any]]]:
@@ -272,28 +251,14 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
             return loads
 
         loads = await self._run(read)
-        return await self._listed(workflow_name, ((cid, functools.partial(_decoded, load)) for cid, load in loads))
+        return await self._listed(workflow_name, loads)
 
     async def delete(self, checkpoint_id: str) -> bool:
-        """Delete a checkpoint by id (and the step results nothing references any more).
-
-        Args:
-            checkpoint_id: The checkpoint's id.
-
-        Returns:
-            True if this call deleted it; False if no checkpoint had this id.
-        """
+        """Delete a checkpoint by id (and step results nothing references any more); True if this call did."""
         return await self.delete_many([checkpoint_id]) == 1
 
     async def delete_many(self, checkpoint_ids: list[str]) -> int:
-        """Delete several checkpoints in one transaction (a run chain's spent checkpoints).
-
-        Args:
-            checkpoint_ids: The checkpoints' ids.
-
-        Returns:
-            How many of them this call deleted.
-        """
+        """Delete several checkpoints in one transaction; return how many this call deleted."""
         ids = list(dict.fromkeys(checkpoint_ids))
 
         def delete(conn: sqlite3.Connection, _now: float) -> int:
@@ -369,7 +334,3 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
                 return operation(self._conn)
 
         return await asyncio.to_thread(locked)
-
-
-async def _decoded(load: Callable[[], WorkflowCheckpoint]) -> WorkflowCheckpoint:
-    return load()

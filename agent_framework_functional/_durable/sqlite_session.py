@@ -44,10 +44,6 @@ _TRIM = (
 )
 
 
-def _close_dropped(conn: sqlite3.Connection) -> None:
-    conn.close()
-
-
 class SQLiteRecords(LimitedRecords):
     """The ``session_records`` table of one SQLite file (WAL), used from a worker thread under a lock."""
 
@@ -55,7 +51,7 @@ class SQLiteRecords(LimitedRecords):
         super().__init__(limits)
         self._lock = threading.Lock()
         self._conn = setup(path, busy_timeout, _SCHEMA)
-        self._finalizer = weakref.finalize(self, _close_dropped, self._conn)
+        self._finalizer = weakref.finalize(self, self._conn.close)
 
     async def read(self, group: str, key: str) -> str | None:
         sql = "SELECT body FROM session_records WHERE key = ? AND expires_at > ?"
@@ -107,17 +103,10 @@ class SQLiteRecords(LimitedRecords):
 class SQLiteSessionStore(DurableSessionStore[SQLiteRecords]):
     """Core's ``SessionStore`` in one SQLite file: sessions shared by the workers of one machine, kept across restarts.
 
-    Each session is one row of JSON (core's ``AgentSession.to_dict``; it holds a paused conversation's
-    continuation token, so never pickle) in the ``session_records`` table, keyed by a sha256 digest of
-    its id. Writes are last-writer-wins (the hosts allow one request per conversation at a time).
-
-    **Bounded.** A session expires ``ttl`` after its last write (reads do not extend it; an expired one
-    is never returned). The first write of a store object, then the first write after each
-    ``purge_interval``, deletes the expired rows and, past ``max_entries``, the rows that expire first
-    (the least recently written); between purges the table may exceed ``max_entries`` by the writes
-    made since. Use the same file for the host's AG-UI snapshots (``hosting.ThreadSnapshotStore``).
-    Put the file on a local disk; use :class:`RedisSessionStore` or :class:`PostgresSessionStore` for
-    several machines. Close it with :meth:`aclose` (or ``async with``).
+    Each session is one row of JSON in the ``session_records`` table; writes are last-writer-wins.
+    Expired rows and those past ``max_entries`` are deleted at most once per ``purge_interval`` (so
+    between purges the table may exceed ``max_entries`` by the writes made since). Put the file on a
+    local disk; close the store with :meth:`aclose` (or ``async with``).
 
     Args:
         path: The database file; created (with its folders and table) if missing. It may be the

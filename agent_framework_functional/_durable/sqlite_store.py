@@ -23,6 +23,7 @@ from .._store import (
     TimedStore,
     duration_seconds,
 )
+from .sqlite_rows import finish
 
 _T = TypeVar("_T")
 
@@ -106,28 +107,17 @@ def setup(path: Path, timeout: float, schema: tuple[str, ...]) -> sqlite3.Connec
 
 
 class SQLiteContinuationStore(TimedStore):
-    """A :class:`ContinuationStore` in one SQLite file, safe for several processes on one machine.
+    """A :class:`ContinuationStore` in one SQLite file (WAL mode), safe for several processes on one machine.
 
-    Each operation keeps the protocol's contract (its docstrings give the arguments and results).
+    A claim is one conditional ``UPDATE`` in an immediate transaction, checked by its row count, so
+    exactly one process wins. Blocking calls run in a worker thread. Put the file on a local disk
+    (use :class:`RedisContinuationStore` for several machines), and build the store in each process
+    rather than sharing it across ``fork()``. Close it (``aclose``, ``close`` or ``async with``); a
+    store collected while open closes its connection and emits a ``ResourceWarning``.
 
-    Uses the standard library's ``sqlite3`` in WAL mode. A claim is one
-    ``UPDATE ... WHERE token_hash = ? AND status = 'issued' AND expires_at > ?`` inside an
-    immediate transaction, checked by its row count, so exactly one process wins however many race.
-    Blocking calls run in a worker thread (``asyncio.to_thread``), so the event loop never waits on
-    the file lock. Put the file on a local disk: SQLite's locking is not reliable on network file
-    systems; use :class:`RedisContinuationStore` for several machines. Do not share one store object
-    across ``fork()``: build it in each process.
-
-    **Close it.** The store holds one database connection (three file descriptors in WAL mode) until
-    ``await store.aclose()`` or ``store.close()``, or the end of ``async with store:``. A store
-    collected while still open closes its connection then and emits one ``ResourceWarning``.
-
-    **Bounded storage.** Records past retention are deleted automatically: a record that expired
-    more than ``retention`` ago (whatever its status), and a claimed or abandoned one finished more
-    than ``retention`` ago. The first write (save, claim or abandon) of a store object, and then the
-    first write once ``purge_interval`` has passed since its last purge (by the store's clock),
-    purges before it writes, in its own transaction. Every process purges on its own schedule; the
-    deletes are idempotent. A pending (``issued``, unexpired) record is never deleted.
+    **Bounded storage.** A record that expired more than ``retention`` ago, or was claimed or
+    abandoned that long ago, is deleted by the first write of a store object and then by the first
+    write once ``purge_interval`` has passed; a pending (``issued``, unexpired) one never is.
 
     Args:
         path: The database file; created (with its folders and table) if missing.
@@ -216,26 +206,20 @@ class SQLiteContinuationStore(TimedStore):
         """Atomically abandon the ``issued`` record of the pause saved in ``checkpoint_id`` (for its restore)."""
         now = self.now()
 
-        def supersede(conn: sqlite3.Connection) -> bool:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                lost = conn.execute(
-                    "SELECT 1 FROM continuations WHERE checkpoint_id = ? AND status = 'claimed' AND updated_at >= ?",
-                    (checkpoint_id, since),
-                ).fetchone()
-                if lost is None:
-                    conn.execute(
-                        "UPDATE continuations SET status = 'abandoned', updated_at = ? "
-                        "WHERE checkpoint_id = ? AND status = 'issued'",
-                        (now, checkpoint_id),
-                    )
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
+        def supersede(conn: sqlite3.Connection, _now: float) -> bool:
+            lost = conn.execute(
+                "SELECT 1 FROM continuations WHERE checkpoint_id = ? AND status = 'claimed' AND updated_at >= ?",
+                (checkpoint_id, since),
+            ).fetchone()
+            if lost is None:
+                conn.execute(
+                    "UPDATE continuations SET status = 'abandoned', updated_at = ? "
+                    "WHERE checkpoint_id = ? AND status = 'issued'",
+                    (now, checkpoint_id),
+                )
             return lost is None
 
-        return await self._run(supersede, write=True)
+        return await self._immediate(supersede)
 
     async def abandon(self, token_hash: str, *, force: bool = False) -> bool:
         """Atomically move an ``issued`` record to ``abandoned``."""
@@ -248,14 +232,7 @@ class SQLiteContinuationStore(TimedStore):
         return await self._transition(sql, (now, token_hash, horizon))
 
     async def purge_expired(self) -> int:
-        """Delete the records past retention now (writes also do it, at most once per ``purge_interval``).
-
-        Deletes records that expired more than ``retention`` ago, and claimed or abandoned records
-        finished more than ``retention`` ago; never a pending (``issued``, unexpired) one.
-
-        Returns:
-            How many records were deleted.
-        """
+        """Delete the records past retention now (writes also do it); return how many."""
         return await self._run(lambda c: self._purge(c, self.now()))
 
     def close(self) -> None:
@@ -272,20 +249,19 @@ class SQLiteContinuationStore(TimedStore):
         await asyncio.to_thread(self.close)
 
     async def _transition(self, sql: str, params: tuple[Any, ...]) -> bool:
-        def update(conn: sqlite3.Connection) -> bool:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                changed = conn.execute(sql, params).rowcount == 1
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-            return changed
+        return await self._immediate(lambda conn, _now: conn.execute(sql, params).rowcount == 1)
 
-        return await self._run(update, write=True)
+    async def _immediate(self, operation: Callable[[sqlite3.Connection, float], bool]) -> bool:
+        """Run ``operation`` in one ``BEGIN IMMEDIATE`` transaction (rolled back on an error or False)."""
+
+        def run(conn: sqlite3.Connection) -> bool:
+            conn.execute("BEGIN IMMEDIATE")
+            return finish(conn, operation)
+
+        return await self._run(run, write=True)
 
     def _purge(self, conn: sqlite3.Connection, now: float) -> int:
-        """Delete the records past retention (called with ``self._lock`` held); return how many."""
+        """Delete the records past retention (under ``self._lock``); return how many."""
         deleted = conn.execute(_PURGE, {"cutoff": now - self._retention}).rowcount
         self._purges.ran(now)
         return deleted
