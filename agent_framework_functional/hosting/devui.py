@@ -146,8 +146,7 @@ def devui_app(
     """DevUI's FastAPI app serving ``agent`` (page and API), with bearer-token auth; see :func:`serve_devui`.
 
     Conversations are bounded (DevUI's own store keeps every one): idle past the agent's
-    ``continuation_ttl``, or least recently used past ``max_conversations``, they go; a task the app's
-    lifespan runs sweeps the expired ones and their pauses every ``sweep_every`` seconds.
+    ``continuation_ttl``, or least recently used past ``max_conversations``, they go.
 
     Args:
         agent: The agent (one object serves every conversation).
@@ -156,17 +155,14 @@ def devui_app(
         auth_token: The bearer token every API call must send.
         host: The host the app will be served on (DevUI uses it for its own links).
         max_conversations: How many DevUI conversations are kept at most.
-        release_memory_every: Seconds between handing the C allocator's free heap pages back to the
-            system after a request (glibc's ``malloc_trim``; nothing elsewhere); None never.
-        sweep_every: Seconds between two sweeps of expired pauses and conversations (at most a quarter of
-            the agent's ``continuation_ttl``), so they go with no request at all; None: only on access.
+        release_memory_every: Seconds between two ``malloc_trim`` after requests (glibc only); None: never.
+        sweep_every: Seconds between two sweeps of expired pauses (at most a quarter TTL); None: on access only.
 
     Returns:
         The ASGI app (``app.state.devui_conversations``: the conversation store).
 
     Raises:
-        ValueError: ``auth_token`` is empty or not ASCII, ``max_conversations`` is below 1, or
-            ``release_memory_every`` or ``sweep_every`` is not a positive, finite number or None.
+        ValueError: ``auth_token`` is empty or not ASCII, ``max_conversations`` is below 1, or a bad interval.
     """
     check_release_every(release_memory_every)
     if not auth_token or not auth_token.isascii():
@@ -200,8 +196,7 @@ async def serve_devui(
     """Serve ``agent`` in DevUI until interrupted, printing the page's URL and its auth token.
 
     Bearer-token auth is on, because DevUI's API can run the agent: the token is ``auth_token``, else
-    ``DEVUI_AUTH_TOKEN``, else a fresh random one. Developer mode is on, so a refused answer says which
-    field is wrong. The agent is registered through :class:`DevUIAgent`.
+    ``DEVUI_AUTH_TOKEN``, else a fresh random one.
 
     Args:
         agent: The agent.
@@ -210,8 +205,8 @@ async def serve_devui(
         host: The interface to listen on (loopback by default; DevUI is a development tool).
         port: The port; 0 picks a free one (the printed URL shows which).
         auth_token: The bearer token.
-        max_conversations: How many DevUI conversations are kept at most (see :func:`devui_app`).
-        sweep_every: Seconds between two sweeps of expired pauses and conversations (see :func:`devui_app`).
+        max_conversations: As :func:`devui_app`.
+        sweep_every: As :func:`devui_app`.
 
     Raises:
         SystemExit: The port is taken (uvicorn's own error).
