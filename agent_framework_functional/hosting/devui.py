@@ -83,7 +83,7 @@ class DevUIAgent(HostedAgent):
     value (JSON for a structured type); it is converted or refused with a message naming the field.
     """
 
-    def __init__(self, agent: FunctionalWorkflowAgent, conversations: BoundedConversationStore | None = None) -> None:
+    def __init__(self, agent: FunctionalWorkflowAgent, conversations: BoundedConversationStore) -> None:
         super().__init__(agent)
         self.conversations = conversations
 
@@ -93,15 +93,12 @@ class DevUIAgent(HostedAgent):
         """Run the turn; its conversation (DevUI's session id) is kept while it runs.
 
         Raises:
-            ValueError: With a bounded store, a turn without a conversation: DevUI runs a turn whose
-                conversation is unknown (none given, or dropped by the bounds) without a session, and the
-                agent's one session-less conversation would then be shared by every such turn.
+            ValueError: A turn without a conversation (unknown or dropped): the agent's one session-less
+                conversation would be shared by every such turn.
         """
         store = self.conversations
-        if store is not None and session is None:
+        if session is None:
             raise ValueError(NO_CONVERSATION_MESSAGE)
-        if store is None or session is None:
-            return super().run(messages, stream=stream, session=session, **kwargs)
         conversation_id = session.session_id
         store.turn_started(conversation_id)
         try:
