@@ -65,13 +65,7 @@ def request_data_to_json(data: Any) -> Any:
 
 
 class UpdateConverter:
-    """Converts one agent run's workflow events to ``AgentResponseUpdate`` objects (internal).
-
-    Args:
-        author_name: The agent's name (author of its updates).
-        agent_id: The agent's id.
-        response_id: The run's response id.
-    """
+    """Converts one agent run's workflow events to ``AgentResponseUpdate`` objects (internal)."""
 
     __slots__ = ("_live_text", "agent_id", "author_name", "response_id")
 

@@ -36,11 +36,7 @@ def parse_typed_text(text: str) -> Any:
 
 
 class HostedAgent:
-    """The wrapped agent as a host sees it; subclasses convert one host's answers (``answers_in``).
-
-    Args:
-        agent: The agent every conversation of the host shares.
-    """
+    """The wrapped agent as a host sees it; subclasses convert one host's answers (``answers_in``)."""
 
     def __init__(self, agent: FunctionalWorkflowAgent) -> None:
         self.agent = agent

@@ -29,12 +29,7 @@ class ConversationBusy(Exception):
 
 
 class Turns:
-    """A host's conversations: their sessions in one store, one turn at a time each.
-
-    Args:
-        agent: The agent every conversation shares.
-        session_store: Where sessions live (None: :func:`default_session_store`).
-    """
+    """A host's conversations: their sessions in one store (None: :func:`default_session_store`), one turn each."""
 
     def __init__(self, agent: FunctionalWorkflowAgent, session_store: SessionStore | None) -> None:
         self.agent = agent
