@@ -67,11 +67,6 @@ class BoundedTaskStore(FinalTaskStore):
     A finished task is dropped ``ttl`` seconds after its last write, an unfinished one ``2 * ttl`` after it (its
     pause expired by then). Past ``max_tasks`` the least recently written go, finished ones first.
 
-    Keyword Args:
-        ttl: Seconds a finished task is kept (``a2a_app``: the agent's ``continuation_ttl``).
-        max_tasks: Tasks kept at most.
-        clock: Monotonic seconds (tests move time).
-
     Raises:
         ValueError: ``ttl`` is not positive, or ``max_tasks`` not a positive integer.
     """

@@ -88,10 +88,6 @@ class UnsavedThreads:
 
     A run is noted when it reaches the agent and forgotten when AG-UI saves its snapshot; until then a missing
     snapshot or token is not an orphaned pause. Past ``max_threads`` the oldest notes go.
-
-    Args:
-        store: The snapshot store AG-UI uses.
-        max_threads: Notes kept at most.
     """
 
     def __init__(self, store: AGUIThreadSnapshotStore, max_threads: int) -> None:

@@ -83,11 +83,7 @@ class Turn:
 
 
 class RunningTurns:
-    """How many turns of each conversation began and have not ended; past ``most`` conversations the oldest go.
-
-    Args:
-        most: Conversations noted at most (turns whose end never came are forgotten first); None: no bound.
-    """
+    """How many turns of each conversation began and have not ended; past ``most`` conversations the oldest go."""
 
     def __init__(self, most: int | None = None) -> None:
         self.most = most

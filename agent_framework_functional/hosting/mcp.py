@@ -120,14 +120,7 @@ def _call(request_id: str) -> Content:
 
 
 class MCPWorkflowTool:
-    """The MCP tool: starts the workflow, pauses with elicitations, resumes from the sealed ``requestState``.
-
-    Args:
-        agent: The agent; one object serves every call.
-
-    Keyword Args:
-        name: The tool's name.
-    """
+    """The MCP tool: starts the workflow, pauses with elicitations, resumes from the sealed ``requestState``."""
 
     def __init__(self, agent: FunctionalWorkflowAgent, *, name: str) -> None:
         self.agent = agent
