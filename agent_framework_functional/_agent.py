@@ -34,14 +34,10 @@ from ._workflow import FunctionalWorkflow
 class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAgent):
     """A functional workflow as a core agent that carries the continuation token (README "Use it as an agent").
 
-    It works wherever Agent Framework takes an agent. Chat input is mapped by the workflow function's
-    message annotation or ``input_mapper``; each pending request surfaces as a ``function_call`` plus
-    a ``function_approval_request`` once the pause is saved and its token is in the session. A resume
+    Each pending request surfaces as a ``function_call`` plus a ``function_approval_request``; a resume
     is ``responses=`` with a token (argument, ``options``, then the session) or chat-native answers.
-    One agent serves every conversation (an instance per session, AGENTS.md invariant 24); with a
-    continuation store any worker resumes (README "Durable continuations"). Rejected calls raise at
-    ``run(...)`` and change nothing. Middleware, the ``invoke_agent`` span and context providers run
-    as for core's ``Agent`` and graph ``WorkflowAgent`` (README "Observe it").
+    One agent serves every conversation (an instance per session, AGENTS.md invariant 24). Middleware,
+    the ``invoke_agent`` span and context providers run as for core's ``Agent`` (README "Observe it").
 
     Args:
         workflow: The session-less conversation's instance (the template of the others).
@@ -112,21 +108,14 @@ class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAge
 
     @property
     def pending_requests(self) -> Mapping[str, WorkflowEvent[Any]]:
-        """The session-less conversation's pending requests: :attr:`workflow`'s pending view, read each time.
-
-        Keyed by the ids the agent publishes (unique to the pause; README "Use it as an agent"); each
-        event's ``request_id`` is core's. Each conversation with a session has its own view:
-        :meth:`pending_requests_for`.
-        """
+        """The session-less conversation's pending requests, keyed by the ids the agent publishes."""
         return published_requests(self._workflow.pending_requests, self._workflow.pending_tag())
 
     def pending_requests_for(self, session: AgentSession) -> Mapping[str, WorkflowEvent[Any]]:
         """One conversation's pending requests (published request id -> ``request_info`` event), read-only.
 
-        Empty when ``session`` has no instance here (e.g. restored in another process: its pause is in
-        the continuation store, see :meth:`FunctionalWorkflow.verify_continuation_token_async`), and when
-        the instance here holds an older pause than the one ``session``'s token names (another worker paused
-        the conversation again): that pause is answered through the store, as one kept by another process.
+        Empty when ``session`` has no instance here, or when the instance here holds an older pause than
+        the one ``session``'s token names (another worker paused it again: answered through the store).
         """
         workflow = self._conversations.workflow_for(session, create=False)
         if workflow is None:
@@ -138,10 +127,7 @@ class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAge
         return published_requests(workflow.pending_requests, tag)
 
     def workflow_for(self, session: AgentSession | None) -> FunctionalWorkflow | None:
-        """One conversation's instance: :attr:`workflow` without a session, else the one attached to ``session``.
-
-        None when ``session`` has none attached (nothing pending or running).
-        """
+        """:attr:`workflow` without a session, else the instance attached to ``session`` (None: none)."""
         return self._conversations.workflow_for(session, create=False)
 
     def abandon_continuation(
@@ -174,10 +160,7 @@ class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAge
         force: bool = False,
         session: AgentSession | None = None,
     ) -> None:
-        """:meth:`abandon_continuation`, also in the continuation store (the synchronous one refuses a store).
-
-        Same arguments and errors; see :meth:`FunctionalWorkflow.abandon_continuation_async`.
-        """
+        """:meth:`abandon_continuation`, also in the continuation store; same arguments and errors."""
         with self._conversations.abandoning(token, force, session) as (workflow, presented):
             await workflow.abandon_continuation_async(presented, force=force)
 
@@ -251,8 +234,8 @@ class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAge
             checkpoint_id: Restore this checkpoint (needs no token).
             checkpoint_storage: Checkpoint storage for this run.
             options: Run options (``continuation_token`` read from them; given to context providers).
-            tools: Forwarded to the workflow run (when not None).
-            function_invocation_kwargs: Forwarded like ``tools`` (orchestrations pass it).
+            tools: Forwarded to the workflow run when not None.
+            function_invocation_kwargs: Forwarded like ``tools``.
             client_kwargs: Forwarded like ``tools``.
             **kwargs: Forwarded to :meth:`FunctionalWorkflow.run`.
 

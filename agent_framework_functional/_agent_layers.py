@@ -132,10 +132,8 @@ def _traced(
 ) -> AgentResult:
     """Start the call inside core's ``invoke_agent`` span (core's instrumentation on and a tracer provider set).
 
-    The span records ``client_kwargs`` as the caller passed them to ``run``. Without a tracer provider
-    the span could not record; skipping it also keeps a dropped response stream free of the layer's
-    hooks, which reference the stream (a cycle only the garbage collector frees), so the workflow is
-    freed the moment the stream is dropped.
+    Without a tracer provider the span is skipped: the layer's hooks would tie a dropped response
+    stream in a cycle only the garbage collector frees.
     """
     if not OBSERVABILITY_SETTINGS.ENABLED or isinstance(trace.get_tracer_provider(), _UNSET_PROVIDERS):
         return cast("AgentResult", start())

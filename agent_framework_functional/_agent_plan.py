@@ -169,15 +169,7 @@ def _at_call(rules: Coroutine[Any, Any, Decision]) -> Decision | None:
 
 
 class CallPlanner:
-    """Decides and starts the calls of one agent (internal).
-
-    Args:
-        agent: The agent (its id and options).
-        conversations: The agent's conversations (their instances and answers so far).
-        input_mapper: The agent's explicit input mapper, if any.
-        input_mode: What the workflow function's message parameter receives (``_chat.input_mode_for``).
-        text_answers: A plain text reply answers the one pending ``str`` request.
-    """
+    """Decides and starts the calls of one agent (internal; arguments as the agent's)."""
 
     def __init__(
         self,

@@ -96,14 +96,7 @@ class _Reply:
 
 
 class AgentRunner:
-    """Runs the calls of one agent (internal).
-
-    Args:
-        agent: The agent it serves (id, name, context providers).
-        planner: The agent's :class:`~._agent_plan.CallPlanner`.
-        conversations: The agent's conversations (instances, the session-less one's answers).
-        after_providers: The agent's ``after_run`` step of the context providers.
-    """
+    """Runs the calls of one agent (internal; ``after_providers``: the agent's providers' ``after_run`` step)."""
 
     def __init__(
         self, agent: AgentView, planner: CallPlanner, conversations: Conversations, after_providers: AfterProviders

@@ -1,8 +1,7 @@
 """Typed answers: a request's ``response_type`` as JSON Schema, and an answer converted to that type.
 
 Every answer, in whatever shape a host sends it, goes through :func:`convert_answer` before a resume is
-accepted (core's rule, then pydantic's validation), so a mismatch is refused before the token is spent;
-:func:`check_answers` is the one correlation and answer-type check every resume and restore path uses.
+accepted, so a mismatch is refused before the token is spent.
 """
 
 from __future__ import annotations
@@ -70,8 +69,7 @@ def _cached_schema(response_type: Any) -> dict[str, Any] | None:
 def response_schema(response_type: Any) -> dict[str, Any] | None:
     """Return the JSON Schema of an answer of type ``response_type``, or None when it has none.
 
-    The agent puts it on every request it surfaces (README "Use it as an agent"), so a host can render
-    a form or validate a reply.
+    The agent puts it on every request it surfaces, so a host can render a form or validate a reply.
 
     Args:
         response_type: A request's ``response_type``.
@@ -94,9 +92,8 @@ def response_schema(response_type: Any) -> dict[str, Any] | None:
 def parse_json_text(value: Any, response_type: Any) -> Any:
     """``value`` parsed as JSON when it is text the type does not take as it is, else ``value``.
 
-    Empty text is None; text that is not JSON stays text (a bare enum value). Bracketed text that is not
-    JSON is read with ``ast.literal_eval``, because core's ``Content.from_function_result`` stores a list
-    as its Python ``repr``.
+    Empty text is None; text that is not JSON stays text. Bracketed non-JSON text is read with
+    ``ast.literal_eval``: core's ``Content.from_function_result`` stores a list as its Python ``repr``.
     """
     if not isinstance(value, str) or _accepts(value, response_type):
         return value
@@ -124,8 +121,7 @@ def convert_answer(value: Any, response_type: Any, request_id: str) -> Any:
 
     Returns:
         ``value`` when core's rule accepts it, else pydantic's validated value. A JSON value follows the
-        type's JSON Schema strictly: a ``bool`` (also a field) takes only ``True`` / ``False``, and a
-        number never takes a bool or text (``"3"``), though a whole float (``3.0``) is an integer.
+        type's JSON Schema strictly (a ``bool`` takes only ``True`` / ``False``, a number no text).
 
     Raises:
         ResponseMismatchError: The value fits neither; names each failing field path and the request id,
@@ -189,10 +185,7 @@ def _validated(adapter: TypeAdapter[Any], value: Any, response_type: Any, reques
 
 
 def _lax_scalars(adapter: TypeAdapter[Any], value: Any) -> list[ErrorDetails]:
-    """The bool and number fields of ``value`` that only lax rules read as one (``"yes"``, ``1`` or ``"3"``, ``true``).
-
-    The JSON Schema refuses them; a whole float still answers an integer field, as JSON Schema allows.
-    """
+    """The bool and number fields of ``value`` only lax rules read as one (``"yes"``, ``"3"``; not a whole float)."""
     try:
         adapter.validate_json(json.dumps(value), strict=True)
     except ValidationError as exc:

@@ -1,9 +1,7 @@
 """Chat input of the agent: what the workflow receives, this turn's answers, and those answers as responses.
 
-Input mapping follows the workflow function's message annotation (or an ``input_mapper``); chat-native
-answers (``function_approval_response`` / ``function_result`` contents) become ``responses`` converted
-to each request's ``response_type``, after the planner checked authority (AGENTS.md invariant 2), so a
-bad answer is refused before the pause is touched. Core's private helpers come only through ``_core_compat``.
+Chat-native answers are converted only after the planner checked authority (AGENTS.md invariant 2), so a
+bad answer is refused before the pause is touched.
 """
 
 from __future__ import annotations
@@ -28,9 +26,7 @@ InputMapper = Callable[[list[Message]], Any]
 ANSWER_CONTENT_TYPES = frozenset({"function_approval_response", "function_result"})
 
 REJECTED_RESULT = "Error: Tool call invocation was rejected by user."
-"""The ``function_result`` AG-UI and core's ``Agent`` put for a declined approval: a ``bool`` answer of ``False``.
-
-Core's text is in ``_replace_approval_contents_with_results``, pinned by ``tests/test_chat_resume.py``."""
+"""The ``function_result`` AG-UI and core's ``Agent`` put for a declined approval: a ``bool`` answer of ``False``."""
 
 
 # ---------------------------------------------------------------------------------------------- input
@@ -92,11 +88,7 @@ def map_input(
     conversation: list[Message],
     mapper: InputMapper | None,
 ) -> Any:
-    """What the workflow function receives for a fresh run.
-
-    ``raw`` is the caller's argument, ``caller_messages`` it normalised, ``conversation`` the context
-    providers' messages then ``caller_messages`` (what an ``input_mapper`` receives).
-    """
+    """What the workflow function receives for a fresh run (``conversation``: providers' then caller's messages)."""
     if mapper is not None:
         return mapper(conversation)
     if not is_chat_input(raw) or mode == "as_given":
@@ -120,11 +112,7 @@ def last_user_text(messages: Sequence[Message]) -> str:
 
 
 def resume_part(messages: Sequence[Message]) -> list[Message]:
-    """The messages after the last assistant message: what a caller that resends history adds this turn.
-
-    Hosts such as AG-UI resend the whole transcript with each turn; the answers to a pause come after
-    the assistant message that asked. Without an assistant message, all messages are new.
-    """
+    """The messages after the last assistant message: what a caller that resends history (AG-UI) adds this turn."""
     for index in range(len(messages) - 1, -1, -1):
         if messages[index].role == "assistant":
             return list(messages[index + 1 :])
@@ -132,11 +120,7 @@ def resume_part(messages: Sequence[Message]) -> list[Message]:
 
 
 def answer_tail(messages: Sequence[Message]) -> list[Message]:
-    """The run of messages at the end that carry nothing but answers (empty when the last one carries more).
-
-    AG-UI sends the new turn's text and then the answer to the pause it caused, after the resent
-    history; the answers at the end are the resume, whatever text came before them.
-    """
+    """The run of messages at the end that carry nothing but answers (empty when the last one carries more)."""
     tail: list[Message] = []
     for message in reversed(messages):
         if not answer_contents([message]) or has_other_contents([message]):
@@ -166,12 +150,7 @@ def read_turn(messages: Sequence[Message], *, with_answers: bool) -> Turn:
 
 
 def text_answer(messages: Sequence[Message], requests: Mapping[str, WorkflowEvent[Any]]) -> dict[str, Any] | None:
-    """Plain text as the answer to the one pending ``str`` request, or None when that does not apply.
-
-    Applies when exactly one request is pending, its ``response_type`` is ``str``, and a message with
-    role ``user`` carries text that is not only whitespace (the last such message's text is the
-    answer): a system or tool message never answers for the person.
-    """
+    """The last user message's text as the answer to the one pending ``str`` request, or None (not only whitespace)."""
     if len(requests) != 1:
         return None
     request_id, event = next(iter(requests.items()))
@@ -198,10 +177,6 @@ def has_other_contents(messages: Sequence[Message]) -> bool:
 
 def answers_to_responses(answers: Sequence[Content], requests: Mapping[str, WorkflowEvent[Any]]) -> dict[str, Any]:
     """Chat-native answers as ``responses`` for the pause's requests, each converted to its ``response_type``.
-
-    A ``function_approval_response`` answers the request named by its ``id`` (``approved`` for a
-    ``bool``, the ``Content`` for a type that takes it); a ``function_result`` the one named by its
-    ``call_id`` (its ``result`` through ``_answers.convert_answer``, or the ``Content`` for ``Content``).
 
     Raises:
         ResponseMismatchError: An answer names no pending request, answers one twice, or does not
@@ -234,9 +209,8 @@ def pause_answers(
 ) -> dict[str, Any]:
     """Chat-native answers to the pause of ``token`` (``requests``: core's ids) as ``responses`` in core's ids.
 
-    An answer names a request by the id the agent published for this pause (``_updates.published_id``); with
-    ``core_ids`` (the caller presented the token, which names the pause) also by core's id. Any other id, such
-    as one published for an earlier pause of the conversation, answers nothing here.
+    An answer names a request by the id published for this pause; with ``core_ids`` (the caller presented
+    the token, which names the pause) also by core's id. Any other id answers nothing here.
 
     Raises:
         ResponseMismatchError: As :func:`answers_to_responses`; nothing has changed.

@@ -1,19 +1,13 @@
 """Response types as text: what a continuation record keeps so any worker can check every answer so far.
 
-A pause's checkpoint holds only its pending ``request_info`` events, but a replay also passes the
-answers to earlier rounds, and core checks each of them against its request's ``response_type``
-only after the token was claimed. So when a pause is recorded, the response type of every request
-of its run chain is written as text (:func:`describe_requests`) and a worker that never saw the
-earlier rounds reads it back (:func:`resolve_type`) to check all answers before its claim.
+A replay passes the answers to earlier rounds too, and core checks them only after the token was
+claimed; so a pause records the response type of every request of its run chain, and a worker that
+never saw the earlier rounds reads them back to check all answers before its claim.
 
-The text is ``module:QualName`` for a class (``builtins:str``, ``myapp.models:Verdict``), with
-``[arg, ...]`` for a parameterised generic (``builtins:list[builtins:int]``), ``typing:Union[...]``
-for a union (also ``X | Y``), ``typing:Literal[...]`` with its values as JSON (``typing:Literal["a",
-"b"]``), ``typing:Any`` and ``None``. A type that cannot be written so that it reads back equal (a
-local class, a pydantic generic model, a ``Literal`` of enum members) is not recorded, and its
-answer is left to core's check. Reading never imports a module: only types of modules the
-worker already imported resolve (as core's own ``deserialize_type`` does), so a record cannot make
-a worker import code.
+The text is ``module:QualName`` (``builtins:list[builtins:int]``), ``typing:Union[...]``,
+``typing:Literal[<JSON values>]``, ``typing:Any`` or ``None``. A type that would not read back equal
+(a local class, a pydantic generic) is not recorded: core checks it. Reading never imports a module
+(as core's ``deserialize_type``), so a record cannot make a worker import code.
 """
 
 from __future__ import annotations
@@ -35,14 +29,7 @@ _JSON = json.JSONDecoder()
 
 
 def describe_type(response_type: Any) -> str | None:
-    """Return ``response_type`` as text that :func:`resolve_type` reads back equal, or None.
-
-    Args:
-        response_type: A request's ``response_type``.
-
-    Returns:
-        The text, or None when the type cannot be written so that it reads back equal.
-    """
+    """Return ``response_type`` as text that :func:`resolve_type` reads back equal, or None."""
     try:
         text = _describe(response_type)
     except (TypeError, ValueError, AttributeError):
@@ -51,14 +38,7 @@ def describe_type(response_type: Any) -> str | None:
 
 
 def describe_requests(requests: Mapping[str, WorkflowEvent[Any]]) -> dict[str, str]:
-    """Return request id -> response type text for every request whose type can be written.
-
-    Args:
-        requests: ``request_info`` events by request id.
-
-    Returns:
-        The describable response types by request id.
-    """
+    """Return request id -> response type text for every request (by id) whose type can be written."""
     described: dict[str, str] = {}
     for request_id, event in requests.items():
         text = describe_type(event.response_type)
@@ -68,15 +48,7 @@ def describe_requests(requests: Mapping[str, WorkflowEvent[Any]]) -> dict[str, s
 
 
 def resolve_type(text: str) -> Any | None:
-    """Read a type written by :func:`describe_type`; None when it does not resolve here.
-
-    Args:
-        text: The recorded text.
-
-    Returns:
-        The type, or None when its module is not imported in this process, a name is missing, or
-        the text is malformed.
-    """
+    """Read a type written by :func:`describe_type`; None when its module is not imported here or it is malformed."""
     try:
         resolved, rest = _parse(text)
     except (TypeError, ValueError, AttributeError, KeyError, IndexError):

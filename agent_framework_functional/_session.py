@@ -1,9 +1,8 @@
 """Per-conversation state of the agent, kept with the session: the token, the answers so far, the attached instance.
 
-A caller that only has the session, such as an orchestration's ``AgentExecutor`` or a host that
-serialises sessions between turns, can then resume. The token and the answers are plain JSON-safe
-values in ``AgentSession.state``; the workflow instance of a paused conversation is attached by the
-session's id and never serialized. Nothing about a conversation is kept on the agent.
+A caller that only has the session (an orchestration, a host serialising sessions) can resume: token
+and answers are JSON-safe values in ``AgentSession.state``; the instance of a paused conversation is
+attached by session id and never serialized. Nothing about a conversation is kept on the agent.
 """
 
 from __future__ import annotations
@@ -26,9 +25,7 @@ from ._workflow import FunctionalWorkflow
 SESSION_STATE_KEY = "agent_framework_functional"
 """Key of this package's entry in ``AgentSession.state``: ``{agent_id: {"continuation_token": ..., "answers": ...}}``.
 
-Hosts that merge client state into ``session.state`` (AG-UI) must protect this key. A value under it
-that is not a well-formed token of this package is ignored (as if absent); a well-formed one that is
-not this conversation's current token resumes nothing (refused, nothing changes)."""
+Hosts that merge client state into ``session.state`` (AG-UI) must protect it; a malformed value counts as none."""
 
 
 def conversation_of(session: AgentSession) -> str:
@@ -48,10 +45,8 @@ def session_token(session: AgentSession | None, agent_id: str) -> Mapping[str, A
 def lost_its_token(session: AgentSession | None, options: Mapping[str, Any]) -> bool:
     """True when ``session`` holds nothing under :data:`SESSION_STATE_KEY` and ``options`` no token.
 
-    A session keeps its conversation's token (AGENTS.md invariant 14), and the package's entry stays (empty)
-    once the token is spent; one that comes back with no entry at all was dropped from the host's store
-    (evicted, expired) or rebuilt without its state, so a pause kept here for its conversation is orphaned
-    (invariant 45). A value under the key, even an empty or malformed one, is not "lost".
+    The entry stays (empty) once a token is spent, so a session with none was dropped by its host or
+    rebuilt without state: a pause kept here for it is orphaned (AGENTS.md invariant 45).
     """
     return session is not None and SESSION_STATE_KEY not in session.state and options.get("continuation_token") is None
 
@@ -59,10 +54,7 @@ def lost_its_token(session: AgentSession | None, options: Mapping[str, Any]) -> 
 def store_session_token(
     session: AgentSession, agent_id: str, token: Mapping[str, Any], answers: Mapping[str, Any] | None = None
 ) -> None:
-    """Store ``token`` and the answers so far (JSON-safe, so hosts can serialise the session) under ``agent_id``.
-
-    Core converts the answers back to each request's ``response_type`` when it replays.
-    """
+    """Store ``token`` and the answers so far (JSON-safe, so hosts can serialise the session) under ``agent_id``."""
     entry = session.state.get(SESSION_STATE_KEY)
     entries: dict[str, Any] = dict(typing.cast(Mapping[str, Any], entry)) if isinstance(entry, Mapping) else {}
     agent_entry: dict[str, Any] = {"continuation_token": dict(token)}
@@ -73,12 +65,7 @@ def store_session_token(
 
 
 def clear_session_token(session: AgentSession, agent_id: str) -> None:
-    """Remove this agent's token from ``session.state``; the package's entry stays, empty if nothing else is in it.
-
-    The entry marks a session the agent has used: a copy saved when nothing was pending (an earlier Responses
-    snapshot, an old ``to_dict()``) is not taken for a dropped session (:func:`lost_its_token`), so new input on
-    it conflicts with the conversation's live pause instead of abandoning it.
-    """
+    """Remove this agent's token from ``session.state``; the package's entry stays (see :func:`lost_its_token`)."""
     entry = session.state.get(SESSION_STATE_KEY)
     if not isinstance(entry, Mapping):
         return
@@ -94,36 +81,12 @@ def resolve_token(
     session: AgentSession | None,
     agent_id: str,
 ) -> Any:
-    """Pick the token for a resume; first match wins.
-
-    Order: the ``continuation_token`` argument; ``options["continuation_token"]`` (core's convention
-    for resumable agents); the token this agent stored in ``session`` when a run with that session
-    paused.
-
-    Returns:
-        The token, or None when no source has one (the resume then fails authority).
-    """
+    """The token for a resume: the argument, then ``options["continuation_token"]``, then the session's (or None)."""
     if continuation_token is not None:
         return continuation_token
     if options is not None and options.get("continuation_token") is not None:
         return options["continuation_token"]
     return session_token(session, agent_id)
-
-
-# ---------------------------------------------------------------------------------------------- answers
-
-
-def session_answers(session: AgentSession, agent_id: str, secret: bytes) -> dict[str, Any]:
-    """The answers given so far in the run chain whose pause has the token ``secret`` (empty when none).
-
-    Core replays from the top and forgets answers to earlier ``request_info`` calls, so a resume adds
-    them again; they are kept next to the token they were given for, and only count for that token.
-    """
-    entry = _agent_entry(session, agent_id)
-    if entry is None or presented_secret(entry.get("continuation_token")) != secret:
-        return {}
-    answers = entry.get("answers")
-    return dict(typing.cast(Mapping[str, Any], answers)) if isinstance(answers, Mapping) else {}
 
 
 def _agent_entry(session: AgentSession | None, agent_id: str) -> Mapping[str, Any] | None:
@@ -140,11 +103,9 @@ def _agent_entry(session: AgentSession | None, agent_id: str) -> Mapping[str, An
 class AttachedInstances:
     """The attached workflow instances of one template's conversations, by session id, bounded (internal).
 
-    Swept on access and by a host's sweep task (:func:`sweep_expired`): a pause past its TTL lapses (token,
-    checkpoint and instance go); over ``max_count`` the least recently paused instance is evicted (without a
-    store its pause is dropped, with one only the instance goes); a running or not yet paused instance is
-    never touched. Entries stay in the order they last paused (``touch``), so a sweep stops at the first
-    unexpired pause.
+    A pause past its TTL lapses; over ``max_count`` the least recently paused instance is evicted; a running
+    or not yet paused one is never touched. Entries stay in the order they last paused, so a sweep stops at
+    the first unexpired pause.
     """
 
     __slots__ = ("entries", "max_count")
@@ -200,19 +161,12 @@ class AttachedInstances:
 
 
 _ATTACHED: weakref.WeakKeyDictionary[FunctionalWorkflow, AttachedInstances] = weakref.WeakKeyDictionary()
-"""Each template's attached instances in this process (template: the agent's session-less instance).
-
-Found by session id, not the session object (hosts rebuild, copy or restore session objects), kept only
-while something is paused or running, never serialized: a session restored elsewhere resumes through the
-continuation store, and a resume still needs the token (the id only finds the instance).
-"""
+"""Each template's attached instances in this process, by session id (hosts rebuild session objects); a resume
+still needs the token (the id only finds the instance)."""
 
 
 def sweep_expired(template: FunctionalWorkflow, now: float | None = None) -> int:
-    """Lapse the expired pauses of ``template``'s conversations now (a host's sweep task); returns how many.
-
-    The same lapse as on access (token, checkpoint and instance go), for a host that gets no request.
-    """
+    """Lapse the expired pauses of ``template``'s conversations now (a host's sweep task); returns how many."""
     registry = _ATTACHED.get(template)
     lapsed = registry.sweep(now) if registry is not None else 0
     if lapsed and registry is not None and not registry.entries:
@@ -234,9 +188,8 @@ def attached_instances(template: FunctionalWorkflow) -> int:
 class Conversations:
     """One agent's conversations: each one's workflow instance, and the session-less one's answers (internal).
 
-    Without a session the agent is one conversation on ``template``; with one, each conversation has
-    its own instance (same definition and storages, bound to the conversation), attached by session id
-    while it has something pending, its token and answers in ``session.state``.
+    Without a session the agent is one conversation on ``template``; with one, each has its own instance
+    (built from the template, bound to the conversation), attached while it has something pending.
     """
 
     def __init__(self, template: FunctionalWorkflow, agent_id: str, max_conversations: int | None) -> None:
@@ -294,20 +247,20 @@ class Conversations:
         self.answers_so_far, self.answers_token = (answers, dict(token)) if token is not None else ({}, None)
 
     def answers_for(self, session: AgentSession | None, secret: bytes) -> dict[str, Any]:
-        """The answers given so far in the run chain whose pause has the token ``secret``."""
+        """The answers so far in the run chain whose pause has the token ``secret`` (core's replay forgets them)."""
         if session is not None:
-            return session_answers(session, self.agent_id, secret)
+            entry = _agent_entry(session, self.agent_id)
+            if entry is None or presented_secret(entry.get("continuation_token")) != secret:
+                return {}
+            answers = entry.get("answers")
+            return dict(typing.cast(Mapping[str, Any], answers)) if isinstance(answers, Mapping) else {}
         return dict(self.answers_so_far) if presented_secret(self.answers_token) == secret else {}
 
     @contextlib.contextmanager
     def abandoning(
         self, token: Mapping[str, Any] | None, force: bool, session: AgentSession | None
     ) -> Generator[tuple[FunctionalWorkflow, Mapping[str, Any] | None], None, None]:
-        """One abandonment: the conversation's instance and the token to present (without ``force``: the session's).
-
-        A refused one leaves no instance it made behind; a done one drops the answers, the session's token
-        and the instance.
-        """
+        """One abandonment: the conversation's instance and the token to present (without ``force``: the session's)."""
         workflow = self.workflow_for(session)
         assert workflow is not None
         try:

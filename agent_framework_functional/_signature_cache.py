@@ -68,9 +68,8 @@ class _PerFunction:
 class CachedIdentity:
     """Core's ``_get_step_wrapper_identity``, its durable results cached per function.
 
-    Core calls a result durable when the function has no closure and only immutable defaults; the
-    cached one is reused while the function still has the same code object, name and default objects
-    (compared by identity), so a reassigned ``__code__`` or default is hashed again, as core would.
+    Only results core calls durable (no closure, immutable defaults) are cached, reused while the function
+    keeps the same code object, name and default objects (by identity).
     """
 
     def __init__(self, real: Callable[[Any], tuple[str, bool]]) -> None:
@@ -112,13 +111,11 @@ def _same_inputs(cached: tuple[Any, ...], current: tuple[Any, ...]) -> bool:
 class CachedClassification:
     """Core's ``_classify_signature`` (the workflow function's non-``ctx`` parameter names), cached per function.
 
-    Core resolves the function's type hints and signature on every build (about 200 µs); a host builds an
-    instance per conversation. A result is reused only for a plain function (and a ``__wrapped__`` chain of
-    plain functions) while every link keeps its code, annotations (the same dict, the same items),
-    ``__signature__``, defaults and type parameters, and each string annotation still evaluates, in the
-    module globals core resolves it in, to the same object (or fails again). Anything else (a partial, a
-    callable object, a forward reference left inside a resolved annotation) is checked by core every time.
-    A refusal (more than one parameter) is never cached, so it is raised again as core would.
+    Core resolves type hints on every build, and a host builds an instance per conversation. A result is
+    reused only for a plain function (or a ``__wrapped__`` chain of them) while every link keeps its code,
+    annotations, ``__signature__``, defaults and type parameters and each string annotation still evaluates
+    to the same object; anything else (a partial, a forward reference left inside) goes to core every time.
+    A refusal is never cached, so core raises it again.
     """
 
     def __init__(self, real: Callable[[Callable[..., Any]], list[str]]) -> None:
@@ -144,10 +141,7 @@ _ALIAS_TYPES = (GenericAlias, UnionType)
 
 
 def _classification_inputs(func: Any) -> tuple[Any, ...] | None:
-    """What core's answer depends on: (the string annotations' values, objects compared by identity).
-
-    None: do not cache. Nothing here references ``func`` itself (the cache's weak key).
-    """
+    """What core's answer depends on: (string annotations' values, objects compared by identity); None: no cache."""
     links = _wrapper_chain(func)
     if links is None:
         return None

@@ -1,10 +1,8 @@
 """Workflow events to agent updates: the one conversion both agent run modes use.
 
-``FunctionalWorkflowAgent`` streams (``run(..., stream=True)``) by yielding what
-:meth:`UpdateConverter.convert` returns for each workflow event, and answers non-streaming runs by
-folding the same updates with core's ``AgentResponse.from_updates``, so both modes give the same
-contents in the same order. The token update (:meth:`UpdateConverter.token_update`) is always the
-last one: core's ``from_updates`` keeps the last update's token, so nothing may follow it.
+A non-streaming run folds the same updates with core's ``AgentResponse.from_updates``, so both modes
+give the same contents in the same order. The token update is always the last one: ``from_updates``
+keeps the last update's token.
 """
 
 from __future__ import annotations
@@ -36,9 +34,8 @@ _Event = TypeVar("_Event")
 def published_id(request_id: str, tag: str | None) -> str:
     """The id the agent publishes for core's ``request_id`` of the pause tagged ``tag`` (core's id when None).
 
-    Core counts ids per run (``auto::0`` again in every new run of a conversation); the tag, derived from
-    the pause's token (``_continuation.request_tag``), makes the id unique to its pause, so an answer to an
-    earlier pause never answers a later one.
+    Core counts ids per run (``auto::0`` again in every run); the tag makes the id unique to its pause,
+    so an answer to an earlier pause never answers a later one.
     """
     return request_id if tag is None else f"{request_id}{PAUSE_TAG_SEPARATOR}{tag}"
 
@@ -63,25 +60,12 @@ def core_ids(answers: Mapping[str, Any], tag: str | None) -> dict[str, Any]:
 
 
 def request_data_to_json(data: Any) -> Any:
-    """Return ``data`` as JSON-safe values (pydantic models, dataclasses, datetimes included).
-
-    Args:
-        data: The ``request_info`` payload.
-
-    Returns:
-        A JSON-serialisable value; types pydantic cannot convert become their ``str()``.
-    """
+    """``data`` (a ``request_info`` payload) as JSON-safe values; what pydantic cannot convert becomes ``str()``."""
     return to_jsonable_python(data, fallback=str)
 
 
 class UpdateConverter:
-    """Converts one agent run's workflow events to ``AgentResponseUpdate`` objects (internal).
-
-    Args:
-        author_name: The agent's name (author of its updates).
-        agent_id: The agent's id.
-        response_id: The run's response id.
-    """
+    """Converts one agent run's workflow events to ``AgentResponseUpdate`` objects (internal)."""
 
     __slots__ = ("_live_text", "agent_id", "author_name", "response_id")
 
@@ -92,12 +76,7 @@ class UpdateConverter:
         self._live_text = LiveText()
 
     def convert(self, event: WorkflowEvent[Any], tag: str | None = None) -> list[AgentResponseUpdate]:
-        """Convert one workflow event to the updates the caller sees (often none).
-
-        ``intermediate`` events (live updates) pass through (:meth:`live_update`); an ``output`` whose
-        text the run already streamed live adds nothing (no text twice; see :class:`LiveText`); a
-        ``request_info`` becomes an approval request whose ids carry ``tag``, its pause's (:func:`published_id`).
-        """
+        """The updates the caller sees for one workflow event (often none); ``tag``: the pause's, for request ids."""
         if event.type == "intermediate":
             update = self.live_update(event.data)
             if update is None:
@@ -119,13 +98,10 @@ class UpdateConverter:
         return self._update([], continuation_token=token)
 
     def live_update(self, data: Any) -> AgentResponseUpdate | None:
-        """The agent update for the payload of an ``intermediate`` event (None for a payload it cannot carry).
+        """The agent update for an ``intermediate`` event's payload (None for a payload it cannot carry).
 
-        Text and ``Content`` become contents of an assistant update authored by the agent; an
-        ``AgentResponseUpdate`` is copied (contents, role, author, message id, properties; never its
-        continuation token or operation state, so the token rule of the last update holds); JSON data
-        becomes an update with no contents and ``additional_properties["data"]``. Merge modes are kept, so
-        core's ``AgentResponse.from_updates`` folds a replace snapshot as the inner agent meant it.
+        A copied ``AgentResponseUpdate`` never keeps its continuation token (the token update stays last);
+        merge modes are kept, so ``from_updates`` folds a replace snapshot as the inner agent meant it.
         """
         if isinstance(data, AgentResponseUpdate):
             return AgentResponseUpdate(
@@ -162,14 +138,9 @@ class UpdateConverter:
 def approval_request(event: WorkflowEvent[Any], tag: str | None = None) -> list[Content]:
     """The contents of a ``request_info`` event: the call, then its approval request (as core's ``Agent`` does).
 
-    The ``function_call`` (call id = request id, ``hosted=True``: the workflow, not the caller, runs it)
-    comes first, so tool-call-shaped protocols (AG-UI) see a well-formed call before the approval
-    request refers to it. Both carry what a host needs to answer: the request data (JSON-safe),
-    ``response_type`` (a readable name) and ``response_schema`` (the answer's JSON Schema, or None),
-    in ``function_call.arguments`` and ``function_approval_request.additional_properties``. A ``bool``
-    request takes a ``function_approval_response``; any request takes a ``function_result`` whose
-    ``call_id`` is the request id and whose ``result`` is the JSON value (or, for a ``str`` request on a
-    session, the user's plain text reply). The request id is the one published for the pause tagged ``tag``.
+    The ``function_call`` (``hosted=True``: the workflow runs it) comes first, so tool-call-shaped protocols
+    (AG-UI) see a well-formed call before the approval request refers to it. Both carry the request data,
+    ``response_type`` and ``response_schema``; the request id is the one published for the pause ``tag``.
     """
     request_id = published_id(event.request_id, tag)
     expects = type_name(event.response_type)
@@ -213,15 +184,9 @@ def output_contents(data: Any) -> list[Content]:
 class LiveText:
     """The text one agent run has streamed live, to keep outputs from repeating it (internal).
 
-    Rule (the same in both run modes, since both convert the same events in the same order): an
-    ``output`` adds nothing to the agent's answer when it has text and the text streamed live before
-    it ends with exactly that text. This is the common case of a workflow returning what it streamed
-    (``return response.text`` after :func:`stream_agent`). Any other output is added as usual.
-
-    The streamed text follows core's merge rules (``AgentResponse.from_updates``): adjacent text
-    contents form a run, a text content with ``merge_mode="replace"`` (the full-text snapshot that
-    core's OpenAI client sends after the deltas) replaces its run, and an update with
-    ``merge_mode="replace"`` clears its message.
+    An ``output`` adds nothing when its text ends the live text so far (a workflow returning what it
+    streamed). The live text follows core's merge rules (``AgentResponse.from_updates``): a text
+    content with ``merge_mode="replace"`` replaces its run, an update with it clears its message.
     """
 
     __slots__ = ("_author", "_message_id", "_message_start", "_open", "_role", "_runs")

@@ -1,13 +1,8 @@
 """One call per host, correct by default: AG-UI, DevUI, the OpenAI Responses API, A2A and MCP.
 
-Installed with the ``hosting`` extra (``pip install "agent-framework-functional[hosting]"``):
-``agui_endpoint`` (AG-UI; ``ThreadSnapshotStore`` keeps its thread snapshots in a session store),
-``serve_devui`` / ``devui_app`` (DevUI) and ``responses_app`` (``agent-framework-hosting-responses``).
-Each host package is imported only when its call is first used, so ``import agent_framework_functional``
-never needs them. ``a2a_app`` (A2A) needs the ``a2a`` extra, ``mcp_app`` (an MCP tool) the ``mcp``
-extra. ``ReleaseFreeMemory`` (ASGI middleware every hosting call adds) hands the allocator's free heap pages back
-after requests; every call's app also runs a task in its lifespan that releases expired pauses with no request
-(``sweep_every``). README "Host it" shows each call.
+Installed with the ``hosting`` extra (``a2a_app`` needs ``a2a``, ``mcp_app`` needs ``mcp``). Each host
+package is imported only when its call is first used, so ``import agent_framework_functional`` never
+needs them. README "Host it" shows each call.
 """
 
 from __future__ import annotations

@@ -83,13 +83,7 @@ class _Attempt:
 class FunctionalA2AExecutor(AgentExecutor):
     """Runs a FunctionalWorkflowAgent for ``a2a-sdk``: pauses become ``input-required`` tasks.
 
-    Args:
-        agent: The agent; one object serves every A2A context.
-
-    Keyword Args:
-        session_store: Where each context's session lives (key ``a2a:context:<context id>``; None: a bounded
-            in-memory one).
-        text_answers: Accept text parts as answers (see :func:`message_answers`).
+    Each context's session lives in ``session_store`` under ``a2a:context:<context id>``.
     """
 
     def __init__(

@@ -52,9 +52,8 @@ def message_answers(
     """The agent's answer contents for an A2A message sent on a task in ``input-required``.
 
     A data part ``{"request_id": <id>, "answer": <JSON value>}`` answers that request (``request_id`` may be
-    left out while one request is pending). With ``text_answers``, a text part answers the one pending
-    request: a ``str`` request takes the text, a ``bool`` request one word of :data:`BOOL_WORDS`, any
-    other type the JSON of the value. The values are checked against each request's ``response_type``.
+    left out while one request is pending); with ``text_answers``, a text part answers the one pending
+    request (a ``bool`` one takes a word of :data:`BOOL_WORDS`).
 
     Raises:
         ResponseMismatchError: A part of another kind, a data part of another shape, text when not

@@ -23,10 +23,8 @@ _OWNER = "a2a_task_owner"  # ServerCallContext.state entry: the owner a bounded 
 class FinalTaskStore(TaskStore):
     """``a2a-sdk``'s ``TaskStore`` that never writes over a finished task, on any worker sharing ``store``.
 
-    A save over a task stored in a terminal state raises ``a2a-sdk``'s ``ConcurrentTaskModificationError``;
-    ``a2a-sdk`` then reloads the task and reports its final state (a cancel that finds it ended is refused). The
-    check reads before it writes: between two workers it closes the race a run loses by seconds (its late
-    status after the other worker's result), not one of microseconds.
+    A save over a finished task raises ``ConcurrentTaskModificationError`` (``a2a-sdk`` then reports the final
+    state). The check reads before it writes: it closes the race a run loses by seconds, not microseconds.
 
     Args:
         store: The store written through (shared by the workers).
@@ -66,15 +64,8 @@ def _owner(context: ServerCallContext) -> str:
 class BoundedTaskStore(FinalTaskStore):
     """``a2a-sdk``'s ``InMemoryTaskStore``, bounded: what ``a2a_app`` keeps tasks in when given no store.
 
-    A finished task is dropped ``ttl`` seconds after its last write; one that has not finished (waiting for
-    input, running) ``2 * ttl`` after it (its pause has expired by then; until then an answer learns why it
-    cannot run). Past ``max_tasks`` the least recently written go first, finished ones before the others.
-    Expiry is checked on access (every save and read) and by the host's sweep (:meth:`purge_expired`).
-
-    Keyword Args:
-        ttl: Seconds a finished task is kept (``a2a_app``: the agent's ``continuation_ttl``).
-        max_tasks: Tasks kept at most.
-        clock: Monotonic seconds (tests move time).
+    A finished task is dropped ``ttl`` seconds after its last write, an unfinished one ``2 * ttl`` after it (its
+    pause expired by then). Past ``max_tasks`` the least recently written go, finished ones first.
 
     Raises:
         ValueError: ``ttl`` is not positive, or ``max_tasks`` not a positive integer.

@@ -1,33 +1,21 @@
 """A host's view of one FunctionalWorkflowAgent: the same agent, with the host's answer shapes converted on the way in.
 
-Hosts keep one agent object for every conversation, so the view holds nothing per conversation either: it
-only rewrites the messages a host passes to ``run`` (and, for AG-UI, the request contents it streams back),
-then calls the wrapped agent. Every other attribute a host reads comes from the wrapped agent.
+The view holds nothing per conversation: it only rewrites the messages a host passes to ``run`` (and, for
+AG-UI, the request contents it streams back); every other attribute comes from the wrapped agent.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, cast
 
-from agent_framework import AgentSession, Content, Message, WorkflowEvent
+from agent_framework import AgentSession, Message
 
 from .._agent import FunctionalWorkflowAgent
-from .._chat import answers_to_responses
 
 ANSWER_FIELD = "answer"
 """The field of a host answer that carries a typed value (any JSON) for a request of any ``response_type``."""
-
-
-def check_answer(answer: Content, pending: Mapping[str, WorkflowEvent[Any]]) -> None:
-    """Convert ``answer`` the way the agent will, so a host can refuse a wrong shape before anything is touched.
-
-    Raises:
-        ResponseMismatchError: The answer names no pending request or does not convert to its
-            ``response_type`` (the message says which field and what to send).
-    """
-    answers_to_responses([answer], pending)
 
 
 def as_messages(messages: Any) -> list[Message] | None:
@@ -48,11 +36,7 @@ def parse_typed_text(text: str) -> Any:
 
 
 class HostedAgent:
-    """The wrapped agent as a host sees it; subclasses convert one host's answers (``answers_in``).
-
-    Args:
-        agent: The agent every conversation of the host shares.
-    """
+    """The wrapped agent as a host sees it; subclasses convert one host's answers (``answers_in``)."""
 
     def __init__(self, agent: FunctionalWorkflowAgent) -> None:
         self.agent = agent

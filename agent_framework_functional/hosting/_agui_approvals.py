@@ -1,17 +1,11 @@
 """AG-UI's approval state for a paused thread this process never saw, or whose snapshot is gone.
 
-AG-UI keeps each open approval in a process-local store of its ``AgentFrameworkAgent`` and refuses a resume
-(``APPROVAL_RESUME_NOT_FOUND``) that finds none, so with several workers only the one that paused could take
-the answer. The thread's snapshot (in the shared store) keeps each open interrupt with its ``request_info``
-call; :func:`restore_open_approvals` registers those in this process's approval state exactly as AG-UI does
-when it streams the request. The agent still decides: the answer resumes only with the thread's token (in the
-snapshot's session state) through the continuation store. Conversely, a thread whose snapshot the store dropped
-(evicted, expired) took its token along: :func:`expire_open_approvals` retires its approvals, so AG-UI hands
-new input to the agent instead of demanding an answer nobody can give; :class:`UnsavedThreads` tells that
-apart from a run whose snapshot is not saved yet; :func:`approval_purge` lets a host's sweep drop what expired.
-AG-UI's private approval API is used through ``_core_compat``,
-pinned by ``tests/hosting/test_two_workers.py``, ``test_host_sessions.py``,
-``test_sweep.py`` and ``test_host_private_names.py``.
+AG-UI keeps each open approval in a process-local store and refuses a resume that finds none, so with several
+workers only the one that paused could take the answer: :func:`restore_open_approvals` registers a thread's
+open interrupts from its shared snapshot as AG-UI does when it streams them (the agent still checks the token).
+A thread whose snapshot was dropped took its token along: its approvals are expired, so AG-UI hands new input
+to the agent; :class:`UnsavedThreads` tells that apart from a run whose snapshot is not saved yet. AG-UI's
+private approval API comes through ``_core_compat``, pinned by ``tests/hosting/test_host_private_names.py``.
 """
 
 from __future__ import annotations
@@ -26,7 +20,6 @@ from .._agent import FunctionalWorkflowAgent
 from .._core_compat import (
     agui_approval_state,
     agui_session_id_for_thread,
-    expire_agui_open_approvals,
     register_agui_hosted_approval,
     set_agui_approval_state,
 )
@@ -36,21 +29,13 @@ from ._turn import RunningTurns
 ANSWERED_APPROVAL_RETENTION_SECONDS = 60.0
 """How long AG-UI keeps an answered approval of an ``agui_endpoint`` (AG-UI's default: 900 s), at most the TTL.
 
-AG-UI keeps each answered approval (about 8 KB) to refuse a resent answer, and refuses every new approval of
-a scope once it keeps 10,000 (one scope for ``single_user``): at its 900 s default, past about 11 answered
-approvals a second. Here a resent answer is refused anyway: ``check_request`` finds no open interrupt, and the
-pause's token is spent.
+AG-UI refuses every new approval of a scope once it keeps 10,000 answered ones (11 a second at 900 s); a
+resent answer is refused anyway here (``check_request`` finds no open interrupt).
 """
 
 
 def bound_approval_state(runner: AgentFrameworkAgent, agent: FunctionalWorkflowAgent) -> None:
-    """Give ``runner`` an AG-UI approval state that keeps what the agent keeps: pauses for one TTL.
-
-    An unanswered approval expires with the agent's ``continuation_ttl`` (AG-UI's default: 24 h, whatever the
-    TTL); answered and expired ones are dropped :data:`ANSWERED_APPROVAL_RETENTION_SECONDS` (or the TTL, if
-    shorter) later, on AG-UI's next touch of its approval state.
-    ``AgentFrameworkAgent`` builds its store with AG-UI's defaults and offers no option, so it is replaced.
-    """
+    """Replace ``runner``'s AG-UI approval state (AG-UI offers no option) with one that keeps pauses for one TTL."""
     ttl = agent.continuation_ttl
     set_agui_approval_state(
         runner,
@@ -98,21 +83,11 @@ def restore_open_approvals(
             )
 
 
-def expire_open_approvals(runner: AgentFrameworkAgent, scope: str, thread_id: str) -> None:
-    """Expire the thread's pending approvals in ``runner``'s AG-UI state (its pause was orphaned)."""
-    expire_agui_open_approvals(runner, scope=scope, thread_id=thread_id)
-
-
 class UnsavedThreads:
     """An ``AGUIThreadSnapshotStore`` that knows which threads have a run whose snapshot is not saved yet.
 
-    A run is noted when it reaches the agent (``runs.begin``, by session id) and forgotten when AG-UI saves its
-    thread's snapshot; until then a missing snapshot or token is not an orphaned pause. Bounded: past
-    ``max_threads`` (runs whose save never came) the oldest notes go.
-
-    Args:
-        store: The snapshot store AG-UI uses.
-        max_threads: Notes kept at most.
+    A run is noted when it reaches the agent and forgotten when AG-UI saves its snapshot; until then a missing
+    snapshot or token is not an orphaned pause. Past ``max_threads`` the oldest notes go.
     """
 
     def __init__(self, store: AGUIThreadSnapshotStore, max_threads: int) -> None:

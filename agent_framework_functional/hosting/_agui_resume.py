@@ -1,15 +1,10 @@
 """The answers an AG-UI request carries, read the way AG-UI will act on them, for ``agui_endpoint``'s guard.
 
-AG-UI's endpoint validates a body with its public ``AGUIRequest`` model (which turns a top-level ``resume`` of
-any shape it accepts into entries: a list, one entry object, ``{"interrupts": [...]}``, ``{"interrupt": [...]}``,
-``payload`` / ``value`` / ``response``), then takes the resume from the first place that has one: ``resume``,
-``forwardedProps.command.resume``, ``forwardedProps.resume`` (both raw). With none, it reads trailing ``tool``
-messages whose JSON content has ``accepted`` as approvals of the pending call they name. Each approval's
-decision is ``approved`` (else ``accepted``) and its edited arguments are ``editedArgs`` or the payload's other
-keys; the agent's view takes the ``answer`` among them. :func:`read_answers` reads all of this the same way and
-refuses (400) what AG-UI would read two ways: resumes in two places, or a forwarded entry whose id fields
-disagree (AG-UI reads ``interruptId`` first in one pass and ``id`` first in another). Pinned against AG-UI's own
-reading by ``tests/hosting/test_agui_resume_forms.py``.
+AG-UI takes the resume from the first place that has one (``resume`` in any shape its ``AGUIRequest`` model
+accepts, ``forwardedProps.command.resume``, ``forwardedProps.resume``), else from trailing ``tool`` messages
+with ``accepted``. :func:`read_answers` reads them the same way and refuses (400) what AG-UI would read two
+ways: resumes in two places, or a forwarded entry whose id fields disagree. Pinned against AG-UI's own reading
+by ``tests/hosting/test_agui_resume_forms.py``.
 """
 
 from __future__ import annotations
@@ -117,10 +112,7 @@ def _answer(entry: Mapping[str, Any]) -> ResumeAnswer:
 
 
 def _tool_message_answers(messages: Any) -> list[ResumeAnswer]:
-    """AG-UI's legacy approvals: trailing ``tool`` messages whose JSON content is an object with ``accepted``.
-
-    AG-UI turns one into a resume only when it names a pending call; the guard filters by what is open.
-    """
+    """AG-UI's legacy approvals: trailing ``tool`` messages whose JSON content has ``accepted`` (filtered later)."""
     found: list[ResumeAnswer] = []
     for message in reversed(cast(list[Any], messages) if isinstance(messages, list) else []):
         if not isinstance(message, dict) or str(cast(dict[str, Any], message).get("role", "")).lower() != "tool":
@@ -151,8 +143,7 @@ def _json_object(value: Any) -> dict[str, Any] | None:
 def payload_answer(request_id: str, payload: Any) -> Content:
     """The answer content the agent gets for an AG-UI resume ``payload`` (what :class:`AGUIAgent` delivers).
 
-    As AG-UI decides: ``approved`` (else ``accepted``), the edited arguments from ``editedArgs`` (a full
-    replacement) or the payload's other keys; an approval whose edited ``answer`` is not null is that answer.
+    As AG-UI decides: ``approved`` (else ``accepted``), the edited ``answer`` from ``editedArgs`` or the payload.
 
     Raises:
         HTTPException: 400 when the payload is not an object with a boolean ``approved`` (or ``accepted``).

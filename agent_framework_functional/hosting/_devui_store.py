@@ -1,21 +1,10 @@
 """DevUI's conversation store, bounded: conversations idle past the pause TTL, or past a count, are dropped.
 
-DevUI keeps every conversation (its messages, items, traces, ``AgentSession`` and a checkpoint storage) in
-``agent_framework_devui._conversations.InMemoryConversationStore`` for the life of the process, and offers
-no option to bound it; its checkpoint manager requires that class. :class:`BoundedConversationStore` is
-that class with two bounds, checked whenever a conversation is created, listed or used, and by the host's
-sweep task (``purge_expired``):
-
-- a conversation no request touched for ``ttl`` seconds (the agent's ``continuation_ttl``: its pause, if
-  any, has expired too) is dropped, unless a turn of it is running (``DevUIAgent`` notes each turn's start
-  and end: DevUI reads the session once, when a turn starts);
-- past ``max_conversations``, the least recently used ones are dropped.
-
-A dropped conversation is gone from DevUI's list; a request naming it gets DevUI's own "not found". The
-approvals DevUI tracks for it (``AgentFrameworkExecutor._pending_approvals``, kept until answered) go with it.
-
-DevUI's private names (the store class, its ``_conversations`` / ``_item_index``,
-``DevServer._ensure_executor``, the executor's ``_pending_approvals``) are used through ``_core_compat``,
+DevUI keeps every conversation in its ``InMemoryConversationStore`` for the life of the process, with no
+option to bound it, and its checkpoint manager requires that class: :class:`BoundedConversationStore` is that
+class with two bounds, checked on every create, list or use and by the host's sweep. A conversation idle past
+``ttl`` (its pause expired too) goes unless a turn of it runs; past ``max_conversations`` the least recently
+used go, with the approvals DevUI tracks for them. DevUI's private names come through ``_core_compat``,
 pinned by ``tests/hosting/test_devui_store.py``.
 """
 

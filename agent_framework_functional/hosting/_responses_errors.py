@@ -1,9 +1,7 @@
 """The Responses route's error answers: which errors are the client's doing, and the JSON body that says so.
 
-A refusal is one HTTP error response (status, OpenAI-style ``code``, message, the input field it
-names, whether a retry can fix it); :func:`refusal_for` maps each error the agent raises on purpose to
-one, and a store failure (``DurableStoreError``) to 503 (anything else is not the client's doing: the
-route answers 500 without details).
+:func:`refusal_for` maps each error the agent raises on purpose to a refusal, a store failure to 503;
+anything else is not the client's doing: the route answers 500 without details.
 """
 
 from __future__ import annotations

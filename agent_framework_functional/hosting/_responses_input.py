@@ -1,9 +1,7 @@
 """Responses request bodies to agent input: answers as answer contents, the rest checked and parsed.
 
 ``agent-framework-hosting-responses`` refuses the two standard answer items (``mcp_approval_response``,
-``function_call_output``); this module turns them into ``function_approval_response`` / ``function_result``
-contents, which resume the conversation's pause. :func:`parse_request` is the whole check of one body for
-``responses_app``. The hosting packages are imported only when a function here needs them.
+``function_call_output``); here they become answer contents, which resume the conversation's pause.
 """
 
 from __future__ import annotations
@@ -113,14 +111,11 @@ def _answer_messages(answers: Sequence[Content]) -> list[Message]:
 def responses_approval_messages(body: Mapping[str, Any]) -> list[Message]:
     """The ``mcp_approval_response`` items of a Responses request body, as agent input.
 
-    Each item becomes a ``function_approval_response`` content (``id`` = its ``approval_request_id``,
-    ``approved`` = its ``approve``), all in one user message; ``reason`` is not passed on.
-
     Args:
         body: The Responses request body (``input`` may be a string or a list of items).
 
     Returns:
-        ``[Message("user", [...])]``, or ``[]`` when there are no such items.
+        ``[Message("user", [<function_approval_response>...])]``, or ``[]`` when there are no such items.
 
     Raises:
         ValueError: An ``mcp_approval_response`` item has no string ``approval_request_id`` or no boolean
@@ -138,8 +133,7 @@ def responses_to_run_with_approvals(body: Mapping[str, Any]) -> AgentRunArgs:
     """``responses_to_run(body)`` that also accepts ``mcp_approval_response`` and ``function_call_output`` items.
 
     A drop-in for ``agent_framework_hosting_responses.responses_to_run`` in a route you write yourself: the
-    answers become trailing messages (approvals, then a tool message of ``function_result`` contents whose
-    ``result`` is the item's ``output`` parsed as JSON when it is JSON).
+    answers become trailing messages (approvals, then a tool message of ``function_result`` contents).
 
     Args:
         body: The Responses request body.
@@ -171,12 +165,7 @@ def responses_to_run_with_approvals(body: Mapping[str, Any]) -> AgentRunArgs:
 
 
 def decode_body(raw: bytes) -> Mapping[str, Any]:
-    """The JSON object of a request body.
-
-    Raises:
-        InvalidRequestError: Not UTF-8 JSON, nested too deeply to read, not an object, or holding text no
-            UTF-8 reply could carry (unpaired surrogates).
-    """
+    """The JSON object of a request body; ``InvalidRequestError`` for anything else (or unpaired surrogates)."""
     try:
         body: Any = json.loads(raw)
     except (ValueError, UnicodeDecodeError):  # JSONDecodeError is a ValueError

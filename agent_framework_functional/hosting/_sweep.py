@@ -1,15 +1,9 @@
 """What every host adds to its app: free heap pages handed back, and a sweep task that releases expired pauses.
 
-A long-running host's live data stays flat (its stores are bounded), but glibc's allocator keeps the pages that
-requests in flight freed, so RSS grows by steps of about 1 MB that never come back (``benchmarks/README.md``,
-``soak_hosts.py``): :class:`ReleaseFreeMemory` calls ``malloc_trim(0)`` after requests, at most once per interval.
-
-Expiry is checked on access (AGENTS.md invariant 42), so a host that gets no request would keep every pause
-that expired after its last one, and the sessions, snapshots and conversations holding them, for good. A
-sweep does on a timer what access does: the agent's expired pauses lapse (token, instance and checkpoint go,
-``_session.sweep_expired``), the host's stores drop what expired, the spent-token notes past their time go,
-and, when anything was dropped, free heap pages go back to the system (``ReleaseFreeMemory.release_now``).
-:func:`add_upkeep` adds both to a host's app: the sweep runs inside the app's lifespan.
+glibc's allocator keeps the pages that requests in flight freed, so a host's RSS grows in steps that never
+come back although its live data stays flat: :class:`ReleaseFreeMemory` calls ``malloc_trim(0)`` after requests.
+Expiry is checked on access (AGENTS.md invariant 42), so a host that gets no request would keep its expired
+pauses for good: :class:`ExpirySweep` does on a timer what access does, inside the app's lifespan.
 """
 
 from __future__ import annotations
@@ -45,9 +39,7 @@ def _malloc_trim() -> Callable[[int], int] | None:
 class ReleaseFreeMemory:
     """ASGI middleware: when an HTTP request ends, hand free heap pages back if ``every`` seconds passed.
 
-    The interval is shared by every instance in the process (the heap is the process's). One release
-    walks the heap once (about a millisecond for a host's tens of MB), on the event loop, after the
-    response was sent.
+    The interval is shared by every instance in the process (the heap is the process's).
 
     Args:
         app: The ASGI app to wrap.
@@ -82,11 +74,7 @@ class ReleaseFreeMemory:
 
     @staticmethod
     def release_now() -> bool:
-        """Hand free heap pages back now, whatever the interval (a host's sweep, after it dropped something).
-
-        Returns:
-            True if the C library could (glibc), else False.
-        """
+        """Hand free heap pages back now, whatever the interval; True if the C library could (glibc)."""
         ReleaseFreeMemory._last = time.monotonic()
         if not ReleaseFreeMemory._looked_up:
             ReleaseFreeMemory._trim, ReleaseFreeMemory._looked_up = _malloc_trim(), True
@@ -96,18 +84,8 @@ class ReleaseFreeMemory:
         return True
 
 
-def add_release_once(app: Any, every: float | None) -> None:
-    """Add :class:`ReleaseFreeMemory` to a Starlette ``app`` (not started) unless it has one or ``every`` is None."""
-    if every is not None and not any(m.cls is ReleaseFreeMemory for m in app.user_middleware):
-        app.add_middleware(ReleaseFreeMemory, every=every)
-
-
 def check_release_every(every: float | None, name: str = "release_memory_every") -> float | None:
-    """``every`` when it is None or a positive, finite number of seconds (infinity would release once, then never).
-
-    Raises:
-        ValueError: Anything else (the message names the option, ``name``).
-    """
+    """``every`` when it is None or a positive, finite number of seconds, else ``ValueError`` naming ``name``."""
     if every is not None and (
         isinstance(every, bool)
         or not isinstance(every, int | float)  # pyright: ignore[reportUnnecessaryIsInstance]
@@ -125,16 +103,9 @@ Purge = Callable[[], Awaitable[int]]
 
 
 class ExpirySweep:
-    """Every ``every`` seconds: the agent's expired pauses lapse, the host's stores purge, free pages go back.
+    """Every ``every`` seconds: the agent's expired pauses lapse, ``purges`` run, free pages go back.
 
-    Args:
-        agent: The host's agent.
-
-    Keyword Args:
-        every: Seconds between two sweeps; the interval used is at most a quarter of the agent's
-            ``continuation_ttl``, so a pause is released within 1.25 TTLs with no request at all.
-        purges: The host's stores' purges (session store, snapshots, DevUI's conversations, AG-UI's approvals).
-        release_memory: Hand free heap pages back after a sweep that dropped something.
+    The interval is at most a quarter TTL, so a pause goes within 1.25 TTLs with no request at all.
     """
 
     def __init__(
@@ -199,24 +170,21 @@ def add_upkeep(
 ) -> ExpirySweep | None:
     """What every host adds to its Starlette or FastAPI ``app`` (not started yet) so memory follows live data.
 
-    :class:`ReleaseFreeMemory` (once per app: the first host's ``release_memory_every``), and an
-    :class:`ExpirySweep` every ``sweep_every`` seconds inside the app's lifespan: it starts after the app's own
-    lifespan started and stops before it ends; several hosts on one app each add theirs, listed in
-    ``app.state.expiry_sweeps``. Each of ``stores`` that has a ``purge_expired`` coroutine method (the
-    package's session stores, ``ThreadSnapshotStore``, DevUI's bounded conversations) is purged, then each
-    of ``purges`` runs. Each of ``closing`` is awaited when the lifespan ends, after the sweep stopped.
-    Starlette does not run a mounted app's lifespan: there pauses expire on access only.
+    :class:`ReleaseFreeMemory` (once per app: the first host's setting) and an :class:`ExpirySweep` inside the
+    app's lifespan (listed in ``app.state.expiry_sweeps``), purging each of ``stores`` that has a
+    ``purge_expired`` method, then ``purges``; ``closing`` is awaited when the lifespan ends. Starlette does
+    not run a mounted app's lifespan: there pauses expire on access only.
 
     Returns:
         The sweep, or None when ``sweep_every`` is None.
 
     Raises:
-        ValueError: ``release_memory_every`` or ``sweep_every`` is not a positive, finite number or None
-            (checked before ``app`` changes).
+        ValueError: A bad ``release_memory_every`` or ``sweep_every`` (checked before ``app`` changes).
     """
     check_release_every(release_memory_every)
     seconds = check_release_every(sweep_every, "sweep_every")
-    add_release_once(app, release_memory_every)
+    if release_memory_every is not None and not any(m.cls is ReleaseFreeMemory for m in app.user_middleware):
+        app.add_middleware(ReleaseFreeMemory, every=release_memory_every)
     sweep = None
     if seconds is not None:
         found = [purge for store in stores if callable(purge := getattr(store, "purge_expired", None))]

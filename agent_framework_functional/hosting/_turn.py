@@ -1,13 +1,10 @@
 """One turn of a host's conversation: the conversation taken, its session found or made, written back once.
 
-Every host that keeps sessions in a ``SessionStore`` (``responses_app``, ``a2a_app``) runs each request as a
-:class:`Turn` of :class:`Turns`: one turn at a time per conversation (in this process), the session read from
-the store or created under its key, and written back once, shielded from the caller's cancellation, before the
-host reports the turn's terminal event. The conversation is free again when the turn ends (or, if its write is
-still in flight then, when the write ends). A host's own converters (request -> run, run -> protocol) sit
-around a turn; per-conversation state is never kept on the agent object. :class:`RunningTurns` counts the
-turns of hosts whose framework keeps the session (DevUI's conversations, AG-UI's snapshots), so a conversation
-with a turn running is never taken for an idle or dropped one.
+Hosts that keep sessions in a ``SessionStore`` (``responses_app``, ``a2a_app``) run each request as a
+:class:`Turn`: one at a time per conversation in this process, the session written back once, shielded from
+the caller's cancellation, before the host reports the terminal event. :class:`RunningTurns` counts the turns
+of hosts whose framework keeps the session (DevUI, AG-UI), so a conversation with a turn running is never
+taken for an idle one.
 """
 
 from __future__ import annotations
@@ -23,11 +20,7 @@ from .._durable.session_store import InMemorySessionStore
 
 
 def default_session_store(agent: FunctionalWorkflowAgent) -> InMemorySessionStore:
-    """The bounded, process-local store a host keeps sessions (and AG-UI snapshots) in without a shared one.
-
-    Its TTL is the agent's ``continuation_ttl``: a paused conversation's session holds its token, so the two
-    expire together.
-    """
+    """The bounded, process-local session store of a host without a shared one (TTL: the pause's, as its token)."""
     return InMemorySessionStore(ttl=agent.continuation_ttl)
 
 
@@ -36,12 +29,7 @@ class ConversationBusy(Exception):
 
 
 class Turns:
-    """A host's conversations: their sessions in one store, one turn at a time each.
-
-    Args:
-        agent: The agent every conversation shares.
-        session_store: Where sessions live (None: :func:`default_session_store`).
-    """
+    """A host's conversations: their sessions in one store (None: :func:`default_session_store`), one turn each."""
 
     def __init__(self, agent: FunctionalWorkflowAgent, session_store: SessionStore | None) -> None:
         self.agent = agent
@@ -95,11 +83,7 @@ class Turn:
 
 
 class RunningTurns:
-    """How many turns of each conversation began and have not ended; past ``most`` conversations the oldest go.
-
-    Args:
-        most: Conversations noted at most (turns whose end never came are forgotten first); None: no bound.
-    """
+    """How many turns of each conversation began and have not ended; past ``most`` conversations the oldest go."""
 
     def __init__(self, most: int | None = None) -> None:
         self.most = most

@@ -166,35 +166,29 @@ def a2a_app(
 ) -> Starlette:
     """A Starlette app that serves ``agent`` over A2A (JSON-RPC, streaming), correct by default.
 
-    A message starts a task that runs the workflow; a pause leaves it in ``input-required`` with a data part
-    per request, and a data part ``{"request_id": <id>, "answer": <value>}`` on the same task answers it
-    (README "Host it", A2A: the shapes, what it sets and why, several workers). Each message is one turn of its
-    context (``hosting/_turn.py``).
+    A pause leaves the task ``input-required`` with a data part per request; a data part ``{"request_id": <id>,
+    "answer": <value>}`` on the same task answers it (README "Host it", A2A).
 
     Args:
         agent: The agent; one object serves every context.
 
     Keyword Args:
         url: The public URL of the JSON-RPC endpoint, advertised in the agent card.
-        session_store: Where sessions live (a bounded ``InMemorySessionStore`` by default; pass a shared one,
-            ``RedisSessionStore`` or ``PostgresSessionStore``, for several workers, with a shared ``task_store``).
-        task_store: Where ``a2a-sdk`` keeps tasks: for several workers a shared one (``a2a-sdk``'s
-            ``DatabaseTaskStore``), used through :class:`FinalTaskStore`. By default a :class:`BoundedTaskStore`
-            (``a2a-sdk``'s ``InMemoryTaskStore``, a finished task dropped ``continuation_ttl`` after its last write,
-            an unfinished one twice that, at most :data:`DEFAULT_MAX_TASKS`).
+        session_store: Where sessions live (bounded, in memory, by default; a shared one for several workers).
+        task_store: Where ``a2a-sdk`` keeps tasks (a shared one for several workers), used through
+            :class:`FinalTaskStore`; by default a :class:`BoundedTaskStore`.
         text_answers: Accept text parts as answers (see above).
         version: The agent card's version.
         rpc_path: The path of the JSON-RPC endpoint.
         max_body_bytes: The largest request body read.
-        release_memory_every: Seconds between two releases of free heap pages after a request; None: never.
-        sweep_every: Seconds between two sweeps of expired pauses and sessions (README "Run it in production").
+        release_memory_every: Seconds between two ``malloc_trim`` after requests (glibc only); None: never.
+        sweep_every: Seconds between two sweeps of expired pauses (at most a quarter TTL); None: on access only.
 
     Returns:
         The app; the agent card is served at ``/.well-known/agent-card.json``.
 
     Raises:
-        ValueError: ``max_body_bytes`` is not a positive integer, or ``release_memory_every`` or ``sweep_every``
-            is not a positive, finite number or None.
+        ValueError: ``max_body_bytes`` is not a positive integer, or a bad interval.
 
     Examples:
         .. code-block:: python

@@ -1,8 +1,6 @@
 """AG-UI in one call: :func:`agui_endpoint` serves a FunctionalWorkflowAgent to CopilotKit and other AG-UI clients.
 
-It registers ``agent-framework-ag-ui``'s own endpoint with the settings a pausing agent needs, a guard that
-refuses bad requests with a 4xx before AG-UI or the agent touch anything, and a view of the agent
-(:class:`AGUIAgent`) that turns AG-UI's resume payloads into the agent's answer contents.
+A guard (:func:`check_request`) refuses bad requests with a 4xx before AG-UI or the agent touch anything.
 """
 
 from __future__ import annotations
@@ -24,16 +22,16 @@ from fastapi import Depends, FastAPI, Request
 
 from .._agent import FunctionalWorkflowAgent
 from .._answers import value_result
-from .._core_compat import agui_session_id_for_thread
+from .._chat import answers_to_responses
+from .._core_compat import agui_session_id_for_thread, expire_agui_open_approvals
 from .._errors import ContinuationAuthorityError, ResponseMismatchError
 from .._session import SESSION_STATE_KEY, session_token
 from .._updates import REQUEST_INFO_FUNCTION_NAME, published_requests, token_tag
-from ._adapter import ANSWER_FIELD, HostedAgent, as_messages, check_answer, replace_contents
+from ._adapter import ANSWER_FIELD, HostedAgent, as_messages, replace_contents
 from ._agui_approvals import (
     UnsavedThreads,
     approval_purge,
     bound_approval_state,
-    expire_open_approvals,
     restore_open_approvals,
 )
 from ._agui_resume import ResumeAnswer, payload_answer, read_answers, read_request, refuse
@@ -51,8 +49,7 @@ DEFAULT_MAX_RUNS = 512
 class ReservedSessionState(ContextProvider):
     """Names the package's ``session.state`` key as server-owned, so AG-UI never merges client ``state`` into it.
 
-    AG-UI copies the client's ``state`` into ``session.state`` except for the keys of the agent's context
-    providers; this provider exists for its ``source_id`` and does nothing when run.
+    AG-UI skips the keys of the agent's context providers; this one exists for its ``source_id`` only.
     """
 
     def __init__(self) -> None:
@@ -62,8 +59,8 @@ class ReservedSessionState(ContextProvider):
 def _with_answer_slot(content: Content) -> Content:
     """A ``request_info`` call (or its approval request) with ``"answer": null`` added to its arguments.
 
-    AG-UI accepts an approval's edited arguments only for keys the call already has; the slot lets a client
-    answer with ``{"approved": true, "answer": <any JSON>}``.
+    AG-UI accepts edited arguments only for keys the call has: the slot lets a client send ``{"approved": true,
+    "answer": <any JSON>}``.
     """
     call = content.function_call if content.type == "function_approval_request" else content
     if call is None or call.type != "function_call" or call.name != REQUEST_INFO_FUNCTION_NAME:
@@ -137,20 +134,13 @@ async def check_request(
 ) -> None:
     """Refuse (``HTTPException`` 400) what AG-UI would let through and break a paused thread.
 
-    The resume is read as AG-UI will act on it, in every place and shape it accepts (``_agui_resume``); one
-    AG-UI would read two ways is refused. Refused: client ``state`` naming the package's session key; a resume
-    entry that is not ``resolved`` (a cancelled interrupt never reaches the workflow, which stays paused, and
-    AG-UI then refuses every later request on the thread); an entry for an interrupt that is not pending (also
-    when the thread's pause was already answered: AG-UI would run the resent transcript as a new turn, and the
-    same answer sent once more would approve that new pause); a payload without a boolean ``approved``; or an
-    answer that does not convert to its request's ``response_type`` (the detail names the field), checked
-    against the pause's requests also when another worker holds it (read through the thread's token, the
-    continuation store and the checkpoint). AG-UI would otherwise claim the interrupt and the agent refuse it,
-    leaving the interrupt's outcome unknown and the thread stuck. When this process holds nothing for the
-    thread, the open interrupts are registered in ``runner``'s (process-local) AG-UI approval state so AG-UI
-    hands the answer to the agent. A pause kept here whose thread lost its snapshot (and so its token: evicted
-    or expired from the store) is not pending: its answer is refused as above, and on new input its approvals
-    are expired in AG-UI's state (the only change made here), so the agent starts a new turn.
+    AG-UI would otherwise claim the interrupt and the agent refuse it, leaving the thread stuck. The resume is
+    read as AG-UI acts on it (``_agui_resume``). Refused: client ``state`` naming the package's session key; an
+    entry that is not ``resolved``; one for an interrupt not pending (also one already answered); a payload
+    without a boolean ``approved``; an answer that does not convert, checked also against a pause another
+    worker holds (through the thread's token). A pause held by another worker has its open interrupts
+    registered in ``runner``'s approval state; one kept here whose thread lost its snapshot is not pending,
+    and on new input its approvals are expired (the only change made here).
     """
     request = read_request(body)
     if request is None:
@@ -169,7 +159,7 @@ async def check_request(
             pending = {}  # answers are checked against the thread's own pause (its token), if it has one
         if orphaned and not answers:
             if runner is not None:
-                expire_open_approvals(runner, scope, thread_id)
+                expire_agui_open_approvals(runner, scope=scope, thread_id=thread_id)
             return
     if answers:
         await _check_answers(answers, agent, session, pending, (scope, thread_id, snapshot_store, runner))
@@ -178,11 +168,9 @@ async def check_request(
 async def _local_pause_state(
     snapshot_store: AGUIThreadSnapshotStore, scope: str, thread_id: str, agent: FunctionalWorkflowAgent, tag: str | None
 ) -> tuple[bool, bool]:
-    """Whether the thread's pause kept here is orphaned, and whether it is not the pause the thread's token names.
+    """Whether the thread's pause kept here is orphaned, and whether it is not the one the snapshot's token names.
 
-    Orphaned: no snapshot, or one without the package's session key (evicted or expired: the token went with
-    it). Not its pause: the snapshot holds no token of the agent, or one of another pause (answered or paused
-    again elsewhere). Neither while a run of the thread has not saved its snapshot yet (``UnsavedThreads``).
+    Orphaned: no snapshot, or none of the package's session key in it; neither while a run's snapshot is unsaved.
     """
     if isinstance(snapshot_store, UnsavedThreads) and snapshot_store.unsaved(scope, thread_id):
         return False, False
@@ -227,10 +215,7 @@ def _open_ids(snapshot: AGUIThreadSnapshot | None) -> set[str]:
 async def _held_elsewhere(
     agent: FunctionalWorkflowAgent, session: AgentSession, snapshot: AGUIThreadSnapshot | None
 ) -> Mapping[str, WorkflowEvent[Any]]:
-    """The requests of a pause this process does not hold, through the thread's token in its snapshot.
-
-    Read-only (the store's record and the pause's checkpoint); the agent's claim still decides.
-    """
+    """The requests of a pause this process does not hold, read through the snapshot's token (the claim decides)."""
     restored = AgentSession(session_id=session.session_id)
     restored.state.update(copy.deepcopy(snapshot.session_state or {}) if snapshot is not None else {})
     try:
@@ -273,9 +258,9 @@ def _refuse_not_open(answers: list[ResumeAnswer], open_ids: set[str]) -> None:
 
 
 def _check_answer(answer: ResumeAnswer, pending: Mapping[str, WorkflowEvent[Any]]) -> None:
-    """One answer against the pause's requests: a fitting answer for a pending id."""
+    """One answer against the pause's requests, converted as the agent will (so a wrong one is refused first)."""
     try:
-        check_answer(payload_answer(answer.interrupt_id, answer.payload), pending)
+        answers_to_responses([payload_answer(answer.interrupt_id, answer.payload)], pending)
     except ResponseMismatchError as exc:
         raise refuse(str(exc)) from None
 
@@ -296,10 +281,8 @@ def agui_endpoint(
 ) -> None:
     """Serve ``agent`` at ``POST path`` over AG-UI, set up the way a pausing agent needs (README "Host it").
 
-    It registers AG-UI's own endpoint with a snapshot store (always), detached runs, AG-UI's approval state
-    bounded by the agent's ``continuation_ttl``, the package's session key server-owned, typed answers in an
-    ``answer`` slot, the guard :func:`check_request`, a body limit, ``ReleaseFreeMemory`` and a sweep task
-    (README "Host it", AG-UI: what each is for and what the client sees).
+    AG-UI's own endpoint with a snapshot store, detached runs, bounded approval state, typed answers in an
+    ``answer`` slot, the guard :func:`check_request`, a body limit and the upkeep of ``_sweep``.
 
     Args:
         app: The FastAPI app (before it starts: a body-size middleware is added).
@@ -308,9 +291,7 @@ def agui_endpoint(
 
     Keyword Args:
         snapshot_store: Where AG-UI keeps each thread's snapshot and session state: one of the package's
-            session stores (``RedisSessionStore``, ``PostgresSessionStore``, ``SQLiteSessionStore``: shared
-            by several workers, kept across restarts; snapshots are kept as a :class:`ThreadSnapshotStore`
-            in it), any ``AGUIThreadSnapshotStore``, or None for the bounded in-memory default.
+            session stores (shared by workers), any ``AGUIThreadSnapshotStore``, or None (bounded, in memory).
         single_user: Every caller is one user (AG-UI's ``single_user``): one scope, the same on every worker
             serving this path and agent name. Give exactly one of this and ``authorization_scope_resolver``.
         authorization_scope_resolver: A FastAPI dependency returning the caller's authorization scope; threads,
@@ -318,11 +299,8 @@ def agui_endpoint(
         dependencies: More FastAPI dependencies for the route (authentication), run first.
         max_body_bytes: The largest request body read.
         max_runs: Runs kept going at once (AG-UI's ``max_detached_runs``); more get 503.
-        release_memory_every: Seconds between handing the C allocator's free heap pages back to the system
-            after a request (glibc's ``malloc_trim``; nothing elsewhere); None adds no middleware. The app
-            keeps the first endpoint's setting when several add it.
-        sweep_every: Seconds between two sweeps (at most a quarter of the agent's ``continuation_ttl``);
-            None: expired pauses go only on access.
+        release_memory_every: Seconds between two ``malloc_trim`` after requests (glibc only); None: never.
+        sweep_every: Seconds between two sweeps of expired pauses (at most a quarter TTL); None: on access only.
 
     Raises:
         ValueError: Not exactly one of ``single_user`` and ``authorization_scope_resolver`` is given, or

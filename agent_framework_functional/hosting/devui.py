@@ -83,7 +83,7 @@ class DevUIAgent(HostedAgent):
     value (JSON for a structured type); it is converted or refused with a message naming the field.
     """
 
-    def __init__(self, agent: FunctionalWorkflowAgent, conversations: BoundedConversationStore | None = None) -> None:
+    def __init__(self, agent: FunctionalWorkflowAgent, conversations: BoundedConversationStore) -> None:
         super().__init__(agent)
         self.conversations = conversations
 
@@ -93,15 +93,12 @@ class DevUIAgent(HostedAgent):
         """Run the turn; its conversation (DevUI's session id) is kept while it runs.
 
         Raises:
-            ValueError: With a bounded store, a turn without a conversation: DevUI runs a turn whose
-                conversation is unknown (none given, or dropped by the bounds) without a session, and the
-                agent's one session-less conversation would then be shared by every such turn.
+            ValueError: A turn without a conversation (unknown or dropped): the agent's one session-less
+                conversation would be shared by every such turn.
         """
         store = self.conversations
-        if store is not None and session is None:
+        if session is None:
             raise ValueError(NO_CONVERSATION_MESSAGE)
-        if store is None or session is None:
-            return super().run(messages, stream=stream, session=session, **kwargs)
         conversation_id = session.session_id
         store.turn_started(conversation_id)
         try:
@@ -146,8 +143,7 @@ def devui_app(
     """DevUI's FastAPI app serving ``agent`` (page and API), with bearer-token auth; see :func:`serve_devui`.
 
     Conversations are bounded (DevUI's own store keeps every one): idle past the agent's
-    ``continuation_ttl``, or least recently used past ``max_conversations``, they go; a task the app's
-    lifespan runs sweeps the expired ones and their pauses every ``sweep_every`` seconds.
+    ``continuation_ttl``, or least recently used past ``max_conversations``, they go.
 
     Args:
         agent: The agent (one object serves every conversation).
@@ -156,17 +152,14 @@ def devui_app(
         auth_token: The bearer token every API call must send.
         host: The host the app will be served on (DevUI uses it for its own links).
         max_conversations: How many DevUI conversations are kept at most.
-        release_memory_every: Seconds between handing the C allocator's free heap pages back to the
-            system after a request (glibc's ``malloc_trim``; nothing elsewhere); None never.
-        sweep_every: Seconds between two sweeps of expired pauses and conversations (at most a quarter of
-            the agent's ``continuation_ttl``), so they go with no request at all; None: only on access.
+        release_memory_every: Seconds between two ``malloc_trim`` after requests (glibc only); None: never.
+        sweep_every: Seconds between two sweeps of expired pauses (at most a quarter TTL); None: on access only.
 
     Returns:
         The ASGI app (``app.state.devui_conversations``: the conversation store).
 
     Raises:
-        ValueError: ``auth_token`` is empty or not ASCII, ``max_conversations`` is below 1, or
-            ``release_memory_every`` or ``sweep_every`` is not a positive, finite number or None.
+        ValueError: ``auth_token`` is empty or not ASCII, ``max_conversations`` is below 1, or a bad interval.
     """
     check_release_every(release_memory_every)
     if not auth_token or not auth_token.isascii():
@@ -200,8 +193,7 @@ async def serve_devui(
     """Serve ``agent`` in DevUI until interrupted, printing the page's URL and its auth token.
 
     Bearer-token auth is on, because DevUI's API can run the agent: the token is ``auth_token``, else
-    ``DEVUI_AUTH_TOKEN``, else a fresh random one. Developer mode is on, so a refused answer says which
-    field is wrong. The agent is registered through :class:`DevUIAgent`.
+    ``DEVUI_AUTH_TOKEN``, else a fresh random one.
 
     Args:
         agent: The agent.
@@ -210,8 +202,8 @@ async def serve_devui(
         host: The interface to listen on (loopback by default; DevUI is a development tool).
         port: The port; 0 picks a free one (the printed URL shows which).
         auth_token: The bearer token.
-        max_conversations: How many DevUI conversations are kept at most (see :func:`devui_app`).
-        sweep_every: Seconds between two sweeps of expired pauses and conversations (see :func:`devui_app`).
+        max_conversations: As :func:`devui_app`.
+        sweep_every: As :func:`devui_app`.
 
     Raises:
         SystemExit: The port is taken (uvicorn's own error).

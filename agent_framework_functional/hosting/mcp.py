@@ -120,14 +120,7 @@ def _call(request_id: str) -> Content:
 
 
 class MCPWorkflowTool:
-    """The MCP tool: starts the workflow, pauses with elicitations, resumes from the sealed ``requestState``.
-
-    Args:
-        agent: The agent; one object serves every call.
-
-    Keyword Args:
-        name: The tool's name.
-    """
+    """The MCP tool: starts the workflow, pauses with elicitations, resumes from the sealed ``requestState``."""
 
     def __init__(self, agent: FunctionalWorkflowAgent, *, name: str) -> None:
         self.agent = agent
@@ -262,9 +255,7 @@ def mcp_app(
 ) -> Starlette:
     """A Streamable HTTP MCP app whose one tool runs ``agent``, correct by default.
 
-    ``tools/call`` with ``{"task": "<text>"}`` runs the workflow; a pause is an ``input_required`` result
-    with one form elicitation per request (:func:`answer_form`) and the paused session in ``requestState``,
-    sealed with ``key`` (README "Host it", MCP: what it sets and why).
+    ``tools/call`` with ``{"task": "<text>"}`` runs the workflow (README "Host it", MCP).
 
     Args:
         agent: The agent; one object serves every call.
@@ -276,15 +267,14 @@ def mcp_app(
         state_ttl_seconds: How long a pause can be answered through its ``requestState``.
         path: The Streamable HTTP endpoint.
         host: Where the app is served (``127.0.0.1`` turns on ``mcp``'s DNS-rebinding protection).
-        release_memory_every: Seconds between two releases of free heap pages after a request; None: never.
-        sweep_every: Seconds between two sweeps of expired pauses (README "Run it in production"); None: only
-            on access.
+        release_memory_every: Seconds between two ``malloc_trim`` after requests (glibc only); None: never.
+        sweep_every: Seconds between two sweeps of expired pauses (at most a quarter TTL); None: on access only.
 
     Returns:
         The Starlette app (serve it with uvicorn; its lifespan runs the MCP session manager and the sweep).
 
     Raises:
-        ValueError: ``release_memory_every`` or ``sweep_every`` is not a positive, finite number or None.
+        ValueError: A bad ``release_memory_every`` or ``sweep_every``.
 
     Examples:
         .. code-block:: python

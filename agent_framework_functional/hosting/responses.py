@@ -260,42 +260,29 @@ def responses_app(
     """A FastAPI app that serves ``agent`` over the OpenAI Responses API, correct by default.
 
     A pause is a ``completed`` response with a ``function_call`` and an ``mcp_approval_request`` item; the
-    answer is an ``mcp_approval_response`` or ``function_call_output`` item (README "Host it", Responses: the
-    shapes, what it sets and why, and the error table). Each request is one turn of its conversation
-    (``hosting/_turn.py``), run detached from the connection.
+    answer is an ``mcp_approval_response`` or ``function_call_output`` item (README "Host it", Responses).
 
     Args:
         agent: The agent; one object serves every conversation.
 
     Keyword Args:
-        session_store: Where sessions (each paused conversation's continuation token) live. Default: a
-            bounded :class:`~agent_framework_functional.InMemorySessionStore` for this process (24 h TTL
-            from each write, the least recently written dropped past 10,000 sessions). For several
-            workers or restarts pass ``RedisSessionStore``, ``PostgresSessionStore`` or
-            ``SQLiteSessionStore`` (README "Run it in production"); any core ``SessionStore`` works. Keys:
-            ``[<scope>/]conversation:<id>``, ``[<scope>/]response:<id>``.
+        session_store: Where sessions live (bounded, in memory, by default; a shared one for several workers).
         path: The route's path; ``/v1/responses`` lets an ``openai`` client use ``base_url=".../v1"``.
         max_body_bytes: The largest request body read.
         retry_after: Seconds in ``Retry-After`` of a 409 that a retry can fix.
         forward_options: Request fields passed to the agent as run options (none by default: options are
             caller-controlled).
-        scope: Who is calling, from the request (for example the user your authentication middleware
-            verified): conversations and responses of one scope are invisible to another. Without it,
-            anyone who can reach the route and knows a conversation id (client-chosen) or a response
-            id (random) can continue it. It may raise ``fastapi.HTTPException`` (401) to refuse.
-        release_memory_every: Seconds between handing the C allocator's free heap pages back to the
-            system after a request (glibc's ``malloc_trim``; nothing elsewhere), so RSS follows live data
-            instead of the busiest moment's high-water mark; None never.
-        sweep_every: Seconds between two sweeps of expired pauses and sessions by a task the app's lifespan
-            runs (at most a quarter of the agent's ``continuation_ttl``), so they go with no request at all;
-            None: only on access.
+        scope: Who is calling, from the request: one scope's conversations are invisible to another. Without
+            it, anyone who knows a conversation id can continue it. It may raise ``HTTPException`` (401).
+        release_memory_every: Seconds between two ``malloc_trim`` after requests (glibc only); None: never.
+        sweep_every: Seconds between two sweeps of expired pauses (at most a quarter TTL); None: on access only.
 
     Returns:
         The app (mount it or serve it with uvicorn); ``app.state.responses_host`` is the route's state.
 
     Raises:
-        ValueError: ``max_body_bytes`` is not a positive integer, ``retry_after`` a non-negative one, or
-            ``release_memory_every`` or ``sweep_every`` a positive, finite number or None.
+        ValueError: ``max_body_bytes`` is not a positive integer, ``retry_after`` a non-negative one, or a bad
+            interval.
 
     Examples:
         .. code-block:: python
