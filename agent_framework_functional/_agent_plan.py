@@ -2,7 +2,7 @@
 
 :meth:`CallPlanner.open` decides the call with what this process knows: every rejection raises at the
 call and changes nothing, and the workflow run starts there when its input is known. Where a rule
-needs the continuation store (a pause kept by another process) or a write (abandoning an orphaned
+needs the continuation store (a pause held elsewhere) or a write (abandoning an orphaned
 pause), that pass stops and the run decides the call (:meth:`CallPlanner.decide_in_run`) by the same
 rules, asking the store: the pass at the call never decides differently. The decision is a
 :data:`Decision`; :meth:`CallPlanner.start` is the one place the agent starts a workflow run.
@@ -134,7 +134,7 @@ class _Judge:
         return stale
 
     async def check_conflict(self, verdict: VerifiedContinuation) -> None:
-        """A verdict made without I/O is of the pause kept here: nothing conflicts."""
+        """A verdict made without I/O is of the pause held here: nothing conflicts."""
 
     async def abandon_orphan(self) -> None:
         raise _InRun
@@ -271,7 +271,7 @@ class CallPlanner:
         return await self._new_input(call, turn, stored, judge)
 
     async def _chat_resume(self, call: AgentCall, turn: Turn, judge: _Judge) -> Resume:
-        """Authority, then a conflict with a pause kept here, then the answers (nothing leaks without the token)."""
+        """Authority, then a conflict with a pause held here, then the answers (nothing leaks without the token)."""
         token = resolve_token(call.args.continuation_token, call.options, call.session, self.agent.id)
         from_session = _token_from_session(call)
         try:
@@ -332,7 +332,7 @@ class CallPlanner:
         """New input on a session (restored elsewhere, a copy) whose stored token no pause here has.
 
         Known spent or abandoned, or not the pause of this conversation's instance here: forgotten, a fresh
-        run. Else a pause kept elsewhere is never dropped silently: it conflicts, or (with a store) takes a
+        run. Else a pause held elsewhere is never dropped silently: it conflicts, or (with a store) takes a
         text reply.
         """
         if call.had_instance or await judge.is_stale(stored):

@@ -209,7 +209,7 @@ class AgentRunner:
         """Keep the conversation's stored token and answers equal to its resumable pause (stored, or removed).
 
         With a continuation store "resumable" is the store's view: a token spent or abandoned in any
-        process is removed, one of a pause kept by another process stays while it is valid.
+        process is removed, one of a pause held elsewhere stays while it is valid.
         """
         session, decision = call.session, call.decision
         answers = decision.answers if decision is not None and not isinstance(decision, Fresh) else {}

@@ -46,7 +46,7 @@ def lost_its_token(session: AgentSession | None, options: Mapping[str, Any]) -> 
     """True when ``session`` holds nothing under :data:`SESSION_STATE_KEY` and ``options`` no token.
 
     The entry stays (empty) once a token is spent, so a session with none was dropped by its host or
-    rebuilt without state: a pause kept here for it is orphaned (AGENTS.md invariant 45).
+    rebuilt without state: a pause held here for it is orphaned (AGENTS.md invariant 45).
     """
     return session is not None and SESSION_STATE_KEY not in session.state and options.get("continuation_token") is None
 

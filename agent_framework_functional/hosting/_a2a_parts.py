@@ -92,7 +92,7 @@ def message_answers(
 
 
 def _blind_answers(message: A2AMessage) -> list[Content]:
-    """The answers of a message checked for shape only (the pause is kept elsewhere)."""
+    """The answers of a message checked for shape only (the pause is held elsewhere)."""
     if not message.parts:
         raise ResponseMismatchError("The message carries no answer; the task is still waiting for input.")
     return [_blind_answer(part) for part in message.parts]

@@ -139,7 +139,7 @@ async def check_request(
     entry that is not ``resolved``; one for an interrupt not pending (also one already answered); a payload
     without a boolean ``approved``; an answer that does not convert, checked also against a pause another
     worker holds (through the thread's token). A pause held by another worker has its open interrupts
-    registered in ``runner``'s approval state; one kept here whose thread lost its snapshot is not pending,
+    registered in ``runner``'s approval state; one held here whose thread lost its snapshot is not pending,
     and on new input its approvals are expired (the only change made here).
     """
     request = read_request(body)
@@ -168,7 +168,7 @@ async def check_request(
 async def _local_pause_state(
     snapshot_store: AGUIThreadSnapshotStore, scope: str, thread_id: str, agent: FunctionalWorkflowAgent, tag: str | None
 ) -> tuple[bool, bool]:
-    """Whether the thread's pause kept here is orphaned, and whether it is not the one the snapshot's token names.
+    """Whether the thread's pause held here is orphaned, and whether it is not the one the snapshot's token names.
 
     Orphaned: no snapshot, or none of the package's session key in it; neither while a run's snapshot is unsaved.
     """
@@ -191,7 +191,7 @@ async def _check_answers(
     pending: Mapping[str, WorkflowEvent[Any]],
     where: tuple[str, str, AGUIThreadSnapshotStore, AgentFrameworkAgent | None],
 ) -> None:
-    """The answers against the pause's requests, kept here or (through the snapshot's token) elsewhere."""
+    """The answers against the pause's requests, held here or (through the snapshot's token) elsewhere."""
     scope, thread_id, snapshot_store, runner = where
     snapshot = None if pending else await snapshot_store.get(scope=scope, thread_id=thread_id)
     open_ids = set(pending) if pending else _open_ids(snapshot)

@@ -81,7 +81,7 @@ def _elicitation(event: WorkflowEvent[Any], tool_name: str) -> types.ElicitReque
 
 
 def _answer(request_id: str, event: WorkflowEvent[Any] | None, response: Any) -> Content:
-    """The answer content for one elicitation result (``event`` None: the pause is not kept here)."""
+    """The answer content for one elicitation result (``event`` None: the pause is not held here)."""
     if not isinstance(response, types.ElicitResult):
         raise MCPError(types.INVALID_PARAMS, f"Input response {request_id!r} must be an elicitation result.")
     if event is None:
@@ -196,7 +196,7 @@ class MCPWorkflowTool:
         pending = self.agent.pending_requests_for(session)
         if not responses:
             raise MCPError(types.INVALID_PARAMS, "Send inputResponses with the answers; the call is still paused.")
-        if pending:  # the pause is kept here: check the answers now, with messages naming what to send
+        if pending:  # the pause is held here: check the answers now, with messages naming what to send
             unknown = sorted(set(responses) - set(pending))
             if unknown:
                 raise MCPError(
