@@ -18,6 +18,8 @@ from types import TracebackType
 from typing import Any, Literal, Protocol, TypeVar, cast, runtime_checkable
 from weakref import WeakSet
 
+from agent_framework import WorkflowCheckpoint
+
 ContinuationStatus = Literal["issued", "claimed", "abandoned"]
 """Lifecycle of a stored continuation: ``issued`` (resumable) -> ``claimed`` or ``abandoned`` (final)."""
 
@@ -288,6 +290,24 @@ class ContinuationStore(Protocol):
 
     async def aclose(self) -> None:
         """Release the store's connections (or file); ``async with store:`` calls it at the block's end."""
+        ...
+
+
+@runtime_checkable
+class StepSaveBuffer(Protocol):
+    """An optional capability of a checkpoint storage: buffer a run's step saves until its next save or end.
+
+    A run's recorder (``_checkpoint_chain.py``) checks for it once, when it is made, and only for runs that
+    delete their chain when they end; it then saves through :meth:`save_buffered` and, when the run ends
+    (however), calls :meth:`write_buffered`. ``PostgresCheckpointStorage`` implements it.
+    """
+
+    async def save_buffered(self, checkpoint: WorkflowCheckpoint) -> str:
+        """Save ``checkpoint``, or buffer it when it holds no pending request, until the run's next save or end."""
+        ...
+
+    async def write_buffered(self, checkpoint_ids: list[str]) -> None:
+        """Write the buffered saves of the runs that saved one of ``checkpoint_ids`` (the run ended)."""
         ...
 
 

@@ -188,10 +188,17 @@ class PostgresCheckpointStorage(HeldStepSaves, DurableCheckpointStorage):
                 this storage's allowed types (add the type to ``allowed_checkpoint_types``).
             psycopg.OperationalError: PostgreSQL is unreachable.
         """
+        return await self._save(checkpoint, buffered=False)
+
+    async def save_buffered(self, checkpoint: WorkflowCheckpoint) -> str:
+        """:meth:`save`, but a step checkpoint is held until its run's next save or end (``_store.StepSaveBuffer``)."""
+        return await self._save(checkpoint, buffered=True)
+
+    async def _save(self, checkpoint: WorkflowCheckpoint, *, buffered: bool) -> str:
         check_storable(checkpoint)
         with self._superseding(checkpoint):  # before any await: reads this save's offer
             plan = self._deduper.prepare(checkpoint)
-            if plan is not None and self._hold(checkpoint, plan):
+            if plan is not None and buffered and self._hold(checkpoint, plan):
                 return checkpoint.checkpoint_id
             if plan is not None:
                 await self._store_delta(checkpoint, plan)
@@ -214,7 +221,7 @@ class PostgresCheckpointStorage(HeldStepSaves, DurableCheckpointStorage):
         return checkpoint.checkpoint_id
 
     async def purge_when_due(self, conn: AsyncConnection[Any], now: float) -> None:
-        """Delete expired checkpoints on ``conn`` when due (first on every write, a joint pause's too)."""
+        """Delete expired checkpoints on ``conn`` when due (first on every write)."""
         if self._purges.due(now):
             self._purges.ran(now)
             await self._db.purge_quietly(self._db.execute_custom_plan(conn, self._sql["purge"], (now,)))

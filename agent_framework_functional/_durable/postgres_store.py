@@ -198,27 +198,6 @@ class PostgresContinuationStore(TimedStore):
         """The PostgreSQL schema that holds the store's tables."""
         return self._db.schema
 
-    @property
-    def database(self) -> PostgresPool:
-        """The store's pool and schema (a storage on the same database reads and writes pauses with it)."""
-        return self._db
-
-    async def write(
-        self, what: str, operation: Callable[[AsyncConnection[Any]], Any], *, on: PostgresPool | None = None
-    ) -> Any:
-        """Run one write of ``operation``, after the purge when one is due (same connection).
-
-        For a statement that writes a record with another table's rows (``postgres_joint``): ``on``, the
-        pool of a storage on the same database, runs it on that storage's connection (warm for its
-        functions); the store's own tables are checked first, as on its own pool.
-
-        Raises:
-            psycopg.OperationalError: PostgreSQL is unreachable or the connection broke.
-        """
-        if on is not None and not self._db.ready:
-            await self._db.prepare()
-        return await self._write(what, operation, on=on)
-
     async def save(self, record: ContinuationRecord) -> None:
         """Insert a freshly issued record (committed before this returns).
 
@@ -357,9 +336,7 @@ class PostgresContinuationStore(TimedStore):
 
         return await self._write(name, update)
 
-    async def _write(
-        self, what: str, operation: Callable[[AsyncConnection[Any]], Any], *, on: PostgresPool | None = None
-    ) -> Any:
+    async def _write(self, what: str, operation: Callable[[AsyncConnection[Any]], Any]) -> Any:
         """Run one write; first, when due, the purge of records past retention (same connection)."""
 
         async def write(conn: AsyncConnection[Any]) -> Any:
@@ -367,4 +344,4 @@ class PostgresContinuationStore(TimedStore):
                 await self._db.purge_quietly(self._purge(conn))  # housekeeping: its failure must not fail the write
             return await operation(conn)
 
-        return await (on or self._db).run(what, write)
+        return await self._db.run(what, write)
