@@ -98,6 +98,8 @@ class PostgresCheckpointStorage(HeldStepSaves, DurableCheckpointStorage):
             :meth:`aclose`), or a ``psycopg_pool.AsyncConnectionPool`` (the caller owns it).
 
     Keyword Args:
+        pool: Your ``psycopg_pool.AsyncConnectionPool`` instead of ``conninfo`` (you open and close it;
+            :meth:`aclose` leaves it open).
         schema: The PostgreSQL schema of the table (a plain lower-case identifier).
         allowed_checkpoint_types: Extra ``"module:QualName"`` types checkpoints may contain.
         ttl: How long a checkpoint is kept after it is saved (seconds or ``timedelta``), default 7
@@ -138,8 +140,9 @@ class PostgresCheckpointStorage(HeldStepSaves, DurableCheckpointStorage):
 
     def __init__(
         self,
-        conninfo: str | AsyncConnectionPool,
+        conninfo: str | AsyncConnectionPool | None = None,
         *,
+        pool: AsyncConnectionPool | None = None,
         schema: str = DEFAULT_SCHEMA,
         allowed_checkpoint_types: list[str] | None = None,
         ttl: float | timedelta | None = DEFAULT_CHECKPOINT_TTL,
@@ -157,6 +160,7 @@ class PostgresCheckpointStorage(HeldStepSaves, DurableCheckpointStorage):
         self._purges = PurgeSchedule(None if self._ttl is None else PURGE_INTERVAL_SECONDS)
         self._db = PostgresPool(
             conninfo,
+            pool=pool,
             owner="PostgresCheckpointStorage",
             schema=schema,
             component="checkpoints",
@@ -168,6 +172,18 @@ class PostgresCheckpointStorage(HeldStepSaves, DurableCheckpointStorage):
         self._sql = self._db.statements({**WHOLE_STATEMENTS, **STATEMENTS})
         self._deduper = StepCacheDeduper(self._allowed_types)
         self._start_holding()
+
+    async def setup(self) -> None:
+        """Create this component's tables in its schema, or check that they are at this package's version.
+
+        A deploy step runs it (or :func:`migrate_postgres`) with a role that may create tables; a worker
+        whose tables exist needs only ``SELECT, INSERT, UPDATE, DELETE`` (its first operation checks them).
+
+        Raises:
+            RuntimeError: The tables are newer than this package, or missing and this role may not create them.
+            PostgresUnavailableError: PostgreSQL could not be reached.
+        """
+        await self._db.prepare()
 
     @property
     def schema(self) -> str:

@@ -129,6 +129,8 @@ class PostgresContinuationStore(TimedStore):
             (the caller opens and closes it).
 
     Keyword Args:
+        pool: Your ``psycopg_pool.AsyncConnectionPool`` instead of ``conninfo`` (you open and close it;
+            :meth:`aclose` leaves it open).
         ttl: How long a token is accepted after its pause (seconds or ``timedelta``); default 24 hours.
         retention: How long a record is kept after it expires, or after it is claimed or abandoned,
             before it is purged (seconds or ``timedelta``); default 24 hours.
@@ -157,8 +159,9 @@ class PostgresContinuationStore(TimedStore):
 
     def __init__(
         self,
-        conninfo: str | AsyncConnectionPool,
+        conninfo: str | AsyncConnectionPool | None = None,
         *,
+        pool: AsyncConnectionPool | None = None,
         ttl: float | timedelta = DEFAULT_TTL_SECONDS,
         retention: float | timedelta = DEFAULT_RETENTION_SECONDS,
         schema: str = DEFAULT_SCHEMA,
@@ -173,6 +176,7 @@ class PostgresContinuationStore(TimedStore):
         self._batches: set[asyncio.Task[None]] = set()
         self._db = PostgresPool(
             conninfo,
+            pool=pool,
             owner="PostgresContinuationStore",
             schema=schema,
             component="continuations",
@@ -192,6 +196,18 @@ class PostgresContinuationStore(TimedStore):
                 "purge": _PURGE,
             }
         )
+
+    async def setup(self) -> None:
+        """Create this component's tables in its schema, or check that they are at this package's version.
+
+        A deploy step runs it (or :func:`migrate_postgres`) with a role that may create tables; a worker
+        whose tables exist needs only ``SELECT, INSERT, UPDATE, DELETE`` (its first operation checks them).
+
+        Raises:
+            RuntimeError: The tables are newer than this package, or missing and this role may not create them.
+            PostgresUnavailableError: PostgreSQL could not be reached.
+        """
+        await self._db.prepare()
 
     @property
     def schema(self) -> str:

@@ -201,3 +201,35 @@ async def test_large_tables_keep_index_scans_on_the_hot_path_and_in_purges(postg
             await store.aclose()
             await storage.aclose()
         await sessions.aclose()
+
+
+async def test_components_take_the_caller_s_pool_by_keyword_and_set_up_explicitly(postgres_server: str) -> None:
+    from psycopg_pool import AsyncConnectionPool
+
+    from agent_framework_functional import PostgresSessionStore
+
+    schema = f"plans_{uuid.uuid4().hex[:12]}"
+    pool = AsyncConnectionPool(postgres_server, min_size=1, max_size=2, open=False, kwargs={"autocommit": True})
+    await pool.open()
+    components = (
+        PostgresContinuationStore(pool=pool, schema=schema),
+        PostgresCheckpointStorage(pool=pool, schema=schema),
+        PostgresSessionStore(pool=pool, schema=schema),
+    )
+    try:
+        for component in components:
+            await component.setup()
+        async with pool.connection() as conn:
+            rows = await (
+                await conn.execute("SELECT component FROM " + schema + ".schema_version ORDER BY component")
+            ).fetchall()
+        assert [row[0] for row in rows] == ["checkpoints", "continuations", "sessions"]
+        for component in components:
+            await component.aclose()
+        assert not pool.closed  # the caller's pool stays open
+        with pytest.raises(TypeError, match="exactly one"):
+            PostgresContinuationStore(postgres_server, pool=pool)
+        with pytest.raises(TypeError, match="exactly one"):
+            PostgresCheckpointStorage()
+    finally:
+        await pool.close()
