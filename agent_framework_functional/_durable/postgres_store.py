@@ -37,14 +37,13 @@ MIGRATIONS = (
         status TEXT NOT NULL CHECK (status IN ('issued', 'claimed', 'abandoned')),
         updated_at DOUBLE PRECISION NOT NULL,
         response_types TEXT,
-        claimed_by TEXT
+        claimed_by TEXT,
+        conversation TEXT
     );
     CREATE INDEX IF NOT EXISTS continuations_checkpoint_id ON {schema}.continuations (checkpoint_id);
     CREATE INDEX IF NOT EXISTS continuations_expires_at ON {schema}.continuations (expires_at);
     CREATE INDEX IF NOT EXISTS continuations_updated_at ON {schema}.continuations (updated_at);
     """,
-    # 2: the conversation (agent session digest) a pause belongs to (ContinuationRecord.conversation).
-    "ALTER TABLE {schema}.continuations ADD COLUMN IF NOT EXISTS conversation TEXT;",
 )
 """The ``continuations`` component's migrations, version 1 first (``_durable.postgres_schema`` applies them)."""
 

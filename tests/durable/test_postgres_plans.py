@@ -32,7 +32,6 @@ from agent_framework_functional import (
     workflow,
 )
 from agent_framework_functional._durable.postgres_checkpoint import MIGRATIONS
-from agent_framework_functional._durable.postgres_schema import PostgresPool
 
 pytestmark = pytest.mark.slow
 
@@ -147,17 +146,6 @@ async def test_large_tables_keep_index_scans_on_the_hot_path_and_in_purges(postg
     server = postgres_servers()
     _explain_everything(server.url)
     schema = f"plans_{uuid.uuid4().hex[:12]}"
-    version_3 = PostgresPool(
-        server.url,
-        owner="version 3",
-        schema=schema,
-        component="checkpoints",
-        migrations=MIGRATIONS[:3],
-        max_size=1,
-        pool_timeout=10.0,
-    )
-    await version_3.prepare()  # the tables as version 3 left them: the workers' first use upgrades them
-    await version_3.aclose()
     workers = [
         (PostgresContinuationStore(server.url, schema=schema), PostgresCheckpointStorage(server.url, schema=schema))
         for _ in range(2)
@@ -165,7 +153,7 @@ async def test_large_tables_keep_index_scans_on_the_hot_path_and_in_purges(postg
     sessions = PostgresSessionStore(server.url, schema=schema)
     log_path = Path(server.root) / "server.log"
     try:
-        await _cycle(workers[0], workers[1])  # the tables exist now, at the latest version
+        await _cycle(workers[0], workers[1])  # the tables exist now
         await _cycle(workers[1], workers[0])  # each storage's first pause purged: none due for 10 minutes
         await sessions.set("conversation:a", AgentSession(session_id="conversation:a"))  # its table and first purge
         with psycopg.connect(server.url) as conn:
