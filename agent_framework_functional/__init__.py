@@ -17,9 +17,8 @@ from agent_framework import RunContext, get_run_context, step
 
 from ._agent import FunctionalWorkflowAgent
 from ._answers import response_schema
-from ._authority import VerifiedContinuation
+from ._authority_protocol import VerifiedContinuation
 from ._continuation import FunctionalWorkflowContinuationToken, continuation_token_hash
-from ._definition import FunctionalWorkflowDefinition, workflow
 from ._durable.checkpoint_seal import CheckpointSealer
 from ._durable.postgres_checkpoint import PostgresCheckpointStorage
 from ._durable.postgres_migrate import migrate_postgres
@@ -50,7 +49,7 @@ from ._errors import (
 )
 from ._session import SESSION_STATE_KEY
 from ._store import ContinuationRecord, ContinuationStore
-from ._workflow import FunctionalWorkflow, FunctionalWorkflowRunResult
+from ._workflow import FunctionalWorkflow, FunctionalWorkflowDefinition, FunctionalWorkflowRunResult, workflow
 from .hosting._responses_input import responses_approval_messages, responses_to_run_with_approvals
 
 try:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import functools
-import uuid
-import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Literal, overload
@@ -22,9 +20,9 @@ from agent_framework import (
 )
 from agent_framework.observability import AgentTelemetryLayer
 
-from ._agent_layers import LayeredCall, run_layered
-from ._agent_plan import CallArgs, CallPlanner
-from ._agent_run import AgentCall, AgentRunner, close_workflow_stream, drop_workflow_stream
+from ._agent_layers import AgentResult, CallArgs, run_layered
+from ._agent_plan import CallPlanner
+from ._agent_run import AgentRunner
 from ._chat import InputMapper, input_mode_for
 from ._core_compat import functional_workflows_experimental
 from ._session import Conversations, session_token
@@ -94,7 +92,7 @@ class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAge
         self.continuation_token_on_response: bool = continuation_token_on_response
         self._conversations = Conversations(workflow, self.id, max_conversations)
         mode = input_mode_for(workflow.definition.func)
-        self._planner = CallPlanner(self, self._conversations, input_mapper, mode, text_answers=text_answers)
+        self._planner = CallPlanner(self, self._conversations, input_mapper, mode, text_answers)
         self._runner = AgentRunner(self, self._planner, self._conversations, self._run_after_providers)
 
     @property
@@ -128,7 +126,7 @@ class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAge
         Empty when ``session`` has no instance here (e.g. restored in another process: its pause is in
         the continuation store, see :meth:`FunctionalWorkflow.verify_continuation_token_async`), and when
         the instance here holds an older pause than the one ``session``'s token names (another worker paused
-        the conversation again): that pause is answered through the store, as one held elsewhere.
+        the conversation again): that pause is answered through the store, as one kept by another process.
         """
         workflow = self._conversations.workflow_for(session, create=False)
         if workflow is None:
@@ -166,13 +164,8 @@ class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAge
             ContinuationAuthorityError: Missing or wrong token without ``force``; nothing changes.
             WorkflowRunningError: A run is in progress.
         """
-        workflow = self._conversations.workflow_for(session)
-        assert workflow is not None
-        try:
-            workflow.abandon_continuation(self._conversations.abandon_token(token, force, session), force=force)
-        finally:
-            self._conversations.detach_idle(session, workflow)  # a rejected call leaves no instance behind
-        self._conversations.forget_abandoned(session, workflow)
+        with self._conversations.abandoning(token, force, session) as (workflow, presented):
+            workflow.abandon_continuation(presented, force=force)
 
     async def abandon_continuation_async(
         self,
@@ -185,15 +178,8 @@ class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAge
 
         Same arguments and errors; see :meth:`FunctionalWorkflow.abandon_continuation_async`.
         """
-        workflow = self._conversations.workflow_for(session)
-        assert workflow is not None
-        try:
-            await workflow.abandon_continuation_async(
-                self._conversations.abandon_token(token, force, session), force=force
-            )
-        finally:
-            self._conversations.detach_idle(session, workflow)  # a rejected call leaves no instance behind
-        self._conversations.forget_abandoned(session, workflow)
+        with self._conversations.abandoning(token, force, session) as (workflow, presented):
+            await workflow.abandon_continuation_async(presented, force=force)
 
     @overload
     def run(
@@ -280,60 +266,25 @@ class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAge
         With a continuation store, a resume only the store can judge raises these on the first
         ``await`` or iteration instead, changing nothing.
         """
-        extras: dict[str, Any] = {
-            "responses": responses,
-            "continuation_token": continuation_token,
-            "checkpoint_id": checkpoint_id,
-            "checkpoint_storage": checkpoint_storage,
-            **kwargs,
-        }
-        call = LayeredCall(messages, stream, session, options, tools, function_invocation_kwargs, client_kwargs, extras)
-        return run_layered(self, self._planned, call, middleware)
-
-    def _planned(
-        self, call: LayeredCall
-    ) -> Callable[[], Awaitable[AgentResponse] | ResponseStream[AgentResponseUpdate, AgentResponse]]:
-        """Plan one call (every check raises here) and return what starts it."""
-        extras = call.extras
         args = CallArgs(
-            call.messages,
-            extras.pop("responses", None),
-            extras.pop("continuation_token", None),
-            extras.pop("checkpoint_id", None),
+            messages,
+            stream,
+            session,
+            options,
+            tools,
+            function_invocation_kwargs,
+            client_kwargs,
+            responses,
+            continuation_token,
+            checkpoint_id,
+            checkpoint_storage,
+            kwargs,
         )
-        checkpoint_storage = extras.pop("checkpoint_storage", None)
-        given = {
-            "tools": call.tools,
-            "function_invocation_kwargs": call.function_invocation_kwargs,
-            "client_kwargs": call.client_kwargs,
-        }
-        run_kwargs = {**{name: value for name, value in given.items() if value is not None}, **extras}
-        plan = self._planner.plan(
-            args,
-            session=call.session,
-            checkpoint_storage=checkpoint_storage,
-            options=call.options,
-            run_kwargs=run_kwargs,
-        )
-        return functools.partial(self._start, self._runner.open(plan), call.stream)
+        return run_layered(self, self._opened, args, middleware)
 
-    def _start(
-        self, call: AgentCall, stream: bool
-    ) -> Awaitable[AgentResponse] | ResponseStream[AgentResponseUpdate, AgentResponse]:
-        """Start an opened call: the response stream, or the awaitable response."""
-        response_id = uuid.uuid4().hex
-        if not stream:
-            return self._runner.respond(call, response_id)
-        agent_stream: ResponseStream[AgentResponseUpdate, AgentResponse] = ResponseStream(
-            self._runner.updates(call, response_id),
-            finalizer=AgentResponse.from_updates,
-            # close() before iterating closes the workflow stream too (an unstarted resume hands its claim back).
-            cleanup_hooks=[functools.partial(close_workflow_stream, call)],
-        )
-        # Only the agent stream keeps the workflow stream alive: dropping it unfinished frees the instance at
-        # once (the weak finalizer), instead of waiting for the event loop to close the abandoned generator.
-        weakref.finalize(agent_stream, drop_workflow_stream, call).atexit = False
-        return agent_stream
+    def _opened(self, args: CallArgs) -> Callable[[], AgentResult]:
+        """Decide the call (every check that needs no I/O raises here) and return what starts it."""
+        return functools.partial(self._runner.answer, self._planner.open(args))
 
     def run_stream(
         self, messages: Any | None = None, **kwargs: Any

@@ -3,8 +3,8 @@
 The agent inherits core's ``AgentMiddlewareLayer`` and ``AgentTelemetryLayer`` for their state and
 helpers, not their ``run`` (which would drop ``responses``, ``continuation_token``, ``checkpoint_id``,
 ``checkpoint_storage`` and workflow run keyword arguments): :func:`run_layered` applies them in core's
-order and hands those extras to middleware in ``AgentContext.kwargs``. Without middleware a rejected
-call raises at ``run(...)``; with it, on the first ``await`` or iteration (core's behaviour).
+order and hands those to middleware in ``AgentContext.kwargs``. Without middleware a rejected call
+raises at ``run(...)``; with it, on the first ``await`` or iteration (core's behaviour).
 """
 
 from __future__ import annotations
@@ -18,26 +18,24 @@ from agent_framework import (
     AgentResponse,
     AgentResponseUpdate,
     AgentSession,
-    Content,
-    Message,
+    CheckpointStorage,
     ResponseStream,
     normalize_messages,
 )
 from agent_framework.observability import OBSERVABILITY_SETTINGS
 from opentelemetry import trace
 
+from ._chat import is_chat_input
 from ._core_compat import agent_middleware_of, middleware_pipeline, trace_agent_invocation
 
 _UNSET_PROVIDERS = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
+_RESUME_ARGS = ("responses", "continuation_token", "checkpoint_id", "checkpoint_storage")
 AgentResult = Awaitable[AgentResponse] | ResponseStream[AgentResponseUpdate, AgentResponse]
 
 
-@dataclass(frozen=True)
-class LayeredCall:
-    """One agent call's arguments as they pass core's layers (agent middleware may replace each of them).
-
-    ``extras`` holds the resume arguments and workflow run keyword arguments (``AgentContext.kwargs``).
-    """
+@dataclass(frozen=True, slots=True)
+class CallArgs:
+    """One agent call's arguments, packed once by ``run`` (agent middleware may replace each of them)."""
 
     messages: Any
     stream: bool
@@ -46,44 +44,51 @@ class LayeredCall:
     tools: Any
     function_invocation_kwargs: Mapping[str, Any] | None
     client_kwargs: Mapping[str, Any] | None
-    extras: dict[str, Any]
+    responses: Mapping[str, Any] | None
+    continuation_token: Mapping[str, Any] | None
+    checkpoint_id: str | None
+    checkpoint_storage: CheckpointStorage | None
+    run_kwargs: dict[str, Any]  # run's other keyword arguments, for the workflow run
+
+    def workflow_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments the workflow run gets besides the resume arguments."""
+        given = {
+            "tools": self.tools,
+            "function_invocation_kwargs": self.function_invocation_kwargs,
+            "client_kwargs": self.client_kwargs,
+        }
+        return {**{name: value for name, value in given.items() if value is not None}, **self.run_kwargs}
 
 
-# The raw call: plans the call (raising on a rejection) and returns what starts it.
-RawCall = Callable[[LayeredCall], Callable[[], Any]]
+# The raw call: decides the call (raising on a rejection) and returns what starts it.
+RawCall = Callable[[CallArgs], Callable[[], Any]]
 
 
-def is_chat_input(messages: Any) -> bool:
-    """True for what core's agents take as messages (``str``, ``Message``, ``Content`` or a list of them)."""
-    if isinstance(messages, (str, Message, Content)):
-        return True
-    items = cast("list[Any]", messages) if isinstance(messages, list) else None
-    return items is not None and all(isinstance(item, (str, Message, Content)) for item in items)
-
-
-def run_layered(agent: Any, raw: RawCall, call: LayeredCall, middleware: Sequence[Any] | None) -> AgentResult:
-    """Run one agent call through core's agent middleware and telemetry layers (as core's ``Agent.run``).
-
-    ``raw`` plans the call (raising on a rejection) and returns what starts it; ``call.extras`` (the
-    resume arguments and workflow run keyword arguments) reach middleware as ``AgentContext.kwargs``.
-    """
+def run_layered(agent: Any, raw: RawCall, args: CallArgs, middleware: Sequence[Any] | None) -> AgentResult:
+    """Run one agent call through core's agent middleware and telemetry layers (as core's ``Agent.run``)."""
     chain = agent_middleware_of(agent.middleware, middleware)
     if not chain:
-        return _traced(agent, raw(call), call, call.client_kwargs)
-    messages = call.messages
+        return _traced(agent, raw(args), args, args.client_kwargs)
+    messages = args.messages
     chat = is_chat_input(messages) or messages is None
     given = normalize_messages(messages) if chat else []
     seen = list(given)
     context = AgentContext(
         agent=agent,
         messages=given,
-        session=call.session,
-        tools=call.tools,
-        options=call.options,
-        stream=call.stream,
-        kwargs=call.extras,
-        client_kwargs=call.client_kwargs,
-        function_invocation_kwargs=call.function_invocation_kwargs,
+        session=args.session,
+        tools=args.tools,
+        options=args.options,
+        stream=args.stream,
+        kwargs={
+            "responses": args.responses,
+            "continuation_token": args.continuation_token,
+            "checkpoint_id": args.checkpoint_id,
+            "checkpoint_storage": args.checkpoint_storage,
+            **args.run_kwargs,
+        },
+        client_kwargs=args.client_kwargs,
+        function_invocation_kwargs=args.function_invocation_kwargs,
     )
 
     def final_handler(context: AgentContext) -> AgentResult:
@@ -92,8 +97,9 @@ def run_layered(agent: Any, raw: RawCall, call: LayeredCall, middleware: Sequenc
             and len(given) == len(seen)
             and all(a is b for a, b in zip(given, seen, strict=True))
         )
+        kwargs = dict(context.kwargs)
         # Input middleware did not touch reaches the workflow as the caller gave it (a str stays a str).
-        layered = LayeredCall(
+        layered = CallArgs(
             messages if unchanged or not chat else context.messages,
             context.stream,
             context.session,
@@ -101,12 +107,13 @@ def run_layered(agent: Any, raw: RawCall, call: LayeredCall, middleware: Sequenc
             context.tools,
             context.function_invocation_kwargs or None,
             context.client_kwargs or None,
-            dict(context.kwargs),
+            *(kwargs.pop(name, None) for name in _RESUME_ARGS),
+            run_kwargs=kwargs,
         )
-        return _traced(agent, raw(layered), layered, call.client_kwargs)
+        return _traced(agent, raw(layered), layered, args.client_kwargs)
 
     pipeline = middleware_pipeline(agent, chain)
-    if not call.stream:
+    if not args.stream:
         return cast("Awaitable[AgentResponse]", pipeline.execute(context=context, final_handler=final_handler))
 
     async def resolve() -> ResponseStream[AgentResponseUpdate, AgentResponse]:
@@ -121,15 +128,14 @@ def run_layered(agent: Any, raw: RawCall, call: LayeredCall, middleware: Sequenc
 
 
 def _traced(
-    agent: Any, start: Callable[[], Any], call: LayeredCall, client_kwargs: Mapping[str, Any] | None
+    agent: Any, start: Callable[[], Any], args: CallArgs, client_kwargs: Mapping[str, Any] | None
 ) -> AgentResult:
     """Start the call inside core's ``invoke_agent`` span (core's instrumentation on and a tracer provider set).
 
-    The span records ``client_kwargs`` as the caller passed them to ``run``.
-
-    Without a tracer provider the span could not record; skipping it also keeps a dropped response
-    stream free of the layer's hooks, which reference the stream (a cycle only the garbage collector
-    frees), so the workflow is freed the moment the stream is dropped.
+    The span records ``client_kwargs`` as the caller passed them to ``run``. Without a tracer provider
+    the span could not record; skipping it also keeps a dropped response stream free of the layer's
+    hooks, which reference the stream (a cycle only the garbage collector frees), so the workflow is
+    freed the moment the stream is dropped.
     """
     if not OBSERVABILITY_SETTINGS.ENABLED or isinstance(trace.get_tracer_provider(), _UNSET_PROVIDERS):
         return cast("AgentResult", start())
@@ -137,11 +143,11 @@ def _traced(
         "AgentResult",
         trace_agent_invocation(
             agent,
-            messages=call.messages if is_chat_input(call.messages) else None,
-            session=call.session,
-            merged_options=dict(call.options or {}),
+            messages=args.messages if is_chat_input(args.messages) else None,
+            session=args.session,
+            merged_options=dict(args.options or {}),
             client_kwargs=dict(client_kwargs or {}),
-            stream=call.stream,
+            stream=args.stream,
             execute=start,
         ),
     )

@@ -1,22 +1,22 @@
-"""Planning one agent call of FunctionalWorkflowAgent: decide what it is before anything runs.
+"""Deciding one agent call of FunctionalWorkflowAgent: a fresh run, a resume or a restore, by one set of rules.
 
-:meth:`CallPlanner.plan` returns a :class:`CallPlan` (fresh run, chat-native resume, token resume,
-checkpoint restore, or a check deferred to the store) and raises at the call for every rejection it
-can decide without I/O; :meth:`CallPlanner.start` is the one place the workflow run starts. A pause
-only the continuation store knows is accepted inside the run (:meth:`CallPlanner.accept_deferred`).
-Each conversation's instance and answers so far come from ``_session.Conversations``.
+:meth:`CallPlanner.open` decides the call with what this process knows: every rejection raises at the
+call and changes nothing, and the workflow run starts there when its input is known. Where a rule
+needs the continuation store (a pause kept by another process) or a write (abandoning an orphaned
+pause), that pass stops and the run decides the call (:meth:`CallPlanner.decide_in_run`) by the same
+rules, asking the store: the pass at the call never decides differently. The decision is a
+:data:`Decision`; :meth:`CallPlanner.start` is the one place the agent starts a workflow run.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import enum
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from agent_framework import AgentSession, CheckpointStorage, Message, ResponseStream, WorkflowEvent
+from agent_framework import AgentSession, Message, ResponseStream, SupportsAgentRun, WorkflowEvent
 
+from ._agent_layers import CallArgs
 from ._authority import VerifiedContinuation
 from ._chat import (
     InputMapper,
@@ -37,78 +37,139 @@ from ._errors import (
     StaleContinuationError,
     WorkflowRunningError,
 )
-from ._session import Conversations, clear_session_token, lost_its_token, resolve_token, session_token
+from ._session import Conversations, lost_its_token, resolve_token, session_token
 from ._updates import core_ids, token_tag
 from ._workflow import FunctionalWorkflow, FunctionalWorkflowRunResult
 
-if TYPE_CHECKING:
-    from ._agent import FunctionalWorkflowAgent
-
 WorkflowStream = ResponseStream[WorkflowEvent[Any], FunctionalWorkflowRunResult]
-AFTER_PROVIDERS: Any = object()
-"""``CallPlan.workflow_input`` of a fresh run whose input needs the context providers' messages first."""
 
 
-class CallKind(enum.Enum):
-    """What one agent call is."""
+class AgentView(SupportsAgentRun, Protocol):
+    """What the planner and the runner use of the agent (they do not import its class)."""
 
-    FRESH = "fresh"  # new input: the workflow runs from the top
-    CHAT_RESUME = "chat_resume"  # answers in the messages (or a text reply), authority checked here
-    TOKEN_RESUME = "token_resume"  # responses=... with a token: the workflow checks it at the call
-    RESTORE = "restore"  # checkpoint_id=...
-    DEFERRED = "deferred"  # a token only the continuation store can judge: decided inside the run
+    context_providers: list[Any]
+    continuation_token_on_response: bool
 
 
 @dataclass(frozen=True, slots=True)
-class DeferredCheck:
-    """What a call deferred to the store carries: its token and this turn's input."""
+class Fresh:
+    """New input: the workflow runs from the top."""
+
+    input: Any = None
+    from_history: bool = False  # the input is mapped from the context providers' messages, in the run
+
+
+@dataclass(frozen=True, slots=True)
+class Resume:
+    """Answers to a pause: chat-native ones (``token`` is then the verified pause) or ``responses=``."""
 
     token: Any
-    turn: Turn
-    from_session: bool  # the token is the session's stored one (a stale one gets its own error)
-    orphaned: bool = False  # new input on a session that lost the token of the pause held here
+    responses: Any  # what the workflow gets (not a mapping: as given, for the workflow's TypeError)
+    answers: dict[str, Any]  # every answer of the run chain, remembered if it pauses again
+    input: Any = None  # the caller's messages beside ``responses=`` (the workflow refuses them)
+    from_session: bool = False  # the session's token: a refusal of one known spent is StaleContinuationError
 
 
 @dataclass(frozen=True, slots=True)
-class CallArgs:
-    """The caller's arguments that decide a call."""
+class Restore:
+    """``checkpoint_id=``: the workflow restores that checkpoint."""
 
-    messages: Any
+    checkpoint_id: str
+    input: Any
     responses: Mapping[str, Any] | None
-    continuation_token: Mapping[str, Any] | None
-    checkpoint_id: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class CallPlan:
-    """One decided agent call: what it is and everything its workflow run needs."""
-
-    kind: CallKind
-    workflow: FunctionalWorkflow
-    session: AgentSession | None
-    raw_input: Any
-    input_messages: list[Message]
-    options: dict[str, Any]
-    checkpoint_storage: CheckpointStorage | None
-    run_kwargs: dict[str, Any]
-    had_instance: bool  # the conversation's instance existed before this call
-    workflow_input: Any = None
-    responses: Any = None
-    token: Any = None  # a token, or the VerifiedContinuation of a chat resume
-    checkpoint_id: str | None = None
-    # Every answer this run gives the workflow, remembered if it pauses again (earlier rounds included).
-    answers: dict[str, Any] = field(default_factory=dict[str, Any])
-    token_from_session: bool = False  # a refused token resume: StaleContinuationError when known spent
-    deferred: DeferredCheck | None = None
+    token: Any
 
     @property
-    def starts_now(self) -> bool:
-        """The workflow run can start at the call (not after the store check or the providers)."""
-        return self.kind is not CallKind.DEFERRED and self.workflow_input is not AFTER_PROVIDERS
+    def answers(self) -> dict[str, Any]:
+        """The answers given with the restore, remembered if it pauses again."""
+        return dict(self.responses) if isinstance(self.responses, Mapping) else {}
+
+
+Decision = Fresh | Resume | Restore
+
+
+@dataclass(eq=False, slots=True)
+class AgentCall:
+    """One agent call in flight: its arguments, conversation, decision and the workflow stream it drives."""
+
+    args: CallArgs
+    workflow: FunctionalWorkflow
+    had_instance: bool  # the conversation's instance existed before this call
+    decision: Decision | None = None  # None until decided (by the run when the store must answer)
+    workflow_stream: WorkflowStream | None = None
+    closed: bool = False  # the agent stream was closed: iterating it afterwards runs nothing
+    input_messages: list[Message] = field(init=False)
+    options: dict[str, Any] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.input_messages = chat_messages(self.args.messages)
+        self.options = dict(self.args.options or {})
+
+    @property
+    def session(self) -> AgentSession | None:
+        """The call's conversation."""
+        return self.args.session
+
+
+class _InRun(Exception):
+    """Only the run can answer this rule's question (a store read, or a write): the run decides the call."""
+
+
+class _Judge:
+    """Answers the rules' token questions without I/O, at the call (:class:`_StoreJudge` answers in the run)."""
+
+    def __init__(self, workflow: FunctionalWorkflow) -> None:
+        self.workflow = workflow
+
+    async def verify(self, token: Any) -> VerifiedContinuation:
+        verdict = self.workflow.verify_token_now(token)
+        if verdict is None:
+            raise _InRun
+        return verdict
+
+    async def is_stale(self, token: Any) -> bool:
+        stale = self.workflow.token_known_stale(token)
+        if stale is None:
+            raise _InRun
+        return stale
+
+    async def check_conflict(self, verdict: VerifiedContinuation) -> None:
+        """A verdict made without I/O is of the pause kept here: nothing conflicts."""
+
+    async def abandon_orphan(self) -> None:
+        raise _InRun
+
+
+class _StoreJudge(_Judge):
+    """The same questions, asked of the continuation store (read-only but for an orphaned pause's abandonment)."""
+
+    async def verify(self, token: Any) -> VerifiedContinuation:
+        return await self.workflow.verify_continuation_token_async(token)
+
+    async def is_stale(self, token: Any) -> bool:
+        return await self.workflow.token_is_stale(token)
+
+    async def check_conflict(self, verdict: VerifiedContinuation) -> None:
+        await self.workflow.check_pause_conflict(verdict)
+
+    async def abandon_orphan(self) -> None:
+        await self.workflow.abandon_continuation_async(force=True)
+
+
+def _at_call(rules: Coroutine[Any, Any, Decision]) -> Decision | None:
+    """Run the rules without I/O: the decision, or None where only the run can decide."""
+    try:
+        rules.send(None)
+    except StopIteration as done:
+        return done.value
+    except _InRun:
+        return None
+    rules.close()  # pragma: no cover - a judge at the call never suspends
+    raise RuntimeError("an agent call's rules awaited I/O at the call")  # pragma: no cover
 
 
 class CallPlanner:
-    """Plans the calls of one :class:`FunctionalWorkflowAgent` (internal).
+    """Decides and starts the calls of one agent (internal).
 
     Args:
         agent: The agent (its id and options).
@@ -120,12 +181,11 @@ class CallPlanner:
 
     def __init__(
         self,
-        agent: FunctionalWorkflowAgent,
+        agent: AgentView,
         conversations: Conversations,
         input_mapper: InputMapper | None,
         input_mode: InputMode,
-        *,
-        text_answers: bool = True,
+        text_answers: bool,
     ) -> None:
         self.agent = agent
         self.conversations = conversations
@@ -133,10 +193,184 @@ class CallPlanner:
         self.input_mode: InputMode = input_mode
         self.text_answers = text_answers
 
-    def discard(self, plan: CallPlan) -> None:
-        """A rejected call leaves behind no instance it created."""
-        if not plan.had_instance:
-            self.conversations.detach_idle(plan.session, plan.workflow)
+    def open(self, args: CallArgs) -> AgentCall:
+        """The call, decided without I/O where it can be and started when its input is known; rejections raise."""
+        if args.options is not None and not isinstance(args.options, Mapping):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError("'options' must be a mapping of run options, for example {'continuation_token': token}.")
+        if args.session is None and not self.agent.continuation_token_on_response:
+            raise ValueError(
+                "This agent keeps continuation tokens in the session only (continuation_token_on_response=False): "
+                "pass session=... so the token of a pause is not lost."
+            )
+        had_instance = args.session is not None and self.conversations.existing_instance(args.session) is not None
+        workflow = self.conversations.workflow_for(args.session)
+        assert workflow is not None
+        call = AgentCall(args, workflow, had_instance)
+        try:
+            call.decision = _at_call(self._decide(call, _Judge(workflow)))
+            self._start_known(call)
+        except BaseException:
+            self.refused(call)
+            raise
+        return call
+
+    async def decide_in_run(self, call: AgentCall) -> None:
+        """Decide a call the pass at the call left open, asking the store; a rejection raises before anything ran."""
+        try:
+            call.decision = await self._decide(call, _StoreJudge(call.workflow))
+            self._start_known(call)
+        except BaseException:
+            self.refused(call)
+            raise
+
+    def refused(self, call: AgentCall) -> None:
+        """A refused call leaves behind no instance it created."""
+        if not call.had_instance:
+            self.conversations.detach_idle(call.session, call.workflow)
+
+    def _start_known(self, call: AgentCall) -> None:
+        """Start the decided call's workflow run now, unless its input waits for the context providers."""
+        decision = call.decision
+        if decision is not None and not (isinstance(decision, Fresh) and decision.from_history):
+            call.workflow_stream = self.start(call)
+
+    def start(self, call: AgentCall, history: list[Message] | None = None) -> WorkflowStream:
+        """Start the call's workflow run (the one place the agent starts one; ``history``: the providers' messages)."""
+        decision = call.decision
+        responses = token = checkpoint_id = None
+        if isinstance(decision, Fresh):
+            message = decision.input if history is None else self.fresh_input(call, history)
+        else:
+            assert decision is not None
+            message, responses, token = decision.input, decision.responses, decision.token
+            checkpoint_id = decision.checkpoint_id if isinstance(decision, Restore) else None
+        try:
+            return call.workflow.run(
+                message,
+                stream=True,
+                responses=responses,
+                continuation_token=token,
+                checkpoint_id=checkpoint_id,
+                checkpoint_storage=call.args.checkpoint_storage,
+                **call.args.workflow_kwargs(),
+            )
+        except ContinuationAuthorityError:
+            if isinstance(decision, Resume) and decision.from_session and call.workflow.token_known_stale(token):
+                raise StaleContinuationError() from None
+            raise
+
+    def fresh_input(self, call: AgentCall, conversation: list[Message]) -> Any:
+        """What the workflow function receives for a fresh run, given the conversation so far."""
+        return map_input(self.input_mode, call.args.messages, call.input_messages, conversation, self.input_mapper)
+
+    # ------------------------------------------------------------------ the rules (in the workflow's contract order)
+
+    async def _decide(self, call: AgentCall, judge: _Judge) -> Decision:
+        args = call.args
+        # A caller that resends history (AG-UI) adds this turn's part after the last assistant message.
+        turn = read_turn(call.input_messages, with_answers=args.responses is None and args.checkpoint_id is None)
+        stored = session_token(call.session, self.agent.id)
+        # A pause whose session lost its token takes answers only alone (then refused); with text, new input.
+        paused = call.workflow.has_pending_continuation and not lost_its_token(call.session, call.options)
+        if turn.answers and (turn.only_answers or paused or stored is not None):
+            return await self._chat_resume(call, turn, judge)
+        if args.responses is not None or args.checkpoint_id is not None:
+            return self._explicit(call)
+        return await self._new_input(call, turn, stored, judge)
+
+    async def _chat_resume(self, call: AgentCall, turn: Turn, judge: _Judge) -> Resume:
+        """Authority, then a conflict with a pause kept here, then the answers (nothing leaks without the token)."""
+        token = resolve_token(call.args.continuation_token, call.options, call.session, self.agent.id)
+        from_session = _token_from_session(call)
+        try:
+            verified = await judge.verify(token)
+        except ContinuationAuthorityError:
+            if from_session and token is not None and await judge.is_stale(token):  # none at all is not stale
+                raise StaleContinuationError() from None
+            raise
+        try:
+            await judge.check_conflict(verified)
+        except PendingContinuationError:
+            raise PendingContinuationError(AGENT_PENDING_CONTINUATION_MESSAGE) from None
+        if not turn.only_answers:
+            raise ValueError(
+                "While a continuation is pending, send the answers alone: messages whose contents are only "
+                "function_approval_response / function_result contents for the pending requests. Send new "
+                "text after the workflow finished. The continuation is still pending."
+            )
+        answers = pause_answers(turn.answers, verified, verified.token, core_ids=not from_session)
+        return self._resumed(call, verified, answers)
+
+    def _resumed(self, call: AgentCall, verified: VerifiedContinuation, given: Mapping[str, Any]) -> Resume:
+        """A chat resume with the answers so far; the verified pause spares the workflow a second check."""
+        answers = {**self._remembered(call.session, verified.token), **given}
+        return Resume(verified, answers, answers)
+
+    def _explicit(self, call: AgentCall) -> Resume | Restore:
+        """A token resume or checkpoint restore: the workflow runs every check when it starts."""
+        args = call.args
+        if args.checkpoint_id is not None:
+            return Restore(args.checkpoint_id, args.messages, args.responses, args.continuation_token)
+        token = resolve_token(args.continuation_token, call.options, call.session, self.agent.id)
+        mapping = isinstance(args.responses, Mapping)  # not a mapping: given as is, for the workflow's TypeError
+        # Ids published for this pause back to core's; earlier rounds' answers too (core's replay forgets them).
+        given = core_ids(dict(args.responses or {}) if mapping else {}, token_tag(token))
+        answers = {**self._remembered(call.session, token), **given}
+        from_session = _token_from_session(call) and call.session is not None
+        return Resume(token, answers if mapping else args.responses, answers, args.messages, from_session)
+
+    async def _new_input(self, call: AgentCall, turn: Turn, stored: Any, judge: _Judge) -> Decision:
+        """New input: the workflow's acceptance rules for it, then a fresh run (or a text reply's resume)."""
+        _check_new_input_args(call.args)
+        workflow = call.workflow
+        if workflow.has_pending_continuation:
+            if lost_its_token(call.session, call.options):  # orphaned: nobody can answer it; abandoned, then fresh
+                await judge.abandon_orphan()
+                return self._fresh(call)
+            return self._text_reply(call, turn)
+        if workflow.is_running:
+            raise WorkflowRunningError()
+        if self.input_mapper is not None and not is_chat_input(call.args.messages):
+            raise TypeError(
+                "This agent has an input_mapper, which maps chat input: pass str, Message, Content or a list of them."
+            )
+        return self._fresh(call) if stored is None else await self._over_stored(call, turn, stored, judge)
+
+    async def _over_stored(self, call: AgentCall, turn: Turn, stored: Any, judge: _Judge) -> Decision:
+        """New input on a session (restored elsewhere, a copy) whose stored token no pause here has.
+
+        Known spent or abandoned, or not the pause of this conversation's instance here: forgotten, a fresh
+        run. Else a pause kept elsewhere is never dropped silently: it conflicts, or (with a store) takes a
+        text reply.
+        """
+        if call.had_instance or await judge.is_stale(stored):
+            return self._fresh(call)  # the token goes when the run ends (AgentRunner._write_session)
+        if call.workflow.continuation_store is None:
+            raise PendingContinuationError(AGENT_PENDING_CONTINUATION_MESSAGE)
+        try:
+            verified = await judge.verify(stored)
+        except ContinuationAuthorityError:
+            raise PendingContinuationError(AGENT_PENDING_CONTINUATION_MESSAGE) from None
+        text = text_answer(turn.messages, verified) if self.text_answers else None
+        if text is None:
+            raise PendingContinuationError(AGENT_PENDING_CONTINUATION_MESSAGE)
+        return self._resumed(call, verified, text)
+
+    def _text_reply(self, call: AgentCall, turn: Turn) -> Resume:
+        """New text while paused here: on a session, the answer to the one pending ``str`` request; else a conflict."""
+        token = resolve_token(None, call.options, call.session, self.agent.id)
+        if self.text_answers and call.session is not None and token is not None:
+            verified = _verified_or_none(call.workflow, token)
+            text = text_answer(turn.messages, verified) if verified is not None else None
+            if verified is not None and text is not None:
+                return self._resumed(call, verified, text)
+        raise PendingContinuationError(AGENT_PENDING_CONTINUATION_MESSAGE)
+
+    def _fresh(self, call: AgentCall) -> Fresh:
+        """A fresh run; its input waits for the context providers when it depends on them."""
+        if self.input_mapper is not None or self.input_mode == "messages":
+            return Fresh(from_history=True)
+        return Fresh(self.fresh_input(call, call.input_messages))
 
     def _remembered(self, session: AgentSession | None, token: Any) -> dict[str, Any]:
         """The answers given so far in the run chain whose pause ``token`` names."""
@@ -144,238 +378,10 @@ class CallPlanner:
         # Never raises, whatever the caller passed: the resume fails authority later.
         return {} if secret is None else self.conversations.answers_for(session, secret)
 
-    # ------------------------------------------------------------------ plan (synchronous)
 
-    def plan(
-        self,
-        args: CallArgs,
-        *,
-        session: AgentSession | None,
-        checkpoint_storage: CheckpointStorage | None,
-        options: Mapping[str, Any] | None,
-        run_kwargs: dict[str, Any],
-    ) -> CallPlan:
-        """Decide the call in the workflow's contract order; every rejection without I/O raises here."""
-        if options is not None and not isinstance(options, Mapping):  # pyright: ignore[reportUnnecessaryIsInstance]
-            raise TypeError("'options' must be a mapping of run options, for example {'continuation_token': token}.")
-        if session is None and not self.agent.continuation_token_on_response:
-            raise ValueError(
-                "This agent keeps continuation tokens in the session only (continuation_token_on_response=False): "
-                "pass session=... so the token of a pause is not lost."
-            )
-        input_messages = chat_messages(args.messages)
-        had_instance = session is not None and self.conversations.existing_instance(session) is not None
-        workflow = self.conversations.workflow_for(session)
-        assert workflow is not None
-        base = CallPlan(
-            CallKind.FRESH,
-            workflow,
-            session,
-            args.messages,
-            input_messages,
-            dict(options or {}),
-            checkpoint_storage,
-            run_kwargs,
-            had_instance,
-        )
-        try:
-            return self._decide(base, args)
-        except BaseException:
-            self.discard(base)
-            raise
-
-    def _decide(self, base: CallPlan, args: CallArgs) -> CallPlan:
-        # A caller that resends history (AG-UI) adds this turn's part after the last assistant message.
-        turn = read_turn(base.input_messages, with_answers=args.responses is None and args.checkpoint_id is None)
-        stored = session_token(base.session, self.agent.id)
-        # A pause whose session lost its token takes answers only alone (then refused); with text, new input.
-        paused = base.workflow.has_pending_continuation and not lost_its_token(base.session, base.options)
-        if turn.answers and (turn.only_answers or paused or stored is not None):
-            return self._chat_resume(base, args, turn)
-        if args.responses is not None or args.checkpoint_id is not None:
-            return self._explicit(base, args)
-        return self._new_input(base, args, turn, stored)
-
-    def _chat_resume(self, base: CallPlan, args: CallArgs, turn: Turn) -> CallPlan:
-        """Authority first, then the answers (nothing leaks without the token)."""
-        token = resolve_token(args.continuation_token, base.options, base.session, self.agent.id)
-        from_session = _token_from_session(base, args)
-        verified = self._verify(base.workflow, token, from_session)
-        if verified is None:  # kept in the store, not here: checked inside the run, in the same order
-            check = DeferredCheck(token, turn, from_session)
-            return dataclasses.replace(base, kind=CallKind.DEFERRED, deferred=check)
-        return self._answered(base, verified, turn, core_ids=not from_session)
-
-    def _verify(self, workflow: FunctionalWorkflow, token: Any, from_session: bool) -> VerifiedContinuation | None:
-        """The synchronous token check; a session-stored token known to be spent gets its own error."""
-        try:
-            return workflow.verify_token_now(token)
-        except ContinuationAuthorityError:
-            if from_session and workflow.token_known_stale(token):
-                raise StaleContinuationError() from None
-            raise
-
-    def _answered(self, base: CallPlan, verified: VerifiedContinuation, turn: Turn, *, core_ids: bool) -> CallPlan:
-        """A chat resume whose authority passed: check and convert the answers (``core_ids``: the caller's token)."""
-        if not turn.only_answers:
-            raise ValueError(
-                "While a continuation is pending, send the answers alone: messages whose contents are only "
-                "function_approval_response / function_result contents for the pending requests. Send new "
-                "text after the workflow finished. The continuation is still pending."
-            )
-        return self._resumed(base, verified, pause_answers(turn.answers, verified, verified.token, core_ids=core_ids))
-
-    def _resumed(self, base: CallPlan, verified: VerifiedContinuation, converted: Mapping[str, Any]) -> CallPlan:
-        """A chat resume with the answers so far; the verified pause spares the workflow a second check."""
-        answers = {**self._remembered(base.session, verified), **converted}
-        return dataclasses.replace(
-            base,
-            kind=CallKind.CHAT_RESUME,
-            workflow_input=None,
-            responses=answers,
-            token=verified,
-            answers=answers,
-            deferred=None,
-        )
-
-    def _explicit(self, base: CallPlan, args: CallArgs) -> CallPlan:
-        """A token resume or checkpoint restore: the workflow runs every check when it starts."""
-        resume = args.responses is not None and args.checkpoint_id is None
-        token = args.continuation_token
-        if resume:
-            token = resolve_token(token, base.options, base.session, self.agent.id)
-        mapping = isinstance(args.responses, Mapping)
-        given = dict(args.responses or {}) if mapping else {}  # not a mapping: the workflow's TypeError
-        if resume:  # ids published for this pause back to core's (core's own ids also name it: the token does)
-            given = core_ids(given, token_tag(token))
-        # Earlier rounds' answers too, as for chat-native answers (core's replay forgets them).
-        answers = {**self._remembered(base.session, token), **given} if resume else given
-        return dataclasses.replace(
-            base,
-            kind=CallKind.TOKEN_RESUME if resume else CallKind.RESTORE,
-            workflow_input=args.messages,
-            responses=answers if resume and mapping else args.responses,
-            token=token,
-            checkpoint_id=args.checkpoint_id,
-            answers=answers,
-            token_from_session=resume and _token_from_session(base, args) and base.session is not None,
-        )
-
-    def _new_input(self, base: CallPlan, args: CallArgs, turn: Turn, stored: Any) -> CallPlan:
-        """New input: the workflow's acceptance rules for it, then a fresh run (or a text reply's resume)."""
-        _check_new_input_args(args)
-        if base.workflow.has_pending_continuation:
-            if lost_its_token(base.session, base.options):  # orphaned: abandoned in the run (the store), then fresh
-                return dataclasses.replace(base, kind=CallKind.DEFERRED, deferred=DeferredCheck(None, turn, True, True))
-            return self._text_reply(base, turn)
-        if base.workflow.is_running:
-            raise WorkflowRunningError()
-        if self.input_mapper is not None and not is_chat_input(args.messages):
-            raise TypeError(
-                "This agent has an input_mapper, which maps chat input: pass str, Message, Content or a list of them."
-            )
-        if stored is None:
-            return self._fresh(base)
-        # A restored session (another worker, a copy) with a token nothing here holds. Known spent or
-        # abandoned: a fresh run (the settled session then clears it). Not known and no store to ask: a
-        # pause held elsewhere is never discarded silently, so it conflicts. Else the store decides in the run.
-        stale = base.workflow.token_known_stale(stored)
-        if stale is False:
-            raise PendingContinuationError(AGENT_PENDING_CONTINUATION_MESSAGE)
-        if stale is None:
-            return dataclasses.replace(base, kind=CallKind.DEFERRED, deferred=DeferredCheck(stored, turn, True))
-        return self._fresh(base)
-
-    def _text_reply(self, base: CallPlan, turn: Turn) -> CallPlan:
-        """New text while paused here: on a session, the answer to the one pending ``str`` request; else a conflict."""
-        token = resolve_token(None, base.options, base.session, self.agent.id)
-        if self.text_answers and base.session is not None and token is not None:
-            verified = _verified_or_none(base.workflow, token)
-            text = text_answer(turn.messages, verified) if verified is not None else None
-            if verified is not None and text is not None:
-                return self._resumed(base, verified, text)
-        raise PendingContinuationError(AGENT_PENDING_CONTINUATION_MESSAGE)
-
-    def _fresh(self, base: CallPlan) -> CallPlan:
-        """A fresh run; its input waits for the context providers when it depends on them."""
-        workflow_input = AFTER_PROVIDERS
-        if self.input_mapper is None and self.input_mode != "messages":
-            workflow_input = self.fresh_input(base, base.input_messages)
-        return dataclasses.replace(base, kind=CallKind.FRESH, workflow_input=workflow_input, deferred=None)
-
-    def fresh_input(self, plan: CallPlan, conversation: list[Message]) -> Any:
-        """What the workflow function receives for a fresh run, given the conversation so far."""
-        return map_input(self.input_mode, plan.raw_input, plan.input_messages, conversation, self.input_mapper)
-
-    # ------------------------------------------------------------------ start
-
-    def start(self, plan: CallPlan, workflow_input: Any = AFTER_PROVIDERS) -> WorkflowStream:
-        """Start the plan's workflow run (the one place the agent starts one); its checks raise here."""
-        message = plan.workflow_input if workflow_input is AFTER_PROVIDERS else workflow_input
-        try:
-            return plan.workflow.run(
-                message,
-                stream=True,
-                responses=plan.responses,
-                continuation_token=plan.token,
-                checkpoint_id=plan.checkpoint_id,
-                checkpoint_storage=plan.checkpoint_storage,
-                **plan.run_kwargs,
-            )
-        except ContinuationAuthorityError:
-            if plan.token_from_session and plan.workflow.token_known_stale(plan.token):
-                raise StaleContinuationError() from None
-            raise
-
-    # ------------------------------------------------------------------ deferred check (inside the run)
-
-    async def accept_deferred(self, plan: CallPlan) -> CallPlan:
-        """Decide a deferred call through the store: authority, conflict, then the answers.
-
-        The same order and errors as :meth:`plan`; the store is only read (the claim is the run's).
-        """
-        check = plan.deferred
-        assert check is not None
-        if not check.turn.answers or check.orphaned:
-            return await self._deferred_new_input(plan, check)
-        workflow = plan.workflow
-        try:
-            verified = await workflow.verify_continuation_token_async(check.token)
-        except ContinuationAuthorityError:
-            if check.from_session and await workflow.token_is_stale(check.token):
-                raise StaleContinuationError() from None
-            raise
-        try:
-            await workflow.check_pause_conflict(verified)
-        except PendingContinuationError:
-            raise PendingContinuationError(AGENT_PENDING_CONTINUATION_MESSAGE) from None
-        return self._answered(plan, verified, check.turn, core_ids=not check.from_session)
-
-    async def _deferred_new_input(self, plan: CallPlan, check: DeferredCheck) -> CallPlan:
-        """New input over a stored token: stale runs fresh; a resumable pause conflicts or takes a text reply.
-
-        Nothing else can say the pause is gone, and a pause must never be discarded silently. An orphaned
-        pause (its session lost the token: evicted, expired) is abandoned first: nobody can answer it.
-        """
-        if check.orphaned:
-            await plan.workflow.abandon_continuation_async(force=True)
-            return self._fresh(plan)
-        if plan.session is not None and (plan.had_instance or await plan.workflow.token_is_stale(check.token)):
-            clear_session_token(plan.session, self.agent.id)
-            return self._fresh(plan)
-        try:
-            verified = await plan.workflow.verify_continuation_token_async(check.token)
-        except ContinuationAuthorityError:
-            raise PendingContinuationError(AGENT_PENDING_CONTINUATION_MESSAGE) from None  # kept elsewhere
-        text = text_answer(check.turn.messages, verified) if self.text_answers else None
-        if text is None:
-            raise PendingContinuationError(AGENT_PENDING_CONTINUATION_MESSAGE)
-        return self._resumed(plan, verified, text)
-
-
-def _token_from_session(base: CallPlan, args: CallArgs) -> bool:
+def _token_from_session(call: AgentCall) -> bool:
     """No token as argument or in ``options``: a resume uses the session's."""
-    return args.continuation_token is None and base.options.get("continuation_token") is None
+    return call.args.continuation_token is None and call.options.get("continuation_token") is None
 
 
 def _check_new_input_args(args: CallArgs) -> None:

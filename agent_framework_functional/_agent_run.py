@@ -1,16 +1,18 @@
-"""Running one planned agent call of FunctionalWorkflowAgent: providers, events as updates, settling the session.
+"""Running one decided agent call of FunctionalWorkflowAgent: providers, events as updates, the session written.
 
-:class:`AgentRunner` opens an :class:`AgentCall` for a :class:`~._agent_plan.CallPlan` (its workflow
-run started at the call when it can), finishes a deferred check first, runs the context providers
-around the workflow run (as core's graph ``WorkflowAgent``), yields the events as updates
-(``_updates.UpdateConverter``) with the token last, and settles the session. Non-streaming folds
-the same updates (:meth:`AgentRunner.respond`).
+:class:`AgentRunner` runs an :class:`~._agent_plan.AgentCall`: the decision first when only the run can
+make it, the context providers around the workflow run (as core's graph ``WorkflowAgent``), the events
+as updates (``_updates.UpdateConverter``) with the approval requests and the token last, and at the end
+the session's token and answers written. Non-streaming folds the same updates (:meth:`AgentRunner.respond`).
 """
 
 from __future__ import annotations
 
+import functools
+import uuid
+import weakref
 from collections.abc import AsyncIterable, Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agent_framework import (
     AgentResponse,
@@ -18,41 +20,29 @@ from agent_framework import (
     AgentSession,
     HistoryProvider,
     InMemoryHistoryProvider,
+    ResponseStream,
     SessionContext,
     WorkflowEvent,
 )
 
-from ._agent_plan import CallKind, CallPlan, CallPlanner, WorkflowStream
+from ._agent_layers import AgentResult
+from ._agent_plan import AgentCall, AgentView, CallPlanner, Fresh
 from ._continuation import FunctionalWorkflowContinuationToken
 from ._core_compat import set_context_response
 from ._session import Conversations, clear_session_token, session_token, store_session_token
 from ._updates import UpdateConverter, token_tag
 from ._workflow import FunctionalWorkflowRunResult
 
-if TYPE_CHECKING:
-    from ._agent import FunctionalWorkflowAgent
-
 AfterProviders = Callable[..., Awaitable[None]]
 """Runs the context providers' ``after_run`` (core's ``BaseAgent._run_after_providers``, handed in by the agent)."""
 
 
-class AgentCall:
-    """One agent call in flight: its plan and the workflow stream it drives (the only reference to it)."""
-
-    __slots__ = ("closed", "plan", "workflow_stream")
-
-    def __init__(self, plan: CallPlan) -> None:
-        self.plan = plan
-        self.workflow_stream: WorkflowStream | None = None
-        self.closed = False  # the agent stream was closed: iterating it afterwards runs nothing
-
-
-def drop_workflow_stream(call: AgentCall) -> None:
+def _drop_workflow_stream(call: AgentCall) -> None:
     """Weak finalizer of an agent stream: let go of the workflow stream it was driving."""
     call.workflow_stream = None
 
 
-async def close_workflow_stream(call: AgentCall) -> None:
+async def _close_workflow_stream(call: AgentCall) -> None:
     """Cleanup hook of an agent stream: close the workflow stream it holds, if any is left."""
     call.closed = True
     workflow_stream, call.workflow_stream = call.workflow_stream, None
@@ -89,7 +79,7 @@ class _Reply:
         self.paused_on: list[WorkflowEvent[Any]] = []
 
     def add(self, event: WorkflowEvent[Any]) -> list[AgentResponseUpdate]:
-        """Convert ``event``; returns the updates to yield now (approval requests wait for the settled session)."""
+        """Convert ``event``; returns the updates to yield now (approval requests wait until the session is written)."""
         if event.type == "request_info":
             self.paused_on.append(event)  # converted once the pause's token, and so its ids, are known
             return []
@@ -106,7 +96,7 @@ class _Reply:
 
 
 class AgentRunner:
-    """Runs the planned calls of one :class:`FunctionalWorkflowAgent` (internal).
+    """Runs the calls of one agent (internal).
 
     Args:
         agent: The agent it serves (id, name, context providers).
@@ -116,27 +106,28 @@ class AgentRunner:
     """
 
     def __init__(
-        self,
-        agent: FunctionalWorkflowAgent,
-        planner: CallPlanner,
-        conversations: Conversations,
-        after_providers: AfterProviders,
+        self, agent: AgentView, planner: CallPlanner, conversations: Conversations, after_providers: AfterProviders
     ) -> None:
         self.agent = agent
         self.planner = planner
         self.conversations = conversations
         self.after_providers = after_providers
 
-    def open(self, plan: CallPlan) -> AgentCall:
-        """The call in flight; its workflow run starts now when it can (so the workflow's checks raise here)."""
-        call = AgentCall(plan)
-        if plan.starts_now:
-            try:
-                call.workflow_stream = self.planner.start(plan)
-            except BaseException:
-                self.planner.discard(plan)
-                raise
-        return call
+    def answer(self, call: AgentCall) -> AgentResult:
+        """Start an opened call: the awaitable response, or the response stream."""
+        response_id = uuid.uuid4().hex
+        if not call.args.stream:
+            return self.respond(call, response_id)
+        agent_stream: ResponseStream[AgentResponseUpdate, AgentResponse] = ResponseStream(
+            self.updates(call, response_id),
+            finalizer=AgentResponse.from_updates,
+            # close() before iterating closes the workflow stream too (an unstarted resume hands its claim back).
+            cleanup_hooks=[functools.partial(_close_workflow_stream, call)],
+        )
+        # Only the agent stream keeps the workflow stream alive: dropping it unfinished frees the instance at
+        # once (the weak finalizer), instead of waiting for the event loop to close the abandoned generator.
+        weakref.finalize(agent_stream, _drop_workflow_stream, call).atexit = False
+        return agent_stream
 
     async def respond(self, call: AgentCall, response_id: str) -> AgentResponse:
         """The non-streaming answer: the same updates, folded."""
@@ -147,56 +138,43 @@ class AgentRunner:
         return response
 
     async def updates(self, call: AgentCall, response_id: str) -> AsyncIterable[AgentResponseUpdate]:
-        """Providers before, the workflow's events as updates, the settled session, providers after.
+        """Providers before, the workflow's events as updates, the session written, providers after.
 
-        Approval requests and the token come after the session is settled (a caller that stops at
+        Approval requests and the token come after the session is written (a caller that stops at
         the request can still answer it; core's ``from_updates`` keeps the last update's token). No
         local holds the workflow stream across a ``yield``, so dropping the agent stream frees the run.
         """
         if call.closed:
             return  # closed before it was iterated: its run was freed, so start nothing
-        await self._accept_deferred(call)
+        if call.decision is None:
+            await self.planner.decide_in_run(call)
         reply = _Reply(UpdateConverter(author_name=self.agent.name, agent_id=self.agent.id, response_id=response_id))
         token: FunctionalWorkflowContinuationToken | None = None
         try:
-            provider_session, context = await self._before_run(call.plan)
+            provider_session, context = await self._before_run(call)
             if call.workflow_stream is None:
-                conversation = context.get_messages(include_input=True)
-                call.workflow_stream = self.planner.start(call.plan, self.planner.fresh_input(call.plan, conversation))
+                call.workflow_stream = self.planner.start(call, context.get_messages(include_input=True))
             while (event := await _next_event(call)) is not None:
                 for update in reply.add(event):
                     yield update
             token = await _final_token(call)
         finally:
-            await self._settle(call, token)
+            await self._end(call, token)
         for update in await self._after_run(reply, token, provider_session, context):
             yield update
 
-    async def _accept_deferred(self, call: AgentCall) -> None:
-        """Decide a deferred call through the store; a rejection raises before anything ran or changed."""
-        if call.plan.kind is not CallKind.DEFERRED:
-            return
-        try:
-            call.plan = await self.planner.accept_deferred(call.plan)
-            if call.plan.starts_now:
-                call.workflow_stream = self.planner.start(call.plan)
-        except BaseException:
-            self.planner.discard(call.plan)
-            raise
-
-    async def _before_run(self, plan: CallPlan) -> tuple[AgentSession | None, SessionContext]:
+    async def _before_run(self, call: AgentCall) -> tuple[AgentSession | None, SessionContext]:
         """Run the context providers' ``before_run`` exactly as core's graph ``WorkflowAgent`` does."""
         providers = self.agent.context_providers
-        if plan.session is not None and not any(p.load_messages for p in providers if isinstance(p, HistoryProvider)):
+        session = call.session
+        if session is not None and not any(p.load_messages for p in providers if isinstance(p, HistoryProvider)):
             providers.append(InMemoryHistoryProvider())
-        provider_session = plan.session
-        if provider_session is None and providers:
-            provider_session = AgentSession()
+        provider_session = session if session is not None or not providers else AgentSession()
         context = SessionContext(
             session_id=provider_session.session_id if provider_session else None,
             service_session_id=provider_session.service_session_id if provider_session else None,
-            input_messages=list(plan.input_messages),
-            options=dict(plan.options),
+            input_messages=list(call.input_messages),
+            options=dict(call.options),
         )
         for provider in providers:
             if isinstance(provider, HistoryProvider) and not provider.load_messages:
@@ -224,35 +202,39 @@ class AgentRunner:
             return [*reply.requests, final_update]
         return reply.requests
 
-    async def _settle(self, call: AgentCall, token: Mapping[str, Any] | None) -> None:
-        """Close what is left of the run, settle the session, detach an idle instance."""
+    async def _end(self, call: AgentCall, token: Mapping[str, Any] | None) -> None:
+        """Close what is left of the run, write the session's token and answers, detach an idle instance."""
         workflow_stream, call.workflow_stream = call.workflow_stream, None
         if workflow_stream is not None:
             await workflow_stream.close()
         # Dropping the last reference lets an unstarted run hand its claim back right away.
         del workflow_stream
-        await self._settle_session(call.plan, token)
-        self.conversations.detach_idle(call.plan.session, call.plan.workflow)
+        await self._write_session(call, token)
+        self.conversations.detach_idle(call.session, call.workflow)
 
-    async def _settle_session(self, plan: CallPlan, token: Mapping[str, Any] | None) -> None:
+    async def _write_session(self, call: AgentCall, token: Mapping[str, Any] | None) -> None:
         """Keep the conversation's stored token and answers equal to its resumable pause (stored, or removed).
 
         With a continuation store "resumable" is the store's view: a token spent or abandoned in any
         process is removed, one of a pause kept by another process stays while it is valid.
         """
-        session = plan.session
+        session, decision = call.session, call.decision
+        answers = decision.answers if decision is not None and not isinstance(decision, Fresh) else {}
         if session is None:
-            if token is not None or not plan.workflow.has_pending_continuation:
-                self.conversations.remember_answers(plan.answers, token)
+            if token is not None or not call.workflow.has_pending_continuation:
+                self.conversations.remember_answers(answers, token)
             return
         if token is not None:
-            store_session_token(session, self.agent.id, token, plan.answers)
+            store_session_token(session, self.agent.id, token, answers)
             return
         stored = session_token(session, self.agent.id)
         if stored is None:
             return
+        if isinstance(decision, Fresh):  # the rules ran fresh over it: it names no pause to keep
+            clear_session_token(session, self.agent.id)
+            return
         try:
-            resumable = await plan.workflow.token_is_resumable(stored)
+            resumable = await call.workflow.token_is_resumable(stored)
         except Exception:  # store unreadable: keep the token; a resume checks it again anyway
             resumable = True
         if not resumable:

@@ -2,92 +2,29 @@
 
 :class:`InMemoryAuthority` is the in-memory strategy of the ``Authority`` protocol
 (``_authority_protocol``); ``_store_authority.StoreAuthority`` wraps one and adds a store. A check is
-done once and its verdict passed on: :class:`VerifiedContinuation` stands for the token in ``run()``
-(AGENTS.md invariant 22); ``_answers.check_answers`` is the one correlation and answer-type check.
+done once and its verdict passed on (``VerifiedContinuation``, AGENTS.md invariant 22);
+``_answers.check_answers`` is the one correlation and answer-type check.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from agent_framework import CheckpointStorage, WorkflowEvent
+from agent_framework import CheckpointStorage
 
 from ._answers import check_answers
-from ._authority_protocol import NEW_INPUT, Requests, ResumeTicket
+from ._authority_protocol import NEW_INPUT, Requests, ResumeTicket, VerifiedContinuation, raw_token
 from ._checkpoint_chain import RecordingCheckpointStorage
 from ._continuation import Continuation, issue_continuation, known_spent, matches, remember_spent, verify_token
 from ._errors import ContinuationAuthorityError, PendingContinuationError
 from ._expiry import delete_checkpoint, delete_checkpoint_soon
 from ._restore import check_restore
+from ._step_cache import DeltaCheckpointStorage
 
 if TYPE_CHECKING:
-    from ._store import ContinuationRecord, ContinuationStore
-
-
-class VerifiedContinuation(Mapping[str, WorkflowEvent[Any]]):
-    """The outcome of a successful token check: the pause's pending requests, and what was checked.
-
-    A read-only mapping request id -> ``request_info`` event. Passed to ``run(continuation_token=...)``
-    of the same instance it stands for the token (no second store read); it does not pickle.
-
-    Attributes:
-        token: The continuation token that was checked (a plain dict).
-        record: The store's record of the pause when it was checked in a continuation store, else None.
-    """
-
-    __slots__ = ("_authority", "_continuation", "_requests", "earlier_requests", "record", "token")
-
-    def __init__(
-        self,
-        *,
-        authority: object,
-        token: Mapping[str, Any],
-        requests: Requests,
-        continuation: Continuation | None = None,
-        record: ContinuationRecord | None = None,
-        earlier_requests: Requests | None = None,
-    ) -> None:
-        self._authority = authority
-        self._continuation = continuation
-        self._requests = dict(requests)
-        self.earlier_requests: dict[str, WorkflowEvent[Any]] = dict(earlier_requests or {})
-        self.token: dict[str, Any] = dict(token)
-        self.record: ContinuationRecord | None = record
-
-    def __getitem__(self, request_id: str) -> WorkflowEvent[Any]:
-        return self._requests[request_id]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._requests)
-
-    def __len__(self) -> int:
-        return len(self._requests)
-
-    def __repr__(self) -> str:
-        return f"VerifiedContinuation(requests={sorted(self._requests)!r})"
-
-    def __reduce__(self) -> Any:
-        raise TypeError("A VerifiedContinuation is valid only in the process that checked it; send the token instead.")
-
-    @property
-    def held_here(self) -> bool:
-        """True when the pause was held in this process's memory when it was checked."""
-        return self._continuation is not None
-
-    def issued_by(self, authority: object) -> bool:
-        """True when ``authority`` made this verdict (another instance's verdict stands for nothing)."""
-        return self._authority is authority
-
-    def known_requests(self) -> dict[str, WorkflowEvent[Any]]:
-        """Every request of the run chain whose ``response_type`` is known: earlier ones, then pending."""
-        return {**self.earlier_requests, **self._requests}
-
-
-def raw_token(token: object) -> object:
-    """The token a verdict carries, or ``token`` itself."""
-    return token.token if type(token) is VerifiedContinuation else token
+    from ._store import ContinuationStore
 
 
 def verdict_of(authority: object, token: object) -> VerifiedContinuation | None:
@@ -253,12 +190,18 @@ class InMemoryAuthority:
     # ------------------------------------------------------------------ inside the run
 
     async def before_core(self, ticket: ResumeTicket, core_kwargs: dict[str, Any]) -> ResumeTicket:
-        """Route the run's checkpoints through a recorder (``keep_checkpoints``: a restore's only); check a restore."""
+        """Route the run's checkpoints through a recorder; check a restore.
+
+        With ``keep_checkpoints`` only a restore's, or one on a storage that takes step-cache offers (the recorder
+        hands them).
+        """
         storage = core_kwargs.get("checkpoint_storage")
         if storage is None:
             storage = self.checkpoint_storage
         checkpoint_id = core_kwargs.get("checkpoint_id")
-        if storage is None or (self.keep_checkpoints and checkpoint_id is None):
+        if storage is None or (
+            self.keep_checkpoints and checkpoint_id is None and not isinstance(storage, DeltaCheckpointStorage)
+        ):
             return ticket
         recorder = RecordingCheckpointStorage(storage, retention=self.retention)
         if checkpoint_id is not None and self._identity is not None:

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from agent_framework import CheckpointStorage, WorkflowCheckpoint
 
 from ._expiry import checkpoint_deletions, delete_checkpoints, retain_checkpoints, sweep_retained
+from ._step_cache import DeltaCheckpointStorage, StepCacheOffer
 from ._store import StepSaveBuffer
 
 _T = TypeVar("_T")
@@ -45,6 +46,8 @@ class RecordingCheckpointStorage:
         "inner",
         "keep",
         "last_saved_id",
+        "offer",
+        "offered",
         "preloaded",
         "resumed_checkpoint_id",
         "retention",
@@ -54,6 +57,10 @@ class RecordingCheckpointStorage:
     def __init__(self, inner: CheckpointStorage, *, retention: float | None = 0.0) -> None:
         sweep_retained()  # each run with checkpoint storage deletes what is past its retention
         self.inner = inner
+        # A storage that stores each step result once takes the run's offers (checked once per run).
+        self.offered = inner if isinstance(inner, DeltaCheckpointStorage) else None
+        # The step-cache offer of the save core is about to make (set by ``_core_compat.offering``).
+        self.offer: StepCacheOffer | None = None
         self.retention = retention
         self.keep = retention is None
         # A storage that buffers step saves, for a run that deletes its chain when it ends (checked once here).
@@ -78,9 +85,17 @@ class RecordingCheckpointStorage:
         """
         return self.retention == 0
 
-    async def save(self, checkpoint: WorkflowCheckpoint) -> str:
-        buffer = self.buffer
-        checkpoint_id = await (buffer.save_buffered(checkpoint) if buffer is not None else self.inner.save(checkpoint))
+    def save(self, checkpoint: WorkflowCheckpoint) -> Coroutine[Any, Any, str]:
+        offer, self.offer = self.offer, None  # taken at the call: core builds the checkpoint, then calls this
+        return self._save(checkpoint, offer)
+
+    async def _save(self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None) -> str:
+        if self.buffer is not None:
+            checkpoint_id = await self.buffer.save_buffered(checkpoint, offer)
+        elif self.offered is not None:
+            checkpoint_id = await self.offered.save_with_offer(checkpoint, offer)
+        else:
+            checkpoint_id = await self.inner.save(checkpoint)
         self.last_saved_id = checkpoint_id
         self.saved_ids.append(checkpoint_id)
         return checkpoint_id

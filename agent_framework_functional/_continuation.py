@@ -21,7 +21,6 @@ from typing import Any, Literal, cast
 from agent_framework import ContinuationToken, WorkflowEvent
 
 from ._errors import ContinuationAuthorityError
-from ._store import DEFAULT_TTL_SECONDS as DEFAULT_SPENT_SECONDS
 
 TOKEN_KIND: Literal["functional_workflow"] = "functional_workflow"
 TOKEN_VERSION: Literal["1"] = "1"
@@ -196,7 +195,7 @@ def _digest(secret: bytes) -> bytes:
     return hashlib.sha256(secret).digest()[:_DIGEST_BYTES]
 
 
-def remember_spent(secret: str, keep_for: float = DEFAULT_SPENT_SECONDS) -> None:
+def remember_spent(secret: str, keep_for: float) -> None:
     """Note that the token with ``secret`` was spent or abandoned here, for ``keep_for`` seconds.
 
     ``keep_for`` is the holding instance's pause TTL: a session copy that still carries the token expires
@@ -232,9 +231,8 @@ def _forget(now: float) -> None:
 
 def forget_spent() -> int:
     """Drop the notes whose time has passed now (a host's sweep task); returns how many went."""
-    held = sum(len(notes) for notes in _spent.values())
-    _forget(time.time())
-    return held - sum(len(notes) for notes in _spent.values())
+    before = sum(len(notes) for notes in _spent.values())
+    return before - spent_notes()
 
 
 def spent_notes() -> int:

@@ -1,35 +1,15 @@
-"""The few places this package touches core's private API, kept together so they are easy to audit.
+"""Every touch of core's (and the host packages') private API, kept together so it is easy to audit.
 
-Each name is one core itself uses for the same job; the test named beside it imports it, so an upgrade
-of core that moves one fails loudly (AGENTS.md's module table says why each is needed):
-
-* ``is_instance_of`` and ``_coerce_request_info_response``: core's type rule for a ``request_info``
-  response, run on every answer before a token is claimed (``tests/test_agent_protocol.py``).
-* ``SessionContext._response``: set before the after-run providers, as core's ``WorkflowAgent`` does.
-* ``RunContext._events``: core's events so far, sent ahead of a later live update (``test_live_streaming.py``).
-* ``agent_framework._feature_stage.experimental``: core's experimental marker, with core's feature id.
-* ``categorize_middleware`` and the agent layers' ``_get_agent_middleware_pipeline`` /
-  ``_trace_agent_invocation``: core's two agent layers, run by ``_agent_layers.py`` because their
-  ``run`` drops the resume arguments (``tests/test_agent_layers.py``).
-* ``FunctionalWorkflow._run_core`` / ``_finalize_events`` / ``_run_cleanup`` / ``_ensure_not_running``:
-  what core's ``run(stream=False)`` wraps, so a non-streaming run spends the token before user code
-  and ``is_streaming()`` stays False (``tests/test_core_parity.py``).
-* The step cache of the runs we drive: :func:`build_core`'s :class:`LinearFunctionalWorkflow` turns a
-  long run's ``RunContext`` into :class:`LinearRunContext` (core's versioned-cache check over an index)
-  and offers each checkpoint save the entries added since the last one (:class:`StepCacheLog`,
-  :func:`step_cache_offer`); it skips core's save at a clean finish when the run's recorder deletes the
-  chain at once (``drops_final_checkpoint``); core's own classes stay untouched (``tests/test_long_runs.py``).
-* Core's checkpoint encoding (``encode_checkpoint_value`` / ``decode_checkpoint_value``, its restricted
-  unpickler's ``find_class``): the package's storages encode and decode as core's storages do
-  (``tests/durable/test_redis_checkpoint.py``, ``tests/durable/test_checkpoint_pickles.py``).
-* The host packages' private names, imported when their host first needs them: AG-UI's
-  ``_session_id_for_thread`` and approval state (``_approval_state_store``, ``_approval_lifecycle``,
-  ``_approval_state``, ``canonical_function_arguments``); DevUI's ``InMemoryConversationStore`` internals,
-  ``CheckpointConversationManager``, ``DevServer._ensure_executor`` and the executor's ``_pending_approvals``
-  (``tests/hosting/test_host_private_names.py``, ``test_devui_store.py``, ``test_two_workers.py``).
-* Core's ``_discover_workflow_dependencies`` / ``_compute_signature_hash``: run over a copy of core's module
-  names whose ``dis`` and ``_get_step_wrapper_identity`` are cached (:func:`over_cached_reads`); no core global
-  is changed (``tests/test_signature_cache.py``).
+Each name is one core or the host itself uses for the same job, and each is pinned by a test that fails
+when an upgrade moves it or stops calling it (``tests/test_core_compat.py`` for core's methods we
+override; ``test_agent_protocol.py``, ``test_live_streaming.py``, ``test_core_parity.py``,
+``test_agent_layers.py``, ``test_signature_cache.py``, ``hosting/test_host_private_names.py`` for the rest).
+Each function's docstring names the private name it touches. The larger piece is the step cache of the
+runs we drive: :func:`build_core`'s :class:`LinearFunctionalWorkflow` turns a long run's ``RunContext``
+into :class:`LinearRunContext` (core's versioned-cache check over an index), offers each checkpoint save
+the entries added since the last one (``_step_cache.StepCacheOffer``, handed to the run's recorder) and
+skips core's save at a clean finish when the recorder deletes the chain at once; core's own classes and
+module globals stay untouched (``tests/test_long_runs.py``).
 """
 
 from __future__ import annotations
@@ -39,7 +19,6 @@ import functools
 import itertools
 import types
 from collections.abc import Awaitable, Callable
-from contextvars import ContextVar
 from types import CoroutineType
 from typing import Any, cast
 
@@ -63,12 +42,7 @@ from agent_framework._workflows._typing_utils import is_instance_of
 from agent_framework._workflows._workflow import _coerce_request_info_response  # pyright: ignore[reportPrivateUsage]
 
 from ._signature_cache import CachedClassification, CachedDis, CachedIdentity
-from ._step_cache import CURRENT_OFFER, append_new_keys
-from ._step_cache import ORIGINAL_MESSAGE as ORIGINAL_MESSAGE  # re-exported: the storages' step-cache deltas
-from ._step_cache import STEP_CACHE as STEP_CACHE
-from ._step_cache import STEP_COUNTS as STEP_COUNTS
-from ._step_cache import StepCacheOffer as StepCacheOffer
-from ._step_cache import step_cache_offer as step_cache_offer
+from ._step_cache import SaveRecorder, StepCacheLog, StepCacheOffer
 
 # Core's marker for its functional workflow API; ours is the same feature (same warning, shown once).
 functional_workflows_experimental = experimental(feature_id=ExperimentalFeature.FUNCTIONAL_WORKFLOWS)
@@ -104,10 +78,9 @@ def collected_events(ctx: RunContext) -> list[WorkflowEvent[Any]] | None:
 def core_event_stream(
     core: _CoreFunctionalWorkflow, *, include_status_events: bool, **run_kwargs: Any
 ) -> ResponseStream[WorkflowEvent[Any], WorkflowRunResult]:
-    """Core's ``run(stream=False)`` as the event stream it wraps, so its first events can be pulled.
+    """Core's ``run(stream=False)`` as the event stream it wraps (``_run_core`` and its hooks).
 
-    Core's non-streaming ``run`` returns this stream's ``get_final_response()``, so user code sees
-    ``ctx.is_streaming()`` False, as in core (``run(stream=True)`` would report True).
+    Pulled event by event, yet user code still sees ``ctx.is_streaming()`` False, as in core.
     """
     core._ensure_not_running()  # pyright: ignore[reportPrivateUsage]
     return ResponseStream(
@@ -142,44 +115,12 @@ def trace_agent_invocation(agent: Any, **arguments: Any) -> Any:
 # ---------------------------------------------------------------- the step cache of runs we drive
 
 
-class StepCacheLog:
-    """One run's step cache and request counts, with their keys in insertion order (internal).
-
-    Core only adds entries in a run: what the last save did not store is a slice of the key lists
-    (synced when a save asks, :meth:`sync`). ``parent``: the replayed pause's ``(log, cache_len, counts_len)``.
-    """
-
-    __slots__ = ("__weakref__", "base", "cache", "cache_keys", "count_keys", "counts", "live", "parent")
-
-    def __init__(self, ctx: RunContext, parent: tuple[StepCacheLog, int, int] | None) -> None:
-        self.cache: dict[str, Any] = ctx._step_cache  # pyright: ignore[reportPrivateUsage]
-        self.counts: dict[str, int] = ctx._step_cache_auto_request_info_counts  # pyright: ignore[reportPrivateUsage]
-        self.cache_keys: list[str] = []
-        self.count_keys: list[str] = []
-        self.base = (len(self.cache), len(self.counts))
-        self.parent = parent if parent is not None and parent[1:] == self.base else None
-        # A save of this run took an offer: later saves hand the run's storage core's live dicts, uncopied.
-        self.live = False
-
-    def sync(self) -> None:
-        """Append to ``cache_keys`` / ``count_keys`` the keys added to the dicts since the last sync."""
-        append_new_keys(self.cache_keys, self.cache)
-        append_new_keys(self.count_keys, self.counts)
-
-
 LINEAR_FROM = 4
-"""Cached step entries from which a run we drive checks its cache over an index (:class:`LinearRunContext`).
-
-Below it the run keeps core's own ``RunContext`` (its scan of a few keys costs less than the switch,
-and core's code keeps seeing one context class)."""
+"""Cached step entries from which a run checks its cache over an index (below, core's scan costs less)."""
 
 
 class LinearRunContext(RunContext):
-    """Core's ``RunContext`` with its cache check over an index (internal).
-
-    A run's context becomes one (:func:`make_linear`, a class swap) at :data:`LINEAR_FROM` cached steps;
-    the index (``(kind, step name, occurrence)`` -> wrapper identities) decodes each new entry once.
-    """
+    """Core's ``RunContext`` with its cache check over an index (``(kind, step, occurrence)`` -> wrappers)."""
 
     af_index: dict[tuple[str, str, int | None], set[str]]
     af_indexed: int  # how many of the cache's entries (its first ones) the index holds
@@ -242,11 +183,9 @@ def make_linear(ctx: RunContext) -> LinearRunContext:
 
 
 def over_cached_reads(*functions: Callable[..., Any]) -> list[Callable[..., Any]]:
-    """Copies of core's ``functions`` (all of core's ``_functional`` module) over one copy of that module's names.
+    """Copies of core's ``functions`` (of one module) over one copy of its names, with cached reads.
 
-    In the copy, ``dis`` and ``_get_step_wrapper_identity`` are ``_signature_cache``'s cached versions,
-    so only the functions made here use the caches; core's module globals and classes stay as they are.
-    Functions nested in them take the copy as their globals too (``tests/test_signature_cache.py``).
+    In the copy ``dis`` and ``_get_step_wrapper_identity`` are ``_signature_cache``'s; core's globals stay.
     """
     names = dict(functions[0].__globals__)
     names["dis"] = CachedDis(dis)
@@ -271,12 +210,11 @@ _DISCOVER, _SIGNATURE_HASH = over_cached_reads(
 class LinearFunctionalWorkflow(_CoreFunctionalWorkflow):
     """Core's ``FunctionalWorkflow`` whose runs cost linear time in their ``@step`` calls (internal).
 
-    A run becomes a :class:`LinearRunContext` at :data:`LINEAR_FROM` cached steps (checked in each save,
-    else in core's per-step hook ``_on_step_completed``); with storage it keeps a :class:`StepCacheLog`
-    each save offers. Overrides call core's methods by class, not ``super()`` (no object per call).
+    Overrides call core's methods by class, not ``super()`` (no object per call).
     """
 
     _af_log: StepCacheLog | None = None
+    _af_recorder: SaveRecorder | None = None
     _af_replay: tuple[StepCacheLog, int, int] | None = None
     _af_next: tuple[RunContext, tuple[StepCacheLog, int, int] | None] | None = None
 
@@ -304,6 +242,12 @@ class LinearFunctionalWorkflow(_CoreFunctionalWorkflow):
         _CoreFunctionalWorkflow._clear_replay_state(self)  # pyright: ignore[reportPrivateUsage]
         self._af_replay = self._af_log = None
 
+    def _run_core(self, *args: Any, **kwargs: Any) -> Any:
+        # The run's storage, once per run: a recorder (``_step_cache.SaveRecorder``) takes each save's offer.
+        storage = kwargs.get("checkpoint_storage") or self._checkpoint_storage
+        self._af_recorder = storage if isinstance(storage, SaveRecorder) else None
+        return _CoreFunctionalWorkflow._run_core(self, *args, **kwargs)  # pyright: ignore[reportPrivateUsage]
+
     def _execute(self, ctx: RunContext, message: Any) -> CoroutineType[Any, Any, Any]:
         # A plain method returning core's coroutine: no coroutine frame of its own around the run.
         pending, self._af_next = self._af_next, None
@@ -311,13 +255,15 @@ class LinearFunctionalWorkflow(_CoreFunctionalWorkflow):
         if grown:
             make_linear(ctx)
         hook = ctx._on_step_completed  # pyright: ignore[reportPrivateUsage]
-        if hook is not None:  # core saves after each step
-            log = StepCacheLog(ctx, pending[1] if pending is not None and pending[0] is ctx else None)
+        recorder = self._af_recorder
+        if hook is not None and recorder is not None:  # core saves after each step, through our recorder
+            parent = pending[1] if pending is not None and pending[0] is ctx else None
+            log = StepCacheLog(ctx._step_cache, ctx._step_cache_auto_request_info_counts, parent)  # pyright: ignore[reportPrivateUsage]
             self._af_log = log
-            ctx._on_step_completed = _offered_step_save(ctx, log, hook)  # pyright: ignore[reportPrivateUsage]
+            ctx._on_step_completed = _offered_step_save(ctx, log, recorder, hook)  # pyright: ignore[reportPrivateUsage]
         else:
             self._af_log = None
-            if not grown:
+            if hook is None and not grown:
                 ctx._on_step_completed = _linear_when_grown(ctx)  # pyright: ignore[reportPrivateUsage]
         return _CoreFunctionalWorkflow._execute(self, ctx, message)  # pyright: ignore[reportPrivateUsage]
 
@@ -326,32 +272,30 @@ class LinearFunctionalWorkflow(_CoreFunctionalWorkflow):
     ) -> str:
         # Core calls this for the pause's and the final save (and, before 1.26, for each step's save).
         save = _CoreFunctionalWorkflow._save_checkpoint  # pyright: ignore[reportPrivateUsage]
-        if _STEP_SAVE.get():  # a step's save inside :func:`_offered_step_save`, which made the offer
-            return await save(self, ctx, storage, previous_checkpoint_id)
-        if not ctx._pending_requests and getattr(storage, "drops_final_checkpoint", False):  # pyright: ignore[reportPrivateUsage]
+        recorder = self._af_recorder
+        if recorder is None or recorder is not storage or recorder.offer is not None:
+            return await save(self, ctx, storage, previous_checkpoint_id)  # not ours, or a step's (offered already)
+        if not ctx._pending_requests and recorder.drops_final_checkpoint:  # pyright: ignore[reportPrivateUsage]
             return previous_checkpoint_id or ""  # a clean finish: the recorder would delete this checkpoint at once
         log = self._af_log
         if log is None or log.cache is not ctx._step_cache:  # pyright: ignore[reportPrivateUsage]
             return await save(self, ctx, storage, previous_checkpoint_id)
-        with offering(ctx, log):
+        with offering(ctx, log, recorder):
             return await save(self, ctx, storage, previous_checkpoint_id)
 
 
-_STEP_SAVE: ContextVar[bool] = ContextVar("af_step_save", default=False)
-
-
 class offering:  # a context manager used as a function, as ``contextlib``'s are
-    """Offer the checkpoint core builds and saves inside this block the run's new step-cache entries.
+    """Offer the checkpoint core saves inside this block the run's new step-cache entries.
 
-    The offer is set in this task's context before core builds the checkpoint: core 1.23 saves in this
-    task, core 1.26 in a task it starts here (a copy of this context), so the storage reads it either way.
+    The recorder's ``save`` takes the offer when core calls it, before its first ``await``.
     A class, not a generator: it wraps every step's save.
     """
 
-    __slots__ = ("linear", "log", "offer", "token")
+    __slots__ = ("linear", "log", "offer", "recorder")
 
-    def __init__(self, ctx: RunContext, log: StepCacheLog) -> None:
+    def __init__(self, ctx: RunContext, log: StepCacheLog, recorder: SaveRecorder) -> None:
         self.log = log
+        self.recorder = recorder
         self.linear = (
             ctx if isinstance(ctx, LinearRunContext) else make_linear(ctx) if len(log.cache) >= LINEAR_FROM else None
         )
@@ -360,11 +304,11 @@ class offering:  # a context manager used as a function, as ``contextlib``'s are
         offer = self.offer = StepCacheOffer(self.log)
         if self.linear is not None:
             self.linear.af_live = self.log.live  # a storage that took an earlier offer gets core's live dicts
-        self.token = CURRENT_OFFER.set(offer)
+        self.recorder.offer = offer
         return offer
 
     def __exit__(self, *exc_info: object) -> None:
-        CURRENT_OFFER.reset(self.token)
+        self.recorder.offer = None  # not taken (core did not save): no later save may take it
         if self.linear is not None:
             self.linear.af_live = False
         if self.offer.taken:
@@ -372,24 +316,16 @@ class offering:  # a context manager used as a function, as ``contextlib``'s are
 
 
 def _offered_step_save(
-    ctx: RunContext, log: StepCacheLog, hook: Callable[[], Awaitable[None]]
+    ctx: RunContext, log: StepCacheLog, recorder: SaveRecorder, hook: Callable[[], Awaitable[None]]
 ) -> Callable[[], Awaitable[None]]:
-    """Core's per-step save hook with the step-cache offer made around it (:func:`offering`).
-
-    Core 1.26 builds a step's checkpoint and starts its save inside this hook without calling
-    ``_save_checkpoint``, so the offer is made here, not there (``tests/test_long_runs.py`` checks both).
-    """
+    """Core's per-step save hook with the offer made around it (core 1.26 saves there, not in ``_save_checkpoint``)."""
 
     async def after_step() -> None:
-        marked = _STEP_SAVE.set(True)
-        try:
-            if log.cache is not ctx._step_cache:  # pyright: ignore[reportPrivateUsage]
-                await hook()
-                return
-            with offering(ctx, log):
-                await hook()
-        finally:
-            _STEP_SAVE.reset(marked)
+        if log.cache is not ctx._step_cache:  # pyright: ignore[reportPrivateUsage]
+            await hook()
+            return
+        with offering(ctx, log, recorder):
+            await hook()
 
     return after_step
 
@@ -448,10 +384,7 @@ def set_agui_approval_state(
 
 
 def register_agui_hosted_approval(runner: Any, *, scope: str, thread_id: str, interrupt_id: str, call: Any) -> None:
-    """Register an open ``request_info`` interrupt in AG-UI's approval state unless it is known there already.
-
-    ``call`` is the interrupt's ``function_call`` content; AG-UI records the agent's calls as ``HOSTED``.
-    """
+    """Register an open interrupt (``call``: its ``function_call``) in AG-UI's approval state, as ``HOSTED``."""
     from agent_framework_ag_ui._approval_lifecycle import ApprovalExecutionOwner  # pyright: ignore[reportPrivateUsage]
     from agent_framework_ag_ui._approval_state import approval_state_thread_id  # pyright: ignore[reportPrivateUsage]
     from agent_framework_ag_ui._utils import canonical_function_arguments  # pyright: ignore[reportPrivateUsage]
@@ -503,11 +436,7 @@ def devui_forget_conversation(store: Any, conversation_id: str) -> None:
 
 
 def devui_install_store(executor: Any, store: Any) -> dict[Any, Any]:
-    """Make ``store`` the conversation store of DevUI's ``executor``; returns the executor's tracked approvals.
-
-    DevUI's executor keeps ``_pending_approvals`` (keyed ``(conversation id, request id)``) until answered;
-    the caller prunes it with the conversations it drops.
-    """
+    """Make ``store`` DevUI's ``executor``'s conversation store; returns its ``_pending_approvals`` to prune."""
     from agent_framework_devui._conversations import CheckpointConversationManager  # pyright: ignore[reportPrivateUsage]
 
     executor.conversation_store = store
@@ -517,10 +446,7 @@ def devui_install_store(executor: Any, store: Any) -> dict[Any, Any]:
 
 @functools.cache
 def devui_server_class() -> type[Any]:
-    """DevUI's ``DevServer`` that installs its ``store_installer(executor)`` when DevUI builds its executor.
-
-    DevUI builds the executor in ``DevServer._ensure_executor``, before any conversation exists.
-    """
+    """DevUI's ``DevServer`` that installs ``store_installer(executor)`` in ``_ensure_executor``."""
     from agent_framework_devui import DevServer
 
     class InstallingDevServer(DevServer):

@@ -1,34 +1,23 @@
 """The live channel: carries emit_update's updates from a running workflow to its caller, in order.
 
-Core's functional engine collects every event while the workflow function runs and yields them only
-after it returns (core says so in ``FunctionalWorkflow._run_core``). This module adds a side channel
-instead of reimplementing the engine. In a streaming run, :func:`stream_live` runs core's
-``__anext__`` (and so the workflow function) in a pump task bound to a per-run :class:`_LiveChannel`
-through a ``ContextVar``; core creates the workflow task with ``asyncio.create_task`` from that pump
-task, so the task (and every task it spawns) inherits the channel. In a non-streaming run nobody
-reads before the function returns, so :class:`LiveCollector` is bound around the one pull of core's
-stream that runs user code, collects without a bound (as core collects its own events), and no pump
-task is started. ``_emit.emit_update`` puts an ``intermediate`` :class:`WorkflowEvent` on whichever
-is bound.
+Core yields a functional workflow's events only after the function returns, so this side channel
+(bound through the ``live_channel`` ``ContextVar``) carries them instead of a reimplemented engine.
+Streaming: :func:`stream_live` pulls core's stream in a pump task bound to a bounded channel; core
+creates the workflow task from it, so every task the workflow spawns inherits the channel.
+Non-streaming: :func:`collect_live` binds an unbounded channel around each pull (no pump task).
 
-Ordering (both modes, one merge: :class:`_Merge`): one FIFO carries live updates and the events core
-yields, so the caller sees them in the order they entered it. When a live update enters, the events
-core has collected since the last one (its ``add_event``: ``executor_invoked``/``executor_completed``
-of steps, ``request_info``, outputs added by hand) go in first, and the merge later skips them when
-core yields them again, so nothing is delivered twice. That one read of core's event list is this
-package's only touch of a core internal for streaming (``_core_compat.collected_events``); a test
-pins it.
+Ordering (one merge, :class:`_Merge`): when a live update enters, the events core collected since the
+last one go in first (``_core_compat.collected_events``, pinned by a test) and are skipped when core
+yields them again, so the caller sees everything once, in the order it happened.
 
-Backpressure (streaming runs): the channel is bounded (:data:`LIVE_BUFFER_SIZE` entries). When it
-is full, ``await emit_update(...)`` waits until the consumer takes an entry, so a slow consumer slows
-the workflow down instead of making it buffer without bound. Nothing is dropped. Note that core's
-``ResponseStream`` keeps every update it yielded for ``get_final_response()``; that history is
-core's, outside this bound.
+Backpressure (streaming): when :data:`LIVE_BUFFER_SIZE` entries wait, ``await emit_update(...)`` waits
+for the consumer; nothing is dropped (core's ``ResponseStream`` keeps its own history, outside the bound).
 """
 
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections import deque
 from collections.abc import AsyncGenerator
 from contextvars import ContextVar
@@ -49,24 +38,25 @@ _END: Literal[2] = 2
 _Item = tuple[Any, ...]
 
 
-class _Channel:
-    """What ``emit_update`` puts live events on, bound through :data:`live_channel` (internal).
+class _LiveChannel:
+    """A FIFO from one run's workflow code (any number of tasks) to its one consumer (internal).
 
-    Holds the part both run modes share: the workflow name stamped on live events, and the read of
-    the events core collected since the last live entry (they go out ahead of it).
+    A producer that finds it full waits in line; a freed slot is promised to the first waiting
+    producer, so producers enter in arrival order and the bound holds exactly. The end never waits.
     """
 
-    __slots__ = ("closed", "core_seen", "ctx", "source")
+    __slots__ = ("_getter", "_items", "_maxsize", "_promised", "_putters", "closed", "core_seen", "ctx", "source")
 
-    def __init__(self, source: str | None) -> None:
+    def __init__(self, maxsize: int, source: str | None) -> None:
         self.closed = False
         self.ctx: RunContext | None = None
         self.core_seen = 0
         self.source = source
-
-    async def put_live(self, event: WorkflowEvent[Any], ctx: RunContext | None) -> None:
-        """Enqueue a live event, preceded by the events core collected since the last entry."""
-        raise NotImplementedError
+        self._items: deque[_Item] = deque()
+        self._maxsize = maxsize
+        self._promised = 0
+        self._putters: deque[asyncio.Future[None]] = deque()
+        self._getter: asyncio.Future[None] | None = None
 
     def _check_open(self) -> None:
         if self.closed:
@@ -88,25 +78,6 @@ class _Channel:
         taken = tuple(events[self.core_seen :])
         self.core_seen = len(events)
         return taken
-
-
-class _LiveChannel(_Channel):
-    """Bounded FIFO from one run's workflow code (any number of tasks) to its stream (one consumer).
-
-    A producer that finds the channel full waits in line; a freed slot is promised to the first
-    waiting producer, so producers enter in the order they arrived and the bound holds exactly.
-    Terminal entries (end of stream, failure) never wait.
-    """
-
-    __slots__ = ("_getter", "_items", "_maxsize", "_promised", "_putters")
-
-    def __init__(self, maxsize: int, source: str | None) -> None:
-        super().__init__(source)
-        self._items: deque[_Item] = deque()
-        self._maxsize = maxsize
-        self._promised = 0
-        self._putters: deque[asyncio.Future[None]] = deque()
-        self._getter: asyncio.Future[None] | None = None
 
     async def _wait_for_slot(self) -> None:
         if len(self._items) + self._promised < self._maxsize and not self._putters:
@@ -168,6 +139,11 @@ class _LiveChannel(_Channel):
             self._wake_putter()
         return item
 
+    def drain(self, merge: _Merge, out: list[WorkflowEvent[Any]]) -> None:
+        """Move the live entries into ``out`` through ``merge`` (a non-streaming run, after each pull)."""
+        while self._items:
+            merge.live(self._items.popleft(), out)
+
     def close(self) -> None:
         """Refuse new entries and release waiting producers (they raise ``NotInWorkflowRunError``)."""
         self.closed = True
@@ -178,15 +154,11 @@ class _LiveChannel(_Channel):
                 waiter.set_result(None)
 
 
-live_channel: ContextVar[_Channel | None] = ContextVar("agent_framework_functional_live_channel", default=None)
+live_channel: ContextVar[_LiveChannel | None] = ContextVar("agent_framework_functional_live_channel", default=None)
 
 
 class _Merge:
-    """The one merge of live entries and core's events, used by both run modes (internal).
-
-    A live entry brings the events core collected before it (they go out first) and the live event;
-    those core events are remembered and skipped when core's stream yields them again.
-    """
+    """The one merge of live entries and core's events, used by both run modes (internal)."""
 
     __slots__ = ("_forwarded",)
 
@@ -208,58 +180,37 @@ class _Merge:
         return True
 
 
-class LiveCollector(_Channel):
-    """The live channel of a non-streaming run: bound around core's pull, drained after it (internal).
-
-    Nobody reads before the run ends and nobody waits for room, so it is one small object: the live
-    entries (checked with ``if collector.entries:`` after each pull) and the merge, made only once
-    something was emitted.
-
-    Args:
-        source: The workflow name, stamped on live events as ``executor_id``.
-    """
-
-    __slots__ = ("entries", "merge")
-
-    def __init__(self, source: str | None) -> None:
-        # One per non-streaming run: the base fields are set here directly (no super() call).
-        self.closed = False
-        self.ctx: RunContext | None = None
-        self.core_seen = 0
-        self.source = source
-        self.entries: list[_Item] = []
-        self.merge: _Merge | None = None
-
-    async def put_live(self, event: WorkflowEvent[Any], ctx: RunContext | None) -> None:
-        """Collect a live event, preceded by the events core collected since the last entry."""
-        self._check_open()
-        self.entries.append((_LIVE, self._take_collected(ctx), event))
-
-    def drain(self) -> list[WorkflowEvent[Any]]:
-        """The events emitted since the last drain, each preceded by core's events collected before it."""
-        merge = self.merge
-        if merge is None:
-            merge = self.merge = _Merge()
-        out: list[WorkflowEvent[Any]] = []
-        for item in self.entries:
-            merge.live(item, out)
-        self.entries.clear()
-        return out
-
-    def is_new(self, event: WorkflowEvent[Any]) -> bool:
-        """True when core's ``event`` was not already drained ahead of a live update."""
-        return self.merge is None or self.merge.is_new(event)
+async def collect_live(
+    core_stream: ResponseStream[WorkflowEvent[Any], Any], *, source: str | None = None
+) -> AsyncGenerator[WorkflowEvent[Any], None]:
+    """Yield core's events merged, in order, with the live updates the workflow emits (non-streaming runs)."""
+    channel = _LiveChannel(sys.maxsize, source)
+    merge = _Merge()
+    out: list[WorkflowEvent[Any]] = []
+    try:
+        while True:
+            bound = live_channel.set(channel)
+            try:
+                event = await _next_core_event(core_stream)
+            finally:
+                live_channel.reset(bound)
+            channel.drain(merge, out)
+            if event is not None and merge.is_new(event):
+                out.append(event)
+            for merged in out:
+                yield merged
+            if event is None:
+                return
+            out.clear()
+    finally:
+        channel.closed = True  # core's stream ended: later updates are refused, as in a streaming run
 
 
 async def _pump(core_stream: ResponseStream[WorkflowEvent[Any], Any], channel: _LiveChannel) -> None:
     """Pull core's stream (running the workflow function) in a task bound to the live channel."""
     live_channel.set(channel)  # this task's own context copy: the caller's context is untouched
     try:
-        while True:
-            try:
-                event = await core_stream.__anext__()
-            except StopAsyncIteration:
-                break
+        while (event := await _next_core_event(core_stream)) is not None:
             await channel.put_core(event)
     except BaseException as exc:
         channel.finish(exc)
@@ -270,10 +221,7 @@ async def _pump(core_stream: ResponseStream[WorkflowEvent[Any], Any], channel: _
 
 
 async def stream_live(
-    core_stream: ResponseStream[WorkflowEvent[Any], Any],
-    *,
-    source: str | None = None,
-    maxsize: int = LIVE_BUFFER_SIZE,
+    core_stream: ResponseStream[WorkflowEvent[Any], Any], *, source: str | None = None
 ) -> AsyncGenerator[WorkflowEvent[Any], None]:
     """Yield core's events merged, in order, with the live updates the workflow emits (streaming runs).
 
@@ -290,7 +238,7 @@ async def stream_live(
     else:
         return  # core's stream ended before user code
     merge = _Merge()
-    channel = _LiveChannel(maxsize, source)
+    channel = _LiveChannel(LIVE_BUFFER_SIZE, source)
     pump = asyncio.get_running_loop().create_task(_pump(core_stream, channel))
     out: list[WorkflowEvent[Any]] = []
     try:

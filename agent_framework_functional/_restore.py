@@ -20,13 +20,8 @@ async def check_restore(
 ) -> bool:
     """Load the restore's checkpoint through the run's recorder, check it, and convert the answers in ``core_kwargs``.
 
-    A load that fails is left to core's restore, which raises the same error with core's failure surface
-    (the failed event and status), as before these checks.
-
-    Args:
-        recorder: The run's checkpoint recorder; core's restore gets the checkpoint loaded here.
-        identity: The workflow's ``(name, signature hash)``.
-        core_kwargs: Core's run arguments: ``checkpoint_id``, and ``responses`` (converted in place).
+    ``identity`` is the workflow's ``(name, signature hash)``. A load that fails is left to core's restore,
+    which raises the same error with core's failure surface (the failed event and status).
 
     Returns:
         True when the checkpoint was loaded and passed; False when its load failed (nothing may change).

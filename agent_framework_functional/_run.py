@@ -1,4 +1,4 @@
-"""One run of a workflow instance: one driver over core's stream, in both run modes.
+"""One run of a workflow instance: one driver over core's stream, in both run modes, and its result.
 
 :class:`WorkflowRun` drives core through the same steps whether the caller streams or not, each
 calling one authority hook: ``_start`` (``before_core``), ``_claim`` (after core's first status,
@@ -11,23 +11,25 @@ from __future__ import annotations
 import enum
 import functools
 import weakref
-from collections.abc import AsyncIterable, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterable, Awaitable, Callable, Sequence
 from typing import Any
 
 from agent_framework import FunctionalWorkflow as _CoreFunctionalWorkflow
 from agent_framework import (
     ResponseStream,
+    WorkflowErrorDetails,
     WorkflowEvent,
+    WorkflowEventSource,
     WorkflowRunResult,
     WorkflowRunState,
 )
+from agent_framework.observability import OBSERVABILITY_SETTINGS
 
 from ._authority_protocol import Authority, Requests, ResumeTicket
 from ._continuation import FunctionalWorkflowContinuationToken
 from ._core_compat import core_event_stream
 from ._errors import ContinuationAuthorityError
-from ._live import LiveCollector, live_channel, stream_live
-from ._run_result import FunctionalWorkflowRunResult, failure_surface, finalize_events, merge_live
+from ._live import collect_live, stream_live
 from ._telemetry import (
     SPENT,
     continuation_issued,
@@ -39,7 +41,7 @@ from ._telemetry import (
 
 
 class Phase(enum.Enum):
-    """Where one core event puts a streaming run, so what the driver does with it."""
+    """Where one core event puts a run, so what the driver does with it."""
 
     EARLY = "early"  # before user code: withheld until the token is spent
     CLAIM = "claim"  # core's first status: user code is next, so spend the token, then pass the early events
@@ -52,6 +54,25 @@ _PAUSED = WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
 _IDLE = WorkflowRunState.IDLE
 
 
+class FunctionalWorkflowRunResult(WorkflowRunResult):
+    """Core's ``WorkflowRunResult`` plus ``continuation_token``: set only when the run ended paused.
+
+    Args:
+        events: Data-plane events of the run, as core collects them.
+        status_events: Status events of the run (core's status timeline).
+    """
+
+    def __init__(
+        self,
+        events: list[WorkflowEvent[Any]],
+        status_events: list[WorkflowEvent[Any]] | None = None,
+        *,
+        continuation_token: FunctionalWorkflowContinuationToken | None = None,
+    ) -> None:
+        super().__init__(events, status_events)
+        self.continuation_token: FunctionalWorkflowContinuationToken | None = continuation_token
+
+
 class RunLease:
     """Held only by a non-streaming run's coroutine frame: ``__del__`` frees the guard of a run never awaited."""
 
@@ -61,22 +82,14 @@ class RunLease:
         self._run = run
 
     def __del__(self) -> None:
-        self._run.free(self._run)
+        self._run.free_guard(self._run, True)
 
 
 class WorkflowRun:
     """The one run that holds an instance's run guard, and its driving of core (internal).
 
     State fields default on the class: one run is made per call and sets only what it uses.
-
-    Args:
-        ticket: What the authority accepted for this run.
-        authority: The instance's authority strategy.
-        core: The core instance this run drives.
-        name: The workflow name (source of live events).
-        holds_guard: True while this run still holds the instance's guard (AGENTS.md invariant 8).
-        on_end: Called once when the run's driving ends (the instance settles its state).
-        free: Frees the instance if this run still holds it (a dropped stream or awaitable).
+    ``holds_guard`` / ``free_guard``: the instance's run guard (AGENTS.md invariant 8; True: dropped unfinished).
     """
 
     core_started = False
@@ -96,22 +109,19 @@ class WorkflowRun:
         name: str,
         *,
         holds_guard: Callable[[WorkflowRun], bool],
-        on_end: Callable[[WorkflowRun], None],
-        free: Callable[[WorkflowRun], None],
+        free_guard: Callable[[WorkflowRun, bool], None],
     ) -> None:
         self.ticket = ticket
         self.authority = authority
         self.core = core
         self.name = name
         self.holds_guard = holds_guard
-        self.on_end = on_end
-        self.free = free
+        self.free_guard = free_guard
 
     def end(self, *, dropped: bool) -> bool:
         """Hand back what the run did not spend; True when core's replay state must go.
 
-        It must go after a dropped run that started core, or one that ended after user code without
-        finishing or pausing.
+        It must go after a dropped run that started core, or one that neither finished nor paused.
         """
         handed_back = self.authority.hand_back(self.ticket)
         if dropped:
@@ -120,16 +130,8 @@ class WorkflowRun:
             return False
         return self.final_state != _IDLE and self.token is None
 
-    def record_request(self, event: WorkflowEvent[Any]) -> None:
-        """Keep a ``request_info`` event of this run's pause (by its request id)."""
-        request_id = event.request_id
-        if request_id:
-            if self.requests is None:
-                self.requests = {}
-            self.requests[request_id] = event
-
     def observe(self, event: WorkflowEvent[Any]) -> Phase:
-        """Streaming: record what one core event says about the run; return its :class:`Phase`."""
+        """Record what one core event says about the run; return its :class:`Phase`."""
         kind = event.type
         early = self.early
         if kind == "status":
@@ -142,8 +144,10 @@ class WorkflowRun:
             return _EMIT
         if kind == "failed":
             self.saw_failed = True
-        elif kind == "request_info":
-            self.record_request(event)
+        elif kind == "request_info" and event.request_id:  # kept for this run's pause, by request id
+            if self.requests is None:
+                self.requests = {}
+            self.requests[event.request_id] = event
         if early is not None:
             early.append(event)
             return _EARLY
@@ -185,19 +189,16 @@ class WorkflowRun:
         if self.final_state == _IDLE:
             await self.authority.finish(self.ticket)
 
-    # ------------------------------------------------------------------ streaming
+    # ------------------------------------------------------------------ the one driver
 
-    async def stream(self, core_kwargs: dict[str, Any]) -> AsyncIterable[WorkflowEvent[Any]]:
-        """Streaming run: core's events merged with live updates, the token spent before user code."""
+    async def stream(self, core_kwargs: dict[str, Any], *, streaming: bool = True) -> AsyncIterable[WorkflowEvent[Any]]:
+        """Core's events merged with live updates, the token spent before user code; both run modes."""
         if not self.holds_guard(self):
             return  # closed before it was iterated: its guard was freed, so never call core
         self.early = []
         try:
             await self._start(core_kwargs)
-            core_stream = self.core.run(stream=True, **core_kwargs)
-            self.core_started = True
-            # User code runs in a task bound to a live channel (_live.stream_live, AGENTS.md invariant 15).
-            live_events = stream_live(core_stream, source=self.name)
+            core_stream, live_events = self._open_core(core_kwargs, streaming)
             try:
                 async for event in live_events:
                     phase = self.observe(event)
@@ -208,17 +209,39 @@ class WorkflowRun:
                             yield passed
                 await self._ended()
             except Exception as exc:
-                for failure in self._failure(exc):
-                    yield failure
+                for failure in [] if self.saw_failed or not streaming else failure_surface(exc):
+                    yield failure  # core raised without its failed event (a non-streaming run just raises)
                 raise
             finally:
                 await live_events.aclose()  # cancels the workflow task if the stream was abandoned
                 await core_stream.close()
         finally:
-            await self._settle()
+            await self._done()
+
+    def _open_core(
+        self, core_kwargs: dict[str, Any], streaming: bool
+    ) -> tuple[ResponseStream[WorkflowEvent[Any], Any], AsyncGenerator[WorkflowEvent[Any], None]]:
+        """Start core's stream in the caller's mode; the stream and its events merged with live updates."""
+        if streaming:
+            core_stream = self.core.run(stream=True, **core_kwargs)
+            # User code runs in a task bound to a live channel (_live.stream_live, AGENTS.md invariant 15).
+            live_events = stream_live(core_stream, source=self.name)
+        else:  # core's own non-streaming stream: ctx.is_streaming() False, as in core
+            core_stream = core_event_stream(self.core, include_status_events=False, **core_kwargs)
+            live_events = collect_live(core_stream, source=self.name)
+        self.core_started = True
+        return core_stream, live_events
+
+    async def collect(
+        self, core_kwargs: dict[str, Any], include_status_events: bool, lease: RunLease
+    ) -> FunctionalWorkflowRunResult:
+        """Non-streaming run: :meth:`stream` folded into core's result shape plus the token."""
+        # ``lease`` stays referenced by this frame until the run ends; never ``del`` it here.
+        events = [event async for event in self.stream(core_kwargs, streaming=False)]
+        return finalize_events(events, run=self, include_status_events=include_status_events)
 
     async def _turn(self, phase: Phase, event: WorkflowEvent[Any]) -> Sequence[WorkflowEvent[Any]]:
-        """The claim or the issue a streaming run does at ``event``; the events to pass on then."""
+        """The claim or the issue the run does at ``event``; the events to pass on then."""
         if phase is _CLAIM:
             await self._claim()
             early, self.early = self.early or [], None
@@ -226,78 +249,42 @@ class WorkflowRun:
         await self._issue()
         return (event,)
 
-    async def _settle(self) -> None:
-        """The run ended: its storage writes the step checkpoints it still holds back for it, then ``on_end``."""
+    async def _done(self) -> None:
+        """The run ended: its recorder ends the run's saves (``settle``), then the guard is freed."""
         try:
             recorder = self.ticket.recorder
             if recorder is not None:
                 await recorder.settle()
         finally:
-            self.on_end(self)
+            self.free_guard(self, False)
 
-    def _failure(self, exc: Exception) -> list[WorkflowEvent[Any]]:
-        """The failure surface a streaming run adds when core raised without its ``failed`` event."""
-        return [] if self.saw_failed else failure_surface(exc)
 
-    # ------------------------------------------------------------------ non-streaming
+def failure_surface(exc: Exception) -> list[WorkflowEvent[Any]]:
+    """The failed event and FAILED status core omits when saving the pause checkpoint fails (redacted as core's)."""
+    details = WorkflowErrorDetails.from_exception(
+        exc, include_sensitive_data=OBSERVABILITY_SETTINGS.SENSITIVE_DATA_ENABLED
+    )
+    return [
+        WorkflowEvent("failed", details=details, origin=WorkflowEventSource.FRAMEWORK),
+        WorkflowEvent("status", state=WorkflowRunState.FAILED, origin=WorkflowEventSource.FRAMEWORK),
+    ]
 
-    async def collect(
-        self, core_kwargs: dict[str, Any], include_status_events: bool, lease: RunLease
-    ) -> FunctionalWorkflowRunResult:
-        """Non-streaming run: the token spent before user code, then core's own ``get_final_response()``.
 
-        Core's non-streaming path (AGENTS.md invariant 40); nobody reads before this returns, so a pause's
-        token is issued once core's stream ended, and live updates are merged in production order.
-        """
-        # ``lease`` stays referenced by this frame until the run ends; never ``del`` it here.
-        if not self.holds_guard(self):
-            return FunctionalWorkflowRunResult([], [])
-        collector = LiveCollector(self.name)
-        bound = live_channel.set(collector)
-        try:
-            await self._start(core_kwargs)
-            # Core's own non-streaming stream (ctx.is_streaming() False), not run(stream=True).
-            core_stream = core_event_stream(self.core, include_status_events=include_status_events, **core_kwargs)
-            self.core_started = True
-            await self._pull_to_user_code(core_stream)
-            result = await core_stream.get_final_response()
-            collector.closed = True  # core's stream ended: later updates are refused, as in a streaming run
-            await self._collected(result)
-        finally:
-            live_channel.reset(bound)
-            collector.closed = True
-            await self._settle()
-        events: list[WorkflowEvent[Any]] = result
-        if collector.entries:  # something was emitted: merge it in
-            events = merge_live(result, collector, include_status_events)
-        return FunctionalWorkflowRunResult(events, result.status_timeline(), continuation_token=self.token)
-
-    async def _pull_to_user_code(self, core_stream: ResponseStream[WorkflowEvent[Any], WorkflowRunResult]) -> None:
-        """Pull core's events up to its first status (user code is next), then claim; close core if that fails.
-
-        Core's ``ResponseStream`` closes itself when it ends or raises, so only a failed claim closes it.
-        """
-        pull = core_stream.__anext__
-        try:
-            while (await pull()).type != "status":
-                pass
-        except StopAsyncIteration:
-            return  # no status at all: nothing ran, core's result says so
-        try:
-            await self._claim()
-        except BaseException:
-            await core_stream.close()
-            raise
-
-    async def _collected(self, result: WorkflowRunResult) -> None:
-        """Core's non-streaming result is in: issue the token of a saved pause, or end the run."""
-        state = self.final_state = result.get_final_state()
-        if state == _PAUSED and self.holds_guard(self):
-            for event in result:
-                if event.type == "request_info":
-                    self.record_request(event)
-            await self._issue()
-        await self._ended()
+def finalize_events(
+    events: Sequence[WorkflowEvent[Any]], *, run: WorkflowRun, include_status_events: bool
+) -> FunctionalWorkflowRunResult:
+    """Build the run result the way core's finalizer does, plus the continuation token."""
+    kept: list[WorkflowEvent[Any]] = []
+    status_events: list[WorkflowEvent[Any]] = []
+    for event in events:
+        if event.type == "started":
+            continue
+        if event.type == "status":
+            status_events.append(event)
+            if not include_status_events:
+                continue
+        kept.append(event)
+    return FunctionalWorkflowRunResult(kept, status_events, continuation_token=run.token)
 
 
 def handle(
@@ -305,15 +292,14 @@ def handle(
 ) -> ResponseStream[WorkflowEvent[Any], FunctionalWorkflowRunResult] | Awaitable[FunctionalWorkflowRunResult]:
     """The caller's handle on an accepted run: a ``ResponseStream``, or one coroutine (non-streaming).
 
-    Either frees the guard when dropped unfinished (AGENTS.md invariant 9): the stream by its cleanup
-    hook and a weak finalizer, the coroutine by the :class:`RunLease` only its frame holds.
+    Either frees the guard when dropped unfinished (AGENTS.md invariant 9).
     """
     if not stream:
         return run.collect(core_kwargs, include_status_events, RunLease(run))
     response_stream: ResponseStream[WorkflowEvent[Any], FunctionalWorkflowRunResult] = ResponseStream(
         run.stream(core_kwargs),
         finalizer=functools.partial(finalize_events, run=run, include_status_events=include_status_events),
-        cleanup_hooks=[functools.partial(run.free, run)],
+        cleanup_hooks=[functools.partial(run.free_guard, run, True)],
     )
-    weakref.finalize(response_stream, run.free, run).atexit = False
+    weakref.finalize(response_stream, run.free_guard, run, True).atexit = False
     return response_stream

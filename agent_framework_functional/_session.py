@@ -8,21 +8,20 @@ session's id and never serialized. Nothing about a conversation is kept on the a
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import time
 import typing
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Generator, Mapping
+from typing import Any
 
 from agent_framework import AgentSession
 from pydantic_core import to_jsonable_python
 
 from ._continuation import presented_secret
-
-if TYPE_CHECKING:
-    from ._workflow import FunctionalWorkflow
+from ._workflow import FunctionalWorkflow
 
 SESSION_STATE_KEY = "agent_framework_functional"
 """Key of this package's entry in ``AgentSession.state``: ``{agent_id: {"continuation_token": ..., "answers": ...}}``.
@@ -39,15 +38,8 @@ def conversation_of(session: AgentSession) -> str:
 
 def session_token(session: AgentSession | None, agent_id: str) -> Mapping[str, Any] | None:
     """The continuation token this agent stored in ``session``, if any (a malformed value counts as none)."""
-    if session is None:
-        return None
-    entry = session.state.get(SESSION_STATE_KEY)
-    if not isinstance(entry, Mapping):
-        return None
-    agent_entry = typing.cast(Mapping[str, Any], entry).get(agent_id)
-    if not isinstance(agent_entry, Mapping):
-        return None
-    token = typing.cast(Mapping[str, Any], agent_entry).get("continuation_token")
+    entry = _agent_entry(session, agent_id)
+    token = entry.get("continuation_token") if entry is not None else None
     if presented_secret(token) is None:
         return None  # not a token of this package (client state merged over it): ignored, never trusted
     return typing.cast(Mapping[str, Any], token)
@@ -58,7 +50,7 @@ def lost_its_token(session: AgentSession | None, options: Mapping[str, Any]) -> 
 
     A session keeps its conversation's token (AGENTS.md invariant 14), and the package's entry stays (empty)
     once the token is spent; one that comes back with no entry at all was dropped from the host's store
-    (evicted, expired) or rebuilt without its state, so a pause held for its conversation is orphaned
+    (evicted, expired) or rebuilt without its state, so a pause kept here for its conversation is orphaned
     (invariant 45). A value under the key, even an empty or malformed one, is not "lost".
     """
     return session is not None and SESSION_STATE_KEY not in session.state and options.get("continuation_token") is None
@@ -134,8 +126,8 @@ def session_answers(session: AgentSession, agent_id: str, secret: bytes) -> dict
     return dict(typing.cast(Mapping[str, Any], answers)) if isinstance(answers, Mapping) else {}
 
 
-def _agent_entry(session: AgentSession, agent_id: str) -> Mapping[str, Any] | None:
-    entry = session.state.get(SESSION_STATE_KEY)
+def _agent_entry(session: AgentSession | None, agent_id: str) -> Mapping[str, Any] | None:
+    entry = session.state.get(SESSION_STATE_KEY) if session is not None else None
     if not isinstance(entry, Mapping):
         return None
     agent_entry = typing.cast(Mapping[str, Any], entry).get(agent_id)
@@ -148,38 +140,29 @@ def _agent_entry(session: AgentSession, agent_id: str) -> Mapping[str, Any] | No
 class AttachedInstances:
     """The attached workflow instances of one template's conversations, by session id, bounded (internal).
 
-    Swept on access and by a host's sweep task (``sweep_expired``): a pause past its TTL lapses (token,
+    Swept on access and by a host's sweep task (:func:`sweep_expired`): a pause past its TTL lapses (token,
     checkpoint and instance go); over ``max_count`` the least recently paused instance is evicted (without a
     store its pause is dropped, with one only the instance goes); a running or not yet paused instance is
-    never touched.
-    Entries stay in the order they last paused (``touch``), so a sweep stops at the first unexpired pause.
-
-    Args:
-        expires_at: The instance's pause expiry (seconds since the epoch), or None when it has no pause.
-        lapse: Drop an expired instance's pause.
-        evict: Let go of an evicted instance's pause.
-        max_count: Most instances kept (None: no limit but the TTL).
+    never touched. Entries stay in the order they last paused (``touch``), so a sweep stops at the first
+    unexpired pause.
     """
 
-    __slots__ = ("_evict", "_expires_at", "_lapse", "entries", "max_count")
+    __slots__ = ("entries", "max_count")
 
-    def __init__(
-        self,
-        expires_at: Callable[[Any], float | None],
-        lapse: Callable[[Any, float], object],
-        evict: Callable[[Any], None],
-        max_count: int | None = None,
-    ) -> None:
-        self._expires_at = expires_at
-        self._lapse = lapse
-        self._evict = evict
+    def __init__(self, max_count: int | None = None) -> None:
         self.max_count = max_count
-        self.entries: OrderedDict[str, Any] = OrderedDict()
+        self.entries: OrderedDict[str, FunctionalWorkflow] = OrderedDict()
 
-    def add(self, session_id: str, workflow: Any) -> None:
+    def add(self, session_id: str, workflow: FunctionalWorkflow) -> None:
         """Keep ``workflow`` for ``session_id``, after a sweep of the expired ones."""
         self.sweep()
         self.entries[session_id] = workflow
+
+    def remove(self, session_id: str) -> None:
+        """Forget ``session_id``'s instance."""
+        self.entries.pop(session_id, None)
+        if not self.entries:
+            self.entries = OrderedDict()  # a dict keeps its peak size: memory back to the baseline
 
     def touch(self, session_id: str) -> None:
         """Mark the conversation as just paused (back of the sweep order); over the count, evict the oldest pauses."""
@@ -193,14 +176,14 @@ class AttachedInstances:
         now = time.time() if now is None else now
         lapsed: list[str] = []
         for session_id, workflow in self.entries.items():
-            expires_at = self._expires_at(workflow)
+            expires_at = workflow.pause_expires_at()
             if expires_at is None or workflow.is_running:
                 continue  # running or not paused yet: never lapsed here
             if expires_at > now:
                 break  # the rest paused later
             lapsed.append(session_id)
         for session_id in lapsed:
-            self._lapse(self.entries.pop(session_id), now)
+            self.entries.pop(session_id).lapse_pause(now)
         return len(lapsed)
 
     def _evict_over_count(self, keep: str) -> None:
@@ -210,13 +193,13 @@ class AttachedInstances:
         for session_id, workflow in self.entries.items():
             if len(doomed) >= excess:
                 break
-            if session_id != keep and self._expires_at(workflow) is not None and not workflow.is_running:
+            if session_id != keep and workflow.pause_expires_at() is not None and not workflow.is_running:
                 doomed.append(session_id)
         for session_id in doomed:
-            self._evict(self.entries.pop(session_id))
+            self.entries.pop(session_id).evict_pause()
 
 
-_ATTACHED: weakref.WeakKeyDictionary[Any, AttachedInstances] = weakref.WeakKeyDictionary()
+_ATTACHED: weakref.WeakKeyDictionary[FunctionalWorkflow, AttachedInstances] = weakref.WeakKeyDictionary()
 """Each template's attached instances in this process (template: the agent's session-less instance).
 
 Found by session id, not the session object (hosts rebuild, copy or restore session objects), kept only
@@ -225,42 +208,7 @@ continuation store, and a resume still needs the token (the id only finds the in
 """
 
 
-def register_template(template: Any, registry: AttachedInstances) -> AttachedInstances:
-    """Use ``registry`` for ``template``'s conversations (the first one made for it stays)."""
-    return _ATTACHED.setdefault(template, registry)
-
-
-def attached_workflow(template: Any, session: AgentSession) -> Any:
-    """The attached workflow instance of ``session``'s conversation on ``template``, or None."""
-    registry = _ATTACHED.get(template)
-    return registry.entries.get(session.session_id) if registry is not None else None
-
-
-def attach_workflow(template: Any, session: AgentSession, workflow: Any) -> None:
-    """Attach ``workflow`` as the instance of ``session``'s conversation on ``template`` (after a sweep)."""
-    registry = _ATTACHED.get(template)
-    if registry is None:
-        raise RuntimeError("register_template() first")  # pragma: no cover - the planner registers at start
-    registry.add(session.session_id, workflow)
-
-
-def touch_workflow(template: Any, session: AgentSession) -> None:
-    """Mark ``session``'s conversation on ``template`` as just paused (last in the sweep order)."""
-    registry = _ATTACHED.get(template)
-    if registry is not None:
-        registry.touch(session.session_id)
-
-
-def detach_workflow(template: Any, session: AgentSession) -> None:
-    """Detach the instance of ``session``'s conversation on ``template``."""
-    registry = _ATTACHED.get(template)
-    if registry is not None:
-        registry.entries.pop(session.session_id, None)
-        if not registry.entries:
-            registry.entries = OrderedDict()  # a dict keeps its peak size: memory back to the baseline
-
-
-def sweep_expired(template: Any, now: float | None = None) -> int:
+def sweep_expired(template: FunctionalWorkflow, now: float | None = None) -> int:
     """Lapse the expired pauses of ``template``'s conversations now (a host's sweep task); returns how many.
 
     The same lapse as on access (token, checkpoint and instance go), for a host that gets no request.
@@ -274,7 +222,7 @@ def sweep_expired(template: Any, now: float | None = None) -> int:
     return lapsed
 
 
-def attached_instances(template: Any) -> int:
+def attached_instances(template: FunctionalWorkflow) -> int:
     """How many conversations on ``template`` have an attached workflow instance (for tests and benchmarks)."""
     registry = _ATTACHED.get(template)
     return len(registry.entries) if registry is not None else 0
@@ -296,13 +244,8 @@ class Conversations:
             type(max_conversations) is not int or max_conversations < 1  # pyright: ignore[reportUnnecessaryComparison]
         ):
             raise ValueError("'max_conversations' must be a positive int (or None for no limit but the pause TTL).")
-        registry = AttachedInstances(
-            lambda attached: attached.pause_expires_at(),
-            lambda attached, now: attached.lapse_pause(now),
-            lambda attached: attached.evict_pause(),
-            max_conversations,
-        )
-        register_template(template, registry)
+        # The first agent made on ``template`` sets the bound of its conversations.
+        self.attached = _ATTACHED.setdefault(template, AttachedInstances(max_conversations))
         self.template = template
         self.agent_id = agent_id
         # The session-less conversation's answers so far, valid only with the token they paused with.
@@ -313,7 +256,7 @@ class Conversations:
         """The conversation's instance: ``template`` without a session, else the session's (made when asked)."""
         if session is None:
             return self.template
-        workflow = attached_workflow(self.template, session)
+        workflow = self.attached.entries.get(session.session_id)
         if workflow is None and create:
             template = self.template
             workflow = template.definition.build(
@@ -322,25 +265,29 @@ class Conversations:
                 continuation_ttl=template.continuation_ttl,
             )
             workflow.bind_conversation(conversation_of(session))
-            attach_workflow(template, session, workflow)
+            self.attached.add(session.session_id, workflow)
         return workflow
 
     def existing_instance(self, session: AgentSession) -> FunctionalWorkflow | None:
         """The session's attached instance; one whose pause expired is detached first (then None)."""
-        workflow: FunctionalWorkflow | None = attached_workflow(self.template, session)
+        workflow = self.attached.entries.get(session.session_id)
         if workflow is not None and not workflow.is_running and workflow.lapse_pause():
-            detach_workflow(self.template, session)
+            self.attached.remove(session.session_id)
             return None
         return workflow
 
     def detach_idle(self, session: AgentSession | None, workflow: FunctionalWorkflow) -> None:
         """Detach a conversation's instance once it has nothing paused or running (memory back to baseline)."""
-        if session is None or workflow is self.template or attached_workflow(self.template, session) is not workflow:
+        if (
+            session is None
+            or workflow is self.template
+            or self.attached.entries.get(session.session_id) is not workflow
+        ):
             return
         if not workflow.has_pending_continuation and not workflow.is_running:
-            detach_workflow(self.template, session)
+            self.attached.remove(session.session_id)
         else:
-            touch_workflow(self.template, session)  # paused (or still running): last in the sweep order
+            self.attached.touch(session.session_id)  # paused (or still running): last in the sweep order
 
     def remember_answers(self, answers: dict[str, Any], token: Mapping[str, Any] | None) -> None:
         """Keep the session-less conversation's answers for its new pause (``token``); None forgets them."""
@@ -352,16 +299,22 @@ class Conversations:
             return session_answers(session, self.agent_id, secret)
         return dict(self.answers_so_far) if presented_secret(self.answers_token) == secret else {}
 
-    def abandon_token(
+    @contextlib.contextmanager
+    def abandoning(
         self, token: Mapping[str, Any] | None, force: bool, session: AgentSession | None
-    ) -> Mapping[str, Any] | None:
-        """The token an abandonment uses: the given one, else (without ``force``) the session's."""
-        return session_token(session, self.agent_id) if token is None and not force else token
+    ) -> Generator[tuple[FunctionalWorkflow, Mapping[str, Any] | None], None, None]:
+        """One abandonment: the conversation's instance and the token to present (without ``force``: the session's).
 
-    def forget_abandoned(self, session: AgentSession | None, workflow: FunctionalWorkflow) -> None:
-        """After an abandonment: drop the remembered answers, the session's token and the instance."""
+        A refused one leaves no instance it made behind; a done one drops the answers, the session's token
+        and the instance.
+        """
+        workflow = self.workflow_for(session)
+        assert workflow is not None
+        try:
+            yield workflow, session_token(session, self.agent_id) if token is None and not force else token
+        finally:
+            self.detach_idle(session, workflow)
         if session is None:
             self.remember_answers({}, None)
-            return
-        clear_session_token(session, self.agent_id)
-        self.detach_idle(session, workflow)
+        else:
+            clear_session_token(session, self.agent_id)

@@ -1,32 +1,20 @@
-"""The step-cache offer a checkpoint save of a run we drive makes to its storage (no core private API).
+"""The step-cache offer a checkpoint save of a run we drive hands its storage (no core private API).
 
-``_core_compat.LinearFunctionalWorkflow`` sets :data:`CURRENT_OFFER` around each save of a run it
-drives; a storage that stores step results once (``_durable/checkpoint_delta.py``) reads it with
-:func:`step_cache_offer`. The key names are those of core's checkpoint ``state``.
+``_core_compat.LinearFunctionalWorkflow`` keeps each run's :class:`StepCacheLog` and, around each save,
+gives the run's recorder (a :class:`SaveRecorder`) a :class:`StepCacheOffer`; the recorder passes it to a
+storage that stores each step result once (a :class:`DeltaCheckpointStorage`, checked once per run).
 """
 
 from __future__ import annotations
 
 import itertools
-from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast, runtime_checkable
 
-if TYPE_CHECKING:
-    from ._core_compat import StepCacheLog
+from agent_framework import WorkflowCheckpoint
 
 STEP_CACHE = "_step_cache"
 STEP_COUNTS = "_step_cache_auto_request_info_counts"
 ORIGINAL_MESSAGE = "_original_message"
-CURRENT_OFFER: ContextVar[StepCacheOffer | None] = ContextVar(
-    "agent_framework_functional_step_cache_offer", default=None
-)
-
-HOLD_STEP_SAVES: ContextVar[bool] = ContextVar("agent_framework_functional_hold_step_saves", default=False)
-"""Set by a run's checkpoint recorder around its saves unless it keeps every checkpoint (retention None).
-
-A storage may then hold a step checkpoint back and write it with the run's next save
-(``_durable/postgres_held.py``); a direct ``save()`` is written at once.
-"""
 
 
 def append_new_keys(keys: list[str], entries: dict[str, Any]) -> None:
@@ -38,6 +26,32 @@ def append_new_keys(keys: list[str], entries: dict[str, Any]) -> None:
         keys.extend(reversed(list(itertools.islice(reversed(entries), new))))
     else:
         keys.extend(entries)
+
+
+class StepCacheLog:
+    """One run's step cache and request counts (core's dicts), with their keys in insertion order (internal).
+
+    ``parent``: the replayed pause's ``(log, cache_len, counts_len)``.
+    """
+
+    __slots__ = ("__weakref__", "base", "cache", "cache_keys", "count_keys", "counts", "live", "parent")
+
+    def __init__(
+        self, cache: dict[str, Any], counts: dict[str, int], parent: tuple[StepCacheLog, int, int] | None
+    ) -> None:
+        self.cache = cache
+        self.counts = counts
+        self.cache_keys: list[str] = []
+        self.count_keys: list[str] = []
+        self.base = (len(self.cache), len(self.counts))
+        self.parent = parent if parent is not None and parent[1:] == self.base else None
+        # A save of this run took an offer: later saves hand the run's storage core's live dicts, uncopied.
+        self.live = False
+
+    def sync(self) -> None:
+        """Append to ``cache_keys`` / ``count_keys`` the keys added to the dicts since the last sync."""
+        append_new_keys(self.cache_keys, self.cache)
+        append_new_keys(self.count_keys, self.counts)
 
 
 class StepCacheOffer:
@@ -70,6 +84,25 @@ class StepCacheOffer:
         return self.taken
 
 
-def step_cache_offer() -> StepCacheOffer | None:
-    """The offer of the checkpoint save in progress in this task, if a run this package drives makes it."""
-    return CURRENT_OFFER.get()
+@runtime_checkable
+class DeltaCheckpointStorage(Protocol):
+    """The optional capability of a checkpoint storage that stores each step result once (checked once per run)."""
+
+    async def save_with_offer(self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None) -> str:
+        """Save ``checkpoint`` as ``save`` does, its new step results taken from ``offer`` when it fits."""
+        ...
+
+
+@runtime_checkable
+class SaveRecorder(Protocol):
+    """The run's recorder as the workflow that saves through it sees it (``_checkpoint_chain``).
+
+    ``offer`` is set just before core builds a checkpoint and calls ``save``; ``save`` takes it at once.
+    """
+
+    offer: StepCacheOffer | None
+
+    @property
+    def drops_final_checkpoint(self) -> bool:
+        """True when a clean finish's checkpoint would be deleted at once (core need not save it)."""
+        ...

@@ -1,8 +1,7 @@
 """The continuation store protocol and its record: what a durable store keeps about one pause.
 
 Every saved pause is recorded by the sha256 of its token's secret (never the secret), so any process
-with the same definition, checkpoint storage and store can resume it, exactly once. A record has one
-serial form (:meth:`ContinuationRecord.to_fields` / :meth:`ContinuationRecord.from_fields`).
+with the same definition, checkpoint storage and store can resume it, exactly once.
 
 A process that dies after its claim leaves the record ``claimed`` (spent: no store can tell "crashed
 before user code" from "crashed halfway"); the owner restores ``record.checkpoint_id`` instead.
@@ -15,17 +14,19 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from types import TracebackType
-from typing import Any, Literal, Protocol, TypeVar, cast, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, cast, runtime_checkable
 from weakref import WeakSet
 
 from agent_framework import WorkflowCheckpoint
+
+if TYPE_CHECKING:
+    from ._step_cache import StepCacheOffer
 
 ContinuationStatus = Literal["issued", "claimed", "abandoned"]
 """Lifecycle of a stored continuation: ``issued`` (resumable) -> ``claimed`` or ``abandoned`` (final)."""
 
 DEFAULT_TTL_SECONDS = 24 * 60 * 60.0
 DEFAULT_RETENTION_SECONDS = 24 * 60 * 60.0
-
 
 MAX_DURATION_SECONDS = 10 * 365 * 24 * 3600.0
 """Longest ``ttl`` or ``retention`` a store accepts (ten years): Redis expiry times must fit its range."""
@@ -103,11 +104,7 @@ class ContinuationRecord:
         return self.workflow_name == workflow_name and self.signature_hash == signature_hash
 
     def to_fields(self) -> dict[str, str]:
-        """Return the record as text fields, the one serial form every store writes.
-
-        Every attribute but ``token_hash`` (the key); lists and mappings as JSON, times as ``repr``,
-        None fields left out.
-        """
+        """The record's one serial form, as text fields: all but ``token_hash`` (the key), None ones left out."""
         fields = {
             "workflow_name": self.workflow_name,
             "signature_hash": self.signature_hash,
@@ -302,8 +299,8 @@ class StepSaveBuffer(Protocol):
     (however), calls :meth:`write_buffered`. ``PostgresCheckpointStorage`` implements it.
     """
 
-    async def save_buffered(self, checkpoint: WorkflowCheckpoint) -> str:
-        """Save ``checkpoint``, or buffer it when it holds no pending request, until the run's next save or end."""
+    async def save_buffered(self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None) -> str:
+        """Save ``checkpoint`` with ``offer`` (as ``save_with_offer``), or buffer a step's until the run's next save."""
         ...
 
     async def write_buffered(self, checkpoint_ids: list[str]) -> None:
@@ -318,9 +315,8 @@ _STORE_MEMBERS = tuple(name for name in vars(ContinuationStore) if not name.star
 def is_continuation_store(store: object) -> bool:
     """``isinstance(store, ContinuationStore)``, remembered per class once it held and the class defines it all.
 
-    Why: a runtime-checkable protocol's check looks up every member on each call (about 50 µs), and a
-    host builds a workflow instance per conversation; the store's class does not change between builds.
-    A class that provides members per instance (a proxy's ``__getattr__``) is checked every time.
+    Why: the protocol check looks up every member on each call, and a host builds an instance per
+    conversation. A class that provides members per instance (a proxy's ``__getattr__``) is checked each time.
     """
     kind = type(store)
     if kind in _STORE_TYPES:

@@ -1,12 +1,9 @@
 """Continuation telemetry: span events and metrics of a continuation's life, through the OpenTelemetry API.
 
-Every point of a continuation's life adds an event to the current span (the caller's span: the
-agent's ``invoke_agent`` span when the workflow runs under an agent), and the same point as a child
-span of it (for viewers that do not draw span events, such as DevUI's Traces panel), and updates
-three metrics.
-Events carry the token's hash (:func:`continuation_token_hash`), the workflow name and request ids,
-never a secret or an answer. With no OpenTelemetry SDK configured the current span does not record
-and the instruments are the API's no-op proxies, so a run pays one ``is_recording()`` check per
+Every point of a continuation's life adds an event to the current span (under an agent, its
+``invoke_agent`` span), the same point as a child span of it (DevUI's Traces panel draws spans, not
+events), and updates three metrics. Events carry the token's hash, the workflow name and request ids,
+never a secret or an answer. Without an OpenTelemetry SDK a run pays one ``is_recording()`` check per
 point and no hashing. README "Observe it" lists the names.
 """
 
@@ -18,8 +15,7 @@ from typing import Any, TypeVar
 
 from opentelemetry import metrics, trace
 
-from ._authority import raw_token
-from ._authority_protocol import Authority, ResumeTicket
+from ._authority_protocol import Authority, ResumeTicket, raw_token
 from ._continuation import Continuation, hash_secret, presented_secret
 from ._errors import (
     CheckpointRestoreConflictError,
@@ -66,7 +62,6 @@ _wait = _meter.create_histogram(
 _rejected = _meter.create_counter(
     METRIC_REJECTED, unit="{attempt}", description="Refused resume or abandonment attempts, by reason (error.type)."
 )
-_get_current_span = trace.get_current_span
 _tracer = trace.get_tracer("agent_framework_functional")  # a proxy until a provider is set
 
 
@@ -131,14 +126,9 @@ async def counted_refusal(checking: Awaitable[_T], workflow: str) -> _T:
 
 
 def _event(name: str, workflow: str, attributes: dict[str, Any], span: trace.Span | None = None) -> None:
-    """Add the event to ``span`` (a recording one) and the same point as a child span of it.
-
-    The child span (same name and attributes, started and ended at this point, through the global
-    tracer provider) is for trace viewers that draw spans but not span events: DevUI's Traces panel
-    draws a span's name, duration and, for a leaf span, its attributes, and never its events.
-    """
+    """Add the event to ``span`` (a recording one, else the current span) and as a child span of it."""
     attributes[ATTR_WORKFLOW_NAME] = workflow
-    target = span or _get_current_span()
+    target = span or trace.get_current_span()
     kept = {key: value for key, value in attributes.items() if value is not None}
     target.add_event(name, kept)
     _tracer.start_span(name, context=trace.set_span_in_context(target), attributes=kept).end()
@@ -164,7 +154,7 @@ def continuation_started(workflow: str, ticket: ResumeTicket, checkpoint_id: str
 
     The current span is looked up once per run (the lookup is the costly part without an SDK).
     """
-    span = _get_current_span()
+    span = trace.get_current_span()
     if not span.is_recording():
         return span
     if checkpoint_id is not None:
@@ -182,12 +172,7 @@ def continuation_spent(
 ) -> None:
     """The token of a resumed pause was spent (claimed) right before resumed user code.
 
-    Args:
-        workflow: The workflow name.
-        continuation: The continuation held here, or None for a pause held in a continuation store.
-        record: The store's record of a pause held elsewhere (a ``ContinuationRecord``), or None.
-        claim_hash: The hash the store claimed, or None in memory.
-        span: The run's span (:func:`continuation_started`).
+    ``continuation`` is None for a pause held elsewhere (``record``: the store's ``ContinuationRecord``).
     """
     attributes = {ATTR_WORKFLOW_NAME: workflow}
     _pending.add(-1, attributes)
@@ -205,7 +190,7 @@ def continuation_spent(
 def continuation_rejected(workflow: str, reason: str, token: object = None) -> None:
     """A resume or abandonment was refused for ``reason`` (one of the module's reason names)."""
     _rejected.add(1, {ATTR_WORKFLOW_NAME: workflow, ATTR_REASON: reason})
-    if _get_current_span().is_recording():
+    if trace.get_current_span().is_recording():
         _event(EVENT_REJECTED, workflow, {ATTR_REASON: reason, ATTR_TOKEN_HASH: _token_hash(token)})
 
 
@@ -215,7 +200,7 @@ def continuation_abandoned(
     """A pending continuation was abandoned (``counted``: it was pending in this process)."""
     if counted:
         _pending.add(-1, {ATTR_WORKFLOW_NAME: workflow})
-    if _get_current_span().is_recording():
+    if trace.get_current_span().is_recording():
         _event(
             EVENT_ABANDONED,
             workflow,

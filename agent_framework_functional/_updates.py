@@ -94,14 +94,12 @@ class UpdateConverter:
     def convert(self, event: WorkflowEvent[Any], tag: str | None = None) -> list[AgentResponseUpdate]:
         """Convert one workflow event to the updates the caller sees (often none).
 
-        ``intermediate`` events (live updates) pass through; an ``output`` whose text the run already
-        streamed live adds nothing (no text twice; see :class:`LiveText`); a ``request_info`` becomes
-        an approval request whose ids carry ``tag``, its pause's (:func:`published_id`).
+        ``intermediate`` events (live updates) pass through (:meth:`live_update`); an ``output`` whose
+        text the run already streamed live adds nothing (no text twice; see :class:`LiveText`); a
+        ``request_info`` becomes an approval request whose ids carry ``tag``, its pause's (:func:`published_id`).
         """
         if event.type == "intermediate":
-            update = live_update_to_agent_update(
-                event.data, author_name=self.author_name, agent_id=self.agent_id, response_id=self.response_id
-            )
+            update = self.live_update(event.data)
             if update is None:
                 return []
             self._live_text.add(update)
@@ -114,28 +112,50 @@ class UpdateConverter:
             contents = approval_request(event, tag)
         else:
             return []
-        if not contents:
-            return []
-        return [
-            AgentResponseUpdate(
-                contents=contents,
-                role="assistant",
-                author_name=self.author_name,
-                agent_id=self.agent_id,
-                response_id=self.response_id,
-                message_id=uuid.uuid4().hex,
-            )
-        ]
+        return [self._update(contents, message_id=uuid.uuid4().hex)] if contents else []
 
     def token_update(self, token: Any) -> AgentResponseUpdate:
         """The last update of a paused run: no contents, the continuation token."""
+        return self._update([], continuation_token=token)
+
+    def live_update(self, data: Any) -> AgentResponseUpdate | None:
+        """The agent update for the payload of an ``intermediate`` event (None for a payload it cannot carry).
+
+        Text and ``Content`` become contents of an assistant update authored by the agent; an
+        ``AgentResponseUpdate`` is copied (contents, role, author, message id, properties; never its
+        continuation token or operation state, so the token rule of the last update holds); JSON data
+        becomes an update with no contents and ``additional_properties["data"]``. Merge modes are kept, so
+        core's ``AgentResponse.from_updates`` folds a replace snapshot as the inner agent meant it.
+        """
+        if isinstance(data, AgentResponseUpdate):
+            return AgentResponseUpdate(
+                contents=list(data.contents),
+                role=data.role or "assistant",
+                author_name=data.author_name or self.author_name,
+                agent_id=self.agent_id,
+                response_id=self.response_id,
+                message_id=data.message_id,
+                merge_mode=data.merge_mode,
+                created_at=data.created_at,
+                additional_properties=dict(data.additional_properties) if data.additional_properties else None,
+                raw_representation=data,
+            )
+        if isinstance(data, str):
+            return self._update([Content.from_text(text=data)])
+        if isinstance(data, Content):
+            return self._update([data])
+        if data is None or isinstance(data, (bool, int, float, dict, list)):
+            return self._update([], additional_properties={LIVE_DATA_PROPERTY: data})
+        return None
+
+    def _update(self, contents: list[Content], **fields: Any) -> AgentResponseUpdate:
         return AgentResponseUpdate(
-            contents=[],
+            contents=contents,
             role="assistant",
             author_name=self.author_name,
             agent_id=self.agent_id,
             response_id=self.response_id,
-            continuation_token=token,
+            **fields,
         )
 
 
@@ -188,56 +208,6 @@ def output_contents(data: Any) -> list[Content]:
     if isinstance(data, list) and all(isinstance(item, (Message, Content)) for item in data):  # pyright: ignore[reportUnknownVariableType]
         return [c for item in data for c in (item.contents if isinstance(item, Message) else [item])]  # pyright: ignore[reportUnknownVariableType]
     return [Content.from_text(text=str(cast(object, data)))]
-
-
-def live_update_to_agent_update(
-    data: Any,
-    *,
-    author_name: str | None,
-    agent_id: str,
-    response_id: str,
-) -> AgentResponseUpdate | None:
-    """Convert the payload of an ``intermediate`` event to the agent update the caller sees.
-
-    Text and ``Content`` become contents of an assistant update authored by the agent; an
-    ``AgentResponseUpdate`` is copied (contents, role, author, message id, properties; never its
-    continuation token or operation state, so the token rule of the last update holds); JSON data
-    becomes an update with no contents and ``additional_properties["data"]``. Merge modes are kept,
-    so core's ``AgentResponse.from_updates`` folds a replace snapshot as the inner agent meant it. Other payloads (an
-    ``intermediate`` event a user added by hand with something else) give None.
-    """
-    if isinstance(data, AgentResponseUpdate):
-        properties = dict(data.additional_properties) if data.additional_properties else None
-        return AgentResponseUpdate(
-            contents=list(data.contents),
-            role=data.role or "assistant",
-            author_name=data.author_name or author_name,
-            agent_id=agent_id,
-            response_id=response_id,
-            message_id=data.message_id,
-            merge_mode=data.merge_mode,
-            created_at=data.created_at,
-            additional_properties=properties,
-            raw_representation=data,
-        )
-    if isinstance(data, str):
-        contents = [Content.from_text(text=data)]
-    elif isinstance(data, Content):
-        contents = [data]
-    elif data is None or isinstance(data, (bool, int, float, dict, list)):
-        return AgentResponseUpdate(
-            contents=[],
-            role="assistant",
-            author_name=author_name,
-            agent_id=agent_id,
-            response_id=response_id,
-            additional_properties={LIVE_DATA_PROPERTY: data},
-        )
-    else:
-        return None
-    return AgentResponseUpdate(
-        contents=contents, role="assistant", author_name=author_name, agent_id=agent_id, response_id=response_id
-    )
 
 
 class LiveText:

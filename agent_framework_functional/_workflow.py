@@ -1,58 +1,46 @@
-"""FunctionalWorkflow: one workflow instance: ``run()``, the run guard, token checks, views.
+"""The workflow: ``@workflow`` makes a definition, ``build()`` an instance (``FunctionalWorkflow``).
 
-It wraps one core ``FunctionalWorkflow`` (core keeps replay, step caching and checkpointing), accepts
-each call with ``_acceptance.accept_run`` (which asks the authority strategy who may resume), and
-hands each accepted run to ``_run.WorkflowRun``, which drives core.
+An instance wraps one core ``FunctionalWorkflow`` (core keeps replay, step caching and checkpointing),
+accepts each call with ``_acceptance.accept_run`` and hands each accepted run to ``_run.WorkflowRun``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Awaitable, Mapping, Sequence
+import inspect
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from datetime import timedelta
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 from agent_framework import CheckpointStorage, ResponseStream, WorkflowEvent
 from agent_framework import FunctionalWorkflow as _CoreFunctionalWorkflow
+from agent_framework import FunctionalWorkflowDefinition as _CoreFunctionalWorkflowDefinition
 
-from ._abandon import ContinuationAbandonment
 from ._acceptance import accept_run, check_checkpoint_storage
-from ._authority import VerifiedContinuation
-from ._authority_protocol import ResumeTicket
+from ._authority_protocol import NEW_INPUT, ResumeTicket, VerifiedContinuation
 from ._continuation import request_tag
 from ._core_compat import build_core, functional_workflows_experimental
-from ._errors import ContinuationAuthorityError
-from ._run import WorkflowRun, handle
-from ._run_result import FunctionalWorkflowRunResult
+from ._errors import WorkflowRunningError
+from ._expiry import DEFAULT_CHECKPOINT_RETENTION, resolve_retention
+from ._run import FunctionalWorkflowRunResult, WorkflowRun, handle
 from ._store_authority import make_authority
-from ._telemetry import note_refusal
+from ._telemetry import continuation_abandoned, note_refusal
 
 if TYPE_CHECKING:
-    from ._agent import FunctionalWorkflowAgent
-    from ._definition import FunctionalWorkflowDefinition
+    from ._agent import FunctionalWorkflowAgent  # the one way back to the agent layer (as_agent)
     from ._store import ContinuationStore
 
 
 @functional_workflows_experimental
-class FunctionalWorkflow(ContinuationAbandonment):
+class FunctionalWorkflow:
     """A functional workflow instance whose pauses can only be resumed with their continuation token.
 
-    Build it with :meth:`FunctionalWorkflowDefinition.build`. It wraps one core ``FunctionalWorkflow``
-    and adds continuation authority (README "The rules"): a paused run returns a single-use
-    ``continuation_token`` that a response-only resume must present; one pending continuation and
-    one run at a time. With a continuation store any process sharing it and the checkpoint storage
-    can resume the pause, exactly once (README "Durable continuations").
-
-    Args:
-        definition: The definition this instance runs.
-
-    Keyword Args:
-        checkpoint_storage: Default checkpoint storage for runs of this instance.
-        continuation_store: Shares pauses across processes (see ``build``).
-        continuation_ttl: How long a pause stays resumable (see ``build``).
-
-    Usage: README "Quickstart" and "The API in brief".
+    Build it with :meth:`FunctionalWorkflowDefinition.build` (its arguments are this class's). A paused
+    run returns a single-use ``continuation_token`` that a response-only resume must present; one
+    pending continuation and one run at a time (README "The rules"). With a continuation store any
+    process sharing it and the checkpoint storage can resume the pause, exactly once.
     """
 
     # __dict__: functools.update_wrapper gives the instance the function's name and docstring, as core's.
@@ -136,11 +124,9 @@ class FunctionalWorkflow(ContinuationAbandonment):
     # ------------------------------------------------------------------ token checks (read-only)
 
     def verify_continuation_token(self, token: object) -> VerifiedContinuation:
-        """Check that ``token`` authorises a resume of the continuation this instance holds in memory.
+        """Check, read-only, that ``token`` authorises a resume of the pause this instance holds in memory.
 
-        Read-only: nothing is claimed or spent (authority before correlation, AGENTS.md invariant 2).
-        With a continuation store only the in-memory copy is checked; use
-        :meth:`verify_continuation_token_async` for pauses held elsewhere.
+        With a continuation store use :meth:`verify_continuation_token_async` for pauses held elsewhere.
 
         Args:
             token: Whatever the caller presented as a continuation token.
@@ -151,18 +137,14 @@ class FunctionalWorkflow(ContinuationAbandonment):
         Raises:
             ContinuationAuthorityError: Nothing unreserved is pending here, or a wrong token (one message).
         """
-        try:
+        with self._refusal_counted(token):
             return self._authority.verify(token)
-        except ContinuationAuthorityError as exc:
-            note_refusal(self.name, exc, self._authority, token)
-            raise
 
     async def verify_continuation_token_async(self, token: object) -> VerifiedContinuation:
         """Check ``token`` like :meth:`verify_continuation_token`, also for pauses held by other processes.
 
-        Read-only, here and in the store: the record must belong to this workflow (name, signature
-        hash, conversation) and be ``issued`` and unexpired; the pause's requests are loaded from its
-        checkpoint. The store's claim in :meth:`run` still decides which resume runs.
+        Read-only: the store's record must belong to this workflow (name, signature hash, conversation)
+        and be ``issued`` and unexpired. The store's claim in :meth:`run` still decides which resume runs.
 
         Args:
             token: Whatever the caller presented as a continuation token.
@@ -174,11 +156,8 @@ class FunctionalWorkflow(ContinuationAbandonment):
             ContinuationAuthorityError: The token does not authorise a resume (one fixed message).
             Exception: Whatever the store or the checkpoint storage raises when it cannot be read.
         """
-        try:
+        with self._refusal_counted(token):
             return await self._authority.verify_async(token)
-        except ContinuationAuthorityError as exc:
-            note_refusal(self.name, exc, self._authority, token)
-            raise
 
     # ------------------------------------------------------------------ run
 
@@ -224,15 +203,12 @@ class FunctionalWorkflow(ContinuationAbandonment):
     ) -> ResponseStream[WorkflowEvent[Any], FunctionalWorkflowRunResult] | Awaitable[FunctionalWorkflowRunResult]:
         """Start, resume, or restore a run, as core's ``run`` does, with continuation authority.
 
-        At least one of ``message``, ``responses`` or ``checkpoint_id`` (``responses`` may come with
-        ``checkpoint_id``: a restore that answers the checkpoint's requests).
         Every check happens here, synchronously, in the order of README "The rules", so a rejected
-        call raises at the call site (also with ``stream=True``) and changes nothing. With a
-        continuation store, a token this process does not hold is checked inside the run (first
-        ``await`` or iteration), still before any user code and in the same order.
+        call raises at the call site (also with ``stream=True``) and changes nothing. A token only a
+        continuation store holds is checked inside the run, still before any user code, in that order.
 
         Args:
-            message: Input for a fresh run (the workflow function's message parameter).
+            message: Input for a fresh run. At least one of ``message``, ``responses`` or ``checkpoint_id``.
 
         Keyword Args:
             stream: True for a ``ResponseStream`` of ``WorkflowEvent``; False for an awaitable result.
@@ -240,7 +216,7 @@ class FunctionalWorkflow(ContinuationAbandonment):
                 which needs ``continuation_token``. Pass all answers so far on multi-round pauses.
             continuation_token: The paused run's token, or this instance's :class:`VerifiedContinuation`
                 for it (the run then reuses that check).
-            checkpoint_id: Restore this checkpoint (optionally with ``responses``); needs no token.
+            checkpoint_id: Restore this checkpoint (with ``responses``: answering its requests); no token.
             checkpoint_storage: Checkpoint storage for this run, overriding the instance default.
             include_status_events: Non-streaming only: keep status events in the result list.
             **kwargs: Forwarded unchanged to core's ``run`` (available to steps as run kwargs).
@@ -259,7 +235,7 @@ class FunctionalWorkflow(ContinuationAbandonment):
             PendingContinuationError: New input or a checkpoint restore while a continuation is pending.
             WorkflowRunningError: The instance is already running.
         """
-        try:
+        with self._refusal_counted(continuation_token):
             ticket = accept_run(
                 self._authority,
                 message,
@@ -270,9 +246,6 @@ class FunctionalWorkflow(ContinuationAbandonment):
                 default_storage=self._checkpoint_storage,
                 running=self._active is not None,
             )
-        except Exception as exc:
-            note_refusal(self.name, exc, self._authority, continuation_token)
-            raise
         run = self._new_run(ticket)
         # Everything that can fail happens before this instance's state changes (invariant 1).
         core_kwargs: dict[str, Any] = {
@@ -287,6 +260,76 @@ class FunctionalWorkflow(ContinuationAbandonment):
         self._authority.reserve(ticket)
         self._active = run
         return result
+
+    # ------------------------------------------------------------------ abandonment
+
+    def abandon_continuation(
+        self,
+        token: Mapping[str, Any] | None = None,
+        *,
+        force: bool = False,
+    ) -> None:
+        """Discard the pending continuation, its replay state and checkpoint, so fresh runs are allowed again.
+
+        Args:
+            token: The current continuation token. Required unless ``force`` is True.
+
+        Keyword Args:
+            force: Clear without a token; owner-only recovery, never for untrusted callers.
+
+        Raises:
+            ContinuationAuthorityError: Without ``force``, a missing or wrong token, or nothing pending.
+            WorkflowRunningError: A run is in progress (including an accepted resume).
+            ContinuationStoreAsyncError: The instance has a continuation store (use the async method).
+        """
+        self._authority.require_sync()
+        request_ids = self._checked_abandon(token, force)
+        self._authority.abandon(token, force=force)
+        continuation_abandoned(self.name, token, forced=force, request_ids=request_ids or (), counted=bool(request_ids))
+
+    async def abandon_continuation_async(
+        self,
+        token: Mapping[str, Any] | None = None,
+        *,
+        force: bool = False,
+    ) -> None:
+        """Abandon a pending continuation, here and in the continuation store (from any process sharing it).
+
+        Atomic in the store: a concurrent resume and this call cannot both succeed.
+
+        Args:
+            token: The continuation token. Required unless ``force`` is True.
+
+        Keyword Args:
+            force: Owner-only recovery without authority (a lost or expired token); problems are ignored.
+
+        Raises:
+            ContinuationAuthorityError: Without ``force``: the token does not authorise the abandonment.
+            WorkflowRunningError: A run of this instance holds the continuation being abandoned.
+        """
+        local = self._checked_abandon(token, force)
+        guard = None
+        if local is not None:  # held here: hold the run guard across the store call, so no run starts
+            guard = self._active = self._new_run(NEW_INPUT)
+        try:
+            with self._refusal_counted(token):
+                await self._authority.abandon_async(token, force=force)
+        finally:
+            if guard is not None and self._active is guard:
+                self._active = None
+        # Counted as pending here when it was held here, or (a pause held elsewhere) issued elsewhere.
+        counted = bool(local) or (local is None and not force)
+        continuation_abandoned(self.name, token, forced=force, request_ids=local or (), counted=counted)
+
+    def _checked_abandon(self, token: object, force: bool) -> frozenset[str] | None:
+        """The checks both abandon methods share; the pending request ids held here (None: held elsewhere)."""
+        with self._refusal_counted(token):
+            local = self._authority.check_abandon(token, force=force)
+            if local and self._active is not None:
+                raise WorkflowRunningError(
+                    "Cannot abandon while a run is in progress. Wait for it to finish or close its stream, then retry."
+                )
+        return frozenset(self._authority.pending_requests()) if local else None
 
     # ------------------------------------------------------------------ agent
 
@@ -310,6 +353,15 @@ class FunctionalWorkflow(ContinuationAbandonment):
 
     # ------------------------------------------------------------------ internals
 
+    @contextlib.contextmanager
+    def _refusal_counted(self, token: object) -> Generator[None, None, None]:
+        """Count a refused call by its reason (telemetry only), then let its error go on."""
+        try:
+            yield
+        except Exception as exc:
+            note_refusal(self.name, exc, self._authority, token)
+            raise
+
     def _new_core(self) -> _CoreFunctionalWorkflow:
         d = self._definition  # core's own build(), on the subclass that keeps long runs linear
         return build_core(d.func, name=d.name, description=d.description, checkpoint_storage=self._checkpoint_storage)
@@ -323,31 +375,15 @@ class FunctionalWorkflow(ContinuationAbandonment):
         return self.name, self._core.graph_signature_hash
 
     def _new_run(self, ticket: ResumeTicket) -> WorkflowRun:
-        name = self._definition.name
-        return WorkflowRun(
-            ticket,
-            self._authority,
-            self._core,
-            name,
-            holds_guard=self._holds_guard,
-            on_end=self._end_run,
-            free=self._free_run,
-        )
+        args = (ticket, self._authority, self._core, self._definition.name)
+        return WorkflowRun(*args, holds_guard=self._holds_guard, free_guard=self._free_guard)
 
     def _holds_guard(self, run: WorkflowRun) -> bool:
         return self._active is run
 
-    def _free_run(self, run: WorkflowRun) -> None:
-        """Free the instance from a run dropped unfinished (stream cleanup hook, weak finalizer, lease)."""
-        self._settle(run, dropped=True)  # the dropped core stream is closed later by the loop
-
-    def _end_run(self, run: WorkflowRun) -> None:
-        """Settle the instance after a run's driving finished, failed, or was closed."""
-        self._settle(run, dropped=False)
-
-    def _settle(self, run: WorkflowRun, *, dropped: bool) -> None:
-        """Only the run that holds the guard settles (AGENTS.md invariant 8); replay state goes when it must."""
-        if self._active is run:  # else already settled: a newer run may own the instance
+    def _free_guard(self, run: WorkflowRun, dropped: bool) -> None:
+        """Free the guard after a run ended or was dropped (only the run holding it: AGENTS.md invariant 8)."""
+        if self._active is run:  # else already freed: a newer run may own the instance
             self._active = None
             if run.end(dropped=dropped):
                 self._core = self._new_core()
@@ -377,11 +413,8 @@ class FunctionalWorkflow(ContinuationAbandonment):
 
     def verify_token_now(self, token: object) -> VerifiedContinuation | None:
         """The synchronous token check (None: only the store can decide); a refusal is counted."""
-        try:
+        with self._refusal_counted(token):
             return self._authority.verify_now(token)
-        except ContinuationAuthorityError as exc:
-            note_refusal(self.name, exc, self._authority, token)
-            raise
 
     def token_known_stale(self, token: object) -> bool | None:
         """Whether ``token`` is known to resume nothing, without I/O (None: only the store can tell)."""
@@ -398,3 +431,132 @@ class FunctionalWorkflow(ContinuationAbandonment):
     async def check_pause_conflict(self, verdict: VerifiedContinuation) -> None:
         """Refuse a resume of a pause held elsewhere while one waits here (``PendingContinuationError``)."""
         await self._authority.check_conflict(verdict)
+
+
+WorkflowFunc = Callable[..., Awaitable[Any]]
+
+
+@functional_workflows_experimental
+class FunctionalWorkflowDefinition:
+    """Stateless workflow definition made by :func:`workflow`; :meth:`build` one instance per caller.
+
+    Args:
+        func: The async workflow function; its non-``RunContext`` parameter receives ``run()``'s ``message``.
+
+    Keyword Args:
+        name: Workflow name; defaults to ``func.__name__``.
+        description: Optional human-readable description.
+        checkpoint_retention: How long a finished run's checkpoints are kept (seconds or ``timedelta``,
+            default 24 hours; 0 deletes them at the finish; None keeps every checkpoint for good).
+
+    Raises:
+        ValueError: More than one non-``RunContext`` parameter (core's rule); a negative
+            ``checkpoint_retention`` or one over ten years.
+        TypeError: ``func`` is not an async function; ``checkpoint_retention`` is not a duration.
+    """
+
+    def __init__(
+        self,
+        func: WorkflowFunc,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        checkpoint_retention: float | timedelta | None = DEFAULT_CHECKPOINT_RETENTION,
+    ) -> None:
+        if not inspect.iscoroutinefunction(func):
+            shown = getattr(func, "__name__", type(func).__name__)
+            raise TypeError(f"@workflow needs an async function (async def ...), got {shown!r}.")
+        self._core_definition = _CoreFunctionalWorkflowDefinition(func, name=name, description=description)
+        self.func: WorkflowFunc = func
+        self.name: str = self._core_definition.name
+        self.description: str | None = description
+        self.checkpoint_retention: float | None = resolve_retention(checkpoint_retention)
+        functools.update_wrapper(self, func)  # pyright: ignore[reportArgumentType]
+
+    def build(
+        self,
+        *,
+        checkpoint_storage: CheckpointStorage | None = None,
+        continuation_store: ContinuationStore | None = None,
+        continuation_ttl: float | timedelta | None = None,
+    ) -> FunctionalWorkflow:
+        """Build a workflow instance (no pending continuation) for one caller or session.
+
+        Keyword Args:
+            checkpoint_storage: Default core ``CheckpointStorage``; a run may override it (not with a store).
+            continuation_store: Makes tokens durable and usable from any process sharing it and
+                ``checkpoint_storage`` (required with it).
+            continuation_ttl: How long a pause stays resumable (default 24 hours); its token, instance and
+                checkpoint expire together. With a store, the store's ``ttl`` (omit this or pass the same).
+
+        Raises:
+            ValueError: A store without ``checkpoint_storage``; a bad ``continuation_ttl`` or one that
+                differs from the store's.
+            TypeError: A store or ``checkpoint_storage`` that does not implement its protocol.
+        """
+        return FunctionalWorkflow(
+            self,
+            checkpoint_storage=checkpoint_storage,
+            continuation_store=continuation_store,
+            continuation_ttl=continuation_ttl,
+        )
+
+
+@overload
+def workflow(func: WorkflowFunc, /) -> FunctionalWorkflowDefinition: ...
+
+
+@overload
+def workflow(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    checkpoint_retention: float | timedelta | None = DEFAULT_CHECKPOINT_RETENTION,
+) -> Callable[[WorkflowFunc], FunctionalWorkflowDefinition]: ...
+
+
+@functional_workflows_experimental
+def workflow(
+    func: WorkflowFunc | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    checkpoint_retention: float | timedelta | None = DEFAULT_CHECKPOINT_RETENTION,
+) -> FunctionalWorkflowDefinition | Callable[[WorkflowFunc], FunctionalWorkflowDefinition]:
+    """Turn an async function (core's functional workflow) into a :class:`FunctionalWorkflowDefinition`.
+
+    Replay hazard: on resume the function runs again from the top; a ``@step``'s body does not (its
+    cached result is returned), code outside steps does. Keep side effects in steps.
+
+    Args:
+        func: The async function (bare ``@workflow``).
+
+    Keyword Args:
+        name: Workflow name; defaults to the function's name.
+        description: Optional description (shown by the agent).
+        checkpoint_retention: How long a finished run's checkpoints are kept (default 24 hours; 0: deleted
+            at the finish; None: kept for good; README "Checkpoints are kept, then deleted").
+
+    Returns:
+        A definition (bare ``@workflow``) or a decorator that makes one.
+
+    Raises:
+        ValueError: More than one non-``RunContext`` parameter; a bad ``checkpoint_retention``.
+        TypeError: ``func`` is not an async function; ``checkpoint_retention`` is not a duration.
+
+    Examples:
+        .. code-block:: python
+
+            @workflow(name="review")
+            async def review(topic: str, ctx: RunContext) -> str:
+                return await ctx.request_info({"topic": topic}, response_type=str)
+    """
+    options: dict[str, Any] = {"name": name, "description": description, "checkpoint_retention": checkpoint_retention}
+    if func is not None:
+        return FunctionalWorkflowDefinition(func, **options)
+
+    def decorator(fn: WorkflowFunc) -> FunctionalWorkflowDefinition:
+        return FunctionalWorkflowDefinition(fn, **options)
+
+    return decorator

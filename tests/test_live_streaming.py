@@ -891,7 +891,7 @@ async def test_non_streaming_and_streaming_runs_give_the_same_events() -> None:
 
 async def test_with_status_events_both_run_modes_give_the_same_order() -> None:
     # A non-streaming run merges its live updates into core's result after core's first status
-    # (_run_result.merge_live); a streaming run yields them live. Status events included, they must agree.
+    # (_live.collect_live); a streaming run yields them live. Status events included, they must agree.
     def shape(events: Sequence[WorkflowEvent[Any]]) -> list[tuple[str, Any]]:
         return [
             (e.type, e.data if e.type == "intermediate" else (e.state if e.type == "status" else e.executor_id))

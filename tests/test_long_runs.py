@@ -22,7 +22,8 @@ from agent_framework._workflows import _functional as core_functional
 
 from agent_framework_functional import _core_compat
 from agent_framework_functional import workflow as our_workflow
-from agent_framework_functional._core_compat import LinearFunctionalWorkflow, LinearRunContext, step_cache_offer
+from agent_framework_functional._core_compat import LinearFunctionalWorkflow, LinearRunContext
+from agent_framework_functional._step_cache import STEP_CACHE, StepCacheOffer
 
 SEEN_CONTEXTS: list[type[Any]] = []
 
@@ -64,7 +65,7 @@ def test_core_names_the_linear_step_cache_relies_on_exist() -> None:
         assert isinstance(getattr(ctx, name), (dict, set)), name
     assert ctx._on_step_completed is None  # pyright: ignore[reportPrivateUsage]  # core's per-step hook, unset by default
     assert callable(core_functional._decode_versioned_step_cache_key)  # pyright: ignore[reportPrivateUsage]
-    assert _core_compat.STEP_CACHE == "_step_cache"
+    assert STEP_CACHE == "_step_cache"
 
 
 async def test_ours_runs_on_the_linear_context_and_core_keeps_its_own_in_the_same_process() -> None:
@@ -127,19 +128,18 @@ async def test_key_decodes_grow_linearly_in_ours_and_quadratically_in_core(monke
 
 
 class OfferWatchingStorage(InMemoryCheckpointStorage):
-    """Core's in-memory storage that notes, inside each ``save()``, whether the save came with our step-cache offer."""
+    """Core's in-memory storage that takes step-cache offers and notes whether each save came with one that fits."""
 
     def __init__(self) -> None:
         super().__init__()
         self.step_saves = self.pause_saves = 0
         self.bypassed = 0
 
-    async def save(self, checkpoint: WorkflowCheckpoint) -> str:
+    async def save_with_offer(self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None) -> str:
         if checkpoint.pending_request_info_events:
             self.pause_saves += 1
         else:
             self.step_saves += 1
-        offer = step_cache_offer()
         if offer is None or not offer.take(checkpoint.state):
             self.bypassed += 1
         return await super().save(checkpoint)

@@ -2,7 +2,7 @@
 
 Core saves a checkpoint after every ``@step`` call, and each one holds the whole step cache, so a
 run of N steps would store N(N+1)/2 entries. For runs this package drives, core's save comes with a
-:class:`~._core_compat.StepCacheOffer` (the run's cache in insertion order); a storage that holds a
+:class:`~._step_cache.StepCacheOffer` (the run's cache in insertion order); a storage that holds a
 :class:`StepCacheDeduper` stores a checkpoint as:
 
 * **chunks**, appended to a **segment** (one per run and storage): the entries added since the
@@ -41,10 +41,9 @@ from weakref import WeakKeyDictionary
 
 from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 
-from .._core_compat import ORIGINAL_MESSAGE, STEP_CACHE, STEP_COUNTS, StepCacheLog, StepCacheOffer, step_cache_offer
+from .._step_cache import ORIGINAL_MESSAGE, STEP_CACHE, STEP_COUNTS, StepCacheLog, StepCacheOffer
 from .checkpoint_heads import head_fields, read_heads
-from .checkpoint_pickles import PICKLED, decode_value, encode_value
-from .checkpoint_storage import unsavable
+from .checkpoint_pickles import PICKLED, decode_value, encode_value, unsavable
 
 _HEAD = ("checkpoint_id", "previous_checkpoint_id", "timestamp")
 _PICKLE_KEY = json.dumps(PICKLED)  # how a pickle envelope's key appears in a chunk's JSON text
@@ -100,6 +99,7 @@ class DeltaSave:
     chunk_index: int
     refs: list[list[Any]]
     sizes: tuple[int, int]
+    offer: StepCacheOffer
     log: StepCacheLog
     state: _Segment
     after: tuple[int, int, int, str, Any, str, str | None, datetime | None]  # the _PROGRESS fields, in order
@@ -136,13 +136,16 @@ class StepCacheDeduper:
         self._segments: WeakKeyDictionary[StepCacheLog, _Segment] = WeakKeyDictionary()
         self._known: OrderedDict[str, tuple[list[list[Any]], tuple[int, int]]] = OrderedDict()
 
-    def prepare(self, checkpoint: WorkflowCheckpoint, *, fresh: bool = False) -> DeltaSave | None:
-        """Plan the save of ``checkpoint``; None when it must be stored whole (no offer came with it).
+    def prepare(
+        self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None, *, fresh: bool = False
+    ) -> DeltaSave | None:
+        """Plan the save of ``checkpoint``; None when it must be stored whole (no offer, or not its offer).
 
-        Call before the first ``await`` of the storage's ``save``: the offer is read from this task.
+        Call before the first ``await`` of the storage's ``save_with_offer``: later steps may change core's dicts.
 
         Args:
             checkpoint: The checkpoint core hands to ``save``.
+            offer: The offer that came with it (``save_with_offer``).
 
         Keyword Args:
             fresh: Start a new segment holding every entry (after the backend refused a plan).
@@ -154,7 +157,6 @@ class StepCacheDeduper:
             WorkflowCheckpointException: A part cannot be encoded, or would not decode under the
                 storage's allowed types.
         """
-        offer = step_cache_offer()
         if offer is None or not offer.take(checkpoint.state):
             return None
         try:
@@ -204,6 +206,7 @@ class StepCacheDeduper:
             chunk_index=seg.chunks,
             refs=refs,
             sizes=sizes,
+            offer=offer,
             log=log,
             state=seg,
             after=(chunks, offer.cache_len, offer.counts_len, last, message, rest_json, head[0], time),
@@ -274,9 +277,7 @@ class StepCacheDeduper:
         while len(self._known) > _KNOWN_HEADS:
             self._known.popitem(last=False)
 
-    def assemble(
-        self, checkpoint_id: str, body: str, references: str, chunks: list[list[str]], *, remember: bool = True
-    ) -> WorkflowCheckpoint:
+    def assemble(self, checkpoint_id: str, body: str, references: str, chunks: list[list[str]]) -> WorkflowCheckpoint:
         """Rebuild a checkpoint from its head and the chunks of its references (in reference order).
 
         Args:
@@ -284,10 +285,6 @@ class StepCacheDeduper:
             body: The stored head.
             references: The stored references.
             chunks: For each reference, its first ``count`` chunks, in order.
-
-        Keyword Args:
-            remember: Let a restore from this checkpoint continue its segments (False: a layout the
-                storage no longer writes, so a restore starts a segment of its own).
 
         Returns:
             The checkpoint core saved.
@@ -303,8 +300,7 @@ class StepCacheDeduper:
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise _incomplete(checkpoint_id) from exc
         checkpoint = WorkflowCheckpoint.from_dict(decode_value(encoded, self._allowed_types))
-        if remember:
-            self._remember(checkpoint_id, refs, sizes)
+        self._remember(checkpoint_id, refs, sizes)
         return checkpoint
 
     def assemble_inline(

@@ -241,3 +241,11 @@ def decode_value(encoded: Any, allowed_types: frozenset[str]) -> Any:
     """Core's checkpoint decoding under its allow-list (``decode_checkpoint_value``), after :func:`check_pickles`."""
     check_pickles(encoded, allowed_types)
     return core_decode_checkpoint_value(encoded, allowed_types)
+
+
+def unsavable(checkpoint_id: str) -> WorkflowCheckpointException:
+    """The refusal of a save whose checkpoint cannot be encoded, or would not decode under the allowed types."""
+    return WorkflowCheckpointException(
+        f"Checkpoint {checkpoint_id} cannot be encoded or restored under this storage's allowed "
+        "types; refusing to save. Add its types to allowed_checkpoint_types."
+    )

@@ -224,6 +224,29 @@ def is_sealed(body: bytes) -> bool:
     return body.startswith(_VERSION + b":")
 
 
+def head_context(checkpoint_id: str, references: bytes) -> bytes:
+    """The sealing context of a head: its checkpoint id and its references, byte for byte."""
+    return b"afs-head\x00" + checkpoint_id.encode("utf-8") + b"\x00" + references
+
+
+def chunk_context(segment: str, index: int) -> bytes:
+    """The sealing context of a step-cache chunk: its segment id and its index in that segment.
+
+    So chunks cannot be swapped, reordered or moved between segments.
+    """
+    return b"afs-chunk\x00" + segment.encode("utf-8") + b"\x00" + str(index).encode("ascii")
+
+
+def open_chunk(segment: str, index: int, raw: bytes, sealer: CheckpointSealer | None) -> str:
+    """One stored chunk as text: opened first with a sealer (bound to its segment and index), then decoded."""
+    if sealer is not None:
+        raw = sealer.open(raw, context=chunk_context(segment, index))  # before any parsing
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise WorkflowCheckpointException(f"A chunk of segment {segment} is not UTF-8; not loaded.") from exc
+
+
 def _tag(mac_key: bytes, alg: bytes, key_id: bytes, context: bytes, payload: bytes) -> bytes:
     mac = hmac.new(mac_key, digestmod=hashlib.sha256)
     for part in (_VERSION, alg, key_id, context):

@@ -15,25 +15,17 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 
 from .._store import AsyncClosing
-from .checkpoint_pickles import decode_value, encode_value
-from .checkpoint_seal import CheckpointSealer, is_sealed, warn_unsealed
-from .redis_delta import chunk_context, head_context, parse_references
+from .checkpoint_delta import DeltaSave, StepCacheDeduper
+from .checkpoint_pickles import decode_value, encode_value, unsavable
+from .checkpoint_seal import CheckpointSealer, chunk_context, head_context, is_sealed, warn_unsealed
 
 if TYPE_CHECKING:
-    from .checkpoint_delta import DeltaSave, StepCacheDeduper
-
-
-def unsavable(checkpoint_id: str) -> WorkflowCheckpointException:
-    """The refusal of a save whose checkpoint cannot be encoded, or would not decode under the allowed types."""
-    return WorkflowCheckpointException(
-        f"Checkpoint {checkpoint_id} cannot be encoded or restored under this storage's allowed "
-        "types; refusing to save. Add its types to allowed_checkpoint_types."
-    )
+    from .._step_cache import StepCacheOffer
 
 
 def encode_body(checkpoint: WorkflowCheckpoint, allowed_types: frozenset[str]) -> bytes:
@@ -75,6 +67,8 @@ def decode_body(checkpoint_id: str, body: bytes, allowed_types: frozenset[str]) 
     try:
         decoded = decode_value(json.loads(body.decode("utf-8")), allowed_types)
         return WorkflowCheckpoint.from_dict(decoded)
+    except WorkflowCheckpointException:
+        raise  # core's own refusal (a type outside the allow-list), with its message
     except (RecursionError, MemoryError) as exc:
         raise WorkflowCheckpointException(f"Checkpoint {checkpoint_id} is nested too deeply to load.") from exc
     except Exception as exc:
@@ -112,6 +106,25 @@ class DurableCheckpointStorage(AsyncClosing):
     sealer: CheckpointSealer | None
     _allowed_types: frozenset[str]
     _deduper: StepCacheDeduper
+
+    async def save(self, checkpoint: WorkflowCheckpoint) -> str:
+        """Store a copy of ``checkpoint`` (replacing one with the same id) and return its id.
+
+        Args:
+            checkpoint: The checkpoint to save.
+
+        Returns:
+            ``checkpoint.checkpoint_id``.
+
+        Raises:
+            WorkflowCheckpointException: The checkpoint cannot be encoded, or would not decode under
+                this storage's allowed types (add the type to ``allowed_checkpoint_types``).
+        """
+        return await self.save_with_offer(checkpoint, None)
+
+    async def save_with_offer(self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None) -> str:
+        """:meth:`save`, each new step result stored once when ``offer`` (a run's recorder hands it) fits it."""
+        raise NotImplementedError
 
     async def list_checkpoints(self, *, workflow_name: str) -> list[WorkflowCheckpoint]:
         """Return the workflow's checkpoints that still exist and load, oldest save first.
@@ -172,6 +185,25 @@ class DurableCheckpointStorage(AsyncClosing):
                 )
         return checkpoints
 
+    def _whole(self, checkpoint_id: str, body: bytes) -> WorkflowCheckpoint:
+        """Open (with a sealer, before any decoding) and decode one whole body; every failure: core's exception."""
+        opened = self._unseal(checkpoint_id, body, checkpoint_id.encode("utf-8"))
+        return same_id(checkpoint_id, decode_body(checkpoint_id, opened, self._allowed_types))
+
+    def _assembled_inline(
+        self, checkpoint_id: str, refs: list[tuple[str, int]], texts: list[list[str]]
+    ) -> WorkflowCheckpoint:
+        """The checkpoint whose head is the last of its own segment's opened chunks; every failure: core's exception."""
+        try:
+            checkpoint = self._deduper.assemble_inline(checkpoint_id, refs, texts)
+        except WorkflowCheckpointException:
+            raise
+        except Exception as exc:  # RecursionError, core's decoder on a malformed value, ...
+            raise WorkflowCheckpointException(
+                self.unreadable.format(checkpoint_id=checkpoint_id, error=type(exc).__name__)
+            ) from exc
+        return same_id(checkpoint_id, checkpoint)
+
     def _unseal(self, checkpoint_id: str, body: bytes, context: bytes) -> bytes:
         """Open a sealed piece (a sealer configured), or refuse a sealed one (none configured)."""
         if self.sealer is not None:
@@ -192,7 +224,7 @@ class DurableCheckpointStorage(AsyncClosing):
                 self._deduper.saved(plan, checkpoint.checkpoint_id)
                 return
             self._deduper.forget(plan)
-            plan = self._deduper.prepare(checkpoint, fresh=True)
+            plan = self._deduper.prepare(checkpoint, plan.offer, fresh=True)
         raise WorkflowCheckpointException(
             f"Checkpoint {checkpoint.checkpoint_id} could not be stored: its step cache changed in {self.backend} "
             "meanwhile."
@@ -226,21 +258,14 @@ class DurableCheckpointStorage(AsyncClosing):
         head: bytes,
         references: bytes,
         chunks: list[list[str]] | None,
-        *,
-        remember: bool = True,
     ) -> WorkflowCheckpoint:
-        """The checkpoint a head and its opened chunks make (None: a chunk is gone); failures: core's exception.
-
-        ``remember``: as :meth:`StepCacheDeduper.assemble`'s (False for a layout no longer written).
-        """
+        """The checkpoint a head and its opened chunks make (None: a chunk is gone); failures: core's exception."""
         if chunks is None:
             raise WorkflowCheckpointException(
                 f"Checkpoint {checkpoint_id} lost part of its step cache in {self.backend} (expired or deleted)."
             )
         try:
-            checkpoint = self._deduper.assemble(
-                checkpoint_id, head.decode("utf-8"), references.decode("utf-8"), chunks, remember=remember
-            )
+            checkpoint = self._deduper.assemble(checkpoint_id, head.decode("utf-8"), references.decode("utf-8"), chunks)
         except WorkflowCheckpointException:
             raise
         except Exception as exc:  # UnicodeDecodeError, RecursionError, core's decoder on a malformed value, ...
@@ -257,3 +282,27 @@ def same_id(checkpoint_id: str, checkpoint: WorkflowCheckpoint) -> WorkflowCheck
             f"The body stored for checkpoint {checkpoint_id} is another checkpoint's; it was not loaded."
         )
     return checkpoint
+
+
+_MAX_REFERENCES = 4096
+
+
+def parse_references(checkpoint_id: str, references: bytes, backend: str) -> list[tuple[str, int]]:
+    """Read stored references ``[[segment id, chunk count], ...]``; anything else is ``WorkflowCheckpointException``."""
+    try:
+        refs = json.loads(references.decode("utf-8"))
+        if not isinstance(refs, list) or len(cast("list[Any]", refs)) > _MAX_REFERENCES:
+            raise ValueError("not a list of references")
+        parsed: list[tuple[str, int]] = []
+        for ref in cast("list[Any]", refs):
+            if not isinstance(ref, list) or len(cast("list[Any]", ref)) != 2:
+                raise ValueError("a reference is not [segment, count]")
+            segment, count = cast("list[Any]", ref)
+            if not isinstance(segment, str) or type(count) is not int or count < 0:
+                raise ValueError("a reference is not [segment, count]")
+            parsed.append((segment, count))
+    except Exception as exc:  # UnicodeDecodeError, JSONDecodeError, RecursionError, the shape
+        raise WorkflowCheckpointException(
+            f"Checkpoint {checkpoint_id} in {backend} has corrupted segment references; it was not loaded."
+        ) from exc
+    return parsed

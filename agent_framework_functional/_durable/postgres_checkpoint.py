@@ -47,6 +47,8 @@ if TYPE_CHECKING:
     from psycopg import AsyncConnection
     from psycopg_pool import AsyncConnectionPool
 
+    from .._step_cache import StepCacheOffer
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_CHECKPOINT_TTL = timedelta(days=7)
@@ -179,30 +181,18 @@ class PostgresCheckpointStorage(HeldStepSaves, DurableCheckpointStorage):
         """The PostgreSQL schema that holds the table."""
         return self._db.schema
 
-    async def save(self, checkpoint: WorkflowCheckpoint) -> str:
-        """Store a copy of ``checkpoint`` (replacing one with the same id) and return its id.
+    async def save_with_offer(self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None) -> str:
+        """:meth:`save` (its errors; also ``psycopg.OperationalError``), each step result stored once with ``offer``."""
+        return await self._save(checkpoint, offer, buffered=False)
 
-        Args:
-            checkpoint: The checkpoint to save.
+    async def save_buffered(self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None) -> str:
+        """:meth:`save_with_offer`, a step's checkpoint held until its run's next save or end (``StepSaveBuffer``)."""
+        return await self._save(checkpoint, offer, buffered=True)
 
-        Returns:
-            ``checkpoint.checkpoint_id``.
-
-        Raises:
-            WorkflowCheckpointException: The checkpoint cannot be encoded, or would not decode under
-                this storage's allowed types (add the type to ``allowed_checkpoint_types``).
-            psycopg.OperationalError: PostgreSQL is unreachable.
-        """
-        return await self._save(checkpoint, buffered=False)
-
-    async def save_buffered(self, checkpoint: WorkflowCheckpoint) -> str:
-        """:meth:`save`, but a step checkpoint is held until its run's next save or end (``_store.StepSaveBuffer``)."""
-        return await self._save(checkpoint, buffered=True)
-
-    async def _save(self, checkpoint: WorkflowCheckpoint, *, buffered: bool) -> str:
+    async def _save(self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None, *, buffered: bool) -> str:
         check_storable(checkpoint)
-        with self._superseding(checkpoint):  # before any await: reads this save's offer
-            plan = self._deduper.prepare(checkpoint)
+        with self._superseding(checkpoint, offer):  # before any await: core's dicts may change later
+            plan = self._deduper.prepare(checkpoint, offer)
             if plan is not None and buffered and self._hold(checkpoint, plan):
                 return checkpoint.checkpoint_id
             if plan is not None:

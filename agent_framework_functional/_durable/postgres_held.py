@@ -29,14 +29,13 @@ from typing import TYPE_CHECKING, Any, cast
 
 from agent_framework import WorkflowCheckpoint
 
-from .._step_cache import step_cache_offer
 from .postgres_rows import delta_params
 from .postgres_rows_sql import save_many
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
 
-    from .._core_compat import StepCacheLog
+    from .._step_cache import StepCacheLog, StepCacheOffer
     from .checkpoint_delta import DeltaSave, StepCacheDeduper
     from .checkpoint_seal import CheckpointSealer
     from .postgres_schema import PostgresPool
@@ -227,15 +226,14 @@ class HeldStepSaves:
         raise NotImplementedError
 
     @contextlib.contextmanager
-    def _superseding(self, checkpoint: WorkflowCheckpoint) -> Generator[None, None, None]:
+    def _superseding(self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None) -> Generator[None, None, None]:
         """A pause: forget its run's held step checkpoints unwritten (its row holds their step results).
 
-        Enter before the save's first ``await`` (it reads the save's offer) and save the pause inside. The
+        Enter before the save's first ``await`` (core's dicts may change later) and save the pause inside. The
         run deletes them once the pause is saved; that delete then sends nothing. A pause that fails before
         its statement is sent (refused, cancelled) ends its run: they are written after all, its restore point.
         Once sent, a failure may hide a pause that landed, which they must not follow: they are lost then.
         """
-        offer = step_cache_offer()
         pause = offer is not None and bool(checkpoint.pending_request_info_events) and offer.take(checkpoint.state)
         log = offer.log if offer is not None and pause else None
         discarded = None if log is None else self._held.discard(log)

@@ -12,7 +12,6 @@ body with what ``FileCheckpointStorage`` writes, so such an upgrade fails loudly
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import time
 from datetime import timedelta
@@ -23,11 +22,9 @@ from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 from .._expiry import forget_retained
 from .._store import duration_seconds
 from .checkpoint_delta import DeltaSave, StepCacheDeduper
-from .checkpoint_pickles import decode_value, encode_value
 from .checkpoint_seal import CheckpointSealer
-from .checkpoint_storage import DurableCheckpointStorage, check_allowed_types, check_sealer, same_id, unsavable
+from .checkpoint_storage import DurableCheckpointStorage, check_allowed_types, check_sealer, encode_body
 from .redis_client import DEFAULT_MAX_CONNECTIONS, DEFAULT_POOL_TIMEOUT_SECONDS, pooled_client, sorted_members
-from .redis_delta import read_chunks
 from .redis_segments import (
     DELETE_SCRIPT,
     LIST_SCRIPT,
@@ -44,6 +41,8 @@ from .redis_segments import (
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
+    from .._step_cache import StepCacheOffer
+
 logger = logging.getLogger(__name__)
 
 # KEYS[1] = workflow index, KEYS[2] = checkpoint key, ARGV[1] = checkpoint id.
@@ -54,14 +53,6 @@ return 0
 
 DEFAULT_CHECKPOINT_TTL = timedelta(days=7)
 """How long a :class:`RedisCheckpointStorage` keeps a checkpoint after saving it, by default."""
-
-
-def _encode(checkpoint: WorkflowCheckpoint) -> Any:
-    return encode_value(checkpoint.to_dict())
-
-
-def _decode(encoded: Any, allowed_types: frozenset[str]) -> WorkflowCheckpoint:
-    return WorkflowCheckpoint.from_dict(decode_value(encoded, allowed_types))
 
 
 class RedisCheckpointStorage(DurableCheckpointStorage):
@@ -80,12 +71,11 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
     ``body``), indexed in ``<namespace>:workflow:<name>`` (a sorted set by save time). Checkpoints of
     runs this package drives store each step result once and keep no key of their own: each is one
     chunk (the entries its step added, and its head) in a ``<namespace>:segment:<id>`` list shared by
-    the run's checkpoints, and a location in a small shared hash (``_durable/redis_segments.py``);
-    checkpoints stored so by earlier versions (a hash per head) still load. ``load`` returns the same
-    checkpoint either way. Every key expires ``ttl`` after the last save that wrote it, and each save
-    drops index entries and locations older than ``ttl``, so storage stays bounded. Keep ``ttl`` at
-    least as long as the continuation store's ``ttl + retention``, so a pause's checkpoint outlives
-    its token and its recovery window.
+    the run's checkpoints, and a location in a small shared hash (``_durable/redis_segments.py``).
+    ``load`` returns the same checkpoint either way. Every key expires ``ttl`` after the last save that
+    wrote it, and each save drops index entries and locations older than ``ttl``, so storage stays
+    bounded. Keep ``ttl`` at least as long as the continuation store's ``ttl + retention``, so a
+    pause's checkpoint outlives its token and its recovery window.
 
     Security: core decodes checkpoints with ``pickle`` (restricted by the allow-list, which is a
     mitigation, not a boundary), so without a ``sealer`` whoever can write these keys can run code
@@ -180,33 +170,15 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
     def _index_key(self, workflow_name: str) -> str:
         return f"{self.namespace}:workflow:{workflow_name}"
 
-    async def save(self, checkpoint: WorkflowCheckpoint) -> str:
-        """Store a copy of ``checkpoint`` (replacing one with the same id) and return its id.
-
-        Args:
-            checkpoint: The checkpoint to save.
-
-        Returns:
-            ``checkpoint.checkpoint_id``.
-
-        Raises:
-            WorkflowCheckpointException: The checkpoint cannot be encoded, or would not decode under
-                this storage's allowed types (add the type to ``allowed_checkpoint_types``).
-        """
-        plan = self._deduper.prepare(checkpoint)  # before any await: reads this save's offer
+    async def save_with_offer(self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None) -> str:
+        """:meth:`save` (its errors), each new step result stored once when ``offer`` fits ``checkpoint``."""
+        plan = self._deduper.prepare(checkpoint, offer)  # before any await: core's dicts may change later
         if plan is not None:
             await self._store_delta(checkpoint, plan)
             return checkpoint.checkpoint_id
-        try:
-            encoded = _encode(checkpoint)
-            _decode(encoded, self._allowed_types)  # refuse now what load() would refuse later
-            body: bytes | str = json.dumps(encoded, ensure_ascii=False)
-            if self.sealer is not None:
-                body = self.sealer.seal(body.encode("utf-8"), context=checkpoint.checkpoint_id.encode("utf-8"))
-        except WorkflowCheckpointException:
-            raise
-        except Exception as exc:
-            raise unsavable(checkpoint.checkpoint_id) from exc
+        body = encode_body(checkpoint, self._allowed_types)
+        if self.sealer is not None:
+            body = self.sealer.seal(body, context=checkpoint.checkpoint_id.encode("utf-8"))
         key = self._checkpoint_key(checkpoint.checkpoint_id)
         index = self._index_key(checkpoint.workflow_name)
         now_ms = time.time() * 1000
@@ -242,7 +214,7 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
             return self._inline(checkpoint_id, refs, chunks)
         if found[1] is None:
             raise WorkflowCheckpointException(f"No checkpoint found with ID {checkpoint_id}")
-        return await self._materialize(checkpoint_id, found[1], found[2])
+        return self._whole(checkpoint_id, _as_bytes(found[1]))
 
     async def list_checkpoints(self, *, workflow_name: str) -> list[WorkflowCheckpoint]:
         """Return the workflow's checkpoints that still exist and decode, oldest save first.
@@ -258,7 +230,7 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
             The decoded checkpoints.
         """
         bodies = await self._bodies(workflow_name)
-        loads = [(cid, functools.partial(self._materialize, cid, raw, segs)) for cid, raw, segs in bodies]
+        loads = [(cid, functools.partial(self._load_whole, cid, raw)) for cid, raw in bodies]
         return await self._listed(workflow_name, [*loads, *await self._segment_loads(workflow_name)])
 
     async def delete(self, checkpoint_id: str) -> bool:
@@ -296,23 +268,22 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
         if self._owns_client:
             await self._client.aclose()
 
-    async def _bodies(self, workflow_name: str) -> list[tuple[str, Any, Any]]:
-        """Return ``(id, body, segments)`` of the workflow's indexed checkpoints; drop entries whose key is gone."""
+    async def _bodies(self, workflow_name: str) -> list[tuple[str, Any]]:
+        """Return ``(id, body)`` of the workflow's indexed checkpoints; drop entries whose key is gone."""
         index = self._index_key(workflow_name)
         ids = await sorted_members(self._client, index, as_text=True)  # another member was never an id saved here
         if not ids:
             return []
         async with self._client.pipeline(transaction=False) as pipe:
             for checkpoint_id in ids:
-                pipe.hmget(self._checkpoint_key(checkpoint_id), ["body", "segments"])
+                pipe.hget(self._checkpoint_key(checkpoint_id), "body")
             bodies = cast("list[Any]", await pipe.execute(raise_on_error=False))
-        found: list[tuple[str, Any, Any]] = []
-        for checkpoint_id, entry in zip(ids, bodies, strict=True):
-            raw, segments = cast("list[Any]", entry) if isinstance(entry, list) else (None, None)  # other type: none
-            if raw is None:  # expired or deleted; unless saved again meanwhile, drop it from the index
+        found: list[tuple[str, Any]] = []
+        for checkpoint_id, raw in zip(ids, bodies, strict=True):
+            if raw is None or isinstance(raw, Exception):  # gone (or another type): unless saved again, unindex it
                 await self._drop_stale(keys=[index, self._checkpoint_key(checkpoint_id)], args=[checkpoint_id])
             else:
-                found.append((checkpoint_id, raw, segments))
+                found.append((checkpoint_id, raw))
         return found
 
     @property
@@ -352,15 +323,7 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
         self, checkpoint_id: str, refs: list[tuple[str, int]], chunks: list[list[Opened]]
     ) -> WorkflowCheckpoint:
         """The checkpoint whose head is the last of ``chunks`` (opened); every failure is core's exception."""
-        try:
-            checkpoint = self._deduper.assemble_inline(checkpoint_id, refs, prefix_of(chunks, refs[-1][1]))
-        except WorkflowCheckpointException:
-            raise
-        except Exception as exc:  # RecursionError, core's decoder on a malformed value, ...
-            raise WorkflowCheckpointException(
-                self.unreadable.format(checkpoint_id=checkpoint_id, error=type(exc).__name__)
-            ) from exc
-        return same_id(checkpoint_id, checkpoint)
+        return self._assembled_inline(checkpoint_id, refs, prefix_of(chunks, refs[-1][1]))
 
     async def _write_delta(
         self, checkpoint: WorkflowCheckpoint, plan: DeltaSave, head: bytes, chunk: bytes | None
@@ -370,27 +333,8 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
         args += [plan.chunk_index, plan.references]
         return bool(int(await self._save_delta(args=args)))
 
-    async def _materialize(self, checkpoint_id: str, raw: Any, segments: Any) -> WorkflowCheckpoint:
-        """Decode a stored checkpoint: whole, or its head over the chunks of its segments (each opened first)."""
-        if segments is None:
-            return self._parse(checkpoint_id, raw)
-        references = _as_bytes(segments)
-        head, refs = self._head(checkpoint_id, _as_bytes(raw), references)
-        chunks = await read_chunks(self._client, self._prefix, refs, self.sealer)
-        return self._assembled(checkpoint_id, head, references, chunks, remember=False)
-
-    def _parse(self, checkpoint_id: str, raw: Any) -> WorkflowCheckpoint:
-        """Open (with a sealer) then decode one body; every failure is ``WorkflowCheckpointException``."""
-        body = self._unseal(checkpoint_id, _as_bytes(raw), checkpoint_id.encode("utf-8"))
-        try:
-            checkpoint = _decode(json.loads(body.decode("utf-8")), self._allowed_types)
-        except WorkflowCheckpointException:
-            raise  # core's own refusal (a type outside the allow-list), with its message
-        except Exception as exc:  # UnicodeDecodeError, JSONDecodeError, RecursionError, the allow-list, ...
-            raise WorkflowCheckpointException(
-                self.unreadable.format(checkpoint_id=checkpoint_id, error=type(exc).__name__)
-            ) from exc
-        return same_id(checkpoint_id, checkpoint)
+    async def _load_whole(self, checkpoint_id: str, raw: Any) -> WorkflowCheckpoint:
+        return self._whole(checkpoint_id, _as_bytes(raw))
 
 
 def _as_bytes(raw: Any) -> bytes:

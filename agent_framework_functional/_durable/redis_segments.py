@@ -19,11 +19,10 @@ Keys, under the storage's namespace (``p`` = ``<namespace>:``):
 
 A save appends its chunk only when every referenced segment still holds its chunks (else it writes
 nothing and returns 0: the storage saves again with one segment holding everything), drops what the
-id held before (a location, or a hash of the earlier layout), counts its references, and maps the id
-to its chunk. Deleting a checkpoint removes its location (its chunk stays, for the checkpoints
-after it) and frees a segment nothing references any more. Checkpoints stored whole, and heads of
-the earlier layout (``_durable/redis_delta.py``), keep their ``checkpoint:<id>`` hash; the scripts
-read and delete both.
+id held before (a location, or a whole checkpoint), counts its references, and maps the id to its
+chunk. Deleting a checkpoint removes its location (its chunk stays, for the checkpoints after it)
+and frees a segment nothing references any more. A checkpoint stored whole keeps a
+``checkpoint:<id>`` hash; the scripts read and delete both.
 """
 
 from __future__ import annotations
@@ -36,8 +35,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from agent_framework import WorkflowCheckpointException
 
-from .checkpoint_seal import is_sealed
-from .redis_delta import STORED_SEGMENTS, open_chunk
+from .checkpoint_seal import is_sealed, open_chunk
 
 if TYPE_CHECKING:
     from .checkpoint_seal import CheckpointSealer
@@ -48,9 +46,7 @@ Opened = str | WorkflowCheckpointException
 """A chunk as read: its text, or why it was refused."""
 
 # ARGV[1] = key prefix, ARGV[2] = ttl in ms (0 = none).
-_COMMON = (
-    STORED_SEGMENTS
-    + """
+_COMMON = """
 local p = ARGV[1]
 local ttl = tonumber(ARGV[2])
 local function now_ms()
@@ -114,21 +110,12 @@ local function prune(key, now, keep)
 end
 local function drop_hash(id)
   local key = p .. 'checkpoint:' .. id
-  if redis.call('EXISTS', key) == 0 then return 0 end
-  local fields = redis.call('HMGET', key, 'workflow_name', 'segments')
-  if fields[2] then
-    for _, sid in ipairs(stored(fields[2])) do
-      if redis.call('DECR', p .. 'segrefs:' .. sid) <= 0 then
-        redis.call('DEL', p .. 'segrefs:' .. sid, p .. 'segment:' .. sid)
-      end
-    end
-  end
+  local name = redis.call('HGET', key, 'workflow_name')
   local deleted = redis.call('DEL', key)
-  if fields[1] then redis.call('ZREM', p .. 'workflow:' .. fields[1], id) end
+  if name then redis.call('ZREM', p .. 'workflow:' .. name, id) end
   return deleted
 end
 """
-)
 
 # ARGV: 3 checkpoint id, 4 location field, 5 bucket (``location_of``), 6 workflow name, 7 segment id, 8 chunk,
 # 9 chunks the segment must hold, 10 references (JSON [[segment id, chunk count], ...], own last).
@@ -205,16 +192,16 @@ end
 """
 
 # ARGV: 3 checkpoint id, 4 location field, 5 bucket.
-# Returns {0, body, segments} (a hash, or nothing) or {1, segment id, index, read(segment id, index)}.
+# Returns {0, body} (a whole checkpoint, or nothing) or {1, segment id, index, read(segment id, index)}.
 LOAD_SCRIPT = (
     _COMMON
     + _READ
     + """
 local sid, index = locate(now_ms(), ARGV[5], ARGV[4])
 if not sid then
-  local fields = redis.pcall('HMGET', p .. 'checkpoint:' .. ARGV[3], 'body', 'segments')
-  if fields.err then return {0, false, false} end
-  return {0, fields[1], fields[2]}
+  local body = redis.pcall('HGET', p .. 'checkpoint:' .. ARGV[3], 'body')
+  if type(body) ~= 'string' then return {0, false} end
+  return {0, body}
 end
 return {1, sid, index, read(sid, index)}
 """

@@ -20,23 +20,20 @@ import weakref
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 
 from .._expiry import forget_retained
 from .._store import PurgeSchedule, duration_seconds
 from .checkpoint_delta import DeltaSave, StepCacheDeduper
-from .checkpoint_seal import CheckpointSealer
+from .checkpoint_seal import CheckpointSealer, chunk_context, open_chunk
 from .checkpoint_storage import (
     DurableCheckpointStorage,
     check_allowed_types,
     check_sealer,
-    decode_body,
     encode_body,
-    same_id,
 )
-from .redis_delta import chunk_context, open_chunk
 from .sqlite_rows import (
     ADD_REFERENCE,
     INSERT_CHUNK,
@@ -56,7 +53,10 @@ from .sqlite_rows import (
     segment_key,
     segment_text,
 )
-from .sqlite_store import connect_sqlite
+from .sqlite_store import connect_sqlite, setup
+
+if TYPE_CHECKING:
+    from .._step_cache import StepCacheOffer
 
 _T = TypeVar("_T")
 logger = logging.getLogger(__name__)
@@ -140,12 +140,9 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
         self._deduper = StepCacheDeduper(self._allowed_types, inline_heads=True)
         self.path = Path(path)
         self._lock = threading.Lock()
-        conn = connect_sqlite(self.path, timeout)
+        conn = setup(self.path, timeout, SCHEMA)
         connections = [conn]
         try:
-            conn.execute("PRAGMA synchronous = NORMAL")
-            for statement in SCHEMA:
-                conn.execute(statement)
             now = connect_sqlite(self.path, timeout)  # the event loop's: never waits, never checkpoints the WAL
             connections.append(now)
             now.executescript("PRAGMA synchronous = NORMAL; PRAGMA wal_autocheckpoint = 0; PRAGMA busy_timeout = 0;")
@@ -156,20 +153,9 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
         self._commits = 0
         self._finalizer = weakref.finalize(self, close_all, self._conn, self._now)
 
-    async def save(self, checkpoint: WorkflowCheckpoint) -> str:
-        """Store a copy of ``checkpoint`` (replacing one with the same id) and return its id.
-
-        Args:
-            checkpoint: The checkpoint to save.
-
-        Returns:
-            ``checkpoint.checkpoint_id``.
-
-        Raises:
-            WorkflowCheckpointException: The checkpoint cannot be encoded, or would not decode under
-                this storage's allowed types (add the type to ``allowed_checkpoint_types``).
-        """
-        plan = self._deduper.prepare(checkpoint)  # before any await: reads this save's offer
+    async def save_with_offer(self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None) -> str:
+        """:meth:`save` (its errors), each new step result stored once when ``offer`` fits ``checkpoint``."""
+        plan = self._deduper.prepare(checkpoint, offer)  # before any await: core's dicts may change later
         if plan is not None:
             await self._store_delta(checkpoint, plan)
             return checkpoint.checkpoint_id
@@ -214,8 +200,8 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
             found = conn.execute(
                 f"SELECT chunks FROM checkpoint_segments WHERE segment = ? AND {LIVE}", (segment_key(segment), now)
             ).fetchone()
-            held = 0 if found is None else int(found[0])
-            if (held != plan.chunk_index) if segment == plan.segment else (held < count):
+            count_now = 0 if found is None else int(found[0])
+            if (count_now != plan.chunk_index) if segment == plan.segment else (count_now < count):
                 return False
         return True
 
@@ -329,11 +315,6 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
     def _expiry(self, now: float) -> float | None:
         return None if self._ttl is None else now + self._ttl
 
-    def _whole(self, checkpoint_id: str, body: bytes) -> WorkflowCheckpoint:
-        """Open (with a sealer, before any decoding) and decode one whole body; every failure: core's exception."""
-        opened = self._unseal(checkpoint_id, body, checkpoint_id.encode("utf-8"))
-        return same_id(checkpoint_id, decode_body(checkpoint_id, opened, self._allowed_types))
-
     def _inline(
         self, checkpoint_id: str, refs: list[tuple[str, int]], chunks: list[list[bytes]] | None
     ) -> WorkflowCheckpoint:
@@ -346,15 +327,7 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
             [self._chunk(checkpoint_id, segment, index, raw) for index, raw in enumerate(found[:count])]
             for found, (segment, count) in zip(chunks, refs, strict=True)
         ]
-        try:
-            checkpoint = self._deduper.assemble_inline(checkpoint_id, refs, texts)
-        except WorkflowCheckpointException:
-            raise
-        except Exception as exc:  # RecursionError, core's decoder on a malformed value, ...
-            raise WorkflowCheckpointException(
-                self.unreadable.format(checkpoint_id=checkpoint_id, error=type(exc).__name__)
-            ) from exc
-        return same_id(checkpoint_id, checkpoint)
+        return self._assembled_inline(checkpoint_id, refs, texts)
 
     def _chunk(self, checkpoint_id: str, segment: str, index: int, raw: bytes) -> str:
         """One chunk opened (bound to its segment and index; a sealed one refused without a sealer) as text."""

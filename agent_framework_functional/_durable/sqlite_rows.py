@@ -33,7 +33,7 @@ SCHEMA = (
     "CREATE UNIQUE INDEX IF NOT EXISTS checkpoint_chunks_id ON checkpoint_chunks (checkpoint_id) "
     "WHERE checkpoint_id IS NOT NULL",
 )
-"""The tables, created (if missing) when a storage object opens the file.
+"""The tables (version 1), created if missing by ``sqlite_store.setup`` when a storage object opens the file.
 
 A listing reads the whole-body rows and the segments (one per run) of every workflow, not the chunks, so
 neither has an index by workflow name: each would cost a page in every file.

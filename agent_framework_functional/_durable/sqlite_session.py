@@ -23,7 +23,7 @@ from .session_store import (
     group_key,
     record_key,
 )
-from .sqlite_store import connect_sqlite
+from .sqlite_store import setup
 
 _T = TypeVar("_T")
 
@@ -54,14 +54,7 @@ class SQLiteRecords(LimitedRecords):
     def __init__(self, path: Path, *, limits: SessionLimits, busy_timeout: float) -> None:
         super().__init__(limits)
         self._lock = threading.Lock()
-        self._conn = connect_sqlite(path, busy_timeout)
-        try:
-            self._conn.execute("PRAGMA synchronous = NORMAL")
-            for statement in _SCHEMA:
-                self._conn.execute(statement)
-        except BaseException:
-            self._conn.close()
-            raise
+        self._conn = setup(path, busy_timeout, _SCHEMA)
         self._finalizer = weakref.finalize(self, _close_dropped, self._conn)
 
     async def read(self, group: str, key: str) -> str | None:
@@ -83,7 +76,7 @@ class SQLiteRecords(LimitedRecords):
         return await self._run(lambda c: c.execute(sql, (group_key(group),)).rowcount)
 
     async def count(self) -> int:
-        """Records held now (expired ones not yet purged included)."""
+        """Records stored now (expired ones not yet purged included)."""
         row = await self._run(lambda c: c.execute("SELECT count(*) FROM session_records").fetchone())
         return int(row[0])
 

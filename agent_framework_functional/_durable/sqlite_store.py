@@ -44,9 +44,6 @@ CREATE TABLE IF NOT EXISTS continuations (
 ) WITHOUT ROWID
 """
 
-# Columns added after the first release: a file written by an older version gains them on open.
-_ADDED_COLUMNS = {"response_types": "TEXT", "claimed_by": "TEXT", "conversation": "TEXT"}
-
 # Both purge conditions can use an index, so a purge does not scan the table under the write lock.
 _INDEXES = (
     "CREATE INDEX IF NOT EXISTS continuations_expires_at ON continuations (expires_at)",
@@ -85,6 +82,23 @@ def connect_sqlite(path: Path, timeout: float) -> sqlite3.Connection:
     try:
         conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
         conn.execute("PRAGMA journal_mode = WAL")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def setup(path: Path, timeout: float, schema: tuple[str, ...]) -> sqlite3.Connection:
+    """Open ``path`` (:func:`connect_sqlite`) and create a component's tables and indexes if missing.
+
+    Each SQLite component has one layout (version 1; there is no earlier one to upgrade), created by
+    ``CREATE ... IF NOT EXISTS`` when a store object opens the file: SQLite needs no deploy step.
+    """
+    conn = connect_sqlite(path, timeout)
+    try:
+        conn.execute("PRAGMA synchronous = NORMAL")
+        for statement in schema:
+            conn.execute(statement)
     except BaseException:
         conn.close()
         raise
@@ -157,16 +171,7 @@ class SQLiteContinuationStore(TimedStore):
         self._purges = PurgeSchedule(purge_interval)
         self.path = Path(path)
         self._lock = threading.Lock()
-        self._conn = connect_sqlite(self.path, timeout)
-        try:
-            self._conn.execute("PRAGMA synchronous = NORMAL")
-            self._conn.execute(_SCHEMA)
-            self._add_missing_columns()
-            for index in _INDEXES:
-                self._conn.execute(index)
-        except BaseException:
-            self._conn.close()
-            raise
+        self._conn = setup(self.path, timeout, (_SCHEMA, *_INDEXES))
         self._finalizer = weakref.finalize(self, _close_dropped, self._conn, self.path)
 
     async def save(self, record: ContinuationRecord) -> None:
@@ -265,17 +270,6 @@ class SQLiteContinuationStore(TimedStore):
     async def aclose(self) -> None:
         """Close the database connection (idempotent) without blocking the event loop; see :meth:`close`."""
         await asyncio.to_thread(self.close)
-
-    def _add_missing_columns(self) -> None:
-        """Add the columns a file written by an older version lacks (``ALTER TABLE ... ADD COLUMN``)."""
-        present = {row[1] for row in self._conn.execute("PRAGMA table_info(continuations)")}
-        for name, declaration in _ADDED_COLUMNS.items():
-            if name not in present:
-                try:
-                    self._conn.execute(f"ALTER TABLE continuations ADD COLUMN {name} {declaration}")
-                except sqlite3.OperationalError as exc:  # another process added it first
-                    if "duplicate column" not in str(exc):
-                        raise
 
     async def _transition(self, sql: str, params: tuple[Any, ...]) -> bool:
         def update(conn: sqlite3.Connection) -> bool:

@@ -16,8 +16,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._memory import ReleaseFreeMemory
     from ._snapshots import ThreadSnapshotStore
+    from ._sweep import ReleaseFreeMemory
     from .a2a import a2a_app
     from .agui import agui_endpoint
     from .devui import devui_app, serve_devui
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from .responses import responses_app
 
 _MODULES = {
-    "ReleaseFreeMemory": "._memory",
+    "ReleaseFreeMemory": "._sweep",
     "ThreadSnapshotStore": "._snapshots",
     "a2a_app": ".a2a",
     "agui_endpoint": ".agui",

@@ -25,6 +25,7 @@ from agent_framework import AgentResponse, AgentSession, Message, SessionStore
 from .._agent import FunctionalWorkflowAgent
 from .._errors import ContinuationAuthorityError, FunctionalWorkflowError, WorkflowRunningError
 from ._a2a_parts import message_answers, request_part
+from ._turn import ConversationBusy, Turn, Turns
 
 logger = logging.getLogger(__name__)
 
@@ -48,15 +49,15 @@ _ANSWERING = (
 )
 
 
-def _held(session: AgentSession | None) -> dict[str, Any]:
+def _note(session: AgentSession | None) -> dict[str, Any]:
     """This host's entry in ``session``: the task that holds the pause, the messages it ran, when it paused."""
     return cast(dict[str, Any], session.state.get(HOST_KEY) or {}) if session is not None else {}
 
 
 def handled(session: AgentSession | None, task_id: str) -> list[str]:
     """The ids of the messages that ran on ``task_id`` (the task whose pause ``session`` holds)."""
-    held = _held(session)
-    return list(held.get("messages") or []) if held.get("task_id") == task_id else []
+    note = _note(session)
+    return list(note.get("messages") or []) if note.get("task_id") == task_id else []
 
 
 def replayed(message: A2AMessage, task_id: str) -> str:
@@ -73,9 +74,8 @@ class _Attempt:
     message: A2AMessage
     task_id: str
     answering: bool
-    key: str
+    turn: Turn
     updater: TaskUpdater
-    session: AgentSession
     asked: list[Part]  # the waiting task's request parts, copied
     handled: list[str]  # the ids of the messages that already ran on the task
 
@@ -87,16 +87,19 @@ class FunctionalA2AExecutor(AgentExecutor):
         agent: The agent; one object serves every A2A context.
 
     Keyword Args:
-        session_store: Where each context's session lives (key ``a2a:context:<context id>``).
+        session_store: Where each context's session lives (key ``a2a:context:<context id>``; None: a bounded
+            in-memory one).
         text_answers: Accept text parts as answers (see :func:`message_answers`).
     """
 
-    def __init__(self, agent: FunctionalWorkflowAgent, *, session_store: SessionStore, text_answers: bool) -> None:
+    def __init__(
+        self, agent: FunctionalWorkflowAgent, *, session_store: SessionStore | None, text_answers: bool
+    ) -> None:
         super().__init__()
         self.agent = agent
-        self.session_store = session_store
+        self.turns = Turns(agent, session_store)  # one run per context (per process), its session read and written
+        self.session_store = self.turns.session_store
         self.text_answers = text_answers
-        self.busy: set[str] = set()  # session keys with a run in flight; bounded by those runs
         # the handler's task store (set by it): a pause on a task that ended is stale
         self.task_store: TaskStore | VersionedTaskStore | None = None
 
@@ -106,7 +109,7 @@ class FunctionalA2AExecutor(AgentExecutor):
         A task that ended (failed, cancelled) cannot be answered, so its pause must not hold the context: the
         session write that would clear it can be lost (a store outage after the run).
         """
-        paused_on = _held(session).get("task_id")
+        paused_on = _note(session).get("task_id")
         if not paused_on or self.task_store is None:
             return paused_on
         found = await self.task_store.get(paused_on, context)
@@ -134,34 +137,34 @@ class FunctionalA2AExecutor(AgentExecutor):
             await event_queue.enqueue_event(task)
         answering = task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
         updater = TaskUpdater(event_queue, task.id, task.context_id)
-        key = self.session_key(task.context_id)
-        if key in self.busy:  # one run per context (per process); a2a-sdk serializes only one task's messages
+        try:  # a2a-sdk serializes only one task's messages; a turn holds the whole context
+            turn = await self.turns.begin(self.session_key(task.context_id))
+        except ConversationBusy:
             await updater.failed(updater.new_agent_message([new_text_part(_BUSY)]))
             return
-        self.busy.add(key)
         try:
-            await self._run(context.message, task, answering, key, updater, context.call_context)
+            await self._run(context.message, task, answering, turn, updater, context.call_context)
         finally:
-            self.busy.discard(key)
+            turn.end()
 
     async def _run(
         self,
         message: A2AMessage,
         waiting: Task,
         answering: bool,
-        key: str,
+        turn: Turn,
         updater: TaskUpdater,
         call: ServerCallContext,
     ) -> None:
         # copies: a2a-sdk updates the task object it handed over once start_work is processed
         asked = [Part.FromString(p.SerializeToString()) for p in waiting.status.message.parts if p.HasField("data")]
-        session = await self.session_store.get(key) or self.agent.create_session(session_id=key)
-        attempt = _Attempt(message, waiting.id, answering, key, updater, session, asked, handled(session, waiting.id))
+        session = turn.session
+        attempt = _Attempt(message, waiting.id, answering, turn, updater, asked, handled(session, waiting.id))
         if await self._refused_at_start(attempt, call):
             return
         await updater.start_work()
         try:
-            response = await self.agent.run(self._agent_input(attempt), session=session)
+            response = await self.agent.run(self._a2a_to_run(attempt), session=session)
         except ContinuationAuthorityError as exc:  # the pause is gone (expired, answered, abandoned): nothing ran
             await self._pause_gone(attempt, exc)
         except FunctionalWorkflowError as exc:  # refused and nothing changed (the stored session is still right)
@@ -173,15 +176,15 @@ class FunctionalA2AExecutor(AgentExecutor):
         except Exception:
             logger.exception("The workflow of A2A task %s failed.", attempt.task_id)
             session.state.pop(HOST_KEY, None)
-            await self.session_store.set(key, session)
+            await turn.save()
             await updater.failed(updater.new_agent_message([new_text_part("The workflow failed.")]))
         else:
-            await self._settle(attempt, response)
+            await self._a2a_from_run(attempt, response)
 
     async def _refused_at_start(self, attempt: _Attempt, call: ServerCallContext) -> bool:
         """Refuse a message the context cannot run now (it waits on another task, or this answer already ran)."""
         updater = attempt.updater
-        paused_on = await self.waits_on(attempt.session, call)
+        paused_on = await self.waits_on(attempt.turn.session, call)
         if paused_on not in (None, attempt.task_id):  # the context waits on another task (checked on receipt too)
             await updater.failed(updater.new_agent_message([new_text_part(f"Context waits on task {paused_on}.")]))
             return True
@@ -191,7 +194,7 @@ class FunctionalA2AExecutor(AgentExecutor):
             return True
         return False
 
-    def _agent_input(self, attempt: _Attempt) -> Any:
+    def _a2a_to_run(self, attempt: _Attempt) -> Any:
         """The agent's input: the answers to the pause the task waits on, or the message's text.
 
         Raises:
@@ -200,36 +203,36 @@ class FunctionalA2AExecutor(AgentExecutor):
         """
         if not attempt.answering:
             return get_message_text(attempt.message)
-        if self.outlived(attempt.session):  # expired: its answer gets "start over" whatever its shape
+        if self.outlived(attempt.turn.session):  # expired: its answer gets "start over" whatever its shape
             raise ContinuationAuthorityError
-        pending = self.agent.pending_requests_for(attempt.session)
+        pending = self.agent.pending_requests_for(attempt.turn.session)
         answers = message_answers(attempt.message, pending, text_answers=self.text_answers)
         return [Message(role="user", contents=answers)]
 
     async def _pause_gone(self, attempt: _Attempt, exc: ContinuationAuthorityError) -> None:
         """The pause cannot be answered: leave the task to whatever took the pause, else end the task."""
-        updater, session = attempt.updater, attempt.session
+        updater, session = attempt.updater, attempt.turn.session
         if attempt.answering:
-            stored = await self.session_store.get(attempt.key)
+            stored = await self.session_store.get(attempt.turn.key)
             if (stored is not None and stored.state != session.state) or not self.outlived(session):
                 # another answer (or a cancel) took this pause, here or on another worker: its outcome is the task's,
                 # so nothing is written over it (not the old requests, not a failure)
                 logger.info("An answer to A2A task %s lost to another answer or a cancel.", attempt.task_id)
                 return
             session.state.pop(HOST_KEY, None)  # no answer can reach this pause any more: free the context
-            await self.session_store.set(attempt.key, session)
+            await attempt.turn.save()
         await updater.failed(updater.new_agent_message([new_text_part(f"{exc} {_GONE}")]))
 
-    async def _settle(self, attempt: _Attempt, response: AgentResponse[Any]) -> None:
+    async def _a2a_from_run(self, attempt: _Attempt, response: AgentResponse[Any]) -> None:
         """Store the session (with the task a new pause waits on), then report the pause or the result."""
-        updater, session = attempt.updater, attempt.session
+        updater, session = attempt.updater, attempt.turn.session
         requests = [c for m in response.messages for c in m.contents if c.type == "function_approval_request"]
         if requests:
             messages = [*attempt.handled, attempt.message.message_id][-_HANDLED_KEPT:]
             session.state[HOST_KEY] = {"task_id": attempt.task_id, "messages": messages, "paused_at": time.time()}
         else:
             session.state.pop(HOST_KEY, None)
-        await self.session_store.set(attempt.key, session)
+        await attempt.turn.save()
         if requests:
             parts = [new_text_part(f"{self.agent.name} waits for input: {len(requests)} request(s).")]
             await updater.requires_input(updater.new_agent_message(parts + [request_part(c) for c in requests]))
@@ -239,21 +242,20 @@ class FunctionalA2AExecutor(AgentExecutor):
         await updater.complete()
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
-        """Cancel the task; a pause it held is abandoned, so its context takes new input."""
+        """Cancel the task; a pause it kept is abandoned, so its context takes new input."""
         key = self.session_key(context.context_id or "")
         session = await self.session_store.get(key) if context.context_id else None
-        if session is not None and _held(session).get("task_id") == context.task_id:
+        if session is not None and _note(session).get("task_id") == context.task_id:
             try:
                 await self.agent.abandon_continuation_async(session=session)
             except FunctionalWorkflowError:
                 logger.warning("A2A task %s was cancelled; its pause could not be abandoned.", context.task_id)
-            session.state.pop(HOST_KEY, None)
-            await self.session_store.set(key, session)
+            await self._free_context(session, key)
         await TaskUpdater(event_queue, context.task_id or "", context.context_id or "").cancel()
 
     def outlived(self, session: AgentSession) -> bool:
         """Whether the pause ``session`` holds is older than the agent's ``continuation_ttl`` (expired)."""
-        paused_at = _held(session).get("paused_at")
+        paused_at = _note(session).get("paused_at")
         return not isinstance(paused_at, (int, float)) or time.time() - paused_at >= self.agent.continuation_ttl
 
     async def release_dropped(
@@ -274,8 +276,7 @@ class FunctionalA2AExecutor(AgentExecutor):
             return False
         except ContinuationAuthorityError:
             pass  # gone already (answered, expired): only the context's note is left
-        session.state.pop(HOST_KEY, None)
-        await self.session_store.set(self.session_key(context_id), session)
+        await self._free_context(session, self.session_key(context_id))
         return True
 
     async def before_cancel(self, task: Task) -> None:
@@ -287,7 +288,7 @@ class FunctionalA2AExecutor(AgentExecutor):
         """
         key = self.session_key(task.context_id)
         session = await self.session_store.get(key)
-        if session is None or _held(session).get("task_id") != task.id:
+        if session is None or _note(session).get("task_id") != task.id:
             return  # the task holds no pause: a2a-sdk cancels it
         if task.status.state != TaskState.TASK_STATE_INPUT_REQUIRED:
             raise TaskNotCancelableError(_ANSWERING.format(task.id))
@@ -298,5 +299,9 @@ class FunctionalA2AExecutor(AgentExecutor):
         except ContinuationAuthorityError:
             if not self.outlived(session):  # claimed by an answer another worker runs
                 raise TaskNotCancelableError(_ANSWERING.format(task.id)) from None
+        await self._free_context(session, key)
+
+    async def _free_context(self, session: AgentSession, key: str) -> None:
+        """Drop the note of the pause ``session`` kept and write the session: its context takes new input."""
         session.state.pop(HOST_KEY, None)
         await self.session_store.set(key, session)

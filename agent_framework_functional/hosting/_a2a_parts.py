@@ -12,9 +12,10 @@ from a2a.types import Part
 from agent_framework import Content, WorkflowEvent
 from google.protobuf.json_format import MessageToDict
 
+from .._answers import value_result
 from .._chat import answers_to_responses
 from .._errors import ResponseMismatchError
-from ._adapter import ANSWER_FIELD, parse_typed_text, result_answer
+from ._adapter import ANSWER_FIELD, parse_typed_text
 
 BOOL_WORDS: Mapping[str, bool] = {"approve": True, "yes": True, "reject": False, "no": False}
 """The text answers a ``bool`` request takes when ``text_answers=True`` (case and surrounding space ignored)."""
@@ -59,7 +60,7 @@ def message_answers(
         ResponseMismatchError: A part of another kind, a data part of another shape, text when not
             allowed, or a value the request's type refuses (the message says what to send).
     """
-    if not pending:  # held by the continuation store (another worker): the agent's run checks the answers
+    if not pending:  # kept by the continuation store (another worker): the agent's run checks the answers
         return _blind_answers(message)
     only = next(iter(pending)) if len(pending) == 1 else None
     answers: list[Content] = []
@@ -73,9 +74,9 @@ def message_answers(
                     "still waiting for input."
                 )
             request_id = cast(dict[str, Any], data).get("request_id", only)
-            answers.append(result_answer(str(request_id), cast(dict[str, Any], data)[ANSWER_FIELD]))
+            answers.append(value_result(str(request_id), cast(dict[str, Any], data)[ANSWER_FIELD]))
         elif kind == "text" and text_answers and only is not None:
-            answers.append(result_answer(only, _text_value(part.text, pending[only], only)))
+            answers.append(value_result(only, _text_value(part.text, pending[only], only)))
         elif kind == "text" and not part.text.strip():
             continue
         else:
@@ -92,7 +93,7 @@ def message_answers(
 
 
 def _blind_answers(message: A2AMessage) -> list[Content]:
-    """The answers of a message checked for shape only (the pause is held elsewhere)."""
+    """The answers of a message checked for shape only (the pause is kept elsewhere)."""
     if not message.parts:
         raise ResponseMismatchError("The message carries no answer; the task is still waiting for input.")
     return [_blind_answer(part) for part in message.parts]
@@ -105,7 +106,7 @@ def _blind_answer(part: Part) -> Content:
             'Answer with data parts {"request_id": <id>, "answer": <value>}; the task is still waiting for input.'
         )
     body = cast(dict[str, Any], data)
-    return result_answer(str(body["request_id"]), body[ANSWER_FIELD])
+    return value_result(str(body["request_id"]), body[ANSWER_FIELD])
 
 
 def request_part(content: Content) -> Part:

@@ -14,19 +14,10 @@ from typing import Any, cast
 from agent_framework import AgentSession, Content, Message, WorkflowEvent
 
 from .._agent import FunctionalWorkflowAgent
-from .._answers import value_result
 from .._chat import answers_to_responses
 
 ANSWER_FIELD = "answer"
 """The field of a host answer that carries a typed value (any JSON) for a request of any ``response_type``."""
-
-
-def result_answer(request_id: str, value: Any) -> Content:
-    """The agent's answer content for the JSON ``value``: a ``function_result`` whose ``call_id`` is the request id.
-
-    A string stays a string (``"3"`` does not answer an ``int``), whatever text it holds.
-    """
-    return value_result(request_id, value)
 
 
 def check_answer(answer: Content, pending: Mapping[str, WorkflowEvent[Any]]) -> None:

@@ -7,7 +7,7 @@ call; :func:`restore_open_approvals` registers those in this process's approval 
 when it streams the request. The agent still decides: the answer resumes only with the thread's token (in the
 snapshot's session state) through the continuation store. Conversely, a thread whose snapshot the store dropped
 (evicted, expired) took its token along: :func:`expire_open_approvals` retires its approvals, so AG-UI hands
-new input to the agent instead of demanding an answer nobody can give; :class:`SettlingThreads` tells that
+new input to the agent instead of demanding an answer nobody can give; :class:`UnsavedThreads` tells that
 apart from a run whose snapshot is not saved yet; :func:`approval_purge` lets a host's sweep drop what expired.
 AG-UI's private approval API is used through ``_core_compat``,
 pinned by ``tests/hosting/test_two_workers.py``, ``test_host_sessions.py``,
@@ -16,7 +16,6 @@ pinned by ``tests/hosting/test_two_workers.py``, ``test_host_sessions.py``,
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
@@ -32,6 +31,7 @@ from .._core_compat import (
     set_agui_approval_state,
 )
 from .._updates import REQUEST_INFO_FUNCTION_NAME
+from ._turn import RunningTurns
 
 ANSWERED_APPROVAL_RETENTION_SECONDS = 60.0
 """How long AG-UI keeps an answered approval of an ``agui_endpoint`` (AG-UI's default: 900 s), at most the TTL.
@@ -103,10 +103,10 @@ def expire_open_approvals(runner: AgentFrameworkAgent, scope: str, thread_id: st
     expire_agui_open_approvals(runner, scope=scope, thread_id=thread_id)
 
 
-class SettlingThreads:
+class UnsavedThreads:
     """An ``AGUIThreadSnapshotStore`` that knows which threads have a run whose snapshot is not saved yet.
 
-    A run is noted when it reaches the agent (:meth:`begin`, by session id) and forgotten when AG-UI saves its
+    A run is noted when it reaches the agent (``runs.begin``, by session id) and forgotten when AG-UI saves its
     thread's snapshot; until then a missing snapshot or token is not an orphaned pause. Bounded: past
     ``max_threads`` (runs whose save never came) the oldest notes go.
 
@@ -117,26 +117,16 @@ class SettlingThreads:
 
     def __init__(self, store: AGUIThreadSnapshotStore, max_threads: int) -> None:
         self.store = store
-        self.max_threads = max_threads
-        self.runs: OrderedDict[str, int] = OrderedDict()
+        self.runs = RunningTurns(max_threads)  # by session id: begun when a run reaches the agent
 
-    def begin(self, session_id: str) -> None:
-        """A run of the thread with ``session_id`` reached the agent."""
-        self.runs[session_id] = self.runs.pop(session_id, 0) + 1
-        while len(self.runs) > self.max_threads:
-            self.runs.popitem(last=False)
-
-    def settling(self, scope: str, thread_id: str) -> bool:
+    def unsaved(self, scope: str, thread_id: str) -> bool:
         """A run of the thread reached the agent and its snapshot is not saved yet."""
         return agui_session_id_for_thread(scope=scope, thread_id=thread_id) in self.runs
 
     async def save(self, *, scope: str, thread_id: str, snapshot: AGUIThreadSnapshot) -> None:
         """Save through the store, then forget one run of the thread."""
         await self.store.save(scope=scope, thread_id=thread_id, snapshot=snapshot)
-        session_id = agui_session_id_for_thread(scope=scope, thread_id=thread_id)
-        left = self.runs.pop(session_id, 0) - 1
-        if left > 0:
-            self.runs[session_id] = left
+        self.runs.end(agui_session_id_for_thread(scope=scope, thread_id=thread_id))
 
     async def get(self, *, scope: str, thread_id: str) -> AGUIThreadSnapshot | None:
         """The store's."""

@@ -24,8 +24,9 @@ from agent_framework_ag_ui import AGUIRequest
 from fastapi import HTTPException
 from pydantic import ValidationError
 
+from .._answers import value_result
 from .._updates import REQUEST_INFO_FUNCTION_NAME
-from ._adapter import ANSWER_FIELD, result_answer
+from ._adapter import ANSWER_FIELD
 
 ID_FIELDS = ("interruptId", "interrupt_id", "id", "toolCallId")
 """The fields AG-UI reads an entry's interrupt id from."""
@@ -166,6 +167,6 @@ def payload_answer(request_id: str, payload: Any) -> Content:
     edited: Any = fields.get("editedArgs")
     answer = cast(dict[str, Any], edited).get(ANSWER_FIELD) if isinstance(edited, dict) else fields.get(ANSWER_FIELD)
     if approved and answer is not None:
-        return result_answer(request_id, answer)
+        return value_result(request_id, answer)
     call = Content.from_function_call(call_id=request_id, name=REQUEST_INFO_FUNCTION_NAME, arguments={})
     return Content.from_function_approval_response(approved, request_id, call)

@@ -35,6 +35,7 @@ from .._core_compat import (
     devui_install_store,
     devui_server_class,
 )
+from ._turn import RunningTurns
 
 DEFAULT_MAX_CONVERSATIONS = 10_000
 """How many conversations ``devui_app`` keeps at most by default (the hosts' session stores keep as many)."""
@@ -68,7 +69,7 @@ class BoundedConversationStore(devui_conversation_store_class()):  # pyright: ig
         self.max_conversations = max_conversations
         self._clock = clock
         self._used: OrderedDict[str, float] = OrderedDict()  # conversation id -> last use, least recent first
-        self._turns: dict[str, int] = {}  # conversation id -> turns running (never dropped for idleness)
+        self.running = RunningTurns()  # conversations with a turn running (never dropped for idleness)
         # DevUI's executor's tracked approvals (``_pending_approvals``), pruned with their conversations.
         self.approvals: dict[Any, Any] | None = None
 
@@ -86,14 +87,12 @@ class BoundedConversationStore(devui_conversation_store_class()):  # pyright: ig
 
     def turn_started(self, conversation_id: str) -> None:
         """A turn of ``conversation_id`` runs: a use, and no drop for idleness until :meth:`turn_ended`."""
-        self._turns[conversation_id] = self._turns.get(conversation_id, 0) + 1
+        self.running.begin(conversation_id)
         self._use(conversation_id)
 
     def turn_ended(self, conversation_id: str) -> None:
         """The turn :meth:`turn_started` noted ended: a use (its idle time starts now)."""
-        left = self._turns.pop(conversation_id, 0) - 1
-        if left > 0:
-            self._turns[conversation_id] = left
+        self.running.end(conversation_id)
         self._use(conversation_id)
 
     async def purge_expired(self) -> int:
@@ -105,7 +104,7 @@ class BoundedConversationStore(devui_conversation_store_class()):  # pyright: ig
         used = self._used
         while used and (next(iter(used.values())) <= now - self.ttl or len(used) > self.max_conversations):
             front = next(iter(used))
-            if len(used) <= self.max_conversations and front in self._turns:
+            if len(used) <= self.max_conversations and front in self.running:
                 used[front] = now  # a running turn keeps its conversation: it counts as used now
                 used.move_to_end(front)
                 continue

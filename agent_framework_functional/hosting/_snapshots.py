@@ -11,7 +11,7 @@ from agent_framework_ag_ui import AGUIThreadSnapshot, AGUIThreadSnapshotStore
 
 from .._agent import FunctionalWorkflowAgent
 from .._durable.session_store import BoundedSessionStore
-from ._defaults import default_session_store
+from ._turn import default_session_store
 
 _GROUP = "agui:"
 

@@ -1,5 +1,9 @@
 """What every host adds to its app: free heap pages handed back, and a sweep task that releases expired pauses.
 
+A long-running host's live data stays flat (its stores are bounded), but glibc's allocator keeps the pages that
+requests in flight freed, so RSS grows by steps of about 1 MB that never come back (``benchmarks/README.md``,
+``soak_hosts.py``): :class:`ReleaseFreeMemory` calls ``malloc_trim(0)`` after requests, at most once per interval.
+
 Expiry is checked on access (AGENTS.md invariant 42), so a host that gets no request would keep every pause
 that expired after its last one, and the sessions, snapshots and conversations holding them, for good. A
 sweep does on a timer what access does: the agent's expired pauses lapse (token, instance and checkpoint go,
@@ -12,16 +16,106 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import logging
+import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 from .._agent import FunctionalWorkflowAgent
 from .._continuation import forget_spent
 from .._session import sweep_expired
-from ._memory import ReleaseFreeMemory, add_release_once, check_release_every
 
 logger = logging.getLogger(__name__)
+
+DEFAULT_RELEASE_MEMORY_EVERY = 60.0
+"""Seconds between two releases of free heap pages by a host, by default."""
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    """The C library's ``malloc_trim`` (glibc), or None where it has none (musl, macOS, Windows)."""
+    with contextlib.suppress(OSError, AttributeError, TypeError):
+        trim = ctypes.CDLL(None).malloc_trim
+        trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+        return trim
+    return None
+
+
+class ReleaseFreeMemory:
+    """ASGI middleware: when an HTTP request ends, hand free heap pages back if ``every`` seconds passed.
+
+    The interval is shared by every instance in the process (the heap is the process's). One release
+    walks the heap once (about a millisecond for a host's tens of MB), on the event loop, after the
+    response was sent.
+
+    Args:
+        app: The ASGI app to wrap.
+
+    Keyword Args:
+        every: Seconds between two releases.
+
+    Raises:
+        ValueError: ``every`` is not a positive number.
+    """
+
+    _trim: Callable[[int], int] | None = None
+    _looked_up = False
+    _last = float("-inf")
+
+    def __init__(self, app: Any, *, every: float = DEFAULT_RELEASE_MEMORY_EVERY) -> None:
+        self.app = app
+        self.every = float(check_release_every(every) or DEFAULT_RELEASE_MEMORY_EVERY)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            if scope.get("type") == "http":
+                self.release()
+
+    def release(self) -> bool:
+        """Hand free heap pages back now if ``every`` seconds passed since the last release; True if it did."""
+        if time.monotonic() - ReleaseFreeMemory._last < self.every:
+            return False
+        return ReleaseFreeMemory.release_now()
+
+    @staticmethod
+    def release_now() -> bool:
+        """Hand free heap pages back now, whatever the interval (a host's sweep, after it dropped something).
+
+        Returns:
+            True if the C library could (glibc), else False.
+        """
+        ReleaseFreeMemory._last = time.monotonic()
+        if not ReleaseFreeMemory._looked_up:
+            ReleaseFreeMemory._trim, ReleaseFreeMemory._looked_up = _malloc_trim(), True
+        if ReleaseFreeMemory._trim is None:
+            return False
+        ReleaseFreeMemory._trim(0)
+        return True
+
+
+def add_release_once(app: Any, every: float | None) -> None:
+    """Add :class:`ReleaseFreeMemory` to a Starlette ``app`` (not started) unless it has one or ``every`` is None."""
+    if every is not None and not any(m.cls is ReleaseFreeMemory for m in app.user_middleware):
+        app.add_middleware(ReleaseFreeMemory, every=every)
+
+
+def check_release_every(every: float | None, name: str = "release_memory_every") -> float | None:
+    """``every`` when it is None or a positive, finite number of seconds (infinity would release once, then never).
+
+    Raises:
+        ValueError: Anything else (the message names the option, ``name``).
+    """
+    if every is not None and (
+        isinstance(every, bool)
+        or not isinstance(every, int | float)  # pyright: ignore[reportUnnecessaryIsInstance]
+        or not 0 < every <= sys.float_info.max  # NaN, infinity, and an int no float holds
+    ):  # refused here: the middleware keeps a float, and the app would fail at its first request
+        raise ValueError(f"{name} must be a positive, finite number of seconds or None, not {every!r}.")
+    return every
+
 
 DEFAULT_SWEEP_EVERY = 60.0
 """Seconds between two sweeps of a host by default (at most a quarter of the agent's ``continuation_ttl``)."""

@@ -39,9 +39,7 @@ from ._a2a_executor import TERMINAL, FunctionalA2AExecutor, handled, replayed
 from ._a2a_parts import BOOL_WORDS, message_answers, new_answer_part
 from ._a2a_tasks import DEFAULT_MAX_TASKS, BoundedTaskStore, FinalTaskStore
 from ._body_limit import BodyLimit
-from ._defaults import default_session_store
-from ._memory import DEFAULT_RELEASE_MEMORY_EVERY
-from ._sweep import DEFAULT_SWEEP_EVERY, add_upkeep
+from ._sweep import DEFAULT_RELEASE_MEMORY_EVERY, DEFAULT_SWEEP_EVERY, add_upkeep
 
 __all__ = [
     "BOOL_WORDS",
@@ -168,23 +166,10 @@ def a2a_app(
 ) -> Starlette:
     """A Starlette app that serves ``agent`` over A2A (JSON-RPC, streaming), correct by default.
 
-    A message starts a task that runs the workflow. A pause leaves the task in ``input-required``; its
-    status message has a text part and, per request, a data part ``{"request_id", "data",
-    "response_type", "response_schema"}`` (the answer's JSON Schema). Answer with a message on the same
-    task (``task_id``) holding a data part ``{"request_id": <id>, "answer": <value>}``; the task then
-    completes with the workflow's text as an artifact, or pauses again.
-
-    What it sets, and why (README "Host it", A2A): one session per A2A context in ``session_store`` (key
-    ``a2a:context:<id>``), so a client that left at the pause answers later; a wrong answer, or new input on
-    a context whose pause is open, or a message that starts a task without text, is JSON-RPC ``InvalidParams``
-    and changes nothing; a request body over ``max_body_bytes`` is HTTP 413, never read; an answer queued on a
-    task that ended meanwhile is not run, and a message sent again never answers a later pause; text
-    answers only with ``text_answers=True`` (``str`` takes the text, ``bool`` approve/yes or reject/no); a
-    finished task stays finished on every worker sharing ``task_store`` (an answer that lost a race writes
-    nothing over the winner's outcome; a cancel is refused while an answer to the task's pause runs); tasks
-    kept in a bounded store unless ``task_store`` is given; ``a2a-sdk``'s in-process state of a task waiting for
-    input released after the agent's ``continuation_ttl`` (its ``interrupted_task_timeout``; an answer after
-    that reloads the task from the store).
+    A message starts a task that runs the workflow; a pause leaves it in ``input-required`` with a data part
+    per request, and a data part ``{"request_id": <id>, "answer": <value>}`` on the same task answers it
+    (README "Host it", A2A: the shapes, what it sets and why, several workers). Each message is one turn of its
+    context (``hosting/_turn.py``).
 
     Args:
         agent: The agent; one object serves every context.
@@ -221,7 +206,7 @@ def a2a_app(
         raise ValueError(f"max_body_bytes must be a positive integer, not {max_body_bytes!r}.")
     executor = FunctionalA2AExecutor(
         agent,
-        session_store=session_store if session_store is not None else default_session_store(agent),
+        session_store=session_store,
         text_answers=text_answers,
     )
     description = agent.description or f"{agent.name}: a functional workflow agent."  # required on card and skill

@@ -23,13 +23,14 @@ from agent_framework_ag_ui import (
 from fastapi import Depends, FastAPI, Request
 
 from .._agent import FunctionalWorkflowAgent
+from .._answers import value_result
 from .._core_compat import agui_session_id_for_thread
 from .._errors import ContinuationAuthorityError, ResponseMismatchError
 from .._session import SESSION_STATE_KEY, session_token
 from .._updates import REQUEST_INFO_FUNCTION_NAME, published_requests, token_tag
-from ._adapter import ANSWER_FIELD, HostedAgent, as_messages, check_answer, replace_contents, result_answer
+from ._adapter import ANSWER_FIELD, HostedAgent, as_messages, check_answer, replace_contents
 from ._agui_approvals import (
-    SettlingThreads,
+    UnsavedThreads,
     approval_purge,
     bound_approval_state,
     expire_open_approvals,
@@ -37,9 +38,8 @@ from ._agui_approvals import (
 )
 from ._agui_resume import ResumeAnswer, payload_answer, read_answers, read_request, refuse
 from ._body_limit import BodyLimit
-from ._memory import DEFAULT_RELEASE_MEMORY_EVERY, check_release_every
 from ._snapshots import snapshot_store_for
-from ._sweep import DEFAULT_SWEEP_EVERY, add_upkeep
+from ._sweep import DEFAULT_RELEASE_MEMORY_EVERY, DEFAULT_SWEEP_EVERY, add_upkeep, check_release_every
 
 DEFAULT_MAX_BODY_BYTES = 1_000_000
 """Largest request body :func:`agui_endpoint` reads (bytes); a larger one is refused with 413."""
@@ -85,7 +85,7 @@ def _approval_as_answer(content: Content) -> Content:
     request_id = content.id or content.function_call.call_id
     if value is None or not request_id:
         return content
-    return result_answer(request_id, value)
+    return value_result(request_id, value)
 
 
 class AGUIAgent(HostedAgent):
@@ -93,19 +93,19 @@ class AGUIAgent(HostedAgent):
 
     Args:
         agent: The agent.
-        settling: Notes each run that reaches the agent until its thread's snapshot is saved (``agui_endpoint``).
+        unsaved: Notes each run that reaches the agent until its thread's snapshot is saved (``agui_endpoint``).
     """
 
-    def __init__(self, agent: FunctionalWorkflowAgent, settling: SettlingThreads | None = None) -> None:
+    def __init__(self, agent: FunctionalWorkflowAgent, unsaved: UnsavedThreads | None = None) -> None:
         super().__init__(agent)
-        self.settling = settling
+        self.unsaved = unsaved
 
     def run(
         self, messages: Any = None, *, stream: bool = False, session: AgentSession | None = None, **kwargs: Any
     ) -> Any:
-        """The wrapped agent's run, noted in ``settling`` (its snapshot is saved after it)."""
-        if self.settling is not None and session is not None:
-            self.settling.begin(session.session_id)
+        """The wrapped agent's run, noted in ``unsaved`` (its snapshot is saved after it)."""
+        if self.unsaved is not None and session is not None:
+            self.unsaved.runs.begin(session.session_id)
         return super().run(messages, stream=stream, session=session, **kwargs)
 
     @property
@@ -148,7 +148,7 @@ async def check_request(
     continuation store and the checkpoint). AG-UI would otherwise claim the interrupt and the agent refuse it,
     leaving the interrupt's outcome unknown and the thread stuck. When this process holds nothing for the
     thread, the open interrupts are registered in ``runner``'s (process-local) AG-UI approval state so AG-UI
-    hands the answer to the agent. A pause held here whose thread lost its snapshot (and so its token: evicted
+    hands the answer to the agent. A pause kept here whose thread lost its snapshot (and so its token: evicted
     or expired from the store) is not pending: its answer is refused as above, and on new input its approvals
     are expired in AG-UI's state (the only change made here), so the agent starts a new turn.
     """
@@ -162,9 +162,9 @@ async def check_request(
         return
     session = AgentSession(session_id=agui_session_id_for_thread(scope=scope, thread_id=thread_id))
     pending = agent.pending_requests_for(session)
-    held = agent.workflow_for(session)
-    if pending and held is not None:
-        orphaned, not_its_pause = await _held_pause_state(snapshot_store, scope, thread_id, agent, held.pending_tag())
+    local = agent.workflow_for(session)
+    if pending and local is not None:
+        orphaned, not_its_pause = await _local_pause_state(snapshot_store, scope, thread_id, agent, local.pending_tag())
         if orphaned or not_its_pause:
             pending = {}  # answers are checked against the thread's own pause (its token), if it has one
         if orphaned and not answers:
@@ -175,16 +175,16 @@ async def check_request(
         await _check_answers(answers, agent, session, pending, (scope, thread_id, snapshot_store, runner))
 
 
-async def _held_pause_state(
+async def _local_pause_state(
     snapshot_store: AGUIThreadSnapshotStore, scope: str, thread_id: str, agent: FunctionalWorkflowAgent, tag: str | None
 ) -> tuple[bool, bool]:
-    """Whether the thread's pause held here is orphaned, and whether it is not the pause the thread's token names.
+    """Whether the thread's pause kept here is orphaned, and whether it is not the pause the thread's token names.
 
     Orphaned: no snapshot, or one without the package's session key (evicted or expired: the token went with
     it). Not its pause: the snapshot holds no token of the agent, or one of another pause (answered or paused
-    again elsewhere). Neither while a run of the thread has not saved its snapshot yet (``SettlingThreads``).
+    again elsewhere). Neither while a run of the thread has not saved its snapshot yet (``UnsavedThreads``).
     """
-    if isinstance(snapshot_store, SettlingThreads) and snapshot_store.settling(scope, thread_id):
+    if isinstance(snapshot_store, UnsavedThreads) and snapshot_store.unsaved(scope, thread_id):
         return False, False
     snapshot = await snapshot_store.get(scope=scope, thread_id=thread_id)
     state = (snapshot.session_state or {}) if snapshot is not None else {}
@@ -203,7 +203,7 @@ async def _check_answers(
     pending: Mapping[str, WorkflowEvent[Any]],
     where: tuple[str, str, AGUIThreadSnapshotStore, AgentFrameworkAgent | None],
 ) -> None:
-    """The answers against the pause's requests, held here or (through the snapshot's token) elsewhere."""
+    """The answers against the pause's requests, kept here or (through the snapshot's token) elsewhere."""
     scope, thread_id, snapshot_store, runner = where
     snapshot = None if pending else await snapshot_store.get(scope=scope, thread_id=thread_id)
     open_ids = set(pending) if pending else _open_ids(snapshot)
@@ -296,33 +296,10 @@ def agui_endpoint(
 ) -> None:
     """Serve ``agent`` at ``POST path`` over AG-UI, set up the way a pausing agent needs (README "Host it").
 
-    What it sets, and why:
-
-    - A snapshot store, always: AG-UI builds a new ``AgentSession`` for every request and restores its
-      state only from the thread's snapshot; the agent keeps each thread's pause (its token) there. Without
-      ``snapshot_store``, a bounded in-memory one (24 h TTL from each save, the least recently saved dropped
-      past 10,000 threads).
-    - AG-UI's approval state keeps what the agent keeps: an unanswered approval for the agent's
-      ``continuation_ttl`` (AG-UI's own default is 24 h), an answered one for 60 s (AG-UI's: 15 min, and at
-      10,000 kept per scope it refuses new approvals).
-    - ``detached_runs=True``: a client that hangs up at the approval request does not cancel the run, so the
-      snapshot save after it still happens and the answer can resume the pause. A client that reconnects
-      before that save ends gets 409 from AG-UI and retries (``@ag-ui/client`` does not; README shows how).
-    - The package's ``session.state`` key is server-owned: AG-UI never merges client ``state`` into it, and a
-      request whose ``state`` names it is refused with 400.
-    - Typed answers: a resume entry ``{"interruptId": id, "status": "resolved", "payload": {"approved": true,
-      "answer": <JSON>}}`` reaches the agent as a ``function_result`` for request ``id``; ``{"approved": true |
-      false}`` alone stays an approval (a ``bool`` request). Each streamed request carries ``"answer": null`` in
-      its arguments so AG-UI accepts the field. On a paused thread, an unknown interrupt id, a payload without
-      a boolean ``approved`` or an answer that does not convert to the request's ``response_type`` gets 400
-      naming the field, and the pause stays answerable (also on a worker that does not hold the pause). The
-      resume is read wherever AG-UI reads it (``forwardedProps.command.resume`` too; README "AG-UI").
-    - A request body over ``max_body_bytes`` gets 413; malformed or too deeply nested JSON gets AG-UI's 4xx.
-    - ``ReleaseFreeMemory`` on the app (once, however many endpoints are added), as ``responses_app`` and
-      ``devui_app`` add it: a host that runs for months keeps RSS at what is in use, not at its busiest
-      moment's high-water mark.
-    - A sweep task in the app's lifespan (one per endpoint): every ``sweep_every`` seconds the agent's expired
-      pauses, the snapshots and AG-UI's approvals past their time go, with no request at all.
+    It registers AG-UI's own endpoint with a snapshot store (always), detached runs, AG-UI's approval state
+    bounded by the agent's ``continuation_ttl``, the package's session key server-owned, typed answers in an
+    ``answer`` slot, the guard :func:`check_request`, a body limit, ``ReleaseFreeMemory`` and a sweep task
+    (README "Host it", AG-UI: what each is for and what the client sees).
 
     Args:
         app: The FastAPI app (before it starts: a body-size middleware is added).
@@ -354,7 +331,7 @@ def agui_endpoint(
     """
     check_release_every(release_memory_every)
     check_release_every(sweep_every, "sweep_every")
-    snapshots = SettlingThreads(snapshot_store_for(snapshot_store, agent), max_threads=4 * max_runs)
+    snapshots = UnsavedThreads(snapshot_store_for(snapshot_store, agent), max_threads=4 * max_runs)
     runner = AgentFrameworkAgent(agent=AGUIAgent(agent, snapshots), snapshot_store=snapshots)  # pyright: ignore[reportArgumentType]
     bound_approval_state(runner, agent)
     if single_user == (authorization_scope_resolver is not None):

@@ -17,17 +17,17 @@ from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .._agent import FunctionalWorkflowAgent
-from ._adapter import HostedAgent, as_messages, parse_typed_text, result_answer
+from .._answers import value_result
+from ._adapter import HostedAgent, as_messages, parse_typed_text
 from ._devui_store import DEFAULT_MAX_CONVERSATIONS, BoundedConversationStore, BoundedDevServer
-from ._memory import DEFAULT_RELEASE_MEMORY_EVERY, check_release_every
-from ._sweep import DEFAULT_SWEEP_EVERY, add_upkeep
+from ._sweep import DEFAULT_RELEASE_MEMORY_EVERY, DEFAULT_SWEEP_EVERY, add_upkeep, check_release_every
 
 DEFAULT_PORT = 8080
 """DevUI's own default port."""
 
 NO_CONVERSATION_MESSAGE = (
     "This turn has no DevUI conversation: none was given, or it was dropped (idle past the agent's "
-    "continuation_ttl, or the least recently used past max_conversations), and with it any pause it held. "
+    "continuation_ttl, or the least recently used past max_conversations), and with it any pause it kept. "
     "Start a new conversation."
 )
 
@@ -131,7 +131,7 @@ class DevUIAgent(HostedAgent):
         ((request_id, event),) = pending.items()
         if event.response_type is str:
             return messages
-        return [Message(role="user", contents=[result_answer(request_id, parse_typed_text(text.strip()))])]
+        return [Message(role="user", contents=[value_result(request_id, parse_typed_text(text.strip()))])]
 
 
 def devui_app(

@@ -22,13 +22,12 @@ from mcp_types.version import is_version_at_least
 from starlette.applications import Starlette
 
 from .._agent import FunctionalWorkflowAgent
-from .._answers import response_schema
+from .._answers import response_schema, value_result
 from .._chat import answers_to_responses
 from .._errors import FunctionalWorkflowError
 from .._updates import REQUEST_INFO_FUNCTION_NAME, request_data_to_json
-from ._adapter import ANSWER_FIELD, parse_typed_text, result_answer
-from ._memory import DEFAULT_RELEASE_MEMORY_EVERY
-from ._sweep import DEFAULT_SWEEP_EVERY, add_upkeep
+from ._adapter import ANSWER_FIELD, parse_typed_text
+from ._sweep import DEFAULT_RELEASE_MEMORY_EVERY, DEFAULT_SWEEP_EVERY, add_upkeep
 
 TASK_ARGUMENT = "task"
 """The tool's one argument: the text that starts the workflow."""
@@ -82,7 +81,7 @@ def _elicitation(event: WorkflowEvent[Any], tool_name: str) -> types.ElicitReque
 
 
 def _answer(request_id: str, event: WorkflowEvent[Any] | None, response: Any) -> Content:
-    """The answer content for one elicitation result (``event`` None: the pause is not held here)."""
+    """The answer content for one elicitation result (``event`` None: the pause is not kept here)."""
     if not isinstance(response, types.ElicitResult):
         raise MCPError(types.INVALID_PARAMS, f"Input response {request_id!r} must be an elicitation result.")
     if event is None:
@@ -94,7 +93,7 @@ def _answer(request_id: str, event: WorkflowEvent[Any] | None, response: Any) ->
         return Content.from_function_result(call_id=request_id, result=value)
     if response.action != "accept":
         if event.response_type is bool:
-            return result_answer(request_id, False)  # a declined or dismissed approval is a rejection
+            return value_result(request_id, False)  # a declined or dismissed approval is a rejection
         raise MCPError(
             types.INVALID_PARAMS,
             f"Request {request_id!r} was {response.action}ed; it needs an accepted answer. The call is still paused: "
@@ -103,10 +102,10 @@ def _answer(request_id: str, event: WorkflowEvent[Any] | None, response: Any) ->
     content = dict(response.content or {})
     _, whole = answer_form(event.response_type)
     if whole:
-        return result_answer(request_id, content)
+        return value_result(request_id, content)
     if ANSWER_FIELD not in content:
         raise MCPError(types.INVALID_PARAMS, f"The answer to {request_id!r} needs the field {ANSWER_FIELD!r}.")
-    return result_answer(request_id, _field_value(content[ANSWER_FIELD], event.response_type))
+    return value_result(request_id, _field_value(content[ANSWER_FIELD], event.response_type))
 
 
 def _field_value(value: Any, response_type: Any) -> Any:
@@ -204,7 +203,7 @@ class MCPWorkflowTool:
         pending = self.agent.pending_requests_for(session)
         if not responses:
             raise MCPError(types.INVALID_PARAMS, "Send inputResponses with the answers; the call is still paused.")
-        if pending:  # the pause is held here: check the answers now, with messages naming what to send
+        if pending:  # the pause is kept here: check the answers now, with messages naming what to send
             unknown = sorted(set(responses) - set(pending))
             if unknown:
                 raise MCPError(
@@ -217,7 +216,7 @@ class MCPWorkflowTool:
                 answers_to_responses(answers, pending)
             except FunctionalWorkflowError as exc:
                 raise MCPError(types.INVALID_PARAMS, str(exc)) from None
-        else:  # held by the continuation store (another worker) or answered already: the agent's run decides
+        else:  # kept by the continuation store (another worker) or answered already: the agent's run decides
             answers = [_answer(rid, None, response) for rid, response in responses.items()]
         return await self._run([Message(role="user", contents=answers)], session)
 
@@ -263,25 +262,9 @@ def mcp_app(
 ) -> Starlette:
     """A Streamable HTTP MCP app whose one tool runs ``agent``, correct by default.
 
-    ``tools/call`` with ``{"task": "<text>"}`` runs the workflow. A pause is an ``input_required`` result:
-    ``inputRequests`` has one form elicitation per request (key: the request id; the message shows the
-    request data; the form is the answer's schema, see :func:`answer_form`), and ``requestState`` holds the
-    paused session. The client (``mcp.Client`` does it for you with its ``elicitation_callback``) calls the
-    tool again with the same arguments, ``inputResponses`` and the ``requestState``; the result is the
-    workflow's text, or the next pause.
-
-    What it sets, and why:
-
-    * ``requestState`` is sealed by ``mcp``'s ``RequestStateBoundary`` with ``key`` (AES-256-GCM; bound to
-      the tool, its arguments, this server's name and the caller's principal, and expiring after
-      ``state_ttl_seconds``): a client cannot read, forge, or move it to another call; a tampered one is
-      ``Invalid or expired requestState`` (-32602).
-    * A state answered once is refused the second time (the continuation token in it is spent), so a replay
-      never resumes the workflow twice.
-    * Wrong answers are ``INVALID_PARAMS`` and change nothing: retry with the same ``requestState``.
-    * A declined or cancelled elicitation answers a ``bool`` request with false; other types need an answer.
-    * The pause also stays in the workflow's continuation store; the state carries the session (with its
-      continuation token), so a client that disconnects at the pause answers later with the same state.
+    ``tools/call`` with ``{"task": "<text>"}`` runs the workflow; a pause is an ``input_required`` result
+    with one form elicitation per request (:func:`answer_form`) and the paused session in ``requestState``,
+    sealed with ``key`` (README "Host it", MCP: what it sets and why).
 
     Args:
         agent: The agent; one object serves every call.

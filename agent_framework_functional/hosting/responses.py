@@ -15,18 +15,17 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from contextlib import asynccontextmanager
 from typing import Any, cast
 
-from agent_framework import AgentResponse, AgentResponseUpdate, AgentSession, ResponseStream, SessionStore
+from agent_framework import AgentResponse, AgentResponseUpdate, ResponseStream, SessionStore
 from agent_framework_hosting_responses import create_response_id, responses_from_run, responses_from_streaming_run
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.requests import ClientDisconnect
 
 from .._agent import FunctionalWorkflowAgent
-from ._defaults import default_session_store
-from ._memory import DEFAULT_RELEASE_MEMORY_EVERY, check_release_every
 from ._responses_errors import Refusal, error_response, refusal_for
 from ._responses_input import InvalidRequestError, ResponsesRequest, decode_body, parse_request
-from ._sweep import DEFAULT_SWEEP_EVERY, add_upkeep
+from ._sweep import DEFAULT_RELEASE_MEMORY_EVERY, DEFAULT_SWEEP_EVERY, add_upkeep, check_release_every
+from ._turn import ConversationBusy, Turn, Turns
 
 logger = logging.getLogger(__name__)
 
@@ -37,38 +36,6 @@ _DRAIN_FACTOR = 16  # an oversized body is read to its end (so the client gets t
 _END = object()
 
 
-class _Turn:
-    """One request's hold on its conversation: the session it writes back and the busy key it frees."""
-
-    def __init__(self, host: _ResponsesHost, lock_key: str, store_key: str, session: AgentSession) -> None:
-        self.host, self.lock_key, self.store_key, self.session = host, lock_key, store_key, session
-        self.write: asyncio.Future[None] | None = None
-        self.released = False
-        self.gone = False  # the client stopped reading the SSE body
-
-    def store(self) -> Awaitable[None]:
-        """Write the session once (a task of its own, shielded from the caller's cancellation); free the key after."""
-        if self.write is None:
-            self.write = asyncio.ensure_future(self._write())
-        return asyncio.shield(self.write)
-
-    async def _write(self) -> None:
-        try:
-            await self.host.session_store.set(self.store_key, self.session)
-        finally:
-            self.release()
-
-    def release(self) -> None:
-        if not self.released:
-            self.released = True
-            self.host.busy.discard(self.lock_key)
-
-    def settle(self) -> None:
-        """Free the key now, unless a write is in flight (it frees the key when done)."""
-        if self.write is None or self.write.done():
-            self.release()
-
-
 def _without_token(result: AgentResponse[Any]) -> AgentResponse[Any]:
     # The token stays in the session: on the wire it would turn a pause into a background run (in_progress).
     result.continuation_token = None
@@ -76,12 +43,12 @@ def _without_token(result: AgentResponse[Any]) -> AgentResponse[Any]:
 
 
 class _ResponsesHost:
-    """The route's state: the agent, the session store, the busy conversations and the detached runs."""
+    """The route's state: the agent, its conversations' turns (``turns``) and the detached runs."""
 
     def __init__(
         self,
         agent: FunctionalWorkflowAgent,
-        session_store: SessionStore,
+        session_store: SessionStore | None,
         *,
         max_body_bytes: int,
         retry_after: int,
@@ -90,11 +57,10 @@ class _ResponsesHost:
     ) -> None:
         self.agent = agent
         self.scope = scope
-        self.session_store = session_store
+        self.turns = Turns(agent, session_store)
         self.max_body_bytes = max_body_bytes
         self.retry_after = retry_after
         self.forward_options = frozenset(forward_options)
-        self.busy: set[str] = set()  # conversation keys with a request in flight; bounded by those requests
         self.tasks: set[asyncio.Task[Any]] = set()
 
     def error(self, refusal: Refusal) -> JSONResponse:
@@ -125,22 +91,15 @@ class _ResponsesHost:
             raise Refusal(413, "body_too_large", f"The request body is larger than {limit} bytes.")
         return b"".join(chunks)
 
-    async def begin(self, request: ResponsesRequest, response_id: str, scope: str) -> _Turn:
-        """Find the session and take the conversation's busy key (one request at a time per conversation)."""
-        if request.conversation_id is not None:
-            key = f"{scope}conversation:{request.conversation_id}"
-            self.take(key)
-            try:
-                session = await self.session_store.get(key) or self.agent.create_session(session_id=key)
-            except BaseException:
-                self.busy.discard(key)
-                raise
-            return _Turn(self, key, key, session)
-        store_key = f"{scope}response:{response_id}"
-        if request.previous_response_id is None:
-            session = self.agent.create_session(session_id=store_key)
-        else:
-            found = await self.session_store.get(f"{scope}response:{request.previous_response_id}")
+    async def begin(self, request: ResponsesRequest, response_id: str, scope: str) -> Turn:
+        """Take the conversation (one request at a time per conversation) and find its session."""
+        try:
+            if request.conversation_id is not None:
+                return await self.turns.begin(f"{scope}conversation:{request.conversation_id}")
+            key = f"{scope}response:{response_id}"
+            if request.previous_response_id is None:
+                return await self.turns.begin(key)
+            found = await self.turns.session_store.get(f"{scope}response:{request.previous_response_id}")
             if found is None:
                 raise Refusal(
                     400,
@@ -148,57 +107,55 @@ class _ResponsesHost:
                     "No response with this id: send the `id` of a response this server returned.",
                     param="previous_response_id",
                 )
-            session = found
-        # Every response of one chain shares the session id of its first: the agent's workflow instance.
-        self.take(session.session_id)
-        return _Turn(self, session.session_id, store_key, session)
-
-    def take(self, key: str) -> None:
-        if key in self.busy:
+            # Every response of one chain shares the session id of its first: the agent's workflow instance.
+            return await self.turns.begin(key, lock=found.session_id, session=found)
+        except ConversationBusy:
             raise Refusal(
                 409,
                 "conversation_busy",
                 "Another request of this conversation is still running; retry after it ends.",
                 retry=True,
-            )
-        self.busy.add(key)
+            ) from None
 
     def options(self, body: Any) -> dict[str, Any]:
         return {name: body[name] for name in self.forward_options if name in body}
 
-    async def run_json(self, turn: _Turn, request: ResponsesRequest, response_id: str, options: Any) -> Any:
+    async def run_json(self, turn: Turn, request: ResponsesRequest, response_id: str, options: Any) -> Any:
         try:
-            result = await self.agent.run(request.messages, session=turn.session, options=options)
-        except BaseException as exc:
-            if refusal_for(exc) is None:
-                await turn.store()  # the session says the run ended (a spent token is dropped)
-            turn.settle()
-            raise
-        await turn.store()  # frees the conversation once written, before the response is sent
+            try:
+                result = await self.agent.run(request.messages, session=turn.session, options=options)
+            except BaseException as exc:
+                if refusal_for(exc) is None:
+                    await turn.save()  # the session says the run ended (a spent token is dropped)
+                raise
+            await turn.save()  # the conversation is free once written, before the response is sent
+        finally:
+            turn.end()
         conversation = request.conversation_id
         return responses_from_run(_without_token(result), response_id=response_id, conversation_id=conversation)
 
     async def produce(
         self,
-        turn: _Turn,
+        turn: Turn,
         request: ResponsesRequest,
         response_id: str,
         options: Any,
         accepted: asyncio.Future[None],
         queue: asyncio.Queue[Any],
+        gone: asyncio.Event,
     ) -> None:
         """Run the agent's stream to its end (whether or not the client still reads) and queue the SSE text."""
         try:
             try:
                 stream = self.agent.run(request.messages, session=turn.session, options=options, stream=True)
-                stream.with_cleanup_hook(turn.store).with_result_transform(_without_token)
+                stream.with_cleanup_hook(turn.save).with_result_transform(_without_token)
                 first = await _first(stream)
             except asyncio.CancelledError:
                 accepted.cancel()
                 raise
             except Exception as exc:  # handed to the request's handler, which answers with its status
                 if refusal_for(exc) is None:
-                    await turn.store()
+                    await turn.save()
                 accepted.set_exception(exc)
                 return
             accepted.set_result(None)
@@ -206,12 +163,12 @@ class _ResponsesHost:
                 _continue(first, stream), response_id=response_id, conversation_id=request.conversation_id
             )
             async for chunk in sse:
-                if not turn.gone:
+                if not gone.is_set():
                     queue.put_nowait(chunk)
-            await turn.store()  # written by the stream's cleanup hook already, before the terminal event
+            await turn.save()  # written by the stream's cleanup hook already, before the terminal event
         finally:
             queue.put_nowait(_END)
-            turn.settle()
+            turn.end()
 
     async def handle(self, http: Request) -> Response:
         """One ``POST``: check, take the conversation, run detached, answer JSON or SSE (or an error)."""
@@ -236,7 +193,8 @@ class _ResponsesHost:
                 return JSONResponse(payload)
             accepted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             queue: asyncio.Queue[Any] = asyncio.Queue()
-            self.spawn(self.produce(turn, request, response_id, options, accepted, queue))
+            gone = asyncio.Event()  # the client stopped reading the SSE body
+            self.spawn(self.produce(turn, request, response_id, options, accepted, queue, gone))
             await asyncio.shield(accepted)  # the first update: a refusal is still an HTTP status
         except Exception as exc:
             refusal = refusal_for(exc, request)
@@ -245,7 +203,7 @@ class _ResponsesHost:
             if refusal is None:
                 refusal = Refusal(500, "server_error", "The agent run failed; the conversation takes new input.")
             return self.error(refusal)
-        return StreamingResponse(_sse_body(queue, turn), media_type="text/event-stream")
+        return StreamingResponse(_sse_body(queue, gone), media_type="text/event-stream")
 
     @asynccontextmanager
     async def lifespan(self, _app: FastAPI) -> AsyncGenerator[None]:
@@ -279,12 +237,12 @@ def _continue(
     return ResponseStream(updates(), finalizer=final)
 
 
-async def _sse_body(queue: asyncio.Queue[Any], turn: _Turn) -> AsyncIterator[str]:
+async def _sse_body(queue: asyncio.Queue[Any], gone: asyncio.Event) -> AsyncIterator[str]:
     try:
         while (chunk := await queue.get()) is not _END:
             yield cast(str, chunk)
     finally:
-        turn.gone = True
+        gone.set()
 
 
 def responses_app(
@@ -301,30 +259,10 @@ def responses_app(
 ) -> FastAPI:
     """A FastAPI app that serves ``agent`` over the OpenAI Responses API, correct by default.
 
-    ``POST {path}`` takes ``input`` (text or items), ``stream`` (SSE when true, else JSON), and
-    ``previous_response_id`` (continue from that response's immutable snapshot) or ``conversation``
-    (one mutable head, created on first use). A pause is a ``completed`` response whose output holds a
-    ``function_call`` item (``name="request_info"``, ``call_id`` = the request id, ``arguments``: the
-    request data and the answer's type) and an ``mcp_approval_request`` item (``id`` = the request id).
-    Answer with an ``mcp_approval_response`` item (``approval_request_id``, ``approve``: a ``bool``
-    request) or a ``function_call_output`` item (``call_id`` = the request id, ``output`` = the JSON text
-    of the value, any ``response_type``), or plain text for a lone ``str`` request.
-
-    What it sets, and why:
-
-    * The continuation token stays in the session (never on the wire): on a response it would render the
-      pause as a background run (``in_progress``; ``response.failed`` when streaming).
-    * One request at a time per conversation (per ``conversation``, and per chain of
-      ``previous_response_id`` responses, which share one workflow instance): another one gets 409
-      ``conversation_busy`` with ``Retry-After``; the busy set holds only requests in flight.
-    * Runs are detached from the connection and the session is written when the agent's stream ends,
-      before the terminal event: a client that hangs up (at the approval request or earlier) loses
-      nothing and can answer later; a failed run still writes the session, so it takes new input.
-    * Errors: bad input 400 (``param`` names the field; a wrong answer shape is ``answer_mismatch``),
-      unknown ``previous_response_id`` 400, a body over ``max_body_bytes`` 413, authority and pending
-      conflicts 409 (``x-should-retry: false``), a running workflow or busy conversation 409 with
-      ``Retry-After``; when streaming, a refusal is still an HTTP status (the route starts the SSE body
-      with the run's first update). Only a failure of the workflow itself is a 500, without details.
+    A pause is a ``completed`` response with a ``function_call`` and an ``mcp_approval_request`` item; the
+    answer is an ``mcp_approval_response`` or ``function_call_output`` item (README "Host it", Responses: the
+    shapes, what it sets and why, and the error table). Each request is one turn of its conversation
+    (``hosting/_turn.py``), run detached from the connection.
 
     Args:
         agent: The agent; one object serves every conversation.
@@ -371,7 +309,7 @@ def responses_app(
     check_release_every(release_memory_every)
     host = _ResponsesHost(
         agent,
-        session_store if session_store is not None else default_session_store(agent),
+        session_store,
         max_body_bytes=max_body_bytes,
         retry_after=retry_after,
         forward_options=forward_options,
@@ -381,5 +319,5 @@ def responses_app(
     app.state.responses_host = host
     endpoint: Callable[[Request], Awaitable[Response]] = host.handle
     app.add_api_route(path, endpoint, methods=["POST"], include_in_schema=True)
-    add_upkeep(app, agent, release_memory_every, sweep_every, stores=[host.session_store])
+    add_upkeep(app, agent, release_memory_every, sweep_every, stores=[host.turns.session_store])
     return app

@@ -20,7 +20,7 @@ import pytest
 import redis.asyncio as aioredis
 from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 from test_checkpoint_seal import _from_dict_hijack_pickle, _pickled
-from test_checkpoint_seal_delta import DOCS, batch
+from test_checkpoint_seal_segments import DOCS, batch
 
 from agent_framework_functional import PostgresCheckpointStorage, RedisCheckpointStorage, workflow
 

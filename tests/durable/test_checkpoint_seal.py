@@ -230,7 +230,7 @@ async def test_without_a_sealer_unreadable_bodies_give_clean_errors_and_are_skip
     try:
         good = await storage.save(_checkpoint())
         await _plant(raw, namespace, "planted", ATTACKS[attack]("planted"))
-        with pytest.raises(WorkflowCheckpointException, match="cannot be decoded"):
+        with pytest.raises(WorkflowCheckpointException, match=r"cannot be loaded|too deeply"):
             await storage.load("planted")
         assert await storage.list_checkpoint_ids(workflow_name="wf") == [good]
         latest = await storage.get_latest(workflow_name="wf")

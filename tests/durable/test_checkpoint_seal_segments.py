@@ -4,8 +4,8 @@
 ``<namespace>:segment:<id>`` (its head inside), a location ``<segment id>:<index>`` in a
 ``loc:<bucket>`` hash, and the segment's parents in ``seginfo:<id>`` (the copy the load trusts
 is the one sealed in the segment's first chunk). With a ``CheckpointSealer`` each chunk is sealed
-under its segment id and index. The attacks of ``test_checkpoint_seal_delta.py`` (planted, altered,
-moved, swapped and missing chunks), plus an altered location, altered parents and an id pointed at
+under its segment id and index. The attacks of ``test_checkpoint_seal.py`` on a step-cache chunk
+(planted, altered, moved, swapped and missing chunks), plus an altered location, altered parents and an id pointed at
 another checkpoint's chunk, are each refused before core's decoder sees anything, and the damaged
 checkpoint is not listed. Without a sealer, malformed pieces give a clean ``WorkflowCheckpointException``.
 """
@@ -14,21 +14,41 @@ from __future__ import annotations
 
 import copy
 import json
+import secrets
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
-from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
+from agent_framework import RunContext, WorkflowCheckpoint, WorkflowCheckpointException, step
 from agent_framework._workflows._checkpoint_encoding import encode_checkpoint_value
 from test_checkpoint_seal import _from_dict_hijack_pickle, _pickled, _posix_path_pickle
-from test_checkpoint_seal_delta import DOCS, KEY, _planted_chunk, batch
 
 from agent_framework_functional import CheckpointSealer, RedisCheckpointStorage, workflow
-from agent_framework_functional._durable.checkpoint_seal import is_sealed
-from agent_framework_functional._durable.redis_delta import chunk_context
+from agent_framework_functional._durable.checkpoint_seal import chunk_context, is_sealed
 from agent_framework_functional._durable.redis_segments import location_of
+from agent_framework_functional._step_cache import StepCacheOffer
+
+KEY = secrets.token_bytes(32)
+DOCS = [f"doc-{index:02d}" for index in range(8)]
+
+
+@step
+async def review(doc: str) -> dict[str, Any]:
+    return {"id": doc, "flagged": doc.endswith("7")}
+
+
+async def batch(docs: list[str], ctx: RunContext) -> int:
+    flagged = sum([(await review(doc))["flagged"] for doc in docs])
+    answer = await ctx.request_info({"flagged": flagged}, response_type=str)
+    for doc in docs[:3]:
+        await review(f"{doc}:{answer}")
+    return flagged
+
+
+def _planted_chunk(value: dict[str, str]) -> bytes:
+    return json.dumps({"c": [[0, "planted", {"x": value}]]}).encode("utf-8")
 
 
 @pytest.fixture
@@ -165,13 +185,13 @@ async def test_with_a_sealer_each_chunk_is_sealed_and_every_checkpoint_reads_bac
     sealer = CheckpointSealer({"k1": KEY}, encrypt=True)
     storage = RedisCheckpointStorage(redis_server, namespace=namespace, sealer=sealer)
     saved: list[WorkflowCheckpoint] = []
-    original = storage.save
+    original = storage.save_with_offer
 
-    async def keeping(checkpoint: WorkflowCheckpoint) -> str:
+    async def keeping(checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None) -> str:
         saved.append(copy.deepcopy(checkpoint))
-        return await original(checkpoint)
+        return await original(checkpoint, offer)
 
-    storage.save = keeping  # type: ignore[method-assign]
+    storage.save_with_offer = keeping  # type: ignore[method-assign]
     try:
         run = await Run(storage, raw, namespace).go()
         entries = heads = 0

@@ -7,7 +7,6 @@ nothing ran, the corrected retry refused. The record now carries every request's
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
@@ -22,7 +21,6 @@ from agent_framework_functional import (
     FunctionalWorkflow,
     FunctionalWorkflowDefinition,
     ResponseMismatchError,
-    SQLiteContinuationStore,
     continuation_token_hash,
 )
 from agent_framework_functional._response_types import describe_type, resolve_type
@@ -142,27 +140,3 @@ def test_types_that_cannot_be_written_are_not_recorded() -> None:
     assert describe_type(Literal[object()]) is None  # only JSON scalars are written
     assert resolve_type("not_an_imported_module_xyz:Thing") is None  # never imports
     assert resolve_type("builtins:list[builtins:int") is None
-
-
-async def test_old_records_without_types_stay_readable(tmp_path: Path) -> None:
-    path = tmp_path / "old.db"
-    conn = sqlite3.connect(path)
-    conn.execute(
-        "CREATE TABLE continuations (token_hash TEXT PRIMARY KEY, workflow_name TEXT NOT NULL, "
-        "signature_hash TEXT NOT NULL, checkpoint_id TEXT NOT NULL, pending_request_ids TEXT NOT NULL, "
-        "created_at REAL NOT NULL, expires_at REAL NOT NULL, status TEXT NOT NULL CHECK (status IN "
-        "('issued', 'claimed', 'abandoned')), updated_at REAL NOT NULL) WITHOUT ROWID"
-    )
-    conn.execute("INSERT INTO continuations VALUES ('h', 'wf', 'sig', 'cp', '[\"auto::0\"]', 1.0, 9e12, 'issued', 1.0)")
-    conn.commit()
-    conn.close()
-    store = SQLiteContinuationStore(path)
-    try:
-        record = await store.get("h")
-        assert record is not None and record.response_types is None and record.status == "issued"
-        assert await store.claim("h")
-        fresh = ContinuationRecord("h2", "wf", "sig", "cp2", ("auto::0",), 1.0, 9e12, response_types={"auto::0": "x:Y"})
-        await store.save(fresh)
-        assert await store.get("h2") == fresh
-    finally:
-        await store.aclose()

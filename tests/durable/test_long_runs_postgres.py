@@ -24,6 +24,7 @@ from agent_framework._workflows._checkpoint_encoding import encode_checkpoint_va
 
 from agent_framework_functional import CheckpointSealer, PostgresCheckpointStorage, workflow
 from agent_framework_functional._durable.postgres_rows import row_key
+from agent_framework_functional._step_cache import StepCacheOffer
 
 pytestmark = pytest.mark.slow
 
@@ -51,12 +52,19 @@ class Tee:
         self.kept: list[WorkflowCheckpoint] = []
         self.ids: list[str] = []
 
-    async def save(self, checkpoint: WorkflowCheckpoint) -> str:
+    def note(self, checkpoint: WorkflowCheckpoint) -> None:
         if self.keep(self.count):
             self.kept.append(copy.deepcopy(checkpoint))
         self.count += 1
         self.ids.append(checkpoint.checkpoint_id)
+
+    async def save(self, checkpoint: WorkflowCheckpoint) -> str:
+        self.note(checkpoint)
         return await self.inner.save(checkpoint)
+
+    async def save_with_offer(self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None) -> str:
+        self.note(checkpoint)
+        return await self.inner.save_with_offer(checkpoint, offer)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -212,13 +220,13 @@ def _count(url: str, schema: str, table: str) -> int:
 class _Renaming(Tee):
     """Saves each checkpoint under ids that are not uuids and a timestamp with another UTC offset."""
 
-    async def save(self, checkpoint: WorkflowCheckpoint) -> str:
+    def note(self, checkpoint: WorkflowCheckpoint) -> None:
         checkpoint.checkpoint_id = f"run/{checkpoint.checkpoint_id}"
         previous = checkpoint.previous_checkpoint_id
         if previous is not None and not previous.startswith("run/"):  # core may chain the id save returned
             checkpoint.previous_checkpoint_id = f"run/{previous}"
         checkpoint.timestamp = checkpoint.timestamp.replace("+00:00", "+02:00")
-        return await super().save(checkpoint)
+        super().note(checkpoint)
 
 
 @pytest.mark.parametrize("sealed", [False, True])

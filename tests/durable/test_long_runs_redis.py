@@ -7,8 +7,7 @@ exactly the run's step calls (each stored once, the resume's segment continuing 
 used directly on the same storage stores whole checkpoints, as before; deleting checkpoints frees
 their segments once nothing references them (one in the middle of a segment no longer loads nor lists,
 the ones after it still do); a segment lost meanwhile (expired) is rewritten whole; no key is kept per
-checkpoint, and every key expires with ``ttl``; what the earlier layout (a hash per checkpoint,
-``redis_earlier_layout.py``) stored still loads, resumes, lists and deletes.
+checkpoint, and every key expires with ``ttl``.
 """
 
 from __future__ import annotations
@@ -26,9 +25,9 @@ import redis.asyncio as aioredis
 from agent_framework import RunContext, WorkflowCheckpoint, WorkflowCheckpointException, step
 from agent_framework._workflows._checkpoint_encoding import encode_checkpoint_value
 from durable_support import RedisServer
-from redis_earlier_layout import EarlierLayoutStorage
 
 from agent_framework_functional import RedisCheckpointStorage, workflow
+from agent_framework_functional._step_cache import StepCacheOffer
 
 STEPS = 1000
 
@@ -54,12 +53,19 @@ class Tee:
         self.kept: list[WorkflowCheckpoint] = []
         self.ids: list[str] = []
 
-    async def save(self, checkpoint: WorkflowCheckpoint) -> str:
+    def note(self, checkpoint: WorkflowCheckpoint) -> None:
         if self.keep(self.count):
             self.kept.append(copy.deepcopy(checkpoint))
         self.count += 1
         self.ids.append(checkpoint.checkpoint_id)
+
+    async def save(self, checkpoint: WorkflowCheckpoint) -> str:
+        self.note(checkpoint)
         return await self.inner.save(checkpoint)
+
+    async def save_with_offer(self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None) -> str:
+        self.note(checkpoint)
+        return await self.inner.save_with_offer(checkpoint, offer)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -256,30 +262,6 @@ async def test_every_key_of_a_long_run_expires_with_ttl(redis_url: str, client: 
         await asyncio.sleep(0.5)
         assert [key async for key in client.scan_iter(f"{namespace}:*")] == []
     finally:
-        await storage.aclose()
-
-
-async def test_checkpoints_stored_in_the_earlier_layout_still_load_resume_list_and_delete(
-    redis_url: str, client: aioredis.Redis
-) -> None:
-    namespace = f"earlier-{uuid.uuid4().hex}"
-    earlier = EarlierLayoutStorage(redis_url, namespace=namespace)
-    tee = Tee(earlier, keep=lambda index: True)
-    storage = RedisCheckpointStorage(redis_url, namespace=namespace)
-    try:
-        paused = await workflow(batch).build(checkpoint_storage=tee).run([f"d{i}" for i in range(8)])  # type: ignore[arg-type]
-        [pause_id] = await storage.list_checkpoint_ids(workflow_name="batch")  # the chain's spent ones deleted
-        assert await client.hget(f"{namespace}:checkpoint:{pause_id}", "segments") is not None  # the earlier layout
-        assert _canonical(await storage.load(pause_id)) == _canonical(tee.kept[-1])
-        wf = workflow(checkpoint_retention=0)(batch).build(checkpoint_storage=storage)  # the upgraded version restores
-        done = await wf.run(responses={"auto::0": "ok"}, continuation_token=None, checkpoint_id=pause_id)
-        assert done.get_outputs() == [sum(f"d{i}".endswith("7") for i in range(8))]
-        assert paused.continuation_token is not None
-        assert await storage.list_checkpoint_ids(workflow_name="batch") == [pause_id]  # the restore's chain deleted
-        assert await storage.delete(pause_id)
-        assert [key async for key in client.scan_iter(f"{namespace}:*")] == []  # both layouts' keys freed
-    finally:
-        await earlier.aclose()
         await storage.aclose()
 
 

@@ -26,6 +26,7 @@ from agent_framework._workflows._checkpoint_encoding import encode_checkpoint_va
 
 from agent_framework_functional import CheckpointSealer, SQLiteCheckpointStorage, SQLiteContinuationStore, workflow
 from agent_framework_functional._durable import checkpoint_delta, sqlite_checkpoint
+from agent_framework_functional._step_cache import StepCacheOffer
 
 STEPS = 300
 
@@ -55,11 +56,18 @@ class Tee:
         self.kept: list[WorkflowCheckpoint] = []
         self.ids: list[str] = []
 
-    async def save(self, checkpoint: WorkflowCheckpoint) -> str:
+    def note(self, checkpoint: WorkflowCheckpoint) -> None:
         if len(self.ids) % self.every == 0:
             self.kept.append(copy.deepcopy(checkpoint))
         self.ids.append(checkpoint.checkpoint_id)
+
+    async def save(self, checkpoint: WorkflowCheckpoint) -> str:
+        self.note(checkpoint)
         return await self.inner.save(checkpoint)
+
+    async def save_with_offer(self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None) -> str:
+        self.note(checkpoint)
+        return await self.inner.save_with_offer(checkpoint, offer)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -99,7 +107,7 @@ async def test_with_the_offer_ignored_the_storage_stores_whole_checkpoints(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # What the linear test guards against: without the offer each checkpoint holds the whole cache.
-    monkeypatch.setattr(checkpoint_delta, "step_cache_offer", lambda: None)
+    monkeypatch.setattr(checkpoint_delta.StepCacheOffer, "take", lambda self, state: False)
     entries, segments, _ = await _run_plain(tmp_path / "whole.db", 20)
     assert segments == 0 and entries == sum(range(1, 21)) + 20  # each step save, then the final one
 

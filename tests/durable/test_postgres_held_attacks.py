@@ -24,6 +24,7 @@ from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 from durable_support import checkpoints_elsewhere, held_storage, until
 
 from agent_framework_functional import PostgresCheckpointStorage, RunContext, step, workflow
+from agent_framework_functional._step_cache import StepCacheOffer
 
 pytestmark = pytest.mark.slow
 
@@ -96,8 +97,8 @@ async def _run_to_first_gate(
     saved = [] if saved is None else saved
     save = storage.save_buffered
 
-    async def noting(checkpoint: WorkflowCheckpoint) -> str:
-        saved.append(await save(checkpoint))
+    async def noting(checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None) -> str:
+        saved.append(await save(checkpoint, offer))
         return saved[-1]
 
     storage.save_buffered = noting  # type: ignore[method-assign]

@@ -27,6 +27,7 @@ from agent_framework_functional import (
     step,
     workflow,
 )
+from agent_framework_functional._step_cache import StepCacheOffer
 
 pytestmark = pytest.mark.slow
 
@@ -178,8 +179,8 @@ async def _run_to_gate(
     saved = [] if saved is None else saved
     save = storage.save_buffered
 
-    async def noting(checkpoint: WorkflowCheckpoint) -> str:
-        saved.append(await save(checkpoint))
+    async def noting(checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None) -> str:
+        saved.append(await save(checkpoint, offer))
         return saved[-1]
 
     storage.save_buffered = noting  # type: ignore[method-assign]

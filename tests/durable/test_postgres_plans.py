@@ -106,6 +106,7 @@ async def test_owned_pools_prepare_on_first_use_and_plan_generically(postgres_se
         await _cycle((store, storage), (store, storage))
 
         async def probe(conn: psycopg.AsyncConnection[Any]) -> tuple[Any, ...]:
+            await conn.execute("SELECT %s::int + 1", (1,))  # once, on whichever pooled connection this is
             mode = await (await conn.execute("SHOW plan_cache_mode", prepare=False)).fetchone()
             prepared = await (
                 await conn.execute("SELECT count(*) FROM pg_prepared_statements", prepare=False)

@@ -131,26 +131,3 @@ async def test_a_whole_checkpoint_key_of_the_wrong_type_is_no_checkpoint(
         assert (await storage.load(run.last)).checkpoint_id == run.last
     finally:
         await storage.aclose()
-
-
-async def test_an_earlier_layout_segment_of_the_wrong_type_is_a_lost_checkpoint(
-    redis_server: str, namespace: str, raw: aioredis.Redis
-) -> None:
-    from redis_earlier_layout import EarlierLayoutStorage
-    from test_checkpoint_seal_delta import DOCS, batch
-
-    from agent_framework_functional import workflow
-
-    earlier = EarlierLayoutStorage(redis_server, namespace=namespace)
-    storage = RedisCheckpointStorage(redis_server, namespace=namespace)
-    try:
-        await workflow(checkpoint_retention=None)(batch).build(checkpoint_storage=earlier).run(DOCS)
-        [pause_id] = (await storage.list_checkpoint_ids(workflow_name="batch"))[-1:]
-        async for key in raw.scan_iter(f"{namespace}:segment:*"):
-            await _retype_key(raw, key.decode())
-        with pytest.raises(WorkflowCheckpointException):
-            await storage.load(pause_id)
-        assert await storage.list_checkpoint_ids(workflow_name="batch") == []
-    finally:
-        await earlier.aclose()
-        await storage.aclose()

@@ -29,8 +29,8 @@ from fastapi.routing import APIRoute
 from hosting_support import PUBLISHED, editor, make_agent, parse_sse
 from request_ids import core_id, naming
 
+from agent_framework_functional._answers import value_result
 from agent_framework_functional.hosting import agui_endpoint
-from agent_framework_functional.hosting._adapter import result_answer
 from agent_framework_functional.hosting._agui_resume import ResumeAnswer, payload_answer, read_answers, read_request
 
 BAD: dict[str, Any] = {"approved": True, "answer": {"title": 5}}
@@ -221,7 +221,7 @@ def test_the_guard_decides_each_approval_as_agui_does(payload: Any) -> None:
     assert error is None and merged is not None
     answer = payload_answer("auto::0", payload)
     if accepted and merged["answer"] is not None:
-        assert answer.to_dict() == result_answer("auto::0", merged["answer"]).to_dict()
+        assert answer.to_dict() == value_result("auto::0", merged["answer"]).to_dict()
     else:
         assert (answer.type, answer.approved) == ("function_approval_response", accepted)
 

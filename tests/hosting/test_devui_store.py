@@ -106,7 +106,7 @@ def test_devui_app_keeps_at_most_max_conversations_and_their_approvals(serve: An
         assert "response.function_approval.requested" in reply.text
     store = app.state.devui_conversations
     assert isinstance(store, BoundedConversationStore) and len(store) == 3
-    assert store._turns == {}  # pyright: ignore[reportPrivateUsage]  # every turn DevUI ran was noted ended
+    assert not store.running.counts  # every turn DevUI ran was noted ended
     assert http.get(f"{base}/v1/conversations/{made[0]}", headers=AUTH).status_code == 404
     assert http.get(f"{base}/v1/conversations/{made[4]}", headers=AUTH).status_code == 200
     approvals = store.approvals  # DevUI's executor's tracked approvals, pruned with their conversations

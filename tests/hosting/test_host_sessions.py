@@ -32,9 +32,9 @@ from agent_framework_functional.hosting import ThreadSnapshotStore, agui_endpoin
 def test_responses_app_keeps_sessions_in_a_bounded_store_by_default(serve: Any, http: httpx.Client) -> None:
     app = responses_app(make_agent())
     host = app.state.responses_host
-    assert isinstance(host.session_store, InMemorySessionStore)
-    assert host.session_store.records.ttl == DEFAULT_TTL_SECONDS
-    assert host.session_store.records.max_entries == 10_000
+    assert isinstance(host.turns.session_store, InMemorySessionStore)
+    assert host.turns.session_store.records.ttl == DEFAULT_TTL_SECONDS
+    assert host.turns.session_store.records.max_entries == 10_000
 
 
 def test_every_host_keeps_sessions_for_the_agents_pause_ttl() -> None:
@@ -43,7 +43,7 @@ def test_every_host_keeps_sessions_for_the_agents_pause_ttl() -> None:
 
     agent = deployer.build(continuation_ttl=90).as_agent(name="deployer")
     assert agent.continuation_ttl == 90
-    assert responses_app(agent).state.responses_host.session_store.records.ttl == 90
+    assert responses_app(agent).state.responses_host.turns.session_store.records.ttl == 90
     snapshots = snapshot_store_for(None, agent)
     assert isinstance(snapshots, ThreadSnapshotStore)
     assert snapshots.sessions.records.ttl == 90  # type: ignore[attr-defined]
@@ -57,7 +57,7 @@ def test_responses_sessions_past_max_entries_are_dropped_oldest_first(serve: Any
     for number in range(6):  # each conversation: one session (and the busy key only while its request runs)
         client.call({"input": f"later-{number}", "conversation": f"c-{number}"})
     assert len(sessions) == 4
-    assert app.state.responses_host.busy == set()
+    assert app.state.responses_host.turns.busy == set()
     (request,) = approval_items(first)
     reply = client.post({"input": [approve(request["id"])], "conversation": "c-first"})
     # The oldest conversation's session (and its token) was dropped: the answer is refused, nothing runs.

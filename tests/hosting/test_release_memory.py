@@ -1,4 +1,4 @@
-"""Hosts hand the allocator's free heap pages back after requests (``hosting/_memory.py``)."""
+"""Hosts hand the allocator's free heap pages back after requests (``hosting/_sweep.py``)."""
 
 from __future__ import annotations
 

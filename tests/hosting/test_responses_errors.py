@@ -366,7 +366,7 @@ async def test_fifty_concurrent_conversations_through_one_app(serve: Any) -> Non
     assert texts == expected
     assert all(DEPLOYS[f"fleet {index}"] == (1 if index % 5 else 0) for index in range(50))
     host = app.state.responses_host
-    assert host.busy == set()
+    assert host.turns.busy == set()
     assert host.tasks == set()
 
 
