@@ -12,15 +12,13 @@ from __future__ import annotations
 import asyncio
 import contextvars
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from agent_framework import CheckpointStorage, WorkflowCheckpoint
 
 from ._expiry import checkpoint_deletions, delete_checkpoints, retain_checkpoints, sweep_retained
-from ._step_cache import HOLD_STEP_SAVES, DeltaCheckpointStorage, StepCacheOffer
-
-if TYPE_CHECKING:
-    from ._durable.postgres_joint import HeldPause, PostgresJoint
+from ._step_cache import DeltaCheckpointStorage, StepCacheOffer
+from ._store import StepSaveBuffer
 
 _T = TypeVar("_T")
 
@@ -42,15 +40,14 @@ class RecordingCheckpointStorage:
     """
 
     __slots__ = (
+        "buffer",
         "failed_load",
         "gone",
-        "held_pause",
         "inner",
         "keep",
         "last_saved_id",
         "offer",
         "offered",
-        "pause_writer",
         "preloaded",
         "resumed_checkpoint_id",
         "retention",
@@ -66,6 +63,8 @@ class RecordingCheckpointStorage:
         self.offer: StepCacheOffer | None = None
         self.retention = retention
         self.keep = retention is None
+        # A storage that buffers step saves, for a run that deletes its chain when it ends (checked once here).
+        self.buffer = inner if not self.keep and isinstance(inner, StepSaveBuffer) else None
         self.last_saved_id: str | None = None
         self.saved_ids: list[str] = []
         # The checkpoint of the pause this run claimed (set by the claim): deleted once the run ends well.
@@ -77,10 +76,6 @@ class RecordingCheckpointStorage:
         self.preloaded: WorkflowCheckpoint | None = None
         # A restore's load that failed before core's run (id, error): core's load raises it (core's failure surface).
         self.failed_load: tuple[str, Exception] | None = None
-        # A store and storage on one database (``postgres_joint``): the pause's save waits for its record in
-        # ``held_pause``, and both go in one statement (StoreAuthority.record_pause takes it).
-        self.pause_writer: PostgresJoint | None = None
-        self.held_pause: HeldPause | None = None
 
     @property
     def drops_final_checkpoint(self) -> bool:
@@ -95,46 +90,24 @@ class RecordingCheckpointStorage:
         return self._save(checkpoint, offer)
 
     async def _save(self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None) -> str:
-        writer = self.pause_writer
-        if writer is not None and checkpoint.pending_request_info_events and not self.keep:
-            held = await writer.hold(checkpoint, offer)
-            if held is not None:
-                self.held_pause = held
-                self.last_saved_id = held.checkpoint_id
-                self.saved_ids.append(held.checkpoint_id)
-                return held.checkpoint_id
-        offered = self.offered
-        saving = self.inner.save(checkpoint) if offered is None else offered.save_with_offer(checkpoint, offer)
-        if self.keep:
-            checkpoint_id = await saving
-        else:  # the chain is deleted when the run ends: a storage may hold a step's save for the next one
-            held = HOLD_STEP_SAVES.set(True)
-            try:
-                checkpoint_id = await saving
-            finally:
-                HOLD_STEP_SAVES.reset(held)
+        if self.buffer is not None:
+            checkpoint_id = await self.buffer.save_buffered(checkpoint, offer)
+        elif self.offered is not None:
+            checkpoint_id = await self.offered.save_with_offer(checkpoint, offer)
+        else:
+            checkpoint_id = await self.inner.save(checkpoint)
         self.last_saved_id = checkpoint_id
         self.saved_ids.append(checkpoint_id)
         return checkpoint_id
 
-    def take_held_pause(self) -> HeldPause | None:
-        """The pause's held checkpoint save, to write with its record (None: it was saved already)."""
-        held, self.held_pause = self.held_pause, None
-        return held
-
     async def settle(self) -> None:
-        """The run ended: have the storage write the step checkpoints it still holds back for it.
+        """The run ended: a :class:`StepSaveBuffer` storage writes the step saves it still buffers for it.
 
         After a pause or a finish there are none (the pause's row holds them, the finish deleted them);
         after a failure they are what a restore starts from, written before the caller sees the failure.
-        A held pause no record took (the run ended without issuing its token) is saved alone.
         """
-        held = self.take_held_pause()
-        if held is not None:
-            await held.write_alone()
-        write_held = getattr(self.inner, "write_held", None)
-        if write_held is not None and self.saved_ids:
-            await write_held(list(self.saved_ids))
+        if self.buffer is not None and self.saved_ids:
+            await self.buffer.write_buffered(list(self.saved_ids))
 
     async def delete_chain(self, *, keep: str | None) -> None:
         """Delete the checkpoints this run saved (but ``keep``, the new pause's) and the resumed pause's.
@@ -152,8 +125,8 @@ class RecordingCheckpointStorage:
         """The run finished: keep its chain's checkpoints (this run's, the resumed pause's) for the retention.
 
         With retention 0 they are deleted now (:meth:`delete_chain`); with None they are kept for good.
-        The ids stay noted for :meth:`settle` (a storage writes the step saves it holds). A finish sweeps, as a
-        run's start does, for chains whose retention passed while it ran.
+        The ids stay noted for :meth:`settle`. A finish sweeps, as a run's start does, for chains whose
+        retention passed while it ran.
         """
         sweep_retained()
         if self.retention == 0:

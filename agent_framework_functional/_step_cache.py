@@ -8,7 +8,6 @@ storage that stores each step result once (a :class:`DeltaCheckpointStorage`, ch
 from __future__ import annotations
 
 import itertools
-from contextvars import ContextVar
 from typing import Any, Protocol, cast, runtime_checkable
 
 from agent_framework import WorkflowCheckpoint
@@ -16,9 +15,6 @@ from agent_framework import WorkflowCheckpoint
 STEP_CACHE = "_step_cache"
 STEP_COUNTS = "_step_cache_auto_request_info_counts"
 ORIGINAL_MESSAGE = "_original_message"
-
-HOLD_STEP_SAVES: ContextVar[bool] = ContextVar("agent_framework_functional_hold_step_saves", default=False)
-"""Set by a run's recorder around its saves unless it keeps every checkpoint: a storage may defer a step save."""
 
 
 def append_new_keys(keys: list[str], entries: dict[str, Any]) -> None:

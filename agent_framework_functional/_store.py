@@ -14,8 +14,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from types import TracebackType
-from typing import Any, Literal, Protocol, TypeVar, cast, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, cast, runtime_checkable
 from weakref import WeakSet
+
+from agent_framework import WorkflowCheckpoint
+
+if TYPE_CHECKING:
+    from ._step_cache import StepCacheOffer
 
 ContinuationStatus = Literal["issued", "claimed", "abandoned"]
 """Lifecycle of a stored continuation: ``issued`` (resumable) -> ``claimed`` or ``abandoned`` (final)."""
@@ -282,6 +287,24 @@ class ContinuationStore(Protocol):
 
     async def aclose(self) -> None:
         """Release the store's connections (or file); ``async with store:`` calls it at the block's end."""
+        ...
+
+
+@runtime_checkable
+class StepSaveBuffer(Protocol):
+    """An optional capability of a checkpoint storage: buffer a run's step saves until its next save or end.
+
+    A run's recorder (``_checkpoint_chain.py``) checks for it once, when it is made, and only for runs that
+    delete their chain when they end; it then saves through :meth:`save_buffered` and, when the run ends
+    (however), calls :meth:`write_buffered`. ``PostgresCheckpointStorage`` implements it.
+    """
+
+    async def save_buffered(self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None) -> str:
+        """Save ``checkpoint`` with ``offer`` (as ``save_with_offer``), or buffer a step's until the run's next save."""
+        ...
+
+    async def write_buffered(self, checkpoint_ids: list[str]) -> None:
+        """Write the buffered saves of the runs that saved one of ``checkpoint_ids`` (the run ended)."""
         ...
 
 

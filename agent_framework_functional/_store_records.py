@@ -12,10 +12,9 @@ import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from agent_framework import CheckpointStorage, WorkflowCheckpoint, WorkflowEvent
+from agent_framework import CheckpointStorage, WorkflowEvent
 
 from ._continuation import Continuation, hash_secret, presented_secret
-from ._durable.postgres_joint import HeldPause, PostgresJoint, joint
 from ._errors import ContinuationAuthorityError
 from ._expiry import delete_checkpoint
 from ._response_types import describe_requests, resolve_type
@@ -36,7 +35,7 @@ class StoreRecords:
         memory: The in-memory authority whose ``conversation`` a record must name (or none).
     """
 
-    __slots__ = ("_joint", "checkpoint_storage", "identity", "memory", "store")
+    __slots__ = ("checkpoint_storage", "identity", "memory", "store")
 
     def __init__(
         self,
@@ -49,7 +48,6 @@ class StoreRecords:
         self.checkpoint_storage = checkpoint_storage
         self.identity = identity
         self.memory = memory
-        self._joint: PostgresJoint | bool | None = False  # False: not looked for yet
 
     async def claimable(self, token: object) -> ContinuationRecord:
         """:meth:`get` for a presented token (a malformed one: ``ContinuationAuthorityError``)."""
@@ -66,28 +64,6 @@ class StoreRecords:
                 ``issued``, or expired (unless ``allow_expired``).
         """
         return self._checked(await self.store.get(token_hash), allow_expired=allow_expired)
-
-    async def get_paused(self, token_hash: str) -> tuple[ContinuationRecord, Callable[[], WorkflowCheckpoint] | None]:
-        """:meth:`get`, and what decodes the pause's checkpoint when it came with the record (else None: load it).
-
-        A Postgres store and storage on one database read both in one round trip
-        (``_durable/postgres_joint.py``); the checkpoint is decoded only after the record passed.
-
-        Raises:
-            ContinuationAuthorityError: As :meth:`get`.
-        """
-        pair = self.joint()
-        if pair is None:
-            return await self.get(token_hash), None
-        record, read = await pair.read(token_hash)
-        return self._checked(record, allow_expired=False), read
-
-    def joint(self) -> PostgresJoint | None:
-        """The store and the storage as one database's pair (``_durable/postgres_joint.py``), or None."""
-        pair = self._joint
-        if pair is False:
-            pair = self._joint = joint(self.store, self.checkpoint_storage)
-        return pair if isinstance(pair, PostgresJoint) else None
 
     def _checked(self, record: ContinuationRecord | None, *, allow_expired: bool) -> ContinuationRecord:
         """``record`` if this workflow may act on it (see :meth:`get`)."""
@@ -106,17 +82,14 @@ class StoreRecords:
         self,
         record: ContinuationRecord,
         recorder: RecordingCheckpointStorage | None = None,
-        read: Callable[[], WorkflowCheckpoint] | None = None,
     ) -> dict[str, WorkflowEvent[Any]]:
         """The ``request_info`` events of a recorded pause, from its checkpoint (non-mutating).
-
-        ``read``: decodes the checkpoint :meth:`get_paused` fetched with the record (None: load it).
 
         Raises:
             ContinuationAuthorityError: The checkpoint is gone: the pause was resumed or abandoned meanwhile.
         """
         try:
-            checkpoint = read() if read is not None else await self.checkpoint_storage.load(record.checkpoint_id)
+            checkpoint = await self.checkpoint_storage.load(record.checkpoint_id)
         except Exception:
             await self.get(record.token_hash)  # raises the authority error once the pause is gone
             raise
@@ -131,12 +104,8 @@ class StoreRecords:
         checkpoint_id: str,
         workflow_name: str,
         signature_hash: str,
-        pause: HeldPause | None = None,
     ) -> None:
-        """Record a saved pause (its token's hash, the chain's response types, the conversation).
-
-        ``pause``: the pause's checkpoint save the run's recorder held: written with the record, in one statement.
-        """
+        """Record a saved pause (its token's hash, the chain's response types, the conversation)."""
         now = self.store.now()
         record = ContinuationRecord(
             token_hash=hash_secret(continuation.secret),
@@ -149,10 +118,7 @@ class StoreRecords:
             response_types=describe_requests(continuation.known_requests()),
             conversation=self.memory.conversation,
         )
-        if pause is not None:
-            await pause.write(record)
-        else:
-            await self.store.save(record)
+        await self.store.save(record)
 
     async def still_claimable(self, continuation: Continuation) -> ContinuationRecord | None:
         """``continuation``'s record while the store has it claimable (any conversation, no identity check)."""

@@ -2,9 +2,8 @@
 
 A whole body is written and read only through ``checkpoint_storage``'s :func:`encode_body` /
 :func:`decode_body`, the one place that turns a checkpoint into stored bytes and back. Checkpoints of
-runs this package drives are rows of schema version 3 (``_durable/postgres_rows_sql.py``, read and
-written by ``_durable/postgres_rows.py``); whole checkpoints and rows a version-2 worker wrote live in
-``<schema>.checkpoints`` (``_durable/postgres_delta.py``).
+runs this package drives are rows of ``delta_checkpoints`` (``_durable/postgres_rows_sql.py``, read and
+written by ``_durable/postgres_rows.py``); whole checkpoints live in ``<schema>.checkpoints``.
 """
 
 from __future__ import annotations
@@ -28,7 +27,6 @@ from .checkpoint_storage import (
     decode_body,
     encode_body,
 )
-from .postgres_delta import MIGRATION, MIGRATION_1, WHOLE_STATEMENTS, gather_chunks, version_2_chunks
 from .postgres_held import HeldStepSaves
 from .postgres_rows import (
     check_storable,
@@ -42,8 +40,7 @@ from .postgres_rows import (
     row_references,
     storable,
 )
-from .postgres_rows_sql import HEAD_COLUMNS, MIGRATION_4, STATEMENTS
-from .postgres_rows_sql import MIGRATION as MIGRATION_3
+from .postgres_rows_sql import HEAD_COLUMNS, MIGRATION, STATEMENTS
 from .postgres_schema import DEFAULT_POOL_SIZE, DEFAULT_POOL_TIMEOUT_SECONDS, DEFAULT_SCHEMA, PostgresPool
 
 if TYPE_CHECKING:
@@ -60,15 +57,7 @@ DEFAULT_CHECKPOINT_TTL = timedelta(days=7)
 PURGE_INTERVAL_SECONDS = 600.0
 """How often (at most) a storage object deletes expired checkpoints, on a save."""
 
-MIGRATIONS = (
-    # 1: whole checkpoints, one row each (``_durable/postgres_delta.py``).
-    MIGRATION_1,
-    # 2: step results stored once: checkpoint heads over segment chunks (``_durable/postgres_delta.py``).
-    MIGRATION,
-    # 3: a delta checkpoint's head and chunk in one row, bigint segments (``_durable/postgres_rows_sql.py``).
-    MIGRATION_3,
-    MIGRATION_4,  # 4: ``free_delta_segments`` finds segments by id in a generic plan too.
-)
+MIGRATIONS = (MIGRATION,)
 """The ``checkpoints`` component's migrations, version 1 first (``_durable.postgres_schema`` applies them)."""
 
 
@@ -100,6 +89,8 @@ class PostgresCheckpointStorage(HeldStepSaves, DurableCheckpointStorage):
             :meth:`aclose`), or a ``psycopg_pool.AsyncConnectionPool`` (the caller owns it).
 
     Keyword Args:
+        pool: Your ``psycopg_pool.AsyncConnectionPool`` instead of ``conninfo`` (you open and close it;
+            :meth:`aclose` leaves it open).
         schema: The PostgreSQL schema of the table (a plain lower-case identifier).
         allowed_checkpoint_types: Extra ``"module:QualName"`` types checkpoints may contain.
         ttl: How long a checkpoint is kept after it is saved (seconds or ``timedelta``), default 7
@@ -140,8 +131,9 @@ class PostgresCheckpointStorage(HeldStepSaves, DurableCheckpointStorage):
 
     def __init__(
         self,
-        conninfo: str | AsyncConnectionPool,
+        conninfo: str | AsyncConnectionPool | None = None,
         *,
+        pool: AsyncConnectionPool | None = None,
         schema: str = DEFAULT_SCHEMA,
         allowed_checkpoint_types: list[str] | None = None,
         ttl: float | timedelta | None = DEFAULT_CHECKPOINT_TTL,
@@ -159,6 +151,7 @@ class PostgresCheckpointStorage(HeldStepSaves, DurableCheckpointStorage):
         self._purges = PurgeSchedule(None if self._ttl is None else PURGE_INTERVAL_SECONDS)
         self._db = PostgresPool(
             conninfo,
+            pool=pool,
             owner="PostgresCheckpointStorage",
             schema=schema,
             component="checkpoints",
@@ -167,9 +160,21 @@ class PostgresCheckpointStorage(HeldStepSaves, DurableCheckpointStorage):
             pool_timeout=pool_timeout,
             keep_connection=True,
         )
-        self._sql = self._db.statements({**WHOLE_STATEMENTS, **STATEMENTS})
+        self._sql = self._db.statements(STATEMENTS)
         self._deduper = StepCacheDeduper(self._allowed_types)
         self._start_holding()
+
+    async def setup(self) -> None:
+        """Create this component's tables in its schema, or check that they are at this package's version.
+
+        A deploy step runs it (or :func:`migrate_postgres`) with a role that may create tables; a worker
+        whose tables exist needs only ``SELECT, INSERT, UPDATE, DELETE`` (its first operation checks them).
+
+        Raises:
+            RuntimeError: The tables are newer than this package, or missing and this role may not create them.
+            PostgresUnavailableError: PostgreSQL could not be reached.
+        """
+        await self._db.prepare()
 
     @property
     def schema(self) -> str:
@@ -178,10 +183,17 @@ class PostgresCheckpointStorage(HeldStepSaves, DurableCheckpointStorage):
 
     async def save_with_offer(self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None) -> str:
         """:meth:`save` (its errors; also ``psycopg.OperationalError``), each step result stored once with ``offer``."""
+        return await self._save(checkpoint, offer, buffered=False)
+
+    async def save_buffered(self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None) -> str:
+        """:meth:`save_with_offer`, a step's checkpoint held until its run's next save or end (``StepSaveBuffer``)."""
+        return await self._save(checkpoint, offer, buffered=True)
+
+    async def _save(self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None, *, buffered: bool) -> str:
         check_storable(checkpoint)
         with self._superseding(checkpoint, offer):  # before any await: core's dicts may change later
             plan = self._deduper.prepare(checkpoint, offer)
-            if plan is not None and self._hold(checkpoint, plan):
+            if plan is not None and buffered and self._hold(checkpoint, plan):
                 return checkpoint.checkpoint_id
             if plan is not None:
                 await self._store_delta(checkpoint, plan)
@@ -204,7 +216,7 @@ class PostgresCheckpointStorage(HeldStepSaves, DurableCheckpointStorage):
         return checkpoint.checkpoint_id
 
     async def purge_when_due(self, conn: AsyncConnection[Any], now: float) -> None:
-        """Delete expired checkpoints on ``conn`` when due (first on every write, a joint pause's too)."""
+        """Delete expired checkpoints on ``conn`` when due (first on every write)."""
         if self._purges.due(now):
             self._purges.ran(now)
             await self._db.purge_quietly(self._db.execute_custom_plan(conn, self._sql["purge"], (now,)))
@@ -260,16 +272,14 @@ class PostgresCheckpointStorage(HeldStepSaves, DurableCheckpointStorage):
             if head is not None:  # the head and its chunks in one round trip
                 return True, head[1 : 1 + HEAD_COLUMNS], [found[1 + HEAD_COLUMNS :] for found in rows if not found[0]]
             row = await (await conn.execute(self._sql["load"], {"id": checkpoint_id, "now": now})).fetchone()
-            if row is None or row[2] is None:
-                return False, row, []
-            return False, row, await version_2_chunks(conn, self._sql["chunks"], list(row[2]))
+            return False, row, []
 
         delta, row, chunks = await self._db.run("checkpoint load", load)
         if row is None:
             raise WorkflowCheckpointException(f"No checkpoint found with ID {checkpoint_id}")
         if delta:
             return self._delta(checkpoint_id, row, chunk_map(chunks))
-        return self._materialize(checkpoint_id, bytes(row[0]), row[1], chunks)
+        return self._open(checkpoint_id, bytes(row[0]))
 
     async def list_checkpoints(self, *, workflow_name: str) -> list[WorkflowCheckpoint]:
         """Return the workflow's live checkpoints that decode, oldest save first (others skipped with a warning).
@@ -288,28 +298,24 @@ class PostgresCheckpointStorage(HeldStepSaves, DurableCheckpointStorage):
             names = {"name": workflow_name, "now": time.time()}
             found = await (await self._db.execute_custom_plan(conn, self._sql["list"], names)).fetchall()
             deltas = await (await self._db.execute_custom_plan(conn, self._sql["delta_list"], names)).fetchall()
-            segments = sorted({str(segment) for row in found for segment in (row[3] or ())})
-            chunks = await version_2_chunks(conn, self._sql["chunks"], segments) if segments else []
-            return found, chunks, deltas, await self._delta_chunks(conn, deltas)
+            return found, deltas, await self._delta_chunks(conn, deltas)
 
-        found, chunks, deltas, delta_rows = await self._db.run("checkpoint list", rows)
+        found, deltas, delta_rows = await self._db.run("checkpoint list", rows)
         delta_chunks = chunk_map(delta_rows)
 
-        async def load(checkpoint_id: str, body: Any, references: str | None) -> WorkflowCheckpoint:
-            return self._materialize(checkpoint_id, bytes(body), references, chunks)
+        async def load(checkpoint_id: str, body: Any) -> WorkflowCheckpoint:
+            return self._open(checkpoint_id, bytes(body))
 
         async def load_delta(row: tuple[Any, ...]) -> WorkflowCheckpoint:
             return self._delta(None, row, delta_chunks)
 
-        loads = [
-            (float(at), str(cid), functools.partial(load, str(cid), body, refs)) for cid, body, refs, _, at in found
-        ]
+        loads = [(float(at), str(cid), functools.partial(load, str(cid), body)) for cid, body, at in found]
         loads += [(float(row[1]), str(row[3]), functools.partial(load_delta, row)) for row in deltas]
         loads.sort(key=lambda item: item[:2])
         return await self._listed(workflow_name, ((cid, loader) for _, cid, loader in loads))
 
     async def _delta_chunks(self, conn: AsyncConnection[Any], rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-        """The chunk rows of every segment the version-3 ``rows`` reference (a NULL id: that row refuses to load)."""
+        """The chunk rows of every segment the delta ``rows`` reference (a NULL id: that row refuses to load)."""
         found = (segment for row in rows for segment in (row[0], *(row[8] or ())))
         segments = sorted({int(segment) for segment in found if segment is not None})
         if not segments:
@@ -319,7 +325,7 @@ class PostgresCheckpointStorage(HeldStepSaves, DurableCheckpointStorage):
     def _delta(
         self, checkpoint_id: str | None, row: tuple[Any, ...], chunks: dict[tuple[int, int], bytes]
     ) -> WorkflowCheckpoint:
-        """Decode a version-3 row over its segments' chunks (each opened first); every failure: core's exception."""
+        """Decode a delta row over its segments' chunks (each opened first); every failure: core's exception."""
         sealed = self.sealer is not None
         try:
             found_id, head = row_head(row, self._unseal, sealed)
@@ -332,16 +338,6 @@ class PostgresCheckpointStorage(HeldStepSaves, DurableCheckpointStorage):
                 self.unreadable.format(checkpoint_id=checkpoint_id or str(row[3]), error=type(exc).__name__)
             ) from exc
         return self._assembled(checkpoint_id or found_id, head, references_text(references).encode(), texts)
-
-    def _materialize(
-        self, checkpoint_id: str, body: bytes, references: str | None, chunks: list[tuple[Any, ...]]
-    ) -> WorkflowCheckpoint:
-        """Decode a whole or version-2 checkpoint: whole, or its head over its segments' chunks (each opened first)."""
-        if references is None:
-            return self._open(checkpoint_id, body)
-        refs_bytes = references.encode("utf-8")
-        head, refs = self._head(checkpoint_id, body, refs_bytes)
-        return self._assembled(checkpoint_id, head, refs_bytes, gather_chunks(refs, chunks, self.sealer))
 
     def _open(self, checkpoint_id: str, body: bytes) -> WorkflowCheckpoint:
         """Open (with a sealer, before any decoding) and decode one whole body; every failure: core's exception."""

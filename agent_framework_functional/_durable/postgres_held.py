@@ -7,8 +7,8 @@ worker that dies loses its held step checkpoints; its runs die with it) and save
 a pause's row holds their step results and its run deletes them next, so a pausing run never writes
 them (the deduper rewinds to before them); a finished run deletes them before they were written; a
 run's next save without pending requests that is not held either sends them first, in its statement.
-Only saves a run's recorder marks (``HOLD_STEP_SAVES``: runs that delete their chain when they end)
-are held; a direct ``save()`` is written at once.
+Only saves a run's recorder sends through ``save_buffered`` (``_store.StepSaveBuffer``: runs that delete
+their chain when they end) are held; a direct ``save()`` is written at once.
 
 Held rows of one run (keyed by its step-cache log) are written in save order, by a timer, the run's
 end (a failure), or the storage's reads, deletes and ``aclose``, so the storage object never misses one.
@@ -29,8 +29,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from agent_framework import WorkflowCheckpoint
 
-from .._step_cache import HOLD_STEP_SAVES
-from .postgres_rows import check_storable, delta_params
+from .postgres_rows import delta_params
 from .postgres_rows_sql import save_many
 
 if TYPE_CHECKING:
@@ -259,70 +258,14 @@ class HeldStepSaves:
             self._unwritten.popitem(last=False)
 
     def _hold(self, checkpoint: WorkflowCheckpoint, plan: DeltaSave) -> bool:
-        """Hold a step checkpoint of a run whose recorder allows it; False: write it now."""
-        if not HOLD_STEP_SAVES.get() or not holdable(checkpoint) or self._waits_for_disk(checkpoint):
+        """Hold a step checkpoint (a ``save_buffered`` call); False: write it now."""
+        if not holdable(checkpoint) or self._waits_for_disk(checkpoint):
             return False
         params = delta_params(checkpoint, plan, self.sealer, self._times())
         before = self._deduper.snapshot(plan.log)
         self._deduper.saved(plan, checkpoint.checkpoint_id)  # its run's next save appends after it
         self._held.hold(plan.log, HeldSave(checkpoint.checkpoint_id, params), before)
         return True
-
-    @property
-    def database(self) -> PostgresPool:
-        """The storage's pool and schema (a store on the same database writes a pause with it: ``postgres_joint``)."""
-        return self._db
-
-    def holds(self, checkpoint_id: str) -> bool:
-        """Whether this object holds ``checkpoint_id`` unwritten (a read elsewhere would not find it)."""
-        return self._held.holds([checkpoint_id])
-
-    def pause_written(self, plan: DeltaSave, checkpoint_id: str) -> None:
-        """A pause :meth:`hold_pause` planned was written (by the store's statement): its run's saves continue it."""
-        self._deduper.saved(plan, checkpoint_id)
-
-    def pause_refused(self, plan: DeltaSave) -> None:
-        """A pause :meth:`hold_pause` planned was not written as planned: its run's next save starts a segment."""
-        self._deduper.forget(plan)
-
-    def decode_row(
-        self, checkpoint_id: str, head: tuple[Any, ...], chunks: dict[tuple[int, int], bytes]
-    ) -> WorkflowCheckpoint:
-        """Decode a version-3 row's head columns over its segments' chunks, as ``load`` does (each opened first).
-
-        Raises:
-            WorkflowCheckpointException: A part does not open or decode.
-        """
-        return self._delta(checkpoint_id, head, chunks)
-
-    def _delta(
-        self, checkpoint_id: str | None, row: tuple[Any, ...], chunks: dict[tuple[int, int], bytes]
-    ) -> WorkflowCheckpoint:
-        raise NotImplementedError
-
-    async def hold_pause(
-        self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None
-    ) -> tuple[DeltaSave, tuple[Any, ...]] | None:
-        """Plan a pause's save for a statement that writes its record too (``postgres_joint``); None: save it.
-
-        Call from the save's task (it reads the offer). As a written pause does, it forgets its run's held
-        step checkpoints (its row holds their step results) and waits for the run's writes in flight. The
-        caller then owns the plan: :meth:`StepCacheDeduper.saved` once written, ``forget`` if not.
-
-        Raises:
-            WorkflowCheckpointException: As :meth:`save`: the checkpoint cannot be encoded or stored.
-        """
-        check_storable(checkpoint)
-        if not holdable(checkpoint):
-            return None
-        with self._superseding(checkpoint, offer):
-            plan = self._deduper.prepare(checkpoint, offer)
-            if plan is None:
-                return None  # stored whole by the caller's save
-            await self._db.prepare()  # a first save: the pool opens and the tables are checked first
-            await self._held.written_by(plan.log)
-            self._unsent.discard(checkpoint.checkpoint_id)
-            return plan, delta_params(checkpoint, plan, self.sealer, self._times())
 
     async def _with_held(
         self, checkpoint: WorkflowCheckpoint, plan: DeltaSave, params: tuple[Any, ...]
@@ -391,7 +334,7 @@ class HeldStepSaves:
         """
         await self._held.flush_now()
 
-    async def write_held(self, checkpoint_ids: list[str]) -> None:
+    async def write_buffered(self, checkpoint_ids: list[str]) -> None:
         """Write the runs whose held step checkpoints include one of ``checkpoint_ids``, and the writes in flight.
 
         A run's recorder calls it when the run ends, before the caller sees the outcome: after a failure

@@ -1,30 +1,28 @@
-"""Schema version 3 of the ``checkpoints`` component: one row per checkpoint, holding its head and its chunk.
+"""Schema version 1 of the ``checkpoints`` component: whole checkpoints, and one row per delta checkpoint.
 
-Version 2 (``_durable/postgres_delta.py``) kept a head row per checkpoint, a chunk row per chunk and
-a segment row keyed by a 16-hex text id. Version 3 (:data:`MIGRATION`) stores a checkpoint saved as
-a delta in **one** row of ``delta_checkpoints``: its segment (a ``bigint``: the run's 64-bit segment
-id), the chunk count of that segment it references (``chunks``), whether the row holds the chunk
-numbered ``chunks - 1`` (``holds_chunk``), the head in native columns (``checkpoint_id`` and
-``previous_id`` as ``uuid``, core's timestamp as microseconds) and ``body``: the chunk (or
-nothing), preceded by the head as JSON when an id is not a canonical uuid or the timestamp does not
+``checkpoints`` holds core's whole bodies (checkpoints of runs this package does not drive), one row
+each. A checkpoint saved as a delta is **one** row of ``delta_checkpoints``: its segment (a ``bigint``: the
+run's 64-bit segment id), the chunk count of that segment it references (``chunks``), whether the row
+holds the chunk numbered ``chunks - 1`` (``holds_chunk``), the head in native columns (``checkpoint_id``
+and ``previous_id`` as ``uuid``, core's timestamp as microseconds) and ``body``: the chunk (or nothing),
+preceded by the head as JSON when an id is not a canonical uuid or the timestamp does not
 round-trip; sealed, the head and the chunk together. ``delta_segments`` has one row per segment:
 its live checkpoints (``refs``), the segments that continue it (``children``), its chunk count,
 expiry, and the segments it continues (``parent_ids`` / ``parent_counts``, oldest first). No expiry
 index: the purge scans the segments (one row per run) and deletes a segment's rows with it.
 
 A deleted checkpoint whose row holds a chunk stays as a tombstone (``checkpoint_id`` NULL) until its
-segment is freed: when no checkpoint of it is left and no segment continues it. Rows written under
-version 2 are left where they are and stay readable; new saves use version 3. The functions:
+segment is freed: when no checkpoint of it is left and no segment continues it. The functions:
 
 * ``save_delta_checkpoint``: a segment's first save checks its parents' chunk counts (locked in id
   order) and creates it (one more child for its direct parent); a later save counts one more
   reference and chunk only when the segment holds exactly the chunks the save expects (else nothing
   is written and it returns false); then the row is inserted (an earlier save of the same id is
-  released first), and a whole or version-2 row of that id is deleted. Two statements usually.
+  released first), and a whole row of that id is deleted. Two statements usually.
 * ``release_delta_checkpoints``: turns rows into tombstones (those without a chunk are deleted),
   drops their references and frees the segments nothing needs (``free_delta_segments``).
-* ``purge_checkpoints``: the expired whole and version-2 rows, then expired segments no live
-  segment continues; ``delete_checkpoints(ids, keys)``: both layouts, one statement.
+* ``purge_checkpoints``: the expired whole rows, then expired segments no live segment continues;
+  ``delete_checkpoints(ids, keys)``: whole and delta rows, one statement.
 """
 
 from __future__ import annotations
@@ -36,6 +34,15 @@ _ROW_VALUES = "p_segment, p_saved_at, p_expires_at, p_ts, p_key, p_previous, p_c
 
 MIGRATION = (
     """
+CREATE TABLE IF NOT EXISTS {schema}.checkpoints (
+    checkpoint_id TEXT PRIMARY KEY,
+    workflow_name TEXT NOT NULL,
+    saved_at DOUBLE PRECISION NOT NULL,
+    expires_at DOUBLE PRECISION,
+    body BYTEA NOT NULL
+);
+CREATE INDEX IF NOT EXISTS checkpoints_workflow ON {schema}.checkpoints (workflow_name, saved_at);
+CREATE INDEX IF NOT EXISTS checkpoints_expires_at ON {schema}.checkpoints (expires_at);
 CREATE TABLE IF NOT EXISTS {schema}.delta_segments (
     segment_id BIGINT PRIMARY KEY,
     workflow_name TEXT NOT NULL,
@@ -60,7 +67,6 @@ CREATE TABLE IF NOT EXISTS {schema}.delta_checkpoints (
 );
 CREATE UNIQUE INDEX IF NOT EXISTS delta_checkpoints_id ON {schema}.delta_checkpoints (checkpoint_id);
 CREATE INDEX IF NOT EXISTS delta_checkpoints_segment ON {schema}.delta_checkpoints (workflow_name, segment_id);
-DROP INDEX IF EXISTS {schema}.checkpoint_segments_expires_at;
 CREATE OR REPLACE FUNCTION {schema}.free_delta_segments(p_ids BIGINT[], p_now DOUBLE PRECISION) RETURNS VOID
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -68,8 +74,9 @@ DECLARE
 BEGIN
     LOOP
         WITH dead AS (
-            DELETE FROM {schema}.delta_segments WHERE children <= 0 AND CASE WHEN p_now IS NULL
-                THEN segment_id = ANY(p_ids) AND refs <= 0 ELSE expires_at <= p_now END
+            DELETE FROM {schema}.delta_segments WHERE segment_id = ANY(CASE WHEN p_now IS NULL THEN p_ids
+                    ELSE ARRAY(SELECT segment_id FROM {schema}.delta_segments WHERE expires_at <= p_now) END)
+                AND children <= 0 AND (p_now IS NOT NULL OR refs <= 0) AND (p_now IS NULL OR expires_at <= p_now)
                 RETURNING workflow_name, segment_id, parent_ids[cardinality(parent_ids)] AS parent
         ), gone AS (
             DELETE FROM {schema}.delta_checkpoints
@@ -109,8 +116,6 @@ CREATE OR REPLACE FUNCTION {schema}.save_delta_checkpoint(
     p_expires_at DOUBLE PRECISION, p_body BYTEA, p_segment BIGINT, p_chunks INTEGER, p_holds_chunk BOOLEAN,
     p_parent_ids BIGINT[], p_parent_counts INTEGER[]
 ) RETURNS BOOLEAN LANGUAGE plpgsql AS $$
-DECLARE
-    old_ids TEXT[];
 BEGIN
     IF p_chunks = 1 AND p_holds_chunk THEN
         IF p_parent_ids IS NOT NULL THEN
@@ -156,10 +161,7 @@ BEGIN
     + _ROW_VALUES
     + """);
     END IF;
-    DELETE FROM {schema}.checkpoints WHERE checkpoint_id = p_id RETURNING segment_ids INTO old_ids;
-    IF old_ids IS NOT NULL THEN
-        PERFORM {schema}.release_checkpoint_segments(old_ids);
-    END IF;
+    DELETE FROM {schema}.checkpoints WHERE checkpoint_id = p_id;
     RETURN TRUE;
 END $$;
 CREATE OR REPLACE FUNCTION {schema}.save_whole_checkpoint(
@@ -170,69 +172,28 @@ BEGIN
     INSERT INTO {schema}.checkpoints (checkpoint_id, workflow_name, saved_at, expires_at, body)
         VALUES (p_id, p_name, p_saved_at, p_expires_at, p_body)
         ON CONFLICT (checkpoint_id) DO UPDATE SET workflow_name = EXCLUDED.workflow_name,
-            saved_at = EXCLUDED.saved_at, expires_at = EXCLUDED.expires_at, body = EXCLUDED.body,
-            segments = NULL, segment_ids = NULL;
+            saved_at = EXCLUDED.saved_at, expires_at = EXCLUDED.expires_at, body = EXCLUDED.body;
 END $$;
 CREATE OR REPLACE FUNCTION {schema}.delete_checkpoints(p_ids TEXT[], p_keys UUID[]) RETURNS INTEGER
 LANGUAGE plpgsql AS $$
+DECLARE
+    deleted INTEGER;
 BEGIN
-    RETURN {schema}.delete_checkpoints(p_ids) + {schema}.release_delta_checkpoints(p_keys);
+    PERFORM set_config('synchronous_commit', 'off', true);
+    DELETE FROM {schema}.checkpoints WHERE checkpoint_id = ANY(p_ids);
+    GET DIAGNOSTICS deleted = ROW_COUNT;
+    RETURN deleted + {schema}.release_delta_checkpoints(p_keys);
 END $$;
 CREATE OR REPLACE FUNCTION {schema}.purge_checkpoints(p_now DOUBLE PRECISION) RETURNS VOID
 LANGUAGE plpgsql AS $$
 BEGIN
     DELETE FROM {schema}.checkpoints WHERE expires_at <= p_now;
-    IF to_regclass('{schema}.checkpoint_segments') IS NOT NULL THEN
-        WITH dead AS (DELETE FROM {schema}.checkpoint_segments WHERE expires_at <= p_now RETURNING segment_id)
-        DELETE FROM {schema}.checkpoint_chunks WHERE segment_id IN (SELECT segment_id FROM dead);
-    END IF;
     PERFORM {schema}.free_delta_segments(NULL, p_now);
-END $$;
-DO $$
-BEGIN
-    IF NOT EXISTS (SELECT FROM {schema}.checkpoint_segments) AND NOT EXISTS (SELECT FROM {schema}.checkpoint_chunks)
-            AND NOT EXISTS (SELECT FROM {schema}.checkpoints WHERE segment_ids IS NOT NULL) THEN
-        DROP TABLE {schema}.checkpoint_chunks;
-        DROP TABLE {schema}.checkpoint_segments;
-    END IF;
 END $$;
 """
 )
 
-"""Migration 3 of the ``checkpoints`` component (see the module docstring)."""
-
-MIGRATION_4 = """
-CREATE OR REPLACE FUNCTION {schema}.free_delta_segments(p_ids BIGINT[], p_now DOUBLE PRECISION) RETURNS VOID
-LANGUAGE plpgsql AS $$
-DECLARE
-    parents BIGINT[];
-BEGIN
-    LOOP
-        WITH dead AS (
-            DELETE FROM {schema}.delta_segments WHERE segment_id = ANY(CASE WHEN p_now IS NULL THEN p_ids
-                    ELSE ARRAY(SELECT segment_id FROM {schema}.delta_segments WHERE expires_at <= p_now) END)
-                AND children <= 0 AND (p_now IS NOT NULL OR refs <= 0) AND (p_now IS NULL OR expires_at <= p_now)
-                RETURNING workflow_name, segment_id, parent_ids[cardinality(parent_ids)] AS parent
-        ), gone AS (
-            DELETE FROM {schema}.delta_checkpoints
-                WHERE (workflow_name, segment_id) IN (SELECT workflow_name, segment_id FROM dead)
-        )
-        SELECT array_agg(parent) FILTER (WHERE parent IS NOT NULL) INTO parents FROM dead;
-        EXIT WHEN parents IS NULL;
-        UPDATE {schema}.delta_segments AS s SET children = s.children - d.n
-            FROM (SELECT id, count(*) AS n FROM unnest(parents) AS id GROUP BY id) AS d WHERE s.segment_id = d.id;
-        p_ids := parents;
-    END LOOP;
-END $$;
-"""
-"""Migration 4: ``free_delta_segments`` finds the segments it frees by their ids in a generic plan too.
-
-Version 3 chose between ids and expiry with ``CASE`` over the whole condition, which a generic plan
-(``plan_cache_mode = force_generic_plan``, as the package's pools plan) cannot fold: every release then
-scanned the whole ``delta_segments`` table. Now the ids are an index condition either way; a purge still
-checks ``expires_at`` on the row it deletes, so a save that extended the segment while the purge waited
-for its lock keeps it (PostgreSQL re-checks the condition on the row's new version).
-"""
+"""The ``checkpoints`` component's schema, version 1 (see the module docstring)."""
 
 _LIVE = "(d.expires_at IS NULL OR d.expires_at > %(now)s)"
 _HEAD_COLUMNS = (
@@ -256,6 +217,14 @@ def save_many(saves: int, waits: bool) -> str:
 
 
 STATEMENTS = {
+    "load": (
+        "SELECT body FROM {schema}.checkpoints "
+        "WHERE checkpoint_id = %(id)s AND (expires_at IS NULL OR expires_at > %(now)s)"
+    ),
+    "list": (
+        "SELECT checkpoint_id, body, saved_at FROM {schema}.checkpoints "
+        "WHERE workflow_name = %(name)s AND (expires_at IS NULL OR expires_at > %(now)s)"
+    ),
     # A save's result is its row's last column. The ``nowait`` forms commit without waiting for the disk
     # (``PostgresCheckpointStorage``: checkpoints that hold no pending request).
     "save_delta": f"SELECT {_SAVE_DELTA}",
@@ -287,4 +256,4 @@ STATEMENTS = {
         "WHERE s.segment_id = ANY(%s) AND d.holds_chunk"
     ),
 }
-"""The statements ``PostgresCheckpointStorage`` runs on version-3 rows (``{schema}`` to fill in)."""
+"""The statements ``PostgresCheckpointStorage`` runs (``{schema}`` to fill in)."""

@@ -147,8 +147,9 @@ class PostgresPool:
 
     def __init__(
         self,
-        target: str | AsyncConnectionPool,
+        target: str | AsyncConnectionPool | None,
         *,
+        pool: AsyncConnectionPool | None = None,
         owner: str,
         schema: str,
         component: str,
@@ -159,6 +160,11 @@ class PostgresPool:
     ) -> None:
         import_psycopg(owner)
         from psycopg_pool import AsyncConnectionPool
+
+        if (target is None) == (pool is None):
+            raise TypeError(f"{owner} takes a connection string or pool=, exactly one of them.")
+        target = pool if pool is not None else target
+        assert target is not None
 
         if isinstance(max_size, bool) or not isinstance(max_size, int) or max_size < 1:  # pyright: ignore[reportUnnecessaryIsInstance]
             raise ValueError(f"max_size must be a positive integer, got {max_size!r}.")

@@ -127,6 +127,8 @@ class PostgresSessionStore(DurableSessionStore[PostgresRecords]):
             :meth:`aclose`), or a ``psycopg_pool.AsyncConnectionPool`` (the caller opens and closes it).
 
     Keyword Args:
+        pool: Your ``psycopg_pool.AsyncConnectionPool`` instead of ``conninfo`` (you open and close it;
+            :meth:`aclose` leaves it open).
         ttl: How long a session is kept after its last write (seconds or ``timedelta``); default 24
             hours, the continuation token's default TTL: keep it at least the token's.
         max_entries: Sessions (and snapshots) kept at most (default 1,000,000).
@@ -149,8 +151,9 @@ class PostgresSessionStore(DurableSessionStore[PostgresRecords]):
 
     def __init__(
         self,
-        conninfo: str | AsyncConnectionPool,
+        conninfo: str | AsyncConnectionPool | None = None,
         *,
+        pool: AsyncConnectionPool | None = None,
         ttl: float | timedelta = DEFAULT_TTL_SECONDS,
         max_entries: int = DEFAULT_MAX_STORED_SESSIONS,
         schema: str = DEFAULT_SCHEMA,
@@ -162,6 +165,7 @@ class PostgresSessionStore(DurableSessionStore[PostgresRecords]):
         limits = SessionLimits.checked(ttl, max_entries, purge_interval, clock)
         db = PostgresPool(
             conninfo,
+            pool=pool,
             owner="PostgresSessionStore",
             schema=schema,
             component="sessions",
@@ -170,6 +174,18 @@ class PostgresSessionStore(DurableSessionStore[PostgresRecords]):
             pool_timeout=pool_timeout,
         )
         super().__init__(PostgresRecords(db, limits))
+
+    async def setup(self) -> None:
+        """Create this component's tables in its schema, or check that they are at this package's version.
+
+        A deploy step runs it (or :func:`migrate_postgres`) with a role that may create tables; a worker
+        whose tables exist needs only ``SELECT, INSERT, UPDATE, DELETE`` (its first operation checks them).
+
+        Raises:
+            RuntimeError: The tables are newer than this package, or missing and this role may not create them.
+            PostgresUnavailableError: PostgreSQL could not be reached.
+        """
+        await self.records.db.prepare()
 
     @property
     def schema(self) -> str:

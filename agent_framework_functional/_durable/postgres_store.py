@@ -37,14 +37,13 @@ MIGRATIONS = (
         status TEXT NOT NULL CHECK (status IN ('issued', 'claimed', 'abandoned')),
         updated_at DOUBLE PRECISION NOT NULL,
         response_types TEXT,
-        claimed_by TEXT
+        claimed_by TEXT,
+        conversation TEXT
     );
     CREATE INDEX IF NOT EXISTS continuations_checkpoint_id ON {schema}.continuations (checkpoint_id);
     CREATE INDEX IF NOT EXISTS continuations_expires_at ON {schema}.continuations (expires_at);
     CREATE INDEX IF NOT EXISTS continuations_updated_at ON {schema}.continuations (updated_at);
     """,
-    # 2: the conversation (agent session digest) a pause belongs to (ContinuationRecord.conversation).
-    "ALTER TABLE {schema}.continuations ADD COLUMN IF NOT EXISTS conversation TEXT;",
 )
 """The ``continuations`` component's migrations, version 1 first (``_durable.postgres_schema`` applies them)."""
 
@@ -129,6 +128,8 @@ class PostgresContinuationStore(TimedStore):
             (the caller opens and closes it).
 
     Keyword Args:
+        pool: Your ``psycopg_pool.AsyncConnectionPool`` instead of ``conninfo`` (you open and close it;
+            :meth:`aclose` leaves it open).
         ttl: How long a token is accepted after its pause (seconds or ``timedelta``); default 24 hours.
         retention: How long a record is kept after it expires, or after it is claimed or abandoned,
             before it is purged (seconds or ``timedelta``); default 24 hours.
@@ -157,8 +158,9 @@ class PostgresContinuationStore(TimedStore):
 
     def __init__(
         self,
-        conninfo: str | AsyncConnectionPool,
+        conninfo: str | AsyncConnectionPool | None = None,
         *,
+        pool: AsyncConnectionPool | None = None,
         ttl: float | timedelta = DEFAULT_TTL_SECONDS,
         retention: float | timedelta = DEFAULT_RETENTION_SECONDS,
         schema: str = DEFAULT_SCHEMA,
@@ -173,6 +175,7 @@ class PostgresContinuationStore(TimedStore):
         self._batches: set[asyncio.Task[None]] = set()
         self._db = PostgresPool(
             conninfo,
+            pool=pool,
             owner="PostgresContinuationStore",
             schema=schema,
             component="continuations",
@@ -193,31 +196,22 @@ class PostgresContinuationStore(TimedStore):
             }
         )
 
+    async def setup(self) -> None:
+        """Create this component's tables in its schema, or check that they are at this package's version.
+
+        A deploy step runs it (or :func:`migrate_postgres`) with a role that may create tables; a worker
+        whose tables exist needs only ``SELECT, INSERT, UPDATE, DELETE`` (its first operation checks them).
+
+        Raises:
+            RuntimeError: The tables are newer than this package, or missing and this role may not create them.
+            PostgresUnavailableError: PostgreSQL could not be reached.
+        """
+        await self._db.prepare()
+
     @property
     def schema(self) -> str:
         """The PostgreSQL schema that holds the store's tables."""
         return self._db.schema
-
-    @property
-    def database(self) -> PostgresPool:
-        """The store's pool and schema (a storage on the same database reads and writes pauses with it)."""
-        return self._db
-
-    async def write(
-        self, what: str, operation: Callable[[AsyncConnection[Any]], Any], *, on: PostgresPool | None = None
-    ) -> Any:
-        """Run one write of ``operation``, after the purge when one is due (same connection).
-
-        For a statement that writes a record with another table's rows (``postgres_joint``): ``on``, the
-        pool of a storage on the same database, runs it on that storage's connection (warm for its
-        functions); the store's own tables are checked first, as on its own pool.
-
-        Raises:
-            psycopg.OperationalError: PostgreSQL is unreachable or the connection broke.
-        """
-        if on is not None and not self._db.ready:
-            await self._db.prepare()
-        return await self._write(what, operation, on=on)
 
     async def save(self, record: ContinuationRecord) -> None:
         """Insert a freshly issued record (committed before this returns).
@@ -357,9 +351,7 @@ class PostgresContinuationStore(TimedStore):
 
         return await self._write(name, update)
 
-    async def _write(
-        self, what: str, operation: Callable[[AsyncConnection[Any]], Any], *, on: PostgresPool | None = None
-    ) -> Any:
+    async def _write(self, what: str, operation: Callable[[AsyncConnection[Any]], Any]) -> Any:
         """Run one write; first, when due, the purge of records past retention (same connection)."""
 
         async def write(conn: AsyncConnection[Any]) -> Any:
@@ -367,4 +359,4 @@ class PostgresContinuationStore(TimedStore):
                 await self._db.purge_quietly(self._purge(conn))  # housekeeping: its failure must not fail the write
             return await operation(conn)
 
-        return await (on or self._db).run(what, write)
+        return await self._db.run(what, write)

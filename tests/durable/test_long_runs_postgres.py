@@ -5,14 +5,13 @@ pauses, its response-only resume and a restore from a checkpoint in the middle r
 checkpoint equal to what core handed to ``save``; the step-cache entries stored across all chunks
 are exactly the run's step calls; core used directly stores whole checkpoints; deleting checkpoints
 frees their segments once nothing references them; a segment lost meanwhile is rewritten whole; a
-sealed storage refuses a chunk moved to another position; a version-1 table is upgraded in place.
+sealed storage refuses a chunk moved to another position.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -24,11 +23,7 @@ from agent_framework import RunContext, WorkflowCheckpoint, WorkflowCheckpointEx
 from agent_framework._workflows._checkpoint_encoding import encode_checkpoint_value
 
 from agent_framework_functional import CheckpointSealer, PostgresCheckpointStorage, workflow
-from agent_framework_functional._durable.checkpoint_delta import DeltaSave
-from agent_framework_functional._durable.checkpoint_storage import DurableCheckpointStorage
-from agent_framework_functional._durable.postgres_checkpoint import MIGRATIONS
 from agent_framework_functional._durable.postgres_rows import row_key
-from agent_framework_functional._durable.postgres_schema import PostgresPool
 from agent_framework_functional._step_cache import StepCacheOffer
 
 pytestmark = pytest.mark.slow
@@ -84,7 +79,7 @@ def _schema() -> str:
 
 
 def _stored(url: str, schema: str) -> tuple[int, int]:
-    """(step-cache entries in all chunks, number of segments) in ``schema`` (unsealed version-3 rows)."""
+    """(step-cache entries in all chunks, number of segments) in ``schema`` (unsealed delta rows)."""
     with psycopg.connect(url, autocommit=True) as conn:
         chunks = conn.execute(f'SELECT body FROM "{schema}".delta_checkpoints WHERE holds_chunk').fetchall()
         segments = conn.execute(f'SELECT count(*) FROM "{schema}".delta_segments').fetchone()
@@ -133,9 +128,9 @@ async def test_core_used_directly_on_the_same_storage_stores_whole_checkpoints(p
         ids = await storage.list_checkpoint_ids(workflow_name="batch")
         assert len(ids) == 6
         with psycopg.connect(postgres_server, autocommit=True) as conn:
-            rows = conn.execute(f'SELECT body, segments FROM "{schema}".checkpoints').fetchall()
-        assert all(segments is None for _, segments in rows)
-        assert max(len(json.loads(bytes(body))["state"]["_step_cache"]) for body, _ in rows) == 5
+            rows = conn.execute(f'SELECT body FROM "{schema}".checkpoints').fetchall()
+        assert len(rows) == 6  # whole rows
+        assert max(len(json.loads(bytes(body))["state"]["_step_cache"]) for (body,) in rows) == 5
         assert _stored(postgres_server, schema) == (0, 0)
     finally:
         await storage.aclose()
@@ -202,31 +197,6 @@ async def test_a_sealed_chunk_moved_to_another_position_is_refused(postgres_serv
         await storage.aclose()
 
 
-async def test_a_version_1_table_is_upgraded_and_its_whole_checkpoints_still_load(postgres_server: str) -> None:
-    schema = _schema()
-    with psycopg.connect(postgres_server, autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{schema}"')
-        conn.execute(MIGRATIONS[0].replace("{schema}", f'"{schema}"'))
-        conn.execute(
-            f'CREATE TABLE "{schema}".schema_version (component TEXT PRIMARY KEY, version INTEGER NOT NULL, '
-            "applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
-        )
-        conn.execute(f"INSERT INTO \"{schema}\".schema_version (component, version) VALUES ('checkpoints', 1)")
-    old = workflow(checkpoint_retention=None)(batch)
-    storage = PostgresCheckpointStorage(postgres_server, schema=schema)
-    try:
-        checkpoint = WorkflowCheckpoint(workflow_name="batch", graph_signature_hash="g", state={"n": 1})
-        await storage.save(checkpoint)  # first use: migrates to the latest version, then saves whole
-        with psycopg.connect(postgres_server, autocommit=True) as conn:
-            version = conn.execute(f'SELECT version FROM "{schema}".schema_version').fetchone()
-        assert version is not None and version[0] == len(MIGRATIONS) == 4
-        assert (await storage.load(checkpoint.checkpoint_id)).state == {"n": 1}
-        await old.build(checkpoint_storage=storage).run(["x1", "x2"])
-        assert _stored(postgres_server, schema) == (2, 1)
-    finally:
-        await storage.aclose()
-
-
 async def test_corrupted_segment_references_are_refused_naming_postgresql(postgres_server: str) -> None:
     schema = _schema()
     storage = PostgresCheckpointStorage(postgres_server, schema=schema)
@@ -241,90 +211,10 @@ async def test_corrupted_segment_references_are_refused_naming_postgresql(postgr
         await storage.aclose()
 
 
-class _Version2Writer(PostgresCheckpointStorage):
-    """Saves as schema version 2 did (its SQL function; head and chunks sealed apart) on a database kept at 2."""
-
-    def __init__(self, url: str, schema: str, sealer: CheckpointSealer) -> None:
-        super().__init__(url, schema=schema, sealer=sealer)
-        self._db = PostgresPool(
-            url,
-            owner="version 2",
-            schema=schema,
-            component="checkpoints",
-            migrations=MIGRATIONS[:2],
-            max_size=2,
-            pool_timeout=10.0,
-        )
-        self._v2 = self._db.statements(
-            {"save": "SELECT {schema}.save_checkpoint_delta(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"}
-        )
-
-    def _sealed_parts(self, checkpoint_id: str, plan: DeltaSave) -> tuple[bytes, bytes | None]:
-        return DurableCheckpointStorage._sealed_parts(self, checkpoint_id, plan)
-
-    async def _write_delta(
-        self, checkpoint: WorkflowCheckpoint, plan: DeltaSave, head: bytes, chunk: bytes | None
-    ) -> bool:
-        now = time.time()
-        params = (checkpoint.checkpoint_id, checkpoint.workflow_name, now, now + 3600, head, plan.references)
-        params += ([str(ref[0]) for ref in plan.refs], [int(ref[1]) for ref in plan.refs])
-        params += (plan.segment, chunk, plan.chunk_index)
-
-        async def save(conn: Any) -> bool:
-            row = await (await conn.execute(self._v2["save"], params)).fetchone()
-            return bool(row and row[0])
-
-        return await self._db.run("version-2 save", save)
-
-
 def _count(url: str, schema: str, table: str) -> int:
     with psycopg.connect(url, autocommit=True) as conn:
         row = conn.execute(f'SELECT count(*) FROM "{schema}".{table}').fetchone()
     return int(row[0]) if row else 0
-
-
-async def test_a_version_2_database_with_sealed_checkpoints_is_upgraded_and_still_loads_them(
-    postgres_server: str,
-) -> None:
-    schema = _schema()
-    sealer = CheckpointSealer({"k1": b"k" * 32})
-    writer = _Version2Writer(postgres_server, schema, sealer)
-    tee = Tee(writer, keep=lambda index: True)  # type: ignore[arg-type]
-    try:
-        wf = workflow(checkpoint_retention=None)(batch).build(checkpoint_storage=tee)  # type: ignore[arg-type]
-        await wf.run([f"doc-{index:02d}" for index in range(20)])
-        assert wf.pending_request_ids
-    finally:
-        await writer.aclose()
-    assert _count(postgres_server, schema, "checkpoint_chunks") == 21  # a chunk per step and the pause's
-    assert _count(postgres_server, schema, "checkpoint_segments") == 1
-
-    storage = PostgresCheckpointStorage(postgres_server, schema=schema, sealer=sealer)
-    try:
-        for saved in tee.kept:  # the first load migrates to the latest; the version-2 rows stay where they are
-            assert _canonical(await storage.load(saved.checkpoint_id)) == _canonical(saved)
-        with psycopg.connect(postgres_server, autocommit=True) as conn:
-            version = conn.execute(f'SELECT version FROM "{schema}".schema_version').fetchone()
-        assert version == (len(MIGRATIONS),)
-        assert await storage.list_checkpoint_ids(workflow_name="batch") == tee.ids
-
-        restored = (  # a restore from a version-2 checkpoint goes on in version-3 rows (one new segment)
-            await workflow(checkpoint_retention=None)(batch)
-            .build(checkpoint_storage=storage)
-            .run(checkpoint_id=tee.ids[10])
-        )
-        assert restored.get_final_state().name == "IDLE_WITH_PENDING_REQUESTS"
-        listed = await storage.list_checkpoint_ids(workflow_name="batch")
-        assert listed[: len(tee.ids)] == tee.ids and len(listed) > len(tee.ids)
-        assert _count(postgres_server, schema, "delta_segments") == 1
-
-        assert await storage.delete_many(tee.ids) == len(tee.ids)  # frees the version-2 segment and chunks
-        assert _count(postgres_server, schema, "checkpoint_chunks") == 0
-        assert _count(postgres_server, schema, "checkpoint_segments") == 0
-        latest = await storage.get_latest(workflow_name="batch")
-        assert latest is not None and latest.checkpoint_id == listed[-1]
-    finally:
-        await storage.aclose()
 
 
 class _Renaming(Tee):

@@ -95,13 +95,13 @@ async def _run_to_first_gate(
     """Start ``_gated`` and return once its first step's checkpoint is saved (held) and it waits."""
     GATES[topic] = [asyncio.Event(), asyncio.Event()]
     saved = [] if saved is None else saved
-    save = storage.save_with_offer
+    save = storage.save_buffered
 
     async def noting(checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None) -> str:
         saved.append(await save(checkpoint, offer))
         return saved[-1]
 
-    storage.save_with_offer = noting  # type: ignore[method-assign]
+    storage.save_buffered = noting  # type: ignore[method-assign]
     task = asyncio.ensure_future(run.build(checkpoint_storage=storage).run(topic))
 
     async def held() -> bool:

@@ -177,13 +177,13 @@ async def _run_to_gate(
     """Start ``_waits`` and return once its step checkpoint was saved (held, id added to ``saved``)."""
     GATE[topic] = asyncio.Event()
     saved = [] if saved is None else saved
-    save = storage.save_with_offer
+    save = storage.save_buffered
 
     async def noting(checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None) -> str:
         saved.append(await save(checkpoint, offer))
         return saved[-1]
 
-    storage.save_with_offer = noting  # type: ignore[method-assign]
+    storage.save_buffered = noting  # type: ignore[method-assign]
     task = asyncio.ensure_future(_waits.build(checkpoint_storage=storage).run(topic))
     for _ in range(3000):
         if saved:

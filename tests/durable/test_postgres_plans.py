@@ -32,7 +32,6 @@ from agent_framework_functional import (
     workflow,
 )
 from agent_framework_functional._durable.postgres_checkpoint import MIGRATIONS
-from agent_framework_functional._durable.postgres_schema import PostgresPool
 
 pytestmark = pytest.mark.slow
 
@@ -107,6 +106,7 @@ async def test_owned_pools_prepare_on_first_use_and_plan_generically(postgres_se
         await _cycle((store, storage), (store, storage))
 
         async def probe(conn: psycopg.AsyncConnection[Any]) -> tuple[Any, ...]:
+            await conn.execute("SELECT %s::int + 1", (1,))  # once, on whichever pooled connection this is
             mode = await (await conn.execute("SHOW plan_cache_mode", prepare=False)).fetchone()
             prepared = await (
                 await conn.execute("SELECT count(*) FROM pg_prepared_statements", prepare=False)
@@ -114,7 +114,7 @@ async def test_owned_pools_prepare_on_first_use_and_plan_generically(postgres_se
             assert mode is not None and prepared is not None
             return conn.prepare_threshold, mode[0], prepared[0]
 
-        for pool in (store.database, storage.database):
+        for pool in (store._db, storage._db):  # pyright: ignore[reportPrivateUsage]
             threshold, mode, prepared = await pool.run("probe", probe)
             assert (threshold, mode) == (0, "force_generic_plan")
             assert prepared >= 1  # statements run once are prepared already (psycopg's default waits for 5)
@@ -137,7 +137,7 @@ async def test_a_pool_the_caller_passes_keeps_its_settings(postgres_server: str)
             assert mode is not None
             return conn.prepare_threshold, mode[0]
 
-        assert await store.database.run("probe", probe) == (5, "auto")
+        assert await store._db.run("probe", probe) == (5, "auto")  # pyright: ignore[reportPrivateUsage]
     finally:
         await store.aclose()
         await pool.close()
@@ -147,17 +147,6 @@ async def test_large_tables_keep_index_scans_on_the_hot_path_and_in_purges(postg
     server = postgres_servers()
     _explain_everything(server.url)
     schema = f"plans_{uuid.uuid4().hex[:12]}"
-    version_3 = PostgresPool(
-        server.url,
-        owner="version 3",
-        schema=schema,
-        component="checkpoints",
-        migrations=MIGRATIONS[:3],
-        max_size=1,
-        pool_timeout=10.0,
-    )
-    await version_3.prepare()  # the tables as version 3 left them: the workers' first use upgrades them
-    await version_3.aclose()
     workers = [
         (PostgresContinuationStore(server.url, schema=schema), PostgresCheckpointStorage(server.url, schema=schema))
         for _ in range(2)
@@ -165,7 +154,7 @@ async def test_large_tables_keep_index_scans_on_the_hot_path_and_in_purges(postg
     sessions = PostgresSessionStore(server.url, schema=schema)
     log_path = Path(server.root) / "server.log"
     try:
-        await _cycle(workers[0], workers[1])  # the tables exist now, at the latest version
+        await _cycle(workers[0], workers[1])  # the tables exist now
         await _cycle(workers[1], workers[0])  # each storage's first pause purged: none due for 10 minutes
         await sessions.set("conversation:a", AgentSession(session_id="conversation:a"))  # its table and first purge
         with psycopg.connect(server.url) as conn:
@@ -201,3 +190,35 @@ async def test_large_tables_keep_index_scans_on_the_hot_path_and_in_purges(postg
             await store.aclose()
             await storage.aclose()
         await sessions.aclose()
+
+
+async def test_components_take_the_caller_s_pool_by_keyword_and_set_up_explicitly(postgres_server: str) -> None:
+    from psycopg_pool import AsyncConnectionPool
+
+    from agent_framework_functional import PostgresSessionStore
+
+    schema = f"plans_{uuid.uuid4().hex[:12]}"
+    pool = AsyncConnectionPool(postgres_server, min_size=1, max_size=2, open=False, kwargs={"autocommit": True})
+    await pool.open()
+    components = (
+        PostgresContinuationStore(pool=pool, schema=schema),
+        PostgresCheckpointStorage(pool=pool, schema=schema),
+        PostgresSessionStore(pool=pool, schema=schema),
+    )
+    try:
+        for component in components:
+            await component.setup()
+        async with pool.connection() as conn:
+            rows = await (
+                await conn.execute("SELECT component FROM " + schema + ".schema_version ORDER BY component")
+            ).fetchall()
+        assert [row[0] for row in rows] == ["checkpoints", "continuations", "sessions"]
+        for component in components:
+            await component.aclose()
+        assert not pool.closed  # the caller's pool stays open
+        with pytest.raises(TypeError, match="exactly one"):
+            PostgresContinuationStore(postgres_server, pool=pool)
+        with pytest.raises(TypeError, match="exactly one"):
+            PostgresCheckpointStorage()
+    finally:
+        await pool.close()

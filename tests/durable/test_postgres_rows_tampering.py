@@ -64,23 +64,6 @@ async def test_ids_and_names_postgresql_text_cannot_hold_are_core_refusals(postg
         await storage.aclose()
 
 
-async def test_a_whole_row_changed_to_name_version_2_segments_after_their_tables_went_is_refused(
-    postgres_server: str,
-) -> None:
-    schema = f"t_{uuid.uuid4().hex}"
-    storage = PostgresCheckpointStorage(postgres_server, schema=schema)
-    checkpoint = WorkflowCheckpoint(workflow_name="batch", graph_signature_hash="h")
-    try:
-        await storage.save(checkpoint)  # a whole row; migration 3 dropped the empty version-2 tables
-        with psycopg.connect(postgres_server, autocommit=True) as conn:
-            conn.execute(f"UPDATE \"{schema}\".checkpoints SET segments = '[[\"x\",1]]', segment_ids = ARRAY['x']")
-        with pytest.raises(WorkflowCheckpointException):
-            await storage.load(checkpoint.checkpoint_id)
-        assert await storage.list_checkpoints(workflow_name="batch") == []
-    finally:
-        await storage.aclose()
-
-
 async def test_an_id_or_workflow_name_too_long_for_an_index_is_core_refusal_not_an_outage(postgres_server: str) -> None:
     storage = PostgresCheckpointStorage(postgres_server, schema=f"t_{uuid.uuid4().hex}")
     long_name = secrets.token_hex(5000)  # incompressible: larger than a PostgreSQL index entry may be
