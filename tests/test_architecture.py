@@ -186,6 +186,21 @@ def test_imports_have_no_cycle_counting_type_only_ones() -> None:
     assert _cycles(graph) == []
 
 
+def test_the_core_imports_no_backend() -> None:
+    # A backend (``_durable/``) implements the core's protocols (``_store``, ``_step_cache``); the core asks
+    # for an optional capability through them and never imports a backend, type-only or deferred imports
+    # included. Only ``__init__`` re-exports the backends' public classes.
+    core = {name for name in _modules() if not name.startswith("_durable") and name != "__init__"}
+    found = {
+        (name, target)
+        for name in core
+        for target in _package_imports(name, list(_modules()[name].body), top_level=False, type_only=True)
+        if target.startswith("_durable")
+    }
+    assert found == set()
+    assert any(t.startswith("_durable") for t in _module_graph()["__init__"])  # the walk sees such imports
+
+
 def test_the_walker_finds_a_cycle_when_there_is_one() -> None:
     assert _cycles({"a": {"b"}, "b": {"c", "d"}, "c": {"a"}, "d": set()}) == [["a", "b", "c"]]
     assert _find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
