@@ -18,7 +18,7 @@ from agent_framework import CheckpointStorage, WorkflowCheckpoint
 
 from ._expiry import checkpoint_deletions, delete_checkpoints, retain_checkpoints, sweep_retained
 from ._step_cache import DeltaCheckpointStorage, StepCacheOffer
-from ._store import StepSaveBuffer
+from ._store import Joint, JointPause, StepSaveBuffer
 
 _T = TypeVar("_T")
 
@@ -44,6 +44,8 @@ class RecordingCheckpointStorage:
         "failed_load",
         "gone",
         "inner",
+        "joint",
+        "joint_pause",
         "keep",
         "last_saved_id",
         "offer",
@@ -76,6 +78,10 @@ class RecordingCheckpointStorage:
         self.preloaded: WorkflowCheckpoint | None = None
         # A restore's load that failed before core's run (id, error): core's load raises it (core's failure surface).
         self.failed_load: tuple[str, Exception] | None = None
+        # A store and this storage on one database (``_store.JointStore``, set by ``StoreAuthority``): a pause's
+        # save waits in ``joint_pause`` for its record, both written in one statement (``record_pause``).
+        self.joint: Joint | None = None
+        self.joint_pause: JointPause | None = None
 
     @property
     def drops_final_checkpoint(self) -> bool:
@@ -90,6 +96,13 @@ class RecordingCheckpointStorage:
         return self._save(checkpoint, offer)
 
     async def _save(self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None) -> str:
+        joint = self.joint
+        if joint is not None and checkpoint.pending_request_info_events and not self.keep:
+            pause = self.joint_pause = await joint.plan_pause(checkpoint, offer)
+            if pause is not None:
+                self.last_saved_id = pause.checkpoint_id
+                self.saved_ids.append(pause.checkpoint_id)
+                return pause.checkpoint_id
         if self.buffer is not None:
             checkpoint_id = await self.buffer.save_buffered(checkpoint, offer)
         elif self.offered is not None:
@@ -100,12 +113,21 @@ class RecordingCheckpointStorage:
         self.saved_ids.append(checkpoint_id)
         return checkpoint_id
 
+    def take_joint_pause(self) -> JointPause | None:
+        """The pause's checkpoint save, to write with its record (None: it was saved already)."""
+        pause, self.joint_pause = self.joint_pause, None
+        return pause
+
     async def settle(self) -> None:
         """The run ended: a :class:`StepSaveBuffer` storage writes the step saves it still buffers for it.
 
         After a pause or a finish there are none (the pause's row holds them, the finish deleted them);
         after a failure they are what a restore starts from, written before the caller sees the failure.
+        A joint pause no record took (the run ended without issuing its token) is saved alone.
         """
+        pause = self.take_joint_pause()
+        if pause is not None:
+            await pause.write_alone()
         if self.buffer is not None and self.saved_ids:
             await self.buffer.write_buffered(list(self.saved_ids))
 

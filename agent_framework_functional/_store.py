@@ -17,7 +17,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, cast, runtime_checkable
 from weakref import WeakSet
 
-from agent_framework import WorkflowCheckpoint
+from agent_framework import CheckpointStorage, WorkflowCheckpoint
 
 if TYPE_CHECKING:
     from ._step_cache import StepCacheOffer
@@ -305,6 +305,49 @@ class StepSaveBuffer(Protocol):
 
     async def write_buffered(self, checkpoint_ids: list[str]) -> None:
         """Write the buffered saves of the runs that saved one of ``checkpoint_ids`` (the run ended)."""
+        ...
+
+
+class JointPause(Protocol):
+    """A pause's checkpoint save a :class:`Joint` planned: written with its record, or alone (exactly one)."""
+
+    @property
+    def checkpoint_id(self) -> str:
+        """The pause's checkpoint id."""
+        ...
+
+    async def write(self, record: ContinuationRecord) -> None:
+        """Save ``record`` and the checkpoint in one statement (a duplicate hash: ``ValueError``, as ``save``)."""
+        ...
+
+    async def write_alone(self) -> None:
+        """Save the checkpoint without a record (the run ended without issuing its token)."""
+        ...
+
+
+class Joint(Protocol):
+    """A continuation store and a checkpoint storage that reach one database (see :class:`JointStore`)."""
+
+    async def plan_pause(self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None) -> JointPause | None:
+        """Plan a pause's checkpoint save to write with its record; None: save it the usual way."""
+        ...
+
+    async def read(self, token_hash: str) -> tuple[ContinuationRecord | None, Callable[[], WorkflowCheckpoint] | None]:
+        """The record of ``token_hash`` and what decodes its checkpoint (None: load it), in one round trip."""
+        ...
+
+
+@runtime_checkable
+class JointStore(Protocol):
+    """An optional capability of a continuation store: a pause's record and its checkpoint in one round trip.
+
+    ``_store_records.StoreRecords`` asks for it once per workflow instance; the run's recorder then holds
+    a pause's checkpoint save for its record (:meth:`Joint.plan_pause`), and a remote resume reads the
+    record with its checkpoint (:meth:`Joint.read`). ``PostgresContinuationStore`` implements it.
+    """
+
+    def joint(self, storage: CheckpointStorage) -> Joint | None:
+        """This store paired with ``storage``, or None when the two cannot share a statement."""
         ...
 
 

@@ -207,7 +207,9 @@ class StoreAuthority:
                 "With a continuation_store every pause must be saved in the checkpoint storage given to build(), "
                 "so that any worker can restore it. Drop checkpoint_storage from this run."
             )
-        return RecordingCheckpointStorage(self.checkpoint_storage, retention=self.memory.retention)
+        recorder = RecordingCheckpointStorage(self.checkpoint_storage, retention=self.memory.retention)
+        recorder.joint = self.records.joint
+        return recorder
 
     # ------------------------------------------------------------------ inside the run
 
@@ -227,11 +229,14 @@ class StoreAuthority:
 
     async def _accept_remote(self, ticket: ResumeTicket, remote_hash: str, core_kwargs: dict[str, Any]) -> ResumeTicket:
         """Check a pause held elsewhere: authority, conflict, answers, in that order; read-only."""
-        record = ticket.record if ticket.record is not None else await self.records.get(remote_hash)
+        if ticket.record is not None:
+            record, read = ticket.record, None
+        else:  # with a joint store: the record and its checkpoint in one round trip
+            record, read = await self.records.get_paused(remote_hash)
         await self.check_conflict(resumed=record)
         requests = ticket.requests or {}
         if ticket.record is None:
-            pending = await self.records.pause_requests(record, ticket.recorder)
+            pending = await self.records.pause_requests(record, ticket.recorder, read)
             requests = {**earlier_requests(record, pending), **pending}
         assert ticket.responses is not None
         responses = core_kwargs["responses"] = check_answers(ticket.responses, record.pending_request_ids, requests)
@@ -282,12 +287,16 @@ class StoreAuthority:
         if recorder is None or checkpoint_id is None:
             raise PauseNotSavedError()
         continuation = issue_continuation(requests, chain)
-        # The run's earlier checkpoints go while the record is saved (one round trip less to wait for).
-        cleanup = in_own_task(recorder.delete_superseded(keep=checkpoint_id))
-        try:
-            await self.records.save(continuation, checkpoint_id, workflow_name, signature_hash)
-        finally:
-            await cleanup
+        pause = recorder.take_joint_pause()  # its checkpoint's save, kept for the record's statement
+        if pause is not None:  # the earlier checkpoints go after it: they share the segment it continues
+            await self.records.save(continuation, checkpoint_id, workflow_name, signature_hash, pause)
+            await recorder.delete_superseded(keep=checkpoint_id)
+        else:  # the run's earlier checkpoints go while the record is saved (one round trip less to wait for)
+            cleanup = in_own_task(recorder.delete_superseded(keep=checkpoint_id))
+            try:
+                await self.records.save(continuation, checkpoint_id, workflow_name, signature_hash)
+            finally:
+                await cleanup
         self.memory.hold(continuation, (self.checkpoint_storage, checkpoint_id))
         await recorder.delete_chain(keep=checkpoint_id)  # the resumed pause's checkpoint, if any
         return continuation

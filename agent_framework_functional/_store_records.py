@@ -12,13 +12,13 @@ import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from agent_framework import CheckpointStorage, WorkflowEvent
+from agent_framework import CheckpointStorage, WorkflowCheckpoint, WorkflowEvent
 
 from ._continuation import Continuation, hash_secret, presented_secret
 from ._errors import ContinuationAuthorityError
 from ._expiry import delete_checkpoint
 from ._response_types import describe_requests, resolve_type
-from ._store import ContinuationRecord, ContinuationStore
+from ._store import ContinuationRecord, ContinuationStore, JointPause, JointStore
 
 if TYPE_CHECKING:
     from ._authority import InMemoryAuthority
@@ -35,7 +35,7 @@ class StoreRecords:
         memory: The in-memory authority whose ``conversation`` a record must name (or none).
     """
 
-    __slots__ = ("checkpoint_storage", "identity", "memory", "store")
+    __slots__ = ("checkpoint_storage", "identity", "joint", "memory", "store")
 
     def __init__(
         self,
@@ -48,6 +48,8 @@ class StoreRecords:
         self.checkpoint_storage = checkpoint_storage
         self.identity = identity
         self.memory = memory
+        # A store and storage on one database (``_store.JointStore``), asked for once per instance.
+        self.joint = store.joint(checkpoint_storage) if isinstance(store, JointStore) else None
 
     async def claimable(self, token: object) -> ContinuationRecord:
         """:meth:`get` for a presented token (a malformed one: ``ContinuationAuthorityError``)."""
@@ -78,18 +80,34 @@ class StoreRecords:
             raise ContinuationAuthorityError()
         return record
 
+    async def get_paused(self, token_hash: str) -> tuple[ContinuationRecord, Callable[[], WorkflowCheckpoint] | None]:
+        """:meth:`get`, and what decodes the pause's checkpoint when it came with the record (else None: load it).
+
+        With a :class:`Joint` both come in one round trip; the checkpoint is decoded only after the record passed.
+
+        Raises:
+            ContinuationAuthorityError: As :meth:`get`.
+        """
+        if self.joint is None:
+            return await self.get(token_hash), None
+        record, read = await self.joint.read(token_hash)
+        return self._checked(record, allow_expired=False), read
+
     async def pause_requests(
         self,
         record: ContinuationRecord,
         recorder: RecordingCheckpointStorage | None = None,
+        read: Callable[[], WorkflowCheckpoint] | None = None,
     ) -> dict[str, WorkflowEvent[Any]]:
         """The ``request_info`` events of a recorded pause, from its checkpoint (non-mutating).
+
+        ``read``: decodes the checkpoint :meth:`get_paused` fetched with the record (None: load it).
 
         Raises:
             ContinuationAuthorityError: The checkpoint is gone: the pause was resumed or abandoned meanwhile.
         """
         try:
-            checkpoint = await self.checkpoint_storage.load(record.checkpoint_id)
+            checkpoint = read() if read is not None else await self.checkpoint_storage.load(record.checkpoint_id)
         except Exception:
             await self.get(record.token_hash)  # raises the authority error once the pause is gone
             raise
@@ -104,8 +122,12 @@ class StoreRecords:
         checkpoint_id: str,
         workflow_name: str,
         signature_hash: str,
+        pause: JointPause | None = None,
     ) -> None:
-        """Record a saved pause (its token's hash, the chain's response types, the conversation)."""
+        """Record a saved pause (its token's hash, the chain's response types, the conversation).
+
+        ``pause``: the pause's checkpoint save the run's recorder kept for its record: both in one statement.
+        """
         now = self.store.now()
         record = ContinuationRecord(
             token_hash=hash_secret(continuation.secret),
@@ -118,7 +140,7 @@ class StoreRecords:
             response_types=describe_requests(continuation.known_requests()),
             conversation=self.memory.conversation,
         )
-        await self.store.save(record)
+        await (self.store.save(record) if pause is None else pause.write(record))
 
     async def still_claimable(self, continuation: Continuation) -> ContinuationRecord | None:
         """``continuation``'s record while the store has it claimable (any conversation, no identity check)."""

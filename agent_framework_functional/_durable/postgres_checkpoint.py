@@ -215,6 +215,16 @@ class PostgresCheckpointStorage(HeldStepSaves, DurableCheckpointStorage):
         await self._db.run("checkpoint save", save)
         return checkpoint.checkpoint_id
 
+    def decode_row(
+        self, checkpoint_id: str, head: tuple[Any, ...], chunks: dict[tuple[int, int], bytes]
+    ) -> WorkflowCheckpoint:
+        """Decode a delta row's head columns over its segments' chunks, as ``load`` does (``postgres_joint``'s read).
+
+        Raises:
+            WorkflowCheckpointException: A part does not open or decode.
+        """
+        return self._delta(checkpoint_id, head, chunks)
+
     async def purge_when_due(self, conn: AsyncConnection[Any], now: float) -> None:
         """Delete expired checkpoints on ``conn`` when due (first on every write)."""
         if self._purges.due(now):

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from agent_framework import WorkflowCheckpoint
 
-from .postgres_rows import delta_params
+from .postgres_rows import check_storable, delta_params
 from .postgres_rows_sql import save_many
 
 if TYPE_CHECKING:
@@ -266,6 +266,47 @@ class HeldStepSaves:
         self._deduper.saved(plan, checkpoint.checkpoint_id)  # its run's next save appends after it
         self._held.hold(plan.log, HeldSave(checkpoint.checkpoint_id, params), before)
         return True
+
+    @property
+    def database(self) -> PostgresPool:
+        """The storage's pool and schema (a store on the same database writes a pause with it: ``postgres_joint``)."""
+        return self._db
+
+    def buffers(self, checkpoint_id: str) -> bool:
+        """Whether this object holds ``checkpoint_id`` unwritten (a read elsewhere would not find it)."""
+        return self._held.holds([checkpoint_id])
+
+    def pause_written(self, plan: DeltaSave, checkpoint_id: str) -> None:
+        """A pause :meth:`plan_pause` planned was written (by the store's statement): its run's saves continue it."""
+        self._deduper.saved(plan, checkpoint_id)
+
+    def pause_refused(self, plan: DeltaSave) -> None:
+        """A pause :meth:`plan_pause` planned was not written as planned: its run's next save starts a segment."""
+        self._deduper.forget(plan)
+
+    async def plan_pause(
+        self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None
+    ) -> tuple[DeltaSave, tuple[Any, ...]] | None:
+        """Plan a pause's save for a statement that writes its record too (``postgres_joint``); None: save it.
+
+        As a written pause does, it forgets its run's held step checkpoints (its row holds their step results)
+        and waits for the run's writes in flight. The caller then owns the plan: :meth:`pause_written` once
+        written, :meth:`pause_refused` if not.
+
+        Raises:
+            WorkflowCheckpointException: As ``save``: the checkpoint cannot be encoded or stored.
+        """
+        check_storable(checkpoint)
+        if not holdable(checkpoint):
+            return None
+        with self._superseding(checkpoint, offer):
+            plan = self._deduper.prepare(checkpoint, offer)
+            if plan is None:
+                return None  # stored whole by the caller's save
+            await self._db.prepare()  # a first save: the pool opens and the tables are checked first
+            await self._held.written_by(plan.log)
+            self._unsent.discard(checkpoint.checkpoint_id)
+            return plan, delta_params(checkpoint, plan, self.sealer, self._times())
 
     async def _with_held(
         self, checkpoint: WorkflowCheckpoint, plan: DeltaSave, params: tuple[Any, ...]

@@ -17,9 +17,11 @@ from .._store import (
     PurgeSchedule,
     TimedStore,
 )
+from .postgres_joint import PostgresJoint, joint
 from .postgres_schema import DEFAULT_POOL_SIZE, DEFAULT_POOL_TIMEOUT_SECONDS, DEFAULT_SCHEMA, PostgresPool
 
 if TYPE_CHECKING:
+    from agent_framework import CheckpointStorage
     from psycopg import AsyncConnection
     from psycopg_pool import AsyncConnectionPool
 
@@ -213,6 +215,30 @@ class PostgresContinuationStore(TimedStore):
         """The PostgreSQL schema that holds the store's tables."""
         return self._db.schema
 
+    @property
+    def database(self) -> PostgresPool:
+        """The store's pool and schema (a storage on the same database reads and writes pauses with it)."""
+        return self._db
+
+    def joint(self, storage: CheckpointStorage) -> PostgresJoint | None:
+        """This store with ``storage`` as one database's pair (``_store.JointStore``; see ``postgres_joint``)."""
+        return joint(self, storage) if type(self) is PostgresContinuationStore else None
+
+    async def write(
+        self, what: str, operation: Callable[[AsyncConnection[Any]], Any], *, on: PostgresPool | None = None
+    ) -> Any:
+        """Run one write of ``operation``, after the purge when one is due (same connection).
+
+        ``on``: the pool of a storage on the same database, whose connection runs a statement that writes
+        a record with the storage's rows (``postgres_joint``); the store's own tables are checked first.
+
+        Raises:
+            psycopg.OperationalError: PostgreSQL is unreachable or the connection broke.
+        """
+        if on is not None and not self._db.ready:
+            await self._db.prepare()
+        return await self._write(what, operation, on=on)
+
     async def save(self, record: ContinuationRecord) -> None:
         """Insert a freshly issued record (committed before this returns).
 
@@ -351,7 +377,9 @@ class PostgresContinuationStore(TimedStore):
 
         return await self._write(name, update)
 
-    async def _write(self, what: str, operation: Callable[[AsyncConnection[Any]], Any]) -> Any:
+    async def _write(
+        self, what: str, operation: Callable[[AsyncConnection[Any]], Any], *, on: PostgresPool | None = None
+    ) -> Any:
         """Run one write; first, when due, the purge of records past retention (same connection)."""
 
         async def write(conn: AsyncConnection[Any]) -> Any:
@@ -359,4 +387,4 @@ class PostgresContinuationStore(TimedStore):
                 await self._db.purge_quietly(self._purge(conn))  # housekeeping: its failure must not fail the write
             return await operation(conn)
 
-        return await self._db.run(what, write)
+        return await (on or self._db).run(what, write)

@@ -1,4 +1,4 @@
-"""Helpers shared by the Postgres pause tests: a two-pause workflow and a worker (a storage and a store).
+"""Helpers shared by the joint-pause tests (``_durable/postgres_joint.py``): a two-pause workflow and a worker.
 
 A worker is a ``PostgresCheckpointStorage`` and a ``PostgresContinuationStore`` on one server; a resume
 answers every earlier request of its chain again, so :func:`answer` takes the earlier answers too.
@@ -39,7 +39,7 @@ def new_schema(prefix: str) -> str:
 
 
 class JointWorker:
-    """A worker's storage and store on one database."""
+    """A worker's storage and store (the joint applies when they reach one database)."""
 
     def __init__(self, storage: PostgresCheckpointStorage, store: PostgresContinuationStore) -> None:
         self.storage, self.store = storage, store
@@ -55,7 +55,7 @@ class JointWorker:
         return twice.build(checkpoint_storage=self.storage, continuation_store=self.store)
 
     async def ready(self) -> None:
-        """Both schema checks done."""
+        """Both schema checks done: the joint is used from the first pause on."""
         await self.storage.list_checkpoints(workflow_name="joint_pause")
         await self.store.purge_expired()
 

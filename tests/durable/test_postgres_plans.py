@@ -114,7 +114,7 @@ async def test_owned_pools_prepare_on_first_use_and_plan_generically(postgres_se
             assert mode is not None and prepared is not None
             return conn.prepare_threshold, mode[0], prepared[0]
 
-        for pool in (store._db, storage._db):  # pyright: ignore[reportPrivateUsage]
+        for pool in (store.database, storage.database):
             threshold, mode, prepared = await pool.run("probe", probe)
             assert (threshold, mode) == (0, "force_generic_plan")
             assert prepared >= 1  # statements run once are prepared already (psycopg's default waits for 5)
@@ -137,7 +137,7 @@ async def test_a_pool_the_caller_passes_keeps_its_settings(postgres_server: str)
             assert mode is not None
             return conn.prepare_threshold, mode[0]
 
-        assert await store._db.run("probe", probe) == (5, "auto")  # pyright: ignore[reportPrivateUsage]
+        assert await store.database.run("probe", probe) == (5, "auto")
     finally:
         await store.aclose()
         await pool.close()

@@ -187,7 +187,7 @@ async def test_a_statement_of_many_held_saves_is_not_prepared(
             rows = await (await conn.execute("SELECT statement FROM pg_prepared_statements", prepare=False)).fetchall()
             return [str(row[0]) for row in rows]
 
-        statements = await storage._db.run("probe", prepared)  # pyright: ignore[reportPrivateUsage]
+        statements = await storage.database.run("probe", prepared)  # the kept connection that wrote them
         assert any("save_delta_checkpoint" in text for text in statements)  # a single save's is prepared
         assert max(text.count("save_delta_checkpoint(") for text in statements) <= PREPARED_PARAMS_MAX // 13
     finally:
