@@ -42,7 +42,7 @@ from agent_framework._workflows._typing_utils import is_instance_of
 from agent_framework._workflows._workflow import _coerce_request_info_response  # pyright: ignore[reportPrivateUsage]
 
 from ._signature_cache import CachedClassification, CachedDis, CachedIdentity
-from ._step_cache import SaveRecorder, StepCacheLog, StepCacheOffer
+from ._step_cache import SaveRecorder, StepCacheLog, StepCacheOffer, implements
 
 # Core's marker for its functional workflow API; ours is the same feature (same warning, shown once).
 functional_workflows_experimental = experimental(feature_id=ExperimentalFeature.FUNCTIONAL_WORKFLOWS)
@@ -245,7 +245,7 @@ class LinearFunctionalWorkflow(_CoreFunctionalWorkflow):
     def _run_core(self, *args: Any, **kwargs: Any) -> Any:
         # The run's storage, once per run: a recorder (``_step_cache.SaveRecorder``) takes each save's offer.
         storage = kwargs.get("checkpoint_storage") or self._checkpoint_storage
-        self._af_recorder = storage if isinstance(storage, SaveRecorder) else None
+        self._af_recorder = storage if implements(storage, SaveRecorder) else None
         return _CoreFunctionalWorkflow._run_core(self, *args, **kwargs)  # pyright: ignore[reportPrivateUsage]
 
     def _execute(self, ctx: RunContext, message: Any) -> CoroutineType[Any, Any, Any]:

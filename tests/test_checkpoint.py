@@ -319,3 +319,29 @@ async def test_failed_pause_save_event_redacts_like_core(
         assert core.traceback is None
         assert ours.message == "OSError"
         assert ours.traceback is None
+
+
+def test_a_capability_check_is_remembered_per_class_only_where_the_class_decides() -> None:
+    """``implements`` answers as ``isinstance`` does, for plain classes and for a proxy whose instances differ."""
+    from agent_framework_functional._step_cache import DeltaCheckpointStorage, implements
+
+    class Delta:
+        async def save_with_offer(self, checkpoint: object, offer: object) -> str:
+            return "id"
+
+    class Plain:
+        pass
+
+    class Proxy:
+        def __init__(self, inner: object) -> None:
+            self.inner = inner
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self.inner, name)
+
+    for _ in range(2):  # the second round answers from what the first remembered
+        assert implements(Delta(), DeltaCheckpointStorage)
+        assert not implements(Plain(), DeltaCheckpointStorage)
+        assert not implements(None, DeltaCheckpointStorage)
+        assert not implements(Proxy(Plain()), DeltaCheckpointStorage)
+        assert implements(Proxy(Delta()), DeltaCheckpointStorage)  # a no for one proxy is not kept for the class
