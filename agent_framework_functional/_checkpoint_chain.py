@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from agent_framework import CheckpointStorage, WorkflowCheckpoint
 
 from ._expiry import checkpoint_deletions, delete_checkpoints, retain_checkpoints, sweep_retained
-from ._step_cache import DeltaCheckpointStorage, StepCacheOffer, implements
+from ._step_cache import StepCacheOffer, implements, owns, takes_offers
 from ._store import Joint, JointPause, StepSaveBuffer
 
 _T = TypeVar("_T")
@@ -60,13 +60,14 @@ class RecordingCheckpointStorage:
         sweep_retained()  # each run with checkpoint storage deletes what is past its retention
         self.inner = inner
         # A storage that stores each step result once takes the run's offers (checked once per run).
-        self.offered = inner if implements(inner, DeltaCheckpointStorage) else None
+        self.offered = inner if takes_offers(inner) else None
         # The step-cache offer of the save core is about to make (set by ``_core_compat.offering``).
         self.offer: StepCacheOffer | None = None
         self.retention = retention
         self.keep = retention is None
         # A storage that buffers step saves, for a run that deletes its chain when it ends (checked once here).
-        self.buffer = inner if not self.keep and implements(inner, StepSaveBuffer) else None
+        buffers = implements(inner, StepSaveBuffer) and owns(inner, "save_buffered", beside="save")
+        self.buffer = inner if not self.keep and buffers else None
         self.last_saved_id: str | None = None
         self.saved_ids: list[str] = []
         # The checkpoint of the pause this run claimed (set by the claim): deleted once the run ends well.

@@ -119,9 +119,21 @@ def implements(obj: object, protocol: type) -> bool:
     return found
 
 
+def owns(obj: object, method: str, *, beside: str) -> bool:
+    """Whether ``obj``'s class defines ``method`` itself, no higher in its classes than ``beside``.
+
+    Why: a storage's capability replaces its ``save``; a subclass that overrides ``save`` (to audit, mirror,
+    encrypt), or a proxy that provides ``method`` through ``__getattr__``, must keep having its ``save`` called.
+    """
+    classes = type(obj).__mro__
+    owner = next((kind for kind in classes if method in vars(kind)), None)
+    base = next((kind for kind in classes if beside in vars(kind)), None)
+    return owner is not None and base is not None and issubclass(owner, base)
+
+
 def takes_offers(storage: object) -> bool:
-    """Whether ``storage`` stores each step result once (a :class:`DeltaCheckpointStorage`)."""
-    return implements(storage, DeltaCheckpointStorage)
+    """Whether ``storage`` stores each step result once (a :class:`DeltaCheckpointStorage` whose own ``save`` it is)."""
+    return implements(storage, DeltaCheckpointStorage) and owns(storage, "save_with_offer", beside="save")
 
 
 @runtime_checkable

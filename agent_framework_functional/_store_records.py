@@ -49,7 +49,9 @@ class StoreRecords:
         self.identity = identity
         self.memory = memory
         # A store and storage on one database (``_store.JointStore``), asked for once per instance.
-        self.joint = store.joint(checkpoint_storage) if isinstance(store, JointStore) else None
+        # A proxy's ``joint`` (through ``__getattr__``) would bypass the proxy: only a class's own counts.
+        joins = isinstance(store, JointStore) and hasattr(type(store), "joint")
+        self.joint = store.joint(checkpoint_storage) if joins else None
 
     async def claimable(self, token: object) -> ContinuationRecord:
         """:meth:`get` for a presented token (a malformed one: ``ContinuationAuthorityError``)."""

@@ -345,3 +345,68 @@ def test_a_capability_check_is_remembered_per_class_only_where_the_class_decides
         assert not implements(None, DeltaCheckpointStorage)
         assert not implements(Proxy(Plain()), DeltaCheckpointStorage)
         assert implements(Proxy(Delta()), DeltaCheckpointStorage)  # a no for one proxy is not kept for the class
+
+
+async def test_a_storage_subclass_that_overrides_save_has_its_save_called(tmp_path: Path) -> None:
+    """A subclass's own ``save`` (an audit) runs for every save: the inherited ``save_with_offer`` would skip it."""
+    from agent_framework import RunContext, WorkflowCheckpoint
+
+    from agent_framework_functional import SQLiteCheckpointStorage, step
+    from agent_framework_functional._checkpoint_chain import RecordingCheckpointStorage
+
+    saved: list[str] = []
+
+    class Audited(SQLiteCheckpointStorage):
+        async def save(self, checkpoint: WorkflowCheckpoint) -> str:
+            checkpoint_id = await super().save(checkpoint)
+            saved.append(checkpoint_id)
+            return checkpoint_id
+
+    @step
+    async def draft(text: str) -> str:
+        return text + "!"
+
+    @workflow(checkpoint_retention=None)
+    async def audited(text: str, ctx: RunContext) -> str:
+        answer = await ctx.request_info(await draft(text), response_type=str)
+        return answer
+
+    storage = Audited(str(tmp_path / "audited.db"))
+    plain = SQLiteCheckpointStorage(str(tmp_path / "plain.db"))
+    try:
+        assert RecordingCheckpointStorage(plain).offered is plain  # the inherited capability, kept
+        assert RecordingCheckpointStorage(storage).offered is None  # the subclass's save wins
+        wf = audited.build(checkpoint_storage=storage)
+        paused = await wf.run("x")
+        assert paused.continuation_token is not None and len(saved) >= 1
+        request_id = paused.get_request_info_events()[0].request_id
+        done = await wf.run(responses={request_id: "ok"}, continuation_token=paused.continuation_token)
+        assert done.get_outputs() == ["ok"]
+        listed = {c.checkpoint_id for c in await storage.list_checkpoints(workflow_name=wf.name)}
+        assert listed and listed <= set(saved)  # every stored checkpoint went through the audit
+    finally:
+        storage.close()
+        plain.close()
+
+
+def test_a_continuation_store_proxy_is_not_joined_behind_its_back() -> None:
+    """A proxy store (``__getattr__``) gets no joint pair: the pair would write records past the proxy."""
+    from agent_framework_functional._store_records import StoreRecords
+
+    pair = object()
+
+    class Joinable:
+        def joint(self, storage: object) -> object:
+            return pair
+
+    class Proxy:
+        def __init__(self, inner: object) -> None:
+            self.inner = inner
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self.inner, name)
+
+    storage = InMemoryCheckpointStorage()
+    identity = lambda: ("wf", "sig")  # noqa: E731
+    assert StoreRecords(Joinable(), storage, identity, None).joint is pair  # type: ignore[arg-type]
+    assert StoreRecords(Proxy(Joinable()), storage, identity, None).joint is None  # type: ignore[arg-type]
