@@ -39,10 +39,10 @@ AUTHORITY_ERROR_MESSAGE = (
     "run that paused, restore the pause from its checkpoint (checkpoint_id=...), or start a new run."
 )
 
-PENDING_CONTINUATION_MESSAGE = (
-    "This workflow instance has a pending continuation (a run paused on request_info). "
-    "Resume it with responses=... and its continuation_token, or call "
-    "abandon_continuation(token) before starting new input or restoring a checkpoint."
+STALE_CONTINUATION_MESSAGE = (
+    "This session's continuation token no longer resumes anything: its pause was already answered, abandoned "
+    "or expired (the session is an older copy of the conversation). Answer on the conversation's latest "
+    "session, or send new input on this one to start a new run."
 )
 
 AGENT_PENDING_CONTINUATION_MESSAGE = (
@@ -54,76 +54,60 @@ AGENT_PENDING_CONTINUATION_MESSAGE = (
 
 
 class FunctionalWorkflowError(Exception):
-    """Base class of every error this package raises on purpose."""
+    """Base class of every error this package raises on purpose; ``message`` defaults to the class's own."""
+
+    default_message: str | None = None
+
+    def __init__(self, message: str | None = None) -> None:
+        message = self.default_message if message is None else message
+        super().__init__(*(() if message is None else (message,)))
 
 
 class CallRefusedError(FunctionalWorkflowError):
-    """A call was refused before it changed anything: no user code ran, no token was spent or issued.
-
-    Catch it to tell "fix the call and try again" from a failure.
-    """
+    """A call was refused before it changed anything: no user code ran, no token was spent or issued."""
 
 
 class DurableStoreError(FunctionalWorkflowError):
-    """A continuation store or checkpoint storage failed: unreachable, or it could not keep a write.
-
-    The message says whether the operation may have happened (a lost claim reply may have spent the token).
-    """
+    """A store failed (unreachable, or a write not kept); the message says whether the operation may have happened."""
 
 
 class ContinuationAuthorityError(CallRefusedError, ValueError):
     """A response-only resume or an abandonment did not present valid continuation authority.
 
-    One fixed message for every cause (nothing pending, a malformed, wrong, foreign or spent token), so
-    callers cannot probe what is pending (AGENTS.md invariant 2). ``message`` is ignored (for pickling).
-    """
-
-    def __init__(self, message: str | None = None) -> None:
-        del message
-        super().__init__(AUTHORITY_ERROR_MESSAGE)
-
-
-STALE_CONTINUATION_MESSAGE = (
-    "This session's continuation token no longer resumes anything: its pause was already answered, abandoned "
-    "or expired (the session is an older copy of the conversation). Answer on the conversation's latest "
-    "session, or send new input on this one to start a new run."
-)
-
-
-class StaleContinuationError(ContinuationAuthorityError):
-    """Answers arrived on a session whose own stored token is known spent, abandoned or expired.
-
-    Raised by the agent only for the token it keeps in the session (never one the caller presents), so
-    a host can tell "this conversation moved on" from a bad token; new input starts a fresh run.
+    One fixed message for every cause, so callers cannot probe what is pending (AGENTS.md invariant 2).
     ``message`` is ignored (for pickling).
     """
 
+    default_message = AUTHORITY_ERROR_MESSAGE
+
     def __init__(self, message: str | None = None) -> None:
-        del message
-        ValueError.__init__(self, STALE_CONTINUATION_MESSAGE)
+        super().__init__(None)
+
+
+class StaleContinuationError(ContinuationAuthorityError):
+    """Answers arrived on a session whose own stored token is spent, abandoned or expired (fixed message).
+
+    Raised by the agent only for the token it keeps in the session, so a host can tell "this
+    conversation moved on" from a bad token; new input starts a fresh run.
+    """
+
+    default_message = STALE_CONTINUATION_MESSAGE
 
 
 class ResponseMismatchError(CallRefusedError, ValueError):
-    """The answers of an authorised resume do not fit the pause; nothing was spent or changed.
-
-    Raised after authority passed (so the message may name request ids): no answer names a pending
-    request, one is given twice, or one does not convert to its ``response_type``. The token stays valid.
+    """The answers of an authorised resume do not fit the pause; nothing was spent and the token stays valid.
 
     Keyword Args:
         request_id: The refused answer's id when one answer is at fault (for a host to point at it).
         unknown_id: True when the answer at fault names no pending request (its id is wrong, not its value).
     """
 
-    def __init__(
-        self,
-        message: str = (
-            "The answers do not fit the pending requests. Key each answer by a pending request id, with a value "
-            "of the request's response_type; the continuation is still pending."
-        ),
-        *,
-        request_id: str | None = None,
-        unknown_id: bool = False,
-    ) -> None:
+    default_message = (
+        "The answers do not fit the pending requests. Key each answer by a pending request id, with a value "
+        "of the request's response_type; the continuation is still pending."
+    )
+
+    def __init__(self, message: str | None = None, *, request_id: str | None = None, unknown_id: bool = False) -> None:
         super().__init__(message)
         self.request_id = request_id
         self.unknown_id = unknown_id
@@ -132,96 +116,67 @@ class ResponseMismatchError(CallRefusedError, ValueError):
 class PendingContinuationError(CallRefusedError, RuntimeError):
     """New input or a checkpoint restore arrived while a continuation is pending (it stays intact)."""
 
-    def __init__(self, message: str = PENDING_CONTINUATION_MESSAGE) -> None:
-        super().__init__(message)
+    default_message = (
+        "This workflow instance has a pending continuation (a run paused on request_info). "
+        "Resume it with responses=... and its continuation_token, or call "
+        "abandon_continuation(token) before starting new input or restoring a checkpoint."
+    )
 
 
 class WorkflowRunningError(CallRefusedError, RuntimeError):
     """The workflow instance is already running; one run at a time per instance."""
 
-    def __init__(
-        self,
-        message: str = (
-            "This workflow instance is already running; concurrent runs are not allowed. Wait for the "
-            "active run to finish or close its stream, or build another instance for another caller."
-        ),
-    ) -> None:
-        super().__init__(message)
+    default_message = (
+        "This workflow instance is already running; concurrent runs are not allowed. Wait for the "
+        "active run to finish or close its stream, or build another instance for another caller."
+    )
 
 
 class ContinuationStoreAsyncError(CallRefusedError, RuntimeError):
     """A synchronous method was called on an instance with a continuation store (updated only asynchronously)."""
 
-    def __init__(
-        self,
-        message: str = (
-            "This workflow instance records continuations in a continuation store, so abandoning must update "
-            "the store too: call `await workflow.abandon_continuation_async(token)` (or force=True) instead."
-        ),
-    ) -> None:
-        super().__init__(message)
+    default_message = (
+        "This workflow instance records continuations in a continuation store, so abandoning must update "
+        "the store too: call `await workflow.abandon_continuation_async(token)` (or force=True) instead."
+    )
 
 
 class PauseNotSavedError(FunctionalWorkflowError, RuntimeError):
     """A run paused but no checkpoint was saved for it, so no token is issued (core's failure surface)."""
 
-    def __init__(
-        self,
-        message: str = (
-            "The pause was not checkpointed, so it cannot be recorded in the continuation store. "
-            "Check the checkpoint storage given to build()."
-        ),
-    ) -> None:
-        super().__init__(message)
+    default_message = (
+        "The pause was not checkpointed, so it cannot be recorded in the continuation store. "
+        "Check the checkpoint storage given to build()."
+    )
 
 
 class NotInWorkflowRunError(FunctionalWorkflowError, RuntimeError):
-    """``emit_update`` or ``stream_agent`` was called outside a running workflow (or after its run ended).
+    """``emit_update`` or ``stream_agent`` was called outside a running workflow (or after its run ended)."""
 
-    Raised rather than losing the update silently, which would hide the mistake.
-    """
-
-    def __init__(
-        self,
-        message: str = (
-            "This was called outside a running workflow. Call it from a @workflow function, one of its @step "
-            "functions, or a task they await, while the run is in progress."
-        ),
-    ) -> None:
-        super().__init__(message)
+    default_message = (
+        "This was called outside a running workflow. Call it from a @workflow function, one of its @step "
+        "functions, or a task they await, while the run is in progress."
+    )
 
 
 class ContinuationStoreDurabilityError(DurableStoreError, RuntimeError):
-    """Redis cannot keep a claim through a crash, or did not confirm that it kept one.
+    """Redis cannot keep a claim through a crash, or did not confirm in time that it kept one (``waitaof``).
 
-    Raised by :class:`RedisContinuationStore` before its first write when persistence could lose an
-    acknowledged write, and in ``waitaof`` mode when the disk write is not confirmed in time (the
-    operation then counts as failed: a claim that raises it runs no resumed code).
+    Raised before the store's first write when persistence could lose an acknowledged write; a claim
+    that raises it runs no resumed code.
     """
 
-    def __init__(
-        self,
-        message: str = (
-            "Redis cannot keep a claim through a crash. Run it with appendonly yes and appendfsync always, or pass "
-            "durability='best_effort' to RedisContinuationStore to accept weaker durability."
-        ),
-    ) -> None:
-        super().__init__(message)
+    default_message = (
+        "Redis cannot keep a claim through a crash. Run it with appendonly yes and appendfsync always, or pass "
+        "durability='best_effort' to RedisContinuationStore to accept weaker durability."
+    )
 
 
 class CheckpointRestoreConflictError(CallRefusedError, RuntimeError):
-    """A checkpoint restore lost the race to a resume that presented the pause's token (nothing ran).
+    """A checkpoint restore lost the race to a resume that presented the pause's token (nothing ran)."""
 
-    With a store, a restore supersedes the pause's ``issued`` token; a claim made after the restore
-    started wins instead, so the pause cannot run twice.
-    """
-
-    def __init__(
-        self,
-        message: str = (
-            "This checkpoint's pause was resumed with its continuation token while the restore started, so "
-            "restoring it too could run the resumed code twice; nothing ran. Let that resume finish and continue "
-            "from its result. Restore this checkpoint only once you know that resume failed or its worker died."
-        ),
-    ) -> None:
-        super().__init__(message)
+    default_message = (
+        "This checkpoint's pause was resumed with its continuation token while the restore started, so "
+        "restoring it too could run the resumed code twice; nothing ran. Let that resume finish and continue "
+        "from its result. Restore this checkpoint only once you know that resume failed or its worker died."
+    )

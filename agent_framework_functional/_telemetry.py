@@ -1,10 +1,9 @@
 """Continuation telemetry: span events and metrics of a continuation's life, through the OpenTelemetry API.
 
-Every point of a continuation's life adds an event to the current span (under an agent, its
-``invoke_agent`` span), the same point as a child span of it (DevUI's Traces panel draws spans, not
-events), and updates three metrics. Events carry the token's hash, the workflow name and request ids,
-never a secret or an answer. Without an OpenTelemetry SDK a run pays one ``is_recording()`` check per
-point and no hashing. README "Observe it" lists the names.
+Each point adds an event to the current span (under an agent, its ``invoke_agent`` span), the same point
+as a child span (DevUI's Traces panel draws spans, not events), and updates three metrics. Events carry the
+token's hash, the workflow name and request ids, never a secret or an answer; without an SDK a point costs
+one ``is_recording()`` check. README "Observe it" lists the names.
 """
 
 from __future__ import annotations
@@ -44,13 +43,11 @@ METRIC_WAIT = "functional_workflow.continuation.wait.duration"
 METRIC_REJECTED = "functional_workflow.continuation.rejected"
 
 # The reasons a resume (or an abandonment) is refused: ``error.type`` on the event and the counter.
-BAD_TOKEN, SPENT, PENDING_CONFLICT, TYPE_MISMATCH, RUNNING = (
-    "bad_token",
-    "spent",
-    "pending_conflict",
-    "type_mismatch",
-    "running",
-)
+BAD_TOKEN = "bad_token"
+SPENT = "spent"
+PENDING_CONFLICT = "pending_conflict"
+TYPE_MISMATCH = "type_mismatch"
+RUNNING = "running"
 
 _meter = metrics.get_meter("agent_framework_functional")
 _pending = _meter.create_up_down_counter(
@@ -63,36 +60,12 @@ _rejected = _meter.create_counter(
     METRIC_REJECTED, unit="{attempt}", description="Refused resume or abandonment attempts, by reason (error.type)."
 )
 _tracer = trace.get_tracer("agent_framework_functional")  # a proxy until a provider is set
+_T = TypeVar("_T")
 
 
 def _token_hash(token: object) -> str | None:
     secret = presented_secret(raw_token(token))
     return hash_secret(secret) if secret is not None else None
-
-
-def reason_for(exc: BaseException, authority: Authority, token: object) -> str | None:
-    """Why a call was refused, for telemetry only (callers still get one fixed authority error).
-
-    None for errors that are not a refused continuation (a wrong argument shape).
-    """
-    if isinstance(exc, ContinuationAuthorityError):
-        secret = presented_secret(raw_token(token))
-        if secret is not None:
-            text = secret.decode("ascii")
-            pending = authority.pending
-            if pending is not None and pending.reserved and pending.secret == text:
-                return RUNNING  # its resume was accepted and has not finished
-            if authority.spent_hash == hash(text):
-                return SPENT
-        return BAD_TOKEN
-    return _reason_of_type(exc)
-
-
-def note_refusal(workflow: str, exc: BaseException, authority: Authority, token: object) -> None:
-    """Count a refused call by its reason (telemetry only; the caller still gets ``exc``)."""
-    reason = reason_for(exc, authority, token)
-    if reason is not None:
-        continuation_rejected(workflow, reason, token)
 
 
 def _reason_of_type(exc: BaseException) -> str | None:
@@ -102,19 +75,28 @@ def _reason_of_type(exc: BaseException) -> str | None:
         return PENDING_CONFLICT
     if isinstance(exc, ResponseMismatchError):
         return TYPE_MISMATCH
-    if isinstance(exc, WorkflowRunningError):
-        return RUNNING
-    return None
+    return RUNNING if isinstance(exc, WorkflowRunningError) else None
 
 
-_T = TypeVar("_T")
+def note_refusal(workflow: str, exc: BaseException, authority: Authority, token: object) -> None:
+    """Count a refused call by its reason, for telemetry only (the caller still gets ``exc``, one fixed message)."""
+    reason = _reason_of_type(exc)
+    secret = presented_secret(raw_token(token)) if reason == BAD_TOKEN else None
+    if secret is not None:
+        text = secret.decode("ascii")
+        pending = authority.pending
+        if pending is not None and pending.reserved and pending.secret == text:
+            reason = RUNNING  # its resume was accepted and has not finished
+        elif authority.spent_hash == hash(text):
+            reason = SPENT
+    if reason is not None:
+        continuation_rejected(workflow, reason, token)
 
 
 async def counted_refusal(checking: Awaitable[_T], workflow: str) -> _T:
-    """Await the authority's checks of an accepted run (their outcome); count a refusal by its error type.
+    """Await the authority's checks of an accepted run; count a refusal by its error type.
 
-    The store does not say why it refused a token (unknown, spent, abandoned or expired look alike),
-    so an authority refusal here counts as ``bad_token``.
+    The store does not say why it refused a token, so an authority refusal here counts as ``bad_token``.
     """
     try:
         return await checking
@@ -126,7 +108,7 @@ async def counted_refusal(checking: Awaitable[_T], workflow: str) -> _T:
 
 
 def _event(name: str, workflow: str, attributes: dict[str, Any], span: trace.Span | None = None) -> None:
-    """Add the event to ``span`` (a recording one, else the current span) and as a child span of it."""
+    """Add the event to ``span`` (else the current span) and as a child span of it."""
     attributes[ATTR_WORKFLOW_NAME] = workflow
     target = span or trace.get_current_span()
     kept = {key: value for key, value in attributes.items() if value is not None}
@@ -138,22 +120,12 @@ def continuation_issued(workflow: str, continuation: Continuation, span: trace.S
     """A pause was saved and its token issued (one more pending continuation); ``span``: the run's."""
     _pending.add(1, {ATTR_WORKFLOW_NAME: workflow})
     if span.is_recording():
-        _event(
-            EVENT_ISSUED,
-            workflow,
-            {
-                ATTR_TOKEN_HASH: hash_secret(continuation.secret),
-                ATTR_REQUEST_IDS: sorted(continuation.pending_requests),
-            },
-            span,
-        )
+        token_hash, request_ids = hash_secret(continuation.secret), sorted(continuation.pending_requests)
+        _event(EVENT_ISSUED, workflow, {ATTR_TOKEN_HASH: token_hash, ATTR_REQUEST_IDS: request_ids}, span)
 
 
 def continuation_started(workflow: str, ticket: ResumeTicket, checkpoint_id: str | None) -> trace.Span:
-    """An accepted run starts: a resume (``accepted``) or a restore; returns the span the run reports to.
-
-    The current span is looked up once per run (the lookup is the costly part without an SDK).
-    """
+    """An accepted run starts (a resume or a restore); returns the span the run reports to (looked up once)."""
     span = trace.get_current_span()
     if not span.is_recording():
         return span
@@ -170,10 +142,7 @@ def continuation_started(workflow: str, ticket: ResumeTicket, checkpoint_id: str
 def continuation_spent(
     workflow: str, continuation: Continuation | None, record: Any, claim_hash: str | None, span: trace.Span
 ) -> None:
-    """The token of a resumed pause was spent (claimed) right before resumed user code.
-
-    ``continuation`` is None for a pause held elsewhere (``record``: the store's ``ContinuationRecord``).
-    """
+    """A resumed pause's token was spent, right before resumed user code (``record``: a pause held elsewhere)."""
     attributes = {ATTR_WORKFLOW_NAME: workflow}
     _pending.add(-1, attributes)
     issued_at = continuation.issued_at if continuation is not None else getattr(record, "created_at", None)
@@ -201,8 +170,5 @@ def continuation_abandoned(
     if counted:
         _pending.add(-1, {ATTR_WORKFLOW_NAME: workflow})
     if trace.get_current_span().is_recording():
-        _event(
-            EVENT_ABANDONED,
-            workflow,
-            {ATTR_TOKEN_HASH: _token_hash(token), ATTR_REQUEST_IDS: sorted(request_ids), ATTR_FORCED: forced},
-        )
+        attributes = {ATTR_TOKEN_HASH: _token_hash(token), ATTR_REQUEST_IDS: sorted(request_ids), ATTR_FORCED: forced}
+        _event(EVENT_ABANDONED, workflow, attributes)
