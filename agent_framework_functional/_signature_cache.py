@@ -1,20 +1,24 @@
 """What core's signature computation reads, cached for our builds only (core's own classes untouched).
 
-Core computes a workflow's signature on every build and every run: it reads each reachable code
-object's instructions and hashes each reachable function's identity (code, defaults, closure).
-``_core_compat.over_cached_reads`` runs core's signature functions over a copy of core's module names in
-which :class:`CachedDis` and :class:`CachedIdentity` stand for ``dis`` and ``_get_step_wrapper_identity``;
-core's own module, and every run of core used directly, keep core's.
+Core reads each reachable code object's instructions and hashes each reachable function's identity on
+every build and every run; ``_core_compat.over_cached_reads`` runs core's signature functions with
+:class:`CachedDis` and :class:`CachedIdentity` standing for ``dis`` and ``_get_step_wrapper_identity``.
 """
 
 from __future__ import annotations
 
 import dis
 import functools
+import operator
 from collections.abc import Callable, Iterator
 from types import CodeType, FunctionType, GenericAlias, ModuleType, UnionType
 from typing import Any, ForwardRef, cast
 from weakref import WeakKeyDictionary
+
+_FAILED = object()
+"""What a string annotation evaluated to when its evaluation raised (core's type hints are then empty)."""
+
+_ALIAS_TYPES = (GenericAlias, UnionType)
 
 
 class CachedDis:
@@ -38,77 +42,47 @@ class CachedDis:
 
 
 class _PerFunction:
-    """A cache of one function's result per function object, kept while ``inputs`` of it stay the ``same``."""
+    """Core's ``real`` cached per function object while the objects its result depends on stay the same."""
 
-    def __init__(
-        self,
-        inputs: Callable[[Any], tuple[Any, ...] | None],
-        same: Callable[[tuple[Any, ...], tuple[Any, ...]], bool],
-    ) -> None:
-        self._inputs, self._same = inputs, same
+    def __init__(self, real: Callable[[Any], Any]) -> None:
+        self._real = real
         self._cache: WeakKeyDictionary[Any, tuple[tuple[Any, ...], Any]] = WeakKeyDictionary()
 
-    def get(self, func: Any, real: Callable[[Any], Any], keep: Callable[[Any], bool]) -> Any:
-        """``real(func)``, or its cached result while ``func``'s inputs are the same; a result is cached if ``keep``."""
-        inputs = self._inputs(func)
-        if inputs is None:  # nothing to compare that would tell a change: core every time
-            return real(func)
+    def _get(self, func: Any, inputs: tuple[Any, ...] | None, *, durable_only: bool = False) -> Any:
+        """``real(func)``, or its result cached with the same ``inputs`` (None: ask core every time).
+
+        With ``durable_only``, only a result core calls durable (its second item) is cached.
+        """
+        if inputs is None:
+            return self._real(func)
         try:
             found = self._cache.get(func)
         except TypeError:  # not weakly referable: nothing cached
-            return real(func)
-        if found is not None and self._same(found[0], inputs):
+            return self._real(func)
+        if found is not None and _same(found[0], inputs):
             return found[1]
-        result = real(func)
-        if keep(result):
+        result = self._real(func)
+        if not durable_only or result[1]:
             self._cache[func] = (inputs, result)
         return result
 
 
-class CachedIdentity:
+class CachedIdentity(_PerFunction):
     """Core's ``_get_step_wrapper_identity``, its durable results cached per function.
 
     Only results core calls durable (no closure, immutable defaults) are cached, reused while the function
     keeps the same code object, name and default objects (by identity).
     """
 
-    def __init__(self, real: Callable[[Any], tuple[str, bool]]) -> None:
-        self._real = real
-        self._cache = _PerFunction(_identity_inputs, _same_inputs)
-
     def __call__(self, func: Any) -> tuple[str, bool]:
-        return self._cache.get(func, self._real, _durable)
+        kwdefaults: dict[str, Any] = getattr(func, "__kwdefaults__", None) or {}
+        code, defaults = getattr(func, "__code__", None), getattr(func, "__defaults__", None)
+        names = (getattr(func, "__module__", None), getattr(func, "__qualname__", None))
+        inputs = (code, *names, defaults, len(kwdefaults), *kwdefaults, *kwdefaults.values())
+        return self._get(func, ((), inputs), durable_only=True)
 
 
-def _durable(result: tuple[str, bool]) -> bool:
-    return result[1]
-
-
-def _identity_inputs(func: Any) -> tuple[Any, ...]:
-    kwdefaults: dict[str, Any] = getattr(func, "__kwdefaults__", None) or {}
-    return (
-        getattr(func, "__code__", None),
-        getattr(func, "__module__", None),
-        getattr(func, "__qualname__", None),
-        getattr(func, "__defaults__", None),
-        tuple(kwdefaults.items()),
-    )
-
-
-def _same_inputs(cached: tuple[Any, ...], current: tuple[Any, ...]) -> bool:
-    code, module, qualname, defaults, kwdefaults = cached
-    now_code, now_module, now_qualname, now_defaults, now_kwdefaults = current
-    return (
-        code is now_code
-        and module == now_module
-        and qualname == now_qualname
-        and defaults is now_defaults
-        and len(kwdefaults) == len(now_kwdefaults)
-        and all(a[0] == b[0] and a[1] is b[1] for a, b in zip(kwdefaults, now_kwdefaults, strict=True))
-    )
-
-
-class CachedClassification:
+class CachedClassification(_PerFunction):
     """Core's ``_classify_signature`` (the workflow function's non-``ctx`` parameter names), cached per function.
 
     Core resolves type hints on every build, and a host builds an instance per conversation. A result is
@@ -118,35 +92,15 @@ class CachedClassification:
     A refusal is never cached, so core raises it again.
     """
 
-    def __init__(self, real: Callable[[Callable[..., Any]], list[str]]) -> None:
-        self._real = real
-        self._cache = _PerFunction(_classification_inputs, _same_classification_inputs)
-
     def __call__(self, func: Callable[..., Any]) -> list[str]:
-        return list(self._cache.get(func, self._copied, _always))  # a copy: the caller may change its list
-
-    def _copied(self, func: Callable[..., Any]) -> list[str]:
-        return list(self._real(func))
-
-
-def _always(result: object) -> bool:
-    return True
-
-
-_FAILED = object()
-"""What a string annotation evaluated to when its evaluation raised (core's type hints are then empty)."""
-
-_MAX_CHAIN = 64
-_ALIAS_TYPES = (GenericAlias, UnionType)
+        return list(self._get(func, _classification_inputs(func)))  # a copy: the cache keeps core's own list
 
 
 def _classification_inputs(func: Any) -> tuple[Any, ...] | None:
-    """What core's answer depends on: (string annotations' values, objects compared by identity); None: no cache."""
+    """What core's answer depends on: (string annotations' values, objects compared by identity)."""
     links = _wrapper_chain(func)
-    if links is None:
-        return None
-    resolved = _resolved_annotations(func.__annotations__, links[-1].__globals__)
-    if resolved is None:
+    resolved = None if links is None else _resolved_annotations(func.__annotations__, links[-1].__globals__)
+    if links is None or resolved is None:
         return None
     inputs: list[Any] = []
     for link in links:
@@ -158,11 +112,22 @@ def _classification_inputs(func: Any) -> tuple[Any, ...] | None:
     return tuple(resolved), tuple(inputs)
 
 
+def _same(cached: tuple[Any, ...], current: tuple[Any, ...]) -> bool:
+    """Objects the same (by identity), resolved annotations the same or equal generic aliases."""
+    (values, objects), (now_values, now_objects) = cached, current
+    return (
+        len(objects) == len(now_objects)
+        and all(map(operator.is_, objects, now_objects))
+        and len(values) == len(now_values)
+        and all(map(_same_annotation, values, now_values))
+    )
+
+
 def _wrapper_chain(func: Any) -> list[FunctionType] | None:
     """``func`` and the functions its ``__wrapped__`` attributes lead to; None unless all are plain functions."""
     links: list[FunctionType] = []
     current: Any = func
-    while len(links) < _MAX_CHAIN:
+    while len(links) < 64:
         if type(current) is not FunctionType or any(current is link for link in links):
             return None
         links.append(current)
@@ -203,16 +168,6 @@ def _holds_forward_reference(value: Any, depth: int = 0) -> bool:
     args: object = getattr(value, "__args__", None)
     return isinstance(args, tuple) and any(
         _holds_forward_reference(arg, depth + 1) for arg in cast("tuple[Any, ...]", args)
-    )
-
-
-def _same_classification_inputs(cached: tuple[Any, ...], current: tuple[Any, ...]) -> bool:
-    (values, objects), (now_values, now_objects) = cached, current
-    return (
-        len(objects) == len(now_objects)
-        and all(a is b for a, b in zip(objects, now_objects, strict=True))
-        and len(values) == len(now_values)
-        and all(_same_annotation(a, b) for a, b in zip(values, now_values, strict=True))
     )
 
 
