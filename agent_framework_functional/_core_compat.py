@@ -1,15 +1,9 @@
 """Every touch of core's (and the host packages') private API, kept together so it is easy to audit.
 
-Each name is one core or the host itself uses for the same job, and each is pinned by a test that fails
-when an upgrade moves it or stops calling it (``tests/test_core_compat.py`` for core's methods we
-override; ``test_agent_protocol.py``, ``test_live_streaming.py``, ``test_core_parity.py``,
-``test_agent_layers.py``, ``test_signature_cache.py``, ``hosting/test_host_private_names.py`` for the rest).
-Each function's docstring names the private name it touches. The larger piece is the step cache of the
-runs we drive: :func:`build_core`'s :class:`LinearFunctionalWorkflow` turns a long run's ``RunContext``
-into :class:`LinearRunContext` (core's versioned-cache check over an index), offers each checkpoint save
-the entries added since the last one (``_step_cache.StepCacheOffer``, handed to the run's recorder) and
-skips core's save at a clean finish when the recorder deletes the chain at once; core's own classes and
-module globals stay untouched (``tests/test_long_runs.py``).
+Each function's docstring names the private name it touches, and a test fails when an upgrade moves it
+or core stops calling it on our path (``tests/test_core_compat.py`` for the overrides of
+:class:`LinearFunctionalWorkflow`, the runs we drive, whose step cache costs linear time). Core's own
+classes and module globals stay untouched.
 """
 
 from __future__ import annotations
@@ -20,7 +14,7 @@ import itertools
 import types
 from collections.abc import Awaitable, Callable
 from types import CoroutineType
-from typing import Any, cast
+from typing import Any, TypeVar
 
 from agent_framework import (
     AgentResponse,
@@ -46,6 +40,7 @@ from ._step_cache import SaveRecorder, StepCacheLog, StepCacheOffer, implements
 
 # Core's marker for its functional workflow API; ours is the same feature (same warning, shown once).
 functional_workflows_experimental = experimental(feature_id=ExperimentalFeature.FUNCTIONAL_WORKFLOWS)
+_T = TypeVar("_T")
 
 
 def set_context_response(context: SessionContext, response: AgentResponse[Any]) -> None:
@@ -64,15 +59,12 @@ def response_fits(value: Any, response_type: Any, request_id: str) -> bool:
     return True
 
 
-def accepts(value: Any, target_type: Any) -> bool:
-    """True when ``value`` is an instance of ``target_type`` by core's rules (generics and unions included)."""
-    return is_instance_of(value, target_type)
+accepts = is_instance_of  # ``value`` is an instance of ``target_type`` by core's rules (generics, unions)
 
 
 def collected_events(ctx: RunContext) -> list[WorkflowEvent[Any]] | None:
-    """Core's list of events collected so far in this run (``RunContext._events``), or None (renamed by core)."""
-    events = getattr(ctx, "_events", None)
-    return cast("list[WorkflowEvent[Any]]", events) if isinstance(events, list) else None
+    """Core's list of events collected so far in this run (``RunContext._events``)."""
+    return ctx._events  # pyright: ignore[reportPrivateUsage]
 
 
 def core_event_stream(
@@ -124,19 +116,16 @@ class LinearRunContext(RunContext):
 
     af_index: dict[tuple[str, str, int | None], set[str]]
     af_indexed: int  # how many of the cache's entries (its first ones) the index holds
-    af_live: bool = False
-    af_last: tuple[str, Any] | None = None
+    af_live: bool = False  # the save under way hands its storage core's live dicts
+    af_last: tuple[str, Any] | None = None  # the last key checked, decoded (a miss is cached next)
 
     def _has_incompatible_versioned_cache_entry(self, key: str) -> bool:
         """Core's check (an entry for this call made by an unknown step definition), over the index."""
         current = _decode_versioned_step_cache_key(key)
         if current is None:
             return False
-        cache = self._step_cache
-        index = self.af_index
-        indexed = self.af_indexed
+        cache, index, indexed, last = self._step_cache, self.af_index, self.af_indexed, self.af_last
         if len(cache) > indexed:
-            last = self.af_last
             # Core only adds entries during a run: the unindexed ones are the newest, at the dict's end.
             for cached_key in itertools.islice(reversed(cache), len(cache) - indexed) if indexed else cache:
                 if last is not None and last[0] == cached_key:
@@ -144,14 +133,9 @@ class LinearRunContext(RunContext):
                 else:
                     decoded = _decode_versioned_step_cache_key(cached_key)
                 if decoded is not None:
-                    entry = (decoded[0], decoded[1], decoded[4])
-                    wrappers = index.get(entry)
-                    if wrappers is None:
-                        index[entry] = {decoded[2]}
-                    else:
-                        wrappers.add(decoded[2])
+                    index.setdefault((decoded[0], decoded[1], decoded[4]), set()).add(decoded[2])
             self.af_indexed = len(cache)
-        self.af_last = (key, current)  # the miss is cached next: the next check reuses this decode
+        self.af_last = (key, current)
         kind, step_name, wrapper, _identity, occurrence = current
         cached = index.get((kind, step_name, occurrence))
         if not cached:
@@ -183,9 +167,9 @@ def make_linear(ctx: RunContext) -> LinearRunContext:
 
 
 def over_cached_reads(*functions: Callable[..., Any]) -> list[Callable[..., Any]]:
-    """Copies of core's ``functions`` (of one module) over one copy of its names, with cached reads.
+    """Copies of core's ``functions`` (of one module) whose ``dis`` and ``_get_step_wrapper_identity`` cache.
 
-    In the copy ``dis`` and ``_get_step_wrapper_identity`` are ``_signature_cache``'s; core's globals stay.
+    The copies share one copy of the module's names; core's globals stay.
     """
     names = dict(functions[0].__globals__)
     names["dis"] = CachedDis(dis)
@@ -195,8 +179,7 @@ def over_cached_reads(*functions: Callable[..., Any]) -> list[Callable[..., Any]
         copy = types.FunctionType(
             function.__code__, names, function.__name__, function.__defaults__, function.__closure__
         )
-        copy.__kwdefaults__ = function.__kwdefaults__
-        copy.__qualname__ = function.__qualname__
+        copy.__kwdefaults__, copy.__qualname__ = function.__kwdefaults__, function.__qualname__
         copies.append(copy)
     return copies
 
@@ -210,7 +193,9 @@ _DISCOVER, _SIGNATURE_HASH = over_cached_reads(
 class LinearFunctionalWorkflow(_CoreFunctionalWorkflow):
     """Core's ``FunctionalWorkflow`` whose runs cost linear time in their ``@step`` calls (internal).
 
-    Overrides call core's methods by class, not ``super()`` (no object per call).
+    Each checkpoint save is offered the step-cache entries added since the last one (:func:`offering`);
+    core's save at a clean finish is skipped when the recorder deletes the chain at once. Overrides call
+    core's methods by class, not ``super()`` (no object per call).
     """
 
     _af_log: StepCacheLog | None = None
@@ -218,10 +203,7 @@ class LinearFunctionalWorkflow(_CoreFunctionalWorkflow):
     _af_replay: tuple[StepCacheLog, int, int] | None = None
     _af_next: tuple[RunContext, tuple[StepCacheLog, int, int] | None] | None = None
 
-    # Core's check of the workflow function's parameters, cached per function (``_signature_cache``).
     _classify_signature = staticmethod(CachedClassification(_CoreFunctionalWorkflow._classify_signature))  # pyright: ignore[reportPrivateUsage]
-
-    # Core's signature computation over cached reads of its inputs (:func:`over_cached_reads`).
     _discover_workflow_dependencies = classmethod(_DISCOVER)  # pyright: ignore[reportAssignmentType]
     _compute_signature_hash = _SIGNATURE_HASH  # pyright: ignore[reportAssignmentType]
 
@@ -256,15 +238,14 @@ class LinearFunctionalWorkflow(_CoreFunctionalWorkflow):
             make_linear(ctx)
         hook = ctx._on_step_completed  # pyright: ignore[reportPrivateUsage]
         recorder = self._af_recorder
+        self._af_log = None
         if hook is not None and recorder is not None:  # core saves after each step, through our recorder
             parent = pending[1] if pending is not None and pending[0] is ctx else None
             log = StepCacheLog(ctx._step_cache, ctx._step_cache_auto_request_info_counts, parent)  # pyright: ignore[reportPrivateUsage]
             self._af_log = log
             ctx._on_step_completed = _offered_step_save(ctx, log, recorder, hook)  # pyright: ignore[reportPrivateUsage]
-        else:
-            self._af_log = None
-            if hook is None and not grown:
-                ctx._on_step_completed = _linear_when_grown(ctx)  # pyright: ignore[reportPrivateUsage]
+        elif hook is None and not grown:
+            ctx._on_step_completed = _linear_when_grown(ctx)  # pyright: ignore[reportPrivateUsage]
         return _CoreFunctionalWorkflow._execute(self, ctx, message)  # pyright: ignore[reportPrivateUsage]
 
     async def _save_checkpoint(
@@ -272,47 +253,33 @@ class LinearFunctionalWorkflow(_CoreFunctionalWorkflow):
     ) -> str:
         # Core calls this for the pause's and the final save (and, before 1.26, for each step's save).
         save = _CoreFunctionalWorkflow._save_checkpoint  # pyright: ignore[reportPrivateUsage]
-        recorder = self._af_recorder
+        recorder, log = self._af_recorder, self._af_log
         if recorder is None or storage is not recorder or recorder.offer is not None:  # pyright: ignore[reportUnnecessaryComparison]
             return await save(self, ctx, storage, previous_checkpoint_id)  # not ours, or a step's (offered already)
         if not ctx._pending_requests and recorder.drops_final_checkpoint:  # pyright: ignore[reportPrivateUsage]
             return previous_checkpoint_id or ""  # a clean finish: the recorder would delete this checkpoint at once
-        log = self._af_log
         if log is None or log.cache is not ctx._step_cache:  # pyright: ignore[reportPrivateUsage]
             return await save(self, ctx, storage, previous_checkpoint_id)
-        with offering(ctx, log, recorder):
-            return await save(self, ctx, storage, previous_checkpoint_id)
+        return await offering(ctx, log, recorder, save(self, ctx, storage, previous_checkpoint_id))
 
 
-class offering:  # a context manager used as a function, as ``contextlib``'s are
-    """Offer the checkpoint core saves inside this block the run's new step-cache entries.
+async def offering(ctx: RunContext, log: StepCacheLog, recorder: SaveRecorder, save: Awaitable[_T]) -> _T:
+    """Await core's ``save`` with the run's new step-cache entries offered to the checkpoint it saves.
 
     The recorder's ``save`` takes the offer when core calls it, before its first ``await``.
-    A class, not a generator: it wraps every step's save.
     """
-
-    __slots__ = ("linear", "log", "offer", "recorder")
-
-    def __init__(self, ctx: RunContext, log: StepCacheLog, recorder: SaveRecorder) -> None:
-        self.log = log
-        self.recorder = recorder
-        self.linear = (
-            ctx if isinstance(ctx, LinearRunContext) else make_linear(ctx) if len(log.cache) >= LINEAR_FROM else None
-        )
-
-    def __enter__(self) -> StepCacheOffer:
-        offer = self.offer = StepCacheOffer(self.log)
-        if self.linear is not None:
-            self.linear.af_live = self.log.live  # a storage that took an earlier offer gets core's live dicts
-        self.recorder.offer = offer
-        return offer
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.recorder.offer = None  # not taken (core did not save): no later save may take it
-        if self.linear is not None:
-            self.linear.af_live = False
-        if self.offer.taken:
-            self.log.live = True
+    offer = recorder.offer = StepCacheOffer(log)
+    linear = ctx if isinstance(ctx, LinearRunContext) else make_linear(ctx) if len(log.cache) >= LINEAR_FROM else None
+    if linear is not None:
+        linear.af_live = log.live  # a storage that took an earlier offer gets core's live dicts
+    try:
+        return await save
+    finally:
+        recorder.offer = None  # not taken (core did not save): no later save may take it
+        if linear is not None:
+            linear.af_live = False
+        if offer.taken:
+            log.live = True
 
 
 def _offered_step_save(
@@ -323,9 +290,8 @@ def _offered_step_save(
     async def after_step() -> None:
         if log.cache is not ctx._step_cache:  # pyright: ignore[reportPrivateUsage]
             await hook()
-            return
-        with offering(ctx, log, recorder):
-            await hook()
+        else:
+            await offering(ctx, log, recorder, hook())
 
     return after_step
 
@@ -341,15 +307,8 @@ def _linear_when_grown(ctx: RunContext) -> Callable[[], Awaitable[None]]:
     return after_step
 
 
-def build_core(
-    func: Callable[..., Awaitable[Any]],
-    *,
-    name: str,
-    description: str | None,
-    checkpoint_storage: CheckpointStorage | None,
-) -> _CoreFunctionalWorkflow:
-    """Build the core instance our ``FunctionalWorkflow`` drives, as core's definition's ``build`` does."""
-    return LinearFunctionalWorkflow(func, name=name, description=description, checkpoint_storage=checkpoint_storage)
+build_core = LinearFunctionalWorkflow
+"""Build the core instance our ``FunctionalWorkflow`` drives: ``(func, *, name, description, checkpoint_storage)``."""
 
 
 # ---------------------------------------------------------------- host packages' private names
