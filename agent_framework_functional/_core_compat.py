@@ -29,6 +29,12 @@ from agent_framework import (
 from agent_framework import FunctionalWorkflow as _CoreFunctionalWorkflow
 from agent_framework._feature_stage import experimental
 from agent_framework._middleware import categorize_middleware
+from agent_framework._workflows._checkpoint_encoding import (
+    _REGISTERED_CHECKPOINT_TYPE_KEYS,  # pyright: ignore[reportPrivateUsage]  # a set core adds to in place
+    _RestrictedUnpickler,  # pyright: ignore[reportPrivateUsage]
+    decode_checkpoint_value,
+    encode_checkpoint_value,
+)
 from agent_framework._workflows._functional import (
     _decode_versioned_step_cache_key,  # pyright: ignore[reportPrivateUsage]
 )
@@ -60,6 +66,7 @@ def response_fits(value: Any, response_type: Any, request_id: str) -> bool:
 
 
 accepts = is_instance_of  # ``value`` is an instance of ``target_type`` by core's rules (generics, unions)
+core_encode_checkpoint_value = encode_checkpoint_value
 
 
 def collected_events(ctx: RunContext) -> list[WorkflowEvent[Any]] | None:
@@ -77,21 +84,14 @@ def core_event_stream(
     core._ensure_not_running()  # pyright: ignore[reportPrivateUsage]
     return ResponseStream(
         core._run_core(streaming=False, **run_kwargs),  # pyright: ignore[reportPrivateUsage]
-        finalizer=functools.partial(
-            core._finalize_events,  # pyright: ignore[reportPrivateUsage]
-            include_status_events=include_status_events,
-        ),
+        finalizer=functools.partial(core._finalize_events, include_status_events=include_status_events),  # pyright: ignore[reportPrivateUsage]
         cleanup_hooks=[core._run_cleanup],  # pyright: ignore[reportPrivateUsage]
     )
 
 
 def agent_middleware_of(*sources: Any) -> list[Any]:
     """The agent middleware among ``sources`` (sequences of core middleware, or None), in order."""
-    found: list[Any] = []
-    for source in sources:
-        if source is not None:
-            found.extend(categorize_middleware(list(source))["agent"])
-    return found
+    return [found for source in sources if source is not None for found in categorize_middleware(list(source))["agent"]]
 
 
 def middleware_pipeline(agent: Any, chain: list[Any]) -> Any:
@@ -102,9 +102,6 @@ def middleware_pipeline(agent: Any, chain: list[Any]) -> Any:
 def trace_agent_invocation(agent: Any, **arguments: Any) -> Any:
     """Core's ``invoke_agent`` span around ``arguments["execute"]()`` (``AgentTelemetryLayer``)."""
     return agent._trace_agent_invocation(**arguments)
-
-
-# ---------------------------------------------------------------- the step cache of runs we drive
 
 
 LINEAR_FROM = 4
@@ -311,9 +308,8 @@ build_core = LinearFunctionalWorkflow
 """Build the core instance our ``FunctionalWorkflow`` drives: ``(func, *, name, description, checkpoint_storage)``."""
 
 
-# ---------------------------------------------------------------- host packages' private names
-# The host packages are optional extras: each name is imported when its host first needs it. Pinned by
-# ``tests/hosting/test_host_private_names.py`` (each is still called, or read, on the host's path).
+# The host packages' private names, each imported when its host first needs it (the hosts are optional
+# extras), pinned by ``tests/hosting/test_host_private_names.py``.
 
 
 def agui_session_id_for_thread(*, scope: str, thread_id: str) -> str:
@@ -420,28 +416,13 @@ def devui_server_class() -> type[Any]:
     return InstallingDevServer
 
 
-def core_encode_checkpoint_value(value: Any) -> Any:
-    """Core's checkpoint encoding of ``value`` (``_checkpoint_encoding.encode_checkpoint_value``)."""
-    from agent_framework._workflows._checkpoint_encoding import encode_checkpoint_value
-
-    return encode_checkpoint_value(value)
-
-
 def core_decode_checkpoint_value(encoded: Any, allowed_types: frozenset[str]) -> Any:
     """Core's checkpoint decoding of ``encoded`` under its allow-list (``decode_checkpoint_value``)."""
-    from agent_framework._workflows._checkpoint_encoding import decode_checkpoint_value
-
     return decode_checkpoint_value(encoded, allowed_types=allowed_types)
 
 
-# ---- Checkpoint decoding's pre-check (_durable/checkpoint_pickles.py) ----------------------------------------------
 def checkpoint_global_resolver(allowed_types: frozenset[str], protocol: int) -> Callable[[str, str], Any]:
     """Core's ``find_class`` of a restricted checkpoint decode under ``allowed_types``, at pickle ``protocol``."""
-    from agent_framework._workflows._checkpoint_encoding import (
-        _REGISTERED_CHECKPOINT_TYPE_KEYS,  # pyright: ignore[reportPrivateUsage]
-        _RestrictedUnpickler,  # pyright: ignore[reportPrivateUsage]
-    )
-
     unpickler = _RestrictedUnpickler(bytes((0x80, protocol)) + b"N.", allowed_types | _REGISTERED_CHECKPOINT_TYPE_KEYS)
     unpickler.load()  # only the protocol: dotted names from 4 on, Python 2's module names before 3, as the decoder
     return unpickler.find_class

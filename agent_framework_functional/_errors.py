@@ -72,10 +72,9 @@ class DurableStoreError(FunctionalWorkflowError):
 
 
 class ContinuationAuthorityError(CallRefusedError, ValueError):
-    """A response-only resume or an abandonment did not present valid continuation authority.
+    """A resume or an abandonment did not present valid authority; one fixed message (AGENTS.md invariant 2).
 
-    One fixed message for every cause, so callers cannot probe what is pending (AGENTS.md invariant 2).
-    ``message`` is ignored (for pickling).
+    ``message`` is ignored (it is there for pickling), so callers cannot probe what is pending.
     """
 
     default_message = AUTHORITY_ERROR_MESSAGE
@@ -85,10 +84,9 @@ class ContinuationAuthorityError(CallRefusedError, ValueError):
 
 
 class StaleContinuationError(ContinuationAuthorityError):
-    """Answers arrived on a session whose own stored token is spent, abandoned or expired (fixed message).
+    """Answers arrived on a session whose own stored token is spent, abandoned or expired (the agent knows it).
 
-    Raised by the agent only for the token it keeps in the session, so a host can tell "this
-    conversation moved on" from a bad token; new input starts a fresh run.
+    Lets a host tell "this conversation moved on" from a bad token; new input starts a fresh run.
     """
 
     default_message = STALE_CONTINUATION_MESSAGE
@@ -162,8 +160,7 @@ class NotInWorkflowRunError(FunctionalWorkflowError, RuntimeError):
 class ContinuationStoreDurabilityError(DurableStoreError, RuntimeError):
     """Redis cannot keep a claim through a crash, or did not confirm in time that it kept one (``waitaof``).
 
-    Raised before the store's first write when persistence could lose an acknowledged write; a claim
-    that raises it runs no resumed code.
+    Raised before the store's first write; a claim that raises it runs no resumed code.
     """
 
     default_message = (
