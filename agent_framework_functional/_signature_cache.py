@@ -49,10 +49,7 @@ class _PerFunction:
         self._cache: WeakKeyDictionary[Any, tuple[tuple[Any, ...], Any]] = WeakKeyDictionary()
 
     def _get(self, func: Any, inputs: tuple[Any, ...] | None, *, durable_only: bool = False) -> Any:
-        """``real(func)``, or its result cached with the same ``inputs`` (None: ask core every time).
-
-        With ``durable_only``, only a result core calls durable (its second item) is cached.
-        """
+        """``real(func)``, or its result cached with the same ``inputs``; ``durable_only``: cache a durable one only."""
         if inputs is None:
             return self._real(func)
         try:
@@ -97,10 +94,16 @@ class CachedClassification(_PerFunction):
 
 
 def _classification_inputs(func: Any) -> tuple[Any, ...] | None:
-    """What core's answer depends on: (string annotations' values, objects compared by identity)."""
-    links = _wrapper_chain(func)
-    resolved = None if links is None else _resolved_annotations(func.__annotations__, links[-1].__globals__)
-    if links is None or resolved is None:
+    """What core's answer depends on: (string annotations' values, objects compared by identity); None: no cache."""
+    links: list[FunctionType] = []  # ``func`` and the plain functions its ``__wrapped__`` attributes lead to
+    current: Any = func
+    while current is not _FAILED:
+        if type(current) is not FunctionType or len(links) == 64 or any(current is link for link in links):
+            return None
+        links.append(current)
+        current = vars(current).get("__wrapped__", _FAILED)
+    resolved = _resolved_annotations(func.__annotations__, links[-1].__globals__)
+    if resolved is None:
         return None
     inputs: list[Any] = []
     for link in links:
@@ -121,20 +124,6 @@ def _same(cached: tuple[Any, ...], current: tuple[Any, ...]) -> bool:
         and len(values) == len(now_values)
         and all(map(_same_annotation, values, now_values))
     )
-
-
-def _wrapper_chain(func: Any) -> list[FunctionType] | None:
-    """``func`` and the functions its ``__wrapped__`` attributes lead to; None unless all are plain functions."""
-    links: list[FunctionType] = []
-    current: Any = func
-    while len(links) < 64:
-        if type(current) is not FunctionType or any(current is link for link in links):
-            return None
-        links.append(current)
-        current = vars(current).get("__wrapped__", _FAILED)
-        if current is _FAILED:
-            return links
-    return None
 
 
 def _resolved_annotations(annotations: dict[str, Any], namespace: dict[str, Any]) -> list[Any] | None:
