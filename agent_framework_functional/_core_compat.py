@@ -104,8 +104,7 @@ def trace_agent_invocation(agent: Any, **arguments: Any) -> Any:
     return agent._trace_agent_invocation(**arguments)
 
 
-LINEAR_FROM = 4
-"""Cached step entries from which a run checks its cache over an index (below, core's scan costs less)."""
+LINEAR_FROM = 4  # cached step entries from which a run checks its cache over an index (below, core's scan is cheaper)
 
 
 class LinearRunContext(RunContext):
@@ -304,8 +303,7 @@ def _linear_when_grown(ctx: RunContext) -> Callable[[], Awaitable[None]]:
     return after_step
 
 
-build_core = LinearFunctionalWorkflow
-"""Build the core instance our ``FunctionalWorkflow`` drives: ``(func, *, name, description, checkpoint_storage)``."""
+build_core = LinearFunctionalWorkflow  # the core instance our ``FunctionalWorkflow`` drives
 
 
 # The host packages' private names, each imported when its host first needs it (the hosts are optional

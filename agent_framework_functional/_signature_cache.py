@@ -1,8 +1,7 @@
-"""What core's signature computation reads, cached for our builds only (core's own classes untouched).
+"""What core's signature computation reads on every build and run, cached for our builds only.
 
-Core reads each reachable code object's instructions and hashes each reachable function's identity on
-every build and every run; ``_core_compat.over_cached_reads`` runs core's signature functions with
-:class:`CachedDis` and :class:`CachedIdentity` standing for ``dis`` and ``_get_step_wrapper_identity``.
+``_core_compat.over_cached_reads`` runs core's signature functions with :class:`CachedDis` and
+:class:`CachedIdentity` for ``dis`` and ``_get_step_wrapper_identity``; core's own classes stay untouched.
 """
 
 from __future__ import annotations
@@ -65,11 +64,7 @@ class _PerFunction:
 
 
 class CachedIdentity(_PerFunction):
-    """Core's ``_get_step_wrapper_identity``, its durable results cached per function.
-
-    Only results core calls durable (no closure, immutable defaults) are cached, reused while the function
-    keeps the same code object, name and default objects (by identity).
-    """
+    """Core's ``_get_step_wrapper_identity``, its durable results reused while code, name and defaults stay."""
 
     def __call__(self, func: Any) -> tuple[str, bool]:
         kwdefaults: dict[str, Any] = getattr(func, "__kwdefaults__", None) or {}
@@ -80,13 +75,11 @@ class CachedIdentity(_PerFunction):
 
 
 class CachedClassification(_PerFunction):
-    """Core's ``_classify_signature`` (the workflow function's non-``ctx`` parameter names), cached per function.
+    """Core's ``_classify_signature`` (the non-``ctx`` parameter names), cached per function (a host builds often).
 
-    Core resolves type hints on every build, and a host builds an instance per conversation. A result is
-    reused only for a plain function (or a ``__wrapped__`` chain of them) while every link keeps its code,
-    annotations, ``__signature__``, defaults and type parameters and each string annotation still evaluates
-    to the same object; anything else (a partial, a forward reference left inside) goes to core every time.
-    A refusal is never cached, so core raises it again.
+    Reused only for a plain function (or a ``__wrapped__`` chain of them) while every link keeps its code,
+    annotations, ``__signature__``, defaults and type parameters and each string annotation evaluates to the
+    same object; anything else goes to core every time, and a refusal is never cached.
     """
 
     def __call__(self, func: Callable[..., Any]) -> list[str]:

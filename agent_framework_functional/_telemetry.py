@@ -1,9 +1,7 @@
-"""Continuation telemetry: span events and metrics of a continuation's life, through the OpenTelemetry API.
+"""Continuation telemetry through the OpenTelemetry API (README "Observe it" lists the names).
 
-Each point adds an event to the current span (under an agent, its ``invoke_agent`` span), the same point
-as a child span (DevUI's Traces panel draws spans, not events), and updates three metrics. Events carry the
-token's hash, the workflow name and request ids, never a secret or an answer; without an SDK a point costs
-one ``is_recording()`` check. README "Observe it" lists the names.
+Each point of a continuation's life is an event on the current span and a child span of it (DevUI draws
+spans, not events), and updates three metrics; never a secret or an answer, only the token's hash.
 """
 
 from __future__ import annotations
