@@ -237,8 +237,7 @@ class LinearFunctionalWorkflow(_CoreFunctionalWorkflow):
         self._af_log = None
         if hook is not None and recorder is not None:  # core saves after each step, through our recorder
             parent = pending[1] if pending is not None and pending[0] is ctx else None
-            log = StepCacheLog(ctx._step_cache, ctx._step_cache_auto_request_info_counts, parent)  # pyright: ignore[reportPrivateUsage]
-            self._af_log = log
+            log = self._af_log = StepCacheLog(ctx._step_cache, ctx._step_cache_auto_request_info_counts, parent)  # pyright: ignore[reportPrivateUsage]
             ctx._on_step_completed = _offered_step_save(ctx, log, recorder, hook)  # pyright: ignore[reportPrivateUsage]
         elif hook is None and not grown:
             ctx._on_step_completed = _linear_when_grown(ctx)  # pyright: ignore[reportPrivateUsage]
@@ -250,13 +249,12 @@ class LinearFunctionalWorkflow(_CoreFunctionalWorkflow):
         # Core calls this for the pause's and the final save (and, before 1.26, for each step's save).
         save = _CoreFunctionalWorkflow._save_checkpoint  # pyright: ignore[reportPrivateUsage]
         recorder, log = self._af_recorder, self._af_log
-        if recorder is None or storage is not recorder or recorder.offer is not None:  # pyright: ignore[reportUnnecessaryComparison]
-            return await save(self, ctx, storage, previous_checkpoint_id)  # not ours, or a step's (offered already)
-        if not ctx._pending_requests and recorder.drops_final_checkpoint:  # pyright: ignore[reportPrivateUsage]
-            return previous_checkpoint_id or ""  # a clean finish: the recorder would delete this checkpoint at once
-        if log is None or log.cache is not ctx._step_cache:  # pyright: ignore[reportPrivateUsage]
-            return await save(self, ctx, storage, previous_checkpoint_id)
-        return await offering(ctx, log, recorder, save(self, ctx, storage, previous_checkpoint_id))
+        if recorder is not None and storage is recorder and recorder.offer is None:  # ours, not a step's (offered)
+            if not ctx._pending_requests and recorder.drops_final_checkpoint:  # pyright: ignore[reportPrivateUsage]
+                return previous_checkpoint_id or ""  # a clean finish: the recorder would delete this checkpoint at once
+            if log is not None and log.cache is ctx._step_cache:  # pyright: ignore[reportPrivateUsage]
+                return await offering(ctx, log, recorder, save(self, ctx, storage, previous_checkpoint_id))
+        return await save(self, ctx, storage, previous_checkpoint_id)
 
 
 async def offering(ctx: RunContext, log: StepCacheLog, recorder: SaveRecorder, save: Awaitable[_T]) -> _T:
