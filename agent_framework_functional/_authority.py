@@ -25,13 +25,6 @@ if TYPE_CHECKING:
     from ._store import ContinuationStore
 
 
-def verdict_of(authority: object, token: object) -> VerifiedContinuation | None:
-    """``token`` when it is a verdict issued by ``authority``, else None."""
-    if type(token) is VerifiedContinuation and token.issued_by(authority):
-        return token
-    return None
-
-
 class InMemoryAuthority:
     """The ``Authority`` held in this process only: the token is valid on this instance.
 
@@ -208,17 +201,8 @@ class InMemoryAuthority:
         if ticket.recorder is not None:
             await ticket.recorder.finish_chain()
 
-    async def record_pause(
-        self,
-        ticket: ResumeTicket,
-        chain: Requests | None,
-        requests: Requests,
-        *,
-        workflow_name: str,
-        signature_hash: str,
-    ) -> Continuation:
+    async def record_pause(self, ticket: ResumeTicket, chain: Requests | None, requests: Requests) -> Continuation:
         """Hold the new continuation with the checkpoint the run saved last (a pause without storage has none)."""
-        del workflow_name, signature_hash
         continuation = issue_continuation(requests, chain)
         recorder = ticket.recorder
         saved = recorder.last_saved_id if recorder is not None else None

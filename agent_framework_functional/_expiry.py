@@ -86,19 +86,13 @@ def delete_checkpoint_soon(storage: CheckpointStorage, checkpoint_id: str) -> No
     task.add_done_callback(_deleting.discard)
 
 
-def _same(storage: CheckpointStorage) -> CheckpointStorage:
-    return storage
-
-
 def retain_checkpoints(storage: CheckpointStorage, checkpoint_ids: Sequence[str], seconds: float) -> None:
     """Delete ``checkpoint_ids`` from ``storage`` at the first sweep ``seconds`` from now (in-memory: weakly held)."""
     if not checkpoint_ids:
         return
-    reference: Callable[[], CheckpointStorage | None]
-    if isinstance(storage, InMemoryCheckpointStorage):  # its checkpoints go with it: never keep it alive
-        reference = weakref.ref(storage)
-    else:  # files, keys and rows outlive the storage object: it is held until the deadline
-        reference = functools.partial(_same, storage)
+    # In-memory checkpoints go with their storage (never kept alive); files, keys and rows outlive it (held).
+    in_memory = isinstance(storage, InMemoryCheckpointStorage)
+    reference: Callable[[], CheckpointStorage | None] = weakref.ref(storage) if in_memory else lambda: storage
     deadline = time.time() + min(seconds, MAX_DURATION_SECONDS)
     entry = (deadline, next(_order), reference, tuple(checkpoint_ids))
     if len(_retained) < RETAINED_MAX:

@@ -167,13 +167,7 @@ class WorkflowRun:
             continuation_spent(self.name, ticket.continuation, ticket.record, ticket.claim_hash, self.span)
 
     async def _issue(self) -> None:
-        continuation = await self.authority.record_pause(
-            self.ticket,
-            self.chain,
-            self.requests or {},
-            workflow_name=self.name,
-            signature_hash=self.core.graph_signature_hash,
-        )
+        continuation = await self.authority.record_pause(self.ticket, self.chain, self.requests or {})
         self.token = continuation.token()
         continuation_issued(self.name, continuation, self.span)
 

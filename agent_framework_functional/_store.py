@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import timedelta
 from types import TracebackType
 from typing import Any, Literal, Protocol, TypeVar, cast, runtime_checkable
@@ -44,20 +44,6 @@ def duration_seconds(value: float | timedelta, name: str) -> float:
     if not 0 < seconds <= MAX_DURATION_SECONDS:
         raise ValueError(f"{name} must be a positive, finite number of seconds (or timedelta) of at most ten years.")
     return seconds
-
-
-RECORD_COLUMNS = (
-    "workflow_name",
-    "signature_hash",
-    "checkpoint_id",
-    "pending_request_ids",
-    "created_at",
-    "expires_at",
-    "status",
-    "response_types",
-    "conversation",
-)
-"""A record's table columns besides ``token_hash``, in the SQL stores' order."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +137,10 @@ class ContinuationRecord:
             response_types=None if response_types is None else _text_mapping(json.loads(response_types)),
             conversation=None if conversation is None else str(conversation),
         )
+
+
+RECORD_COLUMNS = tuple(field.name for field in fields(ContinuationRecord))[1:]
+"""A record's table columns besides ``token_hash`` (its fields), in the SQL stores' order."""
 
 
 def _text_mapping(value: Any) -> dict[str, str]:

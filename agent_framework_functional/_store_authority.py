@@ -14,7 +14,7 @@ from typing import Any, cast
 from agent_framework import CheckpointStorage
 
 from ._answers import check_answers
-from ._authority import InMemoryAuthority, VerifiedContinuation, check_restore, raw_token, verdict_of
+from ._authority import InMemoryAuthority, VerifiedContinuation, check_restore, raw_token
 from ._authority_protocol import Authority, Requests, ResumeTicket
 from ._checkpoint_chain import RecordingCheckpointStorage, in_own_task
 from ._continuation import Continuation, hash_secret, issue_continuation, known_spent, matches, presented_secret
@@ -150,7 +150,7 @@ class StoreAuthority:
     ) -> ResumeTicket:
         """A verdict's record, else the memory's check for a pause held here, else the token's shape only."""
         recorder = self._recorder(checkpoint_storage)
-        verdict = verdict_of(self, token)
+        verdict = token if type(token) is VerifiedContinuation and token.issued_by(self) else None
         if verdict is not None and verdict.record is not None and not verdict.held_here:
             # Checked in the store by verify_continuation_token_async: its record and requests are reused.
             token_hash = verdict.record.token_hash
@@ -243,15 +243,7 @@ class StoreAuthority:
     async def finish(self, ticket: ResumeTicket) -> None:
         await self.memory.finish(ticket)
 
-    async def record_pause(
-        self,
-        ticket: ResumeTicket,
-        chain: Requests | None,
-        requests: Requests,
-        *,
-        workflow_name: str,
-        signature_hash: str,
-    ) -> Continuation:
+    async def record_pause(self, ticket: ResumeTicket, chain: Requests | None, requests: Requests) -> Continuation:
         """Save the record in the store first: a failed save issues no token."""
         recorder = ticket.recorder
         checkpoint_id = recorder.last_saved_id if recorder is not None else None
@@ -260,12 +252,12 @@ class StoreAuthority:
         continuation = issue_continuation(requests, chain)
         pause = recorder.take_joint_pause()  # its checkpoint's save, kept for the record's statement
         if pause is not None:  # the earlier checkpoints go after it: they share the segment it continues
-            await self.records.save(continuation, checkpoint_id, workflow_name, signature_hash, pause)
+            await self.records.save(continuation, checkpoint_id, pause)
             await recorder.delete_superseded(keep=checkpoint_id)
         else:  # the run's earlier checkpoints go while the record is saved (one round trip less to wait for)
             cleanup = in_own_task(recorder.delete_superseded(keep=checkpoint_id))
             try:
-                await self.records.save(continuation, checkpoint_id, workflow_name, signature_hash)
+                await self.records.save(continuation, checkpoint_id)
             finally:
                 await cleanup
         self.memory.hold(continuation, (self.checkpoint_storage, checkpoint_id))

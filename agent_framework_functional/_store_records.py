@@ -105,15 +105,9 @@ class StoreRecords:
         events = checkpoint.pending_request_info_events
         return {request_id: events[request_id] for request_id in record.pending_request_ids if request_id in events}
 
-    async def save(
-        self,
-        continuation: Continuation,
-        checkpoint_id: str,
-        workflow_name: str,
-        signature_hash: str,
-        pause: JointPause | None = None,
-    ) -> None:
+    async def save(self, continuation: Continuation, checkpoint_id: str, pause: JointPause | None = None) -> None:
         """Record a saved pause; with ``pause`` (the recorder's joint save) record and checkpoint in one statement."""
+        workflow_name, signature_hash = self.identity()
         now = self.store.now()
         record = ContinuationRecord(
             token_hash=hash_secret(continuation.secret),

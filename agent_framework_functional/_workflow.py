@@ -408,16 +408,7 @@ WorkflowFunc = Callable[..., Awaitable[Any]]
 
 @functional_workflows_experimental
 class FunctionalWorkflowDefinition:
-    """Stateless workflow definition made by :func:`workflow`; :meth:`build` one instance per caller.
-
-    Args:
-        func: The async workflow function; its non-``RunContext`` parameter receives ``run()``'s ``message``.
-
-    Keyword Args:
-        name: Workflow name; defaults to ``func.__name__``.
-        description: Optional human-readable description.
-        checkpoint_retention: How long a finished run's checkpoints are kept (seconds or ``timedelta``,
-            default 24 hours; 0 deletes them at the finish; None keeps every checkpoint for good).
+    """Stateless workflow definition made by :func:`workflow` (its arguments); :meth:`build` one instance per caller.
 
     Raises:
         ValueError: More than one non-``RunContext`` parameter (core's rule); a negative
@@ -500,7 +491,7 @@ def workflow(
     cached result is returned), code outside steps does. Keep side effects in steps.
 
     Args:
-        func: The async function (bare ``@workflow``).
+        func: The async function (bare ``@workflow``); its non-``RunContext`` parameter receives ``message``.
 
     Keyword Args:
         name: Workflow name; defaults to the function's name.
