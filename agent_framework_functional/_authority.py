@@ -1,9 +1,8 @@
-"""Continuation authority in memory: who may resume a pause this process holds.
+"""Continuation authority in memory (who may resume a pause this process holds), and a restore's checks.
 
-:class:`InMemoryAuthority` is the in-memory strategy of the ``Authority`` protocol
-(``_authority_protocol``); ``_store_authority.StoreAuthority`` wraps one and adds a store. A check is
-done once and its verdict passed on (``VerifiedContinuation``, AGENTS.md invariant 22);
-``_answers.check_answers`` is the one correlation and answer-type check.
+:class:`InMemoryAuthority` is the in-memory strategy of ``_authority_protocol.Authority``;
+``_store_authority.StoreAuthority`` wraps one and adds a store. A check is done once and its verdict
+passed on (``VerifiedContinuation``, AGENTS.md invariant 22).
 """
 
 from __future__ import annotations
@@ -20,32 +19,18 @@ from ._checkpoint_chain import RecordingCheckpointStorage
 from ._continuation import Continuation, issue_continuation, known_spent, matches, remember_spent, verify_token
 from ._errors import ContinuationAuthorityError, PendingContinuationError
 from ._expiry import delete_checkpoint, delete_checkpoint_soon
-from ._restore import check_restore
 from ._step_cache import takes_offers
 
 if TYPE_CHECKING:
     from ._store import ContinuationStore
 
 
-def verdict_of(authority: object, token: object) -> VerifiedContinuation | None:
-    """``token`` when it is a verdict issued by ``authority`` (any other object gives None)."""
-    if type(token) is VerifiedContinuation and token.issued_by(authority):
-        return token
-    return None
-
-
 class InMemoryAuthority:
     """The ``Authority`` held in this process only: the token is valid on this instance.
 
-    Args:
-        on_reset: Called when the pending continuation is discarded (the workflow resets its replay state).
-        checkpoint_storage: The instance's checkpoint storage (a run may name another).
-
-    Keyword Args:
-        retention: Seconds a finished chain's checkpoints are kept (0: deleted at the finish; None: every
-            checkpoint kept for good, an abandoned or expired pause's too).
-        ttl: Seconds a pause stays resumable (``_expiry.resolve_ttl``).
-        identity: Returns the workflow's ``(name, signature hash)``, which a restored checkpoint must match.
+    ``on_reset`` resets the workflow's replay state when the pending continuation is discarded;
+    ``retention``: seconds a finished chain's checkpoints are kept (None: every checkpoint kept for good);
+    ``identity``: the workflow's ``(name, signature hash)``, which a restored checkpoint must match.
     """
 
     __slots__ = (
@@ -78,15 +63,11 @@ class InMemoryAuthority:
         self.conversation: str | None = None
         self.checkpoint_storage: CheckpointStorage | None = checkpoint_storage
         self.retention = retention
-        # The pending pause's checkpoint and the storage it is in (deleted when the pause is discarded).
         self._pause_checkpoint: tuple[CheckpointStorage, str] | None = None
         self.spent_hash: int | None = None
 
-    # ------------------------------------------------------------------ views
-
     @property
     def keep_checkpoints(self) -> bool:
-        """True when no checkpoint is ever deleted (``checkpoint_retention=None``)."""
         return self.retention is None
 
     @property
@@ -96,17 +77,14 @@ class InMemoryAuthority:
         return pending is not None and not pending.reserved and not self.lapse()
 
     def pending_requests(self) -> Requests:
-        """The pending continuation's requests while :attr:`has_pending`."""
         return self.pending.pending_requests if self.has_pending and self.pending is not None else {}
 
     def expires_at(self) -> float | None:
-        """Issue time plus TTL of the unreserved pending continuation."""
         pending = self.pending
         return None if pending is None or pending.reserved else pending.issued_at + self.ttl
 
     @property
     def pause_checkpoint_id(self) -> str | None:
-        """The id of the pending pause's checkpoint, if one was recorded."""
         return None if self._pause_checkpoint is None else self._pause_checkpoint[1]
 
     def lapse(self, now: float | None = None) -> bool:
@@ -122,8 +100,6 @@ class InMemoryAuthority:
         if self.has_pending:
             self.discard()
 
-    # ------------------------------------------------------------------ read-only checks
-
     def verify(self, token: object) -> VerifiedContinuation:
         """Check ``token`` against the continuation held here."""
         self.lapse()
@@ -137,11 +113,9 @@ class InMemoryAuthority:
         )
 
     def verify_now(self, token: object) -> VerifiedContinuation | None:
-        """:meth:`verify` (never None in memory)."""
         return self.verify(token)
 
     async def verify_async(self, token: object) -> VerifiedContinuation:
-        """:meth:`verify`."""
         return self.verify(token)
 
     def known_stale(self, token: object) -> bool | None:
@@ -149,11 +123,9 @@ class InMemoryAuthority:
         return known_spent(raw_token(token))
 
     async def is_stale(self, token: object) -> bool:
-        """:meth:`known_stale` (another instance may hold the token)."""
         return known_spent(raw_token(token))
 
     async def is_resumable(self, token: object) -> bool:
-        """:meth:`verify` succeeds."""
         try:
             self.verify(token)
         except ContinuationAuthorityError:
@@ -162,8 +134,6 @@ class InMemoryAuthority:
 
     async def check_conflict(self, verdict: VerifiedContinuation | None = None) -> None:
         """Nothing to refuse: in memory no pause is held elsewhere."""
-
-    # ------------------------------------------------------------------ acceptance (synchronous)
 
     def accept_resume(
         self, token: object, responses: Mapping[str, Any], checkpoint_storage: CheckpointStorage | None
@@ -183,17 +153,13 @@ class InMemoryAuthority:
         return NEW_INPUT
 
     def reserve(self, ticket: ResumeTicket) -> None:
-        """Mark the ticket's continuation reserved."""
         if ticket.continuation is not None:
             ticket.continuation.reserved = True
-
-    # ------------------------------------------------------------------ inside the run
 
     async def before_core(self, ticket: ResumeTicket, core_kwargs: dict[str, Any]) -> ResumeTicket:
         """Route the run's checkpoints through a recorder; check a restore.
 
-        With ``keep_checkpoints`` only a restore's, or one on a storage that takes step-cache offers (the recorder
-        hands them).
+        With ``keep_checkpoints`` only a restore's, or one on a storage that takes step-cache offers.
         """
         storage = core_kwargs.get("checkpoint_storage")
         if storage is None:
@@ -208,7 +174,6 @@ class InMemoryAuthority:
         return ticket.with_recorder(recorder)
 
     async def claim(self, ticket: ResumeTicket) -> Requests | None:
-        """Spend the resumed continuation (no store to ask)."""
         continuation = ticket.continuation
         if continuation is None:
             return None
@@ -226,7 +191,6 @@ class InMemoryAuthority:
         return continuation.known_requests()
 
     def hand_back(self, ticket: ResumeTicket) -> bool:
-        """Clear the reserve of a continuation the run did not spend."""
         continuation = ticket.continuation
         if continuation is None or not continuation.reserved:
             return False
@@ -234,21 +198,11 @@ class InMemoryAuthority:
         return True
 
     async def finish(self, ticket: ResumeTicket) -> None:
-        """Keep the chain's checkpoints for the retention, through the recorder."""
         if ticket.recorder is not None:
             await ticket.recorder.finish_chain()
 
-    async def record_pause(
-        self,
-        ticket: ResumeTicket,
-        chain: Requests | None,
-        requests: Requests,
-        *,
-        workflow_name: str,
-        signature_hash: str,
-    ) -> Continuation:
+    async def record_pause(self, ticket: ResumeTicket, chain: Requests | None, requests: Requests) -> Continuation:
         """Hold the new continuation with the checkpoint the run saved last (a pause without storage has none)."""
-        del workflow_name, signature_hash
         continuation = issue_continuation(requests, chain)
         recorder = ticket.recorder
         saved = recorder.last_saved_id if recorder is not None else None
@@ -258,21 +212,15 @@ class InMemoryAuthority:
         return continuation
 
     def hold(self, continuation: Continuation, checkpoint: tuple[CheckpointStorage, str] | None) -> None:
-        """Make ``continuation`` the pending one, with its pause's checkpoint (storage, id)."""
+        """Make ``continuation`` the pending one, with its pause's checkpoint (storage, id: deleted on discard)."""
         self.pending = continuation
         self._pause_checkpoint = checkpoint
 
-    # ------------------------------------------------------------------ abandonment
-
     def require_sync(self) -> None:
-        """Allowed: in memory nothing else needs updating."""
+        """Allowed in memory."""
 
     def check_abandon(self, token: object, *, force: bool) -> bool:
-        """Verify the token unless ``force``; always True (only local pauses exist).
-
-        The token of a pause an accepted run has reserved passes too: the run guard then refuses
-        (``WorkflowRunningError``), as with a store.
-        """
+        """Verify the token unless ``force``; always True (a reserved pause's token passes: the guard refuses)."""
         if not force:
             self.lapse()
             if not matches(token, self.pending):
@@ -280,12 +228,10 @@ class InMemoryAuthority:
         return True
 
     def abandon(self, token: object, *, force: bool) -> None:
-        """:meth:`discard`."""
         del token, force
         self.discard()
 
     async def abandon_async(self, token: object, *, force: bool) -> None:
-        """:meth:`abandon`, awaiting the checkpoint's deletion."""
         checkpoint = self.take_pause_checkpoint()
         self.abandon(token, force=force)
         if checkpoint is not None:
@@ -309,6 +255,46 @@ class InMemoryAuthority:
         return None if self.keep_checkpoints else checkpoint
 
     def _remember_spent(self, continuation: Continuation) -> None:
-        """Note a spent or discarded token of a conversation's instance (session copies may present it again)."""
+        """Note a conversation's spent or discarded token (session copies may present it again)."""
         if self.conversation is not None:
             remember_spent(continuation.secret, self.ttl)
+
+
+async def check_restore(
+    recorder: RecordingCheckpointStorage, identity: tuple[str, str], core_kwargs: dict[str, Any]
+) -> bool:
+    """A restore's checks before anything changes, through the run's recorder (core's restore reuses the load).
+
+    The checkpoint must be this workflow's (``identity``: name and signature hash; core checks the signature
+    only inside its run) and the answers must fit its pending requests (README "The rules", rule 4); only
+    then may a store supersede the pause's token (AGENTS.md invariant 29). Returns False when the load
+    failed: core's restore raises that error with core's failure surface.
+
+    Raises:
+        ValueError: The checkpoint belongs to another workflow or another version of this one.
+        ResponseMismatchError: No answer names a pending request, or one does not fit its ``response_type``.
+    """
+    checkpoint_id: str = core_kwargs["checkpoint_id"]
+    try:
+        checkpoint = await recorder.load(checkpoint_id)
+    except Exception as exc:
+        recorder.failed_load = (checkpoint_id, exc)
+        return False
+    name, signature_hash = identity
+    if checkpoint.workflow_name != name:
+        raise ValueError(
+            f"Checkpoint '{checkpoint_id}' was saved by workflow '{checkpoint.workflow_name}', not '{name}'. "
+            "Restore it with the workflow that saved it; nothing was restored."
+        )
+    if checkpoint.graph_signature_hash != signature_hash:  # core's own check and message, made before anything changes
+        raise ValueError(
+            f"Checkpoint '{checkpoint_id}' was created by a different version of workflow '{name}' and is not "
+            "compatible with the current version. The workflow's step structure may have changed since this "
+            "checkpoint was saved; nothing was restored."
+        )
+    recorder.preloaded = checkpoint
+    responses: Mapping[str, Any] | None = core_kwargs.get("responses")
+    events = checkpoint.pending_request_info_events
+    if responses and events:  # no answers (core ignores an empty mapping) or nothing pending: core decides
+        core_kwargs["responses"] = check_answers(responses, events, events, unchanged="Nothing was restored.")
+    return True

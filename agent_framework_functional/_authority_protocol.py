@@ -1,19 +1,20 @@
-"""The authority protocol: the points of a run where the strategy decides, and the values they share.
+"""The authority protocol, the values its points share, and the acceptance of one ``run()`` call.
 
-:class:`ResumeTicket` is what ``run()`` accepted, an immutable value every hook receives; each hook
-of :class:`Authority` returns its outcome instead of leaving it on the ticket. A token check's
-outcome is a :class:`VerifiedContinuation`, which ``run()`` accepts in place of the token.
+:class:`ResumeTicket` is what ``run()`` accepted (:func:`accept_run`), an immutable value every hook
+receives; each hook returns its outcome instead of leaving it on the ticket. A token check's outcome is
+a :class:`VerifiedContinuation`, which ``run()`` accepts in place of the token.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from agent_framework import CheckpointStorage, WorkflowEvent
 
 from ._checkpoint_chain import RecordingCheckpointStorage
+from ._errors import WorkflowRunningError
 
 if TYPE_CHECKING:
     from ._continuation import Continuation
@@ -22,28 +23,21 @@ if TYPE_CHECKING:
 Requests = Mapping[str, WorkflowEvent[Any]]
 """Request id -> ``request_info`` event."""
 
+_STR_ONLY = frozenset({str})
+_RESPONSES_SHAPE = "'responses' must be a mapping from request id (str) to the answer for that request."
+
 
 @dataclass(frozen=True, slots=True)
 class ResumeTicket:
-    """What ``run()`` accepted, handed to each hook of the run (internal, immutable).
+    """What ``run()`` accepted, handed to each hook of the run (internal, immutable)."""
 
-    Attributes:
-        continuation: The pause held here that this run resumes (reserved until spent or handed back).
-        responses: The run's answers (a resume only), converted once their types are known.
-        record: The store's record of a pause held elsewhere.
-        requests: Requests whose answers are checked: pending and earlier ones of the chain.
-        remote_hash: Hash of a presented token this process does not hold, still to look up.
-        claim_hash: Hash the store claims right before user code (store only).
-        recorder: The checkpoint storage proxy core saves through in this run, if any.
-    """
-
-    continuation: Continuation | None = None
-    responses: Mapping[str, Any] | None = None
-    record: ContinuationRecord | None = None
-    requests: Requests | None = None
-    remote_hash: str | None = None
-    claim_hash: str | None = None
-    recorder: RecordingCheckpointStorage | None = None
+    continuation: Continuation | None = None  # the pause held here this run resumes (reserved until spent)
+    responses: Mapping[str, Any] | None = None  # a resume's answers, converted once their types are known
+    record: ContinuationRecord | None = None  # the store's record of a pause held elsewhere
+    requests: Requests | None = None  # requests whose answers are checked: pending and earlier ones of the chain
+    remote_hash: str | None = None  # hash of a presented token this process does not hold, still to look up
+    claim_hash: str | None = None  # hash the store claims right before user code (store only)
+    recorder: RecordingCheckpointStorage | None = None  # the proxy core saves this run's checkpoints through
 
     @property
     def resumes(self) -> bool:
@@ -51,7 +45,6 @@ class ResumeTicket:
         return self.continuation is not None or self.claim_hash is not None
 
     def with_recorder(self, recorder: RecordingCheckpointStorage) -> ResumeTicket:
-        """This ticket, with the run's checkpoint recorder."""
         return ResumeTicket(
             self.continuation, self.responses, self.record, self.requests, self.remote_hash, self.claim_hash, recorder
         )
@@ -62,10 +55,10 @@ NEW_INPUT = ResumeTicket()
 
 
 class VerifiedContinuation(Mapping[str, WorkflowEvent[Any]]):
-    """The outcome of a successful token check: the pause's pending requests, and what was checked.
+    """A successful token check: a read-only mapping request id -> ``request_info`` event of the pause.
 
-    A read-only mapping request id -> ``request_info`` event. Passed to ``run(continuation_token=...)``
-    of the same instance it stands for the token (no second store read); it does not pickle.
+    Passed to ``run(continuation_token=...)`` of the same instance it stands for the token (no second
+    store read); it does not pickle.
 
     Attributes:
         token: The continuation token that was checked (a plain dict).
@@ -129,8 +122,8 @@ class Authority(Protocol):
     """The authority strategy a workflow instance holds: in memory, or with a continuation store (internal).
 
     In a run's order: ``accept_*`` and ``reserve`` (synchronous, in ``run()``), then the coroutines
-    ``before_core``, ``claim``, ``record_pause`` or ``finish``, and ``hand_back`` as the run ends.
-    ``InMemoryAuthority`` documents each point; ``StoreAuthority`` where a store changes it.
+    ``before_core``, ``claim``, ``record_pause`` or ``finish``, and ``hand_back`` as the run ends (AGENTS.md
+    glossary: reserve, claim, hand back, finish).
     Refusals, each at its point: ``verify*``, ``accept_resume``, ``check_abandon`` and ``abandon_async``
     raise ``ContinuationAuthorityError`` (``accept_resume`` then ``ResponseMismatchError``);
     ``accept_new_input`` and ``check_conflict`` ``PendingContinuationError``. With a store:
@@ -140,9 +133,7 @@ class Authority(Protocol):
     """
 
     @property
-    def conversation(self) -> str | None:
-        """Digest of the conversation this instance is bound to (set by the agent)."""
-        ...
+    def conversation(self) -> str | None: ...
 
     @conversation.setter
     def conversation(self, value: str | None) -> None: ...
@@ -175,18 +166,79 @@ class Authority(Protocol):
     def reserve(self, ticket: ResumeTicket) -> None: ...
     async def before_core(self, ticket: ResumeTicket, core_kwargs: dict[str, Any]) -> ResumeTicket: ...
     async def claim(self, ticket: ResumeTicket) -> Requests | None: ...
-    async def record_pause(
-        self,
-        ticket: ResumeTicket,
-        chain: Requests | None,
-        requests: Requests,
-        *,
-        workflow_name: str,
-        signature_hash: str,
-    ) -> Continuation: ...
+    async def record_pause(self, ticket: ResumeTicket, chain: Requests | None, requests: Requests) -> Continuation: ...
     async def finish(self, ticket: ResumeTicket) -> None: ...
     def hand_back(self, ticket: ResumeTicket) -> bool: ...
     def require_sync(self) -> None: ...
     def check_abandon(self, token: object, *, force: bool) -> bool: ...
     def abandon(self, token: object, *, force: bool) -> None: ...
     async def abandon_async(self, token: object, *, force: bool) -> None: ...
+
+
+def accept_run(
+    authority: Authority,
+    message: Any | None,
+    responses: Mapping[str, Any] | None,
+    continuation_token: Mapping[str, Any] | None,
+    checkpoint_id: str | None,
+    checkpoint_storage: CheckpointStorage | None,
+    *,
+    default_storage: CheckpointStorage | None,
+    running: bool,
+) -> ResumeTicket:
+    """The synchronous checks of one ``run()`` call, in contract order, that make its ticket and change nothing.
+
+    The argument shape as core checks it, then the authority's verdict (a response-only resume needs its
+    token first: AGENTS.md invariant 2), then the run guard. ``default_storage``: the instance's storage.
+    """
+    check_run_arguments(message, responses, checkpoint_id)
+    if checkpoint_storage is not None:
+        check_checkpoint_storage(checkpoint_storage, "checkpoint_storage")
+    if responses is not None and checkpoint_id is None:
+        ticket = authority.accept_resume(continuation_token, responses, checkpoint_storage)
+    elif continuation_token is not None:
+        raise ValueError(
+            "'continuation_token' is only used with 'responses' (a response-only resume); a fresh run "
+            "or a checkpoint restore needs none. Drop the token from this call."
+        )
+    else:
+        ticket = authority.accept_new_input(checkpoint_storage)
+    if checkpoint_id is not None and checkpoint_storage is None and default_storage is None:
+        raise ValueError(
+            "Cannot restore a checkpoint without checkpoint storage. Pass checkpoint_storage=... to build() "
+            "or to this run (the storage that saved the checkpoint)."
+        )
+    if running:
+        raise WorkflowRunningError()
+    return ticket
+
+
+def check_run_arguments(message: Any, responses: Any, checkpoint_id: Any) -> None:
+    """Reject a ``run(...)`` argument shape core would reject, before any authority check."""
+    if message is not None and responses is not None:
+        raise ValueError("Cannot provide both 'message' and 'responses'. Use one or the other.")
+    if message is not None and checkpoint_id is not None:
+        raise ValueError("Cannot provide both 'message' and 'checkpoint_id'. Use one or the other.")
+    if message is None and responses is None and checkpoint_id is None:
+        raise ValueError(
+            "Must provide at least one of: 'message' (new run), 'responses' with 'continuation_token' "
+            "(resume a pause), or 'checkpoint_id' (restore a checkpoint)."
+        )
+    if responses is not None:
+        if not isinstance(responses, Mapping):
+            raise TypeError(_RESPONSES_SHAPE)
+        keys = cast("Mapping[Any, Any]", responses)
+        # Key types collected in C; only keys that are not exactly str are checked one by one.
+        if not set(map(type, keys)) <= _STR_ONLY and not all(isinstance(key, str) for key in keys):
+            raise TypeError(_RESPONSES_SHAPE)
+    if checkpoint_id is not None and not isinstance(checkpoint_id, str):
+        raise TypeError("'checkpoint_id' must be the string id returned by the checkpoint storage.")
+
+
+def check_checkpoint_storage(storage: object, name: str) -> None:
+    """Reject an argument that is not a core ``CheckpointStorage`` (None is allowed) with ``TypeError``."""
+    if storage is not None and not all(callable(getattr(storage, method, None)) for method in ("save", "load")):
+        raise TypeError(
+            f"'{name}' must be a core CheckpointStorage (for example InMemoryCheckpointStorage() or "
+            f"FileCheckpointStorage(path)), got {type(storage).__name__}."
+        )

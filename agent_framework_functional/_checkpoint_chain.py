@@ -1,10 +1,9 @@
 """The checkpoint recorder: what one run saved, so a run chain deletes its spent checkpoints when it ends.
 
-Core saves several checkpoints per run (one per step, one for the pause) and never deletes any.
-Every run with checkpoint storage hands core a :class:`RecordingCheckpointStorage` in front of the
-real one; when the run pauses again, the checkpoints of its chain that back no issued token are deleted,
-and when it finishes, its chain's checkpoints are kept for the definition's ``checkpoint_retention``
-(AGENTS.md invariant 30), with or without a continuation store.
+Core saves several checkpoints per run and never deletes any. Every run with checkpoint storage hands
+core a :class:`RecordingCheckpointStorage` in front of the real one: when the run pauses again, its
+chain's checkpoints that back no issued token are deleted; when it finishes, they are kept for the
+definition's ``checkpoint_retention`` (AGENTS.md invariant 30).
 """
 
 from __future__ import annotations
@@ -29,14 +28,10 @@ def in_own_task(operation: Coroutine[Any, Any, _T]) -> asyncio.Task[_T]:
 
 
 class RecordingCheckpointStorage:
-    """Checkpoint storage proxy that remembers what one run saved through it (internal).
+    """Checkpoint storage proxy that remembers what one run saved through ``inner`` (internal).
 
-    Args:
-        inner: The storage core should really use.
-
-    Keyword Args:
-        retention: Seconds a finished run's checkpoints are kept (``@workflow(checkpoint_retention=...)``):
-            0 deletes them at the finish, None keeps every checkpoint (:meth:`delete_chain` deletes nothing).
+    ``retention``: seconds a finished run's checkpoints are kept (0: deleted at the finish; None: every
+    checkpoint kept, :meth:`delete_chain` deletes nothing).
     """
 
     __slots__ = (
@@ -86,10 +81,7 @@ class RecordingCheckpointStorage:
 
     @property
     def drops_final_checkpoint(self) -> bool:
-        """True when :meth:`finish_chain` deletes everything a finished run saved at once (retention 0).
-
-        Core then need not save the checkpoint of a clean finish: nothing could read it.
-        """
+        """True when a finished run's checkpoints are deleted at once: core need not save a clean finish's."""
         return self.retention == 0
 
     def save(self, checkpoint: WorkflowCheckpoint) -> Coroutine[Any, Any, str]:
@@ -115,16 +107,14 @@ class RecordingCheckpointStorage:
         return checkpoint_id
 
     def take_joint_pause(self) -> JointPause | None:
-        """The pause's checkpoint save, to write with its record (None: it was saved already)."""
+        """The pause's checkpoint save, to write with its record (None: saved already)."""
         pause, self.joint_pause = self.joint_pause, None
         return pause
 
     async def settle(self) -> None:
-        """The run ended: a :class:`StepSaveBuffer` storage writes the step saves it still buffers for it.
+        """The run ended: a joint pause no record took is saved alone, and a buffer writes the run's step saves.
 
-        After a pause or a finish there are none (the pause's row holds them, the finish deleted them);
-        after a failure they are what a restore starts from, written before the caller sees the failure.
-        A joint pause no record took (the run ended without issuing its token) is saved alone.
+        After a failure those are what a restore starts from, written before the caller sees the failure.
         """
         pause = self.take_joint_pause()
         if pause is not None:
@@ -135,8 +125,7 @@ class RecordingCheckpointStorage:
     async def delete_chain(self, *, keep: str | None) -> None:
         """Delete the checkpoints this run saved (but ``keep``, the new pause's) and the resumed pause's.
 
-        Called when a run paused again or finished: none of them backs an issued token any more. A failed
-        delete is ignored (the host deletes it later); with the recorder's ``keep`` nothing is deleted.
+        None of them backs an issued token any more; a failed delete is ignored.
         """
         doomed = self._take_saved(keep)
         if self.resumed_checkpoint_id is not None and self.resumed_checkpoint_id != keep and not self.keep:
@@ -145,11 +134,9 @@ class RecordingCheckpointStorage:
         await self._delete(doomed)
 
     async def finish_chain(self) -> None:
-        """The run finished: keep its chain's checkpoints (this run's, the resumed pause's) for the retention.
+        """The run finished: keep its chain's checkpoints for the retention (0: delete them now).
 
-        With retention 0 they are deleted now (:meth:`delete_chain`); with None they are kept for good.
-        The ids stay noted for :meth:`settle`. A finish sweeps, as a run's start does, for chains whose
-        retention passed while it ran.
+        The ids stay noted for :meth:`settle`. A finish sweeps, as a run's start does.
         """
         sweep_retained()
         if self.retention == 0:
@@ -161,15 +148,10 @@ class RecordingCheckpointStorage:
             retain_checkpoints(self.inner, kept, self.retention)
 
     async def delete_superseded(self, *, keep: str) -> None:
-        """Delete the checkpoints this run saved before its pause ``keep`` (the pause's holds all they held).
-
-        Nothing references them, whatever becomes of the pause's record, so a store authority sends this
-        while the record is being saved; the resumed pause's checkpoint is left to :meth:`delete_chain`.
-        """
+        """Delete the checkpoints this run saved before its pause ``keep`` (nothing references them any more)."""
         await self._delete(self._take_saved(keep))
 
     def _take_saved(self, keep: str | None) -> list[str]:
-        """The ids this run saved but ``keep``, forgotten here (none with the recorder's ``keep``)."""
         saved, self.saved_ids = self.saved_ids, []
         return [] if self.keep else [checkpoint_id for checkpoint_id in saved if checkpoint_id != keep]
 

@@ -1,9 +1,7 @@
-"""Continuation tokens: the token type, issuing, and the one constant-time check of a presented token.
+"""Continuation tokens: the token type, issuing, the one constant-time check, and the tokens spent here.
 
 Reading a presented token never raises anything but ``ContinuationAuthorityError``, whatever object it
-is, in time bounded by the secret's length. Every secret comparison is :func:`matches` (one decoy when
-nothing is pending, so timing does not tell whether a continuation exists). Also the memory of tokens
-spent here (:func:`remember_spent`).
+is. Every secret comparison is :func:`matches` (a decoy when nothing is pending: AGENTS.md invariant 3).
 """
 
 from __future__ import annotations
@@ -50,14 +48,10 @@ class FunctionalWorkflowContinuationToken(ContinuationToken):
 
 
 class Continuation:
-    """The pending continuation of one workflow instance (internal; slotted, no copies: memory per pause).
+    """The pending continuation of one workflow instance (internal; slotted, requests owned, not copied).
 
-    Attributes:
-        secret: The token's secret (URL-safe ASCII).
-        pending_requests: Request id -> ``request_info`` event of the pause (owned, not a copy).
-        earlier_requests: Requests of earlier pauses of the chain, whose answers a resume passes again.
-        reserved: True while an accepted run resumes it (until spent or handed back).
-        issued_at: When it was issued, seconds since the epoch.
+    ``earlier_requests``: earlier pauses' requests, whose answers a resume passes again; ``reserved``: an
+    accepted run resumes it (until spent or handed back).
     """
 
     __slots__ = ("earlier_requests", "issued_at", "pending_requests", "reserved", "secret")
@@ -75,13 +69,13 @@ class Continuation:
         self.issued_at = time.time()
 
     def known_requests(self) -> dict[str, WorkflowEvent[Any]]:
-        """Every request of the run chain up to this pause, earlier first (read-only: may be ``pending_requests``)."""
+        """Every request of the run chain up to this pause, earlier first (read-only)."""
         if not self.earlier_requests:
             return self.pending_requests
         return {**self.earlier_requests, **self.pending_requests}
 
     def token(self) -> FunctionalWorkflowContinuationToken:
-        """Return the JSON-safe token mapping for this continuation (a new dict sharing the secret string)."""
+        """The JSON-safe token mapping of this continuation."""
         return {"kind": TOKEN_KIND, "version": TOKEN_VERSION, "token": self.secret}
 
 
@@ -89,7 +83,7 @@ def issue_continuation(
     pending_requests: Mapping[str, WorkflowEvent[Any]],
     earlier_requests: Mapping[str, WorkflowEvent[Any]] | None = None,
 ) -> Continuation:
-    """Create a continuation with a fresh 256-bit secret; a ``dict`` of pending requests is taken over, not copied."""
+    """A continuation with a fresh 256-bit secret; a ``dict`` of pending requests is taken over, not copied."""
     pending: dict[str, WorkflowEvent[Any]] = (
         pending_requests if isinstance(pending_requests, dict) else dict(pending_requests)
     )
@@ -104,7 +98,7 @@ def issue_continuation(
 
 
 def presented_secret(presented: object) -> bytes | None:
-    """Return the ASCII secret of a well-formed token, else None; never raises, even on hostile objects."""
+    """The ASCII secret of a well-formed token, else None; never raises, even on hostile objects."""
     try:
         # isinstance() is inside the guard too: it consults the object's (overridable) __class__.
         if type(presented) is not dict and not isinstance(presented, Mapping):
@@ -125,7 +119,7 @@ def presented_secret(presented: object) -> bytes | None:
 
 
 def matches(presented: object, continuation: Continuation | None) -> bool:
-    """Return True when ``presented`` carries the secret of ``continuation``; constant time, a decoy when None."""
+    """True when ``presented`` carries the secret of ``continuation``; constant time, a decoy when None."""
     secret = presented_secret(presented)
     # The same work whether or not anything is pending: pick the text, then encode it.
     expected = (continuation.secret if continuation is not None else _DECOY_SECRET).encode("ascii")
@@ -134,11 +128,7 @@ def matches(presented: object, continuation: Continuation | None) -> bool:
 
 
 def verify_token(presented: object, continuation: Continuation | None) -> Continuation:
-    """Return ``continuation`` when it is unreserved and ``presented`` is its token.
-
-    Raises:
-        ContinuationAuthorityError: Otherwise (one fixed message).
-    """
+    """``continuation`` when it is unreserved and ``presented`` is its token, else ``ContinuationAuthorityError``."""
     candidate = continuation if continuation is not None and not continuation.reserved else None
     if not matches(presented, candidate):
         raise ContinuationAuthorityError()
@@ -147,7 +137,7 @@ def verify_token(presented: object, continuation: Continuation | None) -> Contin
 
 
 def hash_secret(secret: str | bytes) -> str:
-    """Return the hex sha256 of a token secret (its ASCII text): the only form in which a store sees a token."""
+    """The hex sha256 of a token secret: the only form in which a store sees a token."""
     return hashlib.sha256(secret.encode("ascii") if isinstance(secret, str) else secret).hexdigest()
 
 
@@ -155,10 +145,9 @@ _REQUEST_TAG_DOMAIN = b"agent_framework_functional request id\x00"
 
 
 def request_tag(secret: str | bytes | None) -> str | None:
-    """The tag of a pause's published request ids: 16 URL-safe characters derived from its token's secret.
+    """The tag of a pause's published request ids (None for no secret): 16 URL-safe characters.
 
-    A domain-separated sha256, so it reveals nothing of the secret (nor the store's hash); every pause has
-    its own token, so its own tag (README "Use it as an agent"). None for no secret.
+    A domain-separated sha256 of the secret, so it reveals nothing of it (nor the store's hash).
     """
     if secret is None:
         return None
@@ -167,7 +156,7 @@ def request_tag(secret: str | bytes | None) -> str | None:
 
 
 def continuation_token_hash(token: Mapping[str, Any]) -> str:
-    """Return the hash (hex sha256 of the secret) under which a :class:`ContinuationStore` records ``token``.
+    """The hash (hex sha256 of the secret) under which a :class:`ContinuationStore` records ``token``.
 
     Hosts use it to find a pause's record, for example the checkpoint of a resume that crashed after its claim.
 
@@ -196,11 +185,7 @@ def _digest(secret: bytes) -> bytes:
 
 
 def remember_spent(secret: str, keep_for: float) -> None:
-    """Note that the token with ``secret`` was spent or abandoned here, for ``keep_for`` seconds.
-
-    ``keep_for`` is the holding instance's pause TTL: a session copy that still carries the token expires
-    with it. The oldest notes past :data:`SPENT_MEMORY` go first.
-    """
+    """Note that the token with ``secret`` was spent or abandoned here, for ``keep_for`` (the pause TTL) seconds."""
     now = time.time()
     digest = _digest(secret.encode("ascii"))
     notes = _spent.get(keep_for)

@@ -1,12 +1,9 @@
 """Checkpoint expiry: the one TTL of a pause, a finished run's checkpoint retention, and their deletion.
 
-One TTL governs a pause (README "Durable continuations", AGENTS.md invariant 42): its token, the
-conversation's attached workflow instance and the pause's checkpoint. With a continuation store it is the
-store's ``ttl_seconds``; without one it is ``build(..., continuation_ttl=...)`` (default 24 hours).
-A discarded pause (expired, evicted, abandoned or found stale) deletes its checkpoint here.
-A finished run's checkpoints are kept for ``@workflow(checkpoint_retention=...)`` (AGENTS.md invariant 30):
-:func:`retain_checkpoints` notes them, and :func:`sweep_retained`, called as runs start and finish, deletes
-the ones past retention (a storage's own TTL removes them too, also when this process is gone).
+One TTL governs a pause's token, instance and checkpoint (AGENTS.md invariant 42): the store's
+``ttl_seconds``, else ``build(continuation_ttl=...)``. A finished run's checkpoints are kept for
+``@workflow(checkpoint_retention=...)`` (invariant 30): :func:`retain_checkpoints` notes them and
+:func:`sweep_retained`, called as runs start and finish, deletes the ones past retention.
 """
 
 from __future__ import annotations
@@ -31,31 +28,24 @@ from ._store import DEFAULT_TTL_SECONDS, MAX_DURATION_SECONDS, duration_seconds
 if TYPE_CHECKING:
     from ._store import ContinuationStore
 
-_deleting: set[asyncio.Task[Any]] = set()
-"""Checkpoint deletions started without an ``await`` (strong references until they finish)."""
+_deleting: set[asyncio.Task[Any]] = set()  # deletions started without an await, held until they finish
 
 DEFAULT_CHECKPOINT_RETENTION = timedelta(hours=24)
 """How long a finished run's checkpoints are kept by default (``@workflow(checkpoint_retention=...)``)."""
 
 _Retained = tuple[float, int, Callable[[], CheckpointStorage | None], tuple[str, ...]]
-_retained: list[_Retained] = []
-"""Finished runs' checkpoints kept for their retention: (deadline, order, storage, ids), a heap by deadline."""
+_retained: list[_Retained] = []  # finished runs' checkpoints: (deadline, order, storage, ids), a heap by deadline
 _order = itertools.count()
 _warned: list[bool] = []  # the cap below was reached once (warned once a process)
 logger = logging.getLogger(__name__)
 
 RETAINED_MAX = 10_000
-"""At most this many finished chains are noted for deletion in a process (about 0.5 KB each); past it, the one
-nearest its deadline is left to its storage's own ``ttl`` (core's storages keep it), so memory stays bounded."""
+"""At most this many finished chains are noted for deletion (about 0.5 KB each); past it, the one nearest its
+deadline is left to its storage's own ``ttl``."""
 
 
 def resolve_retention(retention: float | timedelta | None) -> float | None:
-    """``checkpoint_retention`` in seconds: None keeps checkpoints for good, 0 deletes them at the finish.
-
-    Raises:
-        ValueError: A negative, infinite or NaN duration, or one over ten years.
-        TypeError: Neither None, a number nor a ``timedelta``.
-    """
+    """``checkpoint_retention`` in seconds (None: kept for good; 0: deleted at the finish), checked."""
     if retention is None:
         return None
     if retention == (timedelta(0) if isinstance(retention, timedelta) else 0) and not isinstance(retention, bool):
@@ -64,12 +54,7 @@ def resolve_retention(retention: float | timedelta | None) -> float | None:
 
 
 def resolve_ttl(ttl: float | timedelta | None, store: ContinuationStore | None) -> float:
-    """The pause TTL in seconds: the store's, else ``ttl``, else 24 hours.
-
-    Raises:
-        ValueError: ``ttl`` differs from the store's ``ttl_seconds``, or is not a positive duration.
-        TypeError: ``ttl`` is neither a number nor a ``timedelta``.
-    """
+    """The pause TTL in seconds: the store's (``ttl`` must then agree), else ``ttl``, else 24 hours."""
     seconds = None if ttl is None else duration_seconds(ttl, "continuation_ttl")
     if store is None:
         return DEFAULT_TTL_SECONDS if seconds is None else seconds
@@ -101,19 +86,13 @@ def delete_checkpoint_soon(storage: CheckpointStorage, checkpoint_id: str) -> No
     task.add_done_callback(_deleting.discard)
 
 
-def _same(storage: CheckpointStorage) -> CheckpointStorage:
-    return storage
-
-
 def retain_checkpoints(storage: CheckpointStorage, checkpoint_ids: Sequence[str], seconds: float) -> None:
     """Delete ``checkpoint_ids`` from ``storage`` at the first sweep ``seconds`` from now (in-memory: weakly held)."""
     if not checkpoint_ids:
         return
-    reference: Callable[[], CheckpointStorage | None]
-    if isinstance(storage, InMemoryCheckpointStorage):  # its checkpoints go with it: never keep it alive
-        reference = weakref.ref(storage)
-    else:  # files, keys and rows outlive the storage object: it is held until the deadline
-        reference = functools.partial(_same, storage)
+    # In-memory checkpoints go with their storage (never kept alive); files, keys and rows outlive it (held).
+    in_memory = isinstance(storage, InMemoryCheckpointStorage)
+    reference: Callable[[], CheckpointStorage | None] = weakref.ref(storage) if in_memory else lambda: storage
     deadline = time.time() + min(seconds, MAX_DURATION_SECONDS)
     entry = (deadline, next(_order), reference, tuple(checkpoint_ids))
     if len(_retained) < RETAINED_MAX:
@@ -130,11 +109,7 @@ def retain_checkpoints(storage: CheckpointStorage, checkpoint_ids: Sequence[str]
 
 
 def forget_retained(storage: CheckpointStorage) -> None:
-    """Forget the retained checkpoints of ``storage``, which its owner closed.
-
-    A deletion through a closed storage would open new connections that nobody closes; its own ``ttl`` (or
-    the next process that restores or deletes them) is left to delete them.
-    """
+    """Forget the retained checkpoints of ``storage``, which its owner closed (a deletion would reopen it)."""
     kept = [entry for entry in _retained if entry[2]() is not storage]
     if len(kept) != len(_retained):
         _retained[:] = kept
@@ -142,10 +117,7 @@ def forget_retained(storage: CheckpointStorage) -> None:
 
 
 def sweep_retained() -> None:
-    """Start deleting the retained checkpoints whose retention has passed (one clock read when none has).
-
-    Needs a running event loop (the deletions are its tasks); without one the sweep waits for the next call.
-    """
+    """Start deleting the retained checkpoints past their retention (as tasks: without a loop, at the next call)."""
     now = time.time()
     if not _retained or _retained[0][0] > now:
         return
@@ -163,7 +135,7 @@ def sweep_retained() -> None:
 
 
 def _deleted(entry: _Retained, task: asyncio.Task[Any]) -> None:
-    """A deletion ended: noted again when its loop cancelled it first (``asyncio.run`` ending), for the next sweep."""
+    """A deletion ended: noted again for the next sweep when its loop cancelled it first."""
     _deleting.discard(task)
     if task.cancelled():
         heapq.heappush(_retained, entry)

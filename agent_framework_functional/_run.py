@@ -86,10 +86,9 @@ class RunLease:
 
 
 class WorkflowRun:
-    """The one run that holds an instance's run guard, and its driving of core (internal).
+    """The one run that holds an instance's run guard (``holds_guard`` / ``free_guard``), driving core (internal).
 
     State fields default on the class: one run is made per call and sets only what it uses.
-    ``holds_guard`` / ``free_guard``: the instance's run guard (AGENTS.md invariant 8; True: dropped unfinished).
     """
 
     core_started = False
@@ -119,10 +118,7 @@ class WorkflowRun:
         self.free_guard = free_guard
 
     def end(self, *, dropped: bool) -> bool:
-        """Hand back what the run did not spend; True when core's replay state must go.
-
-        It must go after a dropped run that started core, or one that neither finished nor paused.
-        """
+        """Hand back what the run did not spend; True when core's replay state must go (AGENTS.md invariant 8)."""
         handed_back = self.authority.hand_back(self.ticket)
         if dropped:
             return self.core_started
@@ -156,12 +152,10 @@ class WorkflowRun:
     # ------------------------------------------------------------------ the steps (one authority hook each)
 
     async def _start(self, core_kwargs: dict[str, Any]) -> None:
-        """Before core: the authority's checks (a refusal is counted) and the run's checkpoint recorder."""
         self.span = continuation_started(self.name, self.ticket, core_kwargs["checkpoint_id"])
         self.ticket = await counted_refusal(self.authority.before_core(self.ticket, core_kwargs), self.name)
 
     async def _claim(self) -> None:
-        """Right before user code: spend the token (with a store, claim it)."""
         ticket = self.ticket
         try:
             self.chain = await self.authority.claim(ticket)
@@ -173,19 +167,11 @@ class WorkflowRun:
             continuation_spent(self.name, ticket.continuation, ticket.record, ticket.claim_hash, self.span)
 
     async def _issue(self) -> None:
-        """Issue the continuation of a saved pause (recorded in the store first, if there is one)."""
-        continuation = await self.authority.record_pause(
-            self.ticket,
-            self.chain,
-            self.requests or {},
-            workflow_name=self.name,
-            signature_hash=self.core.graph_signature_hash,
-        )
+        continuation = await self.authority.record_pause(self.ticket, self.chain, self.requests or {})
         self.token = continuation.token()
         continuation_issued(self.name, continuation, self.span)
 
     async def _ended(self) -> None:
-        """Core's stream ended: a run that finished deletes its chain's checkpoints."""
         if self.final_state == _IDLE:
             await self.authority.finish(self.ticket)
 
@@ -221,7 +207,6 @@ class WorkflowRun:
     def _open_core(
         self, core_kwargs: dict[str, Any], streaming: bool
     ) -> tuple[ResponseStream[WorkflowEvent[Any], Any], AsyncGenerator[WorkflowEvent[Any], None]]:
-        """Start core's stream in the caller's mode; the stream and its events merged with live updates."""
         if streaming:
             core_stream = self.core.run(stream=True, **core_kwargs)
             # User code runs in a task bound to a live channel (_live.stream_live, AGENTS.md invariant 15).
@@ -241,7 +226,6 @@ class WorkflowRun:
         return finalize_events(events, run=self, include_status_events=include_status_events)
 
     async def _turn(self, phase: Phase, event: WorkflowEvent[Any]) -> Sequence[WorkflowEvent[Any]]:
-        """The claim or the issue the run does at ``event``; the events to pass on then."""
         if phase is _CLAIM:
             await self._claim()
             early, self.early = self.early or [], None
@@ -250,7 +234,6 @@ class WorkflowRun:
         return (event,)
 
     async def _done(self) -> None:
-        """The run ended: its recorder ends the run's saves (``settle``), then the guard is freed."""
         try:
             recorder = self.ticket.recorder
             if recorder is not None:
@@ -273,7 +256,7 @@ def failure_surface(exc: Exception) -> list[WorkflowEvent[Any]]:
 def finalize_events(
     events: Sequence[WorkflowEvent[Any]], *, run: WorkflowRun, include_status_events: bool
 ) -> FunctionalWorkflowRunResult:
-    """Build the run result the way core's finalizer does, plus the continuation token."""
+    """The run result as core's finalizer builds it, plus the continuation token."""
     kept: list[WorkflowEvent[Any]] = []
     status_events: list[WorkflowEvent[Any]] = []
     for event in events:
@@ -290,10 +273,7 @@ def finalize_events(
 def handle(
     run: WorkflowRun, core_kwargs: dict[str, Any], *, stream: bool, include_status_events: bool
 ) -> ResponseStream[WorkflowEvent[Any], FunctionalWorkflowRunResult] | Awaitable[FunctionalWorkflowRunResult]:
-    """The caller's handle on an accepted run: a ``ResponseStream``, or one coroutine (non-streaming).
-
-    Either frees the guard when dropped unfinished (AGENTS.md invariant 9).
-    """
+    """The caller's ``ResponseStream`` or coroutine, either freeing the guard when dropped (AGENTS.md invariant 9)."""
     if not stream:
         return run.collect(core_kwargs, include_status_events, RunLease(run))
     response_stream: ResponseStream[WorkflowEvent[Any], FunctionalWorkflowRunResult] = ResponseStream(

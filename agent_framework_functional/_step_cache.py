@@ -1,8 +1,7 @@
 """The step-cache offer a checkpoint save of a run we drive hands its storage (no core private API).
 
-``_core_compat.LinearFunctionalWorkflow`` keeps each run's :class:`StepCacheLog` and, around each save,
-gives the run's recorder (a :class:`SaveRecorder`) a :class:`StepCacheOffer`; the recorder passes it to a
-storage that stores each step result once (a :class:`DeltaCheckpointStorage`, checked once per run).
+``_core_compat`` keeps each run's :class:`StepCacheLog` and, around each save, gives the run's recorder
+(a :class:`SaveRecorder`) a :class:`StepCacheOffer`, which it passes to a :class:`DeltaCheckpointStorage`.
 """
 
 from __future__ import annotations
@@ -19,11 +18,11 @@ ORIGINAL_MESSAGE = "_original_message"
 
 
 def append_new_keys(keys: list[str], entries: dict[str, Any]) -> None:
-    """Append to ``keys`` the keys added to ``entries`` since (core only adds entries during a run)."""
+    """Append to ``keys`` the keys added to ``entries`` since (core only adds entries during a run): O(new)."""
     new = len(entries) - len(keys)
     if new <= 0:
         return
-    if keys:  # the newest keys, read from the dict's end: O(new), not O(len)
+    if keys:  # the newest keys, read from the dict's end
         keys.extend(reversed(list(itertools.islice(reversed(entries), new))))
     else:
         keys.extend(entries)
@@ -50,7 +49,6 @@ class StepCacheLog:
         self.live = False
 
     def sync(self) -> None:
-        """Append to ``cache_keys`` / ``count_keys`` the keys added to the dicts since the last sync."""
         append_new_keys(self.cache_keys, self.cache)
         append_new_keys(self.count_keys, self.counts)
 
@@ -98,11 +96,10 @@ _IMPLEMENTS: WeakKeyDictionary[type, dict[type, bool]] = WeakKeyDictionary()
 
 
 def implements(obj: object, protocol: type) -> bool:
-    """``isinstance(obj, protocol)`` for a runtime-checkable protocol, remembered per class where the class decides.
+    """``isinstance(obj, protocol)``, remembered per class where the class decides (a check costs about 10 µs).
 
-    Why: a protocol check looks up every member on each call (about 10 µs), and every run checks its storage.
     A yes is remembered when the class itself defines every member, a no when no class of it defines
-    ``__getattr__``; otherwise (a proxy) the instance is checked each time.
+    ``__getattr__``; a proxy is checked each time.
     """
     kind = type(obj)
     known = _IMPLEMENTS.get(kind)
@@ -122,8 +119,7 @@ def implements(obj: object, protocol: type) -> bool:
 def owns(obj: object, method: str, *, beside: str) -> bool:
     """Whether ``obj``'s class defines ``method`` itself, no higher in its classes than ``beside``.
 
-    Why: a storage's capability replaces its ``save``; a subclass that overrides ``save`` (to audit, mirror,
-    encrypt), or a proxy that provides ``method`` through ``__getattr__``, must keep having its ``save`` called.
+    A capability replaces ``save``: a subclass that overrides ``save``, or a proxy, keeps its ``save`` called.
     """
     classes = type(obj).__mro__
     owner = next((kind for kind in classes if method in vars(kind)), None)
@@ -138,10 +134,7 @@ def takes_offers(storage: object) -> bool:
 
 @runtime_checkable
 class SaveRecorder(Protocol):
-    """The run's recorder as the workflow that saves through it sees it (``_checkpoint_chain``).
-
-    ``offer`` is set just before core builds a checkpoint and calls ``save``; ``save`` takes it at once.
-    """
+    """The run's recorder as ``_core_compat`` sees it: ``offer`` is set just before core calls ``save``."""
 
     offer: StepCacheOffer | None
 

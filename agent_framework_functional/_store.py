@@ -1,26 +1,22 @@
-"""The continuation store protocol and its record: what a durable store keeps about one pause.
+"""The continuation store protocol, its record, and the optional capabilities a backend may add.
 
 Every saved pause is recorded by the sha256 of its token's secret (never the secret), so any process
-with the same definition, checkpoint storage and store can resume it, exactly once.
-
-A process that dies after its claim leaves the record ``claimed`` (spent: no store can tell "crashed
-before user code" from "crashed halfway"); the owner restores ``record.checkpoint_id`` instead.
+with the same definition, checkpoint storage and store can resume it, exactly once. A process that dies
+after its claim leaves the record ``claimed`` (spent); the owner restores ``record.checkpoint_id``.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import timedelta
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, cast, runtime_checkable
-from weakref import WeakSet
+from typing import Any, Literal, Protocol, TypeVar, cast, runtime_checkable
 
 from agent_framework import CheckpointStorage, WorkflowCheckpoint
 
-if TYPE_CHECKING:
-    from ._step_cache import StepCacheOffer
+from ._step_cache import StepCacheOffer, implements
 
 ContinuationStatus = Literal["issued", "claimed", "abandoned"]
 """Lifecycle of a stored continuation: ``issued`` (resumable) -> ``claimed`` or ``abandoned`` (final)."""
@@ -33,7 +29,7 @@ MAX_DURATION_SECONDS = 10 * 365 * 24 * 3600.0
 
 
 def duration_seconds(value: float | timedelta, name: str) -> float:
-    """Return ``value`` (seconds or a ``timedelta``) in seconds, checked; ``name`` is for the message.
+    """``value`` (seconds or a ``timedelta``) in seconds, checked; ``name`` is for the message.
 
     Raises:
         ValueError: The duration is not a finite positive number up to :data:`MAX_DURATION_SECONDS`.
@@ -48,20 +44,6 @@ def duration_seconds(value: float | timedelta, name: str) -> float:
     if not 0 < seconds <= MAX_DURATION_SECONDS:
         raise ValueError(f"{name} must be a positive, finite number of seconds (or timedelta) of at most ten years.")
     return seconds
-
-
-RECORD_COLUMNS = (
-    "workflow_name",
-    "signature_hash",
-    "checkpoint_id",
-    "pending_request_ids",
-    "created_at",
-    "expires_at",
-    "status",
-    "response_types",
-    "conversation",
-)
-"""A record's table columns besides ``token_hash`` (:meth:`ContinuationRecord.to_fields`), in the SQL stores' order."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,9 +61,9 @@ class ContinuationRecord:
         expires_at: When the token stops being accepted.
         status: ``issued``, ``claimed`` (spent) or ``abandoned``.
         response_types: Request id -> response type as text for every request of the run chain, so a
-            worker that never saw earlier rounds checks every answer before its claim (None: older record).
-        conversation: Digest of the agent conversation the pause belongs to (None: none, or an older
-            record); no other conversation's instance may resume or abandon it.
+            worker that never saw earlier rounds checks every answer before its claim.
+        conversation: Digest of the agent conversation the pause belongs to (None: none); no other
+            conversation's instance may resume or abandon it.
     """
 
     token_hash: str
@@ -96,15 +78,15 @@ class ContinuationRecord:
     conversation: str | None = None
 
     def is_claimable(self, now: float) -> bool:
-        """Return True when the record is ``issued`` and unexpired at ``now`` (the store's clock)."""
+        """True when the record is ``issued`` and unexpired at ``now`` (the store's clock)."""
         return self.status == "issued" and now < self.expires_at
 
     def belongs_to(self, workflow_name: str, signature_hash: str) -> bool:
-        """Return True when the record was issued by this workflow name and ``graph_signature_hash``."""
+        """True when the record was issued by this workflow name and ``graph_signature_hash``."""
         return self.workflow_name == workflow_name and self.signature_hash == signature_hash
 
     def to_fields(self) -> dict[str, str]:
-        """The record's one serial form, as text fields: all but ``token_hash`` (the key), None ones left out."""
+        """The record's one serial form: text fields but ``token_hash`` (the key), None ones left out."""
         fields = {
             "workflow_name": self.workflow_name,
             "signature_hash": self.signature_hash,
@@ -121,20 +103,20 @@ class ContinuationRecord:
         return fields
 
     def row(self) -> tuple[Any, ...]:
-        """The record as a SQL store's new row: its hash, :data:`RECORD_COLUMNS` (None if absent), ``created_at``."""
+        """A SQL store's new row: the hash, :data:`RECORD_COLUMNS` (None if absent), ``created_at``."""
         fields = self.to_fields()
         return (self.token_hash, *(fields.get(name) for name in RECORD_COLUMNS), self.created_at)
 
     @classmethod
     def from_row(cls, token_hash: str, values: Sequence[Any]) -> ContinuationRecord:
-        """Build a record from the :data:`RECORD_COLUMNS` a SQL store read (None: absent); see :meth:`from_fields`."""
+        """A record from the :data:`RECORD_COLUMNS` a SQL store read (None: absent)."""
         return cls.from_fields(
             token_hash, {name: value for name, value in zip(RECORD_COLUMNS, values, strict=True) if value is not None}
         )
 
     @classmethod
     def from_fields(cls, token_hash: str, fields: Mapping[str, Any]) -> ContinuationRecord:
-        """Build a record from the fields :meth:`to_fields` wrote, read back as text, bytes or native values.
+        """A record from the fields :meth:`to_fields` wrote, read back as text, bytes or native values.
 
         Raises:
             KeyError: A field is missing.
@@ -155,6 +137,10 @@ class ContinuationRecord:
             response_types=None if response_types is None else _text_mapping(json.loads(response_types)),
             conversation=None if conversation is None else str(conversation),
         )
+
+
+RECORD_COLUMNS = tuple(field.name for field in fields(ContinuationRecord))[1:]
+"""A record's table columns besides ``token_hash`` (its fields), in the SQL stores' order."""
 
 
 def _text_mapping(value: Any) -> dict[str, str]:
@@ -178,27 +164,21 @@ class AsyncClosing:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Release what this object holds (each backend says what); a second call does nothing."""
+        """Release what this object holds; a second call does nothing."""
         raise NotImplementedError
 
 
 class PurgeSchedule:
-    """When a store's automatic purge is due: at its first write, then at most once per ``interval``.
-
-    Args:
-        interval: Least time between two automatic purges (seconds or ``timedelta``); None: never.
-    """
+    """When a store's automatic purge is due: at its first write, then at most once per ``interval`` (None: never)."""
 
     def __init__(self, interval: float | timedelta | None) -> None:
         self.interval = None if interval is None else duration_seconds(interval, "purge_interval")
         self._next = float("-inf")  # the first write purges
 
     def due(self, now: float) -> bool:
-        """True when a write at ``now`` purges first."""
         return self.interval is not None and now >= self._next
 
     def ran(self, now: float) -> None:
-        """Note a purge at ``now``: the next automatic one is due ``interval`` later."""
         if self.interval is not None:
             self._next = now + self.interval
 
@@ -217,7 +197,7 @@ class TimedStore(AsyncClosing):
         return self._ttl
 
     def now(self) -> float:
-        """Return the store's clock, seconds since the epoch."""
+        """The store's clock, seconds since the epoch."""
         return self._clock()
 
 
@@ -242,7 +222,7 @@ class ContinuationStore(Protocol):
         ...
 
     def now(self) -> float:
-        """Return the store's clock, seconds since the epoch (used for ``created_at`` and expiry)."""
+        """The store's clock, seconds since the epoch (used for ``created_at`` and expiry)."""
         ...
 
     async def save(self, record: ContinuationRecord) -> None:
@@ -250,34 +230,26 @@ class ContinuationStore(Protocol):
         ...
 
     async def get(self, token_hash: str) -> ContinuationRecord | None:
-        """Return the record for ``token_hash`` (any status), or None when there is none; never mutates."""
+        """The record for ``token_hash`` (any status), or None when there is none; never mutates."""
         ...
 
     async def claim(self, token_hash: str, *, claimer: str | None = None) -> bool:
-        """Atomically move ``issued`` and unexpired -> ``claimed``; True only for the one winner.
-
-        ``claimer`` is the claiming run's secret, kept with the claim for :meth:`release`.
-        """
+        """Atomically move ``issued`` and unexpired -> ``claimed``; True for one winner (``claimer``: see release)."""
         ...
 
     async def release(self, token_hash: str, claimer: str) -> bool:
         """Atomically undo a claim: ``claimed`` by ``claimer`` -> ``issued``; True when this call did.
 
-        Called only by a run that won :meth:`claim` and was cancelled before its user code ran, so
-        the token stays usable.
+        Called only by a run that won :meth:`claim` and was cancelled before its user code ran.
         """
         ...
 
     async def supersede(self, checkpoint_id: str, *, since: float) -> bool:
-        """Atomically abandon the ``issued`` record of the pause saved in ``checkpoint_id``.
-
-        A checkpoint restore calls it first, so the restore and the token's :meth:`claim` cannot both
-        run the pause.
+        """Atomically abandon the ``issued`` record of the pause saved in ``checkpoint_id`` (a restore, first).
 
         Returns:
-            False when the token was claimed at or after ``since`` (the restore's start, by
-            :meth:`now`): the restore must not run. Otherwise True (claimed before ``since``: the
-            owner's recovery path).
+            False when the token was claimed at or after ``since`` (the restore's start, by :meth:`now`):
+            the restore must not run. Otherwise True (claimed before ``since``: the owner's recovery path).
         """
         ...
 
@@ -294,9 +266,8 @@ class ContinuationStore(Protocol):
 class StepSaveBuffer(Protocol):
     """An optional capability of a checkpoint storage: buffer a run's step saves until its next save or end.
 
-    A run's recorder (``_checkpoint_chain.py``) checks for it once, when it is made, and only for runs that
-    delete their chain when they end; it then saves through :meth:`save_buffered` and, when the run ends
-    (however), calls :meth:`write_buffered`. ``PostgresCheckpointStorage`` implements it.
+    A run's recorder checks for it once, for runs that delete their chain when they end; it saves through
+    :meth:`save_buffered` and, when the run ends (however), calls :meth:`write_buffered`.
     """
 
     async def save_buffered(self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None) -> str:
@@ -341,9 +312,8 @@ class Joint(Protocol):
 class JointStore(Protocol):
     """An optional capability of a continuation store: a pause's record and its checkpoint in one round trip.
 
-    ``_store_records.StoreRecords`` asks for it once per workflow instance; the run's recorder then holds
-    a pause's checkpoint save for its record (:meth:`Joint.plan_pause`), and a remote resume reads the
-    record with its checkpoint (:meth:`Joint.read`). ``PostgresContinuationStore`` implements it.
+    ``StoreRecords`` asks for it once per instance; the run's recorder then holds a pause's checkpoint save
+    for its record (:meth:`Joint.plan_pause`), and a remote resume reads both (:meth:`Joint.read`).
     """
 
     def joint(self, storage: CheckpointStorage) -> Joint | None:
@@ -351,21 +321,6 @@ class JointStore(Protocol):
         ...
 
 
-_STORE_TYPES: WeakSet[type] = WeakSet()
-_STORE_MEMBERS = tuple(name for name in vars(ContinuationStore) if not name.startswith("_"))
-
-
 def is_continuation_store(store: object) -> bool:
-    """``isinstance(store, ContinuationStore)``, remembered per class once it held and the class defines it all.
-
-    Why: the protocol check looks up every member on each call, and a host builds an instance per
-    conversation. A class that provides members per instance (a proxy's ``__getattr__``) is checked each time.
-    """
-    kind = type(store)
-    if kind in _STORE_TYPES:
-        return True
-    if not isinstance(store, ContinuationStore):
-        return False
-    if all(any(name in vars(base) for base in kind.__mro__) for name in _STORE_MEMBERS):
-        _STORE_TYPES.add(kind)
-    return True
+    """``isinstance(store, ContinuationStore)``, remembered per class (``_step_cache.implements``)."""
+    return implements(store, ContinuationStore)

@@ -1,10 +1,8 @@
 """Continuation authority with a ContinuationStore: resume a pause from any worker, exactly once.
 
-:class:`StoreAuthority` wraps the in-memory authority and records every saved pause in the store
-(by the sha256 of its token's secret) before its token is handed out. A token this process does not
-hold is checked in the run, before user code (record, conflict, answers: AGENTS.md invariant 21);
-right before user code the store claims the record atomically, one winner, also for a pause held
-here, so an in-memory and a remote resume of one pause cannot both run.
+Every saved pause is recorded in the store before its token is handed out. A token this process does
+not hold is checked in the run, before user code (record, conflict, answers: AGENTS.md invariant 21);
+right before user code the store claims the record, one winner, also for a pause held here.
 """
 
 from __future__ import annotations
@@ -16,7 +14,7 @@ from typing import Any, cast
 from agent_framework import CheckpointStorage
 
 from ._answers import check_answers
-from ._authority import InMemoryAuthority, VerifiedContinuation, raw_token, verdict_of
+from ._authority import InMemoryAuthority, VerifiedContinuation, check_restore, raw_token
 from ._authority_protocol import Authority, Requests, ResumeTicket
 from ._checkpoint_chain import RecordingCheckpointStorage, in_own_task
 from ._continuation import Continuation, hash_secret, issue_continuation, known_spent, matches, presented_secret
@@ -28,7 +26,6 @@ from ._errors import (
     PendingContinuationError,
 )
 from ._expiry import delete_checkpoint, resolve_ttl
-from ._restore import check_restore
 from ._store import ContinuationRecord, ContinuationStore, is_continuation_store
 from ._store_records import StoreRecords, earlier_requests
 
@@ -36,17 +33,8 @@ from ._store_records import StoreRecords, earlier_requests
 class StoreAuthority:
     """The ``Authority`` shared through a :class:`ContinuationStore` (internal).
 
-    Wraps an :class:`InMemoryAuthority` (``memory``: the fast path for pauses held here) and adds the
+    Holds an :class:`InMemoryAuthority` (``memory``: the fast path for pauses held here) and adds the
     store at each point of the protocol, the way an interceptor holds the next one.
-
-    Args:
-        store: The continuation store.
-        checkpoint_storage: The instance's checkpoint storage (required).
-        on_reset: As for :class:`InMemoryAuthority`.
-        identity: Returns the workflow's ``(name, signature hash)``, which a record must match.
-
-    Keyword Args:
-        retention: As for :class:`InMemoryAuthority`.
 
     Raises:
         TypeError: ``store`` does not implement :class:`ContinuationStore`.
@@ -79,16 +67,12 @@ class StoreAuthority:
         self.checkpoint_storage: CheckpointStorage = checkpoint_storage
         self.records = StoreRecords(store, checkpoint_storage, identity, self.memory)
 
-    # ------------------------------------------------------------------ views (the memory's)
-
     @property
     def ttl(self) -> float:
-        """The store's ``ttl_seconds``."""
         return self.memory.ttl
 
     @property
     def conversation(self) -> str | None:
-        """The memory's (a record must name it, or none)."""
         return self.memory.conversation
 
     @conversation.setter
@@ -113,17 +97,13 @@ class StoreAuthority:
     def expires_at(self) -> float | None:
         return self.memory.expires_at()
 
-    def lapse(self, now: float | None = None) -> bool:
-        """The memory's (the store expires its record itself)."""
+    def lapse(self, now: float | None = None) -> bool:  # the store expires its record itself
         return self.memory.lapse(now)
 
     def evict(self) -> None:
         """Nothing to discard: the pause stays in the store, resumable from any worker."""
 
-    # ------------------------------------------------------------------ read-only checks
-
-    def verify(self, token: object) -> VerifiedContinuation:
-        """The memory's (the store is not read)."""
+    def verify(self, token: object) -> VerifiedContinuation:  # the store is not read
         return self.memory.verify(token)
 
     def verify_now(self, token: object) -> VerifiedContinuation | None:
@@ -153,29 +133,24 @@ class StoreAuthority:
         )
 
     def known_stale(self, token: object) -> bool | None:
-        """True when this process spent or abandoned ``token``; else None (the store decides)."""
         return True if known_spent(raw_token(token)) else None
 
     async def is_stale(self, token: object) -> bool:
-        """Not :meth:`is_resumable` (no checkpoint read)."""
         return not await self.is_resumable(token)
 
     async def is_resumable(self, token: object) -> bool:
-        """The store has ``token``'s record ``issued``, unexpired, for this workflow."""
         try:
             await self.records.claimable(token)
         except ContinuationAuthorityError:
             return False
         return True
 
-    # ------------------------------------------------------------------ acceptance (synchronous)
-
     def accept_resume(
         self, token: object, responses: Mapping[str, Any], checkpoint_storage: CheckpointStorage | None
     ) -> ResumeTicket:
         """A verdict's record, else the memory's check for a pause held here, else the token's shape only."""
         recorder = self._recorder(checkpoint_storage)
-        verdict = verdict_of(self, token)
+        verdict = token if type(token) is VerifiedContinuation and token.issued_by(self) else None
         if verdict is not None and verdict.record is not None and not verdict.held_here:
             # Checked in the store by verify_continuation_token_async: its record and requests are reused.
             token_hash = verdict.record.token_hash
@@ -194,7 +169,6 @@ class StoreAuthority:
         return ResumeTicket(responses=responses, remote_hash=token_hash, claim_hash=token_hash, recorder=recorder)
 
     def accept_new_input(self, checkpoint_storage: CheckpointStorage | None) -> ResumeTicket:
-        """The memory's, with the recorder every durable run uses."""
         recorder = self._recorder(checkpoint_storage)
         return self.memory.accept_new_input(None).with_recorder(recorder)
 
@@ -210,8 +184,6 @@ class StoreAuthority:
         recorder = RecordingCheckpointStorage(self.checkpoint_storage, retention=self.memory.retention)
         recorder.joint = self.records.joint
         return recorder
-
-    # ------------------------------------------------------------------ inside the run
 
     async def before_core(self, ticket: ResumeTicket, core_kwargs: dict[str, Any]) -> ResumeTicket:
         """Check a remote resume; a restore is checked, then supersedes the pause's token (AGENTS.md invariant 29)."""
@@ -251,7 +223,7 @@ class StoreAuthority:
         return ResumeTicket(None, responses, record, requests, remote_hash, ticket.claim_hash, ticket.recorder)
 
     async def claim(self, ticket: ResumeTicket) -> Requests | None:
-        """Claim in the store, then spend the copy held here (spent too when the claim is lost)."""
+        """Claim in the store, then spend the copy held here (also when the claim is lost)."""
         local, claim_hash = ticket.continuation, ticket.claim_hash
         if claim_hash is not None and not await self.records.claim(claim_hash):
             if local is not None:
@@ -266,21 +238,12 @@ class StoreAuthority:
         return chain
 
     def hand_back(self, ticket: ResumeTicket) -> bool:
-        """The memory's (a store claim is made only right before user code)."""
         return self.memory.hand_back(ticket)
 
     async def finish(self, ticket: ResumeTicket) -> None:
         await self.memory.finish(ticket)
 
-    async def record_pause(
-        self,
-        ticket: ResumeTicket,
-        chain: Requests | None,
-        requests: Requests,
-        *,
-        workflow_name: str,
-        signature_hash: str,
-    ) -> Continuation:
+    async def record_pause(self, ticket: ResumeTicket, chain: Requests | None, requests: Requests) -> Continuation:
         """Save the record in the store first: a failed save issues no token."""
         recorder = ticket.recorder
         checkpoint_id = recorder.last_saved_id if recorder is not None else None
@@ -289,12 +252,12 @@ class StoreAuthority:
         continuation = issue_continuation(requests, chain)
         pause = recorder.take_joint_pause()  # its checkpoint's save, kept for the record's statement
         if pause is not None:  # the earlier checkpoints go after it: they share the segment it continues
-            await self.records.save(continuation, checkpoint_id, workflow_name, signature_hash, pause)
+            await self.records.save(continuation, checkpoint_id, pause)
             await recorder.delete_superseded(keep=checkpoint_id)
         else:  # the run's earlier checkpoints go while the record is saved (one round trip less to wait for)
             cleanup = in_own_task(recorder.delete_superseded(keep=checkpoint_id))
             try:
-                await self.records.save(continuation, checkpoint_id, workflow_name, signature_hash)
+                await self.records.save(continuation, checkpoint_id)
             finally:
                 await cleanup
         self.memory.hold(continuation, (self.checkpoint_storage, checkpoint_id))
@@ -304,11 +267,10 @@ class StoreAuthority:
     async def check_conflict(
         self, verdict: VerifiedContinuation | None = None, *, resumed: ContinuationRecord | None = None
     ) -> None:
-        """The store decides whether the pause held here is still claimable (a verdict for it passes).
+        """Refuse while the pause held here is still claimable in the store (a verdict for it passes).
 
-        A claimable one conflicts, unless the pause resumed (the verdict's, or ``resumed``) is a later one of this
-        conversation: a conversation has one pause, so the one held here was orphaned (its session dropped,
-        another worker ran the conversation on) and is abandoned (AGENTS.md invariant 45).
+        Unless the pause resumed (the verdict's, or ``resumed``) is a later one of this conversation: the one
+        held here was orphaned and is abandoned (AGENTS.md invariant 45).
         """
         memory = self.memory
         local = memory.pending if memory.has_pending else None
@@ -323,18 +285,13 @@ class StoreAuthority:
         elif memory.pending is local:
             memory.discard()
 
-    # ------------------------------------------------------------------ abandonment
-
     def require_sync(self) -> None:
-        """Refused: the store is updated asynchronously."""
         raise ContinuationStoreAsyncError()
 
     def check_abandon(self, token: object, *, force: bool) -> bool:
-        """No check without I/O; True for a token held here, or ``force``."""
         return force or matches(token, self.memory.pending)
 
-    def abandon(self, token: object, *, force: bool) -> None:
-        """Unreachable: :meth:`require_sync` refuses first."""
+    def abandon(self, token: object, *, force: bool) -> None:  # unreachable: require_sync refuses first
         self.memory.abandon(token, force=force)
 
     async def abandon_async(self, token: object, *, force: bool) -> None:
@@ -346,7 +303,6 @@ class StoreAuthority:
             await self.records.abandon(token, force=force, keep_checkpoint=self.memory.keep_checkpoints)
 
     async def _abandon_local(self, *, force: bool) -> None:
-        """Abandon the pause held here in the store, then discard it here and delete its checkpoint."""
         local = self.memory.pending
         if local is None:
             return
@@ -382,7 +338,7 @@ def make_authority(
     """The authority strategy for a workflow instance: in memory, or with ``store`` when one is given.
 
     Raises:
-        TypeError: ``store`` does not implement :class:`ContinuationStore`; ``ttl`` is not a duration.
+        TypeError: ``store`` is not a :class:`ContinuationStore`; ``ttl`` is not a duration.
         ValueError: ``store`` without ``checkpoint_storage``; ``ttl`` differs from the store's.
     """
     if store is None:

@@ -1,8 +1,8 @@
 """A continuation store's records as one workflow instance may act on them.
 
-The one record check, the pause's requests read from its checkpoint, saving, abandoning a pause held
-elsewhere, and the shielded claim. ``StoreAuthority`` calls the store itself only to abandon a pause
-held here and to supersede one on a restore.
+The one record check, a pause's requests from its checkpoint, saving, abandoning a pause held elsewhere,
+and the shielded claim. ``StoreAuthority`` calls the store itself only to abandon a pause held here and
+to supersede one on a restore.
 """
 
 from __future__ import annotations
@@ -26,14 +26,7 @@ if TYPE_CHECKING:
 
 
 class StoreRecords:
-    """The store, the checkpoint storage and the identity a record must match (internal).
-
-    Args:
-        store: The continuation store.
-        checkpoint_storage: Where the pauses' checkpoints are.
-        identity: Returns the workflow's ``(name, signature hash)``.
-        memory: The in-memory authority whose ``conversation`` a record must name (or none).
-    """
+    """The store, the checkpoint storage, and the identity and ``memory.conversation`` a record must match."""
 
     __slots__ = ("checkpoint_storage", "identity", "joint", "memory", "store")
 
@@ -54,7 +47,7 @@ class StoreRecords:
         self.joint = store.joint(checkpoint_storage) if joins else None
 
     async def claimable(self, token: object) -> ContinuationRecord:
-        """:meth:`get` for a presented token (a malformed one: ``ContinuationAuthorityError``)."""
+        """:meth:`get` for a presented token."""
         secret = presented_secret(token)
         if secret is None:
             raise ContinuationAuthorityError()
@@ -70,7 +63,6 @@ class StoreRecords:
         return self._checked(await self.store.get(token_hash), allow_expired=allow_expired)
 
     def _checked(self, record: ContinuationRecord | None, *, allow_expired: bool) -> ContinuationRecord:
-        """``record`` if this workflow may act on it (see :meth:`get`)."""
         name, signature_hash = self.identity()
         if (
             record is None
@@ -83,12 +75,9 @@ class StoreRecords:
         return record
 
     async def get_paused(self, token_hash: str) -> tuple[ContinuationRecord, Callable[[], WorkflowCheckpoint] | None]:
-        """:meth:`get`, and what decodes the pause's checkpoint when it came with the record (else None: load it).
+        """:meth:`get`, and what decodes the pause's checkpoint when a ``Joint`` read both at once (else None).
 
-        With a :class:`Joint` both come in one round trip; the checkpoint is decoded only after the record passed.
-
-        Raises:
-            ContinuationAuthorityError: As :meth:`get`.
+        The checkpoint is decoded only after the record passed.
         """
         if self.joint is None:
             return await self.get(token_hash), None
@@ -101,9 +90,7 @@ class StoreRecords:
         recorder: RecordingCheckpointStorage | None = None,
         read: Callable[[], WorkflowCheckpoint] | None = None,
     ) -> dict[str, WorkflowEvent[Any]]:
-        """The ``request_info`` events of a recorded pause, from its checkpoint (non-mutating).
-
-        ``read``: decodes the checkpoint :meth:`get_paused` fetched with the record (None: load it).
+        """The ``request_info`` events of a recorded pause, from its checkpoint (``read``: from :meth:`get_paused`).
 
         Raises:
             ContinuationAuthorityError: The checkpoint is gone: the pause was resumed or abandoned meanwhile.
@@ -118,18 +105,9 @@ class StoreRecords:
         events = checkpoint.pending_request_info_events
         return {request_id: events[request_id] for request_id in record.pending_request_ids if request_id in events}
 
-    async def save(
-        self,
-        continuation: Continuation,
-        checkpoint_id: str,
-        workflow_name: str,
-        signature_hash: str,
-        pause: JointPause | None = None,
-    ) -> None:
-        """Record a saved pause (its token's hash, the chain's response types, the conversation).
-
-        ``pause``: the pause's checkpoint save the run's recorder kept for its record: both in one statement.
-        """
+    async def save(self, continuation: Continuation, checkpoint_id: str, pause: JointPause | None = None) -> None:
+        """Record a saved pause; with ``pause`` (the recorder's joint save) record and checkpoint in one statement."""
+        workflow_name, signature_hash = self.identity()
         now = self.store.now()
         record = ContinuationRecord(
             token_hash=hash_secret(continuation.secret),
@@ -198,8 +176,8 @@ def earlier_requests(
 ) -> dict[str, WorkflowEvent[Any]]:
     """The earlier rounds' requests a record names, as ``request_info`` events carrying only their type.
 
-    Their answers are then checked before the claim (core checks them only on the replay, after the
-    token was spent); a type that does not resolve here is left to core.
+    So their answers are checked before the claim (core checks them only after the token was spent); a type
+    that does not resolve here is left to core.
     """
     events: dict[str, WorkflowEvent[Any]] = {}
     for request_id, text in (record.response_types or {}).items():

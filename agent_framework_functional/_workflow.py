@@ -1,7 +1,7 @@
 """The workflow: ``@workflow`` makes a definition, ``build()`` an instance (``FunctionalWorkflow``).
 
 An instance wraps one core ``FunctionalWorkflow`` (core keeps replay, step caching and checkpointing),
-accepts each call with ``_acceptance.accept_run`` and hands each accepted run to ``_run.WorkflowRun``.
+accepts each call with ``_authority_protocol.accept_run`` and hands each accepted run to ``_run.WorkflowRun``.
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ from agent_framework import CheckpointStorage, ResponseStream, WorkflowEvent
 from agent_framework import FunctionalWorkflow as _CoreFunctionalWorkflow
 from agent_framework import FunctionalWorkflowDefinition as _CoreFunctionalWorkflowDefinition
 
-from ._acceptance import accept_run, check_checkpoint_storage
-from ._authority_protocol import NEW_INPUT, ResumeTicket, VerifiedContinuation
+from ._authority_protocol import NEW_INPUT, ResumeTicket, VerifiedContinuation, accept_run, check_checkpoint_storage
 from ._continuation import request_tag
 from ._core_compat import build_core, functional_workflows_experimental
 from ._errors import WorkflowRunningError
@@ -37,10 +36,10 @@ if TYPE_CHECKING:
 class FunctionalWorkflow:
     """A functional workflow instance whose pauses can only be resumed with their continuation token.
 
-    Build it with :meth:`FunctionalWorkflowDefinition.build` (its arguments are this class's). A paused
-    run returns a single-use ``continuation_token`` that a response-only resume must present; one
-    pending continuation and one run at a time (README "The rules"). With a continuation store any
-    process sharing it and the checkpoint storage can resume the pause, exactly once.
+    Build it with :meth:`FunctionalWorkflowDefinition.build`. A paused run returns a single-use
+    ``continuation_token`` that a response-only resume must present; one pending continuation and one
+    run at a time (README "The rules"). With a continuation store any process sharing it and the
+    checkpoint storage can resume the pause, exactly once.
     """
 
     # __dict__: functools.update_wrapper gives the instance the function's name and docstring, as core's.
@@ -63,8 +62,6 @@ class FunctionalWorkflow:
         self._core = self._new_core()
         self._active: WorkflowRun | None = None
         functools.update_wrapper(self, definition.func)  # pyright: ignore[reportArgumentType]
-
-    # ------------------------------------------------------------------ read-only views
 
     @property
     def name(self) -> str:
@@ -121,15 +118,10 @@ class FunctionalWorkflow:
         """True while a run holds this instance (from acceptance until its stream ends or is dropped)."""
         return self._active is not None
 
-    # ------------------------------------------------------------------ token checks (read-only)
-
     def verify_continuation_token(self, token: object) -> VerifiedContinuation:
-        """Check, read-only, that ``token`` authorises a resume of the pause this instance holds in memory.
+        """Check, read-only, that ``token`` authorises a resume of the pause held in this process.
 
         With a continuation store use :meth:`verify_continuation_token_async` for pauses held elsewhere.
-
-        Args:
-            token: Whatever the caller presented as a continuation token.
 
         Returns:
             A :class:`VerifiedContinuation`, which :meth:`run` also accepts as ``continuation_token``.
@@ -143,11 +135,8 @@ class FunctionalWorkflow:
     async def verify_continuation_token_async(self, token: object) -> VerifiedContinuation:
         """Check ``token`` like :meth:`verify_continuation_token`, also for pauses held by other processes.
 
-        Read-only: the store's record must belong to this workflow (name, signature hash, conversation)
-        and be ``issued`` and unexpired. The store's claim in :meth:`run` still decides which resume runs.
-
-        Args:
-            token: Whatever the caller presented as a continuation token.
+        Read-only: the store's record must be this workflow's (name, signature hash, conversation), ``issued``
+        and unexpired. The store's claim in :meth:`run` still decides which resume runs.
 
         Returns:
             A :class:`VerifiedContinuation` with the store's record; :meth:`run` reuses the check.
@@ -158,8 +147,6 @@ class FunctionalWorkflow:
         """
         with self._refusal_counted(token):
             return await self._authority.verify_async(token)
-
-    # ------------------------------------------------------------------ run
 
     @overload
     def run(
@@ -203,9 +190,9 @@ class FunctionalWorkflow:
     ) -> ResponseStream[WorkflowEvent[Any], FunctionalWorkflowRunResult] | Awaitable[FunctionalWorkflowRunResult]:
         """Start, resume, or restore a run, as core's ``run`` does, with continuation authority.
 
-        Every check happens here, synchronously, in the order of README "The rules", so a rejected
-        call raises at the call site (also with ``stream=True``) and changes nothing. A token only a
-        continuation store holds is checked inside the run, still before any user code, in that order.
+        Every check happens here, synchronously, in the order of README "The rules", so a rejected call
+        raises at the call site (also with ``stream=True``) and changes nothing. A token only a continuation
+        store holds is checked inside the run, still before any user code, in that order.
 
         Args:
             message: Input for a fresh run. At least one of ``message``, ``responses`` or ``checkpoint_id``.
@@ -214,16 +201,15 @@ class FunctionalWorkflow:
             stream: True for a ``ResponseStream`` of ``WorkflowEvent``; False for an awaitable result.
             responses: Answers keyed by request id; without ``checkpoint_id`` a response-only resume,
                 which needs ``continuation_token``. Pass all answers so far on multi-round pauses.
-            continuation_token: The paused run's token, or this instance's :class:`VerifiedContinuation`
-                for it (the run then reuses that check).
+            continuation_token: The paused run's token, or this instance's :class:`VerifiedContinuation` for it.
             checkpoint_id: Restore this checkpoint (with ``responses``: answering its requests); no token.
             checkpoint_storage: Checkpoint storage for this run, overriding the instance default.
             include_status_events: Non-streaming only: keep status events in the result list.
             **kwargs: Forwarded unchanged to core's ``run`` (available to steps as run kwargs).
 
         Returns:
-            An awaitable ``FunctionalWorkflowRunResult`` or a ``ResponseStream`` of events; the
-            result's ``continuation_token`` is set only when the run ended paused.
+            An awaitable ``FunctionalWorkflowRunResult`` or a ``ResponseStream`` of events; the result's
+            ``continuation_token`` is set only when the run ended paused.
 
         Raises:
             ValueError: Wrong argument shape (as core), or with a continuation store a per-run
@@ -261,14 +247,7 @@ class FunctionalWorkflow:
         self._active = run
         return result
 
-    # ------------------------------------------------------------------ abandonment
-
-    def abandon_continuation(
-        self,
-        token: Mapping[str, Any] | None = None,
-        *,
-        force: bool = False,
-    ) -> None:
+    def abandon_continuation(self, token: Mapping[str, Any] | None = None, *, force: bool = False) -> None:
         """Discard the pending continuation, its replay state and checkpoint, so fresh runs are allowed again.
 
         Args:
@@ -287,12 +266,7 @@ class FunctionalWorkflow:
         self._authority.abandon(token, force=force)
         continuation_abandoned(self.name, token, forced=force, request_ids=request_ids or (), counted=bool(request_ids))
 
-    async def abandon_continuation_async(
-        self,
-        token: Mapping[str, Any] | None = None,
-        *,
-        force: bool = False,
-    ) -> None:
+    async def abandon_continuation_async(self, token: Mapping[str, Any] | None = None, *, force: bool = False) -> None:
         """Abandon a pending continuation, here and in the continuation store (from any process sharing it).
 
         Atomic in the store: a concurrent resume and this call cannot both succeed.
@@ -331,8 +305,6 @@ class FunctionalWorkflow:
                 )
         return frozenset(self._authority.pending_requests()) if local else None
 
-    # ------------------------------------------------------------------ agent
-
     def as_agent(
         self,
         name: str | None = None,
@@ -350,8 +322,6 @@ class FunctionalWorkflow:
         return FunctionalWorkflowAgent(
             self, name=name, description=description, context_providers=context_providers, **kwargs
         )
-
-    # ------------------------------------------------------------------ internals
 
     @contextlib.contextmanager
     def _refusal_counted(self, token: object) -> Generator[None, None, None]:
@@ -438,16 +408,7 @@ WorkflowFunc = Callable[..., Awaitable[Any]]
 
 @functional_workflows_experimental
 class FunctionalWorkflowDefinition:
-    """Stateless workflow definition made by :func:`workflow`; :meth:`build` one instance per caller.
-
-    Args:
-        func: The async workflow function; its non-``RunContext`` parameter receives ``run()``'s ``message``.
-
-    Keyword Args:
-        name: Workflow name; defaults to ``func.__name__``.
-        description: Optional human-readable description.
-        checkpoint_retention: How long a finished run's checkpoints are kept (seconds or ``timedelta``,
-            default 24 hours; 0 deletes them at the finish; None keeps every checkpoint for good).
+    """Stateless workflow definition made by :func:`workflow` (its arguments); :meth:`build` one instance per caller.
 
     Raises:
         ValueError: More than one non-``RunContext`` parameter (core's rule); a negative
@@ -530,7 +491,7 @@ def workflow(
     cached result is returned), code outside steps does. Keep side effects in steps.
 
     Args:
-        func: The async function (bare ``@workflow``).
+        func: The async function (bare ``@workflow``); its non-``RunContext`` parameter receives ``message``.
 
     Keyword Args:
         name: Workflow name; defaults to the function's name.

@@ -26,7 +26,8 @@ from agent_framework._workflows import _functional as core_functional
 from agent_framework_functional import ContinuationStore, SQLiteContinuationStore, step, workflow
 from agent_framework_functional._core_compat import LinearFunctionalWorkflow, build_core
 from agent_framework_functional._signature_cache import CachedClassification, CachedDis, CachedIdentity
-from agent_framework_functional._store import _STORE_TYPES, is_continuation_store  # pyright: ignore[reportPrivateUsage]
+from agent_framework_functional._step_cache import _IMPLEMENTS  # pyright: ignore[reportPrivateUsage]
+from agent_framework_functional._store import is_continuation_store
 
 
 def _helper(text: str, suffix: str = "!") -> str:
@@ -153,8 +154,8 @@ def test_a_store_class_is_checked_once_and_a_non_store_is_refused_every_time(tmp
         assert is_continuation_store(store)
     finally:
         store.close()
-    assert SQLiteContinuationStore in _STORE_TYPES
-    assert not is_continuation_store(object()) and object not in _STORE_TYPES
+    assert _IMPLEMENTS[SQLiteContinuationStore][ContinuationStore]
+    assert not is_continuation_store(object()) and not _IMPLEMENTS[object][ContinuationStore]
     with pytest.raises(TypeError, match="continuation_store must implement ContinuationStore"):
         _step_free.build(checkpoint_storage=InMemoryCheckpointStorage(), continuation_store=object())  # pyright: ignore[reportArgumentType]
 
@@ -178,7 +179,7 @@ def test_a_proxy_class_is_checked_each_time_so_a_proxy_of_nothing_is_refused(tmp
         assert is_continuation_store(proxy) is (sys.version_info < (3, 12))
     finally:
         store.close()
-    assert _StoreProxy not in _STORE_TYPES
+    assert ContinuationStore not in _IMPLEMENTS.get(_StoreProxy, {})
     assert not is_continuation_store(_StoreProxy(object()))
     with pytest.raises(TypeError, match="continuation_store must implement ContinuationStore"):
         _step_free.build(checkpoint_storage=InMemoryCheckpointStorage(), continuation_store=_StoreProxy(object()))  # pyright: ignore[reportArgumentType]
