@@ -19,6 +19,7 @@ A delete removes the location (the chunk stays for the checkpoints after it).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -35,7 +36,7 @@ from .._store import duration_seconds
 from .checkpoint_delta import DeltaSave, StepCacheDeduper
 from .checkpoint_seal import CheckpointSealer, is_sealed, open_chunk
 from .checkpoint_storage import DurableCheckpointStorage, check_allowed_types, check_sealer, encode_body
-from .redis_client import DEFAULT_MAX_CONNECTIONS, DEFAULT_POOL_TIMEOUT_SECONDS, pooled_client, sorted_members
+from .redis_store import DEFAULT_MAX_CONNECTIONS, DEFAULT_POOL_TIMEOUT_SECONDS, pooled_client
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -477,7 +478,10 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
     async def _bodies(self, workflow_name: str) -> list[tuple[str, Any]]:
         """Return ``(id, body)`` of the workflow's indexed checkpoints; drop entries whose key is gone."""
         index = self._index_key(workflow_name)
-        ids = await sorted_members(self._client, index, as_text=True)  # another member was never an id saved here
+        ids: list[str] = []
+        for member in await self._members(index):
+            with contextlib.suppress(UnicodeDecodeError):  # another member was never an id saved here
+                ids.append(member.decode("utf-8"))
         if not ids:
             return []
         async with self._client.pipeline(transaction=False) as pipe:
@@ -492,13 +496,24 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
                 found.append((checkpoint_id, raw))
         return found
 
+    async def _members(self, key: str) -> list[bytes]:
+        """Every member of the sorted set ``key``, oldest first; none when the key holds another type."""
+        from redis.exceptions import ResponseError
+
+        try:
+            return cast("list[bytes]", await self._client.zrange(key, 0, -1))
+        except ResponseError as exc:
+            if str(exc).startswith("WRONGTYPE"):
+                return []
+            raise
+
     def _args(self, checkpoint_id: str) -> list[Any]:
         """The scripts' arguments for one checkpoint: prefix, ttl, id, its location field and bucket."""
         return [self._prefix, self._ttl_ms or 0, checkpoint_id, *location_of(checkpoint_id)]
 
     async def _segment_loads(self, workflow_name: str) -> list[tuple[str, Any]]:
         """A loader for each live checkpoint in the workflow's segments (an id that maps to its chunk), in order."""
-        segments = await sorted_members(self._client, f"{self._prefix}wsegs:{workflow_name}")
+        segments = await self._members(f"{self._prefix}wsegs:{workflow_name}")
         async with self._client.pipeline(transaction=False) as pipe:
             for segment in segments:
                 await self._list(args=[self._prefix, self._ttl_ms or 0, segment], client=pipe)  # queued

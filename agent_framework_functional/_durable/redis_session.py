@@ -9,8 +9,8 @@ from datetime import timedelta
 from typing import Any
 
 from .._store import DEFAULT_TTL_SECONDS
-from .redis_client import DEFAULT_MAX_CONNECTIONS, DEFAULT_POOL_TIMEOUT_SECONDS, pooled_client
-from .redis_client import text as as_text
+from .redis_store import DEFAULT_MAX_CONNECTIONS, DEFAULT_POOL_TIMEOUT_SECONDS, pooled_client
+from .redis_store import text as as_text
 from .session_store import (
     DEFAULT_MAX_STORED_SESSIONS,
     DEFAULT_SESSION_PURGE_INTERVAL_SECONDS,
