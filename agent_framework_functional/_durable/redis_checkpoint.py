@@ -43,18 +43,9 @@ if TYPE_CHECKING:
 
     from .._step_cache import StepCacheOffer
 
-logger = logging.getLogger(__name__)
-
 _CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
-Opened = str | WorkflowCheckpointException
-"""A chunk as read: its text, or why it was refused."""
-
-# KEYS[1] = workflow index, KEYS[2] = checkpoint key, ARGV[1] = checkpoint id.
-_DROP_STALE = """
-if redis.call('EXISTS', KEYS[2]) == 0 then redis.call('ZREM', KEYS[1], ARGV[1]) end
-return 0
-"""
+Opened = str | WorkflowCheckpointException  # a chunk as read: its text, or why it was refused
 
 # ARGV[1] = key prefix, ARGV[2] = ttl in ms (0 = none).
 _COMMON = """
@@ -244,7 +235,6 @@ return out
 
 
 DEFAULT_CHECKPOINT_TTL = timedelta(days=7)
-"""How long a :class:`RedisCheckpointStorage` keeps a checkpoint after saving it, by default."""
 
 
 def location_of(checkpoint_id: str) -> tuple[bytes, str]:
@@ -256,31 +246,22 @@ def location_of(checkpoint_id: str) -> tuple[bytes, str]:
     return b":" + raw, f"s{zlib.crc32(raw) & 255}"
 
 
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else str(value)
+def _text(value: bytes) -> str:
+    return value.decode("utf-8", "surrogateescape")
 
 
-def _as_bytes(raw: Any) -> bytes:
-    return raw if isinstance(raw, bytes) else str(raw).encode("utf-8", "surrogatepass")
-
-
-def opened_segments(
-    own_id: Any, own_count: int, found: list[Any], sealer: CheckpointSealer | None
+def _opened_segments(
+    own: str, own_count: int, found: list[Any], sealer: CheckpointSealer | None
 ) -> tuple[list[tuple[str, int]], list[list[Opened]]]:
-    """What the scripts' ``read`` returned for segment ``own_id``: references (parents first) and opened chunks.
+    """What the scripts' ``read`` returned for segment ``own``: references (parents first) and opened chunks.
 
     Raises:
         WorkflowCheckpointException: A parent segment lost chunks (expired or deleted).
     """
-    own = _text(own_id)
-    refs: list[tuple[str, int]] = []
-    lists: list[list[Any]] = []
     rest = found[1:]
-    for at in range(0, len(rest) - 2, 3):
-        refs.append((_text(rest[at]), int(rest[at + 1])))
-        lists.append(cast("list[Any]", rest[at + 2]))
+    refs = [(_text(rest[at]), int(rest[at + 1])) for at in range(0, len(rest) - 2, 3)]
+    lists = [*rest[2::3], found[0]]
     refs.append((own, own_count))
-    lists.append(cast("list[Any]", found[0]))
     chunks: list[list[Opened]] = []
     for (segment, count), raws in zip(refs, lists, strict=True):
         if len(raws) < count or (segment != own and len(raws) != count):
@@ -289,15 +270,14 @@ def opened_segments(
     return refs, chunks
 
 
-def _opened(segment: str, index: int, raw: Any, sealer: CheckpointSealer | None) -> Opened:
+def _opened(segment: str, index: int, raw: bytes, sealer: CheckpointSealer | None) -> Opened:
     """One chunk opened and decoded, or why it was refused (its checkpoints then fail to load with that)."""
-    data = raw if isinstance(raw, bytes) else _text(raw).encode()
-    if sealer is None and is_sealed(data):
+    if sealer is None and is_sealed(raw):
         return WorkflowCheckpointException(
             f"A chunk of segment {segment} is sealed, but this storage has no sealer: pass sealer=CheckpointSealer()"
         )
     try:
-        return open_chunk(segment, index, data, sealer)
+        return open_chunk(segment, index, raw, sealer)
     except WorkflowCheckpointException as exc:
         return exc
 
@@ -362,7 +342,7 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
             )
     """
 
-    logger = logger
+    logger = logging.getLogger(__name__)
     backend = "Redis"
     unreadable = "Checkpoint {checkpoint_id} in Redis cannot be decoded ({error}); it was not loaded."
 
@@ -392,19 +372,12 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
         elif client.connection_pool.connection_kwargs.get("decode_responses"):
             raise ValueError("RedisCheckpointStorage needs a client with decode_responses=False (bodies are bytes)")
         self._client: Any = client
-        self._drop_stale: Any = client.register_script(_DROP_STALE)
         self._save_delta: Any = client.register_script(SAVE_SCRIPT)
         self._delete: Any = client.register_script(DELETE_SCRIPT)
         self._load: Any = client.register_script(LOAD_SCRIPT)
         self._list: Any = client.register_script(LIST_SCRIPT)
         self._locate: Any = client.register_script(LOCATE_SCRIPT)
         self._deduper = StepCacheDeduper(self._allowed_types, inline_heads=True)
-
-    def _checkpoint_key(self, checkpoint_id: str) -> str:
-        return f"{self._prefix}checkpoint:{checkpoint_id}"
-
-    def _index_key(self, workflow_name: str) -> str:
-        return f"{self._prefix}workflow:{workflow_name}"
 
     async def save_with_offer(self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None) -> str:
         """:meth:`save` (its errors), each new step result stored once when ``offer`` fits ``checkpoint``."""
@@ -415,8 +388,8 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
         body = encode_body(checkpoint, self._allowed_types)
         if self.sealer is not None:
             body = self.sealer.seal(body, context=checkpoint.checkpoint_id.encode("utf-8"))
-        key = self._checkpoint_key(checkpoint.checkpoint_id)
-        index = self._index_key(checkpoint.workflow_name)
+        key = f"{self._prefix}checkpoint:{checkpoint.checkpoint_id}"
+        index = f"{self._prefix}workflow:{checkpoint.workflow_name}"
         now_ms = time.time() * 1000
         async with self._client.pipeline(transaction=True) as pipe:
             await self._delete(args=self._args(checkpoint.checkpoint_id), client=pipe)  # queued: the id's old parts
@@ -439,19 +412,30 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
         """
         found = cast("list[Any]", await self._load(args=self._args(checkpoint_id)))
         if int(found[0]) == 1:
-            refs, chunks = opened_segments(found[1], int(found[2]) + 1, found[3], self.sealer)
+            refs, chunks = _opened_segments(_text(found[1]), int(found[2]) + 1, found[3], self.sealer)
             return self._inline(checkpoint_id, refs, chunks)
         if found[1] is None:
             raise WorkflowCheckpointException(f"No checkpoint found with ID {checkpoint_id}")
-        return self._whole(checkpoint_id, _as_bytes(found[1]))
+        return self._whole(checkpoint_id, found[1])
 
     async def list_checkpoints(self, *, workflow_name: str) -> list[WorkflowCheckpoint]:
         """Return the workflow's checkpoints that still exist and decode (others skipped with a warning).
 
         Whole ones first, then each segment's in save order, the segments by their last save.
         """
-        bodies = await self._bodies(workflow_name)
-        loads = [(cid, functools.partial(self._whole, cid, _as_bytes(raw))) for cid, raw in bodies]
+        ids: list[str] = []
+        for member in await self._members(f"{self._prefix}workflow:{workflow_name}"):
+            with contextlib.suppress(UnicodeDecodeError):  # another member was never an id saved here
+                ids.append(member.decode("utf-8"))
+        async with self._client.pipeline(transaction=False) as pipe:
+            for checkpoint_id in ids:
+                pipe.hget(f"{self._prefix}checkpoint:{checkpoint_id}", "body")
+            bodies = cast("list[Any]", await pipe.execute(raise_on_error=False))
+        loads = [
+            (cid, functools.partial(self._whole, cid, body))
+            for cid, body in zip(ids, bodies, strict=True)
+            if isinstance(body, bytes)  # else gone, or a key of another type
+        ]
         return await self._listed(workflow_name, [*loads, *await self._segment_loads(workflow_name)])
 
     async def delete(self, checkpoint_id: str) -> bool:
@@ -460,11 +444,8 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
 
     async def delete_many(self, checkpoint_ids: list[str]) -> int:
         """Delete several checkpoints in one round trip (pipelined scripts); return how many this call deleted."""
-        ids = list(dict.fromkeys(checkpoint_ids))
-        if not ids:
-            return 0
         async with self._client.pipeline(transaction=False) as pipe:
-            for checkpoint_id in ids:
+            for checkpoint_id in dict.fromkeys(checkpoint_ids):
                 await self._delete(args=self._args(checkpoint_id), client=pipe)  # queued
             deleted = cast("list[Any]", await pipe.execute())
         return sum(int(result) for result in deleted)
@@ -474,27 +455,6 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
         forget_retained(self)
         if self._owns_client:
             await self._client.aclose()
-
-    async def _bodies(self, workflow_name: str) -> list[tuple[str, Any]]:
-        """Return ``(id, body)`` of the workflow's indexed checkpoints; drop entries whose key is gone."""
-        index = self._index_key(workflow_name)
-        ids: list[str] = []
-        for member in await self._members(index):
-            with contextlib.suppress(UnicodeDecodeError):  # another member was never an id saved here
-                ids.append(member.decode("utf-8"))
-        if not ids:
-            return []
-        async with self._client.pipeline(transaction=False) as pipe:
-            for checkpoint_id in ids:
-                pipe.hget(self._checkpoint_key(checkpoint_id), "body")
-            bodies = cast("list[Any]", await pipe.execute(raise_on_error=False))
-        found: list[tuple[str, Any]] = []
-        for checkpoint_id, raw in zip(ids, bodies, strict=True):
-            if raw is None or isinstance(raw, Exception):  # gone (or another type): unless saved again, unindex it
-                await self._drop_stale(keys=[index, self._checkpoint_key(checkpoint_id)], args=[checkpoint_id])
-            else:
-                found.append((checkpoint_id, raw))
-        return found
 
     async def _members(self, key: str) -> list[bytes]:
         """Every member of the sorted set ``key``, oldest first; none when the key holds another type."""
@@ -515,21 +475,20 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
         """A loader for each live checkpoint in the workflow's segments (an id that maps to its chunk), in order."""
         segments = await self._members(f"{self._prefix}wsegs:{workflow_name}")
         async with self._client.pipeline(transaction=False) as pipe:
-            for segment in segments:
-                await self._list(args=[self._prefix, self._ttl_ms or 0, segment], client=pipe)  # queued
+            for segment_id in segments:
+                await self._list(args=[self._prefix, self._ttl_ms or 0, segment_id], client=pipe)  # queued
             reads = cast("list[Any]", await pipe.execute())
         heads: list[tuple[str, bytes, Any]] = []  # (id, where the location map must point, its loader)
         for segment_id, read in zip(segments, reads, strict=True):
             segment = _text(segment_id)
             try:
-                refs, chunks = opened_segments(segment, 0, read, self.sealer)
+                refs, chunks = _opened_segments(segment, 0, read, self.sealer)
             except WorkflowCheckpointException:
                 continue  # a parent lost chunks: nothing in this segment loads
             for index, chunk in enumerate(chunks[-1]):
                 checkpoint_id = _head_id(chunk)
                 if checkpoint_id is not None:
-                    own = [*refs[:-1], (segment, index + 1)]
-                    load = functools.partial(self._inline, checkpoint_id, own, chunks)
+                    load = functools.partial(self._inline, checkpoint_id, [*refs[:-1], (segment, index + 1)], chunks)
                     heads.append((checkpoint_id, f"{segment}:{index}".encode("utf-8", "surrogateescape"), load))
         if not heads:
             return []
@@ -537,9 +496,7 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
         for checkpoint_id, _, _ in heads:
             args += location_of(checkpoint_id)
         where = cast("list[Any]", await self._locate(args=args))
-        return [
-            (cid, load) for (cid, at, load), found in zip(heads, where, strict=True) if found and _as_bytes(found) == at
-        ]
+        return [(cid, load) for (cid, at, load), found in zip(heads, where, strict=True) if found == at]
 
     def _inline(
         self, checkpoint_id: str, refs: list[tuple[str, int]], chunks: list[list[Opened]]
