@@ -18,11 +18,7 @@ if TYPE_CHECKING:
     from redis.asyncio import Redis
 
 RedisDurability = Literal["fsync", "best_effort"]
-"""What a :class:`RedisContinuationStore` demands of Redis persistence (its ``durability=`` argument)."""
-
 RedisDurabilityMode = Literal["appendfsync_always", "waitaof", "best_effort"]
-"""How a :class:`RedisContinuationStore` keeps its writes: what its ``check_durability()`` found."""
-
 DEFAULT_WAITAOF_TIMEOUT_SECONDS = 5.0
 DEFAULT_MAX_CONNECTIONS = 50
 DEFAULT_POOL_TIMEOUT_SECONDS = 20.0
@@ -87,11 +83,9 @@ def pooled_client(
     owner: str,
     on_connect: Callable[[Any], Awaitable[None]] | None = None,
 ) -> Any:
-    """A ``redis.asyncio.Redis`` client for ``url`` on a ``BlockingConnectionPool``, a command retried once.
+    """A client for ``url`` on a ``BlockingConnectionPool``; a command failing with a connection error is retried once.
 
-    Past ``max_connections`` commands wait up to ``pool_timeout`` for a connection; a command failing with
-    a connection error is retried once on a fresh connection, so every command sent must be safe to run
-    again. ``on_connect`` is redis-py's ``redis_connect_func``; ``owner`` names the class in errors.
+    Every command sent must be safe to run again. ``on_connect`` is redis-py's ``redis_connect_func``.
 
     Raises:
         ImportError: The ``redis`` package is not installed.
@@ -123,11 +117,9 @@ _TIMED_SEND: dict[type, type] = {}
 
 
 def timed_send_class(connection_class: type) -> type:
-    """``connection_class`` whose writes time out under ``asyncio.timeout`` instead of ``asyncio.wait_for``.
+    """``connection_class`` writing under ``asyncio.timeout``, not redis-py's ``wait_for`` (a task per write).
 
-    redis-py's ``wait_for`` makes a task per write, which core's task factory tracks inside a run: a
-    large share of a step's CPU with ``RedisCheckpointStorage`` (``benchmarks/README.md``). Unchanged
-    before Python 3.11 (no ``asyncio.timeout``).
+    About 12% less CPU per step with ``RedisCheckpointStorage`` (``benchmarks/README.md``); Python 3.11+.
     """
     if sys.version_info < (3, 11):
         return connection_class
@@ -140,8 +132,6 @@ def timed_send_class(connection_class: type) -> type:
 
 
 class _TimedSendMixin:
-    """See :func:`timed_send_class`."""
-
     socket_timeout: float | None
 
     async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
@@ -167,11 +157,7 @@ def text(value: Any) -> str:
 
 
 async def probe_durability(execute: Callable[..., Awaitable[Any]], waitaof_timeout_ms: int) -> RedisDurabilityMode:
-    """How the server behind ``execute`` (a client, or one new connection) keeps writes through a crash.
-
-    Raises:
-        ContinuationStoreDurabilityError: It could lose acknowledged writes (see ``RedisContinuationStore``).
-    """
+    """How the server behind ``execute`` (a client, or a new connection) keeps writes; raises if it could lose them."""
     from redis.exceptions import ResponseError
 
     try:
@@ -213,17 +199,14 @@ async def probe_durability(execute: Callable[..., Awaitable[Any]], waitaof_timeo
 class RedisContinuationStore(TimedStore):
     """A :class:`ContinuationStore` on Redis, for workers on several machines.
 
-    Each record is one hash under ``<namespace>:<token hash>`` with a Redis TTL of ``ttl +
-    retention``; save, claim, release and abandon are each one Lua script on one key (atomic, and
-    fine on Redis Cluster), so exactly one claimer wins. Expiry is judged by this process's clock
-    (keep workers' clocks in sync). Use a store from one event loop.
+    Each record is one hash ``<namespace>:<token hash>`` expiring ``ttl + retention`` after its pause;
+    each write is one Lua script on one key, so exactly one claimer wins. Expiry is judged by this
+    process's clock. Use a store from one event loop. Needs the ``durable`` extra.
 
     **Durability** (README "Durable continuations"): a claim Redis forgets in a crash makes a spent
     token resumable again, so with ``durability="fsync"`` every new connection and the first write
     check that Redis fsyncs what it acknowledges (``appendfsync always``, else ``WAITAOF`` after
-    each write on Redis 7.2+), and every write is refused otherwise. With a URL, a command failing
-    with a connection error is retried once on a fresh connection (a retried claim recognises its
-    own claimer). Needs the ``redis`` package (``pip install "agent-framework-functional[durable]"``).
+    each write on Redis 7.2+), and every write is refused otherwise.
 
     Args:
         client: A ``redis.asyncio.Redis`` client (the caller owns and closes it), or a URL such as
@@ -237,10 +220,8 @@ class RedisContinuationStore(TimedStore):
         durability: ``"fsync"`` (default): refuse to write unless Redis keeps every acknowledged
             write through a crash. ``"best_effort"``: accept the server's persistence as it is.
         max_connections: With a URL: connections in the store's pool (default 50); more operations wait.
-        pool_timeout: With a URL: how long an operation waits for a free connection (default 20 s)
-            before it fails with ``redis.ConnectionError``.
-        waitaof_timeout: How long each write waits for Redis to confirm its fsync in ``waitaof``
-            mode (default 5 s).
+        pool_timeout: With a URL: how long an operation waits for a free connection (default 20 s).
+        waitaof_timeout: How long a write waits for ``WAITAOF`` in ``waitaof`` mode (default 5 s).
 
     Raises:
         ImportError: The ``redis`` package is not installed.
@@ -307,13 +288,12 @@ class RedisContinuationStore(TimedStore):
     async def check_durability(self) -> RedisDurabilityMode:
         """Check once that Redis keeps every acknowledged write through a crash; return how.
 
-        Every write calls it first; a success is remembered until a new connection's check fails, a
-        failure is repeated on the next write. Call it at start-up to fail early.
+        Every write calls it first (a success is remembered until a new connection's check fails);
+        call it at start-up to fail early.
 
         Returns:
-            ``"appendfsync_always"`` (the server fsyncs each write before replying),
-            ``"waitaof"`` (each write is confirmed with ``WAITAOF``), or ``"best_effort"`` (the
-            store was built with ``durability="best_effort"``: nothing was checked).
+            ``"appendfsync_always"``, ``"waitaof"`` (each write confirmed with ``WAITAOF``), or
+            ``"best_effort"`` (``durability="best_effort"``: nothing was checked).
 
         Raises:
             ContinuationStoreDurabilityError: With ``durability="fsync"``: AOF is off, or Redis
@@ -329,7 +309,7 @@ class RedisContinuationStore(TimedStore):
             return self._mode
 
     async def _check_connection(self, connection: Any, previous: Any = None) -> None:
-        """redis-py's ``redis_connect_func``: set up a new connection, then check persistence on it (closed if weak)."""
+        """redis-py's ``redis_connect_func``: set a new connection up, then probe it (closed if weak)."""
         if previous is None:
             await connection.on_connect()
         else:
@@ -370,7 +350,7 @@ class RedisContinuationStore(TimedStore):
             raise ValueError("A continuation with this token hash is already recorded; issue a new token.")
 
     async def get(self, token_hash: str) -> ContinuationRecord | None:
-        """Return the record for ``token_hash`` (any status), or None; never mutates."""
+        """Return the record for ``token_hash`` (any status), or None."""
         raw = cast("dict[Any, Any]", await self._client.hgetall(self._key(token_hash)))
         if not raw:
             return None
@@ -430,7 +410,7 @@ class RedisContinuationStore(TimedStore):
     async def _write(
         self, script: Any, key: str, args: list[Any], what: str, *, index: tuple[str, str, int] | None = None
     ) -> Any:
-        """Run one write script (and an index ``SET``, same round trip); in ``waitaof`` mode confirm with WAITAOF."""
+        """Run one write script (and the index ``SET``, same round trip), confirmed with WAITAOF in that mode."""
         waitaof = await self.check_durability() == "waitaof"
         if not waitaof and index is None:
             return await script(keys=[key], args=args)
