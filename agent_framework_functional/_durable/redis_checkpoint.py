@@ -121,9 +121,7 @@ end
 
 # ARGV: 3 checkpoint id, 4 location field, 5 bucket (``location_of``), 6 workflow name, 7 segment id, 8 chunk,
 # 9 chunks the segment must hold, 10 references (JSON [[segment id, chunk count], ...], own last).
-SAVE_SCRIPT = (
-    _COMMON
-    + """
+_SAVE = """
 local sid, index = ARGV[7], tonumber(ARGV[9])
 local refs = cjson.decode(ARGV[10])
 local keep = {}
@@ -162,19 +160,15 @@ else
 end
 return 1
 """
-)
 
 # ARGV: 3 checkpoint id, 4 location field, 5 bucket. Returns 1 when something was deleted.
-DELETE_SCRIPT = (
-    _COMMON
-    + """
+_DELETE = """
 local found = drop_location(now_ms(), ARGV[5], ARGV[4], {}) + drop_hash(ARGV[3])
 if found > 0 then return 1 end
 return 0
 """
-)
 
-# Lua: a segment's chunks and those of its parents: {own chunks, parent id, count, its chunks, ...}
+# A segment's chunks and those of its parents: {own chunks, parent id, count, its chunks, ...}
 # (a key that is no list reads as no chunks, so its checkpoints fail to load rather than the script).
 _READ = """
 local function chunks(sid, last)
@@ -195,10 +189,7 @@ end
 
 # ARGV: 3 checkpoint id, 4 location field, 5 bucket.
 # Returns {0, body} (a whole checkpoint, or nothing) or {1, segment id, index, read(segment id, index)}.
-LOAD_SCRIPT = (
-    _COMMON
-    + _READ
-    + """
+_LOAD = """
 local sid, index = locate(now_ms(), ARGV[5], ARGV[4])
 if not sid then
   local body = redis.pcall('HGET', p .. 'checkpoint:' .. ARGV[3], 'body')
@@ -207,22 +198,14 @@ if not sid then
 end
 return {1, sid, index, read(sid, index)}
 """
-)
 
-# ARGV: 3 segment id. Returns read(segment id, -1): every chunk of one segment (the listing pipelines one
-# call per segment of ``p wsegs:<workflow>``, so no single call blocks Redis for a whole workflow).
-LIST_SCRIPT = (
-    _COMMON
-    + _READ
-    + """
+# ARGV: 3 segment id. Returns read(segment id, -1) (one call per segment: none blocks Redis for a workflow).
+_LIST = """
 return read(ARGV[3], -1)
 """
-)
 
 # ARGV: 3.. location field and bucket of each checkpoint. Returns each one's location, or false.
-LOCATE_SCRIPT = (
-    _COMMON
-    + """
+_LOCATE = """
 local now = now_ms()
 local out = {}
 for i = 3, #ARGV, 2 do
@@ -231,7 +214,6 @@ for i = 3, #ARGV, 2 do
 end
 return out
 """
-)
 
 
 DEFAULT_CHECKPOINT_TTL = timedelta(days=7)
@@ -372,11 +354,11 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
         elif client.connection_pool.connection_kwargs.get("decode_responses"):
             raise ValueError("RedisCheckpointStorage needs a client with decode_responses=False (bodies are bytes)")
         self._client: Any = client
-        self._save_delta: Any = client.register_script(SAVE_SCRIPT)
-        self._delete: Any = client.register_script(DELETE_SCRIPT)
-        self._load: Any = client.register_script(LOAD_SCRIPT)
-        self._list: Any = client.register_script(LIST_SCRIPT)
-        self._locate: Any = client.register_script(LOCATE_SCRIPT)
+        self._save_delta: Any = client.register_script(_COMMON + _SAVE)
+        self._delete: Any = client.register_script(_COMMON + _DELETE)
+        self._load: Any = client.register_script(_COMMON + _READ + _LOAD)
+        self._list: Any = client.register_script(_COMMON + _READ + _LIST)
+        self._locate: Any = client.register_script(_COMMON + _LOCATE)
         self._deduper = StepCacheDeduper(self._allowed_types, inline_heads=True)
 
     async def save_with_offer(self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None) -> str:
@@ -512,7 +494,7 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
     async def _write_delta(
         self, checkpoint: WorkflowCheckpoint, plan: DeltaSave, head: bytes, chunk: bytes | None
     ) -> bool:
-        """Run ``SAVE_SCRIPT`` once; False (nothing written) when a referenced segment lost chunks."""
+        """Run the save script once; False (nothing written) when a referenced segment lost chunks."""
         args = [*self._args(checkpoint.checkpoint_id), checkpoint.workflow_name, plan.segment, chunk or b""]
         args += [plan.chunk_index, plan.references]
         return bool(int(await self._save_delta(args=args)))
