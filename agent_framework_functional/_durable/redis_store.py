@@ -46,9 +46,8 @@ return 1
 
 # KEYS[1] = record key. ARGV = now, claimer. Compare-and-set on status == claimed by this claimer.
 _RELEASE = """
-if redis.call('HGET', KEYS[1], 'status') ~= 'claimed' then return 0 end
-local claimer = redis.call('HGET', KEYS[1], 'claimed_by')
-if not claimer or claimer == '' or claimer ~= ARGV[2] then return 0 end
+if ARGV[2] == '' or redis.call('HGET', KEYS[1], 'status') ~= 'claimed' then return 0 end
+if redis.call('HGET', KEYS[1], 'claimed_by') ~= ARGV[2] then return 0 end
 redis.call('HSET', KEYS[1], 'status', 'issued', 'updated_at', ARGV[1], 'claimed_by', '')
 return 1
 """
@@ -85,13 +84,8 @@ def pooled_client(
 ) -> Any:
     """A client for ``url`` on a ``BlockingConnectionPool``; a command failing with a connection error is retried once.
 
-    Every command sent must be safe to run again. ``on_connect`` is redis-py's ``redis_connect_func``.
-
-    Raises:
-        ImportError: The ``redis`` package is not installed.
-        ValueError: ``max_connections`` is not a positive integer, or ``pool_timeout`` is not a
-            positive duration of at most ten years.
-        TypeError: ``pool_timeout`` is neither a number nor a ``timedelta``.
+    Every command sent must be safe to run again; ``on_connect`` is redis-py's ``redis_connect_func``. Raises
+    what the stores list for ``max_connections``, ``pool_timeout`` and a missing ``redis`` package.
     """
     if isinstance(max_connections, bool) or not isinstance(max_connections, int) or max_connections < 1:  # pyright: ignore[reportUnnecessaryIsInstance]
         raise ValueError(f"max_connections must be a positive integer, got {max_connections!r}.")
