@@ -7,7 +7,7 @@ Keys, under the storage's namespace (``p`` = ``<namespace>:``):
 * ``p segment:<id>``: a run's step-cache chunks (a list), each carrying its checkpoint's head
   (``_durable/checkpoint_heads.py``), the first one the segment's parents.
 * ``p seginfo:<id>``: ``n`` the checkpoints that reference the segment, ``w`` its workflow, ``r`` its
-  references as saved first (the sealed copy in the first chunk is the one a load trusts).
+  references (for the scripts; a load trusts the sealed copy in the first chunk).
 * ``p loc:<bucket>``: checkpoint id -> ``<segment id>:<index>:<expiry>`` (a canonical UUID as its 16 bytes in
   bucket = its first byte, another id as ``:<id>`` in bucket ``s<crc32 % 256>``). A lookup treats a passed
   expiry as no checkpoint; a save drops the bucket's expired entries once it has doubled since it last did
@@ -235,11 +235,7 @@ def _text(value: bytes) -> str:
 def _opened_segments(
     own: str, own_count: int, found: list[Any], sealer: CheckpointSealer | None
 ) -> tuple[list[tuple[str, int]], list[list[Opened]]]:
-    """What the scripts' ``read`` returned for segment ``own``: references (parents first) and opened chunks.
-
-    Raises:
-        WorkflowCheckpointException: A parent segment lost chunks (expired or deleted).
-    """
+    """What ``read`` returned for segment ``own``: references (parents first), opened chunks; raises if one is short."""
     rest = found[1:]
     refs = [(_text(rest[at]), int(rest[at + 1])) for at in range(0, len(rest) - 2, 3)]
     lists = [*rest[2::3], found[0]]
@@ -401,10 +397,7 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
         return self._whole(checkpoint_id, found[1])
 
     async def list_checkpoints(self, *, workflow_name: str) -> list[WorkflowCheckpoint]:
-        """Return the workflow's checkpoints that still exist and decode (others skipped with a warning).
-
-        Whole ones first, then each segment's in save order, the segments by their last save.
-        """
+        """Return the workflow's checkpoints that exist and decode (others skipped): whole ones, then segments'."""
         ids: list[str] = []
         for member in await self._members(f"{self._prefix}workflow:{workflow_name}"):
             with contextlib.suppress(UnicodeDecodeError):  # another member was never an id saved here
