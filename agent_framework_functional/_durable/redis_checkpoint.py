@@ -1,14 +1,31 @@
 """RedisCheckpointStorage: core's ``CheckpointStorage`` on Redis, for workers without a shared file system.
 
-Whole bodies are core's own checkpoint encoding (``checkpoint_storage.encode_body``);
-``tests/durable/test_redis_checkpoint.py`` compares them with what ``FileCheckpointStorage`` writes.
+Keys, under the storage's namespace (``p`` = ``<namespace>:``):
+
+* ``p checkpoint:<id>``: a checkpoint stored whole (core's encoding, ``checkpoint_storage.encode_body``), a hash
+  indexed by save time in ``p workflow:<name>``.
+* ``p segment:<id>``: a run's step-cache chunks (a list), each carrying its checkpoint's head
+  (``_durable/checkpoint_heads.py``), the first one the segment's parents.
+* ``p seginfo:<id>``: ``n`` the checkpoints that reference the segment, ``w`` its workflow, ``r`` its
+  references (for the scripts; a load trusts the sealed copy in the first chunk).
+* ``p loc:<bucket>``: checkpoint id -> ``<segment id>:<index>:<expiry>`` (a canonical UUID as its 16 bytes in
+  bucket = its first byte, another id as ``:<id>`` in bucket ``s<crc32 % 256>``). A lookup treats a passed
+  expiry as no checkpoint; a save drops the bucket's expired entries once it has doubled since it last did
+  (field ``""`` keeps that count), so storage stays bounded without a key per checkpoint.
+* ``p wsegs:<workflow>``: the workflow's segments by last save (what the listing reads).
+
+A delete removes the location (the chunk stays for the checkpoints after it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import json
 import logging
+import re
 import time
+import zlib
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
 
@@ -17,37 +34,241 @@ from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 from .._expiry import forget_retained
 from .._store import duration_seconds
 from .checkpoint_delta import DeltaSave, StepCacheDeduper
-from .checkpoint_seal import CheckpointSealer
+from .checkpoint_seal import CheckpointSealer, is_sealed, open_chunk
 from .checkpoint_storage import DurableCheckpointStorage, check_allowed_types, check_sealer, encode_body
-from .redis_client import DEFAULT_MAX_CONNECTIONS, DEFAULT_POOL_TIMEOUT_SECONDS, pooled_client, sorted_members
-from .redis_segments import (
-    DELETE_SCRIPT,
-    LIST_SCRIPT,
-    LOAD_SCRIPT,
-    LOCATE_SCRIPT,
-    SAVE_SCRIPT,
-    Opened,
-    listed_heads,
-    location_of,
-    opened_segments,
-    prefix_of,
-)
+from .redis_store import DEFAULT_MAX_CONNECTIONS, DEFAULT_POOL_TIMEOUT_SECONDS, pooled_client
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
     from .._step_cache import StepCacheOffer
 
-logger = logging.getLogger(__name__)
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
-# KEYS[1] = workflow index, KEYS[2] = checkpoint key, ARGV[1] = checkpoint id.
-_DROP_STALE = """
-if redis.call('EXISTS', KEYS[2]) == 0 then redis.call('ZREM', KEYS[1], ARGV[1]) end
+Opened = str | WorkflowCheckpointException  # a chunk as read: its text, or why it was refused
+
+# ARGV[1] = key prefix, ARGV[2] = ttl in ms (0 = none).
+_COMMON = """
+local p = ARGV[1]
+local ttl = tonumber(ARGV[2])
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function located(value, now)
+  local sid, index, expiry = string.match(value, '^(.*):(%d+):(%d*)$')
+  if not sid or #index > 12 or (expiry ~= '' and tonumber(expiry) * 1000 <= now) then return nil, nil end
+  return sid, tonumber(index)
+end
+local function locate(now, bucket, field)
+  local value = redis.pcall('HGET', p .. 'loc:' .. bucket, field)
+  if type(value) ~= 'string' then return nil, nil end
+  return located(value, now)
+end
+local function parents(sid)
+  local raw = redis.pcall('HGET', p .. 'seginfo:' .. sid, 'r')
+  local ok, refs = pcall(cjson.decode, type(raw) == 'string' and raw or '[]')
+  local out = {}
+  if ok and type(refs) == 'table' then
+    for _, ref in ipairs(refs) do
+      if type(ref) == 'table' and type(ref[1]) == 'string' and ref[1] ~= sid and type(ref[2]) == 'number'
+        and ref[2] >= 0 and ref[2] < 1e12 and math.floor(ref[2]) == ref[2] then out[#out + 1] = ref end
+    end
+  end
+  return out
+end
+local function release(sid, keep)
+  local info = p .. 'seginfo:' .. sid
+  if redis.call('HINCRBY', info, 'n', -1) <= 0 and not keep[sid] then
+    local w = redis.call('HGET', info, 'w')
+    redis.call('DEL', info, p .. 'segment:' .. sid)
+    if w then redis.call('ZREM', p .. 'wsegs:' .. w, sid) end
+  end
+end
+local function unmap(key, field, value, keep)
+  redis.call('HDEL', key, field)
+  local sid = string.match(value, '^(.*):%d+:%d*$')
+  if sid then
+    for _, ref in ipairs(parents(sid)) do release(ref[1], keep) end
+    release(sid, keep)
+  end
+end
+local function drop_location(now, bucket, field, keep)
+  local key = p .. 'loc:' .. bucket
+  local value = redis.call('HGET', key, field)
+  if not value then return 0 end
+  unmap(key, field, value, keep)
+  if located(value, now) then return 1 end
+  return 0
+end
+local function prune(key, now, keep)
+  local size = redis.call('HLEN', key)
+  if size <= 64 or size <= 2 * (tonumber(redis.call('HGET', key, '')) or 0) then return end
+  local all = redis.call('HGETALL', key)
+  for i = 1, #all, 2 do
+    if all[i] ~= '' and not located(all[i + 1], now) then unmap(key, all[i], all[i + 1], keep) end
+  end
+  redis.call('HSET', key, '', redis.call('HLEN', key))
+end
+local function drop_hash(id)
+  local key = p .. 'checkpoint:' .. id
+  local name = redis.call('HGET', key, 'workflow_name')
+  local deleted = redis.call('DEL', key)
+  if name then redis.call('ZREM', p .. 'workflow:' .. name, id) end
+  return deleted
+end
+"""
+
+# ARGV: 3 checkpoint id, 4 location field, 5 bucket (``location_of``), 6 workflow name, 7 segment id, 8 chunk,
+# 9 chunks the segment must hold, 10 references (JSON [[segment id, chunk count], ...], own last).
+_SAVE = """
+local sid, index = ARGV[7], tonumber(ARGV[9])
+local refs = cjson.decode(ARGV[10])
+local keep = {}
+for _, ref in ipairs(refs) do
+  local have = redis.call('LLEN', p .. 'segment:' .. ref[1])
+  if ref[1] == sid then
+    if have ~= index then return 0 end
+  elseif have < tonumber(ref[2]) then return 0 end
+  keep[ref[1]] = true
+end
+local now = now_ms()
+drop_location(now, ARGV[5], ARGV[4], keep)
+drop_hash(ARGV[3])
+redis.call('RPUSH', p .. 'segment:' .. sid, ARGV[8])
+if index == 0 then redis.call('HSET', p .. 'seginfo:' .. sid, 'w', ARGV[6], 'r', ARGV[10]) end
+for _, ref in ipairs(refs) do
+  redis.call('HINCRBY', p .. 'seginfo:' .. ref[1], 'n', 1)
+  if ttl > 0 then
+    redis.call('PEXPIRE', p .. 'segment:' .. ref[1], ttl)
+    redis.call('PEXPIRE', p .. 'seginfo:' .. ref[1], ttl)
+  end
+end
+local key = p .. 'loc:' .. ARGV[5]
+local expiry = ''
+if ttl > 0 then expiry = math.floor((now + ttl) / 1000) + 1 end
+redis.call('HSET', key, ARGV[4], sid .. ':' .. index .. ':' .. expiry)
+if index % 8 == 0 then prune(key, now, keep) end
+local segments = p .. 'wsegs:' .. ARGV[6]
+redis.call('ZADD', segments, now, sid)
+if ttl > 0 then
+  if redis.call('PTTL', key) < ttl then redis.call('PEXPIRE', key, ttl) end
+  redis.call('ZREMRANGEBYSCORE', segments, '-inf', '(' .. (now - ttl))
+  redis.call('PEXPIRE', segments, ttl)
+else
+  redis.call('PERSIST', key)
+end
+return 1
+"""
+
+# ARGV: 3 checkpoint id, 4 location field, 5 bucket. Returns 1 when something was deleted.
+_DELETE = """
+local found = drop_location(now_ms(), ARGV[5], ARGV[4], {}) + drop_hash(ARGV[3])
+if found > 0 then return 1 end
 return 0
 """
 
+# A segment's chunks and those of its parents: {own chunks, parent id, count, its chunks, ...}
+# (a key that is no list reads as no chunks, so its checkpoints fail to load rather than the script).
+_READ = """
+local function chunks(sid, last)
+  local found = redis.pcall('LRANGE', p .. 'segment:' .. sid, 0, last)
+  if found.err then return {} end
+  return found
+end
+local function read(sid, last)
+  local out = {chunks(sid, last)}
+  for _, ref in ipairs(parents(sid)) do
+    out[#out + 1] = ref[1]
+    out[#out + 1] = ref[2]
+    out[#out + 1] = ref[2] > 0 and chunks(ref[1], ref[2] - 1) or {}
+  end
+  return out
+end
+"""
+
+# ARGV: 3 checkpoint id, 4 location field, 5 bucket.
+# Returns {0, body} (a whole checkpoint, or nothing) or {1, segment id, index, read(segment id, index)}.
+_LOAD = """
+local sid, index = locate(now_ms(), ARGV[5], ARGV[4])
+if not sid then
+  local body = redis.pcall('HGET', p .. 'checkpoint:' .. ARGV[3], 'body')
+  if type(body) ~= 'string' then return {0, false} end
+  return {0, body}
+end
+return {1, sid, index, read(sid, index)}
+"""
+
+# ARGV: 3 segment id. Returns read(segment id, -1) (one call per segment: none blocks Redis for a workflow).
+_LIST = """
+return read(ARGV[3], -1)
+"""
+
+# ARGV: 3.. location field and bucket of each checkpoint. Returns each one's location, or false.
+_LOCATE = """
+local now = now_ms()
+local out = {}
+for i = 3, #ARGV, 2 do
+  local sid, index = locate(now, ARGV[i + 1], ARGV[i])
+  out[#out + 1] = sid and (sid .. ':' .. index) or false
+end
+return out
+"""
+
+
 DEFAULT_CHECKPOINT_TTL = timedelta(days=7)
-"""How long a :class:`RedisCheckpointStorage` keeps a checkpoint after saving it, by default."""
+
+
+def location_of(checkpoint_id: str) -> tuple[bytes, str]:
+    """A checkpoint id's field and bucket in the location map (a canonical UUID as its 16 bytes)."""
+    if _CANONICAL_UUID.fullmatch(checkpoint_id):  # what str(uuid.uuid4()) gives, so bytes -> text is exact
+        raw = bytes.fromhex(checkpoint_id.replace("-", ""))
+        return raw, str(raw[0])
+    raw = checkpoint_id.encode("utf-8", "surrogatepass")
+    return b":" + raw, f"s{zlib.crc32(raw) & 255}"
+
+
+def _text(value: bytes) -> str:
+    return value.decode("utf-8", "surrogateescape")
+
+
+def _opened_segments(
+    own: str, own_count: int, found: list[Any], sealer: CheckpointSealer | None
+) -> tuple[list[tuple[str, int]], list[list[Opened]]]:
+    """What ``read`` returned for segment ``own``: references (parents first), opened chunks; raises if one is short."""
+    rest = found[1:]
+    refs = [(_text(rest[at]), int(rest[at + 1])) for at in range(0, len(rest) - 2, 3)]
+    lists = [*rest[2::3], found[0]]
+    refs.append((own, own_count))
+    chunks: list[list[Opened]] = []
+    for (segment, count), raws in zip(refs, lists, strict=True):
+        if len(raws) < count or (segment != own and len(raws) != count):
+            raise WorkflowCheckpointException(f"Segment {segment} lost part of its step cache in Redis.")
+        chunks.append([_opened(segment, index, raw, sealer) for index, raw in enumerate(raws)])
+    return refs, chunks
+
+
+def _opened(segment: str, index: int, raw: bytes, sealer: CheckpointSealer | None) -> Opened:
+    """One chunk opened and decoded, or why it was refused (its checkpoints then fail to load with that)."""
+    if sealer is None and is_sealed(raw):
+        return WorkflowCheckpointException(
+            f"A chunk of segment {segment} is sealed, but this storage has no sealer: pass sealer=CheckpointSealer()"
+        )
+    try:
+        return open_chunk(segment, index, raw, sealer)
+    except WorkflowCheckpointException as exc:
+        return exc
+
+
+def _head_id(chunk: Opened) -> str | None:
+    """The checkpoint id a chunk's head names, or None (refused, or no head: its checkpoint is not listed)."""
+    if not isinstance(chunk, str):
+        return None
+    try:
+        checkpoint_id = json.loads(chunk).get("i")
+    except Exception:  # JSONDecodeError, RecursionError, not an object
+        return None
+    return checkpoint_id if isinstance(checkpoint_id, str) else None
 
 
 class RedisCheckpointStorage(DurableCheckpointStorage):
@@ -55,14 +276,10 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
 
     A drop-in for ``FileCheckpointStorage``: give every worker the same Redis and namespace (with a
     :class:`RedisContinuationStore`) and any of them can resume a pause another saved. Bodies are
-    core's checkpoint encoding, decoded under core's allow-list plus ``allowed_checkpoint_types``;
-    a checkpoint that would not decode is refused at :meth:`save`, a stored one that does not makes
-    :meth:`load` raise ``WorkflowCheckpointException`` and :meth:`list_checkpoints` skip it.
-
-    A checkpoint stored whole is the hash ``<namespace>:checkpoint:<id>``, indexed by save time in
-    ``<namespace>:workflow:<name>``; checkpoints of runs this package drives are one chunk each in
-    their run's segment (``_durable/redis_segments.py``). Every key expires ``ttl`` after the last
-    save that wrote it: keep ``ttl`` at least the continuation store's ``ttl + retention``.
+    decoded under core's allow-list plus ``allowed_checkpoint_types``; a checkpoint that would not
+    decode is refused at :meth:`save`, a stored one that does not makes :meth:`load` raise and
+    :meth:`list_checkpoints` skip it. Every key expires ``ttl`` after the last save that wrote it:
+    keep ``ttl`` at least the continuation store's ``ttl + retention``.
 
     Security: core decodes with ``pickle``, so without a ``sealer`` whoever can write these keys can
     run code in your workers (a warning is logged once); with a :class:`CheckpointSealer` every
@@ -71,17 +288,15 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
 
     Args:
         client: A ``redis.asyncio.Redis`` client (the caller owns and closes it), or a URL such as
-            ``"redis://localhost:6379/0"`` (the storage owns the client, with a blocking connection
-            pool; close it with :meth:`aclose`).
+            ``"redis://localhost:6379/0"`` (the storage owns a pooled client; close it with :meth:`aclose`).
 
     Keyword Args:
         namespace: Key prefix, so several applications can share one Redis database.
-        allowed_checkpoint_types: Extra ``"module:QualName"`` types that checkpoints may contain
-            (user dataclasses or pydantic models in request data or state), as for
-            ``FileCheckpointStorage``.
+        allowed_checkpoint_types: Extra ``"module:QualName"`` types that checkpoints may contain, as
+            for ``FileCheckpointStorage``.
         ttl: How long a checkpoint is kept after it is saved (seconds or ``timedelta``), default 7
-            days; ``None`` keeps checkpoints until :meth:`delete` (storage then grows without bound).
-            Give every storage on a namespace the same ``ttl``: a run's keys are shared by its checkpoints.
+            days; ``None`` keeps checkpoints until :meth:`delete`. Give every storage on a namespace the
+            same ``ttl``: a run's keys are shared by its checkpoints.
         max_connections: With a URL: connections in the pool (default 50); more operations wait.
         pool_timeout: With a URL: how long an operation waits for a free connection (default 20 s).
         sealer: Seals every body it saves and opens every body it loads (README "Durable
@@ -105,7 +320,7 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
             )
     """
 
-    logger = logger
+    logger = logging.getLogger(__name__)
     backend = "Redis"
     unreadable = "Checkpoint {checkpoint_id} in Redis cannot be decoded ({error}); it was not loaded."
 
@@ -125,30 +340,22 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
         self._allowed_types = check_allowed_types(allowed_checkpoint_types)
         self.sealer = check_sealer("RedisCheckpointStorage", sealer)
         self.namespace = namespace
+        self._prefix = f"{namespace}:"
         self._ttl_ms = None if ttl is None else max(1, int(duration_seconds(ttl, "ttl") * 1000))
+        self._owns_client = isinstance(client, str)
         if isinstance(client, str):
-            self._client: Any = pooled_client(
+            client = pooled_client(
                 client, max_connections=max_connections, pool_timeout=pool_timeout, owner="RedisCheckpointStorage"
             )
-            self._owns_client = True
-        else:
-            if client.connection_pool.connection_kwargs.get("decode_responses"):
-                raise ValueError("RedisCheckpointStorage needs a client with decode_responses=False (bodies are bytes)")
-            self._client = client
-            self._owns_client = False
-        self._drop_stale: Any = self._client.register_script(_DROP_STALE)
-        self._save_delta: Any = self._client.register_script(SAVE_SCRIPT)
-        self._delete: Any = self._client.register_script(DELETE_SCRIPT)
-        self._load: Any = self._client.register_script(LOAD_SCRIPT)
-        self._list: Any = self._client.register_script(LIST_SCRIPT)
-        self._locate: Any = self._client.register_script(LOCATE_SCRIPT)
+        elif client.connection_pool.connection_kwargs.get("decode_responses"):
+            raise ValueError("RedisCheckpointStorage needs a client with decode_responses=False (bodies are bytes)")
+        self._client: Any = client
+        self._save_delta: Any = client.register_script(_COMMON + _SAVE)
+        self._delete: Any = client.register_script(_COMMON + _DELETE)
+        self._load: Any = client.register_script(_COMMON + _READ + _LOAD)
+        self._list: Any = client.register_script(_COMMON + _READ + _LIST)
+        self._locate: Any = client.register_script(_COMMON + _LOCATE)
         self._deduper = StepCacheDeduper(self._allowed_types, inline_heads=True)
-
-    def _checkpoint_key(self, checkpoint_id: str) -> str:
-        return f"{self.namespace}:checkpoint:{checkpoint_id}"
-
-    def _index_key(self, workflow_name: str) -> str:
-        return f"{self.namespace}:workflow:{workflow_name}"
 
     async def save_with_offer(self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None) -> str:
         """:meth:`save` (its errors), each new step result stored once when ``offer`` fits ``checkpoint``."""
@@ -159,8 +366,8 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
         body = encode_body(checkpoint, self._allowed_types)
         if self.sealer is not None:
             body = self.sealer.seal(body, context=checkpoint.checkpoint_id.encode("utf-8"))
-        key = self._checkpoint_key(checkpoint.checkpoint_id)
-        index = self._index_key(checkpoint.workflow_name)
+        key = f"{self._prefix}checkpoint:{checkpoint.checkpoint_id}"
+        index = f"{self._prefix}workflow:{checkpoint.workflow_name}"
         now_ms = time.time() * 1000
         async with self._client.pipeline(transaction=True) as pipe:
             await self._delete(args=self._args(checkpoint.checkpoint_id), client=pipe)  # queued: the id's old parts
@@ -183,19 +390,27 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
         """
         found = cast("list[Any]", await self._load(args=self._args(checkpoint_id)))
         if int(found[0]) == 1:
-            refs, chunks = opened_segments(found[1], int(found[2]) + 1, found[3], self.sealer)
+            refs, chunks = _opened_segments(_text(found[1]), int(found[2]) + 1, found[3], self.sealer)
             return self._inline(checkpoint_id, refs, chunks)
         if found[1] is None:
             raise WorkflowCheckpointException(f"No checkpoint found with ID {checkpoint_id}")
-        return self._whole(checkpoint_id, _as_bytes(found[1]))
+        return self._whole(checkpoint_id, found[1])
 
     async def list_checkpoints(self, *, workflow_name: str) -> list[WorkflowCheckpoint]:
-        """Return the workflow's checkpoints that still exist and decode (others skipped with a warning).
-
-        Whole ones first, then each segment's in save order, the segments by their last save.
-        """
-        bodies = await self._bodies(workflow_name)
-        loads = [(cid, functools.partial(self._whole, cid, _as_bytes(raw))) for cid, raw in bodies]
+        """Return the workflow's checkpoints that exist and decode (others skipped): whole ones, then segments'."""
+        ids: list[str] = []
+        for member in await self._members(f"{self._prefix}workflow:{workflow_name}"):
+            with contextlib.suppress(UnicodeDecodeError):  # another member was never an id saved here
+                ids.append(member.decode("utf-8"))
+        async with self._client.pipeline(transaction=False) as pipe:
+            for checkpoint_id in ids:
+                pipe.hget(f"{self._prefix}checkpoint:{checkpoint_id}", "body")
+            bodies = cast("list[Any]", await pipe.execute(raise_on_error=False))
+        loads = [
+            (cid, functools.partial(self._whole, cid, body))
+            for cid, body in zip(ids, bodies, strict=True)
+            if isinstance(body, bytes)  # else gone, or a key of another type
+        ]
         return await self._listed(workflow_name, [*loads, *await self._segment_loads(workflow_name)])
 
     async def delete(self, checkpoint_id: str) -> bool:
@@ -204,11 +419,8 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
 
     async def delete_many(self, checkpoint_ids: list[str]) -> int:
         """Delete several checkpoints in one round trip (pipelined scripts); return how many this call deleted."""
-        ids = list(dict.fromkeys(checkpoint_ids))
-        if not ids:
-            return 0
         async with self._client.pipeline(transaction=False) as pipe:
-            for checkpoint_id in ids:
+            for checkpoint_id in dict.fromkeys(checkpoint_ids):
                 await self._delete(args=self._args(checkpoint_id), client=pipe)  # queued
             deleted = cast("list[Any]", await pipe.execute())
         return sum(int(result) for result in deleted)
@@ -219,27 +431,16 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
         if self._owns_client:
             await self._client.aclose()
 
-    async def _bodies(self, workflow_name: str) -> list[tuple[str, Any]]:
-        """Return ``(id, body)`` of the workflow's indexed checkpoints; drop entries whose key is gone."""
-        index = self._index_key(workflow_name)
-        ids = await sorted_members(self._client, index, as_text=True)  # another member was never an id saved here
-        if not ids:
-            return []
-        async with self._client.pipeline(transaction=False) as pipe:
-            for checkpoint_id in ids:
-                pipe.hget(self._checkpoint_key(checkpoint_id), "body")
-            bodies = cast("list[Any]", await pipe.execute(raise_on_error=False))
-        found: list[tuple[str, Any]] = []
-        for checkpoint_id, raw in zip(ids, bodies, strict=True):
-            if raw is None or isinstance(raw, Exception):  # gone (or another type): unless saved again, unindex it
-                await self._drop_stale(keys=[index, self._checkpoint_key(checkpoint_id)], args=[checkpoint_id])
-            else:
-                found.append((checkpoint_id, raw))
-        return found
+    async def _members(self, key: str) -> list[bytes]:
+        """Every member of the sorted set ``key``, oldest first; none when the key holds another type."""
+        from redis.exceptions import ResponseError
 
-    @property
-    def _prefix(self) -> str:
-        return f"{self.namespace}:"
+        try:
+            return cast("list[bytes]", await self._client.zrange(key, 0, -1))
+        except ResponseError as exc:
+            if str(exc).startswith("WRONGTYPE"):
+                return []
+            raise
 
     def _args(self, checkpoint_id: str) -> list[Any]:
         """The scripts' arguments for one checkpoint: prefix, ttl, id, its location field and bucket."""
@@ -247,38 +448,46 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
 
     async def _segment_loads(self, workflow_name: str) -> list[tuple[str, Any]]:
         """A loader for each live checkpoint in the workflow's segments (an id that maps to its chunk), in order."""
-        segments = await sorted_members(self._client, f"{self._prefix}wsegs:{workflow_name}")
+        segments = await self._members(f"{self._prefix}wsegs:{workflow_name}")
         async with self._client.pipeline(transaction=False) as pipe:
-            for segment in segments:
-                await self._list(args=[self._prefix, self._ttl_ms or 0, segment], client=pipe)  # queued
+            for segment_id in segments:
+                await self._list(args=[self._prefix, self._ttl_ms or 0, segment_id], client=pipe)  # queued
             reads = cast("list[Any]", await pipe.execute())
-        candidates = listed_heads(list(zip(segments, reads, strict=True)), self.sealer)
-        if not candidates:
+        heads: list[tuple[str, bytes, Any]] = []  # (id, where the location map must point, its loader)
+        for segment_id, read in zip(segments, reads, strict=True):
+            segment = _text(segment_id)
+            try:
+                refs, chunks = _opened_segments(segment, 0, read, self.sealer)
+            except WorkflowCheckpointException:
+                continue  # a parent lost chunks: nothing in this segment loads
+            for index, chunk in enumerate(chunks[-1]):
+                checkpoint_id = _head_id(chunk)
+                if checkpoint_id is not None:
+                    load = functools.partial(self._inline, checkpoint_id, [*refs[:-1], (segment, index + 1)], chunks)
+                    heads.append((checkpoint_id, f"{segment}:{index}".encode("utf-8", "surrogateescape"), load))
+        if not heads:
             return []
         args: list[Any] = [self._prefix, self._ttl_ms or 0]
-        for head in candidates:
-            args += location_of(head.checkpoint_id)
+        for checkpoint_id, _, _ in heads:
+            args += location_of(checkpoint_id)
         where = cast("list[Any]", await self._locate(args=args))
-        return [
-            (head.checkpoint_id, functools.partial(self._inline, head.checkpoint_id, head.refs, head.chunks))
-            for head, at in zip(candidates, where, strict=True)
-            if at is not None and _as_bytes(at) == head.location.encode("utf-8", "surrogateescape")
-        ]
+        return [(cid, load) for (cid, at, load), found in zip(heads, where, strict=True) if found == at]
 
     def _inline(
         self, checkpoint_id: str, refs: list[tuple[str, int]], chunks: list[list[Opened]]
     ) -> WorkflowCheckpoint:
-        """The checkpoint whose head is the last of ``chunks`` (opened); every failure is core's exception."""
-        return self._assembled_inline(checkpoint_id, refs, prefix_of(chunks, refs[-1][1]))
+        """The checkpoint whose head is the last of ``refs``'s chunks, every one of them opened (else raised)."""
+        picked = [*chunks[:-1], chunks[-1][: refs[-1][1]]]
+        for texts in picked:
+            for opened in texts:
+                if isinstance(opened, WorkflowCheckpointException):
+                    raise opened
+        return self._assembled_inline(checkpoint_id, refs, cast("list[list[str]]", picked))
 
     async def _write_delta(
         self, checkpoint: WorkflowCheckpoint, plan: DeltaSave, head: bytes, chunk: bytes | None
     ) -> bool:
-        """Run ``redis_segments.SAVE_SCRIPT`` once; False (nothing written) when a referenced segment lost chunks."""
+        """Run the save script once; False (nothing written) when a referenced segment lost chunks."""
         args = [*self._args(checkpoint.checkpoint_id), checkpoint.workflow_name, plan.segment, chunk or b""]
         args += [plan.chunk_index, plan.references]
         return bool(int(await self._save_delta(args=args)))
-
-
-def _as_bytes(raw: Any) -> bytes:
-    return raw if isinstance(raw, bytes) else str(raw).encode("utf-8", "surrogatepass")

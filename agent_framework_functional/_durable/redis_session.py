@@ -9,8 +9,8 @@ from datetime import timedelta
 from typing import Any
 
 from .._store import DEFAULT_TTL_SECONDS
-from .redis_client import DEFAULT_MAX_CONNECTIONS, DEFAULT_POOL_TIMEOUT_SECONDS, pooled_client
-from .redis_client import text as as_text
+from .redis_store import DEFAULT_MAX_CONNECTIONS, DEFAULT_POOL_TIMEOUT_SECONDS, pooled_client
+from .redis_store import text as as_text
 from .session_store import (
     DEFAULT_MAX_STORED_SESSIONS,
     DEFAULT_SESSION_PURGE_INTERVAL_SECONDS,
@@ -22,11 +22,10 @@ from .session_store import (
 )
 
 DEFAULT_SESSION_NAMESPACE = "aff:sessions"
-"""The key prefix of a :class:`RedisSessionStore` by default."""
 
 
 class RedisRecords(LimitedRecords):
-    """Records as Redis strings with a Redis TTL, plus one sorted set (key -> expiry) that bounds their number."""
+    """Records as Redis strings with a Redis TTL, plus a sorted set (key -> expiry) that bounds their number."""
 
     def __init__(self, client: Any, *, owns_client: bool, namespace: str, limits: SessionLimits) -> None:
         super().__init__(limits)
@@ -51,21 +50,20 @@ class RedisRecords(LimitedRecords):
             await self.purge()
 
     async def remove(self, group: str, key: str) -> bool:
-        stored = self._key(group, key)
-        async with self.client.pipeline(transaction=True) as pipe:
-            pipe.delete(stored)
-            pipe.zrem(self._index, stored)
-            deleted, _ = await pipe.execute()
-        return int(deleted) == 1
+        return await self._delete([self._key(group, key)]) == 1
 
     async def remove_group(self, group: str) -> int:
         prefix = re.sub(r"([\\*?\[\]^-])", r"\\\1", self.namespace)  # a key prefix, not a glob pattern
-        found = [key async for key in self.client.scan_iter(match=f"{prefix}:{group_key(group)[:32]}:*")]
-        if not found:
+        return await self._delete(
+            [key async for key in self.client.scan_iter(match=f"{prefix}:{group_key(group)[:32]}:*")]
+        )
+
+    async def _delete(self, keys: list[Any]) -> int:
+        if not keys:
             return 0
         async with self.client.pipeline(transaction=True) as pipe:
-            pipe.delete(*found)
-            pipe.zrem(self._index, *found)
+            pipe.delete(*keys)
+            pipe.zrem(self._index, *keys)
             deleted, _ = await pipe.execute()
         return int(deleted)
 
@@ -94,12 +92,9 @@ class RedisRecords(LimitedRecords):
 class RedisSessionStore(DurableSessionStore[RedisRecords]):
     """Core's ``SessionStore`` on Redis: sessions shared by workers on several machines, kept across restarts.
 
-    Each session is a Redis string of JSON with a Redis TTL of ``ttl``; a sorted set
-    ``<namespace>:index`` bounds their number (trimmed at most once per ``purge_interval``). Writes are
-    last-writer-wins. A write lost in a Redis crash loses that turn (its token), never grants a second
-    resume, so Redis's default persistence is acceptable here.
-
-    Needs the ``redis`` package (``pip install "agent-framework-functional[durable]"``).
+    Each session is a Redis string of JSON expiring ``ttl`` after its last write (last writer wins); a
+    sorted set ``<namespace>:index`` bounds their number. A write lost in a Redis crash loses that turn,
+    never grants a second resume, so Redis's default persistence is enough. Needs the ``durable`` extra.
 
     Args:
         client: A ``redis.asyncio.Redis`` client (the caller owns and closes it), or a URL such as

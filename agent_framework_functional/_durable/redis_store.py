@@ -1,34 +1,36 @@
-"""RedisContinuationStore: a continuation store for several machines (``redis`` asyncio client)."""
+"""RedisContinuationStore, and the Redis client the Redis stores build from a URL (a pooled client, retried once)."""
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import itertools
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from .._errors import ContinuationStoreDurabilityError
 from .._store import DEFAULT_RETENTION_SECONDS, DEFAULT_TTL_SECONDS, ContinuationRecord, TimedStore, duration_seconds
-from .redis_client import (
-    DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_POOL_TIMEOUT_SECONDS,
-    DURABILITY_ADVICE,
-    RedisDurabilityMode,
-    pooled_client,
-    probe_durability,
-    text,
-)
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
 RedisDurability = Literal["fsync", "best_effort"]
-"""What a :class:`RedisContinuationStore` demands of Redis persistence (its ``durability=`` argument)."""
-
+RedisDurabilityMode = Literal["appendfsync_always", "waitaof", "best_effort"]
 DEFAULT_WAITAOF_TIMEOUT_SECONDS = 5.0
-"""How long a store in ``waitaof`` mode waits for Redis to confirm a write reached its disk."""
+DEFAULT_MAX_CONNECTIONS = 50
+DEFAULT_POOL_TIMEOUT_SECONDS = 20.0
+
+DURABILITY_ADVICE = (
+    "Configure Redis to fsync every write to its append-only file (redis.conf: 'appendonly yes' and "
+    "'appendfsync always', or CONFIG SET appendonly yes / CONFIG SET appendfsync always then CONFIG REWRITE, "
+    "since a restart forgets what CONFIG SET alone changed), or run Redis 7.2 or "
+    "newer with 'appendonly yes' so the store can confirm each write with WAITAOF. To accept that a Redis crash "
+    "can lose claims (a spent token could then resume a second time), pass durability='best_effort' to "
+    "RedisContinuationStore."
+)
 
 # KEYS[1] = record key. ARGV = now, new status, expiry horizon, claimer ('' for none).
 # Compare-and-set on status == issued. A claim retried after a lost reply finds its own claim (same
@@ -44,9 +46,8 @@ return 1
 
 # KEYS[1] = record key. ARGV = now, claimer. Compare-and-set on status == claimed by this claimer.
 _RELEASE = """
-if redis.call('HGET', KEYS[1], 'status') ~= 'claimed' then return 0 end
-local claimer = redis.call('HGET', KEYS[1], 'claimed_by')
-if not claimer or claimer == '' or claimer ~= ARGV[2] then return 0 end
+if ARGV[2] == '' or redis.call('HGET', KEYS[1], 'status') ~= 'claimed' then return 0 end
+if redis.call('HGET', KEYS[1], 'claimed_by') ~= ARGV[2] then return 0 end
 redis.call('HSET', KEYS[1], 'status', 'issued', 'updated_at', ARGV[1], 'claimed_by', '')
 return 1
 """
@@ -73,43 +74,148 @@ return 1
 """
 
 
+def pooled_client(
+    url: str,
+    *,
+    max_connections: int,
+    pool_timeout: float | timedelta,
+    owner: str,
+    on_connect: Callable[[Any], Awaitable[None]] | None = None,
+) -> Any:
+    """A client for ``url`` on a ``BlockingConnectionPool``; a command failing with a connection error is retried once.
+
+    Every command sent must be safe to run again; ``on_connect`` is redis-py's ``redis_connect_func``. Raises
+    what the stores list for ``max_connections``, ``pool_timeout`` and a missing ``redis`` package.
+    """
+    if isinstance(max_connections, bool) or not isinstance(max_connections, int) or max_connections < 1:  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise ValueError(f"max_connections must be a positive integer, got {max_connections!r}.")
+    wait = duration_seconds(pool_timeout, "pool_timeout")
+    try:
+        from redis.asyncio import BlockingConnectionPool, Redis
+        from redis.asyncio.retry import Retry
+        from redis.backoff import NoBackoff
+        from redis.exceptions import ConnectionError as RedisConnectionError
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            f"{owner} needs the 'redis' package: pip install 'agent-framework-functional[durable]'."
+        ) from exc
+    options: dict[str, Any] = {"retry": Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,))}
+    if on_connect is not None:
+        options["redis_connect_func"] = on_connect
+    pool = BlockingConnectionPool.from_url(url, max_connections=max_connections, timeout=wait, **options)  # pyright: ignore[reportUnknownMemberType]
+    pool.connection_class = timed_send_class(pool.connection_class)  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
+    return Redis.from_pool(pool)  # pyright: ignore[reportUnknownMemberType]
+
+
+_TIMED_SEND: dict[type, type] = {}
+
+
+def timed_send_class(connection_class: type) -> type:
+    """``connection_class`` writing under ``asyncio.timeout``, not redis-py's ``wait_for`` (a task per write).
+
+    About 12% less CPU per step with ``RedisCheckpointStorage`` (``benchmarks/README.md``); Python 3.11+.
+    """
+    if sys.version_info < (3, 11):
+        return connection_class
+    found = _TIMED_SEND.get(connection_class)
+    if found is None:
+        found = _TIMED_SEND[connection_class] = type(
+            f"TimedSend{connection_class.__name__}", (_TimedSendMixin, connection_class), {}
+        )
+    return found
+
+
+class _TimedSendMixin:
+    socket_timeout: float | None
+
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        timeout = self.socket_timeout
+        if not timeout:
+            return await super().send_packed_command(command, check_health)  # type: ignore[misc]  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType]
+        from redis.exceptions import TimeoutError as RedisTimeoutError
+
+        try:
+            async with asyncio.timeout(timeout):  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType]
+                self.socket_timeout = None  # redis-py then writes directly (it disconnects on any error)
+                try:
+                    await super().send_packed_command(command, check_health)  # type: ignore[misc]  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType]
+                finally:
+                    self.socket_timeout = timeout
+        except TimeoutError:
+            raise RedisTimeoutError("Timeout writing to socket") from None
+
+
+def text(value: Any) -> str:
+    """A Redis reply value (``bytes`` or ``str``) as text."""
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+async def probe_durability(execute: Callable[..., Awaitable[Any]], waitaof_timeout_ms: int) -> RedisDurabilityMode:
+    """How the server behind ``execute`` (a client, or a new connection) keeps writes; raises if it could lose them."""
+    from redis.exceptions import ResponseError
+
+    try:
+        config: Any = await execute("CONFIG", "GET", "append*")
+    except ResponseError:  # CONFIG renamed away (unknown command) or denied by an ACL (NOPERM)
+        settings: dict[str, str] | None = None
+    else:
+        flat: list[Any] = (
+            list(itertools.chain(*cast("dict[Any, Any]", config).items())) if isinstance(config, dict) else config
+        )
+        settings = {text(name): text(value) for name, value in zip(flat[::2], flat[1::2], strict=True)}
+    if settings is not None:
+        appendonly, appendfsync = settings.get("appendonly"), settings.get("appendfsync")
+        if appendonly == "yes" and appendfsync == "always":
+            return "appendfsync_always"
+        if appendonly != "yes":
+            raise ContinuationStoreDurabilityError(
+                f"Redis runs with appendonly={appendonly!r}, so it persists writes at best in periodic "
+                "snapshots: a crash or restart loses every claim since the last one, and a spent token could "
+                "resume twice. "
+                f"{DURABILITY_ADVICE}"
+            )
+    found = "CONFIG is not available to this client" if settings is None else "appendfsync is not 'always'"
+    try:
+        reply = await execute("WAITAOF", 1, 0, waitaof_timeout_ms)
+    except ResponseError as exc:
+        raise ContinuationStoreDurabilityError(
+            f"Cannot tell whether Redis keeps writes through a crash ({found}), and WAITAOF failed: {exc}. "
+            f"{DURABILITY_ADVICE}"
+        ) from exc
+    if int(reply[0]) < 1:
+        raise ContinuationStoreDurabilityError(
+            f"Redis did not confirm a local fsync with WAITAOF within {waitaof_timeout_ms} ms ({found}). "
+            f"{DURABILITY_ADVICE}"
+        )
+    return "waitaof"
+
+
 class RedisContinuationStore(TimedStore):
     """A :class:`ContinuationStore` on Redis, for workers on several machines.
 
-    Each record is one hash under ``<namespace>:<token hash>`` with a Redis TTL of ``ttl +
-    retention``; save, claim, release and abandon are each one Lua script on one key (atomic, and
-    fine on Redis Cluster), so exactly one claimer wins. Expiry is judged by this process's clock
-    (keep workers' clocks in sync). Use a store from one event loop.
+    Each record is one hash ``<namespace>:<token hash>`` expiring ``ttl + retention`` after its pause;
+    each write is one Lua script on one key, so exactly one claimer wins. Expiry is judged by this
+    process's clock. Use a store from one event loop. Needs the ``durable`` extra.
 
     **Durability** (README "Durable continuations"): a claim Redis forgets in a crash makes a spent
     token resumable again, so with ``durability="fsync"`` every new connection and the first write
     check that Redis fsyncs what it acknowledges (``appendfsync always``, else ``WAITAOF`` after
-    each write on Redis 7.2+), and every write is refused otherwise. ``"best_effort"`` keeps
-    whatever the server's persistence keeps. With a URL, a command failing with a connection error
-    is retried once on a fresh connection (safe: a retried claim recognises its own claimer).
-
-    Needs the ``redis`` package (``pip install "agent-framework-functional[durable]"``).
+    each write on Redis 7.2+), and every write is refused otherwise.
 
     Args:
-        client: A ``redis.asyncio.Redis`` client (the caller owns and closes it, and chooses its
-            connection pool), or a URL such as ``"redis://localhost:6379/0"`` (the store owns the
-            client, with a blocking connection pool; close it with :meth:`aclose`).
+        client: A ``redis.asyncio.Redis`` client (the caller owns and closes it), or a URL such as
+            ``"redis://localhost:6379/0"`` (the store owns a pooled client; close it with :meth:`aclose`).
 
     Keyword Args:
         ttl: How long a token is accepted after its pause (seconds or ``timedelta``); default 24 hours.
-        retention: How long Redis keeps a record after it expires (seconds or ``timedelta``);
-            default 24 hours.
+        retention: How long Redis keeps a record after it expires; default 24 hours.
         namespace: Key prefix, so several applications can share one Redis database.
         clock: Seconds since the epoch; defaults to ``time.time``.
         durability: ``"fsync"`` (default): refuse to write unless Redis keeps every acknowledged
-            write through a crash (see above). ``"best_effort"``: accept the server's persistence
-            as it is.
-        max_connections: With a URL: connections in the store's pool (default 50). More concurrent
-            operations wait for a free connection instead of failing.
-        pool_timeout: With a URL: how long an operation waits for a free connection (seconds or
-            ``timedelta``, default 20 s) before it fails with ``redis.ConnectionError``.
-        waitaof_timeout: How long each write waits for Redis to confirm its fsync in ``waitaof``
-            mode (seconds or ``timedelta``, default 5 s).
+            write through a crash. ``"best_effort"``: accept the server's persistence as it is.
+        max_connections: With a URL: connections in the store's pool (default 50); more operations wait.
+        pool_timeout: With a URL: how long an operation waits for a free connection (default 20 s).
+        waitaof_timeout: How long a write waits for ``WAITAOF`` in ``waitaof`` mode (default 5 s).
 
     Raises:
         ImportError: The ``redis`` package is not installed.
@@ -150,35 +256,38 @@ class RedisContinuationStore(TimedStore):
         self._mode: RedisDurabilityMode | None = "best_effort" if durability == "best_effort" else None
         self._check_lock = asyncio.Lock()
         on_connect = None if durability == "best_effort" else self._check_connection
+        self._owns_client = isinstance(client, str)
         if isinstance(client, str):
-            self._client: Any = pooled_client(
+            client = pooled_client(
                 client,
                 max_connections=max_connections,
                 pool_timeout=pool_timeout,
                 owner="RedisContinuationStore",
                 on_connect=on_connect,
             )
-            self._owns_client = True
-        else:
-            self._client = client
-            self._owns_client = False
-            if on_connect is not None:
-                self._install_check(client)
-        self._transition_script: Any = self._client.register_script(_TRANSITION)
-        self._insert_script: Any = self._client.register_script(_INSERT)
-        self._release_script: Any = self._client.register_script(_RELEASE)
-        self._supersede_script: Any = self._client.register_script(_SUPERSEDE)
+        elif on_connect is not None:  # after the caller's own hook, on every connection its pool opens from now on
+            kwargs: dict[str, Any] = client.connection_pool.connection_kwargs
+            previous = kwargs.get("redis_connect_func")
+
+            async def check(connection: Any) -> None:  # async def: redis-py awaits only a coroutine function
+                await self._check_connection(connection, previous)
+
+            kwargs["redis_connect_func"] = check
+        self._client: Any = client
+        self._transition_script: Any = client.register_script(_TRANSITION)
+        self._insert_script: Any = client.register_script(_INSERT)
+        self._release_script: Any = client.register_script(_RELEASE)
+        self._supersede_script: Any = client.register_script(_SUPERSEDE)
 
     async def check_durability(self) -> RedisDurabilityMode:
         """Check once that Redis keeps every acknowledged write through a crash; return how.
 
-        Every write calls it first; a success is remembered until a new connection's check fails, a
-        failure is repeated on the next write. Call it at start-up to fail early.
+        Every write calls it first (a success is remembered until a new connection's check fails);
+        call it at start-up to fail early.
 
         Returns:
-            ``"appendfsync_always"`` (the server fsyncs each write before replying),
-            ``"waitaof"`` (each write is confirmed with ``WAITAOF``), or ``"best_effort"`` (the
-            store was built with ``durability="best_effort"``: nothing was checked).
+            ``"appendfsync_always"``, ``"waitaof"`` (each write confirmed with ``WAITAOF``), or
+            ``"best_effort"`` (``durability="best_effort"``: nothing was checked).
 
         Raises:
             ContinuationStoreDurabilityError: With ``durability="fsync"``: AOF is off, or Redis
@@ -193,21 +302,8 @@ class RedisContinuationStore(TimedStore):
                 self._mode = await probe_durability(self._client.execute_command, self._waitaof_timeout_ms)
             return self._mode
 
-    def _install_check(self, client: Any) -> None:
-        """Check persistence on every connection the caller's pool opens from now on (after its own hook).
-
-        ``check`` must be an ``async def``: redis-py awaits the hook only when it is a coroutine function.
-        """
-        kwargs: dict[str, Any] = client.connection_pool.connection_kwargs
-        previous = kwargs.get("redis_connect_func")
-
-        async def check(connection: Any) -> None:
-            await self._check_connection(connection, previous)
-
-        kwargs["redis_connect_func"] = check
-
     async def _check_connection(self, connection: Any, previous: Any = None) -> None:
-        """redis-py's ``redis_connect_func``: set up a new connection, then check persistence on it (closed if weak)."""
+        """redis-py's ``redis_connect_func``: set a new connection up, then probe it (closed if weak)."""
         if previous is None:
             await connection.on_connect()
         else:
@@ -229,12 +325,8 @@ class RedisContinuationStore(TimedStore):
     def _key(self, token_hash: str) -> str:
         return f"{self.namespace}:{token_hash}"
 
-    def _checkpoint_key(self, checkpoint_id: str) -> str:
-        """The index key: checkpoint id -> token hash of the pause saved in it (expires with the record)."""
-        return f"{self.namespace}:checkpoint:{checkpoint_id}"
-
     async def save(self, record: ContinuationRecord) -> None:
-        """Insert a freshly issued record and, same round trip, its checkpoint index (for :meth:`supersede`).
+        """Insert a freshly issued record and, same round trip, its checkpoint's index (for :meth:`supersede`).
 
         Raises:
             ValueError: A record with this hash exists already.
@@ -246,13 +338,13 @@ class RedisContinuationStore(TimedStore):
         args: list[str | int] = [physical_ttl_ms]
         for name, value in fields.items():
             args.extend((name, value))
-        index = (self._checkpoint_key(record.checkpoint_id), record.token_hash, physical_ttl_ms)
+        index = (self._key(f"checkpoint:{record.checkpoint_id}"), record.token_hash, physical_ttl_ms)
         inserted = await self._write(self._insert_script, self._key(record.token_hash), args, "record", index=index)
         if not int(inserted):
             raise ValueError("A continuation with this token hash is already recorded; issue a new token.")
 
     async def get(self, token_hash: str) -> ContinuationRecord | None:
-        """Return the record for ``token_hash`` (any status), or None; never mutates."""
+        """Return the record for ``token_hash`` (any status), or None."""
         raw = cast("dict[Any, Any]", await self._client.hgetall(self._key(token_hash)))
         if not raw:
             return None
@@ -284,7 +376,7 @@ class RedisContinuationStore(TimedStore):
         Raises:
             ContinuationStoreDurabilityError: Redis cannot keep the change through a crash.
         """
-        token_hash = await self._client.get(self._checkpoint_key(checkpoint_id))
+        token_hash = await self._client.get(self._key(f"checkpoint:{checkpoint_id}"))
         if token_hash is None:
             return True
         args = [repr(self.now()), checkpoint_id, repr(since)]
@@ -307,13 +399,12 @@ class RedisContinuationStore(TimedStore):
 
     async def _transition(self, token_hash: str, status: str, now: float, horizon: float, claimer: str) -> bool:
         args = [repr(now), status, repr(horizon), claimer]
-        changed = await self._write(self._transition_script, self._key(token_hash), args, status)
-        return bool(int(changed))
+        return bool(int(await self._write(self._transition_script, self._key(token_hash), args, status)))
 
     async def _write(
         self, script: Any, key: str, args: list[Any], what: str, *, index: tuple[str, str, int] | None = None
     ) -> Any:
-        """Run one write script (and an index ``SET``, same round trip); in ``waitaof`` mode confirm with WAITAOF."""
+        """Run one write script (and the index ``SET``, same round trip), confirmed with WAITAOF in that mode."""
         waitaof = await self.check_durability() == "waitaof"
         if not waitaof and index is None:
             return await script(keys=[key], args=args)
@@ -328,7 +419,6 @@ class RedisContinuationStore(TimedStore):
             pipe.execute_command("WAITAOF", 1, 0, self._waitaof_timeout_ms)
             try:
                 *replies, acknowledged = await pipe.execute()
-                result = replies[0]
             except ResponseError as exc:
                 if "WAITAOF" not in str(exc).upper():
                     raise
@@ -342,4 +432,4 @@ class RedisContinuationStore(TimedStore):
                 "append-only file, so it could be lost in a crash; the operation counts as failed. Check the "
                 "Redis server's disk, or raise waitaof_timeout."
             )
-        return result
+        return replies[0]

@@ -27,7 +27,7 @@ from test_checkpoint_seal import _from_dict_hijack_pickle, _pickled, _posix_path
 
 from agent_framework_functional import CheckpointSealer, RedisCheckpointStorage, workflow
 from agent_framework_functional._durable.checkpoint_seal import chunk_context, is_sealed
-from agent_framework_functional._durable.redis_segments import location_of
+from agent_framework_functional._durable.redis_checkpoint import location_of
 from agent_framework_functional._step_cache import StepCacheOffer
 
 KEY = secrets.token_bytes(32)

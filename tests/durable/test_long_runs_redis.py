@@ -268,10 +268,12 @@ async def test_every_key_of_a_long_run_expires_with_ttl(redis_url: str, client: 
 async def test_a_bucket_that_keeps_being_written_drops_its_expired_locations(
     redis_url: str, client: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from agent_framework_functional._durable import redis_checkpoint, redis_segments
+    from agent_framework_functional._durable import redis_checkpoint
+
+    location_of = redis_checkpoint.location_of
 
     def one_bucket(checkpoint_id: str) -> tuple[bytes, str]:
-        return redis_segments.location_of(checkpoint_id)[0], "0"
+        return location_of(checkpoint_id)[0], "0"
 
     monkeypatch.setattr(redis_checkpoint, "location_of", one_bucket)
     namespace = f"prune-{uuid.uuid4().hex}"

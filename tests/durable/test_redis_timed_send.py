@@ -1,7 +1,7 @@
 """Redis clients built from a URL time their writes with ``asyncio.timeout``: same timeout, same error, no task.
 
 redis-py wraps each write in ``asyncio.wait_for`` (a task per command, which core's task factory also
-tracks inside a workflow run); ``_durable.redis_client.timed_send_class`` keeps the timeout without the task.
+tracks inside a workflow run); ``_durable.redis_store.timed_send_class`` keeps the timeout without the task.
 A peer that accepts the connection but never reads makes the write (and the handshake) hang.
 """
 
@@ -16,7 +16,7 @@ import pytest
 from durable_support import RedisServer
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from agent_framework_functional._durable.redis_client import pooled_client
+from agent_framework_functional._durable.redis_store import pooled_client
 
 
 @pytest.fixture
