@@ -1,8 +1,4 @@
-"""The executor of :func:`~agent_framework_functional.hosting.a2a.a2a_app`: runs one message of an A2A task.
-
-A pause is a task in ``input-required`` whose status message carries the request as a data part; an answer on
-that task resumes the workflow; the session of each A2A context lives in a session store.
-"""
+"""The executor of ``a2a_app``: each message of an A2A task a :class:`Turn` of its context's session."""
 
 from __future__ import annotations
 
@@ -41,8 +37,6 @@ TERMINAL = frozenset(
 _BUSY = "Another task of this context is running; send this message again when it ends."
 HOST_KEY = "a2a_host"  # session.state entry of this host: the task that holds the pause, the messages it ran
 _HANDLED_KEPT = 64  # message ids kept per paused task: a retried message must not answer the next pause
-
-
 _ANSWERING = (
     "Task {} cannot be cancelled: an answer to its pause is running, and the task ends with that answer's "
     "outcome (read it with tasks/get)."
@@ -50,7 +44,7 @@ _ANSWERING = (
 
 
 def _note(session: AgentSession | None) -> dict[str, Any]:
-    """This host's entry in ``session``: the task that holds the pause, the messages it ran, when it paused."""
+    """This host's entry in ``session``: the task holding the pause, the messages it ran, when it paused."""
     return cast(dict[str, Any], session.state.get(HOST_KEY) or {}) if session is not None else {}
 
 
@@ -69,7 +63,7 @@ def replayed(message: A2AMessage, task_id: str) -> str:
 
 @dataclass
 class _Attempt:
-    """One message run on a task: what the outcome paths need."""
+    """One message run on a task."""
 
     message: A2AMessage
     task_id: str
@@ -81,27 +75,22 @@ class _Attempt:
 
 
 class FunctionalA2AExecutor(AgentExecutor):
-    """Runs a FunctionalWorkflowAgent for ``a2a-sdk``: pauses become ``input-required`` tasks.
-
-    Each context's session lives in ``session_store`` under ``a2a:context:<context id>``.
-    """
+    """Runs a FunctionalWorkflowAgent for ``a2a-sdk``; a context's session is stored at ``a2a:context:<id>``."""
 
     def __init__(
         self, agent: FunctionalWorkflowAgent, *, session_store: SessionStore | None, text_answers: bool
     ) -> None:
         super().__init__()
         self.agent = agent
-        self.turns = Turns(agent, session_store)  # one run per context (per process), its session read and written
+        self.turns = Turns(agent, session_store)
         self.session_store = self.turns.session_store
         self.text_answers = text_answers
-        # the handler's task store (set by it): a pause on a task that ended is stale
         self.task_store: TaskStore | VersionedTaskStore | None = None
 
     async def waits_on(self, session: AgentSession | None, context: ServerCallContext) -> str | None:
-        """The task whose pause ``session``'s context waits on, or None (none, or that task has ended).
+        """The task whose pause ``session``'s context waits on; None when none, or when that task ended.
 
-        A task that ended (failed, cancelled) cannot be answered, so its pause must not hold the context: the
-        session write that would clear it can be lost (a store outage after the run).
+        An ended task cannot be answered: its pause must not hold the context (the write clearing it may be lost).
         """
         paused_on = _note(session).get("task_id")
         if not paused_on or self.task_store is None:
@@ -115,12 +104,8 @@ class FunctionalA2AExecutor(AgentExecutor):
         """The session store key of one A2A context."""
         return f"a2a:context:{context_id}"
 
-    async def session_for(self, context_id: str) -> AgentSession | None:
-        """The stored session of ``context_id`` (None: the context never ran here)."""
-        return await self.session_store.get(self.session_key(context_id))
-
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
-        """Run one message of a task: start the workflow, or answer its pause; publish the task's new state."""
+        """Run one message of a task (start the workflow, or answer its pause); publish the task's new state."""
         task = context.current_task
         if task is not None and task.status.state in (*TERMINAL, TaskState.TASK_STATE_WORKING):
             return  # queued on a task that ended meanwhile, or whose answer another worker runs: it must not run
@@ -189,11 +174,10 @@ class FunctionalA2AExecutor(AgentExecutor):
         return False
 
     def _a2a_to_run(self, attempt: _Attempt) -> Any:
-        """The agent's input: the answers to the pause the task waits on, or the message's text.
+        """The agent's input: the message's text, or its answers to the pause the task waits on.
 
         Raises:
-            ContinuationAuthorityError: The pause is past the agent's ``continuation_ttl`` (a sweep may have
-                dropped it already, so its requests are not known here to read an answer without ``request_id``).
+            ContinuationAuthorityError: The pause is past the agent's ``continuation_ttl``.
         """
         if not attempt.answering:
             return get_message_text(attempt.message)
@@ -255,13 +239,7 @@ class FunctionalA2AExecutor(AgentExecutor):
     async def release_dropped(
         self, session: AgentSession | None, task_id: str, context_id: str, context: ServerCallContext
     ) -> bool:
-        """Abandon the pause of a waiting task the task store no longer has (dropped past its bound).
-
-        Nobody can answer that pause (its task is not found), so new input on its context must not wait for it.
-
-        Returns:
-            True when the pause was released (or was gone already); False while the task exists or an answer runs.
-        """
+        """Abandon the pause of a waiting task the task store dropped (nobody can answer it): True when released."""
         if session is None or self.task_store is None or await self.task_store.get(task_id, context) is not None:
             return False
         try:
@@ -274,11 +252,10 @@ class FunctionalA2AExecutor(AgentExecutor):
         return True
 
     async def before_cancel(self, task: Task) -> None:
-        """Abandon the pause ``task`` holds before a2a-sdk cancels it; refuse while an answer to it runs.
+        """Abandon the pause ``task`` holds before a2a-sdk cancels it.
 
         Raises:
-            TaskNotCancelableError: An answer to the task's pause runs (on any worker): the task ends with its
-                outcome, never cancelled first.
+            TaskNotCancelableError: An answer to the task's pause runs (on any worker): the task ends with its outcome.
         """
         key = self.session_key(task.context_id)
         session = await self.session_store.get(key)
@@ -296,6 +273,6 @@ class FunctionalA2AExecutor(AgentExecutor):
         await self._free_context(session, key)
 
     async def _free_context(self, session: AgentSession, key: str) -> None:
-        """Drop the note of the pause ``session`` kept and write the session: its context takes new input."""
+        """Drop the note of the pause ``session`` kept and write it: its context takes new input."""
         session.state.pop(HOST_KEY, None)
         await self.session_store.set(key, session)

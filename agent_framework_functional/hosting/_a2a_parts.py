@@ -51,13 +51,12 @@ def message_answers(
 ) -> list[Content]:
     """The agent's answer contents for an A2A message sent on a task in ``input-required``.
 
-    A data part ``{"request_id": <id>, "answer": <JSON value>}`` answers that request (``request_id`` may be
-    left out while one request is pending); with ``text_answers``, a text part answers the one pending
-    request (a ``bool`` one takes a word of :data:`BOOL_WORDS`).
+    A data part ``{"request_id": <id>, "answer": <JSON value>}`` answers that request (``request_id`` may be left
+    out while one request is pending); with ``text_answers``, a text part answers the one pending request.
 
     Raises:
-        ResponseMismatchError: A part of another kind, a data part of another shape, text when not
-            allowed, or a value the request's type refuses (the message says what to send).
+        ResponseMismatchError: A part of another kind or shape, text when not allowed, or a value the request's
+            type refuses (the message says what to send).
     """
     if not pending:  # kept by the continuation store (another worker): the agent's run checks the answers
         return _blind_answers(message)
@@ -95,17 +94,15 @@ def _blind_answers(message: A2AMessage) -> list[Content]:
     """The answers of a message checked for shape only (the pause is held elsewhere)."""
     if not message.parts:
         raise ResponseMismatchError("The message carries no answer; the task is still waiting for input.")
-    return [_blind_answer(part) for part in message.parts]
-
-
-def _blind_answer(part: Part) -> Content:
-    data = _json_value(MessageToDict(part.data)) if part.WhichOneof("content") == "data" else None
-    if not isinstance(data, dict) or not {"request_id", ANSWER_FIELD} <= data.keys():
-        raise ResponseMismatchError(
-            'Answer with data parts {"request_id": <id>, "answer": <value>}; the task is still waiting for input.'
-        )
-    body = cast(dict[str, Any], data)
-    return value_result(str(body["request_id"]), body[ANSWER_FIELD])
+    answers: list[Content] = []
+    for part in message.parts:
+        data = _json_value(MessageToDict(part.data)) if part.WhichOneof("content") == "data" else None
+        if not isinstance(data, dict) or not {"request_id", ANSWER_FIELD} <= data.keys():
+            raise ResponseMismatchError(
+                'Answer with data parts {"request_id": <id>, "answer": <value>}; the task is still waiting for input.'
+            )
+        answers.append(value_result(str(cast(dict[str, Any], data)["request_id"]), data[ANSWER_FIELD]))
+    return answers
 
 
 def request_part(content: Content) -> Part:

@@ -1,4 +1,4 @@
-"""The task stores of ``a2a_app``: a finished task stays finished, and the default store keeps a bounded number."""
+"""The task stores of ``a2a_app``: a finished task stays finished; the default store is bounded."""
 
 from __future__ import annotations
 
@@ -14,8 +14,7 @@ from a2a.types import ListTasksRequest, ListTasksResponse, Task
 
 from ._a2a_executor import TERMINAL
 
-DEFAULT_MAX_TASKS = 10_000
-"""Tasks the default in-memory task store keeps at most; more drop the least recently written, finished first."""
+DEFAULT_MAX_TASKS = 10_000  # tasks BoundedTaskStore keeps at most by default
 
 _OWNER = "a2a_task_owner"  # ServerCallContext.state entry: the owner a bounded store's own deletes act for
 
@@ -25,16 +24,13 @@ class FinalTaskStore(TaskStore):
 
     A save over a finished task raises ``ConcurrentTaskModificationError`` (``a2a-sdk`` then reports the final
     state). The check reads before it writes: it closes the race a run loses by seconds, not microseconds.
-
-    Args:
-        store: The store written through (shared by the workers).
     """
 
     def __init__(self, store: TaskStore) -> None:
         self.store = store
 
     async def save(self, task: Task, context: ServerCallContext) -> None:
-        """Save ``task`` unless the stored one has ended (saving the same ended task again changes nothing)."""
+        """Save ``task`` unless the stored one has ended (the same ended task again is a no-op)."""
         stored = await self.store.get(task.id, context)
         if stored is not None and stored.status.state in TERMINAL:
             if stored == task:
@@ -56,13 +52,12 @@ class FinalTaskStore(TaskStore):
 
 
 def _owner(context: ServerCallContext) -> str:
-    """The owner of a task: the one a bounded store's own delete names, else ``a2a-sdk``'s user scope."""
     named = context.state.get(_OWNER)
     return named if isinstance(named, str) else resolve_user_scope(context)
 
 
 class BoundedTaskStore(FinalTaskStore):
-    """``a2a-sdk``'s ``InMemoryTaskStore``, bounded: what ``a2a_app`` keeps tasks in when given no store.
+    """``a2a-sdk``'s ``InMemoryTaskStore``, bounded: ``a2a_app``'s default task store.
 
     A finished task is dropped ``ttl`` seconds after its last write, an unfinished one ``2 * ttl`` after it (its
     pause expired by then). Past ``max_tasks`` the least recently written go, finished ones first.
@@ -91,8 +86,7 @@ class BoundedTaskStore(FinalTaskStore):
         """Save ``task`` (unless it has ended), then drop what expired or exceeds ``max_tasks``."""
         await super().save(task, context)
         key = (_owner(context), task.id)
-        self.finished.pop(key, None)
-        self.open.pop(key, None)
+        self._forget(key)
         now = self.clock()
         (self.finished if task.status.state in TERMINAL else self.open)[key] = now
         await self._sweep(now)
@@ -111,9 +105,7 @@ class BoundedTaskStore(FinalTaskStore):
 
     async def delete(self, task_id: str, context: ServerCallContext) -> None:
         """Delete the task."""
-        key = (_owner(context), task_id)
-        self.finished.pop(key, None)
-        self.open.pop(key, None)
+        self._forget((_owner(context), task_id))
         await super().delete(task_id, context)
 
     async def purge_expired(self) -> int:
@@ -121,6 +113,10 @@ class BoundedTaskStore(FinalTaskStore):
         kept = len(self)
         await self._sweep(self.clock())
         return kept - len(self)
+
+    def _forget(self, key: tuple[str, str]) -> None:
+        self.finished.pop(key, None)
+        self.open.pop(key, None)
 
     async def _sweep(self, now: float) -> None:
         for kept, lifetime in ((self.finished, self.ttl), (self.open, 2 * self.ttl)):

@@ -1,8 +1,4 @@
-"""The Responses route's error answers: which errors are the client's doing, and the JSON body that says so.
-
-:func:`refusal_for` maps each error the agent raises on purpose to a refusal, a store failure to 503;
-anything else is not the client's doing: the route answers 500 without details.
-"""
+"""The Responses route's errors: one the agent raises on purpose is a refusal, a store's a 503, others a 500."""
 
 from __future__ import annotations
 
@@ -22,9 +18,7 @@ from .._errors import (
 )
 from ._responses_input import ResponsesRequest
 
-# The agent's messages advise Python calls (abandon_continuation, checkpoint_id=...); a client of this
-# route can only send requests, so its refusals say which request to send next. Each error's own
-# message is fixed, so nothing specific is lost.
+# The agent's messages advise Python calls; a client of this route can only send requests, so these say which.
 PENDING_MESSAGE = (
     "This conversation is paused on a request: answer it first (a function_call_output with its call_id, or an "
     "mcp_approval_response with its approval_request_id), or start a new conversation for new input."
@@ -37,7 +31,6 @@ REFUSED_MESSAGE = (
     "Nothing here can be answered: the pause was already answered, abandoned or expired, or none is pending. "
     "Continue from the conversation's latest response, or send new input to start a new run."
 )
-
 # A store failure is the server's: its details (addresses, settings) stay in the server's log.
 STORE_MESSAGE = (
     "The server's continuation store failed during this request (unreachable, or not set up to keep a claim); "
@@ -80,7 +73,7 @@ def refusal_for(exc: BaseException, request: ResponsesRequest | None = None) -> 
 
 
 def _answer_param(exc: ResponseMismatchError, request: ResponsesRequest | None) -> str:
-    """The input field of the answer the agent refused (its id field when the id names no pending request)."""
+    """The input field of the answer the agent refused (its id field when that id names no pending request)."""
     if request is None:
         return "input"
     fields: Mapping[str, str] = request.answer_id_params if exc.unknown_id else request.answer_params

@@ -1,10 +1,8 @@
 """The Responses host in one call: ``responses_app(agent)`` serves a FunctionalWorkflowAgent as ``POST /v1/responses``.
 
-Built on ``agent-framework-hosting-responses`` (its renderers ``responses_from_run`` /
-``responses_from_streaming_run``); this module owns what that package leaves to the app: the route, the
-conversation's session, one request at a time per conversation, runs that outlive a client that hangs
-up, and an error mapping where nothing a client sends is a 500 (``_responses_errors``). Needs the
-``hosting`` extra.
+Built on ``agent-framework-hosting-responses`` (its renderers); this module owns the route, each request a
+:class:`Turn` of its conversation, runs that outlive a client that hangs up, and errors where nothing a client
+sends is a 500 (``_responses_errors``). Needs the ``hosting`` extra.
 """
 
 from __future__ import annotations
@@ -29,8 +27,7 @@ from ._turn import ConversationBusy, Turn, Turns
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MAX_BODY_BYTES = 1024 * 1024
-"""The largest request body ``responses_app`` reads by default (1 MiB); a larger one is a 413."""
+DEFAULT_MAX_BODY_BYTES = 1024 * 1024  # a larger request body is a 413
 
 _DRAIN_FACTOR = 16  # an oversized body is read to its end (so the client gets the 413) up to 16x the limit
 _END = object()
@@ -63,9 +60,6 @@ class _ResponsesHost:
         self.forward_options = frozenset(forward_options)
         self.tasks: set[asyncio.Task[Any]] = set()
 
-    def error(self, refusal: Refusal) -> JSONResponse:
-        return error_response(refusal, self.retry_after)
-
     def spawn(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.ensure_future(work)
         self.tasks.add(task)
@@ -92,7 +86,7 @@ class _ResponsesHost:
         return b"".join(chunks)
 
     async def begin(self, request: ResponsesRequest, response_id: str, scope: str) -> Turn:
-        """Take the conversation (one request at a time per conversation) and find its session."""
+        """Take the conversation and find its session."""
         try:
             if request.conversation_id is not None:
                 return await self.turns.begin(f"{scope}conversation:{request.conversation_id}")
@@ -116,9 +110,6 @@ class _ResponsesHost:
                 "Another request of this conversation is still running; retry after it ends.",
                 retry=True,
             ) from None
-
-    def options(self, body: Any) -> dict[str, Any]:
-        return {name: body[name] for name in self.forward_options if name in body}
 
     async def run_json(self, turn: Turn, request: ResponsesRequest, response_id: str, options: Any) -> Any:
         try:
@@ -144,7 +135,7 @@ class _ResponsesHost:
         queue: asyncio.Queue[Any],
         gone: asyncio.Event,
     ) -> None:
-        """Run the agent's stream to its end (whether or not the client still reads) and queue the SSE text."""
+        """Run the agent's stream to its end (whether or not the client reads on) and queue the SSE text."""
         try:
             try:
                 stream = self.agent.run(request.messages, session=turn.session, options=options, stream=True)
@@ -180,13 +171,15 @@ class _ResponsesHost:
             request = parse_request(body)
             turn = await self.begin(request, response_id, scope)
         except Refusal as refusal:
-            return self.error(refusal)
+            return error_response(refusal, self.retry_after)
         except InvalidRequestError as exc:
-            return self.error(Refusal(400, exc.code, str(exc), param=exc.param))
+            return error_response(Refusal(400, exc.code, str(exc), param=exc.param), self.retry_after)
         except Exception:  # the session store failed
             logger.exception("Reading the session of response %s failed", response_id)
-            return self.error(Refusal(500, "server_error", "The session store failed; retry later."))
-        options = self.options(body)
+            return error_response(
+                Refusal(500, "server_error", "The session store failed; retry later."), self.retry_after
+            )
+        options = {name: body[name] for name in self.forward_options if name in body}
         try:
             if not request.stream:
                 payload = await asyncio.shield(self.spawn(self.run_json(turn, request, response_id, options)))
@@ -202,7 +195,7 @@ class _ResponsesHost:
                 logger.exception("The agent run of response %s failed", response_id)
             if refusal is None:
                 refusal = Refusal(500, "server_error", "The agent run failed; the conversation takes new input.")
-            return self.error(refusal)
+            return error_response(refusal, self.retry_after)
         return StreamingResponse(_sse_body(queue, gone), media_type="text/event-stream")
 
     @asynccontextmanager
@@ -259,8 +252,8 @@ def responses_app(
 ) -> FastAPI:
     """A FastAPI app that serves ``agent`` over the OpenAI Responses API, correct by default.
 
-    A pause is a ``completed`` response with a ``function_call`` and an ``mcp_approval_request`` item; the
-    answer is an ``mcp_approval_response`` or ``function_call_output`` item (README "Host it", Responses).
+    A pause is a ``completed`` response with a ``function_call`` and an ``mcp_approval_request`` item; an
+    ``mcp_approval_response`` or ``function_call_output`` item answers it (README "Host it", Responses).
 
     Args:
         agent: The agent; one object serves every conversation.
@@ -268,10 +261,9 @@ def responses_app(
     Keyword Args:
         session_store: Where sessions live (bounded, in memory, by default; a shared one for several workers).
         path: The route's path; ``/v1/responses`` lets an ``openai`` client use ``base_url=".../v1"``.
-        max_body_bytes: The largest request body read.
+        max_body_bytes: The largest request body read (default 1 MiB).
         retry_after: Seconds in ``Retry-After`` of a 409 that a retry can fix.
-        forward_options: Request fields passed to the agent as run options (none by default: options are
-            caller-controlled).
+        forward_options: Request fields passed to the agent as run options (none by default).
         scope: Who is calling, from the request: one scope's conversations are invisible to another. Without
             it, anyone who knows a conversation id can continue it. It may raise ``HTTPException`` (401).
         release_memory_every: Seconds between two ``malloc_trim`` after requests (glibc only); None: never.
