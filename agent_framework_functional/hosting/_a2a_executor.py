@@ -123,31 +123,23 @@ class FunctionalA2AExecutor(AgentExecutor):
         if task is None:
             task = new_task_from_user_message(context.message)
             await event_queue.enqueue_event(task)
-        answering = task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
         updater = TaskUpdater(event_queue, task.id, task.context_id)
         try:  # a2a-sdk serializes only one task's messages; a turn holds the whole context
             turn = await self.turns.begin(self.session_key(task.context_id))
         except ConversationBusy:
             await updater.failed(updater.new_agent_message([new_text_part(_BUSY)]))
             return
+        # copies: a2a-sdk updates the task object it handed over once start_work is processed
+        asked = [Part.FromString(p.SerializeToString()) for p in task.status.message.parts if p.HasField("data")]
+        answering = task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+        attempt = _Attempt(context.message, task.id, answering, turn, updater, asked, handled(turn.session, task.id))
         try:
-            await self._run(context.message, task, answering, turn, updater, context.call_context)
+            await self._run(attempt, context.call_context)
         finally:
             turn.end()
 
-    async def _run(
-        self,
-        message: A2AMessage,
-        waiting: Task,
-        answering: bool,
-        turn: Turn,
-        updater: TaskUpdater,
-        call: ServerCallContext,
-    ) -> None:
-        # copies: a2a-sdk updates the task object it handed over once start_work is processed
-        asked = [Part.FromString(p.SerializeToString()) for p in waiting.status.message.parts if p.HasField("data")]
-        session = turn.session
-        attempt = _Attempt(message, waiting.id, answering, turn, updater, asked, handled(session, waiting.id))
+    async def _run(self, attempt: _Attempt, call: ServerCallContext) -> None:
+        updater, session = attempt.updater, attempt.turn.session
         if await self._refused_at_start(attempt, call):
             return
         await updater.start_work()
@@ -157,14 +149,14 @@ class FunctionalA2AExecutor(AgentExecutor):
             await self._pause_gone(attempt, exc)
         except FunctionalWorkflowError as exc:  # refused and nothing changed (the stored session is still right)
             parts = [new_text_part(str(exc))]
-            if answering:  # the task still waits: its status keeps the request parts it had
-                await updater.requires_input(updater.new_agent_message([*parts, *asked]))
+            if attempt.answering:  # the task still waits: its status keeps the request parts it had
+                await updater.requires_input(updater.new_agent_message([*parts, *attempt.asked]))
             else:
                 await updater.failed(updater.new_agent_message(parts))
         except Exception:
             logger.exception("The workflow of A2A task %s failed.", attempt.task_id)
             session.state.pop(HOST_KEY, None)
-            await turn.save()
+            await attempt.turn.save()
             await updater.failed(updater.new_agent_message([new_text_part("The workflow failed.")]))
         else:
             await self._a2a_from_run(attempt, response)

@@ -19,9 +19,7 @@ FUNCTION_CALL_OUTPUT = "function_call_output"  # answers a function_call with a 
 REQUEST_FUNCTION_NAME = "request_info"  # the function name of each pending request's function call
 MAX_ID_LENGTH = 256  # the longest previous_response_id or conversation id the route accepts
 _ANSWER_TYPES = frozenset({MCP_APPROVAL_RESPONSE, FUNCTION_CALL_OUTPUT})
-# responses_to_run needs a non-empty input; when the request carries only answers it parses this
-# stand-in (for its options and validation) and the stand-in's message is dropped.
-_STAND_IN_INPUT = "answer"
+_STAND_IN_INPUT = "answer"  # parsed (then dropped) when a request has only answers: responses_to_run needs input
 
 
 class InvalidRequestError(ValueError):
@@ -214,18 +212,17 @@ def parse_request(body: Mapping[str, Any]) -> ResponsesRequest:
     answer_params: dict[str, str] = {}
     answer_id_params: dict[str, str] = {}
     for index, item in enumerate(items):
-        if _answer_type(item):
-            try:
-                content = _answer_content(cast("Mapping[str, Any]", item))
-            except ValueError as exc:
-                raise InvalidRequestError(str(exc), param=f"input[{index}]") from None
-            request_id = content.id if content.type == "function_approval_response" else content.call_id
-            approval = content.type == "function_approval_response"
-            answer_params.setdefault(str(request_id), f"input[{index}]{'' if approval else '.output'}")
-            answer_id_params.setdefault(
-                str(request_id), f"input[{index}].{'approval_request_id' if approval else 'call_id'}"
-            )
-            answers.append(content)
+        if not _answer_type(item):
+            continue
+        try:
+            content = _answer_content(cast("Mapping[str, Any]", item))
+        except ValueError as exc:
+            raise InvalidRequestError(str(exc), param=f"input[{index}]") from None
+        approval = content.type == "function_approval_response"
+        request_id = str(content.id if approval else content.call_id)
+        answer_params.setdefault(request_id, f"input[{index}]" if approval else f"input[{index}].output")
+        answer_id_params.setdefault(request_id, f"input[{index}].{'approval_request_id' if approval else 'call_id'}")
+        answers.append(content)
     rest: Any = [item for item in items if not _answer_type(item)] if isinstance(raw_input, list) else raw_input
     try:
         messages = messages_from_responses_input(rest) if rest or not answers else []

@@ -186,10 +186,9 @@ class FunctionalA2ARequestHandler(DefaultRequestHandler):
         context_id = task.context_id if task is not None else message.context_id
         key = self.executor.session_key(context_id or "")
         session = await self.executor.session_store.get(key) if context_id else None
-        paused_on = await self.executor.waits_on(session, context)
         if task is None:
             if not message.task_id:  # an unknown task id: a2a-sdk refuses it (TaskNotFound)
-                await self._check_new_input(message, context_id, session, paused_on, context)
+                await self._check_new_input(message, context_id, session, context)
             return
         if task.status.state != TaskState.TASK_STATE_INPUT_REQUIRED or session is None:
             return  # an ended task: a2a-sdk refuses it; a running one: the executor's guard ignores it
@@ -204,13 +203,9 @@ class FunctionalA2ARequestHandler(DefaultRequestHandler):
             raise InvalidParamsError(str(exc)) from None
 
     async def _check_new_input(
-        self,
-        message: A2AMessage,
-        context_id: str | None,
-        session: AgentSession | None,
-        paused_on: str | None,
-        context: ServerCallContext,
+        self, message: A2AMessage, context_id: str | None, session: AgentSession | None, context: ServerCallContext
     ) -> None:
+        paused_on = await self.executor.waits_on(session, context)
         if paused_on and context_id and await self.executor.release_dropped(session, paused_on, context_id, context):
             paused_on = None  # its task left the task store (past its bound): nobody can answer it, start over
         if paused_on:

@@ -182,8 +182,8 @@ class MCPWorkflowTool:
     async def _elicit_in_call(self, ctx: Any, turn: Turn, result: Any) -> Any:
         """Older clients: ``elicitation/create`` in the call until the workflow ends.
 
-        They hold no ``requestState`` to retry with, so a refused answer is asked again (the form's message
-        says why); after :data:`LEGACY_ATTEMPTS` refused answers the pause is abandoned and the call fails.
+        They hold no ``requestState`` to retry with: a refused answer is asked again, saying why, up to
+        :data:`LEGACY_ATTEMPTS` times; then the pause is abandoned and the call fails.
         """
         refused, refusals = "", 0
         while isinstance(result, types.InputRequiredResult):

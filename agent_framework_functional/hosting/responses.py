@@ -225,7 +225,7 @@ class _ResponsesHost:
             try:
                 stream = self.agent.run(request.messages, session=turn.session, options=options, stream=True)
                 stream.with_cleanup_hook(turn.save).with_result_transform(_without_token)
-                first = await _first(stream)
+                first = await anext(stream, None)
             except asyncio.CancelledError:
                 accepted.cancel()
                 raise
@@ -289,13 +289,6 @@ class _ResponsesHost:
         for task in list(self.tasks):  # runs whose clients left; the server is stopping
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
-
-
-async def _first(stream: ResponseStream[AgentResponseUpdate, AgentResponse[Any]]) -> AgentResponseUpdate | None:
-    try:
-        return await stream.__anext__()
-    except StopAsyncIteration:
-        return None
 
 
 def _continue(
