@@ -279,8 +279,8 @@ class FunctionalA2AExecutor(AgentExecutor):
         await self.session_store.set(key, session)
 
 
+# The text answers a bool request takes when text_answers=True (case and surrounding space ignored).
 BOOL_WORDS: Mapping[str, bool] = {"approve": True, "yes": True, "reject": False, "no": False}
-"""The text answers a ``bool`` request takes when ``text_answers=True`` (case and surrounding space ignored)."""
 
 
 def _json_value(value: Any) -> Any:

@@ -97,16 +97,6 @@ def _unheld_answer(request_id: str, action: str, content: dict[str, Any]) -> Con
     return Content.from_function_result(call_id=request_id, result=value)
 
 
-def _elicitation(event: WorkflowEvent[Any], tool_name: str) -> types.ElicitRequest:
-    data = json.dumps(request_data_to_json(event.data), default=str)
-    return types.ElicitRequest(
-        method="elicitation/create",
-        params=types.ElicitRequestFormParams(  # pyright: ignore[reportCallIssue]
-            message=f"{tool_name} asks: {data}", requested_schema=answer_form(event.response_type)[0]
-        ),
-    )
-
-
 class MCPWorkflowTool:
     """The MCP tool: each call a :class:`Turn` of its session, started from ``task`` or the sealed ``requestState``."""
 
@@ -227,11 +217,15 @@ class MCPWorkflowTool:
         """A pause as ``input_required`` (a form per request, the session sealed in ``requestState``), else the text."""
         pending = self.agent.pending_requests_for(session)
         if pending:
+            requests: dict[str, Any] = {}
+            for rid, event in pending.items():
+                asks = f"{self.name} asks: {json.dumps(request_data_to_json(event.data), default=str)}"
+                schema = answer_form(event.response_type)[0]
+                form = types.ElicitRequestFormParams(message=asks, requested_schema=schema)  # pyright: ignore[reportCallIssue]
+                requests[rid] = types.ElicitRequest(method="elicitation/create", params=form)
             state = {"v": _STATE_VERSION, "agent": self.agent.id, "session": session.to_dict()}
             return types.InputRequiredResult(
-                result_type="input_required",
-                input_requests={rid: _elicitation(event, self.name) for rid, event in pending.items()},
-                request_state=json.dumps(state, default=str),
+                result_type="input_required", input_requests=requests, request_state=json.dumps(state, default=str)
             )
         text = response.text
         return types.CallToolResult(content=[types.TextContent(type="text", text=text)] if text else [])
