@@ -1,8 +1,6 @@
-"""One call per host, correct by default: AG-UI, DevUI, the OpenAI Responses API, A2A and MCP.
+"""One call per host, correct by default: AG-UI, DevUI, the OpenAI Responses API, A2A and MCP (README "Host it").
 
-Installed with the ``hosting`` extra (``a2a_app`` needs ``a2a``, ``mcp_app`` needs ``mcp``). Each host
-package is imported only when its call is first used, so ``import agent_framework_functional`` never
-needs them. README "Host it" shows each call.
+Extras: ``hosting`` (``a2a_app`` needs ``a2a``, ``mcp_app`` ``mcp``); a host package is imported on first use.
 """
 
 from __future__ import annotations

@@ -1,17 +1,19 @@
-"""The executor of :func:`~agent_framework_functional.hosting.a2a.a2a_app`: runs one message of an A2A task.
+"""The executor of ``a2a_app``: each message of an A2A task a :class:`Turn` of its context's session.
 
-A pause is a task in ``input-required`` whose status message carries the request as a data part; an answer on
-that task resumes the workflow; the session of each A2A context lives in a session store.
+Request -> run is :func:`message_answers` (A2A parts to the agent's answers), run -> protocol ``_a2a_from_run``
+(a pause as ``input-required`` with a data part per request).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
-from a2a.helpers import get_message_text, new_task_from_user_message, new_text_part
+from a2a.helpers import get_message_text, new_data_part, new_task_from_user_message, new_text_part
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.cluster import StoredTask, VersionedTaskStore
 from a2a.server.context import ServerCallContext
@@ -20,11 +22,14 @@ from a2a.server.tasks import TaskStore, TaskUpdater
 from a2a.types import Message as A2AMessage
 from a2a.types import Part, Task, TaskState
 from a2a.utils.errors import TaskNotCancelableError
-from agent_framework import AgentResponse, AgentSession, Message, SessionStore
+from agent_framework import AgentResponse, AgentSession, Content, Message, SessionStore, WorkflowEvent
+from google.protobuf.json_format import MessageToDict
 
 from .._agent import FunctionalWorkflowAgent
-from .._errors import ContinuationAuthorityError, FunctionalWorkflowError, WorkflowRunningError
-from ._a2a_parts import message_answers, request_part
+from .._answers import value_result
+from .._chat import answers_to_responses
+from .._errors import ContinuationAuthorityError, FunctionalWorkflowError, ResponseMismatchError, WorkflowRunningError
+from ._adapter import ANSWER_FIELD, parse_typed_text
 from ._turn import ConversationBusy, Turn, Turns
 
 logger = logging.getLogger(__name__)
@@ -41,8 +46,6 @@ TERMINAL = frozenset(
 _BUSY = "Another task of this context is running; send this message again when it ends."
 HOST_KEY = "a2a_host"  # session.state entry of this host: the task that holds the pause, the messages it ran
 _HANDLED_KEPT = 64  # message ids kept per paused task: a retried message must not answer the next pause
-
-
 _ANSWERING = (
     "Task {} cannot be cancelled: an answer to its pause is running, and the task ends with that answer's "
     "outcome (read it with tasks/get)."
@@ -50,7 +53,7 @@ _ANSWERING = (
 
 
 def _note(session: AgentSession | None) -> dict[str, Any]:
-    """This host's entry in ``session``: the task that holds the pause, the messages it ran, when it paused."""
+    """This host's entry in ``session``: the task holding the pause, the messages it ran, when it paused."""
     return cast(dict[str, Any], session.state.get(HOST_KEY) or {}) if session is not None else {}
 
 
@@ -69,7 +72,7 @@ def replayed(message: A2AMessage, task_id: str) -> str:
 
 @dataclass
 class _Attempt:
-    """One message run on a task: what the outcome paths need."""
+    """One message run on a task."""
 
     message: A2AMessage
     task_id: str
@@ -81,27 +84,22 @@ class _Attempt:
 
 
 class FunctionalA2AExecutor(AgentExecutor):
-    """Runs a FunctionalWorkflowAgent for ``a2a-sdk``: pauses become ``input-required`` tasks.
-
-    Each context's session lives in ``session_store`` under ``a2a:context:<context id>``.
-    """
+    """Runs a FunctionalWorkflowAgent for ``a2a-sdk``; a context's session is stored at ``a2a:context:<id>``."""
 
     def __init__(
         self, agent: FunctionalWorkflowAgent, *, session_store: SessionStore | None, text_answers: bool
     ) -> None:
         super().__init__()
         self.agent = agent
-        self.turns = Turns(agent, session_store)  # one run per context (per process), its session read and written
+        self.turns = Turns(agent, session_store)
         self.session_store = self.turns.session_store
         self.text_answers = text_answers
-        # the handler's task store (set by it): a pause on a task that ended is stale
         self.task_store: TaskStore | VersionedTaskStore | None = None
 
     async def waits_on(self, session: AgentSession | None, context: ServerCallContext) -> str | None:
-        """The task whose pause ``session``'s context waits on, or None (none, or that task has ended).
+        """The task whose pause ``session``'s context waits on; None when none, or when that task ended.
 
-        A task that ended (failed, cancelled) cannot be answered, so its pause must not hold the context: the
-        session write that would clear it can be lost (a store outage after the run).
+        An ended task cannot be answered: its pause must not hold the context (the write clearing it may be lost).
         """
         paused_on = _note(session).get("task_id")
         if not paused_on or self.task_store is None:
@@ -115,12 +113,8 @@ class FunctionalA2AExecutor(AgentExecutor):
         """The session store key of one A2A context."""
         return f"a2a:context:{context_id}"
 
-    async def session_for(self, context_id: str) -> AgentSession | None:
-        """The stored session of ``context_id`` (None: the context never ran here)."""
-        return await self.session_store.get(self.session_key(context_id))
-
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
-        """Run one message of a task: start the workflow, or answer its pause; publish the task's new state."""
+        """Run one message of a task (start the workflow, or answer its pause); publish the task's new state."""
         task = context.current_task
         if task is not None and task.status.state in (*TERMINAL, TaskState.TASK_STATE_WORKING):
             return  # queued on a task that ended meanwhile, or whose answer another worker runs: it must not run
@@ -129,31 +123,23 @@ class FunctionalA2AExecutor(AgentExecutor):
         if task is None:
             task = new_task_from_user_message(context.message)
             await event_queue.enqueue_event(task)
-        answering = task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
         updater = TaskUpdater(event_queue, task.id, task.context_id)
         try:  # a2a-sdk serializes only one task's messages; a turn holds the whole context
             turn = await self.turns.begin(self.session_key(task.context_id))
         except ConversationBusy:
             await updater.failed(updater.new_agent_message([new_text_part(_BUSY)]))
             return
+        # copies: a2a-sdk updates the task object it handed over once start_work is processed
+        asked = [Part.FromString(p.SerializeToString()) for p in task.status.message.parts if p.HasField("data")]
+        answering = task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+        attempt = _Attempt(context.message, task.id, answering, turn, updater, asked, handled(turn.session, task.id))
         try:
-            await self._run(context.message, task, answering, turn, updater, context.call_context)
+            await self._run(attempt, context.call_context)
         finally:
             turn.end()
 
-    async def _run(
-        self,
-        message: A2AMessage,
-        waiting: Task,
-        answering: bool,
-        turn: Turn,
-        updater: TaskUpdater,
-        call: ServerCallContext,
-    ) -> None:
-        # copies: a2a-sdk updates the task object it handed over once start_work is processed
-        asked = [Part.FromString(p.SerializeToString()) for p in waiting.status.message.parts if p.HasField("data")]
-        session = turn.session
-        attempt = _Attempt(message, waiting.id, answering, turn, updater, asked, handled(session, waiting.id))
+    async def _run(self, attempt: _Attempt, call: ServerCallContext) -> None:
+        updater, session = attempt.updater, attempt.turn.session
         if await self._refused_at_start(attempt, call):
             return
         await updater.start_work()
@@ -163,14 +149,14 @@ class FunctionalA2AExecutor(AgentExecutor):
             await self._pause_gone(attempt, exc)
         except FunctionalWorkflowError as exc:  # refused and nothing changed (the stored session is still right)
             parts = [new_text_part(str(exc))]
-            if answering:  # the task still waits: its status keeps the request parts it had
-                await updater.requires_input(updater.new_agent_message([*parts, *asked]))
+            if attempt.answering:  # the task still waits: its status keeps the request parts it had
+                await updater.requires_input(updater.new_agent_message([*parts, *attempt.asked]))
             else:
                 await updater.failed(updater.new_agent_message(parts))
         except Exception:
             logger.exception("The workflow of A2A task %s failed.", attempt.task_id)
             session.state.pop(HOST_KEY, None)
-            await turn.save()
+            await attempt.turn.save()
             await updater.failed(updater.new_agent_message([new_text_part("The workflow failed.")]))
         else:
             await self._a2a_from_run(attempt, response)
@@ -189,11 +175,10 @@ class FunctionalA2AExecutor(AgentExecutor):
         return False
 
     def _a2a_to_run(self, attempt: _Attempt) -> Any:
-        """The agent's input: the answers to the pause the task waits on, or the message's text.
+        """The agent's input: the message's text, or its answers to the pause the task waits on.
 
         Raises:
-            ContinuationAuthorityError: The pause is past the agent's ``continuation_ttl`` (a sweep may have
-                dropped it already, so its requests are not known here to read an answer without ``request_id``).
+            ContinuationAuthorityError: The pause is past the agent's ``continuation_ttl``.
         """
         if not attempt.answering:
             return get_message_text(attempt.message)
@@ -255,13 +240,7 @@ class FunctionalA2AExecutor(AgentExecutor):
     async def release_dropped(
         self, session: AgentSession | None, task_id: str, context_id: str, context: ServerCallContext
     ) -> bool:
-        """Abandon the pause of a waiting task the task store no longer has (dropped past its bound).
-
-        Nobody can answer that pause (its task is not found), so new input on its context must not wait for it.
-
-        Returns:
-            True when the pause was released (or was gone already); False while the task exists or an answer runs.
-        """
+        """Abandon the pause of a waiting task the task store dropped (nobody can answer it): True when released."""
         if session is None or self.task_store is None or await self.task_store.get(task_id, context) is not None:
             return False
         try:
@@ -274,11 +253,10 @@ class FunctionalA2AExecutor(AgentExecutor):
         return True
 
     async def before_cancel(self, task: Task) -> None:
-        """Abandon the pause ``task`` holds before a2a-sdk cancels it; refuse while an answer to it runs.
+        """Abandon the pause ``task`` holds before a2a-sdk cancels it.
 
         Raises:
-            TaskNotCancelableError: An answer to the task's pause runs (on any worker): the task ends with its
-                outcome, never cancelled first.
+            TaskNotCancelableError: An answer to the task's pause runs (on any worker): the task ends with its outcome.
         """
         key = self.session_key(task.context_id)
         session = await self.session_store.get(key)
@@ -296,6 +274,116 @@ class FunctionalA2AExecutor(AgentExecutor):
         await self._free_context(session, key)
 
     async def _free_context(self, session: AgentSession, key: str) -> None:
-        """Drop the note of the pause ``session`` kept and write the session: its context takes new input."""
+        """Drop the note of the pause ``session`` kept and write it: its context takes new input."""
         session.state.pop(HOST_KEY, None)
         await self.session_store.set(key, session)
+
+
+# The text answers a bool request takes when text_answers=True (case and surrounding space ignored).
+BOOL_WORDS: Mapping[str, bool] = {"approve": True, "yes": True, "reject": False, "no": False}
+
+
+def _json_value(value: Any) -> Any:
+    """A data part's value with whole floats as ints (``google.protobuf.Value`` stores every number as a double)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {key: _json_value(item) for key, item in cast(dict[str, Any], value).items()}
+    if isinstance(value, list):
+        return [_json_value(item) for item in cast(list[Any], value)]
+    return value
+
+
+def _text_value(text: str, event: WorkflowEvent[Any], request_id: str) -> Any:
+    if event.response_type is str:
+        return text
+    if event.response_type is bool:
+        word = text.strip().lower()
+        if word not in BOOL_WORDS:
+            raise ResponseMismatchError(
+                f"Request {request_id!r} expects a yes/no answer: send one of {sorted(BOOL_WORDS)!r} as text, or a "
+                f'data part {{"request_id": {request_id!r}, "answer": true}}. The task is still waiting for input.'
+            )
+        return BOOL_WORDS[word]
+    return parse_typed_text(text)
+
+
+def message_answers(
+    message: A2AMessage, pending: Mapping[str, WorkflowEvent[Any]], *, text_answers: bool
+) -> list[Content]:
+    """The agent's answer contents for an A2A message sent on a task in ``input-required``.
+
+    A data part ``{"request_id": <id>, "answer": <JSON value>}`` answers that request (``request_id`` may be left
+    out while one request is pending); with ``text_answers``, a text part answers the one pending request.
+
+    Raises:
+        ResponseMismatchError: A part of another kind or shape, text when not allowed, or a value the request's
+            type refuses (the message says what to send).
+    """
+    if not pending:  # kept by the continuation store (another worker): the agent's run checks the answers
+        return _blind_answers(message)
+    only = next(iter(pending)) if len(pending) == 1 else None
+    answers: list[Content] = []
+    for part in message.parts:
+        kind = part.WhichOneof("content")
+        if kind == "data":
+            data = _json_value(MessageToDict(part.data))
+            if not isinstance(data, dict) or ANSWER_FIELD not in data:
+                raise ResponseMismatchError(
+                    'An answer data part must be an object {"request_id": <id>, "answer": <value>}; the task is '
+                    "still waiting for input."
+                )
+            request_id = cast(dict[str, Any], data).get("request_id", only)
+            answers.append(value_result(str(request_id), cast(dict[str, Any], data)[ANSWER_FIELD]))
+        elif kind == "text" and text_answers and only is not None:
+            answers.append(value_result(only, _text_value(part.text, pending[only], only)))
+        elif kind == "text" and not part.text.strip():
+            continue
+        else:
+            raise ResponseMismatchError(
+                f"This task waits for input on {sorted(pending)!r}: answer with a data part "
+                '{"request_id": <id>, "answer": <value>}'
+                + (" or, while one request is pending, text" if text_answers else "")
+                + f" (a {kind} part cannot answer). The task is still waiting for input."
+            )
+    if not answers:
+        raise ResponseMismatchError("The message carries no answer; the task is still waiting for input.")
+    answers_to_responses(answers, pending)  # converts each value; refuses unknown ids and duplicates
+    return answers
+
+
+def _blind_answers(message: A2AMessage) -> list[Content]:
+    """The answers of a message checked for shape only (the pause is held elsewhere)."""
+    if not message.parts:
+        raise ResponseMismatchError("The message carries no answer; the task is still waiting for input.")
+    answers: list[Content] = []
+    for part in message.parts:
+        data = _json_value(MessageToDict(part.data)) if part.WhichOneof("content") == "data" else None
+        if not isinstance(data, dict) or not {"request_id", ANSWER_FIELD} <= data.keys():
+            raise ResponseMismatchError(
+                'Answer with data parts {"request_id": <id>, "answer": <value>}; the task is still waiting for input.'
+            )
+        answers.append(value_result(str(cast(dict[str, Any], data)["request_id"]), data[ANSWER_FIELD]))
+    return answers
+
+
+def request_part(content: Content) -> Part:
+    props = content.additional_properties or {}
+    call = content.function_call
+    arguments = (call.parse_arguments() if call is not None else None) or {}
+    return new_data_part(
+        {
+            "request_id": content.id,
+            "data": arguments.get("data"),
+            "response_type": props.get("response_type"),
+            "response_schema": props.get("response_schema"),
+        }
+    )
+
+
+def new_answer_part(value: Any, request_id: str | None = None) -> Part:
+    """A data part answering ``request_id`` (or the one pending request) with ``value`` (any JSON)."""
+    data: dict[str, Any] = {ANSWER_FIELD: json.loads(json.dumps(value))}
+    if request_id is not None:
+        data["request_id"] = request_id
+    return new_data_part(data)

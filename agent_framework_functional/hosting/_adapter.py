@@ -1,7 +1,6 @@
 """A host's view of one FunctionalWorkflowAgent: the same agent, with the host's answer shapes converted on the way in.
 
-The view holds nothing per conversation: it only rewrites the messages a host passes to ``run`` (and, for
-AG-UI, the request contents it streams back); every other attribute comes from the wrapped agent.
+The view holds nothing per conversation; every attribute but ``run`` comes from the wrapped agent.
 """
 
 from __future__ import annotations
@@ -14,8 +13,7 @@ from agent_framework import AgentSession, Message
 
 from .._agent import FunctionalWorkflowAgent
 
-ANSWER_FIELD = "answer"
-"""The field of a host answer that carries a typed value (any JSON) for a request of any ``response_type``."""
+ANSWER_FIELD = "answer"  # the field of a host answer that carries a typed value (any JSON)
 
 
 def as_messages(messages: Any) -> list[Message] | None:
@@ -36,7 +34,7 @@ def parse_typed_text(text: str) -> Any:
 
 
 class HostedAgent:
-    """The wrapped agent as a host sees it; subclasses convert one host's answers (``answers_in``)."""
+    """The wrapped agent as a host sees it; a subclass converts one host's answers (``answers_in``)."""
 
     def __init__(self, agent: FunctionalWorkflowAgent) -> None:
         self.agent = agent
@@ -58,11 +56,11 @@ class HostedAgent:
         return self.agent.get_session(*args, **kwargs)
 
     def answers_in(self, messages: Any, session: AgentSession | None) -> Any:
-        """The messages the wrapped agent gets (this base passes them through)."""
+        """The messages the wrapped agent gets (here: ``messages``)."""
         return messages
 
     def updates_out(self, stream: Any) -> Any:
-        """The stream the host gets (this base passes it through)."""
+        """The stream the host gets (here: ``stream``)."""
         return stream
 
     def run(

@@ -28,7 +28,10 @@ class BodyLimit:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_bytes:
-                await self._too_large(send)
+                detail = json.dumps({"detail": f"The request body is larger than {self.max_bytes} bytes."}).encode()
+                headers = [(b"content-type", b"application/json"), (b"content-length", str(len(detail)).encode())]
+                await send({"type": "http.response.start", "status": 413, "headers": headers})
+                await send({"type": "http.response.body", "body": detail})
                 return
             chunks.append(chunk)
             more = message.get("more_body", False)
@@ -43,9 +46,3 @@ class BodyLimit:
             return await receive()
 
         await self.app(scope, replay, send)
-
-    async def _too_large(self, send: Any) -> None:
-        detail = json.dumps({"detail": f"The request body is larger than {self.max_bytes} bytes."}).encode()
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(detail)).encode())]
-        await send({"type": "http.response.start", "status": 413, "headers": headers})
-        await send({"type": "http.response.body", "body": detail})

@@ -1,8 +1,4 @@
-"""Responses request bodies to agent input: answers as answer contents, the rest checked and parsed.
-
-``agent-framework-hosting-responses`` refuses the two standard answer items (``mcp_approval_response``,
-``function_call_output``); here they become answer contents, which resume the conversation's pause.
-"""
+"""Responses request bodies to agent input: answer items (which the hosting package refuses) as answer contents."""
 
 from __future__ import annotations
 
@@ -18,26 +14,16 @@ from .._answers import value_result
 if TYPE_CHECKING:
     from agent_framework_hosting import AgentRunArgs
 
-MCP_APPROVAL_RESPONSE = "mcp_approval_response"
-"""The Responses input item type that answers an ``mcp_approval_request`` (``approve``: true or false)."""
-
-FUNCTION_CALL_OUTPUT = "function_call_output"
-"""The Responses input item type that answers a ``function_call`` with a value (``output``: its JSON text)."""
-
-REQUEST_FUNCTION_NAME = "request_info"
-"""The function name :class:`FunctionalWorkflowAgent` gives each pending request's function call."""
-
-MAX_ID_LENGTH = 256
-"""The longest ``previous_response_id`` or conversation id the route accepts."""
-
+MCP_APPROVAL_RESPONSE = "mcp_approval_response"  # answers an mcp_approval_request (approve: true or false)
+FUNCTION_CALL_OUTPUT = "function_call_output"  # answers a function_call with a value (output: its JSON text)
+REQUEST_FUNCTION_NAME = "request_info"  # the function name of each pending request's function call
+MAX_ID_LENGTH = 256  # the longest previous_response_id or conversation id the route accepts
 _ANSWER_TYPES = frozenset({MCP_APPROVAL_RESPONSE, FUNCTION_CALL_OUTPUT})
-# responses_to_run needs a non-empty input; when the request carries only answers it parses this
-# stand-in (for its options and validation) and the stand-in's message is dropped.
-_STAND_IN_INPUT = "answer"
+_STAND_IN_INPUT = "answer"  # parsed (then dropped) when a request has only answers: responses_to_run needs input
 
 
 class InvalidRequestError(ValueError):
-    """A request body the route refuses with 400: ``param`` names the field at fault (internal)."""
+    """A request body the route refuses with 400: ``param`` names the field at fault."""
 
     def __init__(self, message: str, *, param: str | None = None, code: str = "invalid_request") -> None:
         super().__init__(message)
@@ -47,16 +33,14 @@ class InvalidRequestError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class ResponsesRequest:
-    """One checked Responses request: the agent's input and where its conversation lives (internal)."""
+    """One checked Responses request: the agent's input and where its conversation lives."""
 
     messages: list[Message]
     stream: bool
     previous_response_id: str | None
     conversation_id: str | None
-    answer_params: Mapping[str, str]
-    """Request id -> the input field that answers it (``input[2].output``), to name it in an error."""
-    answer_id_params: Mapping[str, str]
-    """Request id -> the input field that names it (``input[2].call_id``), for an answer to no pending request."""
+    answer_params: Mapping[str, str]  # request id -> the input field that answers it (input[2].output)
+    answer_id_params: Mapping[str, str]  # request id -> the input field that names it (input[2].call_id)
 
 
 def _input_items(body: Mapping[str, Any]) -> Sequence[Any]:
@@ -111,9 +95,6 @@ def _answer_messages(answers: Sequence[Content]) -> list[Message]:
 def responses_approval_messages(body: Mapping[str, Any]) -> list[Message]:
     """The ``mcp_approval_response`` items of a Responses request body, as agent input.
 
-    Args:
-        body: The Responses request body (``input`` may be a string or a list of items).
-
     Returns:
         ``[Message("user", [<function_approval_response>...])]``, or ``[]`` when there are no such items.
 
@@ -134,9 +115,6 @@ def responses_to_run_with_approvals(body: Mapping[str, Any]) -> AgentRunArgs:
 
     A drop-in for ``agent_framework_hosting_responses.responses_to_run`` in a route you write yourself: the
     answers become trailing messages (approvals, then a tool message of ``function_result`` contents).
-
-    Args:
-        body: The Responses request body.
 
     Returns:
         The ``AgentRunArgs`` mapping of ``responses_to_run``: ``messages``, ``options``, ``stream``.
@@ -183,7 +161,7 @@ def decode_body(raw: bytes) -> Mapping[str, Any]:
 
 
 def _id_field(body: Mapping[str, Any], name: str) -> str | None:
-    """The id in ``body[name]``: a string, or for ``conversation`` also ``{"id": <string>}`` (nothing else)."""
+    """The id in ``body[name]``: a string, or for ``conversation`` also ``{"id": <string>}``."""
     value = body.get(name)
     if value is None:
         return None
@@ -209,7 +187,7 @@ def parse_request(body: Mapping[str, Any]) -> ResponsesRequest:
     """Check one Responses request body and turn it into agent input.
 
     Honoured: ``input``, ``stream``, ``previous_response_id``, ``conversation`` (or ``conversation_id``);
-    ``continuation_token`` and ``background: true`` are refused; the rest is ignored (the workflow decides).
+    ``continuation_token`` and ``background: true`` are refused; the rest is ignored.
 
     Raises:
         InvalidRequestError: What is wrong, with ``param`` naming the field.
@@ -234,18 +212,17 @@ def parse_request(body: Mapping[str, Any]) -> ResponsesRequest:
     answer_params: dict[str, str] = {}
     answer_id_params: dict[str, str] = {}
     for index, item in enumerate(items):
-        if _answer_type(item):
-            try:
-                content = _answer_content(cast("Mapping[str, Any]", item))
-            except ValueError as exc:
-                raise InvalidRequestError(str(exc), param=f"input[{index}]") from None
-            request_id = content.id if content.type == "function_approval_response" else content.call_id
-            approval = content.type == "function_approval_response"
-            answer_params.setdefault(str(request_id), f"input[{index}]{'' if approval else '.output'}")
-            answer_id_params.setdefault(
-                str(request_id), f"input[{index}].{'approval_request_id' if approval else 'call_id'}"
-            )
-            answers.append(content)
+        if not _answer_type(item):
+            continue
+        try:
+            content = _answer_content(cast("Mapping[str, Any]", item))
+        except ValueError as exc:
+            raise InvalidRequestError(str(exc), param=f"input[{index}]") from None
+        approval = content.type == "function_approval_response"
+        request_id = str(content.id if approval else content.call_id)
+        answer_params.setdefault(request_id, f"input[{index}]" if approval else f"input[{index}].output")
+        answer_id_params.setdefault(request_id, f"input[{index}].{'approval_request_id' if approval else 'call_id'}")
+        answers.append(content)
     rest: Any = [item for item in items if not _answer_type(item)] if isinstance(raw_input, list) else raw_input
     try:
         messages = messages_from_responses_input(rest) if rest or not answers else []

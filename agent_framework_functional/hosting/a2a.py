@@ -1,28 +1,32 @@
 """A2A in one call: :func:`a2a_app` serves a FunctionalWorkflowAgent to other agents over the A2A protocol.
 
-Built on ``a2a-sdk`` (its request handler, task store, agent card and JSON-RPC routes). This module owns what
-it leaves to the app for a pausing agent: a pause is a task in ``input-required`` whose status message carries
-the request as a data part; an answer on that task resumes the workflow; the session of each A2A context lives
-in a session store. Needs the ``a2a`` extra.
+Built on ``a2a-sdk``. A pause is a task in ``input-required`` whose status message carries each request as a data
+part; an answer on that task resumes the workflow. Needs the ``a2a`` extra.
 """
 
 from __future__ import annotations
 
+import time
+from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any, cast
 
 from a2a.helpers import get_message_text
 from a2a.server.cluster import StoredTask
+from a2a.server.cluster.task_store import ConcurrentTaskModificationError
 from a2a.server.context import ServerCallContext
+from a2a.server.owner_resolver import resolve_user_scope
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
-from a2a.server.tasks import TaskStore
+from a2a.server.tasks import InMemoryTaskStore, TaskStore
 from a2a.types import (
     AgentCapabilities,
     AgentCard,
     AgentInterface,
     AgentSkill,
     CancelTaskRequest,
+    ListTasksRequest,
+    ListTasksResponse,
     SendMessageRequest,
     Task,
     TaskState,
@@ -35,26 +39,126 @@ from starlette.middleware import Middleware
 
 from .._agent import FunctionalWorkflowAgent
 from .._errors import ResponseMismatchError
-from ._a2a_executor import TERMINAL, FunctionalA2AExecutor, handled, replayed
-from ._a2a_parts import BOOL_WORDS, message_answers, new_answer_part
-from ._a2a_tasks import DEFAULT_MAX_TASKS, BoundedTaskStore, FinalTaskStore
+from ._a2a_executor import BOOL_WORDS as BOOL_WORDS
+from ._a2a_executor import TERMINAL, handled, message_answers, replayed
+from ._a2a_executor import FunctionalA2AExecutor as FunctionalA2AExecutor
+from ._a2a_executor import new_answer_part as new_answer_part
 from ._body_limit import BodyLimit
 from ._sweep import DEFAULT_RELEASE_MEMORY_EVERY, DEFAULT_SWEEP_EVERY, add_upkeep
 
-__all__ = [
-    "BOOL_WORDS",
-    "DEFAULT_MAX_TASKS",
-    "BoundedTaskStore",
-    "FinalTaskStore",
-    "FunctionalA2AExecutor",
-    "FunctionalA2ARequestHandler",
-    "a2a_app",
-    "message_answers",
-    "new_answer_part",
-]
+DEFAULT_MAX_BODY_BYTES = 1024 * 1024  # a larger request body is a 413
+DEFAULT_MAX_TASKS = 10_000  # tasks BoundedTaskStore keeps at most by default
+_OWNER = "a2a_task_owner"  # ServerCallContext.state entry: the owner a bounded store's own deletes act for
 
-DEFAULT_MAX_BODY_BYTES = 1024 * 1024
-"""The largest request body ``a2a_app`` reads by default (1 MiB); a larger one is a 413."""
+
+class FinalTaskStore(TaskStore):
+    """``a2a-sdk``'s ``TaskStore`` that never writes over a finished task, on any worker sharing ``store``.
+
+    A save over a finished task raises ``ConcurrentTaskModificationError`` (``a2a-sdk`` then reports the final
+    state). The check reads before it writes: it closes the race a run loses by seconds, not microseconds.
+    """
+
+    def __init__(self, store: TaskStore) -> None:
+        self.store = store
+
+    async def save(self, task: Task, context: ServerCallContext) -> None:
+        """Save ``task`` unless the stored one has ended (the same ended task again is a no-op)."""
+        stored = await self.store.get(task.id, context)
+        if stored is not None and stored.status.state in TERMINAL:
+            if stored == task:
+                return
+            raise ConcurrentTaskModificationError(task.id)
+        await self.store.save(task, context)
+
+    async def get(self, task_id: str, context: ServerCallContext) -> Task | None:
+        """The stored task, or None."""
+        return await self.store.get(task_id, context)
+
+    async def list(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
+        """The stored tasks ``params`` asks for."""
+        return await self.store.list(params, context)
+
+    async def delete(self, task_id: str, context: ServerCallContext) -> None:
+        """Delete the task."""
+        await self.store.delete(task_id, context)
+
+
+def _owner(context: ServerCallContext) -> str:
+    named = context.state.get(_OWNER)
+    return named if isinstance(named, str) else resolve_user_scope(context)
+
+
+class BoundedTaskStore(FinalTaskStore):
+    """``a2a-sdk``'s ``InMemoryTaskStore``, bounded: ``a2a_app``'s default task store.
+
+    A finished task is dropped ``ttl`` seconds after its last write, an unfinished one ``2 * ttl`` after it (its
+    pause expired by then). Past ``max_tasks`` the least recently written go, finished ones first.
+
+    Raises:
+        ValueError: ``ttl`` is not positive, or ``max_tasks`` not a positive integer.
+    """
+
+    def __init__(
+        self, *, ttl: float, max_tasks: int = DEFAULT_MAX_TASKS, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        if not ttl > 0:
+            raise ValueError(f"ttl must be a positive number of seconds, not {ttl!r}.")
+        if isinstance(max_tasks, bool) or not isinstance(max_tasks, int) or max_tasks < 1:
+            raise ValueError(f"max_tasks must be a positive integer, not {max_tasks!r}.")
+        super().__init__(InMemoryTaskStore(owner_resolver=_owner))
+        self.ttl, self.max_tasks, self.clock = ttl, max_tasks, clock
+        # (owner, task id) -> time of the last write, oldest first: one order per lifetime, so a sweep stops early
+        self.finished: OrderedDict[tuple[str, str], float] = OrderedDict()
+        self.open: OrderedDict[tuple[str, str], float] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self.finished) + len(self.open)
+
+    async def save(self, task: Task, context: ServerCallContext) -> None:
+        """Save ``task`` (unless it has ended), then drop what expired or exceeds ``max_tasks``."""
+        await super().save(task, context)
+        key = (_owner(context), task.id)
+        self._forget(key)
+        now = self.clock()
+        (self.finished if task.status.state in TERMINAL else self.open)[key] = now
+        await self._sweep(now)
+        while len(self) > self.max_tasks:
+            await self._drop((self.finished or self.open).popitem(last=False)[0])
+
+    async def get(self, task_id: str, context: ServerCallContext) -> Task | None:
+        """The stored task, or None (also once it expired)."""
+        await self._sweep(self.clock())
+        return await super().get(task_id, context)
+
+    async def list(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
+        """The stored tasks ``params`` asks for (none that expired)."""
+        await self._sweep(self.clock())
+        return await super().list(params, context)
+
+    async def delete(self, task_id: str, context: ServerCallContext) -> None:
+        """Delete the task."""
+        self._forget((_owner(context), task_id))
+        await super().delete(task_id, context)
+
+    async def purge_expired(self) -> int:
+        """Drop the tasks past their lifetime now (``a2a_app``'s sweep task, so no traffic is needed); how many."""
+        kept = len(self)
+        await self._sweep(self.clock())
+        return kept - len(self)
+
+    def _forget(self, key: tuple[str, str]) -> None:
+        self.finished.pop(key, None)
+        self.open.pop(key, None)
+
+    async def _sweep(self, now: float) -> None:
+        for kept, lifetime in ((self.finished, self.ttl), (self.open, 2 * self.ttl)):
+            while kept and next(iter(kept.values())) + lifetime <= now:
+                await self._drop(kept.popitem(last=False)[0])
+
+    async def _drop(self, key: tuple[str, str]) -> None:
+        owner, task_id = key
+        await self.store.delete(task_id, ServerCallContext(state={_OWNER: owner}))
+
 
 _NO_INPUT = (
     "A message that starts a task needs a text part with the workflow's input (data parts answer a paused task: "
@@ -63,11 +167,7 @@ _NO_INPUT = (
 
 
 class FunctionalA2ARequestHandler(DefaultRequestHandler):
-    """``a2a-sdk``'s request handler that refuses a wrong answer with a protocol error before the task runs.
-
-    ``a2a-sdk`` fails a task whose executor raises; this check makes a malformed or mistyped answer a JSON-RPC
-    ``InvalidParams`` error instead, with the task still in ``input-required``.
-    """
+    """``a2a-sdk``'s request handler that refuses a wrong answer as ``InvalidParams``, the task still waiting."""
 
     def __init__(self, executor: FunctionalA2AExecutor, **kwargs: Any) -> None:
         super().__init__(agent_executor=executor, **kwargs)
@@ -75,20 +175,20 @@ class FunctionalA2ARequestHandler(DefaultRequestHandler):
         executor.task_store = self.task_store
 
     async def check(self, message: A2AMessage, context: ServerCallContext) -> None:
-        """Refuse ``message`` when it cannot answer the pause it names (or ignores the pause of its context).
+        """Refuse ``message`` when it cannot answer the pause it names, or ignores the pause of its context.
 
         Raises:
-            InvalidParamsError: The answer does not fit the pending requests, or a new message was sent on a
-                context whose pause is still open (the message says which task to answer).
+            InvalidParamsError: The answer does not fit the pending requests, or new input was sent on a context
+                whose pause is open (the message says which task to answer).
         """
         found = await self.task_store.get(message.task_id, context) if message.task_id else None
         task: Task | None = found.task if isinstance(found, StoredTask) else found
         context_id = task.context_id if task is not None else message.context_id
-        session = await self.executor.session_for(context_id) if context_id else None
-        paused_on = await self.executor.waits_on(session, context)
+        key = self.executor.session_key(context_id or "")
+        session = await self.executor.session_store.get(key) if context_id else None
         if task is None:
             if not message.task_id:  # an unknown task id: a2a-sdk refuses it (TaskNotFound)
-                await self._check_new_input(message, context_id, session, paused_on, context)
+                await self._check_new_input(message, context_id, session, context)
             return
         if task.status.state != TaskState.TASK_STATE_INPUT_REQUIRED or session is None:
             return  # an ended task: a2a-sdk refuses it; a running one: the executor's guard ignores it
@@ -103,14 +203,9 @@ class FunctionalA2ARequestHandler(DefaultRequestHandler):
             raise InvalidParamsError(str(exc)) from None
 
     async def _check_new_input(
-        self,
-        message: A2AMessage,
-        context_id: str | None,
-        session: AgentSession | None,
-        paused_on: str | None,
-        context: ServerCallContext,
+        self, message: A2AMessage, context_id: str | None, session: AgentSession | None, context: ServerCallContext
     ) -> None:
-        """Refuse new input on a context that waits for an answer, or new input without text."""
+        paused_on = await self.executor.waits_on(session, context)
         if paused_on and context_id and await self.executor.release_dropped(session, paused_on, context_id, context):
             paused_on = None  # its task left the task store (past its bound): nobody can answer it, start over
         if paused_on:
@@ -144,13 +239,6 @@ class FunctionalA2ARequestHandler(DefaultRequestHandler):
             yield event
 
 
-def _final(task_store: TaskStore | None, agent: FunctionalWorkflowAgent) -> FinalTaskStore:
-    """The task store ``a2a_app`` hands to ``a2a-sdk``: one that never writes over a finished task."""
-    if task_store is None:
-        return BoundedTaskStore(ttl=agent.continuation_ttl)
-    return task_store if isinstance(task_store, FinalTaskStore) else FinalTaskStore(task_store)
-
-
 def a2a_app(
     agent: FunctionalWorkflowAgent,
     *,
@@ -166,8 +254,7 @@ def a2a_app(
 ) -> Starlette:
     """A Starlette app that serves ``agent`` over A2A (JSON-RPC, streaming), correct by default.
 
-    A pause leaves the task ``input-required`` with a data part per request; a data part ``{"request_id": <id>,
-    "answer": <value>}`` on the same task answers it (README "Host it", A2A).
+    A data part ``{"request_id": <id>, "answer": <value>}`` on the paused task answers it (README "Host it", A2A).
 
     Args:
         agent: The agent; one object serves every context.
@@ -177,10 +264,10 @@ def a2a_app(
         session_store: Where sessions live (bounded, in memory, by default; a shared one for several workers).
         task_store: Where ``a2a-sdk`` keeps tasks (a shared one for several workers), used through
             :class:`FinalTaskStore`; by default a :class:`BoundedTaskStore`.
-        text_answers: Accept text parts as answers (see above).
+        text_answers: Accept a text part as the answer to the one pending request.
         version: The agent card's version.
         rpc_path: The path of the JSON-RPC endpoint.
-        max_body_bytes: The largest request body read.
+        max_body_bytes: The largest request body read (default 1 MiB).
         release_memory_every: Seconds between two ``malloc_trim`` after requests (glibc only); None: never.
         sweep_every: Seconds between two sweeps of expired pauses (at most a quarter TTL); None: on access only.
 
@@ -198,11 +285,7 @@ def a2a_app(
     """
     if isinstance(max_body_bytes, bool) or not isinstance(max_body_bytes, int) or max_body_bytes < 1:
         raise ValueError(f"max_body_bytes must be a positive integer, not {max_body_bytes!r}.")
-    executor = FunctionalA2AExecutor(
-        agent,
-        session_store=session_store,
-        text_answers=text_answers,
-    )
+    executor = FunctionalA2AExecutor(agent, session_store=session_store, text_answers=text_answers)
     description = agent.description or f"{agent.name}: a functional workflow agent."  # required on card and skill
     card = AgentCard(
         name=agent.name or agent.id,
@@ -214,13 +297,12 @@ def a2a_app(
         supported_interfaces=[AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="1.0")],
         skills=[AgentSkill(id=agent.id, name=agent.name or agent.id, description=description, tags=["workflow"])],
     )
-    tasks = _final(task_store, agent)
-    handler = FunctionalA2ARequestHandler(
-        executor,
-        task_store=tasks,
-        agent_card=card,
-        interrupted_task_timeout=agent.continuation_ttl,
-    )
+    if task_store is None:
+        tasks: FinalTaskStore = BoundedTaskStore(ttl=agent.continuation_ttl)
+    else:
+        tasks = task_store if isinstance(task_store, FinalTaskStore) else FinalTaskStore(task_store)
+    ttl = agent.continuation_ttl
+    handler = FunctionalA2ARequestHandler(executor, task_store=tasks, agent_card=card, interrupted_task_timeout=ttl)
 
     app = Starlette(
         routes=[*create_agent_card_routes(card), *create_jsonrpc_routes(handler, rpc_path)],

@@ -1,9 +1,8 @@
 """MCP in one call: :func:`mcp_app` serves a FunctionalWorkflowAgent as one MCP tool whose pauses elicit the answer.
 
-Built on ``mcp`` (its low-level ``Server``, Streamable HTTP app and ``RequestStateBoundary``). A pause is an
-``input_required`` result (MCP 2026-07-28) holding one form elicitation per request, with the answer's
-schema; the paused session rides in ``requestState``, sealed with the host's key, so a client carries it
-back but cannot read, forge or swap it. Needs the ``mcp`` extra.
+A pause is an ``input_required`` result (MCP 2026-07-28) with one form elicitation per request; the paused
+session rides in ``requestState``, sealed by ``mcp``'s ``RequestStateBoundary`` with the host's key, so a client
+carries it back but cannot read, forge or swap it. Older clients are asked inside the call. Needs the ``mcp`` extra.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
-from agent_framework import AgentSession, Content, Message, WorkflowEvent
+from agent_framework import AgentResponse, AgentSession, Content, Message, WorkflowEvent
 from mcp import MCPError, types
 from mcp.server.lowlevel import Server
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
@@ -28,18 +27,12 @@ from .._errors import FunctionalWorkflowError
 from .._updates import REQUEST_INFO_FUNCTION_NAME, request_data_to_json
 from ._adapter import ANSWER_FIELD, parse_typed_text
 from ._sweep import DEFAULT_RELEASE_MEMORY_EVERY, DEFAULT_SWEEP_EVERY, add_upkeep
+from ._turn import ConversationBusy, Turn, Turns
 
-TASK_ARGUMENT = "task"
-"""The tool's one argument: the text that starts the workflow."""
-
+TASK_ARGUMENT = "task"  # the tool's one argument: the text that starts the workflow
 DEFAULT_STATE_TTL_SECONDS = 3600.0
-"""How long a paused call's ``requestState`` stays valid by default (an hour)."""
-
-MODERN_PROTOCOL = "2026-07-28"
-"""The first MCP version with ``input_required`` results; older clients get ``elicitation/create`` in the call."""
-
-LEGACY_ATTEMPTS = 3
-"""Refused answers an older client (no ``input_required``) may send in one call before it gives up."""
+MODERN_PROTOCOL = "2026-07-28"  # the first version with input_required; older clients get elicitation/create
+LEGACY_ATTEMPTS = 3  # refused answers an older client may send in one call before the call fails
 
 _PRIMITIVE = frozenset({"string", "number", "integer", "boolean"})
 _STATE_VERSION = 1
@@ -53,11 +46,10 @@ def _is_primitive(schema: Any) -> bool:
 
 
 def answer_form(response_type: Any) -> tuple[dict[str, Any], bool]:
-    """The form elicitation schema for a request of ``response_type``, and whether its fields ARE the answer.
+    """The form schema for a request of ``response_type``, and whether its fields ARE the answer.
 
-    A primitive answer (``bool``, ``str``, numbers, enums) is one ``answer`` field of its own schema; a model
-    whose fields are all primitive is its own form (the accepted content is the answer); anything else is an
-    ``answer`` string field that takes the JSON of the value (its description carries the JSON Schema).
+    A primitive is one ``answer`` field of its own schema; a model of primitive fields is its own form; anything
+    else is an ``answer`` string field taking the value's JSON (its description carries the JSON Schema).
     """
     schema = response_schema(response_type) or {}
     properties = schema.get("properties")
@@ -71,26 +63,13 @@ def answer_form(response_type: Any) -> tuple[dict[str, Any], bool]:
     return {"type": "object", "properties": {ANSWER_FIELD: field}, "required": [ANSWER_FIELD]}, False
 
 
-def _elicitation(event: WorkflowEvent[Any], tool_name: str) -> types.ElicitRequest:
-    form, _ = answer_form(event.response_type)
-    data = json.dumps(request_data_to_json(event.data), default=str)
-    return types.ElicitRequest(
-        method="elicitation/create",
-        params=types.ElicitRequestFormParams(message=f"{tool_name} asks: {data}", requested_schema=form),  # pyright: ignore[reportCallIssue]
-    )
-
-
 def _answer(request_id: str, event: WorkflowEvent[Any] | None, response: Any) -> Content:
     """The answer content for one elicitation result (``event`` None: the pause is not held here)."""
     if not isinstance(response, types.ElicitResult):
         raise MCPError(types.INVALID_PARAMS, f"Input response {request_id!r} must be an elicitation result.")
+    content = dict(response.content or {})
     if event is None:
-        if response.action != "accept":
-            return Content.from_function_approval_response(False, request_id, _call(request_id))
-        content = dict(response.content or {})
-        value = content[ANSWER_FIELD] if set(content) == {ANSWER_FIELD} else content
-        # The form is unknown here: a string may be the JSON text of a list or model, so it stays text to read as JSON.
-        return Content.from_function_result(call_id=request_id, result=value)
+        return _unheld_answer(request_id, response.action, content)
     if response.action != "accept":
         if event.response_type is bool:
             return value_result(request_id, False)  # a declined or dismissed approval is a rejection
@@ -99,75 +78,102 @@ def _answer(request_id: str, event: WorkflowEvent[Any] | None, response: Any) ->
             f"Request {request_id!r} was {response.action}ed; it needs an accepted answer. The call is still paused: "
             "retry with the same requestState and an accepted answer.",
         )
-    content = dict(response.content or {})
-    _, whole = answer_form(event.response_type)
-    if whole:
+    if answer_form(event.response_type)[1]:
         return value_result(request_id, content)
     if ANSWER_FIELD not in content:
         raise MCPError(types.INVALID_PARAMS, f"The answer to {request_id!r} needs the field {ANSWER_FIELD!r}.")
-    return value_result(request_id, _field_value(content[ANSWER_FIELD], event.response_type))
+    value = content[ANSWER_FIELD]
+    if isinstance(value, str) and not _is_primitive(response_schema(event.response_type)):
+        value = parse_typed_text(value)  # the string field of a type that is no primitive holds its JSON
+    return value_result(request_id, value)
 
 
-def _field_value(value: Any, response_type: Any) -> Any:
-    """The ``answer`` field's value; for a type that is no primitive, the field is text holding its JSON."""
-    if isinstance(value, str) and not _is_primitive(response_schema(response_type)):
-        return parse_typed_text(value)
-    return value
-
-
-def _call(request_id: str) -> Content:
-    return Content.from_function_call(call_id=request_id, name=REQUEST_INFO_FUNCTION_NAME, arguments={})
+def _unheld_answer(request_id: str, action: str, content: dict[str, Any]) -> Content:
+    """An answer to a pause another worker holds: the form is unknown, so a string stays text to read as JSON."""
+    if action != "accept":
+        call = Content.from_function_call(call_id=request_id, name=REQUEST_INFO_FUNCTION_NAME, arguments={})
+        return Content.from_function_approval_response(False, request_id, call)
+    value = content[ANSWER_FIELD] if set(content) == {ANSWER_FIELD} else content
+    return Content.from_function_result(call_id=request_id, result=value)
 
 
 class MCPWorkflowTool:
-    """The MCP tool: starts the workflow, pauses with elicitations, resumes from the sealed ``requestState``."""
+    """The MCP tool: each call a :class:`Turn` of its session, started from ``task`` or the sealed ``requestState``."""
 
     def __init__(self, agent: FunctionalWorkflowAgent, *, name: str) -> None:
         self.agent = agent
         self.name = name
-
-    def tool(self) -> types.Tool:
-        """The tool definition: one required string argument, ``task``."""
-        return types.Tool(
-            name=self.name,
-            description=self.agent.description or f"Runs the {self.name} workflow; it may ask for input.",
-            input_schema={
-                "type": "object",
-                "properties": {TASK_ARGUMENT: {"type": "string", "description": f"Task for {self.name}"}},
-                "required": [TASK_ARGUMENT],
-                "additionalProperties": False,
-            },
-        )
+        self.turns = Turns(agent, None)  # one call per session at a time; the session itself rides in requestState
 
     async def list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
-        """``tools/list``: this one tool."""
-        return types.ListToolsResult(tools=[self.tool()])
+        """``tools/list``: this one tool, whose one required argument is ``task``."""
+        schema = {
+            "type": "object",
+            "properties": {TASK_ARGUMENT: {"type": "string", "description": f"Task for {self.name}"}},
+            "required": [TASK_ARGUMENT],
+            "additionalProperties": False,
+        }
+        description = self.agent.description or f"Runs the {self.name} workflow; it may ask for input."
+        return types.ListToolsResult(tools=[types.Tool(name=self.name, description=description, input_schema=schema)])
 
     async def call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> Any:
-        """``tools/call``: run, or resume with ``inputResponses`` from the (already unsealed) ``requestState``.
+        """``tools/call``: run ``task``, or resume with ``inputResponses`` from the (unsealed) ``requestState``.
 
         Raises:
             MCPError: ``INVALID_PARAMS`` for another tool name, a missing ``task``, a state without answers,
-                and answers the pending requests refuse (the call stays paused: retry with the same state).
+                answers the pending requests refuse (the call stays paused: retry with the same state), and a
+                second call of a session while one runs.
         """
         if params.name != self.name:
             raise MCPError(types.INVALID_PARAMS, f"Unknown tool {params.name!r}; this server has {self.name!r}.")
-        if params.request_state is None:
-            task = (params.arguments or {}).get(TASK_ARGUMENT)
-            if not isinstance(task, str) or not task.strip():
-                raise MCPError(types.INVALID_PARAMS, f"Argument {TASK_ARGUMENT!r} must be a non-empty string.")
-            session = self.agent.create_session()
-            result = await self._run(task, session)
-            if is_version_at_least(ctx.protocol_version, MODERN_PROTOCOL):
-                return result
-            return await self._elicit_in_call(ctx, session, result)
-        return await self._resume(self._session_from_state(params.request_state), params.input_responses or {})
+        state = params.request_state
+        session = self.agent.create_session() if state is None else self._session_from_state(state)
+        try:
+            turn = await self.turns.begin(session.session_id, session=session)
+        except ConversationBusy:
+            raise MCPError(types.INVALID_PARAMS, "Another call answers this pause now; retry when it ends.") from None
+        try:
+            result = await self._run(self._mcp_to_run(params, session), session)
+            if state is None and not is_version_at_least(ctx.protocol_version, MODERN_PROTOCOL):
+                result = await self._elicit_in_call(ctx, turn, result)
+            return result
+        finally:
+            turn.end()
 
-    async def _elicit_in_call(self, ctx: Any, session: AgentSession, result: Any) -> Any:
+    def _mcp_to_run(self, params: types.CallToolRequestParams, session: AgentSession) -> Any:
+        """The agent's input: the ``task`` text, or the answers in ``inputResponses``."""
+        if params.request_state is not None:
+            return self._answers(session, params.input_responses or {})
+        task = (params.arguments or {}).get(TASK_ARGUMENT)
+        if not isinstance(task, str) or not task.strip():
+            raise MCPError(types.INVALID_PARAMS, f"Argument {TASK_ARGUMENT!r} must be a non-empty string.")
+        return task
+
+    def _answers(self, session: AgentSession, responses: Mapping[str, Any]) -> list[Message]:
+        if not responses:
+            raise MCPError(types.INVALID_PARAMS, "Send inputResponses with the answers; the call is still paused.")
+        pending = self.agent.pending_requests_for(session)
+        if not pending:  # kept by the continuation store (another worker) or answered already: the agent's run decides
+            return [Message(role="user", contents=[_answer(rid, None, answer) for rid, answer in responses.items()])]
+        unknown = sorted(set(responses) - set(pending))
+        if unknown:  # the pause is held here: check the answers now, with messages naming what to send
+            raise MCPError(
+                types.INVALID_PARAMS,
+                f"inputResponses {unknown!r} answer no pending request (pending: {sorted(pending)!r}); "
+                "the call is still paused.",
+            )
+        answers = [_answer(rid, pending[rid], answer) for rid, answer in responses.items()]
+        try:
+            answers_to_responses(answers, pending)
+        except FunctionalWorkflowError as exc:
+            raise MCPError(types.INVALID_PARAMS, str(exc)) from None
+        return [Message(role="user", contents=answers)]
+
+    async def _elicit_in_call(self, ctx: Any, turn: Turn, result: Any) -> Any:
         """Older clients: ``elicitation/create`` in the call until the workflow ends.
 
-        They hold no ``requestState`` to retry with, so a refused answer is asked again (the form's message
-        says why); after :data:`LEGACY_ATTEMPTS` refused answers the pause is abandoned and the call fails.
+        They hold no ``requestState`` to retry with: a refused answer is asked again, saying why, up to
+        :data:`LEGACY_ATTEMPTS` times; then the pause is abandoned and the call fails.
         """
         refused, refusals = "", 0
         while isinstance(result, types.InputRequiredResult):
@@ -178,40 +184,19 @@ class MCPWorkflowTool:
                     refused + form.message, form.requested_schema, related_request_id=ctx.request_id
                 )
             try:
-                result = await self._resume(session, responses)
+                result = await self._run(self._answers(turn.session, responses), turn.session)
                 refused = ""
             except MCPError as exc:  # the call is still paused: ask again, saying what was wrong
                 refusals += 1
                 if refusals >= LEGACY_ATTEMPTS:
                     with contextlib.suppress(FunctionalWorkflowError):
-                        await self.agent.abandon_continuation_async(session=session)
+                        await self.agent.abandon_continuation_async(session=turn.session)
                     raise MCPError(
                         types.INVALID_PARAMS,
                         f"{exc.message} The call ended after {refusals} refused answers: call the tool again.",
                     ) from None
                 refused = f"Your answer was refused: {exc.message} Answer again. "
         return result
-
-    async def _resume(self, session: AgentSession, responses: Mapping[str, Any]) -> Any:
-        pending = self.agent.pending_requests_for(session)
-        if not responses:
-            raise MCPError(types.INVALID_PARAMS, "Send inputResponses with the answers; the call is still paused.")
-        if pending:  # the pause is held here: check the answers now, with messages naming what to send
-            unknown = sorted(set(responses) - set(pending))
-            if unknown:
-                raise MCPError(
-                    types.INVALID_PARAMS,
-                    f"inputResponses {unknown!r} answer no pending request (pending: {sorted(pending)!r}); "
-                    "the call is still paused.",
-                )
-            answers = [_answer(rid, pending[rid], response) for rid, response in responses.items()]
-            try:
-                answers_to_responses(answers, pending)
-            except FunctionalWorkflowError as exc:
-                raise MCPError(types.INVALID_PARAMS, str(exc)) from None
-        else:  # kept by the continuation store (another worker) or answered already: the agent's run decides
-            answers = [_answer(rid, None, response) for rid, response in responses.items()]
-        return await self._run([Message(role="user", contents=answers)], session)
 
     def _session_from_state(self, state: str) -> AgentSession:
         try:
@@ -226,20 +211,24 @@ class MCPWorkflowTool:
             response = await self.agent.run(messages, session=session)
         except FunctionalWorkflowError as exc:  # refused (a replayed state, a wrong answer): nothing changed
             raise MCPError(types.INVALID_PARAMS, str(exc)) from None
+        return self._mcp_from_run(response, session)
+
+    def _mcp_from_run(self, response: AgentResponse[Any], session: AgentSession) -> Any:
+        """A pause as ``input_required`` (a form per request, the session sealed in ``requestState``), else the text."""
         pending = self.agent.pending_requests_for(session)
         if pending:
+            requests: dict[str, Any] = {}
+            for rid, event in pending.items():
+                asks = f"{self.name} asks: {json.dumps(request_data_to_json(event.data), default=str)}"
+                schema = answer_form(event.response_type)[0]
+                form = types.ElicitRequestFormParams(message=asks, requested_schema=schema)  # pyright: ignore[reportCallIssue]
+                requests[rid] = types.ElicitRequest(method="elicitation/create", params=form)
             state = {"v": _STATE_VERSION, "agent": self.agent.id, "session": session.to_dict()}
             return types.InputRequiredResult(
-                result_type="input_required",
-                input_requests={rid: _elicitation(event, self.name) for rid, event in pending.items()},
-                request_state=json.dumps(state, default=str),
+                result_type="input_required", input_requests=requests, request_state=json.dumps(state, default=str)
             )
         text = response.text
         return types.CallToolResult(content=[types.TextContent(type="text", text=text)] if text else [])
-
-
-def _tool_name(agent: FunctionalWorkflowAgent) -> str:
-    return re.sub(r"[^a-zA-Z0-9_.-]+", "_", agent.name or "").strip("_") or "workflow"
 
 
 def mcp_app(
@@ -253,9 +242,7 @@ def mcp_app(
     release_memory_every: float | None = DEFAULT_RELEASE_MEMORY_EVERY,
     sweep_every: float | None = DEFAULT_SWEEP_EVERY,
 ) -> Starlette:
-    """A Streamable HTTP MCP app whose one tool runs ``agent``, correct by default.
-
-    ``tools/call`` with ``{"task": "<text>"}`` runs the workflow (README "Host it", MCP).
+    """A Streamable HTTP MCP app whose one tool runs ``agent``, correct by default (README "Host it", MCP).
 
     Args:
         agent: The agent; one object serves every call.
@@ -264,14 +251,14 @@ def mcp_app(
         key: The host key sealing ``requestState`` (32+ random bytes; a list rotates keys: the first seals,
             all unseal). Keep it secret and the same on every worker.
         name: The tool's name (and the server's; default: the agent's name made tool-safe).
-        state_ttl_seconds: How long a pause can be answered through its ``requestState``.
+        state_ttl_seconds: How long a pause can be answered through its ``requestState`` (default an hour).
         path: The Streamable HTTP endpoint.
         host: Where the app is served (``127.0.0.1`` turns on ``mcp``'s DNS-rebinding protection).
         release_memory_every: Seconds between two ``malloc_trim`` after requests (glibc only); None: never.
         sweep_every: Seconds between two sweeps of expired pauses (at most a quarter TTL); None: on access only.
 
     Returns:
-        The Starlette app (serve it with uvicorn; its lifespan runs the MCP session manager and the sweep).
+        The Starlette app (its lifespan runs the MCP session manager and the sweep).
 
     Raises:
         ValueError: A bad ``release_memory_every`` or ``sweep_every``.
@@ -282,11 +269,13 @@ def mcp_app(
             app = mcp_app(review.build().as_agent(name="review"), key=os.environ["MCP_STATE_KEY"])
             uvicorn.run(app, host="127.0.0.1", port=8000)  # mcp.Client("http://127.0.0.1:8000/mcp")
     """
-    tool = MCPWorkflowTool(agent, name=name or _tool_name(agent))
+    name = name or re.sub(r"[^a-zA-Z0-9_.-]+", "_", agent.name or "").strip("_") or "workflow"
+    tool = MCPWorkflowTool(agent, name=name)
+    server: Server[Any] = Server(name, version="1.0.0", on_list_tools=tool.list_tools, on_call_tool=tool.call_tool)
     keys = [key] if isinstance(key, (bytes, str)) else list(key)
-    server: Server[Any] = Server(tool.name, version="1.0.0", on_list_tools=tool.list_tools, on_call_tool=tool.call_tool)
-    security = RequestStateSecurity(keys=keys, ttl=state_ttl_seconds)
-    server.middleware.append(RequestStateBoundary(security, default_audience=tool.name))
+    server.middleware.append(
+        RequestStateBoundary(RequestStateSecurity(keys=keys, ttl=state_ttl_seconds), default_audience=name)
+    )
     app = server.streamable_http_app(streamable_http_path=path, host=host)
     app.state.mcp_tool = tool
     add_upkeep(app, agent, release_memory_every, sweep_every)

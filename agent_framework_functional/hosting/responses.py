@@ -1,10 +1,8 @@
 """The Responses host in one call: ``responses_app(agent)`` serves a FunctionalWorkflowAgent as ``POST /v1/responses``.
 
-Built on ``agent-framework-hosting-responses`` (its renderers ``responses_from_run`` /
-``responses_from_streaming_run``); this module owns what that package leaves to the app: the route, the
-conversation's session, one request at a time per conversation, runs that outlive a client that hangs
-up, and an error mapping where nothing a client sends is a 500 (``_responses_errors``). Needs the
-``hosting`` extra.
+Built on ``agent-framework-hosting-responses`` (its renderers); this module owns the route, each request a
+:class:`Turn` of its conversation, runs that outlive a client that hangs up, and errors where nothing a client
+sends is a 500 (:func:`refusal_for`). Needs the ``hosting`` extra.
 """
 
 from __future__ import annotations
@@ -22,18 +20,102 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.requests import ClientDisconnect
 
 from .._agent import FunctionalWorkflowAgent
-from ._responses_errors import Refusal, error_response, refusal_for
+from .._errors import (
+    ContinuationAuthorityError,
+    ContinuationStoreDurabilityError,
+    DurableStoreError,
+    FunctionalWorkflowError,
+    PendingContinuationError,
+    ResponseMismatchError,
+    StaleContinuationError,
+    WorkflowRunningError,
+)
 from ._responses_input import InvalidRequestError, ResponsesRequest, decode_body, parse_request
 from ._sweep import DEFAULT_RELEASE_MEMORY_EVERY, DEFAULT_SWEEP_EVERY, add_upkeep, check_release_every
 from ._turn import ConversationBusy, Turn, Turns
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MAX_BODY_BYTES = 1024 * 1024
-"""The largest request body ``responses_app`` reads by default (1 MiB); a larger one is a 413."""
+DEFAULT_MAX_BODY_BYTES = 1024 * 1024  # a larger request body is a 413
 
 _DRAIN_FACTOR = 16  # an oversized body is read to its end (so the client gets the 413) up to 16x the limit
 _END = object()
+
+# The agent's messages advise Python calls; a client of this route can only send requests, so these say which.
+PENDING_MESSAGE = (
+    "This conversation is paused on a request: answer it first (a function_call_output with its call_id, or an "
+    "mcp_approval_response with its approval_request_id), or start a new conversation for new input."
+)
+STALE_MESSAGE = (
+    "This response is not the conversation's latest: its pause was already answered, abandoned or expired. "
+    "Continue from the latest response (its id as previous_response_id), or send new input here to start over."
+)
+REFUSED_MESSAGE = (
+    "Nothing here can be answered: the pause was already answered, abandoned or expired, or none is pending. "
+    "Continue from the conversation's latest response, or send new input to start a new run."
+)
+# A store failure is the server's: its details (addresses, settings) stay in the server's log.
+STORE_MESSAGE = (
+    "The server's continuation store failed during this request (unreachable, or not set up to keep a claim); "
+    "the request may not have taken effect. Try again later, from the conversation's latest response."
+)
+
+# Refusals whose message is fixed (409, x-should-retry false), the first match wins (Stale is an authority error).
+_FIXED: tuple[tuple[type[BaseException], str, str], ...] = (
+    (PendingContinuationError, "pending_request", PENDING_MESSAGE),
+    (StaleContinuationError, "continuation_refused", STALE_MESSAGE),
+    (ContinuationAuthorityError, "continuation_refused", REFUSED_MESSAGE),
+)
+
+
+class Refusal(Exception):
+    """One HTTP error response: status, OpenAI-style error code and message, the field, whether to retry."""
+
+    def __init__(self, status: int, code: str, message: str, *, param: str | None = None, retry: bool = False):
+        super().__init__(message)
+        self.status, self.code, self.message, self.param, self.retry = status, code, message, param, retry
+
+
+def refusal_for(exc: BaseException, request: ResponsesRequest | None = None) -> Refusal | None:
+    """The HTTP answer to an error the agent raised on purpose (None: not the client's doing)."""
+    if isinstance(exc, WorkflowRunningError):
+        return Refusal(409, "workflow_running", str(exc), retry=True)
+    for kind, code, message in _FIXED:
+        if isinstance(exc, kind):
+            return Refusal(409, code, message)
+    if isinstance(exc, ResponseMismatchError):
+        return Refusal(400, "answer_mismatch", str(exc), param=_answer_param(exc, request))
+    if isinstance(exc, DurableStoreError):  # the server's store, not the client's request
+        retry = not isinstance(exc, ContinuationStoreDurabilityError)  # a misconfigured store stays so
+        return Refusal(503, "store_unavailable", STORE_MESSAGE, retry=retry)
+    if isinstance(exc, FunctionalWorkflowError):
+        if isinstance(exc, ValueError):
+            return Refusal(400, "invalid_request", str(exc))
+        return Refusal(409, "conflict", str(exc))
+    return None
+
+
+def _answer_param(exc: ResponseMismatchError, request: ResponsesRequest | None) -> str:
+    """The input field of the answer the agent refused (its id field when that id names no pending request)."""
+    if request is None:
+        return "input"
+    fields = request.answer_id_params if exc.unknown_id else request.answer_params
+    if exc.request_id is not None and exc.request_id in fields:
+        return fields[exc.request_id]
+    named = [field for request_id, field in fields.items() if repr(request_id) in str(exc)]
+    if len(named) == 1:
+        return named[0]
+    return next(iter(fields.values())) if len(fields) == 1 else "input"
+
+
+def error_response(refusal: Refusal, retry_after: int) -> JSONResponse:
+    """The refusal as the OpenAI-style JSON error body, with ``x-should-retry`` (and ``retry-after``)."""
+    kind = "server_error" if refusal.status >= 500 else "invalid_request_error"
+    body = {"error": {"type": kind, "code": refusal.code, "message": refusal.message, "param": refusal.param}}
+    headers = {"x-should-retry": "true" if refusal.retry else "false"}
+    if refusal.retry:
+        headers["retry-after"] = str(retry_after)
+    return JSONResponse(body, status_code=refusal.status, headers=headers)
 
 
 def _without_token(result: AgentResponse[Any]) -> AgentResponse[Any]:
@@ -63,9 +145,6 @@ class _ResponsesHost:
         self.forward_options = frozenset(forward_options)
         self.tasks: set[asyncio.Task[Any]] = set()
 
-    def error(self, refusal: Refusal) -> JSONResponse:
-        return error_response(refusal, self.retry_after)
-
     def spawn(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.ensure_future(work)
         self.tasks.add(task)
@@ -92,7 +171,7 @@ class _ResponsesHost:
         return b"".join(chunks)
 
     async def begin(self, request: ResponsesRequest, response_id: str, scope: str) -> Turn:
-        """Take the conversation (one request at a time per conversation) and find its session."""
+        """Take the conversation and find its session."""
         try:
             if request.conversation_id is not None:
                 return await self.turns.begin(f"{scope}conversation:{request.conversation_id}")
@@ -116,9 +195,6 @@ class _ResponsesHost:
                 "Another request of this conversation is still running; retry after it ends.",
                 retry=True,
             ) from None
-
-    def options(self, body: Any) -> dict[str, Any]:
-        return {name: body[name] for name in self.forward_options if name in body}
 
     async def run_json(self, turn: Turn, request: ResponsesRequest, response_id: str, options: Any) -> Any:
         try:
@@ -144,12 +220,12 @@ class _ResponsesHost:
         queue: asyncio.Queue[Any],
         gone: asyncio.Event,
     ) -> None:
-        """Run the agent's stream to its end (whether or not the client still reads) and queue the SSE text."""
+        """Run the agent's stream to its end (whether or not the client reads on) and queue the SSE text."""
         try:
             try:
                 stream = self.agent.run(request.messages, session=turn.session, options=options, stream=True)
                 stream.with_cleanup_hook(turn.save).with_result_transform(_without_token)
-                first = await _first(stream)
+                first = await anext(stream, None)
             except asyncio.CancelledError:
                 accepted.cancel()
                 raise
@@ -180,13 +256,15 @@ class _ResponsesHost:
             request = parse_request(body)
             turn = await self.begin(request, response_id, scope)
         except Refusal as refusal:
-            return self.error(refusal)
+            return error_response(refusal, self.retry_after)
         except InvalidRequestError as exc:
-            return self.error(Refusal(400, exc.code, str(exc), param=exc.param))
+            return error_response(Refusal(400, exc.code, str(exc), param=exc.param), self.retry_after)
         except Exception:  # the session store failed
             logger.exception("Reading the session of response %s failed", response_id)
-            return self.error(Refusal(500, "server_error", "The session store failed; retry later."))
-        options = self.options(body)
+            return error_response(
+                Refusal(500, "server_error", "The session store failed; retry later."), self.retry_after
+            )
+        options = {name: body[name] for name in self.forward_options if name in body}
         try:
             if not request.stream:
                 payload = await asyncio.shield(self.spawn(self.run_json(turn, request, response_id, options)))
@@ -202,7 +280,7 @@ class _ResponsesHost:
                 logger.exception("The agent run of response %s failed", response_id)
             if refusal is None:
                 refusal = Refusal(500, "server_error", "The agent run failed; the conversation takes new input.")
-            return self.error(refusal)
+            return error_response(refusal, self.retry_after)
         return StreamingResponse(_sse_body(queue, gone), media_type="text/event-stream")
 
     @asynccontextmanager
@@ -211,13 +289,6 @@ class _ResponsesHost:
         for task in list(self.tasks):  # runs whose clients left; the server is stopping
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
-
-
-async def _first(stream: ResponseStream[AgentResponseUpdate, AgentResponse[Any]]) -> AgentResponseUpdate | None:
-    try:
-        return await stream.__anext__()
-    except StopAsyncIteration:
-        return None
 
 
 def _continue(
@@ -259,8 +330,8 @@ def responses_app(
 ) -> FastAPI:
     """A FastAPI app that serves ``agent`` over the OpenAI Responses API, correct by default.
 
-    A pause is a ``completed`` response with a ``function_call`` and an ``mcp_approval_request`` item; the
-    answer is an ``mcp_approval_response`` or ``function_call_output`` item (README "Host it", Responses).
+    A pause is a ``completed`` response with a ``function_call`` and an ``mcp_approval_request`` item; an
+    ``mcp_approval_response`` or ``function_call_output`` item answers it (README "Host it", Responses).
 
     Args:
         agent: The agent; one object serves every conversation.
@@ -268,10 +339,9 @@ def responses_app(
     Keyword Args:
         session_store: Where sessions live (bounded, in memory, by default; a shared one for several workers).
         path: The route's path; ``/v1/responses`` lets an ``openai`` client use ``base_url=".../v1"``.
-        max_body_bytes: The largest request body read.
+        max_body_bytes: The largest request body read (default 1 MiB).
         retry_after: Seconds in ``Retry-After`` of a 409 that a retry can fix.
-        forward_options: Request fields passed to the agent as run options (none by default: options are
-            caller-controlled).
+        forward_options: Request fields passed to the agent as run options (none by default).
         scope: Who is calling, from the request: one scope's conversations are invisible to another. Without
             it, anyone who knows a conversation id can continue it. It may raise ``HTTPException`` (401).
         release_memory_every: Seconds between two ``malloc_trim`` after requests (glibc only); None: never.

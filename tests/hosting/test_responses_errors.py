@@ -396,7 +396,7 @@ def test_importing_the_package_needs_no_host_package() -> None:
 def test_the_error_mapping(error: Exception, status: int | None, code: str | None, retry: bool | None) -> None:
     """Each error the agent raises on purpose has its status (only what retrying can fix says to retry);
     anything else is not the client's doing (None: the route answers 500 without details)."""
-    from agent_framework_functional.hosting._responses_errors import refusal_for
+    from agent_framework_functional.hosting.responses import refusal_for
 
     refusal = refusal_for(error)
     if status is None:
