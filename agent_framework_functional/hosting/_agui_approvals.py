@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
-from agent_framework import Content
+from agent_framework import AgentSession, Content
 from agent_framework_ag_ui import AgentFrameworkAgent, AGUIThreadSnapshot, AGUIThreadSnapshotStore
 
 from .._agent import FunctionalWorkflowAgent
@@ -24,7 +24,7 @@ from .._core_compat import (
     set_agui_approval_state,
 )
 from .._updates import REQUEST_INFO_FUNCTION_NAME
-from ._turn import RunningTurns
+from ._turn import Turn, Turns
 
 ANSWERED_APPROVAL_RETENTION_SECONDS = 60.0
 """How long AG-UI keeps an answered approval of an ``agui_endpoint`` (AG-UI's default: 900 s), at most the TTL.
@@ -84,24 +84,41 @@ def restore_open_approvals(
 
 
 class UnsavedThreads:
-    """An ``AGUIThreadSnapshotStore`` that knows which threads have a run whose snapshot is not saved yet.
+    """An ``AGUIThreadSnapshotStore`` whose saves end the turns of their threads (:meth:`begin`).
 
-    A run is noted when it reaches the agent and forgotten when AG-UI saves its snapshot; until then a missing
-    snapshot or token is not an orphaned pause. Past ``max_threads`` the oldest notes go.
+    A turn runs from the run reaching the agent until AG-UI saves the thread's snapshot (the session's write
+    back), or the run fails; until then a missing snapshot or token is not an orphaned pause.
     """
 
-    def __init__(self, store: AGUIThreadSnapshotStore, max_threads: int) -> None:
+    def __init__(self, store: AGUIThreadSnapshotStore, agent: FunctionalWorkflowAgent) -> None:
         self.store = store
-        self.runs = RunningTurns(max_threads)  # by session id: begun when a run reaches the agent
+        self.turns = Turns(agent, None)  # AG-UI finds and writes the session: only the conversations are used
+        self.running: dict[str, Turn] = {}  # by session id; bounded by the turns
+
+    def begin(self, session: AgentSession) -> None:
+        """A run of ``session``'s thread reached the agent.
+
+        Raises:
+            ConversationBusy: Another run of the thread has not saved its snapshot yet.
+        """
+        self.running[session.session_id] = self.turns.take(session.session_id, session)
+
+    def end(self, session_id: str) -> None:
+        """The turn of the thread ended (its snapshot saved, or its run failed)."""
+        turn = self.running.pop(session_id, None)
+        if turn is not None:
+            turn.end()
 
     def unsaved(self, scope: str, thread_id: str) -> bool:
         """A run of the thread reached the agent and its snapshot is not saved yet."""
-        return agui_session_id_for_thread(scope=scope, thread_id=thread_id) in self.runs
+        return agui_session_id_for_thread(scope=scope, thread_id=thread_id) in self.running
 
     async def save(self, *, scope: str, thread_id: str, snapshot: AGUIThreadSnapshot) -> None:
-        """Save through the store, then forget one run of the thread."""
-        await self.store.save(scope=scope, thread_id=thread_id, snapshot=snapshot)
-        self.runs.end(agui_session_id_for_thread(scope=scope, thread_id=thread_id))
+        """Save through the store, then end the thread's turn."""
+        try:
+            await self.store.save(scope=scope, thread_id=thread_id, snapshot=snapshot)
+        finally:
+            self.end(agui_session_id_for_thread(scope=scope, thread_id=thread_id))
 
     async def get(self, *, scope: str, thread_id: str) -> AGUIThreadSnapshot | None:
         """The store's."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, cast
 
 from agent_framework import AgentSession
@@ -24,7 +24,6 @@ from .._core_compat import (
     devui_install_store,
     devui_server_class,
 )
-from ._turn import RunningTurns
 
 DEFAULT_MAX_CONVERSATIONS = 10_000
 """How many conversations ``devui_app`` keeps at most by default (the hosts' session stores keep as many)."""
@@ -58,7 +57,7 @@ class BoundedConversationStore(devui_conversation_store_class()):  # pyright: ig
         self.max_conversations = max_conversations
         self._clock = clock
         self._used: OrderedDict[str, float] = OrderedDict()  # conversation id -> last use, least recent first
-        self.running = RunningTurns()  # conversations with a turn running (never dropped for idleness)
+        self.running: Collection[str] = ()  # conversations with a turn running (never dropped for idleness)
         # DevUI's executor's tracked approvals (``_pending_approvals``), pruned with their conversations.
         self.approvals: dict[Any, Any] | None = None
 
@@ -74,14 +73,8 @@ class BoundedConversationStore(devui_conversation_store_class()):  # pyright: ig
             self._used[conversation_id] = now
             self._used.move_to_end(conversation_id)
 
-    def turn_started(self, conversation_id: str) -> None:
-        """A turn of ``conversation_id`` runs: a use, and no drop for idleness until :meth:`turn_ended`."""
-        self.running.begin(conversation_id)
-        self._use(conversation_id)
-
-    def turn_ended(self, conversation_id: str) -> None:
-        """The turn :meth:`turn_started` noted ended: a use (its idle time starts now)."""
-        self.running.end(conversation_id)
+    async def set(self, conversation_id: str, session: AgentSession) -> None:
+        """A turn's write back of its session (DevUI's own object, already in place): a use."""
         self._use(conversation_id)
 
     async def purge_expired(self) -> int:

@@ -5,13 +5,23 @@ A guard (:func:`check_request`) refuses bad requests with a 4xx before AG-UI or 
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import functools
 import json
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from inspect import isawaitable
 from typing import Any
 
-from agent_framework import AgentResponseUpdate, AgentSession, Content, ContextProvider, SessionStore, WorkflowEvent
+from agent_framework import (
+    AgentResponseUpdate,
+    AgentSession,
+    Content,
+    ContextProvider,
+    ResponseStream,
+    SessionStore,
+    WorkflowEvent,
+)
 from agent_framework_ag_ui import (
     AgentFrameworkAgent,
     AGUIThreadSnapshot,
@@ -54,6 +64,16 @@ class ReservedSessionState(ContextProvider):
 
     def __init__(self) -> None:
         super().__init__(SESSION_STATE_KEY)
+
+
+async def _ending_on_failure(stream: Any, end: Callable[[], object]) -> AsyncIterator[Any]:
+    """``stream``'s updates; ``end`` runs if it fails or is cancelled (AG-UI saves no snapshot then)."""
+    try:
+        async for update in stream:
+            yield update
+    except (Exception, asyncio.CancelledError):
+        end()
+        raise
 
 
 def _with_answer_slot(content: Content) -> Content:
@@ -100,10 +120,23 @@ class AGUIAgent(HostedAgent):
     def run(
         self, messages: Any = None, *, stream: bool = False, session: AgentSession | None = None, **kwargs: Any
     ) -> Any:
-        """The wrapped agent's run, noted in ``unsaved`` (its snapshot is saved after it)."""
-        if self.unsaved is not None and session is not None:
-            self.unsaved.runs.begin(session.session_id)
-        return super().run(messages, stream=stream, session=session, **kwargs)
+        """The wrapped agent's run as a turn of the thread, ended when its snapshot is saved or the run fails.
+
+        Raises:
+            ConversationBusy: Another run of the thread has not saved its snapshot yet.
+        """
+        unsaved = self.unsaved
+        if unsaved is None or session is None or not stream:
+            return super().run(messages, stream=stream, session=session, **kwargs)
+        unsaved.begin(session)
+        end = functools.partial(unsaved.end, session.session_id)
+        try:
+            return ResponseStream(
+                _ending_on_failure(super().run(messages, stream=True, session=session, **kwargs), end)
+            )
+        except BaseException:
+            end()
+            raise
 
     @property
     def context_providers(self) -> list[Any]:
@@ -309,7 +342,7 @@ def agui_endpoint(
     """
     check_release_every(release_memory_every)
     check_release_every(sweep_every, "sweep_every")
-    snapshots = UnsavedThreads(snapshot_store_for(snapshot_store, agent), max_threads=4 * max_runs)
+    snapshots = UnsavedThreads(snapshot_store_for(snapshot_store, agent), agent)
     runner = AgentFrameworkAgent(agent=AGUIAgent(agent, snapshots), snapshot_store=snapshots)  # pyright: ignore[reportArgumentType]
     bound_approval_state(runner, agent)
     if single_user == (authorization_scope_resolver is not None):

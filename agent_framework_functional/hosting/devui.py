@@ -8,10 +8,10 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
-from typing import Any
+from typing import Any, cast
 
 import uvicorn
-from agent_framework import AgentSession, Message
+from agent_framework import AgentSession, Message, SessionStore
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -21,6 +21,7 @@ from .._answers import value_result
 from ._adapter import HostedAgent, as_messages, parse_typed_text
 from ._devui_store import DEFAULT_MAX_CONVERSATIONS, BoundedConversationStore, BoundedDevServer
 from ._sweep import DEFAULT_RELEASE_MEMORY_EVERY, DEFAULT_SWEEP_EVERY, add_upkeep, check_release_every
+from ._turn import Turns
 
 DEFAULT_PORT = 8080
 """DevUI's own default port."""
@@ -85,35 +86,36 @@ class DevUIAgent(HostedAgent):
 
     def __init__(self, agent: FunctionalWorkflowAgent, conversations: BoundedConversationStore) -> None:
         super().__init__(agent)
-        self.conversations = conversations
+        self.turns = Turns(agent, cast("SessionStore", conversations))  # a write back is a use of DevUI's session
+        conversations.running = self.turns.busy
 
     def run(
         self, messages: Any = None, *, stream: bool = False, session: AgentSession | None = None, **kwargs: Any
     ) -> Any:
-        """Run the turn; its conversation (DevUI's session id) is kept while it runs.
+        """Run a turn of DevUI's conversation (its session id); a use when it ends.
 
         Raises:
             ValueError: A turn without a conversation (unknown or dropped): the agent's one session-less
                 conversation would be shared by every such turn.
+            ConversationBusy: Another turn of the conversation runs.
         """
-        store = self.conversations
         if session is None:
             raise ValueError(NO_CONVERSATION_MESSAGE)
-        conversation_id = session.session_id
-        store.turn_started(conversation_id)
+        turn = self.turns.take(session.session_id, session)
         try:
             result = super().run(messages, stream=stream, session=session, **kwargs)
         except BaseException:
-            store.turn_ended(conversation_id)
+            turn.end()
             raise
         if stream:
-            return result.with_cleanup_hook(lambda: store.turn_ended(conversation_id))
+            return result.with_cleanup_hook(turn.save).with_cleanup_hook(turn.end)
 
         async def finish() -> Any:
             try:
                 return await result
             finally:
-                store.turn_ended(conversation_id)
+                await turn.save()
+                turn.end()
 
         return finish()
 
