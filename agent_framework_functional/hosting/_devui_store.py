@@ -1,11 +1,7 @@
 """DevUI's conversation store, bounded: conversations idle past the pause TTL, or past a count, are dropped.
 
-DevUI keeps every conversation in its ``InMemoryConversationStore`` for the life of the process, with no
-option to bound it, and its checkpoint manager requires that class: :class:`BoundedConversationStore` is that
-class with two bounds, checked on every create, list or use and by the host's sweep. A conversation idle past
-``ttl`` (its pause expired too) goes unless a turn of it runs; past ``max_conversations`` the least recently
-used go, with the approvals DevUI tracks for them. DevUI's private names come through ``_core_compat``,
-pinned by ``tests/hosting/test_devui_store.py``.
+DevUI's own store keeps every conversation for good, and its checkpoint manager requires that class: this is that
+class with two bounds. DevUI's private names come through ``_core_compat``, pinned by ``test_devui_store.py``.
 """
 
 from __future__ import annotations
@@ -31,6 +27,9 @@ DEFAULT_MAX_CONVERSATIONS = 10_000
 
 class BoundedConversationStore(devui_conversation_store_class()):  # pyright: ignore[reportUntypedBaseClass]
     """DevUI's in-memory conversation store, dropping conversations idle past ``ttl`` or past a count.
+
+    Checked on every create, list or use and by the host's sweep; a conversation with a turn running is never
+    dropped for idleness; the approvals DevUI tracks for a dropped one go too.
 
     Args:
         ttl: Seconds a conversation is kept after its last use.
@@ -66,7 +65,6 @@ class BoundedConversationStore(devui_conversation_store_class()):  # pyright: ig
         return devui_conversation_count(self)
 
     def _use(self, conversation_id: str) -> None:
-        """Drop what is past its bounds, then mark ``conversation_id`` (if kept) as used now."""
         now = self._clock()
         self._sweep(now)
         if conversation_id in self._conversations:
@@ -97,8 +95,7 @@ class BoundedConversationStore(devui_conversation_store_class()):  # pyright: ig
             self._forget_approvals(dropped)
         return len(dropped)
 
-    def _forget_approvals(self, dropped: set[str]) -> None:
-        """Drop DevUI's tracked approvals of dropped conversations (keyed ``(conversation id, request id)``)."""
+    def _forget_approvals(self, dropped: set[str]) -> None:  # DevUI keys them (conversation id, request id)
         approvals = self.approvals
         if approvals:
             stale: list[Any] = [
@@ -108,7 +105,7 @@ class BoundedConversationStore(devui_conversation_store_class()):  # pyright: ig
                 del approvals[key]
 
     def create_conversation(self, metadata: dict[str, str] | None = None, conversation_id: str | None = None) -> Any:
-        """DevUI's ``create_conversation``, after dropping what is past its bounds (room for this one)."""
+        """DevUI's ``create_conversation``, after dropping what is past its bounds."""
         self._sweep(self._clock())
         created = super().create_conversation(metadata=metadata, conversation_id=conversation_id)
         self._use(created.id)
@@ -165,7 +162,7 @@ class BoundedConversationStore(devui_conversation_store_class()):  # pyright: ig
 
 
 class BoundedDevServer(devui_server_class()):  # pyright: ignore[reportUntypedBaseClass]
-    """DevUI's server with a :class:`BoundedConversationStore` in its executor (installed when DevUI builds it)."""
+    """DevUI's server with a :class:`BoundedConversationStore` in its executor."""
 
     def __init__(self, *args: Any, conversation_store: BoundedConversationStore, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -173,16 +170,8 @@ class BoundedDevServer(devui_server_class()):  # pyright: ignore[reportUntypedBa
         self.store_installer = self._install
 
     def _install(self, executor: Any) -> None:
-        if executor.conversation_store is not self.bounded_store:
-            install_store(executor, self.bounded_store)
-
-
-def install_store(executor: Any, store: BoundedConversationStore) -> None:
-    """Make ``store`` the conversation store of DevUI's ``executor`` (before it holds any conversation).
-
-    Raises:
-        RuntimeError: The executor already holds conversations (they would be lost).
-    """
-    if devui_conversation_count(executor.conversation_store):
-        raise RuntimeError("DevUI's executor already holds conversations; install the store before serving")
-    store.approvals = devui_install_store(executor, store)
+        if executor.conversation_store is self.bounded_store:
+            return
+        if devui_conversation_count(executor.conversation_store):
+            raise RuntimeError("DevUI's executor already holds conversations; install the store before serving")
+        self.bounded_store.approvals = devui_install_store(executor, self.bounded_store)

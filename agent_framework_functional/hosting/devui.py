@@ -1,7 +1,4 @@
-"""DevUI in one call: :func:`serve_devui` serves a FunctionalWorkflowAgent in the Agent Framework web UI.
-
-:func:`devui_app` builds the same app without serving it.
-"""
+"""DevUI in one call: :func:`serve_devui` serves a FunctionalWorkflowAgent in the Agent Framework web UI."""
 
 from __future__ import annotations
 
@@ -34,7 +31,7 @@ NO_CONVERSATION_MESSAGE = (
 
 
 def _typed_text(messages: Any) -> str | None:
-    """The text of a reply that is only text (DevUI passes a string, or one user message of text), else None."""
+    """The text of a reply that is only text (a string, or one user message of text), else None."""
     if isinstance(messages, str):
         return messages
     found = as_messages(messages)
@@ -46,23 +43,12 @@ def _typed_text(messages: Any) -> str | None:
     return "".join(content.text or "" for content in contents)
 
 
-_MALFORMED_TOKEN = JSONResponse(
-    status_code=401,
-    content={
-        "error": {
-            "message": "Invalid authentication token",  # DevUI's own refusal of a wrong token
-            "type": "authentication_error",
-            "code": "invalid_token",
-        }
-    },
-)
+_INVALID_TOKEN = {"message": "Invalid authentication token", "type": "authentication_error", "code": "invalid_token"}
+_MALFORMED_TOKEN = JSONResponse(status_code=401, content={"error": _INVALID_TOKEN})  # DevUI's refusal of a bad token
 
 
 class RefuseMalformedAuth:
-    """ASGI middleware: an ``Authorization`` header with a non-ASCII byte is a 401 before DevUI reads it.
-
-    DevUI compares the bearer token with ``secrets.compare_digest``, which raises on non-ASCII text: a 500.
-    """
+    """ASGI middleware: an ``Authorization`` header with a non-ASCII byte is a 401 (DevUI's check would raise)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -78,11 +64,7 @@ class RefuseMalformedAuth:
 
 
 class DevUIAgent(HostedAgent):
-    """The agent as DevUI sees it: a typed reply to a single pending request is that request's answer.
-
-    DevUI's page only approves or rejects, so for a non-``bool``, non-``str`` request the person types the
-    value (JSON for a structured type); it is converted or refused with a message naming the field.
-    """
+    """The agent as DevUI sees it: a typed reply (JSON for a structured type) answers the one pending request."""
 
     def __init__(self, agent: FunctionalWorkflowAgent, conversations: BoundedConversationStore) -> None:
         super().__init__(agent)
@@ -142,10 +124,9 @@ def devui_app(
     release_memory_every: float | None = DEFAULT_RELEASE_MEMORY_EVERY,
     sweep_every: float | None = DEFAULT_SWEEP_EVERY,
 ) -> FastAPI:
-    """DevUI's FastAPI app serving ``agent`` (page and API), with bearer-token auth; see :func:`serve_devui`.
+    """DevUI's FastAPI app serving ``agent`` (page and API) with bearer-token auth, without serving it.
 
-    Conversations are bounded (DevUI's own store keeps every one): idle past the agent's
-    ``continuation_ttl``, or least recently used past ``max_conversations``, they go.
+    Conversations idle past the agent's ``continuation_ttl``, or least recently used past ``max_conversations``, go.
 
     Args:
         agent: The agent (one object serves every conversation).
@@ -192,10 +173,9 @@ async def serve_devui(
     max_conversations: int = DEFAULT_MAX_CONVERSATIONS,
     sweep_every: float | None = DEFAULT_SWEEP_EVERY,
 ) -> None:
-    """Serve ``agent`` in DevUI until interrupted, printing the page's URL and its auth token.
+    """Serve ``agent`` in DevUI until interrupted, printing the page's URL and its bearer token.
 
-    Bearer-token auth is on, because DevUI's API can run the agent: the token is ``auth_token``, else
-    ``DEVUI_AUTH_TOKEN``, else a fresh random one.
+    The token is ``auth_token``, else ``DEVUI_AUTH_TOKEN``, else a fresh random one (DevUI's API runs the agent).
 
     Args:
         agent: The agent.

@@ -19,6 +19,8 @@ from hosting_support import make_agent
 
 from agent_framework_functional.hosting import devui_app
 from agent_framework_functional.hosting._devui_store import BoundedConversationStore
+from agent_framework_functional.hosting._turn import ConversationBusy
+from agent_framework_functional.hosting.devui import DevUIAgent
 
 pytestmark = pytest.mark.usefixtures("no_global_tracer_provider")
 
@@ -114,3 +116,23 @@ def test_devui_app_keeps_at_most_max_conversations_and_their_approvals(serve: An
     assert approvals is not None
     kept = {key[0] for key in approvals if isinstance(key, tuple)}
     assert kept and kept <= set(made[2:])
+
+
+async def test_a_conversation_runs_one_turn_at_a_time_and_its_end_is_a_use() -> None:
+    """Each DevUI run is a ``Turn`` of its conversation (``hosting/_turn.py``): a second one meanwhile is refused."""
+    clock = Clock()
+    store = BoundedConversationStore(ttl=60, max_conversations=100, clock=clock)
+    agent = DevUIAgent(make_agent(), store)
+    conversation = store.create_conversation().id
+    session = store.get_session(conversation)
+    first = agent.run("deploy one-at-a-time", stream=True, session=session)
+    assert store.running == {conversation}
+    with pytest.raises(ConversationBusy, match="still running"):
+        agent.run("deploy again", stream=True, session=session)
+    clock.now += 100  # a turn longer than the TTL
+    async for _ in first:
+        pass
+    assert not store.running  # ended with its stream, written back (a use: its idle time starts now)
+    clock.now += 30
+    store.create_conversation()
+    assert store.get_conversation(conversation) is not None
