@@ -201,22 +201,20 @@ async def _check_answers(
     """The answers against the pause's requests, held here or (through the snapshot's token) elsewhere."""
     scope, thread_id, snapshot_store, runner = where
     snapshot = None if pending else await snapshot_store.get(scope=scope, thread_id=thread_id)
-    open_ids = set(pending) if pending else _open_ids(snapshot)
+    open_ids = set(pending) or {str(i.get("id")) for i in (snapshot.interrupt or [] if snapshot is not None else [])}
     answers = [a for a in answers if not a.from_tool_message or a.interrupt_id in open_ids]
     if not answers:
         return  # tool results AG-UI does not read as approvals
-    _refuse_unresolved(answers)
-    _refuse_not_open(answers, open_ids)
+    _refuse_unfit(answers, open_ids)
     if not pending:
         pending = await _held_elsewhere(agent, session, snapshot)
-    for answer in answers:
-        _check_answer(answer, pending)
+    for answer in answers:  # converted as the agent will, so a wrong one is refused before AG-UI claims it
+        try:
+            answers_to_responses([payload_answer(answer.interrupt_id, answer.payload)], pending)
+        except ResponseMismatchError as exc:
+            raise refuse(str(exc)) from None
     if runner is not None and snapshot is not None:
         restore_open_approvals(runner, scope, thread_id, snapshot)
-
-
-def _open_ids(snapshot: AGUIThreadSnapshot | None) -> set[str]:
-    return set() if snapshot is None else {str(i.get("id")) for i in snapshot.interrupt or []}
 
 
 async def _held_elsewhere(
@@ -243,7 +241,8 @@ def _refuse_reserved_state(state: Any) -> None:
         )
 
 
-def _refuse_unresolved(answers: list[ResumeAnswer]) -> None:
+def _refuse_unfit(answers: list[ResumeAnswer], open_ids: set[str]) -> None:
+    """Each entry must be ``resolved`` and name an interrupt pending here, or open in the thread's snapshot."""
     for answer in answers:
         if answer.status != "resolved":
             raise refuse(
@@ -251,10 +250,6 @@ def _refuse_unresolved(answers: list[ResumeAnswer]) -> None:
                 "paused, and the thread then accepts nothing. Decline a bool request with "
                 "{'approved': false}, or answer the request; its owner can abandon the pause."
             )
-
-
-def _refuse_not_open(answers: list[ResumeAnswer], open_ids: set[str]) -> None:
-    """Each entry must name an interrupt pending here, or open in the thread's snapshot."""
     for answer in answers:
         if answer.interrupt_id not in open_ids:
             raise refuse(
@@ -262,14 +257,6 @@ def _refuse_not_open(answers: list[ResumeAnswer], open_ids: set[str]) -> None:
                 "raised); nothing was run. Read the thread's latest run (its RUN_FINISHED) before answering, and "
                 "send new input as a run without 'resume'."
             )
-
-
-def _check_answer(answer: ResumeAnswer, pending: Mapping[str, WorkflowEvent[Any]]) -> None:
-    """One answer against the pause's requests, converted as the agent will (so a wrong one is refused first)."""
-    try:
-        answers_to_responses([payload_answer(answer.interrupt_id, answer.payload)], pending)
-    except ResponseMismatchError as exc:
-        raise refuse(str(exc)) from None
 
 
 def agui_endpoint(
