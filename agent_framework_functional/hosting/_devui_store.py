@@ -96,13 +96,9 @@ class BoundedConversationStore(devui_conversation_store_class()):  # pyright: ig
         return len(dropped)
 
     def _forget_approvals(self, dropped: set[str]) -> None:  # DevUI keys them (conversation id, request id)
-        approvals = self.approvals
-        if approvals:
-            stale: list[Any] = [
-                key for key in approvals if isinstance(key, tuple) and cast("tuple[Any, ...]", key)[0] in dropped
-            ]
-            for key in stale:
-                del approvals[key]
+        approvals = self.approvals or {}
+        for key in [k for k in approvals if isinstance(k, tuple) and cast("tuple[Any, ...]", k)[0] in dropped]:
+            del approvals[key]
 
     def create_conversation(self, metadata: dict[str, str] | None = None, conversation_id: str | None = None) -> Any:
         """DevUI's ``create_conversation``, after dropping what is past its bounds."""
