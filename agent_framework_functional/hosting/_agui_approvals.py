@@ -1,11 +1,8 @@
 """AG-UI's approval state for a paused thread this process never saw, or whose snapshot is gone.
 
-AG-UI keeps each open approval in a process-local store and refuses a resume that finds none, so with several
-workers only the one that paused could take the answer: :func:`restore_open_approvals` registers a thread's
-open interrupts from its shared snapshot as AG-UI does when it streams them (the agent still checks the token).
-A thread whose snapshot was dropped took its token along: its approvals are expired, so AG-UI hands new input
-to the agent; :class:`UnsavedThreads` tells that apart from a run whose snapshot is not saved yet. AG-UI's
-private approval API comes through ``_core_compat``, pinned by ``tests/hosting/test_host_private_names.py``.
+AG-UI refuses a resume that finds no open approval in its process-local store: :func:`restore_open_approvals`
+registers a thread's open interrupts from its shared snapshot (the agent still checks the token). AG-UI's private
+approval API comes through ``_core_compat``, pinned by ``tests/hosting/test_host_private_names.py``.
 """
 
 from __future__ import annotations
@@ -13,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
-from agent_framework import Content
+from agent_framework import AgentSession, Content
 from agent_framework_ag_ui import AgentFrameworkAgent, AGUIThreadSnapshot, AGUIThreadSnapshotStore
 
 from .._agent import FunctionalWorkflowAgent
@@ -24,14 +21,10 @@ from .._core_compat import (
     set_agui_approval_state,
 )
 from .._updates import REQUEST_INFO_FUNCTION_NAME
-from ._turn import RunningTurns
+from ._turn import Turn, Turns
 
 ANSWERED_APPROVAL_RETENTION_SECONDS = 60.0
-"""How long AG-UI keeps an answered approval of an ``agui_endpoint`` (AG-UI's default: 900 s), at most the TTL.
-
-AG-UI refuses every new approval of a scope once it keeps 10,000 answered ones (11 a second at 900 s); a
-resent answer is refused anyway here (``check_request`` finds no open interrupt).
-"""
+"""How long AG-UI keeps an answered approval (its default, 900 s, caps a scope at 11 new approvals a second)."""
 
 
 def bound_approval_state(runner: AgentFrameworkAgent, agent: FunctionalWorkflowAgent) -> None:
@@ -56,18 +49,15 @@ def approval_purge(runner: AgentFrameworkAgent) -> Callable[[], Awaitable[int]]:
 
 def _request_call(interrupt: dict[str, Any]) -> Content | None:
     """The ``request_info`` call of a snapshot interrupt (its ``metadata.agent_framework``), or None."""
-    metadata: Any = interrupt.get("metadata")
-    framework: Any = cast(dict[str, Any], metadata).get("agent_framework") if isinstance(metadata, dict) else None
-    call: Any = cast(dict[str, Any], framework).get("function_call") if isinstance(framework, dict) else None
+    call: Any = interrupt
+    for key in ("metadata", "agent_framework", "function_call"):
+        call = cast(dict[str, Any], call).get(key) if isinstance(call, dict) else None
     if not isinstance(call, dict) or cast(dict[str, Any], call).get("name") != REQUEST_INFO_FUNCTION_NAME:
         return None
-    fields = cast(dict[str, Any], call)
-    call_id = fields.get("call_id")
+    call_id, arguments = cast(dict[str, Any], call).get("call_id"), cast(dict[str, Any], call).get("arguments")
     if not isinstance(call_id, str) or not call_id:
         return None
-    return Content.from_function_call(
-        call_id=call_id, name=REQUEST_INFO_FUNCTION_NAME, arguments=fields.get("arguments")
-    )
+    return Content.from_function_call(call_id=call_id, name=REQUEST_INFO_FUNCTION_NAME, arguments=arguments)
 
 
 def restore_open_approvals(
@@ -84,24 +74,41 @@ def restore_open_approvals(
 
 
 class UnsavedThreads:
-    """An ``AGUIThreadSnapshotStore`` that knows which threads have a run whose snapshot is not saved yet.
+    """An ``AGUIThreadSnapshotStore`` whose saves end their threads' turns (AG-UI's write back of the session).
 
-    A run is noted when it reaches the agent and forgotten when AG-UI saves its snapshot; until then a missing
-    snapshot or token is not an orphaned pause. Past ``max_threads`` the oldest notes go.
+    A turn runs from the run reaching the agent until its snapshot is saved, or it fails: until then a missing
+    snapshot or token is not an orphaned pause (whose approvals ``check_request`` expires).
     """
 
-    def __init__(self, store: AGUIThreadSnapshotStore, max_threads: int) -> None:
+    def __init__(self, store: AGUIThreadSnapshotStore, agent: FunctionalWorkflowAgent) -> None:
         self.store = store
-        self.runs = RunningTurns(max_threads)  # by session id: begun when a run reaches the agent
+        self.turns = Turns(agent, None)  # AG-UI finds and writes the session: only the conversations are used
+        self.running: dict[str, Turn] = {}  # by session id; bounded by the turns
+
+    def begin(self, session: AgentSession) -> None:
+        """A run of ``session``'s thread reached the agent.
+
+        Raises:
+            ConversationBusy: Another run of the thread has not saved its snapshot yet.
+        """
+        self.running[session.session_id] = self.turns.take(session.session_id, session)
+
+    def end(self, session_id: str) -> None:
+        """The turn of the thread ended (its snapshot saved, or its run failed)."""
+        turn = self.running.pop(session_id, None)
+        if turn is not None:
+            turn.end()
 
     def unsaved(self, scope: str, thread_id: str) -> bool:
         """A run of the thread reached the agent and its snapshot is not saved yet."""
-        return agui_session_id_for_thread(scope=scope, thread_id=thread_id) in self.runs
+        return agui_session_id_for_thread(scope=scope, thread_id=thread_id) in self.running
 
     async def save(self, *, scope: str, thread_id: str, snapshot: AGUIThreadSnapshot) -> None:
-        """Save through the store, then forget one run of the thread."""
-        await self.store.save(scope=scope, thread_id=thread_id, snapshot=snapshot)
-        self.runs.end(agui_session_id_for_thread(scope=scope, thread_id=thread_id))
+        """Save through the store, then end the thread's turn."""
+        try:
+            await self.store.save(scope=scope, thread_id=thread_id, snapshot=snapshot)
+        finally:
+            self.end(agui_session_id_for_thread(scope=scope, thread_id=thread_id))
 
     async def get(self, *, scope: str, thread_id: str) -> AGUIThreadSnapshot | None:
         """The store's."""

@@ -1,10 +1,8 @@
 """The answers an AG-UI request carries, read the way AG-UI will act on them, for ``agui_endpoint``'s guard.
 
-AG-UI takes the resume from the first place that has one (``resume`` in any shape its ``AGUIRequest`` model
-accepts, ``forwardedProps.command.resume``, ``forwardedProps.resume``), else from trailing ``tool`` messages
-with ``accepted``. :func:`read_answers` reads them the same way and refuses (400) what AG-UI would read two
-ways: resumes in two places, or a forwarded entry whose id fields disagree. Pinned against AG-UI's own reading
-by ``tests/hosting/test_agui_resume_forms.py``.
+AG-UI takes the resume from the first place that has one (``resume``, ``forwardedProps.command.resume``,
+``forwardedProps.resume``), else from trailing ``tool`` messages with ``accepted``; what AG-UI would read two ways
+is refused (400). Pinned against AG-UI's own reading by ``tests/hosting/test_agui_resume_forms.py``.
 """
 
 from __future__ import annotations
@@ -23,8 +21,7 @@ from .._answers import value_result
 from .._updates import REQUEST_INFO_FUNCTION_NAME
 from ._adapter import ANSWER_FIELD
 
-ID_FIELDS = ("interruptId", "interrupt_id", "id", "toolCallId")
-"""The fields AG-UI reads an entry's interrupt id from."""
+ID_FIELDS = ("interruptId", "interrupt_id", "id", "toolCallId")  # where AG-UI reads an entry's interrupt id
 
 FORWARDED_PLACES = ("forwardedProps.command.resume", "forwardedProps.resume")
 
@@ -40,7 +37,7 @@ class ResumeAnswer:
 
 
 def refuse(detail: str) -> HTTPException:
-    """The guard's refusal: 400 with ``detail``."""
+    """The guard's refusal: 400."""
     return HTTPException(status_code=400, detail=detail)
 
 
@@ -53,7 +50,7 @@ def read_request(body: Any) -> dict[str, Any] | None:
 
 
 def read_answers(request: Mapping[str, Any]) -> list[ResumeAnswer]:
-    """Every resume entry AG-UI will act on in ``request`` (see :func:`read_request`), in any place or shape.
+    """Every resume entry AG-UI will act on in ``request`` (from :func:`read_request`), in any place or shape.
 
     Raises:
         HTTPException: 400 when resumes sit in two places, or a forwarded resume is one AG-UI reads two ways.
@@ -141,9 +138,7 @@ def _json_object(value: Any) -> dict[str, Any] | None:
 
 
 def payload_answer(request_id: str, payload: Any) -> Content:
-    """The answer content the agent gets for an AG-UI resume ``payload`` (what :class:`AGUIAgent` delivers).
-
-    As AG-UI decides: ``approved`` (else ``accepted``), the edited ``answer`` from ``editedArgs`` or the payload.
+    """The answer content for an AG-UI resume ``payload``, as AG-UI reads ``approved`` and ``editedArgs``.
 
     Raises:
         HTTPException: 400 when the payload is not an object with a boolean ``approved`` (or ``accepted``).

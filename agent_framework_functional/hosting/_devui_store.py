@@ -1,18 +1,14 @@
 """DevUI's conversation store, bounded: conversations idle past the pause TTL, or past a count, are dropped.
 
-DevUI keeps every conversation in its ``InMemoryConversationStore`` for the life of the process, with no
-option to bound it, and its checkpoint manager requires that class: :class:`BoundedConversationStore` is that
-class with two bounds, checked on every create, list or use and by the host's sweep. A conversation idle past
-``ttl`` (its pause expired too) goes unless a turn of it runs; past ``max_conversations`` the least recently
-used go, with the approvals DevUI tracks for them. DevUI's private names come through ``_core_compat``,
-pinned by ``tests/hosting/test_devui_store.py``.
+DevUI's own store keeps every conversation for good, and its checkpoint manager requires that class: this is that
+class with two bounds. DevUI's private names come through ``_core_compat``, pinned by ``test_devui_store.py``.
 """
 
 from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, cast
 
 from agent_framework import AgentSession
@@ -24,7 +20,6 @@ from .._core_compat import (
     devui_install_store,
     devui_server_class,
 )
-from ._turn import RunningTurns
 
 DEFAULT_MAX_CONVERSATIONS = 10_000
 """How many conversations ``devui_app`` keeps at most by default (the hosts' session stores keep as many)."""
@@ -32,6 +27,9 @@ DEFAULT_MAX_CONVERSATIONS = 10_000
 
 class BoundedConversationStore(devui_conversation_store_class()):  # pyright: ignore[reportUntypedBaseClass]
     """DevUI's in-memory conversation store, dropping conversations idle past ``ttl`` or past a count.
+
+    Checked on every create, list or use and by the host's sweep; a conversation with a turn running is never
+    dropped for idleness; the approvals DevUI tracks for a dropped one go too.
 
     Args:
         ttl: Seconds a conversation is kept after its last use.
@@ -58,7 +56,7 @@ class BoundedConversationStore(devui_conversation_store_class()):  # pyright: ig
         self.max_conversations = max_conversations
         self._clock = clock
         self._used: OrderedDict[str, float] = OrderedDict()  # conversation id -> last use, least recent first
-        self.running = RunningTurns()  # conversations with a turn running (never dropped for idleness)
+        self.running: Collection[str] = ()  # conversations with a turn running (never dropped for idleness)
         # DevUI's executor's tracked approvals (``_pending_approvals``), pruned with their conversations.
         self.approvals: dict[Any, Any] | None = None
 
@@ -67,21 +65,14 @@ class BoundedConversationStore(devui_conversation_store_class()):  # pyright: ig
         return devui_conversation_count(self)
 
     def _use(self, conversation_id: str) -> None:
-        """Drop what is past its bounds, then mark ``conversation_id`` (if kept) as used now."""
         now = self._clock()
         self._sweep(now)
         if conversation_id in self._conversations:
             self._used[conversation_id] = now
             self._used.move_to_end(conversation_id)
 
-    def turn_started(self, conversation_id: str) -> None:
-        """A turn of ``conversation_id`` runs: a use, and no drop for idleness until :meth:`turn_ended`."""
-        self.running.begin(conversation_id)
-        self._use(conversation_id)
-
-    def turn_ended(self, conversation_id: str) -> None:
-        """The turn :meth:`turn_started` noted ended: a use (its idle time starts now)."""
-        self.running.end(conversation_id)
+    async def set(self, conversation_id: str, session: AgentSession) -> None:
+        """A turn's write back of its session (DevUI's own object, already in place): a use."""
         self._use(conversation_id)
 
     async def purge_expired(self) -> int:
@@ -104,18 +95,13 @@ class BoundedConversationStore(devui_conversation_store_class()):  # pyright: ig
             self._forget_approvals(dropped)
         return len(dropped)
 
-    def _forget_approvals(self, dropped: set[str]) -> None:
-        """Drop DevUI's tracked approvals of dropped conversations (keyed ``(conversation id, request id)``)."""
-        approvals = self.approvals
-        if approvals:
-            stale: list[Any] = [
-                key for key in approvals if isinstance(key, tuple) and cast("tuple[Any, ...]", key)[0] in dropped
-            ]
-            for key in stale:
-                del approvals[key]
+    def _forget_approvals(self, dropped: set[str]) -> None:  # DevUI keys them (conversation id, request id)
+        approvals = self.approvals or {}
+        for key in [k for k in approvals if isinstance(k, tuple) and cast("tuple[Any, ...]", k)[0] in dropped]:
+            del approvals[key]
 
     def create_conversation(self, metadata: dict[str, str] | None = None, conversation_id: str | None = None) -> Any:
-        """DevUI's ``create_conversation``, after dropping what is past its bounds (room for this one)."""
+        """DevUI's ``create_conversation``, after dropping what is past its bounds."""
         self._sweep(self._clock())
         created = super().create_conversation(metadata=metadata, conversation_id=conversation_id)
         self._use(created.id)
@@ -172,7 +158,7 @@ class BoundedConversationStore(devui_conversation_store_class()):  # pyright: ig
 
 
 class BoundedDevServer(devui_server_class()):  # pyright: ignore[reportUntypedBaseClass]
-    """DevUI's server with a :class:`BoundedConversationStore` in its executor (installed when DevUI builds it)."""
+    """DevUI's server with a :class:`BoundedConversationStore` in its executor."""
 
     def __init__(self, *args: Any, conversation_store: BoundedConversationStore, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -180,16 +166,8 @@ class BoundedDevServer(devui_server_class()):  # pyright: ignore[reportUntypedBa
         self.store_installer = self._install
 
     def _install(self, executor: Any) -> None:
-        if executor.conversation_store is not self.bounded_store:
-            install_store(executor, self.bounded_store)
-
-
-def install_store(executor: Any, store: BoundedConversationStore) -> None:
-    """Make ``store`` the conversation store of DevUI's ``executor`` (before it holds any conversation).
-
-    Raises:
-        RuntimeError: The executor already holds conversations (they would be lost).
-    """
-    if devui_conversation_count(executor.conversation_store):
-        raise RuntimeError("DevUI's executor already holds conversations; install the store before serving")
-    store.approvals = devui_install_store(executor, store)
+        if executor.conversation_store is self.bounded_store:
+            return
+        if devui_conversation_count(executor.conversation_store):
+            raise RuntimeError("DevUI's executor already holds conversations; install the store before serving")
+        self.bounded_store.approvals = devui_install_store(executor, self.bounded_store)

@@ -13,15 +13,19 @@ from .._agent import FunctionalWorkflowAgent
 from .._durable.session_store import BoundedSessionStore
 from ._turn import default_session_store
 
-_GROUP = "agui:"
+_STORES = "(InMemorySessionStore, SQLiteSessionStore, RedisSessionStore, PostgresSessionStore)"
 
 
-def _check_part(value: Any, name: str) -> str:
+def _check(value: Any, name: str) -> str:
     if not isinstance(value, str):
         raise TypeError(f"{name} must be a string.")
     if not value:
         raise ValueError(f"{name} must be a non-empty string.")
     return value
+
+
+def _group(scope: Any) -> str:
+    return "agui:" + _check(scope, "scope")
 
 
 class ThreadSnapshotStore:
@@ -40,26 +44,20 @@ class ThreadSnapshotStore:
     def __init__(self, sessions: BoundedSessionStore) -> None:
         if not isinstance(sessions, BoundedSessionStore):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(
-                "ThreadSnapshotStore needs one of the package's session stores (InMemorySessionStore, "
-                f"SQLiteSessionStore, RedisSessionStore, PostgresSessionStore), not {type(sessions).__name__}."
+                f"ThreadSnapshotStore needs one of the package's session stores {_STORES}, "
+                f"not {type(sessions).__name__}."
             )
         self.sessions = sessions
 
     async def save(self, *, scope: str, thread_id: str, snapshot: AGUIThreadSnapshot) -> None:
         """Save the latest snapshot of a thread (it expires the store's TTL from now)."""
         body = json.dumps(dataclasses.asdict(snapshot), ensure_ascii=True, separators=(",", ":"))
-        await self.sessions.records.write(
-            _GROUP + _check_part(scope, "scope"), _check_part(thread_id, "thread_id"), body
-        )
+        await self.sessions.records.write(_group(scope), _check(thread_id, "thread_id"), body)
 
     async def get(self, *, scope: str, thread_id: str) -> AGUIThreadSnapshot | None:
         """The latest snapshot of a thread, or None (never saved, deleted or expired)."""
-        text = await self.sessions.records.read(
-            _GROUP + _check_part(scope, "scope"), _check_part(thread_id, "thread_id")
-        )
-        if text is None:
-            return None
-        return AGUIThreadSnapshot(**cast("dict[str, Any]", json.loads(text)))
+        text = await self.sessions.records.read(_group(scope), _check(thread_id, "thread_id"))
+        return None if text is None else AGUIThreadSnapshot(**cast("dict[str, Any]", json.loads(text)))
 
     async def purge_expired(self) -> int:
         """Drop the session store's expired records now (snapshots and sessions; a host's sweep calls it)."""
@@ -68,9 +66,7 @@ class ThreadSnapshotStore:
 
     async def delete(self, *, scope: str, thread_id: str) -> bool:
         """Delete a thread's snapshot; True when there was one."""
-        return await self.sessions.records.remove(
-            _GROUP + _check_part(scope, "scope"), _check_part(thread_id, "thread_id")
-        )
+        return await self.sessions.records.remove(_group(scope), _check(thread_id, "thread_id"))
 
     async def clear(self, *, scope: str | None = None) -> None:
         """Delete every snapshot of ``scope``.
@@ -83,21 +79,18 @@ class ThreadSnapshotStore:
                 "ThreadSnapshotStore.clear needs a scope: a shared store is not cleared wholesale. Clear each "
                 "scope, or let the store's TTL expire the snapshots."
             )
-        await self.sessions.records.remove_group(_GROUP + _check_part(scope, "scope"))
+        await self.sessions.records.remove_group(_group(scope))
 
 
 def snapshot_store_for(
     store: AGUIThreadSnapshotStore | SessionStore | None, agent: FunctionalWorkflowAgent
 ) -> AGUIThreadSnapshotStore:
     """The AG-UI snapshot store a host uses: ``store`` as given, a session store's snapshots, or a bounded default."""
-    if store is None:
-        return ThreadSnapshotStore(default_session_store(agent))
-    if isinstance(store, BoundedSessionStore):
-        return ThreadSnapshotStore(store)
+    if store is None or isinstance(store, BoundedSessionStore):
+        return ThreadSnapshotStore(default_session_store(agent) if store is None else store)
     if isinstance(store, SessionStore):
         raise TypeError(
             "agui_endpoint keeps thread snapshots, not core sessions: pass one of the package's session stores "
-            "(InMemorySessionStore, SQLiteSessionStore, RedisSessionStore, PostgresSessionStore) or an "
-            "AGUIThreadSnapshotStore."
+            f"{_STORES} or an AGUIThreadSnapshotStore."
         )
     return store

@@ -1,9 +1,8 @@
 """What every host adds to its app: free heap pages handed back, and a sweep task that releases expired pauses.
 
-glibc's allocator keeps the pages that requests in flight freed, so a host's RSS grows in steps that never
-come back although its live data stays flat: :class:`ReleaseFreeMemory` calls ``malloc_trim(0)`` after requests.
-Expiry is checked on access (AGENTS.md invariant 42), so a host that gets no request would keep its expired
-pauses for good: :class:`ExpirySweep` does on a timer what access does, inside the app's lifespan.
+glibc keeps the pages that requests freed, so a host's RSS grows in steps that never come back although its live
+data stays flat: :class:`ReleaseFreeMemory` calls ``malloc_trim(0)`` after requests. Expiry is checked on access
+(AGENTS.md invariant 42), so :class:`ExpirySweep` does on a timer what access does for a host that gets none.
 """
 
 from __future__ import annotations
@@ -26,14 +25,11 @@ logger = logging.getLogger(__name__)
 DEFAULT_RELEASE_MEMORY_EVERY = 60.0
 """Seconds between two releases of free heap pages by a host, by default."""
 
+DEFAULT_SWEEP_EVERY = 60.0
+"""Seconds between two sweeps of a host by default (at most a quarter of the agent's ``continuation_ttl``)."""
 
-def _malloc_trim() -> Callable[[int], int] | None:
-    """The C library's ``malloc_trim`` (glibc), or None where it has none (musl, macOS, Windows)."""
-    with contextlib.suppress(OSError, AttributeError, TypeError):
-        trim = ctypes.CDLL(None).malloc_trim
-        trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
-        return trim
-    return None
+Purge = Callable[[], Awaitable[int]]
+"""A host store's purge of what expired: returns how many entries it dropped."""
 
 
 class ReleaseFreeMemory:
@@ -63,21 +59,23 @@ class ReleaseFreeMemory:
         try:
             await self.app(scope, receive, send)
         finally:
-            if scope.get("type") == "http":
-                self.release()
+            if scope.get("type") == "http" and time.monotonic() - ReleaseFreeMemory._last >= self.every:
+                ReleaseFreeMemory.release_now()
 
     def release(self) -> bool:
         """Hand free heap pages back now if ``every`` seconds passed since the last release; True if it did."""
-        if time.monotonic() - ReleaseFreeMemory._last < self.every:
-            return False
-        return ReleaseFreeMemory.release_now()
+        return time.monotonic() - ReleaseFreeMemory._last >= self.every and ReleaseFreeMemory.release_now()
 
     @staticmethod
     def release_now() -> bool:
         """Hand free heap pages back now, whatever the interval; True if the C library could (glibc)."""
         ReleaseFreeMemory._last = time.monotonic()
         if not ReleaseFreeMemory._looked_up:
-            ReleaseFreeMemory._trim, ReleaseFreeMemory._looked_up = _malloc_trim(), True
+            ReleaseFreeMemory._looked_up = True
+            with contextlib.suppress(OSError, AttributeError, TypeError):  # no malloc_trim: musl, macOS, Windows
+                trim = ctypes.CDLL(None).malloc_trim
+                trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+                ReleaseFreeMemory._trim = trim
         if ReleaseFreeMemory._trim is None:
             return False
         ReleaseFreeMemory._trim(0)
@@ -90,31 +88,16 @@ def check_release_every(every: float | None, name: str = "release_memory_every")
         isinstance(every, bool)
         or not isinstance(every, int | float)  # pyright: ignore[reportUnnecessaryIsInstance]
         or not 0 < every <= sys.float_info.max  # NaN, infinity, and an int no float holds
-    ):  # refused here: the middleware keeps a float, and the app would fail at its first request
+    ):
         raise ValueError(f"{name} must be a positive, finite number of seconds or None, not {every!r}.")
     return every
 
 
-DEFAULT_SWEEP_EVERY = 60.0
-"""Seconds between two sweeps of a host by default (at most a quarter of the agent's ``continuation_ttl``)."""
-
-Purge = Callable[[], Awaitable[int]]
-"""A host store's purge of what expired: returns how many entries it dropped."""
-
-
 class ExpirySweep:
-    """Every ``every`` seconds: the agent's expired pauses lapse, ``purges`` run, free pages go back.
-
-    The interval is at most a quarter TTL, so a pause goes within 1.25 TTLs with no request at all.
-    """
+    """Every ``every`` seconds (at most a quarter TTL): the agent's expired pauses lapse, ``purges`` run."""
 
     def __init__(
-        self,
-        agent: FunctionalWorkflowAgent,
-        *,
-        every: float,
-        purges: Sequence[Purge] = (),
-        release_memory: bool = True,
+        self, agent: FunctionalWorkflowAgent, *, every: float, purges: Sequence[Purge] = (), release_memory: bool = True
     ) -> None:
         self.agent = agent
         self.every = min(float(every), agent.continuation_ttl / 4)
@@ -144,15 +127,14 @@ class ExpirySweep:
             except Exception:  # pragma: no cover - a bug; the host keeps its on-access expiry
                 logger.exception("The sweep of expired pauses failed; the next one tries again.")
 
-    def start(self) -> None:
-        """Start the sweep task on the running loop (once)."""
-        if self.task is None or self.task.done():
-            self.task = asyncio.get_running_loop().create_task(self._run(), name="agent-framework-functional-sweep")
-
-    async def stop(self) -> None:
-        """Cancel the sweep task and wait for it to end."""
-        task, self.task = self.task, None
-        if task is not None:
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """Run the sweep task while the block runs."""
+        self.task = asyncio.get_running_loop().create_task(self._run(), name="agent-framework-functional-sweep")
+        try:
+            yield
+        finally:
+            task, self.task = self.task, None
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
@@ -168,12 +150,11 @@ def add_upkeep(
     purges: Sequence[Purge] = (),
     closing: Sequence[Callable[[], Awaitable[object]]] = (),
 ) -> ExpirySweep | None:
-    """What every host adds to its Starlette or FastAPI ``app`` (not started yet) so memory follows live data.
+    """Add to a Starlette or FastAPI ``app`` (not started yet) what keeps a host's memory to its live data.
 
     :class:`ReleaseFreeMemory` (once per app: the first host's setting) and an :class:`ExpirySweep` inside the
-    app's lifespan (listed in ``app.state.expiry_sweeps``), purging each of ``stores`` that has a
-    ``purge_expired`` method, then ``purges``; ``closing`` is awaited when the lifespan ends. Starlette does
-    not run a mounted app's lifespan: there pauses expire on access only.
+    app's lifespan (in ``app.state.expiry_sweeps``), purging each of ``stores`` that has a ``purge_expired``,
+    then ``purges``; ``closing`` is awaited when the lifespan ends. A mounted app's lifespan does not run.
 
     Returns:
         The sweep, or None when ``sweep_every`` is None.
@@ -193,26 +174,18 @@ def add_upkeep(
         if not hasattr(app.state, "expiry_sweeps"):
             app.state.expiry_sweeps = []
         app.state.expiry_sweeps.append(sweep)
-    if sweep is not None or closing:
-        _run_in_lifespan(app, sweep, closing)
-    return sweep
-
-
-def _run_in_lifespan(app: Any, sweep: ExpirySweep | None, closing: Sequence[Callable[[], Awaitable[object]]]) -> None:
-    """Wrap ``app``'s lifespan: ``sweep`` runs while the app serves; ``closing`` is awaited at its end."""
+    if sweep is None and not closing:
+        return None
     inner = app.router.lifespan_context
 
     @contextlib.asynccontextmanager
     async def lifespan(started: Any) -> AsyncIterator[Any]:
-        async with inner(started) as state:
+        async with inner(started) as state, contextlib.AsyncExitStack() as stack:
+            for close in closing:
+                stack.push_async_callback(close)
             if sweep is not None:
-                sweep.start()
-            try:
-                yield state
-            finally:
-                if sweep is not None:
-                    await sweep.stop()
-                for close in closing:
-                    await close()
+                await stack.enter_async_context(sweep.running())
+            yield state
 
     app.router.lifespan_context = lifespan
+    return sweep

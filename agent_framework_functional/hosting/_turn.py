@@ -1,16 +1,13 @@
 """One turn of a host's conversation: the conversation taken, its session found or made, written back once.
 
-Hosts that keep sessions in a ``SessionStore`` (``responses_app``, ``a2a_app``) run each request as a
-:class:`Turn`: one at a time per conversation in this process, the session written back once, shielded from
-the caller's cancellation, before the host reports the terminal event. :class:`RunningTurns` counts the turns
-of hosts whose framework keeps the session (DevUI, AG-UI), so a conversation with a turn running is never
-taken for an idle one.
+Every host runs each request as a :class:`Turn`: one at a time per conversation in this process, the session
+written back once, shielded from the caller's cancellation, before the host reports the terminal event. Hosts
+whose framework finds the session (DevUI, AG-UI) take the turn with it (:meth:`Turns.take`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
 from collections.abc import Awaitable
 
 from agent_framework import AgentSession, SessionStore
@@ -45,9 +42,7 @@ class Turns:
             ConversationBusy: A turn of the conversation runs.
         """
         lock = key if lock is None else lock
-        if lock in self.busy:
-            raise ConversationBusy(lock)
-        self.busy.add(lock)
+        self.hold(lock)
         try:
             if session is None:
                 session = await self.session_store.get(key) or self.agent.create_session(session_id=key)
@@ -55,6 +50,21 @@ class Turns:
             self.busy.remove(lock)
             raise
         return Turn(self, key, lock, session)
+
+    def take(self, key: str, session: AgentSession) -> Turn:
+        """Take the conversation ``key`` for a turn of ``session``, found by the host's framework (DevUI, AG-UI).
+
+        Raises:
+            ConversationBusy: A turn of the conversation runs.
+        """
+        self.hold(key)
+        return Turn(self, key, key, session)
+
+    def hold(self, lock: str) -> None:
+        """Mark ``lock`` busy, or raise :class:`ConversationBusy`."""
+        if lock in self.busy:
+            raise ConversationBusy(f"Another turn of conversation {lock!r} is still running; retry after it ends.")
+        self.busy.add(lock)
 
 
 class Turn:
@@ -80,26 +90,3 @@ class Turn:
             self.turns.busy.discard(self.lock)
         else:
             self.write.add_done_callback(lambda _: self.turns.busy.discard(self.lock))
-
-
-class RunningTurns:
-    """How many turns of each conversation began and have not ended; past ``most`` conversations the oldest go."""
-
-    def __init__(self, most: int | None = None) -> None:
-        self.most = most
-        self.counts: OrderedDict[str, int] = OrderedDict()  # least recently begun or ended first
-
-    def __contains__(self, key: object) -> bool:
-        return key in self.counts
-
-    def begin(self, key: str) -> None:
-        """A turn of ``key`` began."""
-        self.counts[key] = self.counts.pop(key, 0) + 1
-        while self.most is not None and len(self.counts) > self.most:
-            self.counts.popitem(last=False)
-
-    def end(self, key: str) -> None:
-        """A turn of ``key`` ended."""
-        left = self.counts.pop(key, 0) - 1
-        if left > 0:
-            self.counts[key] = left

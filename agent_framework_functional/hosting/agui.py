@@ -1,17 +1,24 @@
-"""AG-UI in one call: :func:`agui_endpoint` serves a FunctionalWorkflowAgent to CopilotKit and other AG-UI clients.
-
-A guard (:func:`check_request`) refuses bad requests with a 4xx before AG-UI or the agent touch anything.
-"""
+"""AG-UI in one call: :func:`agui_endpoint` serves a FunctionalWorkflowAgent to CopilotKit and other AG-UI clients."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import functools
 import json
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from inspect import isawaitable
 from typing import Any
 
-from agent_framework import AgentResponseUpdate, AgentSession, Content, ContextProvider, SessionStore, WorkflowEvent
+from agent_framework import (
+    AgentResponseUpdate,
+    AgentSession,
+    Content,
+    ContextProvider,
+    ResponseStream,
+    SessionStore,
+    WorkflowEvent,
+)
 from agent_framework_ag_ui import (
     AgentFrameworkAgent,
     AGUIThreadSnapshot,
@@ -28,16 +35,11 @@ from .._errors import ContinuationAuthorityError, ResponseMismatchError
 from .._session import SESSION_STATE_KEY, session_token
 from .._updates import REQUEST_INFO_FUNCTION_NAME, published_requests, token_tag
 from ._adapter import ANSWER_FIELD, HostedAgent, as_messages, replace_contents
-from ._agui_approvals import (
-    UnsavedThreads,
-    approval_purge,
-    bound_approval_state,
-    restore_open_approvals,
-)
+from ._agui_approvals import UnsavedThreads, approval_purge, bound_approval_state, restore_open_approvals
 from ._agui_resume import ResumeAnswer, payload_answer, read_answers, read_request, refuse
 from ._body_limit import BodyLimit
 from ._snapshots import snapshot_store_for
-from ._sweep import DEFAULT_RELEASE_MEMORY_EVERY, DEFAULT_SWEEP_EVERY, add_upkeep, check_release_every
+from ._sweep import DEFAULT_RELEASE_MEMORY_EVERY, DEFAULT_SWEEP_EVERY, add_upkeep
 
 DEFAULT_MAX_BODY_BYTES = 1_000_000
 """Largest request body :func:`agui_endpoint` reads (bytes); a larger one is refused with 413."""
@@ -47,21 +49,24 @@ DEFAULT_MAX_RUNS = 512
 
 
 class ReservedSessionState(ContextProvider):
-    """Names the package's ``session.state`` key as server-owned, so AG-UI never merges client ``state`` into it.
-
-    AG-UI skips the keys of the agent's context providers; this one exists for its ``source_id`` only.
-    """
+    """Names the package's ``session.state`` key (AG-UI merges no client ``state`` into a provider's key)."""
 
     def __init__(self) -> None:
         super().__init__(SESSION_STATE_KEY)
 
 
-def _with_answer_slot(content: Content) -> Content:
-    """A ``request_info`` call (or its approval request) with ``"answer": null`` added to its arguments.
+async def _ending_on_failure(stream: Any, end: Callable[[], object]) -> AsyncIterator[Any]:
+    """``stream``'s updates; ``end`` runs if it fails or is cancelled (AG-UI saves no snapshot then)."""
+    try:
+        async for update in stream:
+            yield update
+    except (Exception, asyncio.CancelledError):
+        end()
+        raise
 
-    AG-UI accepts edited arguments only for keys the call has: the slot lets a client send ``{"approved": true,
-    "answer": <any JSON>}``.
-    """
+
+def _with_answer_slot(content: Content) -> Content:
+    """A ``request_info`` call (or its approval request) with an ``answer`` slot AG-UI's edited arguments can fill."""
     call = content.function_call if content.type == "function_approval_request" else content
     if call is None or call.type != "function_call" or call.name != REQUEST_INFO_FUNCTION_NAME:
         return content
@@ -86,12 +91,7 @@ def _approval_as_answer(content: Content) -> Content:
 
 
 class AGUIAgent(HostedAgent):
-    """The agent as AG-UI sees it: its session key protected, resume payloads turned into answer contents.
-
-    Args:
-        agent: The agent.
-        unsaved: Notes each run that reaches the agent until its thread's snapshot is saved (``agui_endpoint``).
-    """
+    """The agent as AG-UI sees it: its session key protected, resume payloads turned into answer contents."""
 
     def __init__(self, agent: FunctionalWorkflowAgent, unsaved: UnsavedThreads | None = None) -> None:
         super().__init__(agent)
@@ -100,10 +100,23 @@ class AGUIAgent(HostedAgent):
     def run(
         self, messages: Any = None, *, stream: bool = False, session: AgentSession | None = None, **kwargs: Any
     ) -> Any:
-        """The wrapped agent's run, noted in ``unsaved`` (its snapshot is saved after it)."""
-        if self.unsaved is not None and session is not None:
-            self.unsaved.runs.begin(session.session_id)
-        return super().run(messages, stream=stream, session=session, **kwargs)
+        """The wrapped agent's run as a turn of the thread, ended when its snapshot is saved or the run fails.
+
+        Raises:
+            ConversationBusy: Another run of the thread has not saved its snapshot yet.
+        """
+        unsaved = self.unsaved
+        if unsaved is None or session is None or not stream:
+            return super().run(messages, stream=stream, session=session, **kwargs)
+        unsaved.begin(session)
+        end = functools.partial(unsaved.end, session.session_id)
+        try:
+            return ResponseStream(
+                _ending_on_failure(super().run(messages, stream=True, session=session, **kwargs), end)
+            )
+        except BaseException:
+            end()
+            raise
 
     @property
     def context_providers(self) -> list[Any]:
@@ -132,15 +145,12 @@ async def check_request(
     snapshot_store: AGUIThreadSnapshotStore,
     runner: AgentFrameworkAgent | None = None,
 ) -> None:
-    """Refuse (``HTTPException`` 400) what AG-UI would let through and break a paused thread.
+    """Refuse (``HTTPException`` 400) what AG-UI would let through and leave a paused thread stuck.
 
-    AG-UI would otherwise claim the interrupt and the agent refuse it, leaving the thread stuck. The resume is
-    read as AG-UI acts on it (``_agui_resume``). Refused: client ``state`` naming the package's session key; an
-    entry that is not ``resolved``; one for an interrupt not pending (also one already answered); a payload
-    without a boolean ``approved``; an answer that does not convert, checked also against a pause another
-    worker holds (through the thread's token). A pause held by another worker has its open interrupts
-    registered in ``runner``'s approval state; one held here whose thread lost its snapshot is not pending,
-    and on new input its approvals are expired (the only change made here).
+    Refused: client ``state`` naming the package's session key; an entry not ``resolved``, for an interrupt not
+    pending, or with an answer that does not convert (also against a pause another worker holds, through the
+    thread's token, whose open interrupts are then registered in ``runner``). A pause held here whose thread lost
+    its snapshot is not pending; on new input its approvals are expired (the only change made here).
     """
     request = read_request(body)
     if request is None:
@@ -168,10 +178,7 @@ async def check_request(
 async def _local_pause_state(
     snapshot_store: AGUIThreadSnapshotStore, scope: str, thread_id: str, agent: FunctionalWorkflowAgent, tag: str | None
 ) -> tuple[bool, bool]:
-    """Whether the thread's pause held here is orphaned, and whether it is not the one the snapshot's token names.
-
-    Orphaned: no snapshot, or none of the package's session key in it; neither while a run's snapshot is unsaved.
-    """
+    """Whether the pause held here is orphaned (no snapshot or key, none unsaved), and not the snapshot token's."""
     if isinstance(snapshot_store, UnsavedThreads) and snapshot_store.unsaved(scope, thread_id):
         return False, False
     snapshot = await snapshot_store.get(scope=scope, thread_id=thread_id)
@@ -194,22 +201,20 @@ async def _check_answers(
     """The answers against the pause's requests, held here or (through the snapshot's token) elsewhere."""
     scope, thread_id, snapshot_store, runner = where
     snapshot = None if pending else await snapshot_store.get(scope=scope, thread_id=thread_id)
-    open_ids = set(pending) if pending else _open_ids(snapshot)
+    open_ids = set(pending) or {str(i.get("id")) for i in (snapshot.interrupt or [] if snapshot is not None else [])}
     answers = [a for a in answers if not a.from_tool_message or a.interrupt_id in open_ids]
     if not answers:
         return  # tool results AG-UI does not read as approvals
-    _refuse_unresolved(answers)
-    _refuse_not_open(answers, open_ids)
+    _refuse_unfit(answers, open_ids)
     if not pending:
         pending = await _held_elsewhere(agent, session, snapshot)
-    for answer in answers:
-        _check_answer(answer, pending)
+    for answer in answers:  # converted as the agent will, so a wrong one is refused before AG-UI claims it
+        try:
+            answers_to_responses([payload_answer(answer.interrupt_id, answer.payload)], pending)
+        except ResponseMismatchError as exc:
+            raise refuse(str(exc)) from None
     if runner is not None and snapshot is not None:
         restore_open_approvals(runner, scope, thread_id, snapshot)
-
-
-def _open_ids(snapshot: AGUIThreadSnapshot | None) -> set[str]:
-    return set() if snapshot is None else {str(i.get("id")) for i in snapshot.interrupt or []}
 
 
 async def _held_elsewhere(
@@ -236,7 +241,8 @@ def _refuse_reserved_state(state: Any) -> None:
         )
 
 
-def _refuse_unresolved(answers: list[ResumeAnswer]) -> None:
+def _refuse_unfit(answers: list[ResumeAnswer], open_ids: set[str]) -> None:
+    """Each entry must be ``resolved`` and name an interrupt pending here, or open in the thread's snapshot."""
     for answer in answers:
         if answer.status != "resolved":
             raise refuse(
@@ -244,10 +250,6 @@ def _refuse_unresolved(answers: list[ResumeAnswer]) -> None:
                 "paused, and the thread then accepts nothing. Decline a bool request with "
                 "{'approved': false}, or answer the request; its owner can abandon the pause."
             )
-
-
-def _refuse_not_open(answers: list[ResumeAnswer], open_ids: set[str]) -> None:
-    """Each entry must name an interrupt pending here, or open in the thread's snapshot."""
     for answer in answers:
         if answer.interrupt_id not in open_ids:
             raise refuse(
@@ -255,14 +257,6 @@ def _refuse_not_open(answers: list[ResumeAnswer], open_ids: set[str]) -> None:
                 "raised); nothing was run. Read the thread's latest run (its RUN_FINISHED) before answering, and "
                 "send new input as a run without 'resume'."
             )
-
-
-def _check_answer(answer: ResumeAnswer, pending: Mapping[str, WorkflowEvent[Any]]) -> None:
-    """One answer against the pause's requests, converted as the agent will (so a wrong one is refused first)."""
-    try:
-        answers_to_responses([payload_answer(answer.interrupt_id, answer.payload)], pending)
-    except ResponseMismatchError as exc:
-        raise refuse(str(exc)) from None
 
 
 def agui_endpoint(
@@ -281,11 +275,8 @@ def agui_endpoint(
 ) -> None:
     """Serve ``agent`` at ``POST path`` over AG-UI, set up the way a pausing agent needs (README "Host it").
 
-    AG-UI's own endpoint with a snapshot store, detached runs, bounded approval state, typed answers in an
-    ``answer`` slot, the guard :func:`check_request`, a body limit and the upkeep of ``_sweep``.
-
     Args:
-        app: The FastAPI app (before it starts: a body-size middleware is added).
+        app: The FastAPI app, not started yet.
         agent: The agent; one object serves every thread.
         path: The route.
 
@@ -307,28 +298,21 @@ def agui_endpoint(
             ``release_memory_every`` or ``sweep_every`` is not a positive, finite number or None.
         TypeError: ``snapshot_store`` is a core ``SessionStore`` that is not one of the package's.
     """
-    check_release_every(release_memory_every)
-    check_release_every(sweep_every, "sweep_every")
-    snapshots = UnsavedThreads(snapshot_store_for(snapshot_store, agent), max_threads=4 * max_runs)
-    runner = AgentFrameworkAgent(agent=AGUIAgent(agent, snapshots), snapshot_store=snapshots)  # pyright: ignore[reportArgumentType]
-    bound_approval_state(runner, agent)
     if single_user == (authorization_scope_resolver is not None):
         raise ValueError(
             "agui_endpoint needs exactly one of single_user=True (every caller is one user) and "
             "authorization_scope_resolver= (a dependency returning the caller's scope)."
         )
-    resolver: Callable[..., Any]
-    if authorization_scope_resolver is None:
-        # The same on every worker serving this agent at this path (a shared snapshot store then finds the
-        # thread on any of them); apart from other paths and agents of the app.
-        single_scope = f"agent-framework-functional:single-user:{path}:{agent.name or agent.id}"
+    snapshots = UnsavedThreads(snapshot_store_for(snapshot_store, agent), agent)
+    runner = AgentFrameworkAgent(agent=AGUIAgent(agent, snapshots), snapshot_store=snapshots)  # pyright: ignore[reportArgumentType]
+    bound_approval_state(runner, agent)
+    # One scope on every worker serving this agent at this path (a shared store finds the thread on any of them).
+    single_scope = f"agent-framework-functional:single-user:{path}:{agent.name or agent.id}"
 
-        async def single_user_scope() -> str:  # async: FastAPI runs a plain function in a worker thread
-            return single_scope
+    async def single_user_scope() -> str:  # async: FastAPI runs a plain function in a worker thread
+        return single_scope
 
-        resolver = single_user_scope
-    else:
-        resolver = authorization_scope_resolver
+    resolver = authorization_scope_resolver or single_user_scope
 
     async def guard(request: Request, scope: Any = Depends(resolver)) -> None:  # noqa: B008 (FastAPI's way)
         if isawaitable(scope):
@@ -341,6 +325,8 @@ def agui_endpoint(
             return  # FastAPI has refused it already
         await check_request(body, agent, scope, snapshots, runner)
 
+    purges = [approval_purge(runner)]
+    add_upkeep(app, agent, release_memory_every, sweep_every, stores=[snapshots.store], purges=purges)
     add_agent_framework_fastapi_endpoint(
         app,
         runner,
@@ -352,11 +338,3 @@ def agui_endpoint(
         max_detached_runs=max_runs,
     )
     app.add_middleware(BodyLimit, path=path, max_bytes=max_body_bytes)
-    add_upkeep(
-        app,
-        agent,
-        release_memory_every,
-        sweep_every,
-        stores=[snapshots.store],
-        purges=[approval_purge(runner)],
-    )

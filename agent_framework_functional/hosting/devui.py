@@ -1,17 +1,14 @@
-"""DevUI in one call: :func:`serve_devui` serves a FunctionalWorkflowAgent in the Agent Framework web UI.
-
-:func:`devui_app` builds the same app without serving it.
-"""
+"""DevUI in one call: :func:`serve_devui` serves a FunctionalWorkflowAgent in the Agent Framework web UI."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import secrets
-from typing import Any
+from typing import Any, cast
 
 import uvicorn
-from agent_framework import AgentSession, Message
+from agent_framework import AgentSession, Message, SessionStore
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -21,6 +18,7 @@ from .._answers import value_result
 from ._adapter import HostedAgent, as_messages, parse_typed_text
 from ._devui_store import DEFAULT_MAX_CONVERSATIONS, BoundedConversationStore, BoundedDevServer
 from ._sweep import DEFAULT_RELEASE_MEMORY_EVERY, DEFAULT_SWEEP_EVERY, add_upkeep, check_release_every
+from ._turn import Turns
 
 DEFAULT_PORT = 8080
 """DevUI's own default port."""
@@ -33,7 +31,7 @@ NO_CONVERSATION_MESSAGE = (
 
 
 def _typed_text(messages: Any) -> str | None:
-    """The text of a reply that is only text (DevUI passes a string, or one user message of text), else None."""
+    """The text of a reply that is only text (a string, or one user message of text), else None."""
     if isinstance(messages, str):
         return messages
     found = as_messages(messages)
@@ -45,23 +43,12 @@ def _typed_text(messages: Any) -> str | None:
     return "".join(content.text or "" for content in contents)
 
 
-_MALFORMED_TOKEN = JSONResponse(
-    status_code=401,
-    content={
-        "error": {
-            "message": "Invalid authentication token",  # DevUI's own refusal of a wrong token
-            "type": "authentication_error",
-            "code": "invalid_token",
-        }
-    },
-)
+_INVALID_TOKEN = {"message": "Invalid authentication token", "type": "authentication_error", "code": "invalid_token"}
+_MALFORMED_TOKEN = JSONResponse(status_code=401, content={"error": _INVALID_TOKEN})  # DevUI's refusal of a bad token
 
 
 class RefuseMalformedAuth:
-    """ASGI middleware: an ``Authorization`` header with a non-ASCII byte is a 401 before DevUI reads it.
-
-    DevUI compares the bearer token with ``secrets.compare_digest``, which raises on non-ASCII text: a 500.
-    """
+    """ASGI middleware: an ``Authorization`` header with a non-ASCII byte is a 401 (DevUI's check would raise)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -77,43 +64,40 @@ class RefuseMalformedAuth:
 
 
 class DevUIAgent(HostedAgent):
-    """The agent as DevUI sees it: a typed reply to a single pending request is that request's answer.
-
-    DevUI's page only approves or rejects, so for a non-``bool``, non-``str`` request the person types the
-    value (JSON for a structured type); it is converted or refused with a message naming the field.
-    """
+    """The agent as DevUI sees it: a typed reply (JSON for a structured type) answers the one pending request."""
 
     def __init__(self, agent: FunctionalWorkflowAgent, conversations: BoundedConversationStore) -> None:
         super().__init__(agent)
-        self.conversations = conversations
+        self.turns = Turns(agent, cast("SessionStore", conversations))  # a write back is a use of DevUI's session
+        conversations.running = self.turns.busy
 
     def run(
         self, messages: Any = None, *, stream: bool = False, session: AgentSession | None = None, **kwargs: Any
     ) -> Any:
-        """Run the turn; its conversation (DevUI's session id) is kept while it runs.
+        """Run a turn of DevUI's conversation (its session id); a use when it ends.
 
         Raises:
             ValueError: A turn without a conversation (unknown or dropped): the agent's one session-less
                 conversation would be shared by every such turn.
+            ConversationBusy: Another turn of the conversation runs.
         """
-        store = self.conversations
         if session is None:
             raise ValueError(NO_CONVERSATION_MESSAGE)
-        conversation_id = session.session_id
-        store.turn_started(conversation_id)
+        turn = self.turns.take(session.session_id, session)
         try:
             result = super().run(messages, stream=stream, session=session, **kwargs)
         except BaseException:
-            store.turn_ended(conversation_id)
+            turn.end()
             raise
         if stream:
-            return result.with_cleanup_hook(lambda: store.turn_ended(conversation_id))
+            return result.with_cleanup_hook(turn.save).with_cleanup_hook(turn.end)
 
         async def finish() -> Any:
             try:
                 return await result
             finally:
-                store.turn_ended(conversation_id)
+                await turn.save()
+                turn.end()
 
         return finish()
 
@@ -140,10 +124,9 @@ def devui_app(
     release_memory_every: float | None = DEFAULT_RELEASE_MEMORY_EVERY,
     sweep_every: float | None = DEFAULT_SWEEP_EVERY,
 ) -> FastAPI:
-    """DevUI's FastAPI app serving ``agent`` (page and API), with bearer-token auth; see :func:`serve_devui`.
+    """DevUI's FastAPI app serving ``agent`` (page and API) with bearer-token auth, without serving it.
 
-    Conversations are bounded (DevUI's own store keeps every one): idle past the agent's
-    ``continuation_ttl``, or least recently used past ``max_conversations``, they go.
+    Conversations idle past the agent's ``continuation_ttl``, or least recently used past ``max_conversations``, go.
 
     Args:
         agent: The agent (one object serves every conversation).
@@ -190,10 +173,9 @@ async def serve_devui(
     max_conversations: int = DEFAULT_MAX_CONVERSATIONS,
     sweep_every: float | None = DEFAULT_SWEEP_EVERY,
 ) -> None:
-    """Serve ``agent`` in DevUI until interrupted, printing the page's URL and its auth token.
+    """Serve ``agent`` in DevUI until interrupted, printing the page's URL and its bearer token.
 
-    Bearer-token auth is on, because DevUI's API can run the agent: the token is ``auth_token``, else
-    ``DEVUI_AUTH_TOKEN``, else a fresh random one.
+    The token is ``auth_token``, else ``DEVUI_AUTH_TOKEN``, else a fresh random one (DevUI's API runs the agent).
 
     Args:
         agent: The agent.

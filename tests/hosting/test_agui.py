@@ -14,8 +14,8 @@ from typing import Any
 
 import httpx
 import pytest
-from agent_framework import SessionStore
-from agent_framework_ag_ui import InMemoryAGUIThreadSnapshotStore
+from agent_framework import AgentSession, SessionStore
+from agent_framework_ag_ui import AGUIThreadSnapshot, InMemoryAGUIThreadSnapshotStore
 from agui_support import (
     Thread,
     build_app,
@@ -30,7 +30,11 @@ from hosting_support import DEPLOYS, PUBLISHED, ROOT, make_agent, run_node, run_
 from request_ids import core_id
 
 from agent_framework_functional import RunContext, workflow
+from agent_framework_functional._core_compat import agui_session_id_for_thread
 from agent_framework_functional.hosting import agui_endpoint
+from agent_framework_functional.hosting._agui_approvals import UnsavedThreads
+from agent_framework_functional.hosting._turn import ConversationBusy
+from agent_framework_functional.hosting.agui import AGUIAgent
 
 
 @pytest.fixture
@@ -307,3 +311,24 @@ def test_a_single_user_conversation_runs_on_the_event_loop(
     assert not errors(thread.say("deploy threads"))
     assert text_of(thread.answer(approved=True)) == "deployed: deploy threads"
     assert threaded == []
+
+
+async def test_a_thread_runs_one_turn_at_a_time_until_its_snapshot_is_saved() -> None:
+    """Each AG-UI run is a ``Turn`` of its thread (``hosting/_turn.py``) until AG-UI saves its snapshot or it fails."""
+    agent = make_agent()
+    snapshots = UnsavedThreads(InMemoryAGUIThreadSnapshotStore(), agent)
+    view = AGUIAgent(agent, snapshots)
+    session_id = agui_session_id_for_thread(scope="s", thread_id="t")
+    session = AgentSession(session_id=session_id)
+    stream = view.run("deploy turn", stream=True, session=session)
+    assert snapshots.unsaved("s", "t")
+    with pytest.raises(ConversationBusy, match="still running"):
+        view.run("deploy again", stream=True, session=session)
+    async for _ in stream:
+        pass
+    assert snapshots.unsaved("s", "t")  # the run ended; its snapshot is not saved yet
+    await snapshots.save(scope="s", thread_id="t", snapshot=AGUIThreadSnapshot())
+    assert not snapshots.unsaved("s", "t")
+    with pytest.raises(ValueError, match="Nothing to run"):  # a run that fails ends its turn: no snapshot comes
+        view.run(None, stream=True, session=AgentSession(session_id=session_id))
+    assert not snapshots.unsaved("s", "t")

@@ -19,6 +19,8 @@ from hosting_support import make_agent
 
 from agent_framework_functional.hosting import devui_app
 from agent_framework_functional.hosting._devui_store import BoundedConversationStore
+from agent_framework_functional.hosting._turn import ConversationBusy
+from agent_framework_functional.hosting.devui import DevUIAgent
 
 pytestmark = pytest.mark.usefixtures("no_global_tracer_provider")
 
@@ -67,15 +69,16 @@ def test_idle_conversations_go_after_the_ttl_and_used_ones_stay() -> None:
         BoundedConversationStore(ttl=1, max_conversations=0)
 
 
-def test_a_conversation_with_a_turn_running_is_not_dropped_for_idleness() -> None:
+async def test_a_conversation_with_a_turn_running_is_not_dropped_for_idleness() -> None:
     clock = Clock()
     store = BoundedConversationStore(ttl=60, max_conversations=100, clock=clock)
     running = store.create_conversation().id
-    store.turn_started(running)
+    store.running = {running}  # what a DevUIAgent's turns hold (``Turns.busy``)
     clock.now += 100  # a turn longer than the TTL (DevUI reads the session only when a turn starts)
     store.create_conversation()
     assert store.get_session(running) is not None
-    store.turn_ended(running)
+    store.running = set()
+    await store.set(running, store.get_session(running))  # the turn's write back: a use
     clock.now += 61
     store.create_conversation()
     assert store.get_conversation(running) is None  # idle for the TTL after its turn ended
@@ -106,10 +109,30 @@ def test_devui_app_keeps_at_most_max_conversations_and_their_approvals(serve: An
         assert "response.function_approval.requested" in reply.text
     store = app.state.devui_conversations
     assert isinstance(store, BoundedConversationStore) and len(store) == 3
-    assert not store.running.counts  # every turn DevUI ran was noted ended
+    assert not store.running  # every turn DevUI ran ended
     assert http.get(f"{base}/v1/conversations/{made[0]}", headers=AUTH).status_code == 404
     assert http.get(f"{base}/v1/conversations/{made[4]}", headers=AUTH).status_code == 200
     approvals = store.approvals  # DevUI's executor's tracked approvals, pruned with their conversations
     assert approvals is not None
     kept = {key[0] for key in approvals if isinstance(key, tuple)}
     assert kept and kept <= set(made[2:])
+
+
+async def test_a_conversation_runs_one_turn_at_a_time_and_its_end_is_a_use() -> None:
+    """Each DevUI run is a ``Turn`` of its conversation (``hosting/_turn.py``): a second one meanwhile is refused."""
+    clock = Clock()
+    store = BoundedConversationStore(ttl=60, max_conversations=100, clock=clock)
+    agent = DevUIAgent(make_agent(), store)
+    conversation = store.create_conversation().id
+    session = store.get_session(conversation)
+    first = agent.run("deploy one-at-a-time", stream=True, session=session)
+    assert store.running == {conversation}
+    with pytest.raises(ConversationBusy, match="still running"):
+        agent.run("deploy again", stream=True, session=session)
+    clock.now += 100  # a turn longer than the TTL
+    async for _ in first:
+        pass
+    assert not store.running  # ended with its stream, written back (a use: its idle time starts now)
+    clock.now += 30
+    store.create_conversation()
+    assert store.get_conversation(conversation) is not None
