@@ -74,37 +74,40 @@ def restore_open_approvals(
 
 
 class UnsavedThreads:
-    """An ``AGUIThreadSnapshotStore`` whose saves end their threads' turns (AG-UI's write back of the session).
+    """An ``AGUIThreadSnapshotStore`` that knows which threads have a run whose snapshot is not saved yet.
 
-    A turn runs from the run reaching the agent until its snapshot is saved, or it fails: until then a missing
-    snapshot or token is not an orphaned pause (whose approvals ``check_request`` expires).
+    A run is a ``Turn`` of its thread while its agent stream runs (one at a time per thread); it stays unsaved
+    until AG-UI saves its snapshot or it fails: until then a missing snapshot or token is not an orphaned pause
+    (whose approvals ``check_request`` expires). A count, so a save AG-UI never makes blocks nothing.
     """
 
     def __init__(self, store: AGUIThreadSnapshotStore, agent: FunctionalWorkflowAgent) -> None:
         self.store = store
         self.turns = Turns(agent, None)  # AG-UI finds and writes the session: only the conversations are used
-        self.running: dict[str, Turn] = {}  # by session id; bounded by the turns
+        self.running: dict[str, int] = {}  # session id -> runs not saved yet; bounded by the runs in flight
 
-    def begin(self, session: AgentSession) -> None:
-        """A run of ``session``'s thread reached the agent.
+    def begin(self, session: AgentSession) -> Turn:
+        """A run of ``session``'s thread reached the agent: its turn, to end when its stream ends.
 
         Raises:
-            ConversationBusy: Another run of the thread has not saved its snapshot yet.
+            ConversationBusy: Another run of the thread is still streaming.
         """
-        self.running[session.session_id] = self.turns.take(session.session_id, session)
+        turn = self.turns.take(session.session_id, session)
+        self.running[session.session_id] = self.running.get(session.session_id, 0) + 1
+        return turn
 
     def end(self, session_id: str) -> None:
-        """The turn of the thread ended (its snapshot saved, or its run failed)."""
-        turn = self.running.pop(session_id, None)
-        if turn is not None:
-            turn.end()
+        """A run of the thread is saved or failed."""
+        left = self.running.pop(session_id, 0) - 1
+        if left > 0:
+            self.running[session_id] = left
 
     def unsaved(self, scope: str, thread_id: str) -> bool:
         """A run of the thread reached the agent and its snapshot is not saved yet."""
         return agui_session_id_for_thread(scope=scope, thread_id=thread_id) in self.running
 
     async def save(self, *, scope: str, thread_id: str, snapshot: AGUIThreadSnapshot) -> None:
-        """Save through the store, then end the thread's turn."""
+        """Save through the store, then count the thread's run as saved."""
         try:
             await self.store.save(scope=scope, thread_id=thread_id, snapshot=snapshot)
         finally:

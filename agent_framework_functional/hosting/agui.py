@@ -40,6 +40,7 @@ from ._agui_resume import ResumeAnswer, payload_answer, read_answers, read_reque
 from ._body_limit import BodyLimit
 from ._snapshots import snapshot_store_for
 from ._sweep import DEFAULT_RELEASE_MEMORY_EVERY, DEFAULT_SWEEP_EVERY, add_upkeep
+from ._turn import Turn
 
 DEFAULT_MAX_BODY_BYTES = 1_000_000
 """Largest request body :func:`agui_endpoint` reads (bytes); a larger one is refused with 413."""
@@ -55,14 +56,16 @@ class ReservedSessionState(ContextProvider):
         super().__init__(SESSION_STATE_KEY)
 
 
-async def _ending_on_failure(stream: Any, end: Callable[[], object]) -> AsyncIterator[Any]:
-    """``stream``'s updates; ``end`` runs if it fails or is cancelled (AG-UI saves no snapshot then)."""
+async def _turn_of(stream: Any, turn: Turn, failed: Callable[[], object]) -> AsyncIterator[Any]:
+    """``stream``'s updates; the turn ends with the stream, ``failed`` runs if it fails (AG-UI saves no snapshot)."""
     try:
         async for update in stream:
             yield update
     except (Exception, asyncio.CancelledError):
-        end()
+        failed()
         raise
+    finally:
+        turn.end()
 
 
 def _with_answer_slot(content: Content) -> Content:
@@ -108,14 +111,13 @@ class AGUIAgent(HostedAgent):
         unsaved = self.unsaved
         if unsaved is None or session is None or not stream:
             return super().run(messages, stream=stream, session=session, **kwargs)
-        unsaved.begin(session)
-        end = functools.partial(unsaved.end, session.session_id)
+        turn = unsaved.begin(session)
+        failed = functools.partial(unsaved.end, session.session_id)
         try:
-            return ResponseStream(
-                _ending_on_failure(super().run(messages, stream=True, session=session, **kwargs), end)
-            )
+            return ResponseStream(_turn_of(super().run(messages, stream=True, session=session, **kwargs), turn, failed))
         except BaseException:
-            end()
+            turn.end()
+            failed()
             raise
 
     @property

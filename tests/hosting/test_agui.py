@@ -313,8 +313,9 @@ def test_a_single_user_conversation_runs_on_the_event_loop(
     assert threaded == []
 
 
-async def test_a_thread_runs_one_turn_at_a_time_until_its_snapshot_is_saved() -> None:
-    """Each AG-UI run is a ``Turn`` of its thread (``hosting/_turn.py``) until AG-UI saves its snapshot or it fails."""
+async def test_a_thread_runs_one_turn_at_a_time_and_stays_unsaved_until_its_snapshot_is_saved() -> None:
+    """Each AG-UI run is a ``Turn`` of its thread (``hosting/_turn.py``) while its stream runs; it stays unsaved (no
+    orphaned-pause check) until AG-UI saves its snapshot. A save AG-UI never makes must not block the thread."""
     agent = make_agent()
     snapshots = UnsavedThreads(InMemoryAGUIThreadSnapshotStore(), agent)
     view = AGUIAgent(agent, snapshots)
@@ -327,6 +328,11 @@ async def test_a_thread_runs_one_turn_at_a_time_until_its_snapshot_is_saved() ->
     async for _ in stream:
         pass
     assert snapshots.unsaved("s", "t")  # the run ended; its snapshot is not saved yet
+    second = view.run("deploy turn", stream=True, session=AgentSession(session_id=session_id))  # not blocked
+    async for _ in second:
+        pass
+    await snapshots.save(scope="s", thread_id="t", snapshot=AGUIThreadSnapshot())
+    assert snapshots.unsaved("s", "t")  # one of its two runs is saved
     await snapshots.save(scope="s", thread_id="t", snapshot=AGUIThreadSnapshot())
     assert not snapshots.unsaved("s", "t")
     with pytest.raises(ValueError, match="Nothing to run"):  # a run that fails ends its turn: no snapshot comes
