@@ -34,10 +34,9 @@ from ._workflow import FunctionalWorkflow
 class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAgent):
     """A functional workflow as a core agent that carries the continuation token (README "Use it as an agent").
 
-    Each pending request surfaces as a ``function_call`` plus a ``function_approval_request``; a resume
-    is ``responses=`` with a token (argument, ``options``, then the session) or chat-native answers.
-    One agent serves every conversation (an instance per session, AGENTS.md invariant 24). Middleware,
-    the ``invoke_agent`` span and context providers run as for core's ``Agent`` (README "Observe it").
+    Each pending request surfaces as a ``function_call`` plus a ``function_approval_request``; a resume is
+    ``responses=`` with a token (argument, ``options``, then the session) or chat-native answers. One agent
+    serves every conversation (an instance per session); middleware, span and providers run as core's ``Agent``.
 
     Args:
         workflow: The session-less conversation's instance (the template of the others).
@@ -112,10 +111,9 @@ class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAge
         return published_requests(self._workflow.pending_requests, self._workflow.pending_tag())
 
     def pending_requests_for(self, session: AgentSession) -> Mapping[str, WorkflowEvent[Any]]:
-        """One conversation's pending requests (published request id -> ``request_info`` event), read-only.
+        """One conversation's pending requests (published id -> event), read-only; empty when none is held here.
 
-        Empty when ``session`` has no instance here, or when the instance here holds an older pause than
-        the one ``session``'s token names (another worker paused it again: answered through the store).
+        Also empty when the instance here holds an older pause than ``session``'s token names (paused elsewhere).
         """
         workflow = self._conversations.workflow_for(session, create=False)
         if workflow is None:
@@ -246,8 +244,7 @@ class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAge
             PendingContinuationError: New input or a checkpoint restore while a continuation is pending.
             WorkflowRunningError: The workflow is already running.
 
-        With a continuation store, a resume only the store can judge raises these on the first
-        ``await`` or iteration instead, changing nothing.
+        A resume only the continuation store can judge raises these on the first ``await`` or iteration.
         """
         args = CallArgs(
             messages,
@@ -266,7 +263,6 @@ class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAge
         return run_layered(self, self._opened, args, middleware)
 
     def _opened(self, args: CallArgs) -> Callable[[], AgentResult]:
-        """Decide the call (every check that needs no I/O raises here) and return what starts it."""
         return functools.partial(self._runner.answer, self._planner.open(args))
 
     def run_stream(

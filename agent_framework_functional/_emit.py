@@ -1,14 +1,14 @@
 """emit_update and stream_agent: what workflow and step code call to send updates to the caller now.
 
 Both put ``intermediate`` events on the run's live channel (``_live``); under core's own
-``FunctionalWorkflow`` (not this package's) they fall back to core's ``ctx.add_event``.
+``FunctionalWorkflow`` they fall back to core's ``ctx.add_event``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Sequence
+from collections.abc import AsyncIterable, Awaitable
 from typing import Any, cast
 
 from agent_framework import (
@@ -39,9 +39,9 @@ def _json_copy(value: Any, depth: int = 0) -> Any:
     if depth >= _MAX_JSON_DEPTH:
         raise TypeError(f"emit_update() data nests deeper than {_MAX_JSON_DEPTH} levels; flatten it.")
     if isinstance(value, dict):
-        return _json_dict_copy(cast("dict[Any, Any]", value), depth)
+        return {_json_key(key): _json_copy(item, depth + 1) for key, item in cast("dict[Any, Any]", value).items()}
     if isinstance(value, (list, tuple)):
-        return [_json_copy(item, depth + 1) for item in cast("Sequence[Any]", value)]
+        return [_json_copy(item, depth + 1) for item in cast("list[Any]", value)]
     raise TypeError(
         f"emit_update() cannot send a {type(value).__name__}. Send text (str), a Content, an "
         "AgentResponseUpdate, or JSON-safe data (dict with str keys, list, str, int, float, bool, None); "
@@ -49,25 +49,10 @@ def _json_copy(value: Any, depth: int = 0) -> Any:
     )
 
 
-def _json_dict_copy(value: dict[Any, Any], depth: int) -> dict[str, Any]:
-    copied: dict[str, Any] = {}
-    for key, item in value.items():
-        if not isinstance(key, str):
-            raise TypeError(f"emit_update() data has a {type(key).__name__} dict key; JSON keys must be str.")
-        copied[key] = _json_copy(item, depth + 1)
-    return copied
-
-
-def _checked_payload(update: Any) -> Any:
-    if isinstance(update, (str, Content, AgentResponseUpdate)):
-        return update
-    kind = type(cast(object, update)).__name__
-    if isinstance(update, (Message, AgentResponse)):
-        raise TypeError(
-            f"emit_update() cannot send a whole {kind}: stream its parts instead (its text, "
-            "its contents, or the AgentResponseUpdates of a streaming run; stream_agent() does that)."
-        )
-    return _json_copy(update)
+def _json_key(key: Any) -> str:
+    if not isinstance(key, str):
+        raise TypeError(f"emit_update() data has a {type(key).__name__} dict key; JSON keys must be str.")
+    return key
 
 
 async def emit_update(update: str | Content | AgentResponseUpdate | Any) -> None:
@@ -93,25 +78,22 @@ async def emit_update(update: str | Content | AgentResponseUpdate | Any) -> None
 
             await emit_update({"stage": "research", "topic": topic})
     """
-    payload = _checked_payload(update)
+    if isinstance(update, (Message, AgentResponse)):
+        raise TypeError(
+            f"emit_update() cannot send a whole {type(update).__name__}: stream its parts instead (its text, "
+            "its contents, or the AgentResponseUpdates of a streaming run; stream_agent() does that)."
+        )
+    payload = update if isinstance(update, (str, Content, AgentResponseUpdate)) else _json_copy(update)
     channel = live_channel.get()
     ctx = get_run_context()
-    if channel is None:
-        if ctx is None:
-            raise NotInWorkflowRunError(
-                "emit_update() was called outside a running workflow. Call it from a @workflow function, "
-                "one of its @step functions, or a task they await, while the run is in progress."
-            )
+    if channel is not None:
+        await channel.put_live(WorkflowEvent("intermediate", data=payload, executor_id=channel.source), ctx)
+    elif ctx is not None:
         await ctx.add_event(WorkflowEvent("intermediate", data=payload))
-        return
-    await channel.put_live(WorkflowEvent("intermediate", data=payload, executor_id=channel.source), ctx)
-
-
-def _require_running(name: str) -> None:
-    if live_channel.get() is None and get_run_context() is None:
+    else:
         raise NotInWorkflowRunError(
-            f"{name}() was called outside a running workflow. Call it from a @workflow function or one of "
-            "its @step functions while the run is in progress."
+            "emit_update() was called outside a running workflow. Call it from a @workflow function, "
+            "one of its @step functions, or a task they await, while the run is in progress."
         )
 
 
@@ -144,12 +126,27 @@ async def stream_agent(
         TypeError: The agent's stream is not a stream of ``AgentResponseUpdate``.
         Exception: Whatever the inner agent raises, after the updates it produced.
     """
-    _require_running("stream_agent")
+    if live_channel.get() is None and get_run_context() is None:
+        raise NotInWorkflowRunError(
+            "stream_agent() was called outside a running workflow. Call it from a @workflow function or one of "
+            "its @step functions while the run is in progress."
+        )
     result: Any = agent.run(messages, stream=True, session=session, **kwargs)
     if not isinstance(result, (ResponseStream, AsyncIterable, AgentResponse)) and isinstance(result, Awaitable):
         result = await cast("Awaitable[Any]", result)
     if isinstance(result, AgentResponse):
-        return await _emit_whole(cast("AgentResponse[Any]", result))
+        whole = cast("AgentResponse[Any]", result)
+        for message in whole.messages:  # a response returned whole: one update per message
+            await emit_update(
+                AgentResponseUpdate(
+                    contents=list(message.contents),
+                    role=message.role,
+                    author_name=message.author_name,
+                    message_id=message.message_id,
+                    response_id=whole.response_id,
+                )
+            )
+        return whole
     if not isinstance(result, AsyncIterable):
         raise TypeError(
             f"{type(agent).__name__}.run(stream=True) returned {type(result).__name__}; stream_agent() needs a "
@@ -161,27 +158,11 @@ async def stream_agent(
     return AgentResponse.from_updates(updates)
 
 
-async def _emit_whole(whole: AgentResponse[Any]) -> AgentResponse[Any]:
-    """Forward a response an agent returned whole, one update per message; return it."""
-    for message in whole.messages:
-        await emit_update(
-            AgentResponseUpdate(
-                contents=list(message.contents),
-                role=message.role,
-                author_name=message.author_name,
-                message_id=message.message_id,
-                response_id=whole.response_id,
-            )
-        )
-    return whole
-
-
 async def _forward(agent_name: str, stream: AsyncIterable[Any]) -> list[AgentResponseUpdate]:
     """Forward each update of an inner agent's stream as it arrives; close the stream if anything fails."""
     updates: list[AgentResponseUpdate] = []
-    iterator: AsyncIterator[Any] = aiter(stream)
     try:
-        async for update in iterator:
+        async for update in aiter(stream):
             if not isinstance(update, AgentResponseUpdate):
                 raise TypeError(
                     f"{agent_name}.run(stream=True) yielded {type(update).__name__}; "
@@ -190,15 +171,9 @@ async def _forward(agent_name: str, stream: AsyncIterable[Any]) -> list[AgentRes
             updates.append(update)
             await emit_update(update)
     except BaseException:
-        await _close_inner(cast(object, stream))
+        close = getattr(stream, "close" if isinstance(stream, ResponseStream) else "aclose", None)
+        if close is not None:
+            with contextlib.suppress(Exception):  # a failing close must not replace the failure
+                await close()
         raise
     return updates
-
-
-async def _close_inner(stream: object) -> None:
-    """Close an inner agent's stream after a failure; a failing close must not replace that failure."""
-    close = getattr(stream, "close" if isinstance(stream, ResponseStream) else "aclose", None)
-    if close is None:
-        return
-    with contextlib.suppress(Exception):
-        await close()

@@ -1,17 +1,10 @@
 """The live channel: carries emit_update's updates from a running workflow to its caller, in order.
 
-Core yields a functional workflow's events only after the function returns, so this side channel
-(bound through the ``live_channel`` ``ContextVar``) carries them instead of a reimplemented engine.
-Streaming: :func:`stream_live` pulls core's stream in a pump task bound to a bounded channel; core
-creates the workflow task from it, so every task the workflow spawns inherits the channel.
-Non-streaming: :func:`collect_live` binds an unbounded channel around each pull (no pump task).
-
-Ordering (one merge, :class:`_Merge`): when a live update enters, the events core collected since the
-last one go in first (``_core_compat.collected_events``, pinned by a test) and are skipped when core
-yields them again, so the caller sees everything once, in the order it happened.
-
-Backpressure (streaming): when :data:`LIVE_BUFFER_SIZE` entries wait, ``await emit_update(...)`` waits
-for the consumer; nothing is dropped (core's ``ResponseStream`` keeps its own history, outside the bound).
+Core yields a functional workflow's events only after the function returns, so this channel (bound through
+the ``live_channel`` ``ContextVar``) carries them. Streaming pulls core's stream in a pump task on a bounded
+channel (a full channel makes ``emit_update`` wait; nothing is dropped); non-streaming binds an unbounded
+channel around each pull. When a live update enters, the events core collected since the last one go first
+(``_core_compat.collected_events``) and are skipped when core yields them again (:class:`_Merge`).
 """
 
 from __future__ import annotations
@@ -39,11 +32,7 @@ _Item = tuple[Any, ...]
 
 
 class _LiveChannel:
-    """A FIFO from one run's workflow code (any number of tasks) to its one consumer (internal).
-
-    A producer that finds it full waits in line; a freed slot is promised to the first waiting
-    producer, so producers enter in arrival order and the bound holds exactly. The end never waits.
-    """
+    """A FIFO from one run's workflow tasks to its one consumer; a freed slot goes to the first waiting producer."""
 
     __slots__ = ("_getter", "_items", "_maxsize", "_promised", "_putters", "closed", "core_seen", "ctx", "source")
 
@@ -109,7 +98,6 @@ class _LiveChannel:
             getter.set_result(None)
 
     async def put_live(self, event: WorkflowEvent[Any], ctx: RunContext | None) -> None:
-        """Enqueue a live event, preceded by the events core collected since the last entry."""
         self._check_open()
         await self._wait_for_slot()
         self._check_open()
@@ -117,16 +105,13 @@ class _LiveChannel:
         self._append((_LIVE, self._take_collected(ctx), event))
 
     async def put_core(self, event: WorkflowEvent[Any]) -> None:
-        """Enqueue an event yielded by core's stream."""
         await self._wait_for_slot()
         self._append((_CORE, event))
 
     def finish(self, error: BaseException | None) -> None:
-        """Enqueue the end of the stream (never waits)."""
         self._append((_END, error))
 
     async def get(self) -> _Item:
-        """Take the next entry, waiting for one."""
         while not self._items:
             getter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._getter = getter
@@ -140,7 +125,6 @@ class _LiveChannel:
         return item
 
     def drain(self, merge: _Merge, out: list[WorkflowEvent[Any]]) -> None:
-        """Move the live entries into ``out`` through ``merge`` (a non-streaming run, after each pull)."""
         while self._items:
             merge.live(self._items.popleft(), out)
 
@@ -158,7 +142,7 @@ live_channel: ContextVar[_LiveChannel | None] = ContextVar("agent_framework_func
 
 
 class _Merge:
-    """The one merge of live entries and core's events, used by both run modes (internal)."""
+    """The one merge of live entries and core's events, used by both run modes."""
 
     __slots__ = ("_forwarded",)
 
@@ -166,7 +150,6 @@ class _Merge:
         self._forwarded: set[WorkflowEvent[Any]] = set()
 
     def live(self, item: _Item, out: list[WorkflowEvent[Any]]) -> None:
-        """Append a live entry's events to ``out``: core's collected ones, then the live event."""
         for early in item[1]:
             self._forwarded.add(early)
             out.append(early)
@@ -225,11 +208,8 @@ async def stream_live(
 ) -> AsyncGenerator[WorkflowEvent[Any], None]:
     """Yield core's events merged, in order, with the live updates the workflow emits (streaming runs).
 
-    Core yields ``started`` and the first ``status`` before it calls user code; those are pulled
-    directly, and the pump (which runs user code) starts only when the next event is requested, so
-    the caller can act between the first status and user code (the token is spent there). Closing
-    this generator cancels the pump and so the workflow task (core cancels it and its children);
-    it returns once the pump has finished.
+    ``started`` and the first ``status`` are pulled directly; the pump (running user code, where the token
+    is spent) starts at the next request. Closing this cancels the pump and the workflow task, then waits.
     """
     while (event := await _next_core_event(core_stream)) is not None:
         yield event
@@ -252,7 +232,6 @@ async def stream_live(
 
 
 async def _next_core_event(core_stream: ResponseStream[WorkflowEvent[Any], Any]) -> WorkflowEvent[Any] | None:
-    """Core's next event, or None at the end of its stream."""
     try:
         return await core_stream.__anext__()
     except StopAsyncIteration:
@@ -279,13 +258,9 @@ async def _stop_pump(pump: asyncio.Task[None], channel: _LiveChannel) -> bool:
     """Wind the pump down and close the channel; True when this wait was cancelled again (re-raise it)."""
     cancelled_again = False
     if not pump.done():
-        # Abandoned: cancel first, so the workflow task sees a cancellation (core cancels it and
-        # its children) rather than a closed channel at its next emit_update().
-        pump.cancel()
-        # Wait until core's stream is wound down even if this wait is cancelled too (anyio's
-        # cancel scopes, as in Starlette when a client hangs up, cancel again at every await):
-        # leaving while the pump is inside core's stream makes closing that stream fail with
-        # "asynchronous generator is already running" instead of the cancellation.
+        pump.cancel()  # first: the workflow task sees a cancellation, not a closed channel
+        # Wait even if cancelled again (anyio cancels at every await): leaving while the pump is inside
+        # core's stream makes closing it fail with "asynchronous generator is already running".
         while not pump.done():
             try:
                 await asyncio.wait({pump})
