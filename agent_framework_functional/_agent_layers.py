@@ -1,10 +1,8 @@
 """Core's agent layers around one agent call: agent middleware, then the ``invoke_agent`` span.
 
-The agent inherits core's ``AgentMiddlewareLayer`` and ``AgentTelemetryLayer`` for their state and
-helpers, not their ``run`` (which would drop ``responses``, ``continuation_token``, ``checkpoint_id``,
-``checkpoint_storage`` and workflow run keyword arguments): :func:`run_layered` applies them in core's
-order and hands those to middleware in ``AgentContext.kwargs``. Without middleware a rejected call
-raises at ``run(...)``; with it, on the first ``await`` or iteration (core's behaviour).
+Core's layers' own ``run`` would drop the resume arguments: :func:`run_layered` applies them in core's order
+and hands those to middleware in ``AgentContext.kwargs``. With middleware a rejected call raises on the
+first ``await`` or iteration (core's behaviour), else at ``run(...)``.
 """
 
 from __future__ import annotations
@@ -51,7 +49,6 @@ class CallArgs:
     run_kwargs: dict[str, Any]  # run's other keyword arguments, for the workflow run
 
     def workflow_kwargs(self) -> dict[str, Any]:
-        """The keyword arguments the workflow run gets besides the resume arguments."""
         given = {
             "tools": self.tools,
             "function_invocation_kwargs": self.function_invocation_kwargs,
@@ -130,10 +127,9 @@ def run_layered(agent: Any, raw: RawCall, args: CallArgs, middleware: Sequence[A
 def _traced(
     agent: Any, start: Callable[[], Any], args: CallArgs, client_kwargs: Mapping[str, Any] | None
 ) -> AgentResult:
-    """Start the call inside core's ``invoke_agent`` span (core's instrumentation on and a tracer provider set).
+    """Start the call inside core's ``invoke_agent`` span, skipped without a tracer provider.
 
-    Without a tracer provider the span is skipped: the layer's hooks would tie a dropped response
-    stream in a cycle only the garbage collector frees.
+    (The layer's hooks would tie a dropped response stream in a cycle only the garbage collector frees.)
     """
     if not OBSERVABILITY_SETTINGS.ENABLED or isinstance(trace.get_tracer_provider(), _UNSET_PROVIDERS):
         return cast("AgentResult", start())

@@ -1,13 +1,8 @@
 """Response types as text: what a continuation record keeps so any worker can check every answer so far.
 
-A replay passes the answers to earlier rounds too, and core checks them only after the token was
-claimed; so a pause records the response type of every request of its run chain, and a worker that
-never saw the earlier rounds reads them back to check all answers before its claim.
-
 The text is ``module:QualName`` (``builtins:list[builtins:int]``), ``typing:Union[...]``,
-``typing:Literal[<JSON values>]``, ``typing:Any`` or ``None``. A type that would not read back equal
-(a local class, a pydantic generic) is not recorded: core checks it. Reading never imports a module
-(as core's ``deserialize_type``), so a record cannot make a worker import code.
+``typing:Literal[<JSON values>]``, ``typing:Any`` or ``None``; a type that would not read back equal is not
+recorded (core checks it). Reading never imports a module, so a record cannot make a worker import code.
 """
 
 from __future__ import annotations
@@ -38,7 +33,7 @@ def describe_type(response_type: Any) -> str | None:
 
 
 def describe_requests(requests: Mapping[str, WorkflowEvent[Any]]) -> dict[str, str]:
-    """Return request id -> response type text for every request (by id) whose type can be written."""
+    """Request id -> response type text for every request whose type can be written."""
     described: dict[str, str] = {}
     for request_id, event in requests.items():
         text = describe_type(event.response_type)
@@ -48,7 +43,7 @@ def describe_requests(requests: Mapping[str, WorkflowEvent[Any]]) -> dict[str, s
 
 
 def resolve_type(text: str) -> Any | None:
-    """Read a type written by :func:`describe_type`; None when its module is not imported here or it is malformed."""
+    """Read a type written by :func:`describe_type`; None when its module is not loaded here or it is malformed."""
     try:
         resolved, rest = _parse(text)
     except (TypeError, ValueError, AttributeError, KeyError, IndexError):
@@ -84,7 +79,6 @@ def _describe_generic(origin: Any, args: tuple[Any, ...]) -> str | None:
 
 
 def _parse(text: str) -> tuple[Any, str]:
-    """Parse one type at the start of ``text``; return it and the text after it."""
     end = len(text)
     for index, char in enumerate(text):
         if char in "[],":
@@ -103,7 +97,6 @@ def _parse(text: str) -> tuple[Any, str]:
 
 
 def _parse_arguments(rest: str) -> tuple[list[Any], str]:
-    """Parse a generic's type arguments up to its closing bracket."""
     args: list[Any] = []
     while True:
         arg, rest = _parse(rest)
@@ -118,7 +111,6 @@ def _parse_arguments(rest: str) -> tuple[list[Any], str]:
 
 
 def _parse_literal(rest: str) -> tuple[Any, str]:
-    """Parse the JSON values of a ``Literal`` up to its closing bracket."""
     values: list[Any] = []
     while True:
         value, end = _JSON.raw_decode(rest, len(rest) - len(rest.lstrip()))
