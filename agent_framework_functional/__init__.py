@@ -26,7 +26,6 @@ from ._durable.session_store import InMemorySessionStore
 from ._durable.sqlite_checkpoint import SQLiteCheckpointStorage
 from ._durable.sqlite_session import SQLiteSessionStore
 from ._durable.sqlite_store import SQLiteContinuationStore
-from ._emit import emit_update, stream_agent
 from ._errors import (
     CallRefusedError,
     CheckpointRestoreConflictError,
@@ -42,6 +41,7 @@ from ._errors import (
     StaleContinuationError,
     WorkflowRunningError,
 )
+from ._live import emit_update, stream_agent
 from ._session import SESSION_STATE_KEY
 from ._store import ContinuationRecord, ContinuationStore
 from ._workflow import FunctionalWorkflow, FunctionalWorkflowDefinition, FunctionalWorkflowRunResult, workflow

@@ -7,13 +7,21 @@ rule needs the continuation store or a write it stops, and the run decides by th
 
 from __future__ import annotations
 
-from collections.abc import Coroutine, Mapping
+from collections.abc import Awaitable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from agent_framework import AgentSession, Message, ResponseStream, SupportsAgentRun, WorkflowEvent
+from agent_framework import (
+    AgentResponse,
+    AgentResponseUpdate,
+    AgentSession,
+    CheckpointStorage,
+    Message,
+    ResponseStream,
+    SupportsAgentRun,
+    WorkflowEvent,
+)
 
-from ._agent_layers import CallArgs
 from ._authority import VerifiedContinuation
 from ._chat import (
     InputMapper,
@@ -39,6 +47,33 @@ from ._updates import core_ids, token_tag
 from ._workflow import FunctionalWorkflow, FunctionalWorkflowRunResult
 
 WorkflowStream = ResponseStream[WorkflowEvent[Any], FunctionalWorkflowRunResult]
+AgentResult = Awaitable[AgentResponse] | ResponseStream[AgentResponseUpdate, AgentResponse]
+
+
+@dataclass(frozen=True, slots=True)
+class CallArgs:
+    """One agent call's arguments, packed once by ``run`` (agent middleware may replace each of them)."""
+
+    messages: Any
+    stream: bool
+    session: AgentSession | None
+    options: Mapping[str, Any] | None
+    tools: Any
+    function_invocation_kwargs: Mapping[str, Any] | None
+    client_kwargs: Mapping[str, Any] | None
+    responses: Mapping[str, Any] | None
+    continuation_token: Mapping[str, Any] | None
+    checkpoint_id: str | None
+    checkpoint_storage: CheckpointStorage | None
+    run_kwargs: dict[str, Any]  # run's other keyword arguments, for the workflow run
+
+    def workflow_kwargs(self) -> dict[str, Any]:
+        given = {
+            "tools": self.tools,
+            "function_invocation_kwargs": self.function_invocation_kwargs,
+            "client_kwargs": self.client_kwargs,
+        }
+        return {**{name: value for name, value in given.items() if value is not None}, **self.run_kwargs}
 
 
 class AgentView(SupportsAgentRun, Protocol):

@@ -23,8 +23,7 @@ from agent_framework import (
     WorkflowEvent,
 )
 
-from ._agent_layers import AgentResult
-from ._agent_plan import AgentCall, AgentView, CallPlanner, Fresh
+from ._agent_plan import AgentCall, AgentResult, AgentView, CallPlanner, Fresh
 from ._continuation import FunctionalWorkflowContinuationToken
 from ._core_compat import set_context_response
 from ._session import Conversations, clear_session_token, session_token, store_session_token
