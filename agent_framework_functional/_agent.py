@@ -174,40 +174,12 @@ class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAge
 
     @overload
     def run(
-        self,
-        messages: Any | None = None,
-        *,
-        stream: Literal[False] = ...,
-        session: AgentSession | None = None,
-        middleware: Sequence[Any] | None = None,
-        responses: Mapping[str, Any] | None = None,
-        continuation_token: Mapping[str, Any] | None = None,
-        checkpoint_id: str | None = None,
-        checkpoint_storage: CheckpointStorage | None = None,
-        options: Mapping[str, Any] | None = None,
-        tools: Any | None = None,
-        function_invocation_kwargs: Mapping[str, Any] | None = None,
-        client_kwargs: Mapping[str, Any] | None = None,
-        **kwargs: Any,
+        self, messages: Any | None = None, *, stream: Literal[False] = ..., **kwargs: Any
     ) -> Awaitable[AgentResponse]: ...
 
     @overload
     def run(
-        self,
-        messages: Any | None = None,
-        *,
-        stream: Literal[True],
-        session: AgentSession | None = None,
-        middleware: Sequence[Any] | None = None,
-        responses: Mapping[str, Any] | None = None,
-        continuation_token: Mapping[str, Any] | None = None,
-        checkpoint_id: str | None = None,
-        checkpoint_storage: CheckpointStorage | None = None,
-        options: Mapping[str, Any] | None = None,
-        tools: Any | None = None,
-        function_invocation_kwargs: Mapping[str, Any] | None = None,
-        client_kwargs: Mapping[str, Any] | None = None,
-        **kwargs: Any,
+        self, messages: Any | None = None, *, stream: Literal[True], **kwargs: Any
     ) -> ResponseStream[AgentResponseUpdate, AgentResponse]: ...
 
     def run(

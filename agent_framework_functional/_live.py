@@ -47,14 +47,14 @@ _Item = tuple[Any, ...]
 class _LiveChannel:
     """A FIFO from one run's workflow tasks to its one consumer; a freed slot goes to the first waiting producer."""
 
-    __slots__ = ("_getter", "_items", "_maxsize", "_promised", "_putters", "closed", "core_seen", "ctx", "source")
+    __slots__ = ("_getter", "_maxsize", "_promised", "_putters", "closed", "core_seen", "ctx", "items", "source")
 
     def __init__(self, maxsize: int, source: str | None) -> None:
         self.closed = False
         self.ctx: RunContext | None = None
         self.core_seen = 0
         self.source = source
-        self._items: deque[_Item] = deque()
+        self.items: deque[_Item] = deque()
         self._maxsize = maxsize
         self._promised = 0
         self._putters: deque[asyncio.Future[None]] = deque()
@@ -82,7 +82,7 @@ class _LiveChannel:
         return taken
 
     async def _wait_for_slot(self) -> None:
-        if len(self._items) + self._promised < self._maxsize and not self._putters:
+        if len(self.items) + self._promised < self._maxsize and not self._putters:
             return
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._putters.append(waiter)
@@ -98,14 +98,14 @@ class _LiveChannel:
         self._promised -= 1
 
     def _wake_putter(self) -> None:
-        while self._putters and len(self._items) + self._promised < self._maxsize:
+        while self._putters and len(self.items) + self._promised < self._maxsize:
             waiter = self._putters.popleft()
             if not waiter.done():
                 self._promised += 1
                 waiter.set_result(None)
 
     def _append(self, item: _Item) -> None:
-        self._items.append(item)
+        self.items.append(item)
         getter = self._getter
         if getter is not None and not getter.done():
             getter.set_result(None)
@@ -125,21 +125,17 @@ class _LiveChannel:
         self._append((_END, error))
 
     async def get(self) -> _Item:
-        while not self._items:
+        while not self.items:
             getter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._getter = getter
             try:
                 await getter
             finally:
                 self._getter = None
-        item = self._items.popleft()
+        item = self.items.popleft()
         if self._putters:
             self._wake_putter()
         return item
-
-    def drain(self, merge: _Merge, out: list[WorkflowEvent[Any]]) -> None:
-        while self._items:
-            merge.live(self._items.popleft(), out)
 
     def close(self) -> None:
         """Refuse new entries and release waiting producers (they raise ``NotInWorkflowRunError``)."""
@@ -190,7 +186,8 @@ async def collect_live(
                 event = await _next_core_event(core_stream)
             finally:
                 live_channel.reset(bound)
-            channel.drain(merge, out)
+            while channel.items:
+                merge.live(channel.items.popleft(), out)
             if event is not None and merge.is_new(event):
                 out.append(event)
             for merged in out:

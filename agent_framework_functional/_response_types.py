@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import UnionType
 from typing import Any
 
@@ -34,12 +34,8 @@ def describe_type(response_type: Any) -> str | None:
 
 def describe_requests(requests: Mapping[str, WorkflowEvent[Any]]) -> dict[str, str]:
     """Request id -> response type text for every request whose type can be written."""
-    described: dict[str, str] = {}
-    for request_id, event in requests.items():
-        text = describe_type(event.response_type)
-        if text is not None:
-            described[request_id] = text
-    return described
+    described = ((request_id, describe_type(event.response_type)) for request_id, event in requests.items())
+    return {request_id: text for request_id, text in described if text is not None}
 
 
 def resolve_type(text: str) -> Any | None:
@@ -79,16 +75,13 @@ def _describe_generic(origin: Any, args: tuple[Any, ...]) -> str | None:
 
 
 def _parse(text: str) -> tuple[Any, str]:
-    end = len(text)
-    for index, char in enumerate(text):
-        if char in "[],":
-            end = index
-            break
+    end = next((index for index, char in enumerate(text) if char in "[],"), len(text))
     name, rest = text[:end].strip(), text[end:]
     if name == _LITERAL and rest.startswith("["):
-        return _parse_literal(rest[1:])
+        values, rest = _parse_list(rest[1:], _literal_value)
+        return typing.Literal[tuple(values)], rest  # pyright: ignore[reportInvalidTypeForm]
     if rest.startswith("["):
-        args, rest = _parse_arguments(rest[1:])
+        args, rest = _parse_list(rest[1:], _parse)
         if name == _UNION:
             return typing.Union[tuple(args)], rest  # noqa: UP007 - built from recorded arguments
         origin = _lookup(name)
@@ -96,34 +89,26 @@ def _parse(text: str) -> tuple[Any, str]:
     return _lookup(name), rest
 
 
-def _parse_arguments(rest: str) -> tuple[list[Any], str]:
-    args: list[Any] = []
+def _literal_value(rest: str) -> tuple[Any, str]:
+    value, end = _JSON.raw_decode(rest, len(rest) - len(rest.lstrip()))
+    if value is not None and type(value) not in (str, int, bool):
+        raise ValueError("a Literal value must be a string, an integer, a boolean or null")
+    return value, rest[end:]
+
+
+def _parse_list(rest: str, parse: Callable[[str], tuple[Any, str]]) -> tuple[list[Any], str]:
+    """Parse comma-separated items up to the closing bracket; return them and the text after it."""
+    items: list[Any] = []
     while True:
-        arg, rest = _parse(rest)
-        args.append(arg)
+        item, rest = parse(rest)
+        items.append(item)
         rest = rest.lstrip()
-        if rest.startswith(","):
-            rest = rest[1:]
-            continue
-        if not rest.startswith("]"):
-            raise ValueError("unclosed type arguments")
-        return args, rest[1:]
-
-
-def _parse_literal(rest: str) -> tuple[Any, str]:
-    values: list[Any] = []
-    while True:
-        value, end = _JSON.raw_decode(rest, len(rest) - len(rest.lstrip()))
-        if value is not None and type(value) not in (str, int, bool):
-            raise ValueError("a Literal value must be a string, an integer, a boolean or null")
-        values.append(value)
-        rest = rest[end:].lstrip()
-        if rest.startswith(","):
-            rest = rest[1:]
-            continue
-        if not rest.startswith("]"):
-            raise ValueError("unclosed Literal")
-        return typing.Literal[tuple(values)], rest[1:]  # pyright: ignore[reportInvalidTypeForm]
+        if not rest.startswith(","):
+            break
+        rest = rest[1:]
+    if not rest.startswith("]"):
+        raise ValueError("unclosed brackets")
+    return items, rest[1:]
 
 
 def _lookup(name: str) -> Any:

@@ -62,12 +62,9 @@ def store_session_token(
 def clear_session_token(session: AgentSession, agent_id: str) -> None:
     """Remove this agent's token from ``session.state``; the package's entry stays."""
     entry = session.state.get(SESSION_STATE_KEY)
-    if not isinstance(entry, Mapping):
-        return
-    entries = dict(typing.cast(Mapping[str, Any], entry))
-    if entries.pop(agent_id, None) is None:
-        return
-    session.state[SESSION_STATE_KEY] = entries
+    if isinstance(entry, Mapping) and agent_id in entry:
+        entries = typing.cast(Mapping[str, Any], entry)
+        session.state[SESSION_STATE_KEY] = {key: value for key, value in entries.items() if key != agent_id}
 
 
 def resolve_token(
