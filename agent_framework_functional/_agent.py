@@ -126,11 +126,9 @@ class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAge
         Also empty when the instance here holds an older pause than ``session``'s token names (paused elsewhere).
         """
         workflow = self._conversations.workflow_for(session, create=False)
-        if workflow is None:
-            return MappingProxyType({})
-        tag = workflow.pending_tag()
+        tag = workflow.pending_tag() if workflow is not None else None
         stored = session_token(session, self.id)
-        if stored is not None and tag is not None and token_tag(stored) != tag:
+        if workflow is None or (stored is not None and tag is not None and token_tag(stored) != tag):
             return MappingProxyType({})
         return published_requests(workflow.pending_requests, tag)
 

@@ -134,7 +134,9 @@ class AgentRunner:
             run_result: FunctionalWorkflowRunResult = await call.workflow_stream.get_final_response()
             call.workflow_stream, token = None, run_result.continuation_token
         finally:
-            await self._end(call, token)
+            await _close_workflow_stream(call)  # its frame gone, an unstarted run hands its claim back at once
+            await self._write_session(call, token)
+            self.conversations.detach_idle(call.session, call.workflow)
         for update in await self._after_run(reply, token, provider_session, context):
             yield update
 
@@ -175,15 +177,6 @@ class AgentRunner:
         if final_update is not None and self.agent.continuation_token_on_response:
             return [*reply.requests, final_update]
         return reply.requests
-
-    async def _end(self, call: AgentCall, token: Mapping[str, Any] | None) -> None:
-        workflow_stream, call.workflow_stream = call.workflow_stream, None
-        if workflow_stream is not None:
-            await workflow_stream.close()
-        # Dropping the last reference lets an unstarted run hand its claim back right away.
-        del workflow_stream
-        await self._write_session(call, token)
-        self.conversations.detach_idle(call.session, call.workflow)
 
     async def _write_session(self, call: AgentCall, token: Mapping[str, Any] | None) -> None:
         """Keep the conversation's stored token and answers equal to its resumable pause (the store's view)."""
