@@ -339,7 +339,16 @@ class CallPlanner:
         return Resume(token, answers if mapping else args.responses, answers, args.messages, from_session)
 
     async def _new_input(self, call: AgentCall, turn: Turn, stored: Any, judge: _Judge) -> Decision:
-        _check_new_input_args(call.args)
+        if call.args.messages is None:
+            raise ValueError(
+                "Nothing to run: pass messages (a new turn), messages that answer the pending requests, "
+                "responses=... with the continuation token, or checkpoint_id=... ."
+            )
+        if call.args.continuation_token is not None:
+            raise ValueError(
+                "'continuation_token' is only used to resume a pause (with answers or responses=...); a new turn "
+                "needs none. Drop the token from this call."
+            )
         workflow = call.workflow
         if workflow.has_pending_continuation:
             if lost_its_token(call.session, call.options):  # orphaned: nobody can answer it; abandoned, then fresh
@@ -373,7 +382,10 @@ class CallPlanner:
         """New text while paused here: on a session, the answer to the one pending ``str`` request; else a conflict."""
         token = resolve_token(None, call.options, call.session, self.agent.id)
         if self.text_answers and call.session is not None and token is not None:
-            verified = _verified_or_none(call.workflow, token)
+            try:
+                verified = call.workflow.verify_token_now(token)
+            except ContinuationAuthorityError:
+                verified = None  # it does not verify here: new text conflicts
             text = text_answer(turn.messages, verified) if verified is not None else None
             if verified is not None and text is not None:
                 return self._resumed(call, verified, text)
@@ -392,23 +404,3 @@ class CallPlanner:
 
 def _token_from_session(call: AgentCall) -> bool:
     return call.args.continuation_token is None and call.options.get("continuation_token") is None
-
-
-def _check_new_input_args(args: CallArgs) -> None:
-    if args.messages is None:
-        raise ValueError(
-            "Nothing to run: pass messages (a new turn), messages that answer the pending requests, "
-            "responses=... with the continuation token, or checkpoint_id=... ."
-        )
-    if args.continuation_token is not None:
-        raise ValueError(
-            "'continuation_token' is only used to resume a pause (with answers or responses=...); a new turn "
-            "needs none. Drop the token from this call."
-        )
-
-
-def _verified_or_none(workflow: FunctionalWorkflow, token: Any) -> VerifiedContinuation | None:
-    try:
-        return workflow.verify_token_now(token)
-    except ContinuationAuthorityError:
-        return None

@@ -10,6 +10,7 @@ import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import takewhile
 from typing import Any, Literal, Union
 
 from agent_framework import Content, Message, RunContext, WorkflowEvent, normalize_messages
@@ -93,17 +94,6 @@ def map_input(
     return conversation
 
 
-def answer_tail(messages: Sequence[Message]) -> list[Message]:
-    """The run of messages at the end that carry nothing but answers."""
-    tail: list[Message] = []
-    for message in reversed(messages):
-        if not answer_contents([message]) or has_other_contents([message]):
-            break
-        tail.append(message)
-    tail.reverse()
-    return tail
-
-
 @dataclass(frozen=True, slots=True)
 class Turn:
     """This turn's part of the input (after the last assistant message) and the answers it carries."""
@@ -119,7 +109,8 @@ def read_turn(messages: Sequence[Message], *, with_answers: bool) -> Turn:
     turn = list(messages[last + 1 :])
     if not with_answers:
         return Turn(turn, [], False)
-    tail = answer_tail(turn)  # answers at the very end resume, whatever text of this turn preceded them
+    # Answers at the very end resume, whatever text of this turn preceded them.
+    tail = [*takewhile(lambda m: bool(answer_contents([m])) and not has_other_contents([m]), reversed(turn))][::-1]
     answers = answer_contents(tail or turn)
     return Turn(turn, answers, bool(answers) and not has_other_contents(tail or turn))
 

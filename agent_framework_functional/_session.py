@@ -27,11 +27,6 @@ SESSION_STATE_KEY = "agent_framework_functional"
 Hosts that merge client state into ``session.state`` (AG-UI) must protect it; a malformed value counts as none."""
 
 
-def conversation_of(session: AgentSession) -> str:
-    """The conversation digest of ``session`` (sha256 of its id): what a store binds a pause to."""
-    return hashlib.sha256(session.session_id.encode("utf-8", "surrogatepass")).hexdigest()
-
-
 def session_token(session: AgentSession | None, agent_id: str) -> Mapping[str, Any] | None:
     """The continuation token this agent stored in ``session``, if any (a malformed value counts as none)."""
     entry = _agent_entry(session, agent_id)
@@ -199,7 +194,7 @@ class Conversations:
                 continuation_store=template.continuation_store,
                 continuation_ttl=template.continuation_ttl,
             )
-            workflow.bind_conversation(conversation_of(session))
+            workflow.bind_conversation(hashlib.sha256(session.session_id.encode("utf-8", "surrogatepass")).hexdigest())
             self.attached.add(session.session_id, workflow)
         return workflow
 
