@@ -4,7 +4,7 @@ Core yields a functional workflow's events only after the function returns, so a
 ``live_channel`` ``ContextVar``) carries them. Streaming pulls core's stream in a pump task on a bounded
 channel (a full channel makes ``emit_update`` wait; nothing is dropped); non-streaming binds an unbounded
 channel around each pull. When a live update enters, the events core collected since the last one go first
-(``_core_compat.collected_events``) and are skipped when core yields them again (:class:`_Merge`). Under
+(``_core_compat.collected_events``) and are skipped when core yields them again (one merge for both modes). Under
 core's own ``FunctionalWorkflow`` the updates fall back to core's ``ctx.add_event``.
 """
 
@@ -150,26 +150,19 @@ class _LiveChannel:
 live_channel: ContextVar[_LiveChannel | None] = ContextVar("agent_framework_functional_live_channel", default=None)
 
 
-class _Merge:
-    """The one merge of live entries and core's events, used by both run modes."""
+def _merge_live(item: _Item, forwarded: set[WorkflowEvent[Any]], out: list[WorkflowEvent[Any]]) -> None:
+    """Append a live entry's events to ``out``: core's collected ones (remembered as ``forwarded``), then its own."""
+    forwarded.update(item[1])
+    out.extend(item[1])
+    out.append(item[2])
 
-    __slots__ = ("_forwarded",)
 
-    def __init__(self) -> None:
-        self._forwarded: set[WorkflowEvent[Any]] = set()
-
-    def live(self, item: _Item, out: list[WorkflowEvent[Any]]) -> None:
-        for early in item[1]:
-            self._forwarded.add(early)
-            out.append(early)
-        out.append(item[2])
-
-    def is_new(self, event: WorkflowEvent[Any]) -> bool:
-        """True when core's ``event`` was not already sent ahead of a live update."""
-        if event in self._forwarded:
-            self._forwarded.discard(event)
-            return False
-        return True
+def _is_new(event: WorkflowEvent[Any], forwarded: set[WorkflowEvent[Any]]) -> bool:
+    """True when core's ``event`` was not already sent ahead of a live update."""
+    if event in forwarded:
+        forwarded.discard(event)
+        return False
+    return True
 
 
 async def collect_live(
@@ -177,7 +170,7 @@ async def collect_live(
 ) -> AsyncGenerator[WorkflowEvent[Any], None]:
     """Yield core's events merged, in order, with the live updates the workflow emits (non-streaming runs)."""
     channel = _LiveChannel(sys.maxsize, source)
-    merge = _Merge()
+    forwarded: set[WorkflowEvent[Any]] = set()
     out: list[WorkflowEvent[Any]] = []
     try:
         while True:
@@ -187,8 +180,8 @@ async def collect_live(
             finally:
                 live_channel.reset(bound)
             while channel.items:
-                merge.live(channel.items.popleft(), out)
-            if event is not None and merge.is_new(event):
+                _merge_live(channel.items.popleft(), forwarded, out)
+            if event is not None and _is_new(event, forwarded):
                 out.append(event)
             for merged in out:
                 yield merged
@@ -227,12 +220,12 @@ async def stream_live(
             break
     else:
         return  # core's stream ended before user code
-    merge = _Merge()
+    forwarded: set[WorkflowEvent[Any]] = set()
     channel = _LiveChannel(LIVE_BUFFER_SIZE, source)
     pump = asyncio.get_running_loop().create_task(_pump(core_stream, channel))
     out: list[WorkflowEvent[Any]] = []
     try:
-        while _released(await channel.get(), merge, out):
+        while _released(await channel.get(), forwarded, out):
             for merged in out:
                 yield merged
             out.clear()
@@ -248,14 +241,14 @@ async def _next_core_event(core_stream: ResponseStream[WorkflowEvent[Any], Any])
         return None
 
 
-def _released(item: _Item, merge: _Merge, out: list[WorkflowEvent[Any]]) -> bool:
+def _released(item: _Item, forwarded: set[WorkflowEvent[Any]], out: list[WorkflowEvent[Any]]) -> bool:
     """Put the events one channel item releases into ``out``, in order; False at the run's end (its error raised)."""
     kind = item[0]
     if kind == _LIVE:
-        merge.live(item, out)
+        _merge_live(item, forwarded, out)
         return True
     if kind == _CORE:
-        if merge.is_new(item[1]):
+        if _is_new(item[1], forwarded):
             out.append(item[1])
         return True
     error: BaseException | None = item[1]
