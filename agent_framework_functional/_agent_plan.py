@@ -20,6 +20,7 @@ from agent_framework import (
     ResponseStream,
     SupportsAgentRun,
     WorkflowEvent,
+    normalize_messages,
 )
 
 from ._authority import VerifiedContinuation
@@ -27,7 +28,6 @@ from ._chat import (
     InputMapper,
     InputMode,
     Turn,
-    chat_messages,
     is_chat_input,
     map_input,
     pause_answers,
@@ -133,7 +133,7 @@ class AgentCall:
     options: dict[str, Any] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.input_messages = chat_messages(self.args.messages)
+        self.input_messages = normalize_messages(self.args.messages) if is_chat_input(self.args.messages) else []
         self.options = dict(self.args.options or {})
 
     @property

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from itertools import takewhile
 from typing import Any, Literal, Union
 
-from agent_framework import Content, Message, RunContext, WorkflowEvent, normalize_messages
+from agent_framework import Content, Message, RunContext, WorkflowEvent
 
 from ._answers import STRING_ANSWER, accepts_none, convert_answer, parse_json_text, type_name
 from ._core_compat import accepts
@@ -37,11 +37,6 @@ def is_chat_input(value: Any) -> bool:
         items = typing.cast(Sequence[Any], value)
         return all(isinstance(item, (str, Message, Content)) for item in items)
     return False
-
-
-def chat_messages(value: Any) -> list[Message]:
-    """Chat input as messages (core's ``normalize_messages``); non-chat input gives none."""
-    return normalize_messages(value) if is_chat_input(value) else []
 
 
 def input_mode_for(func: Callable[..., Any]) -> InputMode:
