@@ -1,12 +1,7 @@
 """Safe resumption for Microsoft Agent Framework functional workflows.
 
-Core's functional engine (``@workflow``, ``@step``, ``RunContext``) pauses on
-``ctx.request_info(...)`` and replays on ``run(responses=...)``. This package adds continuation
-authority on top (a single-use, rotating ``continuation_token`` on every paused result), one pending
-continuation per instance with explicit abandonment, checkpoint restore as a separate host path,
-and :class:`FunctionalWorkflowAgent`, a drop-in chat agent that carries the token.
-
-``step``, ``RunContext`` and ``get_run_context`` are core's, re-exported unchanged.
+Adds continuation authority (a single-use, rotating ``continuation_token`` on every pause), explicit abandonment,
+checkpoint restore and :class:`FunctionalWorkflowAgent`; ``step``, ``RunContext`` and ``get_run_context`` are core's.
 """
 
 from __future__ import annotations
@@ -31,7 +26,6 @@ from ._durable.session_store import InMemorySessionStore
 from ._durable.sqlite_checkpoint import SQLiteCheckpointStorage
 from ._durable.sqlite_session import SQLiteSessionStore
 from ._durable.sqlite_store import SQLiteContinuationStore
-from ._emit import emit_update, stream_agent
 from ._errors import (
     CallRefusedError,
     CheckpointRestoreConflictError,
@@ -47,6 +41,7 @@ from ._errors import (
     StaleContinuationError,
     WorkflowRunningError,
 )
+from ._live import emit_update, stream_agent
 from ._session import SESSION_STATE_KEY
 from ._store import ContinuationRecord, ContinuationStore
 from ._workflow import FunctionalWorkflow, FunctionalWorkflowDefinition, FunctionalWorkflowRunResult, workflow

@@ -5,9 +5,10 @@ from __future__ import annotations
 import functools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any, Literal, overload
+from typing import Any, Literal, cast, overload
 
 from agent_framework import (
+    AgentContext,
     AgentMiddlewareLayer,
     AgentResponse,
     AgentResponseUpdate,
@@ -17,27 +18,35 @@ from agent_framework import (
     Message,
     ResponseStream,
     WorkflowEvent,
+    normalize_messages,
 )
-from agent_framework.observability import AgentTelemetryLayer
+from agent_framework.observability import OBSERVABILITY_SETTINGS, AgentTelemetryLayer
+from opentelemetry import trace
 
-from ._agent_layers import AgentResult, CallArgs, run_layered
-from ._agent_plan import CallPlanner
+from ._agent_plan import AgentResult, CallArgs, CallPlanner
 from ._agent_run import AgentRunner
-from ._chat import InputMapper, input_mode_for
-from ._core_compat import functional_workflows_experimental
+from ._chat import InputMapper, input_mode_for, is_chat_input
+from ._core_compat import (
+    agent_middleware_of,
+    functional_workflows_experimental,
+    middleware_pipeline,
+    trace_agent_invocation,
+)
 from ._session import Conversations, session_token
 from ._updates import REQUEST_INFO_FUNCTION_NAME, published_requests, token_tag
 from ._workflow import FunctionalWorkflow
+
+_UNSET_PROVIDERS = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
+_RESUME_ARGS = ("responses", "continuation_token", "checkpoint_id", "checkpoint_storage")
 
 
 @functional_workflows_experimental
 class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAgent):
     """A functional workflow as a core agent that carries the continuation token (README "Use it as an agent").
 
-    Each pending request surfaces as a ``function_call`` plus a ``function_approval_request``; a resume
-    is ``responses=`` with a token (argument, ``options``, then the session) or chat-native answers.
-    One agent serves every conversation (an instance per session, AGENTS.md invariant 24). Middleware,
-    the ``invoke_agent`` span and context providers run as for core's ``Agent`` (README "Observe it").
+    Each pending request surfaces as a ``function_call`` plus a ``function_approval_request``; a resume is
+    ``responses=`` with a token (argument, ``options``, then the session) or chat-native answers. One agent
+    serves every conversation (an instance per session); middleware, span and providers run as core's ``Agent``.
 
     Args:
         workflow: The session-less conversation's instance (the template of the others).
@@ -112,17 +121,14 @@ class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAge
         return published_requests(self._workflow.pending_requests, self._workflow.pending_tag())
 
     def pending_requests_for(self, session: AgentSession) -> Mapping[str, WorkflowEvent[Any]]:
-        """One conversation's pending requests (published request id -> ``request_info`` event), read-only.
+        """One conversation's pending requests (published id -> event), read-only; empty when none is held here.
 
-        Empty when ``session`` has no instance here, or when the instance here holds an older pause than
-        the one ``session``'s token names (another worker paused it again: answered through the store).
+        Also empty when the instance here holds an older pause than ``session``'s token names (paused elsewhere).
         """
         workflow = self._conversations.workflow_for(session, create=False)
-        if workflow is None:
-            return MappingProxyType({})
-        tag = workflow.pending_tag()
+        tag = workflow.pending_tag() if workflow is not None else None
         stored = session_token(session, self.id)
-        if stored is not None and tag is not None and token_tag(stored) != tag:
+        if workflow is None or (stored is not None and tag is not None and token_tag(stored) != tag):
             return MappingProxyType({})
         return published_requests(workflow.pending_requests, tag)
 
@@ -166,40 +172,12 @@ class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAge
 
     @overload
     def run(
-        self,
-        messages: Any | None = None,
-        *,
-        stream: Literal[False] = ...,
-        session: AgentSession | None = None,
-        middleware: Sequence[Any] | None = None,
-        responses: Mapping[str, Any] | None = None,
-        continuation_token: Mapping[str, Any] | None = None,
-        checkpoint_id: str | None = None,
-        checkpoint_storage: CheckpointStorage | None = None,
-        options: Mapping[str, Any] | None = None,
-        tools: Any | None = None,
-        function_invocation_kwargs: Mapping[str, Any] | None = None,
-        client_kwargs: Mapping[str, Any] | None = None,
-        **kwargs: Any,
+        self, messages: Any | None = None, *, stream: Literal[False] = ..., **kwargs: Any
     ) -> Awaitable[AgentResponse]: ...
 
     @overload
     def run(
-        self,
-        messages: Any | None = None,
-        *,
-        stream: Literal[True],
-        session: AgentSession | None = None,
-        middleware: Sequence[Any] | None = None,
-        responses: Mapping[str, Any] | None = None,
-        continuation_token: Mapping[str, Any] | None = None,
-        checkpoint_id: str | None = None,
-        checkpoint_storage: CheckpointStorage | None = None,
-        options: Mapping[str, Any] | None = None,
-        tools: Any | None = None,
-        function_invocation_kwargs: Mapping[str, Any] | None = None,
-        client_kwargs: Mapping[str, Any] | None = None,
-        **kwargs: Any,
+        self, messages: Any | None = None, *, stream: Literal[True], **kwargs: Any
     ) -> ResponseStream[AgentResponseUpdate, AgentResponse]: ...
 
     def run(
@@ -246,8 +224,7 @@ class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAge
             PendingContinuationError: New input or a checkpoint restore while a continuation is pending.
             WorkflowRunningError: The workflow is already running.
 
-        With a continuation store, a resume only the store can judge raises these on the first
-        ``await`` or iteration instead, changing nothing.
+        A resume only the continuation store can judge raises these on the first ``await`` or iteration.
         """
         args = CallArgs(
             messages,
@@ -266,7 +243,6 @@ class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAge
         return run_layered(self, self._opened, args, middleware)
 
     def _opened(self, args: CallArgs) -> Callable[[], AgentResult]:
-        """Decide the call (every check that needs no I/O raises here) and return what starts it."""
         return functools.partial(self._runner.answer, self._planner.open(args))
 
     def run_stream(
@@ -276,3 +252,102 @@ class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAge
         if "stream" in kwargs:
             raise TypeError("run_stream() always streams; call run(..., stream=False) for a single response.")
         return self.run(messages, stream=True, **kwargs)
+
+
+# The raw call: decides the call (raising on a rejection) and returns what starts it.
+RawCall = Callable[[CallArgs], Callable[[], Any]]
+
+
+def run_layered(agent: Any, raw: RawCall, args: CallArgs, middleware: Sequence[Any] | None) -> AgentResult:
+    """Run one agent call through core's agent middleware, then the ``invoke_agent`` span (as core's ``Agent.run``).
+
+    Core's layers' own ``run`` would drop the resume arguments: middleware gets them in ``AgentContext.kwargs``.
+    With middleware a rejected call raises on the first ``await`` or iteration (core's behaviour).
+    """
+    chain = agent_middleware_of(agent.middleware, middleware)
+    if not chain:
+        return _traced(agent, raw(args), args, args.client_kwargs)
+    messages = args.messages
+    chat = is_chat_input(messages) or messages is None
+    given = normalize_messages(messages) if chat else []
+    seen = list(given)
+    context = AgentContext(
+        agent=agent,
+        messages=given,
+        session=args.session,
+        tools=args.tools,
+        options=args.options,
+        stream=args.stream,
+        kwargs={
+            "responses": args.responses,
+            "continuation_token": args.continuation_token,
+            "checkpoint_id": args.checkpoint_id,
+            "checkpoint_storage": args.checkpoint_storage,
+            **args.run_kwargs,
+        },
+        client_kwargs=args.client_kwargs,
+        function_invocation_kwargs=args.function_invocation_kwargs,
+    )
+
+    def final_handler(context: AgentContext) -> AgentResult:
+        unchanged = (
+            context.messages is given
+            and len(given) == len(seen)
+            and all(a is b for a, b in zip(given, seen, strict=True))
+        )
+        kwargs = dict(context.kwargs)
+        # Input middleware did not touch reaches the workflow as the caller gave it (a str stays a str).
+        layered = CallArgs(
+            messages if unchanged or not chat else context.messages,
+            context.stream,
+            context.session,
+            context.options,
+            context.tools,
+            context.function_invocation_kwargs or None,
+            context.client_kwargs or None,
+            *(kwargs.pop(name, None) for name in _RESUME_ARGS),
+            run_kwargs=kwargs,
+        )
+        return _traced(agent, raw(layered), layered, args.client_kwargs)
+
+    pipeline = middleware_pipeline(agent, chain)
+    if not args.stream:
+        return cast("Awaitable[AgentResponse]", pipeline.execute(context=context, final_handler=final_handler))
+
+    async def resolve() -> ResponseStream[AgentResponseUpdate, AgentResponse]:
+        result = await pipeline.execute(context=context, final_handler=final_handler)
+        if result is None:  # a middleware stopped the call without a result: an empty stream, as core
+            return ResponseStream(_nothing(), finalizer=AgentResponse.from_updates)
+        if isinstance(result, ResponseStream):
+            return cast("ResponseStream[AgentResponseUpdate, AgentResponse]", result)
+        raise ValueError("Agent middleware of a streaming call must leave a ResponseStream as context.result.")
+
+    return ResponseStream[AgentResponseUpdate, AgentResponse].from_awaitable(resolve())
+
+
+def _traced(
+    agent: Any, start: Callable[[], Any], args: CallArgs, client_kwargs: Mapping[str, Any] | None
+) -> AgentResult:
+    """Start the call inside core's ``invoke_agent`` span, skipped without a tracer provider.
+
+    (The layer's hooks would tie a dropped response stream in a cycle only the garbage collector frees.)
+    """
+    if not OBSERVABILITY_SETTINGS.ENABLED or isinstance(trace.get_tracer_provider(), _UNSET_PROVIDERS):
+        return cast("AgentResult", start())
+    return cast(
+        "AgentResult",
+        trace_agent_invocation(
+            agent,
+            messages=args.messages if is_chat_input(args.messages) else None,
+            session=args.session,
+            merged_options=dict(args.options or {}),
+            client_kwargs=dict(client_kwargs or {}),
+            stream=args.stream,
+            execute=start,
+        ),
+    )
+
+
+async def _nothing() -> Any:
+    return
+    yield  # pragma: no cover - makes this an async generator

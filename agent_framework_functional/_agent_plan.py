@@ -1,28 +1,33 @@
 """Deciding one agent call of FunctionalWorkflowAgent: a fresh run, a resume or a restore, by one set of rules.
 
-:meth:`CallPlanner.open` decides the call with what this process knows: every rejection raises at the
-call and changes nothing, and the workflow run starts there when its input is known. Where a rule
-needs the continuation store (a pause held elsewhere) or a write (abandoning an orphaned
-pause), that pass stops and the run decides the call (:meth:`CallPlanner.decide_in_run`) by the same
-rules, asking the store: the pass at the call never decides differently. The decision is a
-:data:`Decision`; :meth:`CallPlanner.start` is the one place the agent starts a workflow run.
+:meth:`CallPlanner.open` runs the rules without I/O at the call (rejections raise, nothing changes); where a
+rule needs the continuation store or a write it stops, and the run decides by the same rules
+(:meth:`CallPlanner.decide_in_run`). :meth:`CallPlanner.start` is the one place the agent starts a workflow run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Coroutine, Mapping
+from collections.abc import Awaitable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from agent_framework import AgentSession, Message, ResponseStream, SupportsAgentRun, WorkflowEvent
+from agent_framework import (
+    AgentResponse,
+    AgentResponseUpdate,
+    AgentSession,
+    CheckpointStorage,
+    Message,
+    ResponseStream,
+    SupportsAgentRun,
+    WorkflowEvent,
+    normalize_messages,
+)
 
-from ._agent_layers import CallArgs
 from ._authority import VerifiedContinuation
 from ._chat import (
     InputMapper,
     InputMode,
     Turn,
-    chat_messages,
     is_chat_input,
     map_input,
     pause_answers,
@@ -42,6 +47,33 @@ from ._updates import core_ids, token_tag
 from ._workflow import FunctionalWorkflow, FunctionalWorkflowRunResult
 
 WorkflowStream = ResponseStream[WorkflowEvent[Any], FunctionalWorkflowRunResult]
+AgentResult = Awaitable[AgentResponse] | ResponseStream[AgentResponseUpdate, AgentResponse]
+
+
+@dataclass(frozen=True, slots=True)
+class CallArgs:
+    """One agent call's arguments, packed once by ``run`` (agent middleware may replace each of them)."""
+
+    messages: Any
+    stream: bool
+    session: AgentSession | None
+    options: Mapping[str, Any] | None
+    tools: Any
+    function_invocation_kwargs: Mapping[str, Any] | None
+    client_kwargs: Mapping[str, Any] | None
+    responses: Mapping[str, Any] | None
+    continuation_token: Mapping[str, Any] | None
+    checkpoint_id: str | None
+    checkpoint_storage: CheckpointStorage | None
+    run_kwargs: dict[str, Any]  # run's other keyword arguments, for the workflow run
+
+    def workflow_kwargs(self) -> dict[str, Any]:
+        given = {
+            "tools": self.tools,
+            "function_invocation_kwargs": self.function_invocation_kwargs,
+            "client_kwargs": self.client_kwargs,
+        }
+        return {**{name: value for name, value in given.items() if value is not None}, **self.run_kwargs}
 
 
 class AgentView(SupportsAgentRun, Protocol):
@@ -81,7 +113,6 @@ class Restore:
 
     @property
     def answers(self) -> dict[str, Any]:
-        """The answers given with the restore, remembered if it pauses again."""
         return dict(self.responses) if isinstance(self.responses, Mapping) else {}
 
 
@@ -102,17 +133,16 @@ class AgentCall:
     options: dict[str, Any] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.input_messages = chat_messages(self.args.messages)
+        self.input_messages = normalize_messages(self.args.messages) if is_chat_input(self.args.messages) else []
         self.options = dict(self.args.options or {})
 
     @property
     def session(self) -> AgentSession | None:
-        """The call's conversation."""
         return self.args.session
 
 
 class _InRun(Exception):
-    """Only the run can answer this rule's question (a store read, or a write): the run decides the call."""
+    """Only the run can answer this rule's question (a store read, or a write)."""
 
 
 class _Judge:
@@ -133,15 +163,15 @@ class _Judge:
             raise _InRun
         return stale
 
-    async def check_conflict(self, verdict: VerifiedContinuation) -> None:
-        """A verdict made without I/O is of the pause held here: nothing conflicts."""
+    async def check_conflict(self, verdict: VerifiedContinuation) -> None:  # a verdict without I/O: the pause here
+        return
 
     async def abandon_orphan(self) -> None:
         raise _InRun
 
 
 class _StoreJudge(_Judge):
-    """The same questions, asked of the continuation store (read-only but for an orphaned pause's abandonment)."""
+    """The same questions, asked of the continuation store."""
 
     async def verify(self, token: Any) -> VerifiedContinuation:
         return await self.workflow.verify_continuation_token_async(token)
@@ -169,7 +199,7 @@ def _at_call(rules: Coroutine[Any, Any, Decision]) -> Decision | None:
 
 
 class CallPlanner:
-    """Decides and starts the calls of one agent (internal; arguments as the agent's)."""
+    """Decides and starts the calls of one agent (arguments as the agent's)."""
 
     def __init__(
         self,
@@ -186,7 +216,7 @@ class CallPlanner:
         self.text_answers = text_answers
 
     def open(self, args: CallArgs) -> AgentCall:
-        """The call, decided without I/O where it can be and started when its input is known; rejections raise."""
+        """The call, decided without I/O where it can be and started when its input is known."""
         if args.options is not None and not isinstance(args.options, Mapping):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError("'options' must be a mapping of run options, for example {'continuation_token': token}.")
         if args.session is None and not self.agent.continuation_token_on_response:
@@ -207,7 +237,7 @@ class CallPlanner:
         return call
 
     async def decide_in_run(self, call: AgentCall) -> None:
-        """Decide a call the pass at the call left open, asking the store; a rejection raises before anything ran."""
+        """Decide a call the pass at the call left open, asking the store."""
         try:
             call.decision = await self._decide(call, _StoreJudge(call.workflow))
             self._start_known(call)
@@ -221,13 +251,12 @@ class CallPlanner:
             self.conversations.detach_idle(call.session, call.workflow)
 
     def _start_known(self, call: AgentCall) -> None:
-        """Start the decided call's workflow run now, unless its input waits for the context providers."""
         decision = call.decision
         if decision is not None and not (isinstance(decision, Fresh) and decision.from_history):
             call.workflow_stream = self.start(call)
 
     def start(self, call: AgentCall, history: list[Message] | None = None) -> WorkflowStream:
-        """Start the call's workflow run (the one place the agent starts one; ``history``: the providers' messages)."""
+        """Start the call's workflow run (``history``: the providers' messages)."""
         decision = call.decision
         responses = token = checkpoint_id = None
         if isinstance(decision, Fresh):
@@ -252,7 +281,6 @@ class CallPlanner:
             raise
 
     def fresh_input(self, call: AgentCall, conversation: list[Message]) -> Any:
-        """What the workflow function receives for a fresh run, given the conversation so far."""
         return map_input(self.input_mode, call.args.messages, call.input_messages, conversation, self.input_mapper)
 
     # ------------------------------------------------------------------ the rules (in the workflow's contract order)
@@ -271,7 +299,7 @@ class CallPlanner:
         return await self._new_input(call, turn, stored, judge)
 
     async def _chat_resume(self, call: AgentCall, turn: Turn, judge: _Judge) -> Resume:
-        """Authority, then a conflict with a pause held here, then the answers (nothing leaks without the token)."""
+        """Authority, then a conflict with a pause held here, then the answers."""
         token = resolve_token(call.args.continuation_token, call.options, call.session, self.agent.id)
         from_session = _token_from_session(call)
         try:
@@ -294,12 +322,11 @@ class CallPlanner:
         return self._resumed(call, verified, answers)
 
     def _resumed(self, call: AgentCall, verified: VerifiedContinuation, given: Mapping[str, Any]) -> Resume:
-        """A chat resume with the answers so far; the verified pause spares the workflow a second check."""
         answers = {**self._remembered(call.session, verified.token), **given}
         return Resume(verified, answers, answers)
 
     def _explicit(self, call: AgentCall) -> Resume | Restore:
-        """A token resume or checkpoint restore: the workflow runs every check when it starts."""
+        """A token resume or checkpoint restore: the workflow checks it when it starts."""
         args = call.args
         if args.checkpoint_id is not None:
             return Restore(args.checkpoint_id, args.messages, args.responses, args.continuation_token)
@@ -312,8 +339,16 @@ class CallPlanner:
         return Resume(token, answers if mapping else args.responses, answers, args.messages, from_session)
 
     async def _new_input(self, call: AgentCall, turn: Turn, stored: Any, judge: _Judge) -> Decision:
-        """New input: the workflow's acceptance rules for it, then a fresh run (or a text reply's resume)."""
-        _check_new_input_args(call.args)
+        if call.args.messages is None:
+            raise ValueError(
+                "Nothing to run: pass messages (a new turn), messages that answer the pending requests, "
+                "responses=... with the continuation token, or checkpoint_id=... ."
+            )
+        if call.args.continuation_token is not None:
+            raise ValueError(
+                "'continuation_token' is only used to resume a pause (with answers or responses=...); a new turn "
+                "needs none. Drop the token from this call."
+            )
         workflow = call.workflow
         if workflow.has_pending_continuation:
             if lost_its_token(call.session, call.options):  # orphaned: nobody can answer it; abandoned, then fresh
@@ -329,12 +364,7 @@ class CallPlanner:
         return self._fresh(call) if stored is None else await self._over_stored(call, turn, stored, judge)
 
     async def _over_stored(self, call: AgentCall, turn: Turn, stored: Any, judge: _Judge) -> Decision:
-        """New input on a session (restored elsewhere, a copy) whose stored token no pause here has.
-
-        Known spent or abandoned, or not the pause of this conversation's instance here: forgotten, a fresh
-        run. Else a pause held elsewhere is never dropped silently: it conflicts, or (with a store) takes a
-        text reply.
-        """
+        """New input over a stored token no pause here has: fresh when stale, else a conflict or a text reply."""
         if call.had_instance or await judge.is_stale(stored):
             return self._fresh(call)  # the token goes when the run ends (AgentRunner._write_session)
         if call.workflow.continuation_store is None:
@@ -352,47 +382,25 @@ class CallPlanner:
         """New text while paused here: on a session, the answer to the one pending ``str`` request; else a conflict."""
         token = resolve_token(None, call.options, call.session, self.agent.id)
         if self.text_answers and call.session is not None and token is not None:
-            verified = _verified_or_none(call.workflow, token)
+            try:
+                verified = call.workflow.verify_token_now(token)
+            except ContinuationAuthorityError:
+                verified = None  # it does not verify here: new text conflicts
             text = text_answer(turn.messages, verified) if verified is not None else None
             if verified is not None and text is not None:
                 return self._resumed(call, verified, text)
         raise PendingContinuationError(AGENT_PENDING_CONTINUATION_MESSAGE)
 
     def _fresh(self, call: AgentCall) -> Fresh:
-        """A fresh run; its input waits for the context providers when it depends on them."""
         if self.input_mapper is not None or self.input_mode == "messages":
             return Fresh(from_history=True)
         return Fresh(self.fresh_input(call, call.input_messages))
 
     def _remembered(self, session: AgentSession | None, token: Any) -> dict[str, Any]:
-        """The answers given so far in the run chain whose pause ``token`` names."""
         secret = presented_secret(token.token if type(token) is VerifiedContinuation else token)
         # Never raises, whatever the caller passed: the resume fails authority later.
         return {} if secret is None else self.conversations.answers_for(session, secret)
 
 
 def _token_from_session(call: AgentCall) -> bool:
-    """No token as argument or in ``options``: a resume uses the session's."""
     return call.args.continuation_token is None and call.options.get("continuation_token") is None
-
-
-def _check_new_input_args(args: CallArgs) -> None:
-    """New input needs messages and no token."""
-    if args.messages is None:
-        raise ValueError(
-            "Nothing to run: pass messages (a new turn), messages that answer the pending requests, "
-            "responses=... with the continuation token, or checkpoint_id=... ."
-        )
-    if args.continuation_token is not None:
-        raise ValueError(
-            "'continuation_token' is only used to resume a pause (with answers or responses=...); a new turn "
-            "needs none. Drop the token from this call."
-        )
-
-
-def _verified_or_none(workflow: FunctionalWorkflow, token: Any) -> VerifiedContinuation | None:
-    """The verified pause for ``token``, or None when it does not verify here (new text then conflicts)."""
-    try:
-        return workflow.verify_token_now(token)
-    except ContinuationAuthorityError:
-        return None

@@ -1,9 +1,7 @@
-"""Running one decided agent call of FunctionalWorkflowAgent: providers, events as updates, the session written.
+"""Running one agent call of FunctionalWorkflowAgent: providers, events as updates, the session written.
 
-:class:`AgentRunner` runs an :class:`~._agent_plan.AgentCall`: the decision first when only the run can
-make it, the context providers around the workflow run (as core's graph ``WorkflowAgent``), the events
-as updates (``_updates.UpdateConverter``) with the approval requests and the token last, and at the end
-the session's token and answers written. Non-streaming folds the same updates (:meth:`AgentRunner.respond`).
+The context providers run around the workflow run (as core's graph ``WorkflowAgent``); approval requests and
+the token come last, after the session is written. Non-streaming folds the same updates.
 """
 
 from __future__ import annotations
@@ -25,25 +23,21 @@ from agent_framework import (
     WorkflowEvent,
 )
 
-from ._agent_layers import AgentResult
-from ._agent_plan import AgentCall, AgentView, CallPlanner, Fresh
+from ._agent_plan import AgentCall, AgentResult, AgentView, CallPlanner, Fresh
 from ._continuation import FunctionalWorkflowContinuationToken
 from ._core_compat import set_context_response
 from ._session import Conversations, clear_session_token, session_token, store_session_token
 from ._updates import UpdateConverter, token_tag
 from ._workflow import FunctionalWorkflowRunResult
 
-AfterProviders = Callable[..., Awaitable[None]]
-"""Runs the context providers' ``after_run`` (core's ``BaseAgent._run_after_providers``, handed in by the agent)."""
+AfterProviders = Callable[..., Awaitable[None]]  # core's BaseAgent._run_after_providers, handed in by the agent
 
 
 def _drop_workflow_stream(call: AgentCall) -> None:
-    """Weak finalizer of an agent stream: let go of the workflow stream it was driving."""
     call.workflow_stream = None
 
 
 async def _close_workflow_stream(call: AgentCall) -> None:
-    """Cleanup hook of an agent stream: close the workflow stream it holds, if any is left."""
     call.closed = True
     workflow_stream, call.workflow_stream = call.workflow_stream, None
     if workflow_stream is not None:
@@ -51,7 +45,7 @@ async def _close_workflow_stream(call: AgentCall) -> None:
 
 
 async def _next_event(call: AgentCall) -> WorkflowEvent[Any] | None:
-    """The next workflow event (None at the end); returns before the caller yields, so it keeps no reference."""
+    """The next workflow event (None at the end), held by no frame across the caller's ``yield``."""
     assert call.workflow_stream is not None
     try:
         return await call.workflow_stream.__anext__()
@@ -59,16 +53,8 @@ async def _next_event(call: AgentCall) -> WorkflowEvent[Any] | None:
         return None
 
 
-async def _final_token(call: AgentCall) -> FunctionalWorkflowContinuationToken | None:
-    """The finished run's token (None unless it paused); the finished stream needs no closing."""
-    assert call.workflow_stream is not None
-    run_result: FunctionalWorkflowRunResult = await call.workflow_stream.get_final_response()
-    call.workflow_stream = None
-    return run_result.continuation_token
-
-
 class _Reply:
-    """The updates of one call: all of them for the response, the approval requests kept for the end."""
+    """The updates of one call, the approval requests kept for the end."""
 
     __slots__ = ("converter", "paused_on", "requests", "updates")
 
@@ -79,7 +65,7 @@ class _Reply:
         self.paused_on: list[WorkflowEvent[Any]] = []
 
     def add(self, event: WorkflowEvent[Any]) -> list[AgentResponseUpdate]:
-        """Convert ``event``; returns the updates to yield now (approval requests wait until the session is written)."""
+        """Convert ``event``; returns the updates to yield now (approval requests wait)."""
         if event.type == "request_info":
             self.paused_on.append(event)  # converted once the pause's token, and so its ids, are known
             return []
@@ -88,7 +74,6 @@ class _Reply:
         return converted
 
     def publish(self, token: Mapping[str, Any] | None) -> None:
-        """The approval requests, under the ids published for the pause of ``token``."""
         tag = token_tag(token) if token is not None else None
         for event in self.paused_on:
             self.requests.extend(self.converter.convert(event, tag))
@@ -96,7 +81,7 @@ class _Reply:
 
 
 class AgentRunner:
-    """Runs the calls of one agent (internal; ``after_providers``: the agent's providers' ``after_run`` step)."""
+    """Runs the calls of one agent."""
 
     def __init__(
         self, agent: AgentView, planner: CallPlanner, conversations: Conversations, after_providers: AfterProviders
@@ -107,7 +92,6 @@ class AgentRunner:
         self.after_providers = after_providers
 
     def answer(self, call: AgentCall) -> AgentResult:
-        """Start an opened call: the awaitable response, or the response stream."""
         response_id = uuid.uuid4().hex
         if not call.args.stream:
             return self.respond(call, response_id)
@@ -123,7 +107,6 @@ class AgentRunner:
         return agent_stream
 
     async def respond(self, call: AgentCall, response_id: str) -> AgentResponse:
-        """The non-streaming answer: the same updates, folded."""
         updates = [update async for update in self.updates(call, response_id)]
         response = AgentResponse.from_updates(updates)
         response.response_id = response_id
@@ -131,11 +114,9 @@ class AgentRunner:
         return response
 
     async def updates(self, call: AgentCall, response_id: str) -> AsyncIterable[AgentResponseUpdate]:
-        """Providers before, the workflow's events as updates, the session written, providers after.
+        """Providers before, the events as updates, the session written, providers after, requests and token.
 
-        Approval requests and the token come after the session is written (a caller that stops at
-        the request can still answer it; core's ``from_updates`` keeps the last update's token). No
-        local holds the workflow stream across a ``yield``, so dropping the agent stream frees the run.
+        No local holds the workflow stream across a ``yield``, so dropping the agent stream frees the run.
         """
         if call.closed:
             return  # closed before it was iterated: its run was freed, so start nothing
@@ -150,14 +131,16 @@ class AgentRunner:
             while (event := await _next_event(call)) is not None:
                 for update in reply.add(event):
                     yield update
-            token = await _final_token(call)
+            run_result: FunctionalWorkflowRunResult = await call.workflow_stream.get_final_response()
+            call.workflow_stream, token = None, run_result.continuation_token
         finally:
-            await self._end(call, token)
+            await _close_workflow_stream(call)  # its frame gone, an unstarted run hands its claim back at once
+            await self._write_session(call, token)
+            self.conversations.detach_idle(call.session, call.workflow)
         for update in await self._after_run(reply, token, provider_session, context):
             yield update
 
     async def _before_run(self, call: AgentCall) -> tuple[AgentSession | None, SessionContext]:
-        """Run the context providers' ``before_run`` exactly as core's graph ``WorkflowAgent`` does."""
         providers = self.agent.context_providers
         session = call.session
         if session is not None and not any(p.load_messages for p in providers if isinstance(p, HistoryProvider)):
@@ -184,7 +167,7 @@ class AgentRunner:
         provider_session: AgentSession | None,
         context: SessionContext,
     ) -> list[AgentResponseUpdate]:
-        """Providers see the full response; returns what is yielded last: the requests, then the token."""
+        """Providers see the full response; returns what is yielded last."""
         reply.publish(token)
         final_update = reply.converter.token_update(token) if token is not None else None
         if final_update is not None:
@@ -195,22 +178,8 @@ class AgentRunner:
             return [*reply.requests, final_update]
         return reply.requests
 
-    async def _end(self, call: AgentCall, token: Mapping[str, Any] | None) -> None:
-        """Close what is left of the run, write the session's token and answers, detach an idle instance."""
-        workflow_stream, call.workflow_stream = call.workflow_stream, None
-        if workflow_stream is not None:
-            await workflow_stream.close()
-        # Dropping the last reference lets an unstarted run hand its claim back right away.
-        del workflow_stream
-        await self._write_session(call, token)
-        self.conversations.detach_idle(call.session, call.workflow)
-
     async def _write_session(self, call: AgentCall, token: Mapping[str, Any] | None) -> None:
-        """Keep the conversation's stored token and answers equal to its resumable pause (stored, or removed).
-
-        With a continuation store "resumable" is the store's view: a token spent or abandoned in any
-        process is removed, one of a pause held elsewhere stays while it is valid.
-        """
+        """Keep the conversation's stored token and answers equal to its resumable pause (the store's view)."""
         session, decision = call.session, call.decision
         answers = decision.answers if decision is not None and not isinstance(decision, Fresh) else {}
         if session is None:

@@ -1,7 +1,7 @@
 """Typed answers: a request's ``response_type`` as JSON Schema, and an answer converted to that type.
 
-Every answer, in whatever shape a host sends it, goes through :func:`convert_answer` before a resume is
-accepted, so a mismatch is refused before the token is spent.
+Every answer goes through :func:`convert_answer` before a resume is accepted, so a mismatch is refused
+before the token is spent.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import copy
 import functools
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 from agent_framework import Content, WorkflowEvent
@@ -28,8 +28,8 @@ _SCALAR_ERRORS = frozenset({"bool_type", "int_type", "float_type"})  # pydantic'
 
 
 STRING_ANSWER = "functional_string_answer"
-"""Set (True) in a ``function_result``'s ``additional_properties`` when its ``result`` is a JSON string value
-itself, not JSON text to read: core stores every result as text, and ``"3"`` must not answer an ``int``."""
+"""True in a ``function_result``'s ``additional_properties`` when its ``result`` is a JSON string, not JSON text
+(core stores every result as text, and ``"3"`` must not answer an ``int``)."""
 
 
 def value_result(call_id: str, value: Any) -> Content:
@@ -39,29 +39,27 @@ def value_result(call_id: str, value: Any) -> Content:
     return Content.from_function_result(call_id=call_id, result=value)
 
 
+def _cached(function: Callable[[Any], Any], response_type: Any) -> Any:
+    """``function(response_type)`` through its cache; an unhashable type is computed anew."""
+    try:
+        return function(response_type)
+    except TypeError:
+        return function.__wrapped__(response_type)  # type: ignore[attr-defined]
+
+
 @functools.lru_cache(maxsize=512)
-def _cached_adapter(response_type: Any) -> TypeAdapter[Any] | None:
+def _adapter(response_type: Any) -> TypeAdapter[Any] | None:
     try:
         return TypeAdapter(response_type)
     except Exception:  # pydantic cannot build a validator for this type (arbitrary classes, Content)
         return None
 
 
-def _adapter(response_type: Any) -> TypeAdapter[Any] | None:
-    """The cached pydantic adapter of ``response_type`` (None when pydantic cannot validate it)."""
-    try:
-        return _cached_adapter(response_type)
-    except TypeError:  # unhashable type object: build without the cache
-        return _cached_adapter.__wrapped__(response_type)
-
-
 @functools.lru_cache(maxsize=512)
-def _cached_schema(response_type: Any) -> dict[str, Any] | None:
-    adapter = _adapter(response_type)
-    if adapter is None:
-        return None
+def _schema(response_type: Any) -> dict[str, Any] | None:
+    adapter = _cached(_adapter, response_type)
     try:
-        return adapter.json_schema()
+        return adapter.json_schema() if adapter is not None else None
     except Exception:  # a type pydantic validates but cannot describe (callables, for example)
         return None
 
@@ -82,18 +80,15 @@ def response_schema(response_type: Any) -> dict[str, Any] | None:
 
             response_schema(bool)  # {"type": "boolean"}
     """
-    try:
-        schema = _cached_schema(response_type)
-    except TypeError:
-        schema = _cached_schema.__wrapped__(response_type)
+    schema = _cached(_schema, response_type)
     return copy.deepcopy(schema) if schema is not None else None
 
 
 def parse_json_text(value: Any, response_type: Any) -> Any:
     """``value`` parsed as JSON when it is text the type does not take as it is, else ``value``.
 
-    Empty text is None; text that is not JSON stays text. Bracketed non-JSON text is read with
-    ``ast.literal_eval``: core's ``Content.from_function_result`` stores a list as its Python ``repr``.
+    Empty text is None; bracketed non-JSON text is read with ``ast.literal_eval`` (core's
+    ``Content.from_function_result`` stores a list as its Python ``repr``); other text stays text.
     """
     if not isinstance(value, str) or _accepts(value, response_type):
         return value
@@ -139,7 +134,7 @@ def convert_answer(value: Any, response_type: Any, request_id: str) -> Any:
         return value
     # An approval is never inferred: pydantic would take "yes", "off", 1 or 0.0 for a bool (only true / false do),
     # and so would core for a bool field of a model or list; nor a number: core takes true for an int, pydantic "3".
-    adapter = None if response_type is bool else _adapter(response_type)
+    adapter = None if response_type is bool else _cached(_adapter, response_type)
     details = ": only true or false answers a bool request" if response_type is bool else ""
     inferred = _lax_scalars(adapter, value) if adapter is not None else []
     if inferred:
@@ -161,7 +156,7 @@ def convert_answer(value: Any, response_type: Any, request_id: str) -> Any:
 
 
 def _non_finite(value: Any, depth: int = 0) -> bool:
-    """Whether ``value`` (a JSON value) holds NaN or an infinity, which no JSON Schema number admits."""
+    """Whether the JSON ``value`` holds NaN or an infinity, which no JSON Schema number admits."""
     if isinstance(value, float):
         return not math.isfinite(value)
     if depth > 64:
@@ -248,17 +243,14 @@ def check_answers(
 ) -> dict[str, Any]:
     """Correlate answers with the pause, then convert each known answer to its ``response_type``.
 
-    ``requests`` holds earlier rounds too: a replay passes their answers again and core checks them.
-    ``unchanged`` ends the message of an uncorrelated answer (what the refusal left as it was).
+    ``requests`` holds earlier rounds too (a replay passes their answers again); ``unchanged`` ends the
+    message of an uncorrelated answer.
 
     Raises:
         ResponseMismatchError: No answer names a pending request, or an answer does not fit its
             request's ``response_type`` (core would reject it only after the token was spent).
     """
-    for request_id in responses:
-        if request_id in pending_ids:
-            break
-    else:
+    if not any(request_id in pending_ids for request_id in responses):
         raise ResponseMismatchError(
             "None of the responses answers a pending request. Key each answer by a request id of the "
             f"pause: {sorted(pending_ids)!r}. {unchanged}",

@@ -1,7 +1,6 @@
 """Chat input of the agent: what the workflow receives, this turn's answers, and those answers as responses.
 
-Chat-native answers are converted only after the planner checked authority (AGENTS.md invariant 2), so a
-bad answer is refused before the pause is touched.
+Answers are converted only after the planner checked authority, so a bad answer never touches the pause.
 """
 
 from __future__ import annotations
@@ -11,9 +10,10 @@ import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import takewhile
 from typing import Any, Literal, Union
 
-from agent_framework import Content, Message, RunContext, WorkflowEvent, normalize_messages
+from agent_framework import Content, Message, RunContext, WorkflowEvent
 
 from ._answers import STRING_ANSWER, accepts_none, convert_answer, parse_json_text, type_name
 from ._core_compat import accepts
@@ -25,11 +25,8 @@ InputMapper = Callable[[list[Message]], Any]
 
 ANSWER_CONTENT_TYPES = frozenset({"function_approval_response", "function_result"})
 
+# The function_result AG-UI and core's Agent put for a declined approval: a bool answer of False.
 REJECTED_RESULT = "Error: Tool call invocation was rejected by user."
-"""The ``function_result`` AG-UI and core's ``Agent`` put for a declined approval: a ``bool`` answer of ``False``."""
-
-
-# ---------------------------------------------------------------------------------------------- input
 
 
 def is_chat_input(value: Any) -> bool:
@@ -42,17 +39,8 @@ def is_chat_input(value: Any) -> bool:
     return False
 
 
-def chat_messages(value: Any) -> list[Message]:
-    """Normalise chat input to messages (core's ``normalize_messages``); non-chat input gives none."""
-    return normalize_messages(value) if is_chat_input(value) else []
-
-
 def input_mode_for(func: Callable[..., Any]) -> InputMode:
-    """What the workflow function's message parameter (the first that is not the ``RunContext``) receives.
-
-    ``str`` -> ``"text"``, ``Message`` -> ``"message"``, ``list[Message]`` / ``Sequence[Message]`` ->
-    ``"messages"``, anything else -> ``"as_given"``; ``X | None`` counts as ``X``.
-    """
+    """What the workflow function's first parameter that is not the ``RunContext`` receives (``X | None`` as ``X``)."""
     try:
         hints = typing.get_type_hints(func)
     except Exception:  # unresolvable forward references: fall back to the raw annotations
@@ -93,41 +81,12 @@ def map_input(
         return mapper(conversation)
     if not is_chat_input(raw) or mode == "as_given":
         return raw
-    if mode == "text":
-        return last_user_text(caller_messages)
+    if mode == "text":  # the last user message's text (else the last message's)
+        users = [message for message in caller_messages if message.role == "user"]
+        return (users or caller_messages)[-1].text if caller_messages else ""
     if mode == "message":
         return caller_messages[-1] if caller_messages else None
     return conversation
-
-
-# ---------------------------------------------------------------------------------------------- answers
-
-
-def last_user_text(messages: Sequence[Message]) -> str:
-    """The text of the last message with role ``user`` (else of the last message; empty when none)."""
-    for message in reversed(messages):
-        if message.role == "user":
-            return message.text
-    return messages[-1].text if messages else ""
-
-
-def resume_part(messages: Sequence[Message]) -> list[Message]:
-    """The messages after the last assistant message: what a caller that resends history (AG-UI) adds this turn."""
-    for index in range(len(messages) - 1, -1, -1):
-        if messages[index].role == "assistant":
-            return list(messages[index + 1 :])
-    return list(messages)
-
-
-def answer_tail(messages: Sequence[Message]) -> list[Message]:
-    """The run of messages at the end that carry nothing but answers (empty when the last one carries more)."""
-    tail: list[Message] = []
-    for message in reversed(messages):
-        if not answer_contents([message]) or has_other_contents([message]):
-            break
-        tail.append(message)
-    tail.reverse()
-    return tail
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,17 +99,19 @@ class Turn:
 
 
 def read_turn(messages: Sequence[Message], *, with_answers: bool) -> Turn:
-    """This turn's part of ``messages``; with ``with_answers``, its answers (those at the very end win)."""
-    turn = resume_part(messages)
+    """This turn's part of ``messages`` (after the last assistant message); with ``with_answers``, its answers."""
+    last = max((index for index, message in enumerate(messages) if message.role == "assistant"), default=-1)
+    turn = list(messages[last + 1 :])
     if not with_answers:
         return Turn(turn, [], False)
-    tail = answer_tail(turn)  # answers at the very end resume, whatever text of this turn preceded them
+    # Answers at the very end resume, whatever text of this turn preceded them.
+    tail = [*takewhile(lambda m: bool(answer_contents([m])) and not has_other_contents([m]), reversed(turn))][::-1]
     answers = answer_contents(tail or turn)
     return Turn(turn, answers, bool(answers) and not has_other_contents(tail or turn))
 
 
 def text_answer(messages: Sequence[Message], requests: Mapping[str, WorkflowEvent[Any]]) -> dict[str, Any] | None:
-    """The last user message's text as the answer to the one pending ``str`` request, or None (not only whitespace)."""
+    """The last user message's text as the answer to the one pending ``str`` request, or None."""
     if len(requests) != 1:
         return None
     request_id, event = next(iter(requests.items()))
@@ -162,12 +123,12 @@ def text_answer(messages: Sequence[Message], requests: Mapping[str, WorkflowEven
 
 
 def answer_contents(messages: Sequence[Message]) -> list[Content]:
-    """The ``function_approval_response`` and ``function_result`` contents of ``messages``, in order."""
+    """The answer contents of ``messages``, in order."""
     return [content for message in messages for content in message.contents if content.type in ANSWER_CONTENT_TYPES]
 
 
 def has_other_contents(messages: Sequence[Message]) -> bool:
-    """True when ``messages`` carry anything besides answers (text, images, calls, ...)."""
+    """True when ``messages`` carry anything besides answers."""
     return any(
         content.type not in ANSWER_CONTENT_TYPES and not (content.type == "text" and not content.text)
         for message in messages
@@ -207,10 +168,9 @@ def answers_to_responses(answers: Sequence[Content], requests: Mapping[str, Work
 def pause_answers(
     answers: Sequence[Content], requests: Mapping[str, WorkflowEvent[Any]], token: Any, *, core_ids: bool
 ) -> dict[str, Any]:
-    """Chat-native answers to the pause of ``token`` (``requests``: core's ids) as ``responses`` in core's ids.
+    """Chat-native answers to the pause of ``token`` as ``responses`` in core's ids.
 
-    An answer names a request by the id published for this pause; with ``core_ids`` (the caller presented
-    the token, which names the pause) also by core's id. Any other id answers nothing here.
+    An answer names a request by the id published for this pause; with ``core_ids`` also by core's id.
 
     Raises:
         ResponseMismatchError: As :func:`answers_to_responses`; nothing has changed.

@@ -1,29 +1,35 @@
-"""The live channel: carries emit_update's updates from a running workflow to its caller, in order.
+"""Live updates: ``emit_update`` and ``stream_agent``, and the channel that carries them to the caller in order.
 
-Core yields a functional workflow's events only after the function returns, so this side channel
-(bound through the ``live_channel`` ``ContextVar``) carries them instead of a reimplemented engine.
-Streaming: :func:`stream_live` pulls core's stream in a pump task bound to a bounded channel; core
-creates the workflow task from it, so every task the workflow spawns inherits the channel.
-Non-streaming: :func:`collect_live` binds an unbounded channel around each pull (no pump task).
-
-Ordering (one merge, :class:`_Merge`): when a live update enters, the events core collected since the
-last one go in first (``_core_compat.collected_events``, pinned by a test) and are skipped when core
-yields them again, so the caller sees everything once, in the order it happened.
-
-Backpressure (streaming): when :data:`LIVE_BUFFER_SIZE` entries wait, ``await emit_update(...)`` waits
-for the consumer; nothing is dropped (core's ``ResponseStream`` keeps its own history, outside the bound).
+Core yields a functional workflow's events only after the function returns, so a channel (bound through the
+``live_channel`` ``ContextVar``) carries them. Streaming pulls core's stream in a pump task on a bounded
+channel (a full channel makes ``emit_update`` wait; nothing is dropped); non-streaming binds an unbounded
+channel around each pull. When a live update enters, the events core collected since the last one go first
+(``_core_compat.collected_events``) and are skipped when core yields them again (one merge for both modes). Under
+core's own ``FunctionalWorkflow`` the updates fall back to core's ``ctx.add_event``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import math
 import sys
 from collections import deque
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterable, Awaitable
 from contextvars import ContextVar
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
-from agent_framework import ResponseStream, RunContext, WorkflowEvent
+from agent_framework import (
+    AgentResponse,
+    AgentResponseUpdate,
+    Content,
+    Message,
+    ResponseStream,
+    RunContext,
+    SupportsAgentRun,
+    WorkflowEvent,
+    get_run_context,
+)
 
 from ._core_compat import collected_events
 from ._errors import NotInWorkflowRunError
@@ -39,20 +45,16 @@ _Item = tuple[Any, ...]
 
 
 class _LiveChannel:
-    """A FIFO from one run's workflow code (any number of tasks) to its one consumer (internal).
+    """A FIFO from one run's workflow tasks to its one consumer; a freed slot goes to the first waiting producer."""
 
-    A producer that finds it full waits in line; a freed slot is promised to the first waiting
-    producer, so producers enter in arrival order and the bound holds exactly. The end never waits.
-    """
-
-    __slots__ = ("_getter", "_items", "_maxsize", "_promised", "_putters", "closed", "core_seen", "ctx", "source")
+    __slots__ = ("_getter", "_maxsize", "_promised", "_putters", "closed", "core_seen", "ctx", "items", "source")
 
     def __init__(self, maxsize: int, source: str | None) -> None:
         self.closed = False
         self.ctx: RunContext | None = None
         self.core_seen = 0
         self.source = source
-        self._items: deque[_Item] = deque()
+        self.items: deque[_Item] = deque()
         self._maxsize = maxsize
         self._promised = 0
         self._putters: deque[asyncio.Future[None]] = deque()
@@ -80,7 +82,7 @@ class _LiveChannel:
         return taken
 
     async def _wait_for_slot(self) -> None:
-        if len(self._items) + self._promised < self._maxsize and not self._putters:
+        if len(self.items) + self._promised < self._maxsize and not self._putters:
             return
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._putters.append(waiter)
@@ -96,20 +98,19 @@ class _LiveChannel:
         self._promised -= 1
 
     def _wake_putter(self) -> None:
-        while self._putters and len(self._items) + self._promised < self._maxsize:
+        while self._putters and len(self.items) + self._promised < self._maxsize:
             waiter = self._putters.popleft()
             if not waiter.done():
                 self._promised += 1
                 waiter.set_result(None)
 
     def _append(self, item: _Item) -> None:
-        self._items.append(item)
+        self.items.append(item)
         getter = self._getter
         if getter is not None and not getter.done():
             getter.set_result(None)
 
     async def put_live(self, event: WorkflowEvent[Any], ctx: RunContext | None) -> None:
-        """Enqueue a live event, preceded by the events core collected since the last entry."""
         self._check_open()
         await self._wait_for_slot()
         self._check_open()
@@ -117,32 +118,24 @@ class _LiveChannel:
         self._append((_LIVE, self._take_collected(ctx), event))
 
     async def put_core(self, event: WorkflowEvent[Any]) -> None:
-        """Enqueue an event yielded by core's stream."""
         await self._wait_for_slot()
         self._append((_CORE, event))
 
     def finish(self, error: BaseException | None) -> None:
-        """Enqueue the end of the stream (never waits)."""
         self._append((_END, error))
 
     async def get(self) -> _Item:
-        """Take the next entry, waiting for one."""
-        while not self._items:
+        while not self.items:
             getter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._getter = getter
             try:
                 await getter
             finally:
                 self._getter = None
-        item = self._items.popleft()
+        item = self.items.popleft()
         if self._putters:
             self._wake_putter()
         return item
-
-    def drain(self, merge: _Merge, out: list[WorkflowEvent[Any]]) -> None:
-        """Move the live entries into ``out`` through ``merge`` (a non-streaming run, after each pull)."""
-        while self._items:
-            merge.live(self._items.popleft(), out)
 
     def close(self) -> None:
         """Refuse new entries and release waiting producers (they raise ``NotInWorkflowRunError``)."""
@@ -157,27 +150,19 @@ class _LiveChannel:
 live_channel: ContextVar[_LiveChannel | None] = ContextVar("agent_framework_functional_live_channel", default=None)
 
 
-class _Merge:
-    """The one merge of live entries and core's events, used by both run modes (internal)."""
+def _merge_live(item: _Item, forwarded: set[WorkflowEvent[Any]], out: list[WorkflowEvent[Any]]) -> None:
+    """Append a live entry's events to ``out``: core's collected ones (remembered as ``forwarded``), then its own."""
+    forwarded.update(item[1])
+    out.extend(item[1])
+    out.append(item[2])
 
-    __slots__ = ("_forwarded",)
 
-    def __init__(self) -> None:
-        self._forwarded: set[WorkflowEvent[Any]] = set()
-
-    def live(self, item: _Item, out: list[WorkflowEvent[Any]]) -> None:
-        """Append a live entry's events to ``out``: core's collected ones, then the live event."""
-        for early in item[1]:
-            self._forwarded.add(early)
-            out.append(early)
-        out.append(item[2])
-
-    def is_new(self, event: WorkflowEvent[Any]) -> bool:
-        """True when core's ``event`` was not already sent ahead of a live update."""
-        if event in self._forwarded:
-            self._forwarded.discard(event)
-            return False
-        return True
+def _is_new(event: WorkflowEvent[Any], forwarded: set[WorkflowEvent[Any]]) -> bool:
+    """True when core's ``event`` was not already sent ahead of a live update."""
+    if event in forwarded:
+        forwarded.discard(event)
+        return False
+    return True
 
 
 async def collect_live(
@@ -185,7 +170,7 @@ async def collect_live(
 ) -> AsyncGenerator[WorkflowEvent[Any], None]:
     """Yield core's events merged, in order, with the live updates the workflow emits (non-streaming runs)."""
     channel = _LiveChannel(sys.maxsize, source)
-    merge = _Merge()
+    forwarded: set[WorkflowEvent[Any]] = set()
     out: list[WorkflowEvent[Any]] = []
     try:
         while True:
@@ -194,8 +179,9 @@ async def collect_live(
                 event = await _next_core_event(core_stream)
             finally:
                 live_channel.reset(bound)
-            channel.drain(merge, out)
-            if event is not None and merge.is_new(event):
+            while channel.items:
+                _merge_live(channel.items.popleft(), forwarded, out)
+            if event is not None and _is_new(event, forwarded):
                 out.append(event)
             for merged in out:
                 yield merged
@@ -225,11 +211,8 @@ async def stream_live(
 ) -> AsyncGenerator[WorkflowEvent[Any], None]:
     """Yield core's events merged, in order, with the live updates the workflow emits (streaming runs).
 
-    Core yields ``started`` and the first ``status`` before it calls user code; those are pulled
-    directly, and the pump (which runs user code) starts only when the next event is requested, so
-    the caller can act between the first status and user code (the token is spent there). Closing
-    this generator cancels the pump and so the workflow task (core cancels it and its children);
-    it returns once the pump has finished.
+    ``started`` and the first ``status`` are pulled directly; the pump (running user code, where the token
+    is spent) starts at the next request. Closing this cancels the pump and the workflow task, then waits.
     """
     while (event := await _next_core_event(core_stream)) is not None:
         yield event
@@ -237,12 +220,12 @@ async def stream_live(
             break
     else:
         return  # core's stream ended before user code
-    merge = _Merge()
+    forwarded: set[WorkflowEvent[Any]] = set()
     channel = _LiveChannel(LIVE_BUFFER_SIZE, source)
     pump = asyncio.get_running_loop().create_task(_pump(core_stream, channel))
     out: list[WorkflowEvent[Any]] = []
     try:
-        while _released(await channel.get(), merge, out):
+        while _released(await channel.get(), forwarded, out):
             for merged in out:
                 yield merged
             out.clear()
@@ -252,21 +235,20 @@ async def stream_live(
 
 
 async def _next_core_event(core_stream: ResponseStream[WorkflowEvent[Any], Any]) -> WorkflowEvent[Any] | None:
-    """Core's next event, or None at the end of its stream."""
     try:
         return await core_stream.__anext__()
     except StopAsyncIteration:
         return None
 
 
-def _released(item: _Item, merge: _Merge, out: list[WorkflowEvent[Any]]) -> bool:
+def _released(item: _Item, forwarded: set[WorkflowEvent[Any]], out: list[WorkflowEvent[Any]]) -> bool:
     """Put the events one channel item releases into ``out``, in order; False at the run's end (its error raised)."""
     kind = item[0]
     if kind == _LIVE:
-        merge.live(item, out)
+        _merge_live(item, forwarded, out)
         return True
     if kind == _CORE:
-        if merge.is_new(item[1]):
+        if _is_new(item[1], forwarded):
             out.append(item[1])
         return True
     error: BaseException | None = item[1]
@@ -279,13 +261,9 @@ async def _stop_pump(pump: asyncio.Task[None], channel: _LiveChannel) -> bool:
     """Wind the pump down and close the channel; True when this wait was cancelled again (re-raise it)."""
     cancelled_again = False
     if not pump.done():
-        # Abandoned: cancel first, so the workflow task sees a cancellation (core cancels it and
-        # its children) rather than a closed channel at its next emit_update().
-        pump.cancel()
-        # Wait until core's stream is wound down even if this wait is cancelled too (anyio's
-        # cancel scopes, as in Starlette when a client hangs up, cancel again at every await):
-        # leaving while the pump is inside core's stream makes closing that stream fail with
-        # "asynchronous generator is already running" instead of the cancellation.
+        pump.cancel()  # first: the workflow task sees a cancellation, not a closed channel
+        # Wait even if cancelled again (anyio cancels at every await): leaving while the pump is inside
+        # core's stream makes closing it fail with "asynchronous generator is already running".
         while not pump.done():
             try:
                 await asyncio.wait({pump})
@@ -295,3 +273,157 @@ async def _stop_pump(pump: asyncio.Task[None], channel: _LiveChannel) -> bool:
     if not pump.cancelled():
         pump.exception()  # retrieved: a failure already reached the caller through the channel
     return cancelled_again
+
+
+_MAX_JSON_DEPTH = 64
+
+
+def _json_copy(value: Any, depth: int = 0) -> Any:
+    """Return a copy of a JSON-safe value, or raise TypeError naming what is not JSON-safe."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise TypeError("emit_update() got a non-finite float (nan or infinity), which JSON cannot carry.")
+        return value
+    if depth >= _MAX_JSON_DEPTH:
+        raise TypeError(f"emit_update() data nests deeper than {_MAX_JSON_DEPTH} levels; flatten it.")
+    if isinstance(value, dict):
+        return {_json_key(key): _json_copy(item, depth + 1) for key, item in cast("dict[Any, Any]", value).items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_copy(item, depth + 1) for item in cast("list[Any]", value)]
+    raise TypeError(
+        f"emit_update() cannot send a {type(value).__name__}. Send text (str), a Content, an "
+        "AgentResponseUpdate, or JSON-safe data (dict with str keys, list, str, int, float, bool, None); "
+        "convert other objects first, e.g. model.model_dump(mode='json')."
+    )
+
+
+def _json_key(key: Any) -> str:
+    if not isinstance(key, str):
+        raise TypeError(f"emit_update() data has a {type(key).__name__} dict key; JSON keys must be str.")
+    return key
+
+
+async def emit_update(update: str | Content | AgentResponseUpdate | Any) -> None:
+    """Send an update to the caller now, from workflow or step code (or a task they start).
+
+    It reaches the workflow stream at once as an ``intermediate`` event, and the agent's stream as an
+    ``AgentResponseUpdate``, in production order (README "Live streaming"). A streaming run holds at
+    most 64 updates: a slow consumer makes this call wait, nothing is dropped. JSON data is copied;
+    ``Content`` and ``AgentResponseUpdate`` are sent as they are, so do not change them afterwards.
+
+    Replay hazard: on resume, updates emitted outside a ``@step`` are sent again; those inside a
+    completed step are not.
+
+    Args:
+        update: Text, a ``Content``, an ``AgentResponseUpdate``, or JSON-safe data.
+
+    Raises:
+        TypeError: Anything else (a ``Message``, a pydantic model, a NaN float, ...); nothing is sent.
+        NotInWorkflowRunError: Called outside a running workflow, or after its run ended.
+
+    Examples:
+        .. code-block:: python
+
+            await emit_update({"stage": "research", "topic": topic})
+    """
+    if isinstance(update, (Message, AgentResponse)):
+        raise TypeError(
+            f"emit_update() cannot send a whole {type(update).__name__}: stream its parts instead (its text, "
+            "its contents, or the AgentResponseUpdates of a streaming run; stream_agent() does that)."
+        )
+    payload = update if isinstance(update, (str, Content, AgentResponseUpdate)) else _json_copy(update)
+    channel = live_channel.get()
+    ctx = get_run_context()
+    if channel is not None:
+        await channel.put_live(WorkflowEvent("intermediate", data=payload, executor_id=channel.source), ctx)
+    elif ctx is not None:
+        await ctx.add_event(WorkflowEvent("intermediate", data=payload))
+    else:
+        raise NotInWorkflowRunError(
+            "emit_update() was called outside a running workflow. Call it from a @workflow function, "
+            "one of its @step functions, or a task they await, while the run is in progress."
+        )
+
+
+async def stream_agent(
+    agent: SupportsAgentRun,
+    messages: Any | None = None,
+    *,
+    session: Any | None = None,
+    **kwargs: Any,
+) -> AgentResponse:
+    """Run an agent streaming, forward each update through :func:`emit_update`, return its response.
+
+    Replay hazard: call it inside a ``@step``, so a resume returns the cached response instead of
+    running and streaming the agent again. Text the run already streamed is not repeated in the
+    workflow agent's answer.
+
+    Args:
+        agent: The inner agent.
+        messages: Input for the agent, as its ``run`` accepts.
+
+    Keyword Args:
+        session: The inner agent's session.
+        **kwargs: Forwarded unchanged to ``agent.run``.
+
+    Returns:
+        The inner agent's final ``AgentResponse``.
+
+    Raises:
+        NotInWorkflowRunError: Called outside a running workflow (before the agent is called).
+        TypeError: The agent's stream is not a stream of ``AgentResponseUpdate``.
+        Exception: Whatever the inner agent raises, after the updates it produced.
+    """
+    if live_channel.get() is None and get_run_context() is None:
+        raise NotInWorkflowRunError(
+            "stream_agent() was called outside a running workflow. Call it from a @workflow function or one of "
+            "its @step functions while the run is in progress."
+        )
+    result: Any = agent.run(messages, stream=True, session=session, **kwargs)
+    if not isinstance(result, (ResponseStream, AsyncIterable, AgentResponse)) and isinstance(result, Awaitable):
+        result = await cast("Awaitable[Any]", result)
+    if isinstance(result, AgentResponse):
+        whole = cast("AgentResponse[Any]", result)
+        for message in whole.messages:  # a response returned whole: one update per message
+            await emit_update(
+                AgentResponseUpdate(
+                    contents=list(message.contents),
+                    role=message.role,
+                    author_name=message.author_name,
+                    message_id=message.message_id,
+                    response_id=whole.response_id,
+                )
+            )
+        return whole
+    if not isinstance(result, AsyncIterable):
+        raise TypeError(
+            f"{type(agent).__name__}.run(stream=True) returned {type(result).__name__}; stream_agent() needs a "
+            "ResponseStream or an async iterable of AgentResponseUpdate."
+        )
+    updates = await _forward(type(agent).__name__, cast("AsyncIterable[Any]", result))
+    if isinstance(result, ResponseStream):
+        return await cast("ResponseStream[AgentResponseUpdate, AgentResponse]", result).get_final_response()
+    return AgentResponse.from_updates(updates)
+
+
+async def _forward(agent_name: str, stream: AsyncIterable[Any]) -> list[AgentResponseUpdate]:
+    """Forward each update of an inner agent's stream as it arrives; close the stream if anything fails."""
+    updates: list[AgentResponseUpdate] = []
+    try:
+        async for update in aiter(stream):
+            if not isinstance(update, AgentResponseUpdate):
+                raise TypeError(
+                    f"{agent_name}.run(stream=True) yielded {type(update).__name__}; "
+                    "stream_agent() forwards AgentResponseUpdate only."
+                )
+            updates.append(update)
+            await emit_update(update)
+    except BaseException:
+        close = getattr(stream, "close" if isinstance(stream, ResponseStream) else "aclose", None)
+        if close is not None:
+            with contextlib.suppress(Exception):  # a failing close must not replace the failure
+                await close()
+        raise
+    return updates

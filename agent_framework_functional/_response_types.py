@@ -1,13 +1,8 @@
 """Response types as text: what a continuation record keeps so any worker can check every answer so far.
 
-A replay passes the answers to earlier rounds too, and core checks them only after the token was
-claimed; so a pause records the response type of every request of its run chain, and a worker that
-never saw the earlier rounds reads them back to check all answers before its claim.
-
 The text is ``module:QualName`` (``builtins:list[builtins:int]``), ``typing:Union[...]``,
-``typing:Literal[<JSON values>]``, ``typing:Any`` or ``None``. A type that would not read back equal
-(a local class, a pydantic generic) is not recorded: core checks it. Reading never imports a module
-(as core's ``deserialize_type``), so a record cannot make a worker import code.
+``typing:Literal[<JSON values>]``, ``typing:Any`` or ``None``; a type that would not read back equal is not
+recorded (core checks it). Reading never imports a module, so a record cannot make a worker import code.
 """
 
 from __future__ import annotations
@@ -15,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import UnionType
 from typing import Any
 
@@ -38,17 +33,13 @@ def describe_type(response_type: Any) -> str | None:
 
 
 def describe_requests(requests: Mapping[str, WorkflowEvent[Any]]) -> dict[str, str]:
-    """Return request id -> response type text for every request (by id) whose type can be written."""
-    described: dict[str, str] = {}
-    for request_id, event in requests.items():
-        text = describe_type(event.response_type)
-        if text is not None:
-            described[request_id] = text
-    return described
+    """Request id -> response type text for every request whose type can be written."""
+    described = ((request_id, describe_type(event.response_type)) for request_id, event in requests.items())
+    return {request_id: text for request_id, text in described if text is not None}
 
 
 def resolve_type(text: str) -> Any | None:
-    """Read a type written by :func:`describe_type`; None when its module is not imported here or it is malformed."""
+    """Read a type written by :func:`describe_type`; None when its module is not loaded here or it is malformed."""
     try:
         resolved, rest = _parse(text)
     except (TypeError, ValueError, AttributeError, KeyError, IndexError):
@@ -84,17 +75,13 @@ def _describe_generic(origin: Any, args: tuple[Any, ...]) -> str | None:
 
 
 def _parse(text: str) -> tuple[Any, str]:
-    """Parse one type at the start of ``text``; return it and the text after it."""
-    end = len(text)
-    for index, char in enumerate(text):
-        if char in "[],":
-            end = index
-            break
+    end = next((index for index, char in enumerate(text) if char in "[],"), len(text))
     name, rest = text[:end].strip(), text[end:]
     if name == _LITERAL and rest.startswith("["):
-        return _parse_literal(rest[1:])
+        values, rest = _parse_list(rest[1:], _literal_value)
+        return typing.Literal[tuple(values)], rest  # pyright: ignore[reportInvalidTypeForm]
     if rest.startswith("["):
-        args, rest = _parse_arguments(rest[1:])
+        args, rest = _parse_list(rest[1:], _parse)
         if name == _UNION:
             return typing.Union[tuple(args)], rest  # noqa: UP007 - built from recorded arguments
         origin = _lookup(name)
@@ -102,36 +89,26 @@ def _parse(text: str) -> tuple[Any, str]:
     return _lookup(name), rest
 
 
-def _parse_arguments(rest: str) -> tuple[list[Any], str]:
-    """Parse a generic's type arguments up to its closing bracket."""
-    args: list[Any] = []
+def _literal_value(rest: str) -> tuple[Any, str]:
+    value, end = _JSON.raw_decode(rest, len(rest) - len(rest.lstrip()))
+    if value is not None and type(value) not in (str, int, bool):
+        raise ValueError("a Literal value must be a string, an integer, a boolean or null")
+    return value, rest[end:]
+
+
+def _parse_list(rest: str, parse: Callable[[str], tuple[Any, str]]) -> tuple[list[Any], str]:
+    """Parse comma-separated items up to the closing bracket; return them and the text after it."""
+    items: list[Any] = []
     while True:
-        arg, rest = _parse(rest)
-        args.append(arg)
+        item, rest = parse(rest)
+        items.append(item)
         rest = rest.lstrip()
-        if rest.startswith(","):
-            rest = rest[1:]
-            continue
-        if not rest.startswith("]"):
-            raise ValueError("unclosed type arguments")
-        return args, rest[1:]
-
-
-def _parse_literal(rest: str) -> tuple[Any, str]:
-    """Parse the JSON values of a ``Literal`` up to its closing bracket."""
-    values: list[Any] = []
-    while True:
-        value, end = _JSON.raw_decode(rest, len(rest) - len(rest.lstrip()))
-        if value is not None and type(value) not in (str, int, bool):
-            raise ValueError("a Literal value must be a string, an integer, a boolean or null")
-        values.append(value)
-        rest = rest[end:].lstrip()
-        if rest.startswith(","):
-            rest = rest[1:]
-            continue
-        if not rest.startswith("]"):
-            raise ValueError("unclosed Literal")
-        return typing.Literal[tuple(values)], rest[1:]  # pyright: ignore[reportInvalidTypeForm]
+        if not rest.startswith(","):
+            break
+        rest = rest[1:]
+    if not rest.startswith("]"):
+        raise ValueError("unclosed brackets")
+    return items, rest[1:]
 
 
 def _lookup(name: str) -> Any:

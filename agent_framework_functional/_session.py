@@ -1,8 +1,7 @@
 """Per-conversation state of the agent, kept with the session: the token, the answers so far, the attached instance.
 
-A caller that only has the session (an orchestration, a host serialising sessions) can resume: token
-and answers are JSON-safe values in ``AgentSession.state``; the instance of a paused conversation is
-attached by session id and never serialized. Nothing about a conversation is kept on the agent.
+Token and answers are JSON-safe values in ``AgentSession.state`` (a caller with only the session can resume);
+a paused conversation's instance is attached by session id, never serialized.
 """
 
 from __future__ import annotations
@@ -28,11 +27,6 @@ SESSION_STATE_KEY = "agent_framework_functional"
 Hosts that merge client state into ``session.state`` (AG-UI) must protect it; a malformed value counts as none."""
 
 
-def conversation_of(session: AgentSession) -> str:
-    """The conversation digest of ``session`` (sha256 of its id): what a store binds a pause to."""
-    return hashlib.sha256(session.session_id.encode("utf-8", "surrogatepass")).hexdigest()
-
-
 def session_token(session: AgentSession | None, agent_id: str) -> Mapping[str, Any] | None:
     """The continuation token this agent stored in ``session``, if any (a malformed value counts as none)."""
     entry = _agent_entry(session, agent_id)
@@ -43,18 +37,14 @@ def session_token(session: AgentSession | None, agent_id: str) -> Mapping[str, A
 
 
 def lost_its_token(session: AgentSession | None, options: Mapping[str, Any]) -> bool:
-    """True when ``session`` holds nothing under :data:`SESSION_STATE_KEY` and ``options`` no token.
-
-    The entry stays (empty) once a token is spent, so a session with none was dropped by its host or
-    rebuilt without state: a pause held here for it is orphaned (AGENTS.md invariant 45).
-    """
+    """True when ``session`` lacks the :data:`SESSION_STATE_KEY` entry (kept once spent) and ``options`` a token."""
     return session is not None and SESSION_STATE_KEY not in session.state and options.get("continuation_token") is None
 
 
 def store_session_token(
     session: AgentSession, agent_id: str, token: Mapping[str, Any], answers: Mapping[str, Any] | None = None
 ) -> None:
-    """Store ``token`` and the answers so far (JSON-safe, so hosts can serialise the session) under ``agent_id``."""
+    """Store ``token`` and the answers so far (JSON-safe) under ``agent_id``."""
     entry = session.state.get(SESSION_STATE_KEY)
     entries: dict[str, Any] = dict(typing.cast(Mapping[str, Any], entry)) if isinstance(entry, Mapping) else {}
     agent_entry: dict[str, Any] = {"continuation_token": dict(token)}
@@ -65,14 +55,11 @@ def store_session_token(
 
 
 def clear_session_token(session: AgentSession, agent_id: str) -> None:
-    """Remove this agent's token from ``session.state``; the package's entry stays (see :func:`lost_its_token`)."""
+    """Remove this agent's token from ``session.state``; the package's entry stays."""
     entry = session.state.get(SESSION_STATE_KEY)
-    if not isinstance(entry, Mapping):
-        return
-    entries = dict(typing.cast(Mapping[str, Any], entry))
-    if entries.pop(agent_id, None) is None:
-        return
-    session.state[SESSION_STATE_KEY] = entries
+    if isinstance(entry, Mapping) and agent_id in entry:
+        entries = typing.cast(Mapping[str, Any], entry)
+        session.state[SESSION_STATE_KEY] = {key: value for key, value in entries.items() if key != agent_id}
 
 
 def resolve_token(
@@ -81,7 +68,7 @@ def resolve_token(
     session: AgentSession | None,
     agent_id: str,
 ) -> Any:
-    """The token for a resume: the argument, then ``options["continuation_token"]``, then the session's (or None)."""
+    """The token for a resume: the argument, then ``options["continuation_token"]``, then the session's."""
     if continuation_token is not None:
         return continuation_token
     if options is not None and options.get("continuation_token") is not None:
@@ -101,11 +88,9 @@ def _agent_entry(session: AgentSession | None, agent_id: str) -> Mapping[str, An
 
 
 class AttachedInstances:
-    """The attached workflow instances of one template's conversations, by session id, bounded (internal).
+    """One template's attached instances by session id, in the order they last paused (expired or over count: dropped).
 
-    A pause past its TTL lapses; over ``max_count`` the least recently paused instance is evicted; a running
-    or not yet paused one is never touched. Entries stay in the order they last paused, so a sweep stops at
-    the first unexpired pause.
+    A running or not yet paused instance is never touched; a sweep stops at the first unexpired pause.
     """
 
     __slots__ = ("entries", "max_count")
@@ -115,25 +100,22 @@ class AttachedInstances:
         self.entries: OrderedDict[str, FunctionalWorkflow] = OrderedDict()
 
     def add(self, session_id: str, workflow: FunctionalWorkflow) -> None:
-        """Keep ``workflow`` for ``session_id``, after a sweep of the expired ones."""
         self.sweep()
         self.entries[session_id] = workflow
 
     def remove(self, session_id: str) -> None:
-        """Forget ``session_id``'s instance."""
         self.entries.pop(session_id, None)
         if not self.entries:
             self.entries = OrderedDict()  # a dict keeps its peak size: memory back to the baseline
 
     def touch(self, session_id: str) -> None:
-        """Mark the conversation as just paused (back of the sweep order); over the count, evict the oldest pauses."""
+        """Mark the conversation as just paused; over the count, evict the oldest pauses."""
         if session_id in self.entries:
             self.entries.move_to_end(session_id)
             if self.max_count is not None and len(self.entries) > self.max_count:
                 self._evict_over_count(keep=session_id)
 
     def sweep(self, now: float | None = None) -> int:
-        """Lapse the instances whose pause expired; returns how many lapsed."""
         now = time.time() if now is None else now
         lapsed: list[str] = []
         for session_id, workflow in self.entries.items():
@@ -160,9 +142,8 @@ class AttachedInstances:
             self.entries.pop(session_id).evict_pause()
 
 
+# Each template's attached instances, by session id (hosts rebuild session objects; a resume still needs the token).
 _ATTACHED: weakref.WeakKeyDictionary[FunctionalWorkflow, AttachedInstances] = weakref.WeakKeyDictionary()
-"""Each template's attached instances in this process, by session id (hosts rebuild session objects); a resume
-still needs the token (the id only finds the instance)."""
 
 
 def sweep_expired(template: FunctionalWorkflow, now: float | None = None) -> int:
@@ -177,7 +158,7 @@ def sweep_expired(template: FunctionalWorkflow, now: float | None = None) -> int
 
 
 def attached_instances(template: FunctionalWorkflow) -> int:
-    """How many conversations on ``template`` have an attached workflow instance (for tests and benchmarks)."""
+    """How many conversations on ``template`` have an attached instance (for tests and benchmarks)."""
     registry = _ATTACHED.get(template)
     return len(registry.entries) if registry is not None else 0
 
@@ -186,11 +167,7 @@ def attached_instances(template: FunctionalWorkflow) -> int:
 
 
 class Conversations:
-    """One agent's conversations: each one's workflow instance, and the session-less one's answers (internal).
-
-    Without a session the agent is one conversation on ``template``; with one, each has its own instance
-    (built from the template, bound to the conversation), attached while it has something pending.
-    """
+    """One agent's conversations: ``template`` without a session, else an instance per session while pending."""
 
     def __init__(self, template: FunctionalWorkflow, agent_id: str, max_conversations: int | None) -> None:
         if max_conversations is not None and (
@@ -217,12 +194,12 @@ class Conversations:
                 continuation_store=template.continuation_store,
                 continuation_ttl=template.continuation_ttl,
             )
-            workflow.bind_conversation(conversation_of(session))
+            workflow.bind_conversation(hashlib.sha256(session.session_id.encode("utf-8", "surrogatepass")).hexdigest())
             self.attached.add(session.session_id, workflow)
         return workflow
 
     def existing_instance(self, session: AgentSession) -> FunctionalWorkflow | None:
-        """The session's attached instance; one whose pause expired is detached first (then None)."""
+        """The session's attached instance (None once its pause expired)."""
         workflow = self.attached.entries.get(session.session_id)
         if workflow is not None and not workflow.is_running and workflow.lapse_pause():
             self.attached.remove(session.session_id)
@@ -230,7 +207,7 @@ class Conversations:
         return workflow
 
     def detach_idle(self, session: AgentSession | None, workflow: FunctionalWorkflow) -> None:
-        """Detach a conversation's instance once it has nothing paused or running (memory back to baseline)."""
+        """Detach a conversation's instance once it has nothing paused or running."""
         if (
             session is None
             or workflow is self.template
@@ -247,7 +224,7 @@ class Conversations:
         self.answers_so_far, self.answers_token = (answers, dict(token)) if token is not None else ({}, None)
 
     def answers_for(self, session: AgentSession | None, secret: bytes) -> dict[str, Any]:
-        """The answers so far in the run chain whose pause has the token ``secret`` (core's replay forgets them)."""
+        """The answers so far in the run chain whose pause has the token ``secret``."""
         if session is not None:
             entry = _agent_entry(session, self.agent_id)
             if entry is None or presented_secret(entry.get("continuation_token")) != secret:
@@ -260,7 +237,7 @@ class Conversations:
     def abandoning(
         self, token: Mapping[str, Any] | None, force: bool, session: AgentSession | None
     ) -> Generator[tuple[FunctionalWorkflow, Mapping[str, Any] | None], None, None]:
-        """One abandonment: the conversation's instance and the token to present (without ``force``: the session's)."""
+        """One abandonment: the conversation's instance and the token to present."""
         workflow = self.workflow_for(session)
         assert workflow is not None
         try:

@@ -1,9 +1,4 @@
-"""Workflow events to agent updates: the one conversion both agent run modes use.
-
-A non-streaming run folds the same updates with core's ``AgentResponse.from_updates``, so both modes
-give the same contents in the same order. The token update is always the last one: ``from_updates``
-keeps the last update's token.
-"""
+"""Workflow events to agent updates: the one conversion both agent run modes use (the token update last)."""
 
 from __future__ import annotations
 
@@ -32,11 +27,7 @@ _Event = TypeVar("_Event")
 
 
 def published_id(request_id: str, tag: str | None) -> str:
-    """The id the agent publishes for core's ``request_id`` of the pause tagged ``tag`` (core's id when None).
-
-    Core counts ids per run (``auto::0`` again in every run); the tag makes the id unique to its pause,
-    so an answer to an earlier pause never answers a later one.
-    """
+    """The id published for core's ``request_id`` of the pause tagged ``tag``: core reuses ids in every run."""
     return request_id if tag is None else f"{request_id}{PAUSE_TAG_SEPARATOR}{tag}"
 
 
@@ -65,7 +56,7 @@ def request_data_to_json(data: Any) -> Any:
 
 
 class UpdateConverter:
-    """Converts one agent run's workflow events to ``AgentResponseUpdate`` objects (internal)."""
+    """Converts one agent run's workflow events to ``AgentResponseUpdate`` objects."""
 
     __slots__ = ("_live_text", "agent_id", "author_name", "response_id")
 
@@ -94,15 +85,10 @@ class UpdateConverter:
         return [self._update(contents, message_id=uuid.uuid4().hex)] if contents else []
 
     def token_update(self, token: Any) -> AgentResponseUpdate:
-        """The last update of a paused run: no contents, the continuation token."""
         return self._update([], continuation_token=token)
 
     def live_update(self, data: Any) -> AgentResponseUpdate | None:
-        """The agent update for an ``intermediate`` event's payload (None for a payload it cannot carry).
-
-        A copied ``AgentResponseUpdate`` never keeps its continuation token (the token update stays last);
-        merge modes are kept, so ``from_updates`` folds a replace snapshot as the inner agent meant it.
-        """
+        """The update for an ``intermediate`` payload (None: cannot carry it); a copy drops the token only."""
         if isinstance(data, AgentResponseUpdate):
             return AgentResponseUpdate(
                 contents=list(data.contents),
@@ -136,12 +122,7 @@ class UpdateConverter:
 
 
 def approval_request(event: WorkflowEvent[Any], tag: str | None = None) -> list[Content]:
-    """The contents of a ``request_info`` event: the call, then its approval request (as core's ``Agent`` does).
-
-    The ``function_call`` (``hosted=True``: the workflow runs it) comes first, so tool-call-shaped protocols
-    (AG-UI) see a well-formed call before the approval request refers to it. Both carry the request data,
-    ``response_type`` and ``response_schema``; the request id is the one published for the pause ``tag``.
-    """
+    """A ``request_info`` event's ``function_call`` (hosted), then its approval request (as core's ``Agent``)."""
     request_id = published_id(event.request_id, tag)
     expects = type_name(event.response_type)
     schema = response_schema(event.response_type)
@@ -182,25 +163,19 @@ def output_contents(data: Any) -> list[Content]:
 
 
 class LiveText:
-    """The text one agent run has streamed live, to keep outputs from repeating it (internal).
-
-    An ``output`` adds nothing when its text ends the live text so far (a workflow returning what it
-    streamed). The live text follows core's merge rules (``AgentResponse.from_updates``): a text
-    content with ``merge_mode="replace"`` replaces its run, an update with it clears its message.
-    """
+    """The text one run streamed live (core's merge rules), so an ``output`` ending with it is not repeated."""
 
     __slots__ = ("_author", "_message_id", "_message_start", "_open", "_role", "_runs")
 
     def __init__(self) -> None:
-        self._runs: list[list[str]] = []  # text runs, each a list of chunks (joined only when needed)
+        self._runs: list[list[str]] = []  # text runs, each a list of chunks
         self._message_start = 0  # index in _runs where the current message begins
-        self._open = False  # the last content was text: the next text chunk joins that run
+        self._open = False  # the next text chunk joins the last run
         self._author: str | None = None
         self._message_id: str | None = None
         self._role: Any = None
 
     def add(self, update: AgentResponseUpdate) -> None:
-        """Record the text of a live update."""
         if not self._runs or self._starts_new_message(update):
             self._message_start = len(self._runs)
             self._open = False
@@ -217,7 +192,6 @@ class LiveText:
             self._message_id = update.message_id
 
     def _add_content(self, content: Content) -> None:
-        """One content: text joins the open run (or replaces it); anything else closes the run."""
         if content.type != "text":
             self._open = False
             return
@@ -240,9 +214,5 @@ class LiveText:
 
     def repeats(self, contents: Sequence[Content]) -> bool:
         """True when ``contents`` carry text and the live text so far ends with exactly that text."""
-        if not self._runs:
-            return False
         text = "".join(content.text or "" for content in contents if content.type == "text")
-        if not text:
-            return False
-        return "".join("".join(run) for run in self._runs).endswith(text)
+        return bool(text) and "".join("".join(run) for run in self._runs).endswith(text)
