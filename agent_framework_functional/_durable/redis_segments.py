@@ -3,7 +3,7 @@
 Keys, under the storage's namespace (``p`` = ``<namespace>:``):
 
 * ``p segment:<id>``: the segment's chunks (a list); each chunk carries its checkpoint's head
-  (``_durable/checkpoint_heads.py``) and the first one the segment's parents.
+  (``_durable/checkpoint_delta.py``) and the first one the segment's parents.
 * ``p seginfo:<id>``: a small hash: ``n`` the checkpoints that reference the segment, ``w`` its
   workflow, ``r`` its references as saved first (parents, for the scripts; the sealed copy in the
   first chunk is the one a load trusts).
