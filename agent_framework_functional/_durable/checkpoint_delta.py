@@ -74,12 +74,7 @@ class DeltaSave:
 class StepCacheDeduper:
     """Splits checkpoints of runs this package drives into heads and chunks, and joins them back (no I/O).
 
-    Args:
-        allowed_types: Extra ``"module:QualName"`` types the storage decodes (as its load does).
-
-    Keyword Args:
-        inline_heads: Carry each head in its own chunk, for a backend that keeps no record per checkpoint;
-            load with :meth:`assemble_inline`.
+    ``allowed_types``: the storage's extra types; ``inline_heads``: each head in its chunk (:meth:`assemble_inline`).
     """
 
     def __init__(self, allowed_types: frozenset[str], *, inline_heads: bool = False) -> None:
@@ -231,10 +226,7 @@ class StepCacheDeduper:
     def assemble_inline(
         self, checkpoint_id: str, refs: list[tuple[str, int]], chunks: list[list[str]]
     ) -> WorkflowCheckpoint:
-        """Rebuild a checkpoint saved with ``inline_heads``: its head is the last chunk of its own segment.
-
-        ``refs``: the parents (those its segment's first chunk names), then its own segment up to its chunk;
-        ``chunks``: for each of ``refs``, its first ``count`` chunks (opened), in order.
+        """Rebuild a checkpoint saved with ``inline_heads`` from the opened chunks of ``refs`` (its own segment's last).
 
         Raises:
             WorkflowCheckpointException: The chunks do not form this checkpoint, or a value decodes to a type

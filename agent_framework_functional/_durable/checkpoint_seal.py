@@ -45,10 +45,6 @@ def warn_unsealed(owner: str) -> None:
     )
 
 
-def _derive(key: bytes, label: bytes) -> bytes:
-    return hmac.new(key, b"agent-framework-functional checkpoint " + label, hashlib.sha256).digest()
-
-
 def _b64(data: bytes) -> bytes:
     return base64.urlsafe_b64encode(data).rstrip(b"=")
 
@@ -76,6 +72,10 @@ def _derived_keys(key_id: str, key: object) -> tuple[bytes, bytes]:
     return _derive(key, b"mac"), _derive(key, b"aes-256-gcm")
 
 
+def _derive(key: bytes, label: bytes) -> bytes:
+    return hmac.new(key, b"agent-framework-functional checkpoint " + label, hashlib.sha256).digest()
+
+
 class CheckpointSealer:
     """Seal checkpoint bodies with the host's keys: HMAC-SHA256 always, AES-256-GCM on request.
 
@@ -84,13 +84,12 @@ class CheckpointSealer:
     being planted, altered or moved to another id, not deleted or replayed (see SECURITY.md).
 
     Args:
-        keys: Key id (1-64 of ``A-Z a-z 0-9 . _ -``) -> secret key (``bytes``, at least 32 bytes,
-            for example ``secrets.token_bytes(32)``, kept in your secret store).
+        keys: Key id (1-64 of ``A-Z a-z 0-9 . _ -``) -> secret key (``bytes``, at least 32 bytes:
+            ``secrets.token_bytes(32)`` kept in your secret store).
 
     Keyword Args:
         signing_key_id: The key that seals new bodies; may be omitted when ``keys`` has one key.
-        encrypt: Also encrypt new bodies (AES-256-GCM, needs ``cryptography``: the ``crypto``
-            extra). Bodies are opened whichever way they were sealed.
+        encrypt: Also encrypt new bodies (AES-256-GCM, the ``crypto`` extra); bodies open either way.
 
     Raises:
         ValueError: No keys, a bad key id, a key shorter than 32 bytes, or ``signing_key_id``

@@ -67,16 +67,11 @@ _UPSERT_SEGMENT = (
 class SQLiteCheckpointStorage(DurableCheckpointStorage):
     """Core's ``CheckpointStorage`` protocol in one SQLite file, for the workers of one machine.
 
-    The embedded durable default: pair it with a :class:`SQLiteContinuationStore` (the same file may
-    hold both) and any process of the machine can resume a pause another saved. Bodies are core's
-    checkpoint encoding, decoded under core's allow-list plus ``allowed_checkpoint_types``; a
-    checkpoint that would not decode is refused at :meth:`save`, a stored one that does not makes
-    :meth:`load` raise ``WorkflowCheckpointException`` and :meth:`list_checkpoints` skip it. Runs this
-    package drives store each step result once. Put the file on a local disk.
-
-    Security: core decodes with ``pickle``, so without a ``sealer`` whoever can write the file can
-    run code in your workers (a warning is logged once); with a :class:`CheckpointSealer` every
-    stored piece is authenticated (optionally encrypted) and refused before decoding when it fails.
+    Pair it with a :class:`SQLiteContinuationStore` (the same file may hold both). Bodies are core's
+    checkpoint encoding under core's allow-list plus ``allowed_checkpoint_types``: one that would not
+    decode is refused at :meth:`save`; a stored one that does not fails :meth:`load` and is skipped by
+    :meth:`list_checkpoints`. Core decodes with ``pickle``: without a ``sealer`` whoever can write the
+    file can run code in your workers (a warning is logged once).
 
     Args:
         path: The database file; created (with its folders and tables) if missing.
@@ -84,8 +79,7 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
     Keyword Args:
         allowed_checkpoint_types: Extra ``"module:QualName"`` types checkpoints may contain.
         ttl: How long a checkpoint is kept after its run's last save (seconds or ``timedelta``), default 7
-            days; ``None`` keeps them until :meth:`delete`. Expired ones are never returned and are deleted
-            by a later save (at most once per 10 minutes per object).
+            days; ``None`` keeps them until :meth:`delete`. Expired ones are never returned.
         busy_timeout: Seconds to wait for another process's write lock before failing.
         sealer: Seals every piece it saves and opens every piece it loads; None stores core's encoding as it is.
 

@@ -26,22 +26,13 @@ from .._store import (
 
 _T = TypeVar("_T")
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS continuations (
-    token_hash TEXT PRIMARY KEY,
-    workflow_name TEXT NOT NULL,
-    signature_hash TEXT NOT NULL,
-    checkpoint_id TEXT NOT NULL,
-    pending_request_ids TEXT NOT NULL,
-    created_at REAL NOT NULL,
-    expires_at REAL NOT NULL,
-    status TEXT NOT NULL CHECK (status IN ('issued', 'claimed', 'abandoned')),
-    updated_at REAL NOT NULL,
-    response_types TEXT,
-    claimed_by TEXT,
-    conversation TEXT
-) WITHOUT ROWID
-"""
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS continuations (token_hash TEXT PRIMARY KEY, workflow_name TEXT NOT NULL, "
+    "signature_hash TEXT NOT NULL, checkpoint_id TEXT NOT NULL, pending_request_ids TEXT NOT NULL, "
+    "created_at REAL NOT NULL, expires_at REAL NOT NULL, "
+    "status TEXT NOT NULL CHECK (status IN ('issued', 'claimed', 'abandoned')), updated_at REAL NOT NULL, "
+    "response_types TEXT, claimed_by TEXT, conversation TEXT) WITHOUT ROWID"
+)
 
 # Both purge conditions use an index (no scan under the write lock); supersede finds a pause by checkpoint id.
 _INDEXES = (
@@ -119,14 +110,12 @@ class SQLiteContinuationStore(TimedStore):
 
     Keyword Args:
         ttl: How long a token is accepted after its pause (seconds or ``timedelta``); default 24 hours.
-        retention: How long a record is kept after it expires, or after it is claimed or abandoned,
-            for inspection (finding a crashed resume's checkpoint), before it is purged (seconds or
-            ``timedelta``); default 24 hours.
+        retention: How long a record is kept after it expires or is claimed or abandoned, for inspection,
+            before it is purged (seconds or ``timedelta``); default 24 hours.
         busy_timeout: Seconds to wait for another process's write lock before failing.
-        purge_interval: Least time between two automatic purges of this store object (seconds or
-            ``timedelta``), default 10 minutes; ``None`` turns the automatic purge off (then call
-            :meth:`purge_expired` yourself, or the file grows without bound).
-        clock: Seconds since the epoch; defaults to ``time.time`` (tests inject a fake clock).
+        purge_interval: Least time between two automatic purges (default 10 minutes); ``None`` turns them
+            off (then call :meth:`purge_expired` yourself, or the file grows without bound).
+        clock: Seconds since the epoch; defaults to ``time.time``.
 
     Raises:
         ValueError: ``ttl``, ``retention``, ``busy_timeout`` or ``purge_interval`` is not a positive
