@@ -177,10 +177,6 @@ class DurableSessionStore(Generic[_Records], BoundedSessionStore):
         """Delete the expired records and trim to ``max_entries`` now; return how many were deleted."""
         return await self.records.purge()
 
-    async def aclose(self) -> None:
-        """Release the backend's connections (each backend says which)."""
-        raise NotImplementedError
-
 
 class MemoryRecords(LimitedRecords):
     """:class:`SessionRecords` in a dict ordered by expiry: expired ones dropped on each write, then the oldest."""
