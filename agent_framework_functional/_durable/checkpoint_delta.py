@@ -1,18 +1,17 @@
 """Step-cache de-duplication for checkpoint storages: each step result stored once, each checkpoint a small head.
 
-Core saves a checkpoint after every ``@step`` call, each holding the whole step cache (N(N+1)/2
-entries for N steps). For runs this package drives, the save comes with a ``StepCacheOffer`` and a
-checkpoint is stored as **chunks** appended to the run's **segment** (the cache entries added since
-the previous save, key front-coded; the input and other fields when they changed; core's encoding,
-so the same allow-list) plus a **head** (id, previous id, timestamp) and its **references**
+Core saves a checkpoint after every ``@step`` call, each holding the whole step cache (N(N+1)/2 entries for N
+steps). A save that comes with a ``StepCacheOffer`` is stored as a **chunk** appended to its run's **segment**
+(the cache entries added since the previous save, keys front-coded; the input and other fields when they
+changed; core's encoding) plus a **head** (id, previous id, timestamp) and its **references**
 ``[[segment id, chunk count], ...]`` (the segments of the pauses and restores it continues).
 
-The backend's part, for a :class:`DeltaSave`: atomically, and only when ``plan.segment`` holds
-exactly ``plan.chunk_index`` chunks and every other referenced segment at least its count, append
-``plan.chunk``, store the head under the id, and count a reference per referenced segment; when a
-check fails, ``prepare(..., fresh=True)`` again, and after a write :meth:`StepCacheDeduper.saved`.
-With ``inline_heads`` (SQLite, Redis) each save appends one chunk carrying its head
-(``checkpoint_heads.py``) and loads go through :meth:`StepCacheDeduper.assemble_inline`.
+The backend's part, for a :class:`DeltaSave`: atomically, and only when ``plan.segment`` holds exactly
+``plan.chunk_index`` chunks and every other referenced segment at least its count, append ``plan.chunk``,
+store the head and count a reference per referenced segment; then :meth:`StepCacheDeduper.saved`, or on a
+failed check ``prepare(..., fresh=True)`` again. With ``inline_heads`` (SQLite, Redis) each chunk carries its
+head: ``"i"`` the id; ``"p"`` the previous id when it is not the segment's previous chunk's; ``"t"`` the
+timestamp as microseconds after the previous chunk's when that gives back core's exact text, else the text.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ import os
 import secrets
 from collections import OrderedDict
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, cast
 from weakref import WeakKeyDictionary
 
@@ -30,30 +29,17 @@ from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 
 from .._core_compat import core_encode_checkpoint_value
 from .._step_cache import ORIGINAL_MESSAGE, STEP_CACHE, STEP_COUNTS, StepCacheLog, StepCacheOffer
-from .checkpoint_heads import head_fields, read_heads
 from .checkpoint_pickles import PICKLED, decode_value, unsavable
 
 _HEAD = ("checkpoint_id", "previous_checkpoint_id", "timestamp")
 _PICKLE_KEY = json.dumps(PICKLED)  # how a pickle envelope's key appears in a chunk's JSON text
 _KNOWN_HEADS = 256  # references of recently saved or loaded checkpoints, to continue a restore's segments
+_MICROSECOND = timedelta(microseconds=1)
+_PROGRESS = ("chunks", "cache_done", "counts_done", "last_key", "message", "rest", "last_id", "last_time")
 
 
 class _Segment:
-    """What one run stored in its segment so far (internal)."""
-
-    __slots__ = (
-        "cache_done",
-        "chunks",
-        "counts_done",
-        "id",
-        "last_id",
-        "last_key",
-        "last_time",
-        "marks",
-        "message",
-        "parents",
-        "rest",
-    )
+    """What one run stored in its segment so far."""
 
     def __init__(self, parents: list[list[Any]], done: tuple[int, int]) -> None:
         self.id = secrets.token_hex(8)
@@ -65,19 +51,10 @@ class _Segment:
         self.last_time: datetime | None = None
 
 
-_PROGRESS = ("chunks", "cache_done", "counts_done", "last_key", "message", "rest", "last_id", "last_time")
-
-
 @dataclass(slots=True)
 class DeltaSave:
-    """One checkpoint saved as a head over chunks: what the backend writes (see the module docstring).
+    """One planned save: append ``chunk`` (None: nothing changed) to ``segment`` holding ``chunk_index`` chunks."""
 
-    ``head`` is ``[id, previous id, timestamp]``; ``chunk`` the JSON to append to ``segment`` (None:
-    nothing changed), which must hold ``chunk_index`` chunks before; ``refs`` the references, oldest first.
-    """
-
-    head: list[Any]
-    inline: bool
     segment: str
     chunk: str | None
     chunk_index: int
@@ -89,25 +66,15 @@ class DeltaSave:
     after: tuple[int, int, int, str, Any, str, str | None, datetime | None]  # the _PROGRESS fields, in order
 
     @property
-    def body(self) -> str:
-        """The head as JSON (empty with inline heads: the chunk carries it)."""
-        return "" if self.inline else json.dumps(self.head, ensure_ascii=False)
-
-    @property
     def references(self) -> str:
-        """``refs`` as JSON (what a sealed head is bound to)."""
+        """``refs`` as JSON."""
         return json.dumps(self.refs)
 
 
 class StepCacheDeduper:
     """Splits checkpoints of runs this package drives into heads and chunks, and joins them back (no I/O).
 
-    Args:
-        allowed_types: Extra ``"module:QualName"`` types the storage decodes (as its load does).
-
-    Keyword Args:
-        inline_heads: Carry each head in its own chunk (``DeltaSave.body`` empty), for a backend that
-            keeps no record per checkpoint; load with :meth:`assemble_inline`.
+    ``allowed_types``: the storage's extra types; ``inline_heads``: each head in its chunk (:meth:`assemble_inline`).
     """
 
     def __init__(self, allowed_types: frozenset[str], *, inline_heads: bool = False) -> None:
@@ -122,12 +89,11 @@ class StepCacheDeduper:
     ) -> DeltaSave | None:
         """Plan the save of ``checkpoint``; None when it must be stored whole (no offer, or not its offer).
 
-        Call before the first ``await`` of ``save_with_offer``: later steps may change core's dicts.
-        ``fresh`` starts a new segment holding every entry (after the backend refused a plan).
+        Call before the first ``await`` of a save (later steps may change core's dicts). ``fresh`` starts a new
+        segment holding every entry (after the backend refused a plan).
 
         Raises:
-            WorkflowCheckpointException: A part cannot be encoded, or would not decode under the
-                storage's allowed types.
+            WorkflowCheckpointException: A part cannot be encoded, or would not decode under the allowed types.
         """
         if offer is None or not offer.take(checkpoint.state):
             return None
@@ -156,9 +122,8 @@ class StepCacheDeduper:
         count_keys = log.count_keys[seg.counts_done : offer.counts_len]
         last = seg.last_key
         if cache_keys:
-            chunk["c"], last = _front_coded(
-                cache_keys, core_encode_checkpoint_value([log.cache[key] for key in cache_keys]), last
-            )
+            values = core_encode_checkpoint_value([log.cache[key] for key in cache_keys])
+            chunk["c"], last = _front_coded(cache_keys, values, last)
         if count_keys:
             counts = [log.counts[key] for key in count_keys]
             chunk["n"] = counts if count_keys == cache_keys else dict(zip(count_keys, counts, strict=True))
@@ -168,30 +133,21 @@ class StepCacheDeduper:
         if seg.chunks == 0 or rest_json != seg.rest:
             chunk["h"] = encoded_rest
         time = self._add_head(chunk, head, seg) if self._inline else seg.last_time
-        text = self._chunk_text(chunk) if chunk else None
+        text = json.dumps(chunk, ensure_ascii=False, separators=self._separators) if chunk else None
+        if text is not None and _PICKLE_KEY in text:  # refused now when a load would refuse it later
+            decode_value(chunk, self._allowed_types)
         chunks = seg.chunks + (1 if text is not None else 0)
-        refs = [*seg.parents, [seg.id, chunks]]
-        sizes = (len(cast("dict[str, Any]", checkpoint.state[STEP_CACHE])), len(log.counts))
         return DeltaSave(
-            head=head,
-            inline=self._inline,
             segment=seg.id,
             chunk=text,
             chunk_index=seg.chunks,
-            refs=refs,
-            sizes=sizes,
+            refs=[*seg.parents, [seg.id, chunks]],
+            sizes=(len(cast("dict[str, Any]", checkpoint.state[STEP_CACHE])), len(log.counts)),
             offer=offer,
             log=log,
             state=seg,
             after=(chunks, offer.cache_len, offer.counts_len, last, message, rest_json, head[0], time),
         )
-
-    def _chunk_text(self, chunk: dict[str, Any]) -> str:
-        """A chunk's JSON, refused now when load() would refuse it later (only a pickle envelope can fail to decode)."""
-        text = json.dumps(chunk, ensure_ascii=False, separators=self._separators)
-        if _PICKLE_KEY in text:
-            decode_value(chunk, self._allowed_types)
-        return text
 
     @staticmethod
     def _add_head(chunk: dict[str, Any], head: list[Any], seg: _Segment) -> datetime | None:
@@ -252,25 +208,15 @@ class StepCacheDeduper:
             self._known.popitem(last=False)
 
     def assemble(self, checkpoint_id: str, body: str, references: str, chunks: list[list[str]]) -> WorkflowCheckpoint:
-        """Rebuild a checkpoint from its head and the chunks of its references (in reference order).
-
-        Args:
-            checkpoint_id: The checkpoint's id (for errors, and to continue its segments on a restore).
-            body: The stored head.
-            references: The stored references.
-            chunks: For each reference, its first ``count`` chunks, in order.
-
-        Returns:
-            The checkpoint core saved.
+        """Rebuild a checkpoint from its head, its references and, for each reference, its first chunks in order.
 
         Raises:
-            WorkflowCheckpointException: The stored parts do not form a checkpoint, or a value
-                decodes to a type outside the allow-list.
+            WorkflowCheckpointException: The parts do not form a checkpoint, or a value decodes to a type
+                outside the allow-list.
         """
         try:
             refs = json.loads(references)
-            head = json.loads(body)
-            encoded, sizes = _joined([[json.loads(text) for text in texts] for texts in chunks], head)
+            encoded, sizes = _joined([[json.loads(text) for text in texts] for texts in chunks], json.loads(body))
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise _incomplete(checkpoint_id) from exc
         checkpoint = WorkflowCheckpoint.from_dict(decode_value(encoded, self._allowed_types))
@@ -280,17 +226,11 @@ class StepCacheDeduper:
     def assemble_inline(
         self, checkpoint_id: str, refs: list[tuple[str, int]], chunks: list[list[str]]
     ) -> WorkflowCheckpoint:
-        """Rebuild a checkpoint saved with ``inline_heads``: its head is the last chunk of its own segment.
-
-        Args:
-            checkpoint_id: The id asked for: the head must name it.
-            refs: ``(segment id, chunk count)`` of the parents (those its segment's first chunk
-                names), then of its own segment up to and including its chunk.
-            chunks: For each of ``refs``, its first ``count`` chunks (opened), in order.
+        """Rebuild a checkpoint saved with ``inline_heads`` from the opened chunks of ``refs`` (its own segment's last).
 
         Raises:
-            WorkflowCheckpointException: The chunks do not form this checkpoint, or a value decodes
-                to a type outside the allow-list.
+            WorkflowCheckpointException: The chunks do not form this checkpoint, or a value decodes to a type
+                outside the allow-list.
         """
         try:
             parsed = [[json.loads(text) for text in texts] for texts in chunks]
@@ -321,13 +261,20 @@ def _joined(chunks: list[list[Any]], head: list[Any]) -> tuple[dict[str, Any], t
     message: Any = None
     rest: dict[str, Any] | None = None
     for segment in chunks:
-        last = ""
+        last = ""  # front coding starts again in each segment
         for chunk in segment:
-            last = _replay_entries(chunk, last, cache, counts)
-            if "m" in chunk:
-                message = chunk["m"]
-            if "h" in chunk:
-                rest = chunk["h"]
+            keys: list[str] = []
+            for shared, suffix, value in chunk.get("c", ()):
+                last = last[:shared] + suffix
+                cache[last] = value
+                keys.append(last)
+            numbers = chunk.get("n")
+            if isinstance(numbers, list):
+                counts.update(zip(keys, cast("list[Any]", numbers), strict=True))
+            elif numbers:
+                counts.update(cast("dict[str, Any]", numbers))
+            message = chunk.get("m", message)
+            rest = chunk.get("h", rest)
     if rest is None:
         raise ValueError("no checkpoint fields in its chunks")
     encoded = {**rest, **dict(zip(_HEAD, head, strict=True))}
@@ -345,16 +292,56 @@ def _front_coded(keys: list[str], values: list[Any], last: str) -> tuple[list[li
     return entries, last
 
 
-def _replay_entries(chunk: dict[str, Any], last: str, cache: dict[str, Any], counts: dict[str, Any]) -> str:
-    """Add one chunk's cache entries and request counts; return the last key (front coding goes on from it)."""
-    keys: list[str] = []
-    for shared, suffix, value in chunk.get("c", ()):
-        last = last[:shared] + suffix
-        cache[last] = value
-        keys.append(last)
-    numbers = chunk.get("n")
-    if isinstance(numbers, list):
-        counts.update(zip(keys, cast("list[Any]", numbers), strict=True))
-    elif numbers:
-        counts.update(cast("dict[str, Any]", numbers))
-    return last
+def _parsed(timestamp: Any) -> datetime | None:
+    """``timestamp`` as an aware datetime (a delta's base: writer and reader parse the same text alike), or None."""
+    if not isinstance(timestamp, str):
+        return None
+    try:
+        parsed = datetime.fromisoformat(timestamp)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else None
+
+
+def head_fields(
+    head: list[Any], first: bool, last_id: str | None, last_time: datetime | None
+) -> tuple[dict[str, Any], datetime | None]:
+    """The chunk fields of a head ``[id, previous id, timestamp]``, and its time (None: no delta base)."""
+    checkpoint_id, previous_id, timestamp = head
+    fields: dict[str, Any] = {"i": checkpoint_id}
+    if previous_id != (None if first else last_id):
+        fields["p"] = previous_id
+    time = _parsed(timestamp)
+    if time is not None and last_time is not None and not first:
+        delta = (time - last_time) // _MICROSECOND
+        if (last_time + timedelta(microseconds=delta)).isoformat() == timestamp:
+            fields["t"] = delta
+            return fields, time
+    fields["t"] = timestamp
+    return fields, time
+
+
+def read_heads(chunks: list[dict[str, Any]]) -> list[list[Any]]:
+    """The heads ``[id, previous id, timestamp]`` of a segment's chunks, from its first chunk on.
+
+    Raises:
+        ValueError: A chunk holds no well-formed head.
+    """
+    heads: list[list[Any]] = []
+    last_id: str | None = None
+    last_time: datetime | None = None
+    for chunk in chunks:
+        checkpoint_id, stamp = chunk["i"], chunk["t"]
+        previous = chunk.get("p", last_id)
+        if not isinstance(checkpoint_id, str) or not isinstance(previous, (str, type(None))):
+            raise ValueError("a chunk's head is not [id, previous id, timestamp]")
+        if type(stamp) is int and last_time is not None:
+            last_time = last_time + timedelta(microseconds=stamp)
+            stamp = last_time.isoformat()
+        elif isinstance(stamp, str):
+            last_time = _parsed(stamp)
+        else:
+            raise ValueError("a chunk's timestamp is neither text nor a delta after one")
+        heads.append([checkpoint_id, previous, stamp])
+        last_id = checkpoint_id
+    return heads

@@ -1,13 +1,9 @@
 """Decoding a checkpoint value: each pickle checked opcode by opcode before core's ``decode_checkpoint_value`` runs.
 
-Core's allow-list judges which globals a pickle names, not what the pickle does with them: a ``BUILD`` whose
-target is a class named as a global (``WorkflowCheckpoint`` itself, not an instance) sets that class's
-attributes for the whole process, and every later load fails. :func:`decode_value` walks every pickle of a
-value with ``pickletools.genops`` first, resolves each global through core's own ``find_class`` (so a type
-outside the allow-list gets core's refusal), and refuses state applied to anything the pickle did not create
-(``BUILD``, ``SETITEM(S)``, ``APPEND(S)``, ``ADDITEMS``): a class, an enum member, whatever ``getattr`` or a
-call of something other than a class returned. A legitimate checkpoint only applies state to an instance it
-just made (``NEWOBJ`` / ``REDUCE`` of a class, then ``BUILD``), so it decodes as before.
+Core's allow-list judges which globals a pickle names, not what it does with them: a ``BUILD`` on a class named
+as a global sets that class's attributes for the whole process. :func:`decode_value` walks every pickle with
+``pickletools.genops`` first, resolves each global through core's ``find_class``, and refuses state (``BUILD``,
+``SETITEM(S)``, ``APPEND(S)``, ``ADDITEMS``) applied to anything the pickle did not create.
 """
 
 from __future__ import annotations
@@ -24,8 +20,7 @@ from agent_framework import WorkflowCheckpointException
 
 from .._core_compat import checkpoint_global_resolver, core_decode_checkpoint_value
 
-PICKLED, TYPE_KEY = "__pickled__", "__type__"
-"""The keys of the envelope core's ``encode_checkpoint_value`` writes for a value JSON cannot hold."""
+PICKLED, TYPE_KEY = "__pickled__", "__type__"  # the envelope core writes for a value JSON cannot hold
 
 _MARK = object()
 _RECONSTRUCTOR = "copyreg:_reconstructor"  # pickle's protocol-0/1 helper: object.__new__(cls), a new instance
@@ -209,10 +204,6 @@ def _pickles(encoded: Any) -> Iterator[Any]:
 
 def check_pickles(encoded: Any, allowed_types: frozenset[str]) -> None:
     """Refuse, before anything is decoded, a value whose pickles name a type outside the allow-list or set state on one.
-
-    Args:
-        encoded: A value as core's ``encode_checkpoint_value`` returns it (JSON, with pickle envelopes).
-        allowed_types: Extra ``"module:QualName"`` types the value may hold.
 
     Raises:
         WorkflowCheckpointException: A pickle is malformed, names a global core's allow-list refuses, or applies

@@ -1,17 +1,9 @@
 """CheckpointSealer: authenticate (HMAC-SHA256) and optionally encrypt (AES-GCM) checkpoint bodies.
 
-Bytes in, bytes out, so every checkpoint storage can use it the same way: ``seal`` before writing a
-body, ``open`` after reading one and before any decoding. A sealed body is ASCII:
-
-``afs1:<alg>:<key id>:<tag>:<payload>``
-
-* ``alg`` is ``hs256`` (the payload is the body as written) or ``a256gcm`` (the payload is
-  ``base64url(nonce + AES-GCM ciphertext)``).
-* ``tag`` is ``base64url(HMAC-SHA256)`` over the version, alg, key id, the caller's ``context`` (the
-  checkpoint id, so a body cannot be moved to another id) and the payload.
-* Both keys are derived from the host's key (HMAC-SHA256 with a fixed label each), so one secret
-  serves both jobs without reusing it. ``open`` checks the tag in constant time before it decrypts
-  or returns anything, so a planted or altered body is refused before any decoding.
+A sealed body is ASCII ``afs1:<alg>:<key id>:<tag>:<payload>``: ``alg`` ``hs256`` (payload: the body) or
+``a256gcm`` (payload: ``base64url(nonce + ciphertext)``); ``tag`` an HMAC over version, alg, key id, the
+caller's ``context`` (so a body cannot move to another id) and payload, checked in constant time before
+anything is decrypted or decoded. Both keys derive from the host's key, each with its own label.
 """
 
 from __future__ import annotations
@@ -35,8 +27,7 @@ _ENCRYPTED = b"a256gcm"
 _KEY_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _HEADER_LIMIT = 160  # version, alg, key id (<= 64) and tag (43) with separators fit well within this
 _NONCE_BYTES = 12
-MIN_KEY_BYTES = 32
-"""The shortest key a :class:`CheckpointSealer` accepts (256 bits)."""
+MIN_KEY_BYTES = 32  # 256 bits
 
 _warned: set[str] = set()
 
@@ -52,10 +43,6 @@ def warn_unsealed(owner: str) -> None:
         "secret key (see SECURITY.md, 'Checkpoint keys').",
         owner,
     )
-
-
-def _derive(key: bytes, label: bytes) -> bytes:
-    return hmac.new(key, b"agent-framework-functional checkpoint " + label, hashlib.sha256).digest()
 
 
 def _b64(data: bytes) -> bytes:
@@ -85,23 +72,24 @@ def _derived_keys(key_id: str, key: object) -> tuple[bytes, bytes]:
     return _derive(key, b"mac"), _derive(key, b"aes-256-gcm")
 
 
+def _derive(key: bytes, label: bytes) -> bytes:
+    return hmac.new(key, b"agent-framework-functional checkpoint " + label, hashlib.sha256).digest()
+
+
 class CheckpointSealer:
     """Seal checkpoint bodies with the host's keys: HMAC-SHA256 always, AES-256-GCM on request.
 
-    One key signs (``signing_key_id``); every key in ``keys`` verifies. To rotate, add the new key,
-    make it the signing key, and drop the old one once no checkpoint sealed with it is needed (its
-    pauses resumed or expired). A key protects checkpoint bodies against being planted, altered or
-    moved to another id by someone who can write the storage but does not hold the key; it does not
-    stop them deleting checkpoints, nor replaying an older body of the same id (see SECURITY.md).
+    One key signs (``signing_key_id``); every key in ``keys`` verifies. To rotate, add the new key, make
+    it the signing key, and drop the old one once no checkpoint sealed with it is needed. It stops bodies
+    being planted, altered or moved to another id, not deleted or replayed (see SECURITY.md).
 
     Args:
-        keys: Key id (1-64 of ``A-Z a-z 0-9 . _ -``) -> secret key (``bytes``, at least 32 bytes,
-            for example ``secrets.token_bytes(32)``, kept in your secret store).
+        keys: Key id (1-64 of ``A-Z a-z 0-9 . _ -``) -> secret key (``bytes``, at least 32 bytes:
+            ``secrets.token_bytes(32)`` kept in your secret store).
 
     Keyword Args:
         signing_key_id: The key that seals new bodies; may be omitted when ``keys`` has one key.
-        encrypt: Also encrypt new bodies (AES-256-GCM, needs ``cryptography``: the ``crypto``
-            extra). Bodies are opened whichever way they were sealed.
+        encrypt: Also encrypt new bodies (AES-256-GCM, the ``crypto`` extra); bodies open either way.
 
     Raises:
         ValueError: No keys, a bad key id, a key shorter than 32 bytes, or ``signing_key_id``
@@ -154,11 +142,7 @@ class CheckpointSealer:
         return self._encrypt
 
     def seal(self, body: bytes, *, context: bytes = b"") -> bytes:
-        """Return ``body`` sealed with the signing key (and encrypted when ``encrypt=True``), as ASCII bytes.
-
-        ``context`` is bound into the tag (and the cipher's associated data): the checkpoint id, so the
-        body opens only under that id.
-        """
+        """Return ``body`` sealed with the signing key (encrypted with ``encrypt``), to open with ``context`` only."""
         mac_key, enc_key = self._keys[self._signing_id]
         if self._encrypt:
             nonce = os.urandom(_NONCE_BYTES)
@@ -206,11 +190,6 @@ class CheckpointSealer:
 def is_sealed(body: bytes) -> bool:
     """True when ``body`` starts like a sealed body (says nothing about whether it is genuine)."""
     return body.startswith(_VERSION + b":")
-
-
-def head_context(checkpoint_id: str, references: bytes) -> bytes:
-    """The sealing context of a head: its checkpoint id and its references, byte for byte."""
-    return b"afs-head\x00" + checkpoint_id.encode("utf-8") + b"\x00" + references
 
 
 def chunk_context(segment: str, index: int) -> bytes:

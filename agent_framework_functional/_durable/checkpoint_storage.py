@@ -1,9 +1,7 @@
 """What the SQLite, Redis and PostgreSQL checkpoint storages share: options, body codec, sealing, listing, deltas.
 
-Core's ``FileCheckpointStorage`` is the reference: a checkpoint that does not load, or whose body names
-another workflow than the one it is filed under, is skipped by the listing with a warning. Whole
-bodies are core's checkpoint encoding, each pickle checked before it is decoded
-(``checkpoint_pickles.py``); ``tests/stores/test_checkpoint_storage_contract.py`` pins the codec.
+As core's ``FileCheckpointStorage``, the listing skips with a warning a checkpoint that does not load or whose
+body names another workflow. Bodies are core's checkpoint encoding, each pickle checked before it is decoded.
 """
 
 from __future__ import annotations
@@ -13,7 +11,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, ClassVar, cast
+from typing import TYPE_CHECKING, ClassVar
 
 from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 
@@ -21,14 +19,14 @@ from .._core_compat import core_encode_checkpoint_value
 from .._store import AsyncClosing
 from .checkpoint_delta import DeltaSave, StepCacheDeduper
 from .checkpoint_pickles import decode_value, unsavable
-from .checkpoint_seal import CheckpointSealer, chunk_context, head_context, is_sealed, warn_unsealed
+from .checkpoint_seal import CheckpointSealer, chunk_context, is_sealed, warn_unsealed
 
 if TYPE_CHECKING:
     from .._step_cache import StepCacheOffer
 
 
 def encode_body(checkpoint: WorkflowCheckpoint, allowed_types: frozenset[str]) -> bytes:
-    """Return the stored bytes of ``checkpoint``: core's checkpoint encoding as UTF-8 JSON.
+    """Return ``checkpoint`` as stored: core's checkpoint encoding as UTF-8 JSON.
 
     Raises:
         WorkflowCheckpointException: It cannot be encoded, or would not decode under ``allowed_types``.
@@ -49,8 +47,7 @@ def decode_body(checkpoint_id: str, body: bytes, allowed_types: frozenset[str]) 
             outside the allow-list, or is not a checkpoint.
     """
     try:
-        decoded = decode_value(json.loads(body.decode("utf-8")), allowed_types)
-        return WorkflowCheckpoint.from_dict(decoded)
+        return WorkflowCheckpoint.from_dict(decode_value(json.loads(body.decode("utf-8")), allowed_types))
     except WorkflowCheckpointException:
         raise  # core's own refusal (a type outside the allow-list), with its message
     except (RecursionError, MemoryError) as exc:
@@ -79,8 +76,17 @@ def check_allowed_types(allowed_checkpoint_types: list[str] | None) -> frozenset
     return frozenset(types)
 
 
+def same_id(checkpoint_id: str, checkpoint: WorkflowCheckpoint) -> WorkflowCheckpoint:
+    """Return ``checkpoint`` when it is the one stored under ``checkpoint_id``; refuse another's body."""
+    if checkpoint.checkpoint_id != checkpoint_id:
+        raise WorkflowCheckpointException(
+            f"The body stored for checkpoint {checkpoint_id} is another checkpoint's; it was not loaded."
+        )
+    return checkpoint
+
+
 class DurableCheckpointStorage(AsyncClosing):
-    """The shared part of ``RedisCheckpointStorage`` and ``PostgresCheckpointStorage`` (internal)."""
+    """The shared part of the SQLite, Redis and PostgreSQL checkpoint storages (internal)."""
 
     logger: ClassVar[logging.Logger]
     backend: ClassVar[str]
@@ -94,12 +100,6 @@ class DurableCheckpointStorage(AsyncClosing):
     async def save(self, checkpoint: WorkflowCheckpoint) -> str:
         """Store a copy of ``checkpoint`` (replacing one with the same id) and return its id.
 
-        Args:
-            checkpoint: The checkpoint to save.
-
-        Returns:
-            ``checkpoint.checkpoint_id``.
-
         Raises:
             WorkflowCheckpointException: The checkpoint cannot be encoded, or would not decode under
                 this storage's allowed types (add the type to ``allowed_checkpoint_types``).
@@ -111,11 +111,7 @@ class DurableCheckpointStorage(AsyncClosing):
         raise NotImplementedError
 
     async def list_checkpoints(self, *, workflow_name: str) -> list[WorkflowCheckpoint]:
-        """Return the workflow's checkpoints that still exist and load, oldest save first.
-
-        Keyword Args:
-            workflow_name: The workflow's name.
-        """
+        """Return the workflow's checkpoints that still exist and load, oldest save first."""
         raise NotImplementedError
 
     @property
@@ -167,11 +163,28 @@ class DurableCheckpointStorage(AsyncClosing):
         self, checkpoint_id: str, refs: list[tuple[str, int]], texts: list[list[str]]
     ) -> WorkflowCheckpoint:
         """The checkpoint whose head is the last of its own segment's opened chunks; every failure: core's exception."""
+        return self._decoded(checkpoint_id, lambda: self._deduper.assemble_inline(checkpoint_id, refs, texts))
+
+    def _assembled(
+        self, checkpoint_id: str, head: bytes, references: bytes, chunks: list[list[str]] | None
+    ) -> WorkflowCheckpoint:
+        """The checkpoint a head and its opened chunks make (None: a chunk is gone); failures: core's exception."""
+        if chunks is None:
+            raise WorkflowCheckpointException(
+                f"Checkpoint {checkpoint_id} lost part of its step cache in {self.backend} (expired or deleted)."
+            )
+        return self._decoded(
+            checkpoint_id,
+            lambda: self._deduper.assemble(checkpoint_id, head.decode("utf-8"), references.decode("utf-8"), chunks),
+        )
+
+    def _decoded(self, checkpoint_id: str, assemble: Callable[[], WorkflowCheckpoint]) -> WorkflowCheckpoint:
+        """``assemble()`` with its id checked; any failure but core's own exception as :attr:`unreadable`."""
         try:
-            checkpoint = self._deduper.assemble_inline(checkpoint_id, refs, texts)
+            checkpoint = assemble()
         except WorkflowCheckpointException:
             raise
-        except Exception as exc:  # RecursionError, core's decoder on a malformed value, ...
+        except Exception as exc:  # UnicodeDecodeError, RecursionError, core's decoder on a malformed value, ...
             raise WorkflowCheckpointException(
                 self.unreadable.format(checkpoint_id=checkpoint_id, error=type(exc).__name__)
             ) from exc
@@ -188,7 +201,7 @@ class DurableCheckpointStorage(AsyncClosing):
         return body
 
     async def _store_delta(self, checkpoint: WorkflowCheckpoint, plan: DeltaSave | None) -> None:
-        """Store a head over chunks (:meth:`_write_delta`); once more as one segment if one went missing meanwhile."""
+        """Store a planned save (:meth:`_write_delta`); once more as one segment if one went missing meanwhile."""
         for _ in range(2):
             if plan is None:
                 break
@@ -210,72 +223,8 @@ class DurableCheckpointStorage(AsyncClosing):
         raise NotImplementedError
 
     def _sealed_parts(self, checkpoint_id: str, plan: DeltaSave) -> tuple[bytes, bytes | None]:
-        """The head and the chunk (if any) as stored: sealed with a sealer, the head to its id and references."""
-        head = plan.body.encode("utf-8")  # empty: the head is in the chunk (inline heads)
+        """The head (empty: inline heads ride in the chunk) and the chunk as stored, sealed to its segment and index."""
         chunk = None if plan.chunk is None else plan.chunk.encode("utf-8")
-        if self.sealer is not None:  # the head binds its id and references; a chunk its segment and index
-            if head:
-                head = self.sealer.seal(head, context=head_context(checkpoint_id, plan.references.encode("utf-8")))
-            if chunk is not None:
-                chunk = self.sealer.seal(chunk, context=chunk_context(plan.segment, plan.chunk_index))
-        return head, chunk
-
-    def _head(self, checkpoint_id: str, body: bytes, references: bytes) -> tuple[bytes, list[tuple[str, int]]]:
-        """A stored head opened (bound to its id and references), and its parsed references."""
-        head = self._unseal(checkpoint_id, body, head_context(checkpoint_id, references))
-        return head, parse_references(checkpoint_id, references, self.backend)
-
-    def _assembled(
-        self,
-        checkpoint_id: str,
-        head: bytes,
-        references: bytes,
-        chunks: list[list[str]] | None,
-    ) -> WorkflowCheckpoint:
-        """The checkpoint a head and its opened chunks make (None: a chunk is gone); failures: core's exception."""
-        if chunks is None:
-            raise WorkflowCheckpointException(
-                f"Checkpoint {checkpoint_id} lost part of its step cache in {self.backend} (expired or deleted)."
-            )
-        try:
-            checkpoint = self._deduper.assemble(checkpoint_id, head.decode("utf-8"), references.decode("utf-8"), chunks)
-        except WorkflowCheckpointException:
-            raise
-        except Exception as exc:  # UnicodeDecodeError, RecursionError, core's decoder on a malformed value, ...
-            raise WorkflowCheckpointException(
-                self.unreadable.format(checkpoint_id=checkpoint_id, error=type(exc).__name__)
-            ) from exc
-        return same_id(checkpoint_id, checkpoint)
-
-
-def same_id(checkpoint_id: str, checkpoint: WorkflowCheckpoint) -> WorkflowCheckpoint:
-    """Return ``checkpoint`` when it is the one stored under ``checkpoint_id``; refuse another's body."""
-    if checkpoint.checkpoint_id != checkpoint_id:
-        raise WorkflowCheckpointException(
-            f"The body stored for checkpoint {checkpoint_id} is another checkpoint's; it was not loaded."
-        )
-    return checkpoint
-
-
-_MAX_REFERENCES = 4096
-
-
-def parse_references(checkpoint_id: str, references: bytes, backend: str) -> list[tuple[str, int]]:
-    """Read stored references ``[[segment id, chunk count], ...]``; anything else is ``WorkflowCheckpointException``."""
-    try:
-        refs = json.loads(references.decode("utf-8"))
-        if not isinstance(refs, list) or len(cast("list[Any]", refs)) > _MAX_REFERENCES:
-            raise ValueError("not a list of references")
-        parsed: list[tuple[str, int]] = []
-        for ref in cast("list[Any]", refs):
-            if not isinstance(ref, list) or len(cast("list[Any]", ref)) != 2:
-                raise ValueError("a reference is not [segment, count]")
-            segment, count = cast("list[Any]", ref)
-            if not isinstance(segment, str) or type(count) is not int or count < 0:
-                raise ValueError("a reference is not [segment, count]")
-            parsed.append((segment, count))
-    except Exception as exc:  # UnicodeDecodeError, JSONDecodeError, RecursionError, the shape
-        raise WorkflowCheckpointException(
-            f"Checkpoint {checkpoint_id} in {backend} has corrupted segment references; it was not loaded."
-        ) from exc
-    return parsed
+        if self.sealer is not None and chunk is not None:
+            chunk = self.sealer.seal(chunk, context=chunk_context(plan.segment, plan.chunk_index))
+        return b"", chunk

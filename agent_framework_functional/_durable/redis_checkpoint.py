@@ -5,7 +5,7 @@ Keys, under the storage's namespace (``p`` = ``<namespace>:``):
 * ``p checkpoint:<id>``: a checkpoint stored whole (core's encoding, ``checkpoint_storage.encode_body``), a hash
   indexed by save time in ``p workflow:<name>``.
 * ``p segment:<id>``: a run's step-cache chunks (a list), each carrying its checkpoint's head
-  (``_durable/checkpoint_heads.py``), the first one the segment's parents.
+  (``_durable/checkpoint_delta.py``), the first one the segment's parents.
 * ``p seginfo:<id>``: ``n`` the checkpoints that reference the segment, ``w`` its workflow, ``r`` its
   references (for the scripts; a load trusts the sealed copy in the first chunk).
 * ``p loc:<bucket>``: checkpoint id -> ``<segment id>:<index>:<expiry>`` (a canonical UUID as its 16 bytes in

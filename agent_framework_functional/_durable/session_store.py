@@ -1,14 +1,8 @@
-"""Bounded session stores: core's ``SessionStore`` with a TTL and a maximum size, sessions kept as JSON.
+"""Bounded session stores: core's ``SessionStore`` with a TTL and a maximum size, sessions kept as JSON (never pickle).
 
-A session holds a paused conversation's continuation token, so it is treated like the continuation
-stores treat their records: JSON only (core's ``AgentSession.to_dict`` / ``from_dict``), never pickle.
-Every store keeps opaque text records in one key space split into groups (sessions; AG-UI thread
-snapshots per scope, through ``hosting.ThreadSnapshotStore``); :class:`InMemorySessionStore` here,
-the durable backends in ``_durable.sqlite_session``, ``_durable.redis_session`` and ``_durable.postgres_session``.
-
-Eviction rule (every backend): a record expires ``ttl`` after its last write (reads do not extend it)
-and is never returned after that; past ``max_entries`` the records that expire first (the least
-recently written) are deleted.
+Every store keeps text records in groups (sessions; AG-UI thread snapshots per scope). Eviction rule (every
+backend): a record expires ``ttl`` after its last write (reads do not extend it) and is never returned after
+that; past ``max_entries`` the records that expire first (the least recently written) are deleted.
 """
 
 from __future__ import annotations
@@ -26,21 +20,14 @@ from agent_framework import AgentSession, SessionStore
 
 from .._store import DEFAULT_TTL_SECONDS, AsyncClosing, PurgeSchedule, duration_seconds
 
-SESSION_GROUP = "session"
-"""The group of core sessions in a store's records (AG-UI snapshots use ``agui:<scope>``)."""
-
-DEFAULT_MAX_SESSIONS = 10_000
-"""Records an :class:`InMemorySessionStore` keeps at most by default; more evict the least recently written."""
-
-DEFAULT_MAX_STORED_SESSIONS = 1_000_000
-"""Records a durable session store keeps at most by default (trimmed at each purge)."""
-
-DEFAULT_SESSION_PURGE_INTERVAL_SECONDS = 60.0
-"""How often (at most) a durable session store deletes expired records and trims to ``max_entries`` on a write."""
+SESSION_GROUP = "session"  # the group of core sessions (AG-UI snapshots use ``agui:<scope>``)
+DEFAULT_MAX_SESSIONS = 10_000  # an InMemorySessionStore's max_entries
+DEFAULT_MAX_STORED_SESSIONS = 1_000_000  # a durable session store's max_entries
+DEFAULT_SESSION_PURGE_INTERVAL_SECONDS = 60.0  # a durable session store's purge_interval
 
 
 def record_key(group: str, key: str) -> str:
-    """The stored key of ``key`` in ``group``: a sha256 hex digest (any text, any length, fits every backend)."""
+    """The stored key of ``key`` in ``group``: a sha256 hex digest (fits every backend)."""
     raw = json.dumps([group, key], ensure_ascii=True, separators=(",", ":"))
     return hashlib.sha256(raw.encode("ascii")).hexdigest()
 
@@ -95,31 +82,23 @@ class LimitedRecords:
 
 
 class SessionRecords(Protocol):
-    """Text records with a TTL, in groups: what a bounded session store keeps (``SessionRecords`` of each backend)."""
+    """Text records with a TTL, in groups: what a bounded session store keeps."""
 
     async def read(self, group: str, key: str) -> str | None:
         """The text under ``key`` in ``group``, or None (absent or expired)."""
-        ...
 
     async def write(self, group: str, key: str, text: str) -> None:
         """Store ``text`` under ``key`` in ``group``; it expires ``ttl`` from now."""
-        ...
 
     async def remove(self, group: str, key: str) -> bool:
         """Delete ``key`` in ``group``; True when it was there."""
-        ...
 
     async def remove_group(self, group: str) -> int:
         """Delete every record of ``group``; return how many."""
-        ...
 
 
 class BoundedSessionStore(AsyncClosing, SessionStore):
-    """Core's ``SessionStore`` on :class:`SessionRecords`: get, set and delete, as JSON, bounded by the records.
-
-    The base of this package's session stores; ``records`` is also where ``hosting.ThreadSnapshotStore``
-    keeps AG-UI thread snapshots, in the same backend with the same TTL and bounds.
-    """
+    """Core's ``SessionStore`` on :class:`SessionRecords` (``hosting.ThreadSnapshotStore`` keeps snapshots there)."""
 
     def __init__(self, records: SessionRecords) -> None:
         super().__init__()
@@ -170,21 +149,16 @@ class DurableRecords(SessionRecords, Protocol):
 
     async def count(self) -> int:
         """Records stored now (sessions and snapshots; expired ones not yet purged included)."""
-        ...
 
     async def purge(self) -> int:
         """Delete the expired records and trim to ``max_entries`` now; return how many were deleted."""
-        ...
 
 
 _Records = TypeVar("_Records", bound=DurableRecords)
 
 
 class DurableSessionStore(Generic[_Records], BoundedSessionStore):
-    """The shared part of the durable session stores (SQLite, Redis, PostgreSQL).
-
-    Typed records, ``count``, ``purge_expired`` and ``async with`` (which calls the backend's ``aclose``).
-    """
+    """The shared part of the durable session stores (SQLite, Redis, PostgreSQL): typed records, count, purge."""
 
     def __init__(self, records: _Records) -> None:
         super().__init__(records)
@@ -202,10 +176,6 @@ class DurableSessionStore(Generic[_Records], BoundedSessionStore):
     async def purge_expired(self) -> int:
         """Delete the expired records and trim to ``max_entries`` now; return how many were deleted."""
         return await self.records.purge()
-
-    async def aclose(self) -> None:
-        """Release the backend's connections (each backend says which)."""
-        raise NotImplementedError
 
 
 class MemoryRecords(LimitedRecords):
@@ -259,11 +229,9 @@ class MemoryRecords(LimitedRecords):
 class InMemorySessionStore(BoundedSessionStore):
     """A bounded, process-local session store: the hosts' default when they are given no shared store.
 
-    Unlike core's ``SessionStore`` (no eviction, a deep copy per entry), it keeps each session as JSON
-    text; each write drops the sessions ``ttl`` past their last write and, past ``max_entries``, the
-    least recently written (a dropped session's paused conversation can no longer be answered through
-    the host). For several workers or restarts use :class:`SQLiteSessionStore`,
-    :class:`RedisSessionStore` or :class:`PostgresSessionStore`.
+    Unlike core's ``SessionStore`` (no eviction), each write drops the sessions ``ttl`` past their last
+    write and, past ``max_entries``, the least recently written (a dropped session's paused conversation
+    can no longer be answered through the host). For several workers or restarts use a durable store.
 
     Keyword Args:
         ttl: How long a session is kept after its last write (seconds or ``timedelta``); default 24 hours,

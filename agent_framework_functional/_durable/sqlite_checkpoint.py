@@ -1,7 +1,9 @@
 """SQLiteCheckpointStorage: core's ``CheckpointStorage`` in one SQLite file, each step result stored once.
 
-Checkpoints of runs this package drives take the step-cache path the Redis and PostgreSQL storages
-share (``DurableCheckpointStorage._store_delta``, ``_durable/checkpoint_delta.py``).
+A checkpoint of a run we drive is one row of ``checkpoint_chunks`` (its new step results and its head,
+``_durable/checkpoint_delta.py``) in its run's segment; ``checkpoint_segments`` counts the checkpoints that
+reference each segment, so a delete frees a segment once nothing needs it. Core's ids (uuids) are stored as
+16 bytes and segment ids as 64-bit integers, which keeps a long run's file at about LangGraph's size.
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ import os
 import sqlite3
 import threading
 import time
+import uuid
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -26,32 +29,8 @@ from .._expiry import forget_retained
 from .._store import PurgeSchedule, duration_seconds
 from .checkpoint_delta import DeltaSave, StepCacheDeduper
 from .checkpoint_seal import CheckpointSealer, chunk_context, open_chunk
-from .checkpoint_storage import (
-    DurableCheckpointStorage,
-    check_allowed_types,
-    check_sealer,
-    encode_body,
-)
-from .sqlite_rows import (
-    ADD_REFERENCE,
-    INSERT_CHUNK,
-    INSERT_WHOLE,
-    LIVE,
-    SCHEMA,
-    UPSERT_SEGMENT,
-    began_at_once,
-    blob,
-    close_all,
-    drop,
-    finish,
-    gathered,
-    id_key,
-    id_text,
-    purge_expired,
-    segment_key,
-    segment_text,
-)
-from .sqlite_store import connect_sqlite, setup
+from .checkpoint_storage import DurableCheckpointStorage, check_allowed_types, check_sealer, encode_body
+from .sqlite_store import connect_sqlite, finish, setup
 
 if TYPE_CHECKING:
     from .._step_cache import StepCacheOffer
@@ -60,29 +39,39 @@ _T = TypeVar("_T")
 logger = logging.getLogger(__name__)
 
 DEFAULT_CHECKPOINT_TTL = timedelta(days=7)
-"""How long a :class:`SQLiteCheckpointStorage` keeps a checkpoint after saving it, by default."""
+PURGE_INTERVAL_SECONDS = 600.0  # how often (at most) a storage object deletes expired checkpoints, on a save
+WAL_CHECKPOINT_EVERY = 256  # saves committed on the event loop's thread between two WAL checkpoints
 
-PURGE_INTERVAL_SECONDS = 600.0
-"""How often (at most) a storage object deletes expired checkpoints, on a save."""
-
-WAL_CHECKPOINT_EVERY = 256
-"""Saves committed on the event loop's thread between two WAL checkpoints (run in a worker thread)."""
+# The tables (version 1), created if missing on open. No index by workflow name: a listing reads every whole
+# row and segment (one per run), never the chunks, and an index would cost a page in every file.
+SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS workflow_checkpoints (checkpoint_id TEXT PRIMARY KEY, workflow_name TEXT NOT NULL, "
+    "saved_at REAL NOT NULL, expires_at REAL, body BLOB NOT NULL) WITHOUT ROWID",
+    # refs: the checkpoints that reference the segment (its own and its children's)
+    "CREATE TABLE IF NOT EXISTS checkpoint_segments (segment PRIMARY KEY, workflow_name TEXT NOT NULL, "
+    "parents TEXT NOT NULL, chunks INTEGER NOT NULL, refs INTEGER NOT NULL, saved_at REAL NOT NULL, "
+    "expires_at REAL) WITHOUT ROWID",
+    # one chunk per checkpoint of a run we drive; a NULL checkpoint_id: deleted, kept for the later ones
+    "CREATE TABLE IF NOT EXISTS checkpoint_chunks (segment NOT NULL, idx INTEGER NOT NULL, "
+    "checkpoint_id, body BLOB NOT NULL, PRIMARY KEY (segment, idx)) WITHOUT ROWID",
+    "CREATE UNIQUE INDEX IF NOT EXISTS checkpoint_chunks_id ON checkpoint_chunks (checkpoint_id) "
+    "WHERE checkpoint_id IS NOT NULL",
+)
+LIVE = "(expires_at IS NULL OR expires_at > ?)"
+_UPSERT_SEGMENT = (
+    "INSERT INTO checkpoint_segments VALUES (?, ?, ?, ?, 0, ?, NULL) "
+    "ON CONFLICT (segment) DO UPDATE SET chunks = excluded.chunks, saved_at = excluded.saved_at"
+)
 
 
 class SQLiteCheckpointStorage(DurableCheckpointStorage):
     """Core's ``CheckpointStorage`` protocol in one SQLite file, for the workers of one machine.
 
-    The embedded durable default: pair it with a :class:`SQLiteContinuationStore` (the same file may
-    hold both) and any process of the machine can resume a pause another saved. Bodies are core's
-    checkpoint encoding, decoded under core's allow-list plus ``allowed_checkpoint_types``; a
-    checkpoint that would not decode is refused at :meth:`save`, a stored one that does not makes
-    :meth:`load` raise ``WorkflowCheckpointException`` and :meth:`list_checkpoints` skip it. Runs this
-    package drives store each step result once (one chunk per checkpoint in the run's segment).
-    Put the file on a local disk; for several machines use Redis or PostgreSQL.
-
-    Security: core decodes with ``pickle``, so without a ``sealer`` whoever can write the file can
-    run code in your workers (a warning is logged once); with a :class:`CheckpointSealer` every
-    stored piece is authenticated (optionally encrypted) and refused before decoding when it fails.
+    Pair it with a :class:`SQLiteContinuationStore` (the same file may hold both). Bodies are core's
+    checkpoint encoding under core's allow-list plus ``allowed_checkpoint_types``: one that would not
+    decode is refused at :meth:`save`; a stored one that does not fails :meth:`load` and is skipped by
+    :meth:`list_checkpoints`. Core decodes with ``pickle``: without a ``sealer`` whoever can write the
+    file can run code in your workers (a warning is logged once).
 
     Args:
         path: The database file; created (with its folders and tables) if missing.
@@ -90,11 +79,9 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
     Keyword Args:
         allowed_checkpoint_types: Extra ``"module:QualName"`` types checkpoints may contain.
         ttl: How long a checkpoint is kept after its run's last save (seconds or ``timedelta``), default 7
-            days; ``None`` keeps them until :meth:`delete`. Expired ones are never returned and are deleted
-            by a later save (at most once per 10 minutes per object).
+            days; ``None`` keeps them until :meth:`delete`. Expired ones are never returned.
         busy_timeout: Seconds to wait for another process's write lock before failing.
-        sealer: Seals every piece it saves and opens every piece it loads (README "Durable
-            continuations"); None stores core's encoding as it is.
+        sealer: Seals every piece it saves and opens every piece it loads; None stores core's encoding as it is.
 
     Raises:
         ValueError: ``ttl`` or ``busy_timeout`` is not a positive duration of at most ten years.
@@ -140,11 +127,11 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
             connections.append(now)
             now.executescript("PRAGMA synchronous = NORMAL; PRAGMA wal_autocheckpoint = 0; PRAGMA busy_timeout = 0;")
         except BaseException:
-            close_all(*connections)
+            _close_all(*connections)
             raise
         self._conn, self._now = conn, now
         self._commits = 0
-        self._finalizer = weakref.finalize(self, close_all, self._conn, self._now)
+        self._finalizer = weakref.finalize(self, _close_all, self._conn, self._now)
 
     async def save_with_offer(self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None) -> str:
         """:meth:`save` (its errors), each new step result stored once when ``offer`` fits ``checkpoint``."""
@@ -158,8 +145,9 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
         row = (checkpoint.checkpoint_id, checkpoint.workflow_name, body)
 
         def write(conn: sqlite3.Connection, now: float) -> bool:
-            drop(conn, checkpoint.checkpoint_id)
-            conn.execute(INSERT_WHOLE, (*row[:2], now, self._expiry(now), row[2]))
+            _drop(conn, checkpoint.checkpoint_id)
+            sql = "INSERT INTO workflow_checkpoints VALUES (?, ?, ?, ?, ?)"
+            conn.execute(sql, (*row[:2], now, self._expiry(now), row[2]))
             return True
 
         await self._write(write)
@@ -170,33 +158,29 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
     ) -> bool:
         """Append the checkpoint's chunk (its head inside) in one transaction; False: a segment lost chunks."""
         assert chunk is not None  # inline heads: every save appends one
+        own = _segment_key(plan.segment)
 
         def write(conn: sqlite3.Connection, now: float) -> bool:
-            drop(conn, checkpoint.checkpoint_id)  # what the id stored before (rolled back with a refusal)
-            if not self._segments_hold(conn, plan, now):
-                return False
-            expires_at = self._expiry(now)
+            _drop(conn, checkpoint.checkpoint_id)  # what the id stored before (rolled back with a refusal)
+            for segment, count in plan.refs:  # the run's segment holds exactly chunk_index, each parent its count
+                sql = f"SELECT chunks FROM checkpoint_segments WHERE segment = ? AND {LIVE}"
+                found = conn.execute(sql, (_segment_key(segment), now)).fetchone()
+                count_now = 0 if found is None else int(found[0])
+                if (count_now != plan.chunk_index) if segment == plan.segment else (count_now < count):
+                    return False
             conn.execute(
-                INSERT_CHUNK, (segment_key(plan.segment), plan.chunk_index, id_key(checkpoint.checkpoint_id), chunk)
+                "INSERT INTO checkpoint_chunks VALUES (?, ?, ?, ?)",
+                (own, plan.chunk_index, _id_key(checkpoint.checkpoint_id), chunk),
             )
             parents = json.dumps(plan.refs[:-1])
-            segment = (segment_key(plan.segment), checkpoint.workflow_name, parents, plan.chunk_index + 1, now)
-            conn.execute(UPSERT_SEGMENT, segment)
-            conn.executemany(ADD_REFERENCE, [(expires_at, segment_key(name)) for name, _ in plan.refs])
+            conn.execute(_UPSERT_SEGMENT, (own, checkpoint.workflow_name, parents, plan.chunk_index + 1, now))
+            conn.executemany(
+                "UPDATE checkpoint_segments SET refs = refs + 1, expires_at = ? WHERE segment = ?",
+                [(self._expiry(now), _segment_key(name)) for name, _ in plan.refs],
+            )
             return True
 
         return await self._write(write)
-
-    def _segments_hold(self, conn: sqlite3.Connection, plan: DeltaSave, now: float) -> bool:
-        """Whether the run's segment holds exactly ``chunk_index`` chunks and every parent at least its count."""
-        for segment, count in plan.refs:
-            found = conn.execute(
-                f"SELECT chunks FROM checkpoint_segments WHERE segment = ? AND {LIVE}", (segment_key(segment), now)
-            ).fetchone()
-            count_now = 0 if found is None else int(found[0])
-            if (count_now != plan.chunk_index) if segment == plan.segment else (count_now < count):
-                return False
-        return True
 
     async def load(self, checkpoint_id: str) -> WorkflowCheckpoint:
         """Load a checkpoint by id.
@@ -211,13 +195,13 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
             sql = f"SELECT body FROM workflow_checkpoints WHERE checkpoint_id = ? AND {LIVE}"
             whole = conn.execute(sql, (checkpoint_id, now)).fetchone()
             if whole is not None:
-                return (blob(whole[0]),)
+                return (_blob(whole[0]),)
             sql = (
                 "SELECT c.segment, c.idx, s.parents FROM checkpoint_chunks c JOIN checkpoint_segments s "
                 f"ON s.segment = c.segment WHERE c.checkpoint_id = ? AND {LIVE.replace('expires_at', 's.expires_at')}"
             )
-            found = conn.execute(sql, (id_key(checkpoint_id), now)).fetchone()
-            return None if found is None else gathered(conn, segment_text(found[0]), found[1], found[2])
+            found = conn.execute(sql, (_id_key(checkpoint_id), now)).fetchone()
+            return None if found is None else _gathered(conn, _segment_text(found[0]), found[1], found[2])
 
         found = await self._run(read)
         if found is None:
@@ -234,7 +218,7 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
             now = time.time()
             sql = f"SELECT checkpoint_id, body FROM workflow_checkpoints WHERE workflow_name = ? AND {LIVE}"
             rows = conn.execute(sql + " ORDER BY saved_at", (workflow_name, now)).fetchall()
-            loads = [(str(cid), functools.partial(self._whole, str(cid), blob(body))) for cid, body in rows]
+            loads = [(str(cid), functools.partial(self._whole, str(cid), _blob(body))) for cid, body in rows]
             sql = f"SELECT segment, parents FROM checkpoint_segments WHERE workflow_name = ? AND {LIVE}"
             for segment, parents in conn.execute(sql + " ORDER BY saved_at", (workflow_name, now)).fetchall():
                 ids = conn.execute(
@@ -243,15 +227,15 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
                     (segment,),
                 ).fetchall()
                 if ids:
-                    refs, chunks = gathered(conn, segment_text(segment), ids[-1][1], parents)
+                    refs, chunks = _gathered(conn, _segment_text(segment), ids[-1][1], parents)
                     for key, idx in ids:
-                        cid = id_text(key)
+                        if isinstance(key, bytes):  # a uuid as its 16 bytes (another length: no id of ours)
+                            key = str(uuid.UUID(bytes=key)) if len(key) == 16 else key.hex()
                         own = (*refs[-1][:1], idx + 1)
-                        loads.append((str(cid), functools.partial(self._inline, str(cid), [*refs[:-1], own], chunks)))
+                        loads.append((str(key), functools.partial(self._inline, str(key), [*refs[:-1], own], chunks)))
             return loads
 
-        loads = await self._run(read)
-        return await self._listed(workflow_name, loads)
+        return await self._listed(workflow_name, await self._run(read))
 
     async def delete(self, checkpoint_id: str) -> bool:
         """Delete a checkpoint by id (and step results nothing references any more); True if this call did."""
@@ -262,7 +246,7 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
         ids = list(dict.fromkeys(checkpoint_ids))
 
         def delete(conn: sqlite3.Connection, _now: float) -> int:
-            return sum(drop(conn, checkpoint_id) for checkpoint_id in ids)
+            return sum(_drop(conn, checkpoint_id) for checkpoint_id in ids)
 
         return await self._write(delete, at_once=False) if ids else 0
 
@@ -271,7 +255,7 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
         forget_retained(self)
         with self._lock:
             if self._finalizer.detach() is not None:
-                close_all(self._conn, self._now)
+                _close_all(self._conn, self._now)
 
     async def aclose(self) -> None:
         """Close the database connection (idempotent) without blocking the event loop; see :meth:`close`."""
@@ -289,14 +273,13 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
                 f"Checkpoint {checkpoint_id} lost part of its step cache in SQLite (expired or deleted)."
             )
         texts = [
-            [self._chunk(checkpoint_id, segment, index, raw) for index, raw in enumerate(found[:count])]
+            [
+                open_chunk(segment, index, self._unseal(checkpoint_id, raw, chunk_context(segment, index)), None)
+                for index, raw in enumerate(found[:count])
+            ]
             for found, (segment, count) in zip(chunks, refs, strict=True)
         ]
         return self._assembled_inline(checkpoint_id, refs, texts)
-
-    def _chunk(self, checkpoint_id: str, segment: str, index: int, raw: bytes) -> str:
-        """One chunk opened (bound to its segment and index; a sealed one refused without a sealer) as text."""
-        return open_chunk(segment, index, self._unseal(checkpoint_id, raw, chunk_context(segment, index)), None)
 
     async def _write(self, operation: Callable[[sqlite3.Connection, float], _T], *, at_once: bool = True) -> _T:
         """Run ``operation`` in one immediate transaction; rolled back on an error or a False result.
@@ -308,7 +291,11 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
         due = self._purges.interval is not None and self._purges.due(time.time())
         if at_once and not due and self._lock.acquire(blocking=False):
             try:
-                began = began_at_once(self._now)
+                try:
+                    self._now.execute("BEGIN IMMEDIATE")
+                    began = True
+                except sqlite3.OperationalError:  # busy (or failing): the worker thread's connection waits, or raises
+                    began = False
                 result = finish(self._now, operation) if began else None
             finally:
                 self._lock.release()
@@ -323,7 +310,9 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
             conn.execute("BEGIN IMMEDIATE")
             if at_once and self._purges.interval is not None and self._purges.due(now):
                 self._purges.ran(now)
-                purge_expired(conn, now)
+                conn.execute("DELETE FROM workflow_checkpoints WHERE expires_at <= ?", (now,))
+                expired = conn.execute("SELECT segment FROM checkpoint_segments WHERE expires_at <= ?", (now,))
+                _free_segments(conn, [segment for (segment,) in expired.fetchall()])
             return finish(conn, operation)
 
         return await self._run(waiting)
@@ -334,3 +323,79 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
                 return operation(self._conn)
 
         return await asyncio.to_thread(locked)
+
+
+def _drop(conn: sqlite3.Connection, checkpoint_id: str) -> bool:
+    """Delete one checkpoint; a chunk stays for the checkpoints after it, a segment nothing references goes."""
+    if conn.execute("DELETE FROM workflow_checkpoints WHERE checkpoint_id = ?", (checkpoint_id,)).rowcount:
+        return True
+    found = conn.execute(
+        "SELECT c.segment, s.parents FROM checkpoint_chunks c LEFT JOIN checkpoint_segments s "
+        "ON s.segment = c.segment WHERE c.checkpoint_id = ?",
+        (_id_key(checkpoint_id),),
+    ).fetchone()
+    if found is None:
+        return False
+    conn.execute("UPDATE checkpoint_chunks SET checkpoint_id = NULL WHERE checkpoint_id = ?", (_id_key(checkpoint_id),))
+    segments = [found[0], *(_segment_key(segment) for segment, _ in _references(found[1] or "[]"))]
+    conn.executemany("UPDATE checkpoint_segments SET refs = refs - 1 WHERE segment = ?", [(s,) for s in segments])
+    for segment in segments:
+        left = conn.execute("SELECT refs FROM checkpoint_segments WHERE segment = ?", (segment,)).fetchone()
+        if left is None or int(left[0]) <= 0:
+            _free_segments(conn, [segment])
+    return True
+
+
+def _references(refs: str) -> list[tuple[str, int]]:
+    """Stored parents as ``(segment, count)`` pairs; malformed ones read as none (the load's check refuses them)."""
+    try:
+        return [(str(segment), int(count)) for segment, count in cast("Sequence[Any]", json.loads(refs))]
+    except (ValueError, TypeError, RecursionError):
+        return []
+
+
+def _gathered(
+    conn: sqlite3.Connection, segment: str, index: int, parents: str
+) -> tuple[list[tuple[str, int]], list[list[bytes]]]:
+    """A checkpoint's references (its parents, then its own segment up to chunk ``index``) and their chunks."""
+    refs = [*_references(parents), (segment, index + 1 if isinstance(index, int) and index >= 0 else 0)]
+    sql = "SELECT body FROM checkpoint_chunks WHERE segment = ? AND idx < ? ORDER BY idx"
+    chunks = [[_blob(body) for (body,) in conn.execute(sql, (_segment_key(name), count))] for name, count in refs]
+    return refs, chunks
+
+
+def _free_segments(conn: sqlite3.Connection, segments: list[Any]) -> None:
+    """Delete segments (by their stored keys) and their chunks."""
+    conn.executemany("DELETE FROM checkpoint_chunks WHERE segment = ?", [(segment,) for segment in segments])
+    conn.executemany("DELETE FROM checkpoint_segments WHERE segment = ?", [(segment,) for segment in segments])
+
+
+def _id_key(checkpoint_id: str) -> bytes | str:
+    """A chunk's checkpoint id as stored: a canonical uuid (core's ids) as its 16 bytes, any other id as text."""
+    try:
+        parsed = uuid.UUID(checkpoint_id)
+    except ValueError:
+        return checkpoint_id
+    return parsed.bytes if str(parsed) == checkpoint_id else checkpoint_id
+
+
+def _blob(value: Any) -> bytes:
+    """A stored body as bytes (one written as text or a number, which this storage never writes, as its text)."""
+    return value if isinstance(value, bytes) else str(value).encode("utf-8", "surrogatepass")
+
+
+def _segment_key(segment: str) -> int | str:
+    """A segment id as stored: 16 hex digits (the deduper's ids) as a signed 64-bit integer, any other as text."""
+    if len(segment) == 16 and all(c in "0123456789abcdef" for c in segment):
+        return int(segment, 16) - (1 << 63)
+    return segment
+
+
+def _segment_text(key: Any) -> str:
+    """A stored segment id as the deduper's text (:func:`_segment_key` undone)."""
+    return f"{key + (1 << 63):016x}" if isinstance(key, int) else str(key)
+
+
+def _close_all(*connections: sqlite3.Connection) -> None:
+    for conn in connections:
+        conn.close()

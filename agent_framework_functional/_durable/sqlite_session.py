@@ -45,7 +45,7 @@ _TRIM = (
 
 
 class SQLiteRecords(LimitedRecords):
-    """The ``session_records`` table of one SQLite file (WAL), used from a worker thread under a lock."""
+    """The ``session_records`` table of one SQLite file, used from a worker thread under a lock."""
 
     def __init__(self, path: Path, *, limits: SessionLimits, busy_timeout: float) -> None:
         super().__init__(limits)
@@ -72,7 +72,6 @@ class SQLiteRecords(LimitedRecords):
         return await self._run(lambda c: c.execute(sql, (group_key(group),)).rowcount)
 
     async def count(self) -> int:
-        """Records stored now (expired ones not yet purged included)."""
         row = await self._run(lambda c: c.execute("SELECT count(*) FROM session_records").fetchone())
         return int(row[0])
 
@@ -103,10 +102,9 @@ class SQLiteRecords(LimitedRecords):
 class SQLiteSessionStore(DurableSessionStore[SQLiteRecords]):
     """Core's ``SessionStore`` in one SQLite file: sessions shared by the workers of one machine, kept across restarts.
 
-    Each session is one row of JSON in the ``session_records`` table; writes are last-writer-wins.
-    Expired rows and those past ``max_entries`` are deleted at most once per ``purge_interval`` (so
-    between purges the table may exceed ``max_entries`` by the writes made since). Put the file on a
-    local disk; close the store with :meth:`aclose` (or ``async with``).
+    One row of JSON per session; writes are last-writer-wins. Expired rows and those past ``max_entries``
+    are deleted at most once per ``purge_interval``. Put the file on a local disk; close the store with
+    :meth:`aclose` (or ``async with``).
 
     Args:
         path: The database file; created (with its folders and table) if missing. It may be the

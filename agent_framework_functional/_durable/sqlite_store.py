@@ -23,33 +23,21 @@ from .._store import (
     TimedStore,
     duration_seconds,
 )
-from .sqlite_rows import finish
 
 _T = TypeVar("_T")
 
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS continuations (token_hash TEXT PRIMARY KEY, workflow_name TEXT NOT NULL, "
+    "signature_hash TEXT NOT NULL, checkpoint_id TEXT NOT NULL, pending_request_ids TEXT NOT NULL, "
+    "created_at REAL NOT NULL, expires_at REAL NOT NULL, "
+    "status TEXT NOT NULL CHECK (status IN ('issued', 'claimed', 'abandoned')), updated_at REAL NOT NULL, "
+    "response_types TEXT, claimed_by TEXT, conversation TEXT) WITHOUT ROWID"
+)
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS continuations (
-    token_hash TEXT PRIMARY KEY,
-    workflow_name TEXT NOT NULL,
-    signature_hash TEXT NOT NULL,
-    checkpoint_id TEXT NOT NULL,
-    pending_request_ids TEXT NOT NULL,
-    created_at REAL NOT NULL,
-    expires_at REAL NOT NULL,
-    status TEXT NOT NULL CHECK (status IN ('issued', 'claimed', 'abandoned')),
-    updated_at REAL NOT NULL,
-    response_types TEXT,
-    claimed_by TEXT,
-    conversation TEXT
-) WITHOUT ROWID
-"""
-
-# Both purge conditions can use an index, so a purge does not scan the table under the write lock.
+# Both purge conditions use an index (no scan under the write lock); supersede finds a pause by checkpoint id.
 _INDEXES = (
     "CREATE INDEX IF NOT EXISTS continuations_expires_at ON continuations (expires_at)",
     "CREATE INDEX IF NOT EXISTS continuations_updated_at ON continuations (updated_at)",
-    # A checkpoint restore finds the pause's record by its checkpoint id (supersede).
     "CREATE INDEX IF NOT EXISTS continuations_checkpoint_id ON continuations (checkpoint_id)",
 )
 
@@ -57,11 +45,9 @@ _INDEXES = (
 _PURGE = "DELETE FROM continuations WHERE expires_at < :cutoff OR (status != 'issued' AND updated_at < :cutoff)"
 
 DEFAULT_PURGE_INTERVAL_SECONDS = 600.0
-"""How often (at most) a :class:`SQLiteContinuationStore` deletes records past retention on a write."""
 
 
 def _close_dropped(conn: sqlite3.Connection, path: Path) -> None:
-    """Close the connection of a store collected without ``close()`` and say so (its weak finalizer)."""
     conn.close()
     warnings.warn(
         f"SQLiteContinuationStore({str(path)!r}) was dropped without being closed; its database connection "
@@ -72,11 +58,7 @@ def _close_dropped(conn: sqlite3.Connection, path: Path) -> None:
 
 
 def connect_sqlite(path: Path, timeout: float) -> sqlite3.Connection:
-    """A WAL-mode connection to the database file ``path``, its missing folders created first.
-
-    Folders are created as core's ``FileCheckpointStorage`` creates its own (sqlite3 alone fails with
-    "unable to open database file", naming no path).
-    """
+    """A WAL-mode connection to ``path``, its missing folders created first (as core's ``FileCheckpointStorage``)."""
     if str(path) != ":memory:":
         path.parent.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
@@ -90,11 +72,7 @@ def connect_sqlite(path: Path, timeout: float) -> sqlite3.Connection:
 
 
 def setup(path: Path, timeout: float, schema: tuple[str, ...]) -> sqlite3.Connection:
-    """Open ``path`` (:func:`connect_sqlite`) and create a component's tables and indexes if missing.
-
-    Each SQLite component has one layout (version 1; there is no earlier one to upgrade), created by
-    ``CREATE ... IF NOT EXISTS`` when a store object opens the file: SQLite needs no deploy step.
-    """
+    """Open ``path`` and create a component's tables and indexes (its one layout, version 1) if missing."""
     conn = connect_sqlite(path, timeout)
     try:
         conn.execute("PRAGMA synchronous = NORMAL")
@@ -106,32 +84,38 @@ def setup(path: Path, timeout: float, schema: tuple[str, ...]) -> sqlite3.Connec
     return conn
 
 
+def finish(conn: sqlite3.Connection, operation: Callable[[sqlite3.Connection, float], _T]) -> _T:
+    """Finish the transaction ``conn`` began: ``operation``, then commit (rolled back on an error or False)."""
+    try:
+        result = operation(conn, time.time())
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT" if result is not False else "ROLLBACK")
+    return result
+
+
 class SQLiteContinuationStore(TimedStore):
     """A :class:`ContinuationStore` in one SQLite file (WAL mode), safe for several processes on one machine.
 
     A claim is one conditional ``UPDATE`` in an immediate transaction, checked by its row count, so
-    exactly one process wins. Blocking calls run in a worker thread. Put the file on a local disk
-    (use :class:`RedisContinuationStore` for several machines), and build the store in each process
-    rather than sharing it across ``fork()``. Close it (``aclose``, ``close`` or ``async with``); a
-    store collected while open closes its connection and emits a ``ResourceWarning``.
-
-    **Bounded storage.** A record that expired more than ``retention`` ago, or was claimed or
-    abandoned that long ago, is deleted by the first write of a store object and then by the first
-    write once ``purge_interval`` has passed; a pending (``issued``, unexpired) one never is.
+    exactly one process wins. Put the file on a local disk and build the store in each process (not
+    across ``fork()``). Close it (``aclose``, ``close`` or ``async with``); a store collected while open
+    closes its connection and emits a ``ResourceWarning``. A record that expired more than ``retention``
+    ago, or was claimed or abandoned that long ago, is deleted by a later write (at most once per
+    ``purge_interval``); a pending one never is.
 
     Args:
         path: The database file; created (with its folders and table) if missing.
 
     Keyword Args:
         ttl: How long a token is accepted after its pause (seconds or ``timedelta``); default 24 hours.
-        retention: How long a record is kept after it expires, or after it is claimed or abandoned,
-            for inspection (finding a crashed resume's checkpoint), before it is purged (seconds or
-            ``timedelta``); default 24 hours.
+        retention: How long a record is kept after it expires or is claimed or abandoned, for inspection,
+            before it is purged (seconds or ``timedelta``); default 24 hours.
         busy_timeout: Seconds to wait for another process's write lock before failing.
-        purge_interval: Least time between two automatic purges of this store object (seconds or
-            ``timedelta``), default 10 minutes; ``None`` turns the automatic purge off (then call
-            :meth:`purge_expired` yourself, or the file grows without bound).
-        clock: Seconds since the epoch; defaults to ``time.time`` (tests inject a fake clock).
+        purge_interval: Least time between two automatic purges (default 10 minutes); ``None`` turns them
+            off (then call :meth:`purge_expired` yourself, or the file grows without bound).
+        clock: Seconds since the epoch; defaults to ``time.time``.
 
     Raises:
         ValueError: ``ttl``, ``retention``, ``busy_timeout`` or ``purge_interval`` is not a positive
@@ -236,10 +220,7 @@ class SQLiteContinuationStore(TimedStore):
         return await self._run(lambda c: self._purge(c, self.now()))
 
     def close(self) -> None:
-        """Close the database connection (idempotent); the store cannot be used afterwards.
-
-        Waits for an operation in progress on another thread; in async code prefer :meth:`aclose`.
-        """
+        """Close the database connection (idempotent; waits for an operation in progress, prefer :meth:`aclose`)."""
         with self._lock:
             if self._finalizer.detach() is not None:
                 self._conn.close()
@@ -252,7 +233,6 @@ class SQLiteContinuationStore(TimedStore):
         return await self._immediate(lambda conn, _now: conn.execute(sql, params).rowcount == 1)
 
     async def _immediate(self, operation: Callable[[sqlite3.Connection, float], bool]) -> bool:
-        """Run ``operation`` in one ``BEGIN IMMEDIATE`` transaction (rolled back on an error or False)."""
 
         def run(conn: sqlite3.Connection) -> bool:
             conn.execute("BEGIN IMMEDIATE")
@@ -261,7 +241,6 @@ class SQLiteContinuationStore(TimedStore):
         return await self._run(run, write=True)
 
     def _purge(self, conn: sqlite3.Connection, now: float) -> int:
-        """Delete the records past retention (under ``self._lock``); return how many."""
         deleted = conn.execute(_PURGE, {"cutoff": now - self._retention}).rowcount
         self._purges.ran(now)
         return deleted

@@ -1,4 +1,4 @@
-"""Heads carried in chunks (``_durable/checkpoint_heads.py``): every id, previous id and timestamp reads back exactly.
+"""Heads carried in chunks (``_durable/checkpoint_delta.py``): every id, previous id and timestamp reads back exactly.
 
 Core's timestamps are ``datetime.now(timezone.utc).isoformat()``; a checkpoint may carry any text, so
 the other shapes are covered too: whole seconds (no fraction), another offset, an offset that changes
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from agent_framework_functional._durable.checkpoint_heads import head_fields, read_heads
+from agent_framework_functional._durable.checkpoint_delta import head_fields, read_heads
 
 START = datetime(2026, 12, 3, 7, 15, 7, 376062, tzinfo=timezone.utc)
 
