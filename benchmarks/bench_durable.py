@@ -58,6 +58,7 @@ import tempfile
 import time
 import warnings
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -73,6 +74,7 @@ from agent_framework_functional import (
     RedisContinuationStore,
     RunContext,
     SQLiteContinuationStore,
+    migrate_postgres,
     step,
     workflow,
 )
@@ -361,8 +363,15 @@ def block_spec(spec: dict[str, str], folder: Path) -> dict[str, str]:
     if spec["kind"] == "sqlite":
         return {**spec, "location": str(folder / "continuations.db")}
     if spec["kind"] == "postgres":
-        return {**spec, "namespace": f"{spec['namespace']}_{folder.name.lower()}"}
+        return postgres_ready({**spec, "namespace": f"{spec['namespace']}_{folder.name.lower()}"})
     return {**spec, "namespace": f"{spec['namespace']}:{folder.name}"}
+
+
+def postgres_ready(spec: dict[str, str]) -> dict[str, str]:
+    """``spec`` once its schema's tables exist (``migrate_postgres``, in a thread: callers may run a loop)."""
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, migrate_postgres(spec["location"], schema=spec["namespace"])).result()
+    return spec
 
 
 async def cycle_rates(
@@ -476,7 +485,7 @@ async def run_rows(args: argparse.Namespace, folder: Path, redis_url: str | None
     specs = {
         "SQLite": {"kind": "sqlite", "location": str(folder / "continuations.db"), "namespace": ""},
         "Redis": {"kind": "redis", "location": redis_url, "namespace": f"bench:{os.getpid()}"},
-        "Postgres": {"kind": "postgres", "location": postgres_url, "namespace": f"bench_{os.getpid()}"},
+        "Postgres": postgres_ready({"kind": "postgres", "location": postgres_url, "namespace": f"bench_{os.getpid()}"}),
     }
     if args.postgres_only:
         specs = {"Postgres": specs["Postgres"]}

@@ -310,7 +310,7 @@ async def run_postgres(side: str, docs: list[str], servers: Servers) -> Measure:
     else:
         storage = PostgresCheckpointStorage(url, schema=schema)
         try:
-            await storage.list_checkpoint_ids(workflow_name="batch")  # creates the tables, outside the timing
+            await storage.setup()  # creates the tables, outside the timing
             wf = (CORE if side == "core" else OURS_KEPT).build(checkpoint_storage=storage)
             measure = await timed(lambda: wf.run(docs), servers.postgres_pid, tree_cpu)
         finally:

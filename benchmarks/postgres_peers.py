@@ -62,11 +62,14 @@ def _our_makers(url: str) -> tuple[Callable[[Path], Awaitable[Any]], Callable[[P
     """Ours: one worker pauses and resumes, or one pauses and another resumes."""
     import bench_peers as bp
 
-    def ours_pair(schema: str) -> tuple[PostgresContinuationStore, PostgresCheckpointStorage]:
-        return PostgresContinuationStore(url, schema=schema), PostgresCheckpointStorage(url, schema=schema)
+    async def ours_pair(schema: str) -> tuple[PostgresContinuationStore, PostgresCheckpointStorage]:
+        store, storage = PostgresContinuationStore(url, schema=schema), PostgresCheckpointStorage(url, schema=schema)
+        await store.setup()  # the tables, outside the timing (IF NOT EXISTS: the second pair adds nothing)
+        await storage.setup()
+        return store, storage
 
     async def ours_same(_: Path) -> Any:
-        store, storage = ours_pair(_new_schema(url))
+        store, storage = await ours_pair(_new_schema(url))
         wf = bp.our_review.build(checkpoint_storage=storage, continuation_store=store)
 
         async def close() -> None:
@@ -77,7 +80,7 @@ def _our_makers(url: str) -> tuple[Callable[[Path], Awaitable[Any]], Callable[[P
 
     async def ours_other(_: Path) -> Any:
         schema = _new_schema(url)
-        (store_one, storage_one), (store_two, storage_two) = ours_pair(schema), ours_pair(schema)
+        (store_one, storage_one), (store_two, storage_two) = await ours_pair(schema), await ours_pair(schema)
 
         async def cycle() -> None:
             pausing = bp.our_review.build(checkpoint_storage=storage_one, continuation_store=store_one)

@@ -178,3 +178,36 @@ class PostgresServer:
                 check=False,
             )
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def setup_schema(url: str, schema: str) -> str:
+    """Create ``schema`` with every table of the package on ``url`` (``migrate_postgres``); return ``schema``.
+
+    Runs in a thread of its own, so it works from synchronous code and inside a running event loop alike.
+    """
+    import asyncio
+    import threading
+
+    from agent_framework_functional import migrate_postgres
+
+    failures: list[BaseException] = []
+
+    def migrate() -> None:
+        try:
+            asyncio.run(migrate_postgres(url, schema=schema))
+        except BaseException as exc:  # re-raised in the caller's thread
+            failures.append(exc)
+
+    thread = threading.Thread(target=migrate)
+    thread.start()
+    thread.join()
+    if failures:
+        raise failures[0]
+    return schema
+
+
+def new_schema(url: str, prefix: str = "t") -> str:
+    """A fresh schema on ``url`` with every table of the package created (:func:`setup_schema`)."""
+    import uuid
+
+    return setup_schema(url, f"{prefix}_{uuid.uuid4().hex}")

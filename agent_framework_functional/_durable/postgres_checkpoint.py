@@ -1,18 +1,20 @@
 """PostgresCheckpointStorage: core's ``CheckpointStorage`` on PostgreSQL, for workers without a shared file system.
 
-A whole body is written and read only through ``checkpoint_storage``'s :func:`encode_body` /
-:func:`decode_body`, the one place that turns a checkpoint into stored bytes and back. Checkpoints of
-runs this package drives are rows of ``delta_checkpoints`` (``_durable/postgres_rows_sql.py``, read and
-written by ``_durable/postgres_rows.py``); whole checkpoints live in ``<schema>.checkpoints``.
+Whole bodies go through ``checkpoint_storage``'s :func:`encode_body` / :func:`decode_body` into
+``<schema>.checkpoints``; checkpoints of runs this package drives are rows of ``delta_checkpoints``
+(``postgres_rows_sql.py``, ``postgres_rows.py``), a run's step saves held back by ``postgres_held.py``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import time
+from collections import OrderedDict
+from collections.abc import Generator
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 
@@ -27,7 +29,7 @@ from .checkpoint_storage import (
     decode_body,
     encode_body,
 )
-from .postgres_held import HeldStepSaves
+from .postgres_held import HeldSave, HeldSteps, holdable
 from .postgres_rows import (
     check_storable,
     chunk_map,
@@ -40,14 +42,14 @@ from .postgres_rows import (
     row_references,
     storable,
 )
-from .postgres_rows_sql import HEAD_COLUMNS, MIGRATION, STATEMENTS
+from .postgres_rows_sql import HEAD_COLUMNS, STATEMENTS, TABLES, save_many
 from .postgres_schema import DEFAULT_POOL_SIZE, DEFAULT_POOL_TIMEOUT_SECONDS, DEFAULT_SCHEMA, PostgresPool
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
     from psycopg_pool import AsyncConnectionPool
 
-    from .._step_cache import StepCacheOffer
+    from .._step_cache import StepCacheLog, StepCacheOffer
 
 logger = logging.getLogger(__name__)
 
@@ -57,55 +59,43 @@ DEFAULT_CHECKPOINT_TTL = timedelta(days=7)
 PURGE_INTERVAL_SECONDS = 600.0
 """How often (at most) a storage object deletes expired checkpoints, on a save."""
 
-MIGRATIONS = (MIGRATION,)
-"""The ``checkpoints`` component's migrations, version 1 first (``_durable.postgres_schema`` applies them)."""
+UNWRITTEN_KEPT = 4096
+"""How many ids of held step saves a pause superseded (never written) are remembered, so their delete sends nothing."""
 
 
-class PostgresCheckpointStorage(HeldStepSaves, DurableCheckpointStorage):
+class PostgresCheckpointStorage(DurableCheckpointStorage):
     """Core's ``CheckpointStorage`` protocol on PostgreSQL, so workers on several machines share checkpoints.
 
-    A drop-in for ``FileCheckpointStorage`` when the workers share a database instead of a file
-    system: pair it with a :class:`PostgresContinuationStore` on the same database, and any worker
-    can resume a pause another one saved. One row per checkpoint: in ``<schema>.delta_checkpoints``
-    (its head and the step results added since the run's previous checkpoint) for runs this package
-    drives, in ``<schema>.checkpoints`` (whole) otherwise; created on first use, versioned like the
-    store's table. Bodies are core's own checkpoint
-    encoding, decoded under core's allow-list plus ``allowed_checkpoint_types``; a checkpoint that
-    would not decode is refused at :meth:`save`, and a stored body that does not decode makes
-    :meth:`load` raise ``WorkflowCheckpointException`` and :meth:`list_checkpoints` skip it.
+    Pair it with a :class:`PostgresContinuationStore` on the same database and any worker can resume a pause
+    another one saved. One row per checkpoint: in ``<schema>.delta_checkpoints`` (its head and the step
+    results added since the run's previous checkpoint) for runs this package drives, whole in
+    ``<schema>.checkpoints`` otherwise; the tables are created by :meth:`setup` (or :func:`migrate_postgres`).
+    Bodies are core's checkpoint encoding, decoded under core's allow-list plus ``allowed_checkpoint_types``:
+    a checkpoint that would not decode is refused at :meth:`save`, a stored one that does not decode makes
+    :meth:`load` raise ``WorkflowCheckpointException`` and :meth:`list_checkpoints` skip it. A checkpoint
+    expires ``ttl`` after its save (keep it at least the store's ``ttl + retention``).
 
-    A checkpoint expires ``ttl`` after its last save; expired rows are never returned and are
-    deleted by a later save (at most once per 10 minutes per object). Keep ``ttl`` at least the
-    continuation store's ``ttl + retention``.
-
-    Security: core decodes with ``pickle`` under an allow-list (a mitigation, not a boundary), so
-    without a ``sealer`` whoever can write this table can run code in your workers (the storage logs
-    a warning once). With a :class:`CheckpointSealer` every body is authenticated with the host's key
-    (bound to its checkpoint id; optionally encrypted) and a body that fails the check is refused
-    before anything decodes it. Either way grant write access to the workers' role only (SECURITY.md).
+    Security: core decodes with ``pickle`` under an allow-list (a mitigation, not a boundary), so without a
+    ``sealer`` whoever can write this table can run code in your workers (a warning is logged once); with a
+    :class:`CheckpointSealer` a body that fails its check is refused before anything decodes it (SECURITY.md).
 
     Args:
-        conninfo: A libpq connection string or URL (the storage owns its pool; close it with
-            :meth:`aclose`), or a ``psycopg_pool.AsyncConnectionPool`` (the caller owns it).
+        conninfo: A libpq connection string or URL (the storage owns its pool; :meth:`aclose` closes it), or
+            your ``psycopg_pool.AsyncConnectionPool`` (you open and close it).
 
     Keyword Args:
-        pool: Your ``psycopg_pool.AsyncConnectionPool`` instead of ``conninfo`` (you open and close it;
-            :meth:`aclose` leaves it open).
-        schema: The PostgreSQL schema of the table (a plain lower-case identifier).
+        pool: Your ``AsyncConnectionPool`` instead of ``conninfo``.
+        schema: The PostgreSQL schema of the tables (a plain lower-case identifier).
         allowed_checkpoint_types: Extra ``"module:QualName"`` types checkpoints may contain.
-        ttl: How long a checkpoint is kept after it is saved (seconds or ``timedelta``), default 7
-            days; ``None`` keeps checkpoints until :meth:`delete`.
+        ttl: How long a checkpoint is kept after it is saved (default 7 days); ``None`` keeps it until deleted.
         max_size: With a connection string: connections at most in the pool (default 10).
         pool_timeout: How long an operation waits for a connection (default 10 s).
-        sealer: Seals every body it saves and opens every body it loads (README "Durable
-            continuations"); None stores core's encoding as it is.
+        sealer: Seals every body it saves and opens every body it loads; None stores core's encoding as it is.
         synchronous_steps: True: every save waits for PostgreSQL's disk. False (default): only a pause's
-            checkpoint (pending requests) waits, the others commit without waiting (as LangGraph's default
-            ``durability="async"``). No pause is lost: its flush writes the server's log up to it, earlier
-            saves included, before its token exists. A server crash can lose the last ~600 ms of step
-            checkpoints; a restore then starts earlier and runs those steps again. A run's step checkpoints
-            are also held in the worker until its next save, its end or 0.2 s (``flush()``), so a
-            pause's statement carries them and a finished run never writes them.
+            checkpoint waits, flushing the server's log up to it before its token exists (as LangGraph's
+            ``durability="async"``); a server crash can lose the last ~600 ms of step checkpoints, and a
+            restore then runs those steps again. A run's step checkpoints are also held in the worker until
+            its next save, its end or 0.2 s (:meth:`flush`), so a finished run never writes them.
 
     Raises:
         ImportError: psycopg 3 is not installed.
@@ -118,11 +108,8 @@ class PostgresCheckpointStorage(HeldStepSaves, DurableCheckpointStorage):
     Examples:
         .. code-block:: python
 
-            dsn = "postgresql://app@db/app"
-            wf = review.build(
-                checkpoint_storage=PostgresCheckpointStorage(dsn, allowed_checkpoint_types=["my_app:Verdict"]),
-                continuation_store=PostgresContinuationStore(dsn),
-            )
+            storage = PostgresCheckpointStorage("postgresql://app@db/app", allowed_checkpoint_types=["app:Verdict"])
+            await storage.setup()
     """
 
     logger = logger
@@ -154,32 +141,35 @@ class PostgresCheckpointStorage(HeldStepSaves, DurableCheckpointStorage):
             pool=pool,
             owner="PostgresCheckpointStorage",
             schema=schema,
-            component="checkpoints",
-            migrations=MIGRATIONS,
+            tables=TABLES,
             max_size=max_size,
             pool_timeout=pool_timeout,
-            keep_connection=True,
         )
         self._sql = self._db.statements(STATEMENTS)
         self._deduper = StepCacheDeduper(self._allowed_types)
-        self._start_holding()
+        self._held = HeldSteps(self._write_held)
+        self._unwritten: OrderedDict[str, None] = OrderedDict()  # held step saves a pause superseded
+        self._many: dict[tuple[int, bool], bytes] = {}
+        self._unsent: set[str] = set()  # pauses that superseded held rows, their statement not sent yet
 
     async def setup(self) -> None:
-        """Create this component's tables in its schema, or check that they are at this package's version.
-
-        A deploy step runs it (or :func:`migrate_postgres`) with a role that may create tables; a worker
-        whose tables exist needs only ``SELECT, INSERT, UPDATE, DELETE`` (its first operation checks them).
+        """Create the schema and the checkpoint tables and functions if missing (idempotent; safe from several workers).
 
         Raises:
-            RuntimeError: The tables are newer than this package, or missing and this role may not create them.
             PostgresUnavailableError: PostgreSQL could not be reached.
+            psycopg.errors.InsufficientPrivilege: This role may not create them (see :func:`migrate_postgres`).
         """
-        await self._db.prepare()
+        await self._db.setup()
 
     @property
     def schema(self) -> str:
-        """The PostgreSQL schema that holds the table."""
+        """The PostgreSQL schema that holds the tables."""
         return self._db.schema
+
+    @property
+    def database(self) -> PostgresPool:
+        """The storage's pool (a store on the same database writes a pause with it: ``postgres_joint``)."""
+        return self._db
 
     async def save_with_offer(self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None) -> str:
         """:meth:`save` (its errors; also ``psycopg.OperationalError``), each step result stored once with ``offer``."""
@@ -218,11 +208,7 @@ class PostgresCheckpointStorage(HeldStepSaves, DurableCheckpointStorage):
     def decode_row(
         self, checkpoint_id: str, head: tuple[Any, ...], chunks: dict[tuple[int, int], bytes]
     ) -> WorkflowCheckpoint:
-        """Decode a delta row's head columns over its segments' chunks, as ``load`` does (``postgres_joint``'s read).
-
-        Raises:
-            WorkflowCheckpointException: A part does not open or decode.
-        """
+        """Decode a delta row's head columns over its segments' chunks, as ``load`` does (``postgres_joint``)."""
         return self._delta(checkpoint_id, head, chunks)
 
     async def purge_when_due(self, conn: AsyncConnection[Any], now: float) -> None:
@@ -234,12 +220,14 @@ class PostgresCheckpointStorage(HeldStepSaves, DurableCheckpointStorage):
     async def _write_delta(
         self, checkpoint: WorkflowCheckpoint, plan: DeltaSave, head: bytes, chunk: bytes | None
     ) -> bool:
-        """Call ``save_delta_checkpoint`` once; False (nothing written) when a referenced segment lost chunks.
-
-        The run's held step checkpoints go first, in the same statement (and commit).
-        """
+        """Call ``save_delta_checkpoint`` after the run's held saves, in one statement; False: a segment lost chunks."""
         times = self._times()
-        statement, params = await self._with_held(checkpoint, plan, delta_params(checkpoint, plan, self.sealer, times))
+        params = delta_params(checkpoint, plan, self.sealer, times)
+        held = self._held.take(plan.log)
+        await self._held.written_by(plan.log)  # a write of this run's earlier rows in flight goes first
+        self._unsent.discard(checkpoint.checkpoint_id)
+        statement = self._statement(len(held) + 1, self._waits_for_disk(checkpoint))
+        params = (*(param for row in held for param in row.params), *params)
         return await self._db.run("checkpoint save", functools.partial(self._save_delta, times[0], statement, params))
 
     def _waits_for_disk(self, checkpoint: WorkflowCheckpoint) -> bool:
@@ -247,7 +235,7 @@ class PostgresCheckpointStorage(HeldStepSaves, DurableCheckpointStorage):
         return self._synchronous_steps or bool(checkpoint.pending_request_info_events)
 
     def _sealed_parts(self, checkpoint_id: str, plan: DeltaSave) -> tuple[bytes, bytes | None]:
-        """Nothing: a version-3 row seals its head and chunk together (``_durable/postgres_rows.py``)."""
+        """Nothing: a row seals its head and chunk together (``postgres_rows.py``)."""
         return b"", None
 
     async def _save_delta(
@@ -258,14 +246,129 @@ class PostgresCheckpointStorage(HeldStepSaves, DurableCheckpointStorage):
         row = await (await execute_save(conn, str(params[1]), statement, params)).fetchone()
         return bool(row is not None and row[-1])
 
+    @contextlib.contextmanager
+    def _superseding(self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None) -> Generator[None, None, None]:
+        """A pause: forget its run's held step saves unwritten (its row holds their step results).
+
+        Enter before the save's first ``await`` (core's dicts may change later) and save the pause inside. A
+        pause that fails before its statement is sent ends its run: they are written after all (its restore
+        point). Once sent, a failure may hide a pause that landed, which they must not follow: they are lost.
+        """
+        pause = offer is not None and bool(checkpoint.pending_request_info_events) and offer.take(checkpoint.state)
+        log = offer.log if offer is not None and pause else None
+        discarded = None if log is None else self._held.discard(log)
+        if log is None or discarded is None:
+            yield
+            return
+        rows, before = discarded
+        self._deduper.rewind(log, before)
+        self._unsent.add(checkpoint.checkpoint_id)
+        try:
+            yield
+        except BaseException:
+            if checkpoint.checkpoint_id in self._unsent:  # refused or cancelled before its statement was sent
+                self._deduper.rewind(log, None)  # its next save (if any) starts a segment of its own
+                self._held.write_soon(log, rows)
+            raise
+        finally:
+            self._unsent.discard(checkpoint.checkpoint_id)
+        for row in rows:
+            self._unwritten[row.checkpoint_id] = None
+        while len(self._unwritten) > UNWRITTEN_KEPT:
+            self._unwritten.popitem(last=False)
+
+    def _hold(self, checkpoint: WorkflowCheckpoint, plan: DeltaSave) -> bool:
+        """Hold a step's save (``save_buffered``); False: write it now."""
+        if not holdable(checkpoint) or self._waits_for_disk(checkpoint):
+            return False
+        params = delta_params(checkpoint, plan, self.sealer, self._times())
+        before = self._deduper.snapshot(plan.log)
+        self._deduper.saved(plan, checkpoint.checkpoint_id)  # its run's next save appends after it
+        self._held.hold(plan.log, HeldSave(checkpoint.checkpoint_id, params), before)
+        return True
+
+    def buffers(self, checkpoint_id: str) -> bool:
+        """Whether this object holds ``checkpoint_id`` unwritten (a read elsewhere would not find it)."""
+        return self._held.holds([checkpoint_id])
+
+    def pause_written(self, plan: DeltaSave, checkpoint_id: str) -> None:
+        """A pause :meth:`plan_pause` planned was written (by the store's statement): its run's saves continue it."""
+        self._deduper.saved(plan, checkpoint_id)
+
+    def pause_refused(self, plan: DeltaSave) -> None:
+        """A pause :meth:`plan_pause` planned was not written as planned: its run's next save starts a segment."""
+        self._deduper.forget(plan)
+
+    async def plan_pause(
+        self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None
+    ) -> tuple[DeltaSave, tuple[Any, ...]] | None:
+        """Plan a pause's save for a statement that writes its record too (``postgres_joint``); None: save it.
+
+        As a written pause, it forgets the run's held step saves and waits for its writes in flight. The caller
+        then calls :meth:`pause_written` or :meth:`pause_refused`. An unstorable checkpoint raises as ``save``.
+        """
+        check_storable(checkpoint)
+        if not holdable(checkpoint):
+            return None
+        with self._superseding(checkpoint, offer):
+            plan = self._deduper.prepare(checkpoint, offer)
+            if plan is None:
+                return None  # stored whole by the caller's save
+            await self._held.written_by(plan.log)
+            self._unsent.discard(checkpoint.checkpoint_id)
+            return plan, delta_params(checkpoint, plan, self.sealer, self._times())
+
+    async def _unheld(self, checkpoint_ids: list[str]) -> tuple[list[str], int]:
+        """Before a delete: the ids still to delete on the server, and how many were held or never written.
+
+        Held rows of a run the delete names only in part are written first, so the delete finds them.
+        """
+        ids = list(dict.fromkeys(checkpoint_ids))
+        dropped, runs = self._held.drop(set(ids))  # a finished run's held step saves: never written
+        for run, before in runs:  # a running run's next save appends to what is stored, not to them
+            self._deduper.rewind(cast("StepCacheLog", run), before)
+        for checkpoint_id in [checkpoint_id for checkpoint_id in ids if checkpoint_id in self._unwritten]:
+            del self._unwritten[checkpoint_id]  # superseded by its run's pause before it was written
+            dropped.add(checkpoint_id)
+        ids = [checkpoint_id for checkpoint_id in ids if checkpoint_id not in dropped]
+        if ids:
+            await self._held.flush_now(ids)
+        return ids, len(dropped)
+
+    def _times(self) -> tuple[float, float | None]:
+        """(saved at, expires at) for a save now."""
+        now = time.time()
+        return now, None if self._ttl is None else now + self._ttl
+
+    def _statement(self, saves: int, waits: bool) -> bytes:
+        """The statement of ``saves`` ``save_delta_checkpoint`` calls in order, committed waiting or not."""
+        if (statement := self._many.get((saves, waits))) is None:
+            statement = self._many[saves, waits] = self._db.statements({"many": save_many(saves, waits)})["many"]
+        return statement
+
+    async def _write_held(self, run: Any, rows: list[HeldSave]) -> None:
+        """Write a run's held step saves in one statement; failed or refused, its next save starts a segment."""
+        params = tuple(param for row in rows for param in row.params)
+        save = functools.partial(self._save_delta, time.time(), self._statement(len(rows), False), params)
+        written = False
+        try:
+            written = await self._db.run("checkpoint save", save)
+        finally:
+            if not written:
+                self._deduper.rewind(run, None)
+        if not written:
+            raise RuntimeError("a step checkpoint they continue was never written")
+
+    async def flush(self) -> None:
+        """Write every step checkpoint this object holds back now (reads, deletes and ``aclose`` do it first)."""
+        await self._held.flush_now()
+
+    async def write_buffered(self, checkpoint_ids: list[str]) -> None:
+        """Write the runs whose held step saves include one of ``checkpoint_ids`` (a run ended); failures are logged."""
+        await self._held.flush_now(checkpoint_ids)
+
     async def load(self, checkpoint_id: str) -> WorkflowCheckpoint:
         """Load a checkpoint by id.
-
-        Args:
-            checkpoint_id: The id :meth:`save` returned.
-
-        Returns:
-            A new ``WorkflowCheckpoint``.
 
         Raises:
             WorkflowCheckpointException: No live checkpoint has this id, or its body does not decode.
@@ -292,14 +395,7 @@ class PostgresCheckpointStorage(HeldStepSaves, DurableCheckpointStorage):
         return self._open(checkpoint_id, bytes(row[0]))
 
     async def list_checkpoints(self, *, workflow_name: str) -> list[WorkflowCheckpoint]:
-        """Return the workflow's live checkpoints that decode, oldest save first (others skipped with a warning).
-
-        Keyword Args:
-            workflow_name: The workflow's name.
-
-        Returns:
-            The decoded checkpoints.
-        """
+        """Return the workflow's live checkpoints that decode, oldest save first (others skipped with a warning)."""
         if not storable(workflow_name):  # PostgreSQL text cannot hold it, so no checkpoint has it
             return []
         await self._held.flush_now()
@@ -355,30 +451,11 @@ class PostgresCheckpointStorage(HeldStepSaves, DurableCheckpointStorage):
         return decode_body(checkpoint_id, body, self._allowed_types)
 
     async def delete(self, checkpoint_id: str) -> bool:
-        """Delete a checkpoint by id.
-
-        Args:
-            checkpoint_id: The checkpoint's id.
-
-        Returns:
-            True if this call deleted it; False if no checkpoint had this id.
-
-        The delete commits without waiting for the server's disk: one a crash undoes comes back and
-        expires after ``ttl``.
-        """
+        """Delete a checkpoint by id; True if this call deleted it (without waiting for the disk: see ``ttl``)."""
         return await self.delete_many([checkpoint_id]) == 1
 
     async def delete_many(self, checkpoint_ids: list[str]) -> int:
-        """Delete several checkpoints in one statement (a run chain's spent checkpoints, in one round trip).
-
-        Args:
-            checkpoint_ids: The checkpoints' ids.
-
-        Returns:
-            How many of them this call deleted.
-
-        As :meth:`delete`, the delete commits without waiting for the server's disk.
-        """
+        """Delete several checkpoints in one statement (a run's spent chain); returns how many this call deleted."""
         ids, dropped = await self._unheld([name for name in checkpoint_ids if storable(name)])
         if not ids:
             return dropped
@@ -390,10 +467,7 @@ class PostgresCheckpointStorage(HeldStepSaves, DurableCheckpointStorage):
         return dropped + await self._db.run("checkpoint delete", delete)
 
     async def aclose(self) -> None:
-        """Write the held step checkpoints, then close the connection pool if the storage created it.
-
-        A pool passed in is left open.
-        """
+        """Write the held step checkpoints, then close the pool if the storage created it (not a pool passed in)."""
         await self._held.flush_now()
         forget_retained(self)
         await self._db.aclose()

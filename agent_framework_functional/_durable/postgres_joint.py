@@ -1,25 +1,19 @@
 """A pause's record and its checkpoint in one round trip, when both live in one PostgreSQL database (internal).
 
-When the :class:`PostgresContinuationStore` and the :class:`PostgresCheckpointStorage` share a
-database (the same pool, or the same connection string), the two statements of each end of a pause
-become one round trip, on the storage's connection (it keeps one warm for its functions):
+When :class:`PostgresContinuationStore` and :class:`PostgresCheckpointStorage` share a database (the same
+pool, or connection strings that parse the same), on the storage's connection:
 
-* **Saving a pause.** The run's recorder keeps the pause's checkpoint save (:meth:`PostgresJoint.plan_pause`)
-  until the record is saved; then one statement inserts the record and saves the checkpoint, in one
-  transaction and one commit (waiting for the disk, as each did). Both are written or neither is, and
-  the token is still issued only after that commit. A save the storage refuses (a segment it
-  continues lost chunks) leaves the record inserted and the checkpoint is saved whole under the same
-  id; a failed statement saves the pause's checkpoint alone (the run's restore point) before the
-  failure is raised; a pause nobody recorded (the run ended otherwise) is saved alone when the run ends.
-* **Answering it on another worker.** The record (by its token's hash) and the checkpoint it names are
-  read by one statement: the record's row, then the rows of the storage's own ``delta_load``, keyed by a
-  subquery on the record instead of a parameter. Core makes a checkpoint id a random uuid, which is its
-  row key as it is; any other id (or a row that does not match) is loaded the usual way afterwards.
+* **Saving a pause.** The run's recorder keeps the pause's checkpoint save until the record is saved; then
+  one statement inserts the record and saves the checkpoint, one commit (waiting for the disk): both or
+  neither, and the token is issued only after it. A save the storage refuses (a segment lost chunks)
+  leaves the record and saves the checkpoint whole under the same id; a failed statement saves the
+  checkpoint alone (the run's restore point) before the failure is raised.
+* **Answering it on another worker.** One statement reads the record and the rows of the storage's
+  ``delta_load`` keyed by a subquery on the record; a checkpoint id that is not a random uuid (or a row
+  that does not match) is loaded the usual way afterwards.
 
-A first use opens the pools and checks both schemas first, as each object's own first operation does.
-Everything goes the usual way when the two do not share a database. ``PostgresContinuationStore.joint``
-builds the pair (the ``_store.JointStore`` capability the core asks for); this module does not import the
-store's module, which imports it.
+``PostgresContinuationStore.joint`` builds the pair (``_store.JointStore``); this module does not import
+the store's module, which imports it.
 """
 
 from __future__ import annotations
@@ -48,7 +42,7 @@ if TYPE_CHECKING:
     from .postgres_schema import PostgresPool
 
 logger = logging.getLogger(__name__)
-_ALONE: set[asyncio.Task[None]] = set()  # pauses saved alone after a cancelled write (a task is kept referenced)
+_ALONE: set[asyncio.Task[None]] = set()  # pauses being saved alone (each task kept referenced)
 
 PAUSE_HOLD_SECONDS = 0.5
 """How long a pause's checkpoint save waits for its record; then it is saved alone (a stream nobody reads on)."""
@@ -60,16 +54,14 @@ _KEY_OF_RECORD = (
 )
 _LOAD_OF_RECORD = STATEMENTS["delta_load"].replace("%(key)s", _KEY_OF_RECORD)
 _LOAD_COLUMNS = 1 + HEAD_COLUMNS + 3  # delta_load's row: is-head, the head's columns, a chunk's three
-# One statement: the record's row (first column 0), then the checkpoint's delta_load rows (1), each side's
-# columns NULL in the other's rows (PostgreSQL takes a column's type from the side that has one).
+# The record's row (first column 0), then the checkpoint's delta_load rows (1), each side NULL in the other's.
 _RECORD_AND_CHECKPOINT = (
     f"WITH l AS ({_LOAD_OF_RECORD}) "
     f"SELECT 0, {', '.join(RECORD_COLUMNS)}, {', '.join(['NULL'] * _LOAD_COLUMNS)} FROM {{store}}.continuations "
     "WHERE token_hash = %(hash)s UNION ALL "
     f"SELECT 1, {', '.join(['NULL'] * len(RECORD_COLUMNS))}, l.* FROM l"
 )
-# The record's insert runs whatever the save returns (a data-modifying WITH always runs); the save's
-# result is the row's one column.
+# The record's insert runs whatever the save returns (a data-modifying WITH always runs).
 _SAVE_WITH_RECORD = (
     f"WITH r AS (INSERT INTO {{store}}.continuations (token_hash, {', '.join(RECORD_COLUMNS)}, updated_at) "
     f"VALUES (%s, {', '.join(['%s'] * len(RECORD_COLUMNS))}, %s) RETURNING 1) "
@@ -79,7 +71,7 @@ _SAVE_WITH_RECORD = (
 
 @functools.lru_cache(maxsize=64)
 def _statements(storage_schema: str, store_schema: str) -> tuple[bytes, bytes]:
-    """The joint read and write with both schemas filled in, rendered once per pair (one is made per build)."""
+    """The joint read and write with both schemas filled in, rendered once per pair."""
     from psycopg import sql
 
     names = {"schema": sql.Identifier(storage_schema), "store": sql.Identifier(store_schema)}
@@ -102,12 +94,11 @@ class RecordStore(Protocol):
 
 
 class PostgresJointPause:
-    """A pause's checkpoint save, kept until its record is saved with it (``_store.JointPause``; see the module).
+    """A pause's checkpoint save, kept until its record is saved with it (``_store.JointPause``).
 
-    Built by :meth:`PostgresJoint.plan_pause`; exactly one of :meth:`write` and :meth:`write_alone` is called. A
-    record that does not come within :data:`PAUSE_HOLD_SECONDS` (a streaming caller that stopped reading at
-    the request) no longer waits: the checkpoint is saved alone then, so the pause's restore point does not
-    depend on the caller reading on; :meth:`write` then inserts the record after that save.
+    Exactly one of :meth:`write` and :meth:`write_alone` is called. A record that does not come within
+    :data:`PAUSE_HOLD_SECONDS` (a streaming caller stopped reading) no longer waits: the checkpoint is saved
+    alone then, and :meth:`write` inserts the record after that save.
     """
 
     __slots__ = ("_alone", "_checkpoint", "_joint", "_params", "_plan", "_timer")
@@ -153,11 +144,11 @@ class PostgresJointPause:
         return self._checkpoint.checkpoint_id
 
     async def write(self, record: ContinuationRecord) -> None:
-        """Insert ``record`` and save the checkpoint in one statement (one commit, waiting for the disk).
+        """Insert ``record`` and save the checkpoint in one statement; on failure the checkpoint is saved alone.
 
         Raises:
-            ValueError: A record with this hash exists already (nothing written; as the store's ``save``).
-            psycopg.OperationalError: PostgreSQL is unreachable; the checkpoint was then saved alone if it could be.
+            ValueError: A record with this hash exists already (as the store's ``save``).
+            psycopg.OperationalError: PostgreSQL is unreachable.
         """
         from psycopg.errors import UniqueViolation
 
@@ -210,10 +201,7 @@ class PostgresJointPause:
 
 
 class PostgresJoint:
-    """A store and a storage on one database: a pause's two statements in one round trip (``_store.Joint``).
-
-    Build with :func:`joint`.
-    """
+    """A store and a storage on one database (``_store.Joint``); build with :func:`joint`."""
 
     __slots__ = ("_load", "save_with_record", "storage", "store")
 
@@ -225,9 +213,7 @@ class PostgresJoint:
     async def plan_pause(
         self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None
     ) -> PostgresJointPause | None:
-        """Plan the save of a pause's checkpoint for :meth:`PostgresJointPause.write`; None: save it the usual way.
-
-        ``offer``: the save's step-cache offer (as the storage's ``save_with_offer``).
+        """Plan a pause's checkpoint save for :meth:`PostgresJointPause.write`; None: save it the usual way.
 
         Raises:
             WorkflowCheckpointException: The checkpoint cannot be encoded or stored (as ``save``).
@@ -238,16 +224,12 @@ class PostgresJoint:
     async def read(self, token_hash: str) -> tuple[ContinuationRecord | None, Callable[[], WorkflowCheckpoint] | None]:
         """The record of ``token_hash`` (None: none), and what decodes its checkpoint (None: load it the usual way).
 
-        The checkpoint is decoded only when asked, so the caller checks the record first, as it would
-        before a load of its own; decoding raises what the storage's ``load`` would
-        (``WorkflowCheckpointException``: the row does not open or decode).
+        Decoding, only when asked (after the caller checked the record), raises as the storage's ``load``.
 
         Raises:
             psycopg.OperationalError: PostgreSQL is unreachable (as the store's ``get``).
         """
-        store, storage = self.store, self.storage
-        await store.database.prepare()  # a first use: each checks its tables first
-        await storage.database.prepare()
+        storage = self.storage
         params = {"hash": token_hash, "now": time.time()}
 
         async def read(conn: AsyncConnection[Any]) -> list[tuple[Any, ...]]:
@@ -269,12 +251,7 @@ class PostgresJoint:
 
 
 def joint(store: RecordStore, storage: CheckpointStorage) -> PostgresJoint | None:
-    """A :class:`PostgresJoint` of ``store`` and ``storage``, or None when they are not both on one PostgreSQL database.
-
-    Exact classes only (the store's method checks its own): a subclass may change how it reads or loads.
-    """
-    if type(storage) is not PostgresCheckpointStorage:
-        return None
-    if not storage.database.shares_database(store.database):
+    """A :class:`PostgresJoint` of ``store`` and ``storage`` on one database, else None (exact classes only)."""
+    if type(storage) is not PostgresCheckpointStorage or not storage.database.shares_database(store.database):
         return None
     return PostgresJoint(store, storage)

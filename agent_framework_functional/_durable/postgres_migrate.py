@@ -1,27 +1,22 @@
-"""Create or upgrade every Postgres table the package uses, from a deploy step with a role that may create them.
-
-Workers create their tables on first use when their role may; where it may not (a role with only
-``SELECT, INSERT, UPDATE, DELETE``), a migration role runs :func:`migrate_postgres` before the workers
-start, and the workers then only read ``schema_version``.
-"""
+"""Create every Postgres table the package uses, from a deploy step with a role that may create them."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from . import postgres_checkpoint, postgres_session, postgres_store
+from . import postgres_rows_sql, postgres_session, postgres_store
 from .postgres_schema import DEFAULT_POOL_TIMEOUT_SECONDS, DEFAULT_SCHEMA, PostgresPool
 
 if TYPE_CHECKING:
     from psycopg_pool import AsyncConnectionPool
 
 COMPONENTS = {
-    "continuations": postgres_store.MIGRATIONS,
-    "checkpoints": postgres_checkpoint.MIGRATIONS,
-    "sessions": postgres_session.MIGRATIONS,
+    "continuations": postgres_store.TABLES,
+    "checkpoints": postgres_rows_sql.TABLES,
+    "sessions": postgres_session.TABLES,
 }
-"""Each component's migrations: the continuation store's, the checkpoint storage's, the session store's."""
+"""Each component's tables: the continuation store's, the checkpoint storage's, the session store's."""
 
 
 async def migrate_postgres(
@@ -30,10 +25,10 @@ async def migrate_postgres(
     schema: str = DEFAULT_SCHEMA,
     pool_timeout: float | timedelta = DEFAULT_POOL_TIMEOUT_SECONDS,
 ) -> dict[str, int]:
-    """Create or upgrade ``schema``'s tables: the continuation store's, checkpoint storage's and session store's.
+    """Create ``schema``'s tables if missing: the continuation store's, checkpoint storage's and session store's.
 
-    The same migrations a worker applies on first use, under the same advisory lock, so it is safe while
-    workers run (a worker at an older package version then refuses the newer tables: upgrade them together).
+    What each component's ``setup()`` does, in one transaction under the same advisory lock, so it is
+    safe while workers run; the workers' role then needs only ``SELECT, INSERT, UPDATE, DELETE``.
 
     Args:
         conninfo: A connection string (a pool is opened and closed here) or your ``AsyncConnectionPool``.
@@ -41,24 +36,22 @@ async def migrate_postgres(
         pool_timeout: How long to wait for a connection.
 
     Returns:
-        The version of each component now recorded in ``<schema>.schema_version``.
+        Each component's schema version (1: the layout of the first release).
 
     Raises:
         PostgresUnavailableError: PostgreSQL could not be reached (a ``psycopg.OperationalError``).
-        RuntimeError: The tables are newer than this package knows, or this role may not create them.
+        psycopg.errors.InsufficientPrivilege: This role may not create the schema or its tables.
     """
-    for component, migrations in COMPONENTS.items():
-        db = PostgresPool(
-            conninfo,
-            owner="migrate_postgres",
-            schema=schema,
-            component=component,
-            migrations=migrations,
-            max_size=1,
-            pool_timeout=pool_timeout,
-        )
-        try:
-            await db.prepare()
-        finally:
-            await db.aclose()
-    return {component: len(migrations) for component, migrations in COMPONENTS.items()}
+    db = PostgresPool(
+        conninfo,
+        owner="migrate_postgres",
+        schema=schema,
+        tables="".join(COMPONENTS.values()),
+        max_size=1,
+        pool_timeout=pool_timeout,
+    )
+    try:
+        await db.setup()
+    finally:
+        await db.aclose()
+    return dict.fromkeys(COMPONENTS, 1)

@@ -1,19 +1,11 @@
-"""Version-3 rows of ``PostgresCheckpointStorage``: a checkpoint's head and chunk in one row, and back.
+"""Rows of ``PostgresCheckpointStorage``: a checkpoint's head and chunk in one row, and back.
 
-A row (``_durable/postgres_rows_sql.py``) keeps the head in native columns: the checkpoint id and the
-previous id as ``uuid`` (an id that is not a canonical random (version 4) uuid is stored under a name-based uuid of
-it, :func:`row_key`, and its row keeps the head as JSON), core's timestamp as microseconds since
-the epoch when it renders back to the same text. ``body`` is the chunk (or empty), preceded by the
-head line ``[id, previous id, timestamp]`` and a newline when a column cannot hold it.
-
-Segment ids: the de-duplicator's 16-hex segment ids are the 64 bits of a signed ``bigint``
-(:func:`segment_number`; another form is hashed to one), written back as 16-hex text on load.
-
-With a :class:`~.checkpoint_seal.CheckpointSealer` the body is the head line and the chunk sealed
-together under :func:`row_context`: the row's references (the segments it continues with their
-counts, then its own segment with its count) and whether it holds a chunk. A chunk row's count is
-its index plus one, so a chunk cannot be swapped, reordered or moved to another segment or lineage,
-and the sealed head binds the checkpoint id (checked against the row's key on every read).
+The head is kept in native columns: ids as ``uuid`` (an id that is not a canonical random uuid is stored
+under a name-based uuid of it, :func:`row_key`, and its row keeps the head as JSON), core's timestamp as
+microseconds when it renders back to the same text. ``body`` is the chunk (or empty), preceded by the head
+line ``[id, previous id, timestamp]`` when a column cannot hold it. Segment ids are signed ``bigint``.
+Sealed, the body is the head line and chunk sealed together under :func:`row_context` (the row's
+references and kind), so a chunk cannot be swapped, reordered or moved, and the head binds the id.
 """
 
 from __future__ import annotations
@@ -47,11 +39,7 @@ Unseal = Callable[[str, bytes, bytes], bytes]
 
 
 def row_key(checkpoint_id: str) -> str:
-    """The ``uuid`` a checkpoint id is stored under: itself if a random (version 4) uuid, else a name-based one.
-
-    Core makes random uuids. Only those (in their canonical lower-case text) are kept as they are, so no id
-    can equal the name-based key of another one (a version-5 id is hashed like any other text).
-    """
+    """The ``uuid`` a checkpoint id is stored under: itself if a canonical random uuid (core's), else a uuid5 of it."""
     if _UUID4.fullmatch(checkpoint_id):
         return checkpoint_id
     return str(uuid.uuid5(_NAMESPACE, checkpoint_id))
@@ -69,11 +57,7 @@ def storable(text: str | None) -> bool:
 
 
 def check_storable(checkpoint: WorkflowCheckpoint) -> None:
-    """Refuse a checkpoint whose id, previous id or workflow name PostgreSQL text cannot hold.
-
-    Raises:
-        WorkflowCheckpointException: One of them holds a NUL or a lone surrogate.
-    """
+    """Raise ``WorkflowCheckpointException`` when PostgreSQL text cannot hold its id, previous id or workflow name."""
     names = (checkpoint.checkpoint_id, checkpoint.previous_checkpoint_id, checkpoint.workflow_name)
     if not all(storable(name) for name in names):
         raise WorkflowCheckpointException(
@@ -83,18 +67,12 @@ def check_storable(checkpoint: WorkflowCheckpoint) -> None:
 
 
 PREPARED_PARAMS_MAX = 64
-"""A save's statement with more parameters (several held saves: 13 each) is planned each time, never prepared.
-
-Its text depends on how many saves it carries; prepared, each size would keep its own plan in the server
-session (about 1 MB at 200 saves), up to psycopg's 100 prepared statements per connection."""
+"""A save's statement with more parameters (several held saves, 13 each) is never prepared: each size would
+keep its own plan in the server session (about 1 MB at 200 saves)."""
 
 
 async def execute_save(conn: AsyncConnection[Any], checkpoint_id: str, statement: Any, params: Any) -> Any:
-    """Run a save's statement; a row PostgreSQL cannot index (an id or a workflow name too long) is refused.
-
-    Raises:
-        WorkflowCheckpointException: PostgreSQL refused the row as larger than an index entry may be.
-    """
+    """Run a save's statement; a row too large for an index entry raises ``WorkflowCheckpointException``."""
     from psycopg.errors import ProgramLimitExceeded
 
     prepare = None if len(params) <= PREPARED_PARAMS_MAX else False  # None: the connection's threshold (0)
@@ -192,11 +170,7 @@ def _split(body: bytes) -> tuple[bytes | None, bytes]:
 
 
 def row_references(row: Sequence[Any]) -> list[tuple[int, int]]:
-    """A loaded row's references: its segment's parents, then its own segment with its count.
-
-    Raises:
-        WorkflowCheckpointException: The segment's parent ids and counts do not pair up.
-    """
+    """A loaded row's references (its segment's parents, then its own with its count); corrupt ones raise."""
     ids, counts = row[8] or (), row[9] or ()
     if len(ids) != len(counts) or any(count is None or count < 0 for count in counts) or None in ids:
         raise WorkflowCheckpointException(
@@ -209,13 +183,10 @@ def row_references(row: Sequence[Any]) -> list[tuple[int, int]]:
 
 
 def row_head(row: Sequence[Any], unseal: Unseal, sealed: bool) -> tuple[str, bytes]:
-    """A loaded row's checkpoint id and head line, opened and checked against the row's key.
+    """A loaded row's checkpoint id and head line, opened and checked against the row's key (else it raises).
 
-    ``row``: ``segment_id, saved_at, ts, checkpoint_id, previous_id, chunks, holds_chunk, body,
-    parent_ids, parent_counts``.
-
-    Raises:
-        WorkflowCheckpointException: The body is refused by the sealer, or its head is not the row's.
+    ``row``: ``segment_id, saved_at, ts, checkpoint_id, previous_id, chunks, holds_chunk, body, parent_ids,
+    parent_counts``.
     """
     key = str(row[3])
     body = bytes(row[7])
@@ -241,16 +212,9 @@ def chunk_map(rows: list[tuple[Any, ...]]) -> dict[tuple[int, int], bytes]:
 def gather_row_chunks(
     references: list[tuple[int, int]], found: dict[tuple[int, int], bytes], unseal: Unseal, sealed: bool
 ) -> list[list[str]] | None:
-    """For each reference, its first ``count`` chunks in order (opened when sealed); None when one is gone.
+    """For each ``(segment, count)`` reference, its first ``count`` chunks from ``found``, opened; None if one is gone.
 
-    Args:
-        references: ``(segment, count)`` pairs, oldest first.
-        found: The chunks of those segments by ``(segment, index)`` (:func:`chunk_map`).
-        unseal: Opens a body (the storage's ``_unseal``).
-        sealed: Whether the storage has a sealer.
-
-    Raises:
-        WorkflowCheckpointException: A chunk is refused by the sealer or is not UTF-8.
+    A chunk the sealer refuses or that is not UTF-8 raises ``WorkflowCheckpointException``.
     """
     opened: list[list[str]] = []
     for position, (segment, count) in enumerate(references):

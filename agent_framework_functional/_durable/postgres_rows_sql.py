@@ -1,28 +1,15 @@
-"""Schema version 1 of the ``checkpoints`` component: whole checkpoints, and one row per delta checkpoint.
+"""The ``checkpoints`` component's tables, functions and statements (schema version 1).
 
-``checkpoints`` holds core's whole bodies (checkpoints of runs this package does not drive), one row
-each. A checkpoint saved as a delta is **one** row of ``delta_checkpoints``: its segment (a ``bigint``: the
-run's 64-bit segment id), the chunk count of that segment it references (``chunks``), whether the row
-holds the chunk numbered ``chunks - 1`` (``holds_chunk``), the head in native columns (``checkpoint_id``
-and ``previous_id`` as ``uuid``, core's timestamp as microseconds) and ``body``: the chunk (or nothing),
-preceded by the head as JSON when an id is not a canonical uuid or the timestamp does not
-round-trip; sealed, the head and the chunk together. ``delta_segments`` has one row per segment:
-its live checkpoints (``refs``), the segments that continue it (``children``), its chunk count,
-expiry, and the segments it continues (``parent_ids`` / ``parent_counts``, oldest first). No expiry
-index: the purge scans the segments (one row per run) and deletes a segment's rows with it.
-
-A deleted checkpoint whose row holds a chunk stays as a tombstone (``checkpoint_id`` NULL) until its
-segment is freed: when no checkpoint of it is left and no segment continues it. The functions:
-
-* ``save_delta_checkpoint``: a segment's first save checks its parents' chunk counts (locked in id
-  order) and creates it (one more child for its direct parent); a later save counts one more
-  reference and chunk only when the segment holds exactly the chunks the save expects (else nothing
-  is written and it returns false); then the row is inserted (an earlier save of the same id is
-  released first), and a whole row of that id is deleted. Two statements usually.
-* ``release_delta_checkpoints``: turns rows into tombstones (those without a chunk are deleted),
-  drops their references and frees the segments nothing needs (``free_delta_segments``).
-* ``purge_checkpoints``: the expired whole rows, then expired segments no live segment continues;
-  ``delete_checkpoints(ids, keys)``: whole and delta rows, one statement.
+``checkpoints`` holds whole bodies (runs this package does not drive). A delta checkpoint is one row of
+``delta_checkpoints``: its segment (the run's 64-bit id), the chunk count of that segment it references
+(``chunks``), whether it holds chunk ``chunks - 1`` (``holds_chunk``), the head in native columns and
+``body`` (``postgres_rows``). ``delta_segments`` has one row per segment: its live checkpoints (``refs``),
+the segments continuing it (``children``), chunk count, expiry, and the segments it continues. A deleted
+checkpoint that holds a chunk stays as a tombstone (``checkpoint_id`` NULL) until nothing needs its segment.
+``save_delta_checkpoint`` creates a segment on its first save (checking its parents' chunk counts) or
+counts one more reference and chunk when the segment holds exactly what the save expects (else it writes
+nothing and returns false), then inserts the row; ``release_delta_checkpoints`` turns rows into tombstones
+and frees the segments nothing needs.
 """
 
 from __future__ import annotations
@@ -32,7 +19,7 @@ _ROW_COLUMNS = (
 )
 _ROW_VALUES = "p_segment, p_saved_at, p_expires_at, p_ts, p_key, p_previous, p_chunks, p_holds_chunk, p_name, p_body"
 
-MIGRATION = (
+TABLES = (
     """
 CREATE TABLE IF NOT EXISTS {schema}.checkpoints (
     checkpoint_id TEXT PRIMARY KEY,
@@ -193,7 +180,7 @@ END $$;
 """
 )
 
-"""The ``checkpoints`` component's schema, version 1 (see the module docstring)."""
+"""The ``checkpoints`` component's tables and functions (schema version 1), created by ``setup()``."""
 
 _LIVE = "(d.expires_at IS NULL OR d.expires_at > %(now)s)"
 _HEAD_COLUMNS = (

@@ -23,19 +23,17 @@ if TYPE_CHECKING:
     from psycopg import AsyncConnection
     from psycopg_pool import AsyncConnectionPool
 
-MIGRATIONS = (
-    """
-    CREATE TABLE IF NOT EXISTS {schema}.session_records (
-        key TEXT PRIMARY KEY,
-        grp TEXT NOT NULL,
-        body TEXT NOT NULL,
-        expires_at DOUBLE PRECISION NOT NULL
-    );
-    CREATE INDEX IF NOT EXISTS session_records_expires_at ON {schema}.session_records (expires_at);
-    CREATE INDEX IF NOT EXISTS session_records_grp ON {schema}.session_records (grp);
-    """,
-)
-"""The ``sessions`` component's migrations, version 1 first (``_durable.postgres_schema`` applies them)."""
+TABLES = """
+CREATE TABLE IF NOT EXISTS {schema}.session_records (
+    key TEXT PRIMARY KEY,
+    grp TEXT NOT NULL,
+    body TEXT NOT NULL,
+    expires_at DOUBLE PRECISION NOT NULL
+);
+CREATE INDEX IF NOT EXISTS session_records_expires_at ON {schema}.session_records (expires_at);
+CREATE INDEX IF NOT EXISTS session_records_grp ON {schema}.session_records (grp);
+"""
+"""The ``session_records`` table (schema version 1), created by :meth:`PostgresSessionStore.setup`."""
 
 _STATEMENTS = {
     "read": "SELECT body FROM {schema}.session_records WHERE key = %s AND expires_at > %s",
@@ -53,12 +51,11 @@ _STATEMENTS = {
     ),
 }
 
-_PLANNED_FOR_VALUES = frozenset({"expire", "trim", "remove_group"})
-"""Statements whose best plan depends on how many rows match (purges; a group, which may hold most rows)."""
+_PLANNED_FOR_VALUES = frozenset({"expire", "trim", "remove_group"})  # how many rows match decides their plan
 
 
 class PostgresRecords(LimitedRecords):
-    """The ``<schema>.session_records`` table, through the package's Postgres pool and migrations."""
+    """The ``<schema>.session_records`` table, through the package's Postgres pool."""
 
     def __init__(self, db: PostgresPool, limits: SessionLimits) -> None:
         super().__init__(limits)
@@ -67,7 +64,7 @@ class PostgresRecords(LimitedRecords):
 
     async def _execute(self, what: str, name: str, params: tuple[Any, ...]) -> Any:
         async def operation(conn: AsyncConnection[Any]) -> Any:
-            if name in _PLANNED_FOR_VALUES:  # how many rows match decides their best plan (``PostgresPool``)
+            if name in _PLANNED_FOR_VALUES:
                 cursor = await self.db.execute_custom_plan(conn, self._sql[name], params)
             else:
                 cursor = await conn.execute(self._sql[name], params)
@@ -107,30 +104,20 @@ class PostgresRecords(LimitedRecords):
 class PostgresSessionStore(DurableSessionStore[PostgresRecords]):
     """Core's ``SessionStore`` on PostgreSQL: sessions shared by workers on several machines, kept across restarts.
 
-    Each session is one row of JSON (core's ``AgentSession.to_dict``; it holds a paused conversation's
-    continuation token, so never pickle) in ``<schema>.session_records``, keyed by a sha256 digest of its
-    id; the table is created and upgraded like the continuation store's (README "Durable continuations"
-    says how to run the migrations yourself). Writes are last-writer-wins (the hosts allow one request per
-    conversation at a time).
-
-    **Bounded.** A session expires ``ttl`` after its last write (reads do not extend it; an expired one
-    is never returned). The first write of a store object, then the first write after each
-    ``purge_interval``, deletes the expired rows and, past ``max_entries``, the rows that expire first
-    (the least recently written). Use the same store for the host's AG-UI snapshots
-    (``hosting.ThreadSnapshotStore``). While PostgreSQL is unreachable every operation fails after at
-    most ``pool_timeout`` with ``psycopg.OperationalError``.
-
-    Needs psycopg 3 (``pip install "agent-framework-functional[postgres]"``).
+    Each session is one row of JSON (core's ``AgentSession.to_dict``; never pickle: it holds a paused
+    conversation's token) in ``<schema>.session_records`` (created by :meth:`setup` or :func:`migrate_postgres`),
+    keyed by a sha256 digest of its id; last writer wins (the hosts allow one request per conversation at a
+    time). A session expires ``ttl`` after its last write; a write purges the expired rows and, past
+    ``max_entries``, those that expire first, at most once per ``purge_interval``. The host's AG-UI snapshots
+    may share it (``hosting.ThreadSnapshotStore``). Needs psycopg 3 (extra ``postgres``).
 
     Args:
-        conninfo: A libpq connection string or URL (the store owns its pool; close it with
-            :meth:`aclose`), or a ``psycopg_pool.AsyncConnectionPool`` (the caller opens and closes it).
+        conninfo: A libpq connection string or URL (the store owns its pool; :meth:`aclose` closes it), or
+            your ``psycopg_pool.AsyncConnectionPool`` (you open and close it).
 
     Keyword Args:
-        pool: Your ``psycopg_pool.AsyncConnectionPool`` instead of ``conninfo`` (you open and close it;
-            :meth:`aclose` leaves it open).
-        ttl: How long a session is kept after its last write (seconds or ``timedelta``); default 24
-            hours, the continuation token's default TTL: keep it at least the token's.
+        pool: Your ``AsyncConnectionPool`` instead of ``conninfo``.
+        ttl: How long a session is kept after its last write (default 24 hours: keep it at least the token's).
         max_entries: Sessions (and snapshots) kept at most (default 1,000,000).
         schema: The PostgreSQL schema of the table (a plain lower-case identifier).
         purge_interval: Least time between two automatic purges (default 60 s); ``None`` turns them off.
@@ -146,7 +133,9 @@ class PostgresSessionStore(DurableSessionStore[PostgresRecords]):
     Examples:
         .. code-block:: python
 
-            app = responses_app(agent, session_store=PostgresSessionStore("postgresql://app@db/app"))
+            sessions = PostgresSessionStore("postgresql://app@db/app")
+            await sessions.setup()
+            app = responses_app(agent, session_store=sessions)
     """
 
     def __init__(
@@ -168,24 +157,20 @@ class PostgresSessionStore(DurableSessionStore[PostgresRecords]):
             pool=pool,
             owner="PostgresSessionStore",
             schema=schema,
-            component="sessions",
-            migrations=MIGRATIONS,
+            tables=TABLES,
             max_size=max_size,
             pool_timeout=pool_timeout,
         )
         super().__init__(PostgresRecords(db, limits))
 
     async def setup(self) -> None:
-        """Create this component's tables in its schema, or check that they are at this package's version.
-
-        A deploy step runs it (or :func:`migrate_postgres`) with a role that may create tables; a worker
-        whose tables exist needs only ``SELECT, INSERT, UPDATE, DELETE`` (its first operation checks them).
+        """Create the schema and its ``session_records`` table if missing (idempotent; safe from several workers).
 
         Raises:
-            RuntimeError: The tables are newer than this package, or missing and this role may not create them.
             PostgresUnavailableError: PostgreSQL could not be reached.
+            psycopg.errors.InsufficientPrivilege: This role may not create them (see :func:`migrate_postgres`).
         """
-        await self.records.db.prepare()
+        await self.records.db.setup()
 
     @property
     def schema(self) -> str:

@@ -26,123 +26,100 @@ if TYPE_CHECKING:
     from psycopg_pool import AsyncConnectionPool
 
 
-MIGRATIONS = (
-    """
-    CREATE TABLE IF NOT EXISTS {schema}.continuations (
-        token_hash TEXT PRIMARY KEY,
-        workflow_name TEXT NOT NULL,
-        signature_hash TEXT NOT NULL,
-        checkpoint_id TEXT NOT NULL,
-        pending_request_ids TEXT NOT NULL,
-        created_at DOUBLE PRECISION NOT NULL,
-        expires_at DOUBLE PRECISION NOT NULL,
-        status TEXT NOT NULL CHECK (status IN ('issued', 'claimed', 'abandoned')),
-        updated_at DOUBLE PRECISION NOT NULL,
-        response_types TEXT,
-        claimed_by TEXT,
-        conversation TEXT
-    );
-    CREATE INDEX IF NOT EXISTS continuations_checkpoint_id ON {schema}.continuations (checkpoint_id);
-    CREATE INDEX IF NOT EXISTS continuations_expires_at ON {schema}.continuations (expires_at);
-    CREATE INDEX IF NOT EXISTS continuations_updated_at ON {schema}.continuations (updated_at);
-    """,
-)
-"""The ``continuations`` component's migrations, version 1 first (``_durable.postgres_schema`` applies them)."""
+TABLES = """
+CREATE TABLE IF NOT EXISTS {schema}.continuations (
+    token_hash TEXT PRIMARY KEY,
+    workflow_name TEXT NOT NULL,
+    signature_hash TEXT NOT NULL,
+    checkpoint_id TEXT NOT NULL,
+    pending_request_ids TEXT NOT NULL,
+    created_at DOUBLE PRECISION NOT NULL,
+    expires_at DOUBLE PRECISION NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('issued', 'claimed', 'abandoned')),
+    updated_at DOUBLE PRECISION NOT NULL,
+    response_types TEXT,
+    claimed_by TEXT,
+    conversation TEXT
+);
+CREATE INDEX IF NOT EXISTS continuations_checkpoint_id ON {schema}.continuations (checkpoint_id);
+CREATE INDEX IF NOT EXISTS continuations_expires_at ON {schema}.continuations (expires_at);
+CREATE INDEX IF NOT EXISTS continuations_updated_at ON {schema}.continuations (updated_at);
+"""
+"""The ``continuations`` table (schema version 1), created by :meth:`PostgresContinuationStore.setup`."""
 
-_INSERT = (
-    f"INSERT INTO {{schema}}.continuations (token_hash, {', '.join(RECORD_COLUMNS)}, updated_at) "
-    f"VALUES (%s, {', '.join(['%s'] * len(RECORD_COLUMNS))}, %s)"
-)
-_GET = f"SELECT {', '.join(RECORD_COLUMNS)} FROM {{schema}}.continuations WHERE token_hash = %s"
-_CLAIM = (
-    "UPDATE {schema}.continuations SET status = 'claimed', updated_at = %s, claimed_by = %s "
-    "WHERE token_hash = %s AND status = 'issued' AND expires_at > %s"
-)
-# Claims launched together (one event-loop tick) go out as one statement: one round trip and one
-# commit for all. Each hash appears once per batch, so each returned hash is exactly one winner; row
-# locks and PostgreSQL's re-check of the WHERE clause keep it a compare-and-set across processes.
-_CLAIM_MANY = (
-    "UPDATE {schema}.continuations AS c SET status = 'claimed', updated_at = %(now)s, claimed_by = v.claimer "
-    "FROM unnest(%(hashes)s::text[], %(claimers)s::text[]) AS v(token_hash, claimer) "
-    "WHERE c.token_hash = v.token_hash AND c.status = 'issued' AND c.expires_at > %(now)s "
-    "RETURNING c.token_hash"
-)
+_Claim = tuple[str, str | None, "asyncio.Future[bool]"]
 _CLAIM_BATCH_MAX = 256
-_RELEASE = (
-    "UPDATE {schema}.continuations SET status = 'issued', updated_at = %s, claimed_by = NULL "
-    "WHERE token_hash = %s AND status = 'claimed' AND claimed_by = %s"
-)
-_ABANDON = (
-    "UPDATE {schema}.continuations SET status = 'abandoned', updated_at = %s "
-    "WHERE token_hash = %s AND status = 'issued' AND (%s OR expires_at > %s)"
-)
-# One statement that locks every live record of the checkpoint: a concurrent claim either committed
-# first (this UPDATE waits for its row lock, then sees 'claimed') or comes after (it sees 'abandoned').
-_SUPERSEDE = (
-    "UPDATE {schema}.continuations SET "
-    "status = CASE WHEN status = 'issued' THEN 'abandoned' ELSE status END, "
-    "updated_at = CASE WHEN status = 'issued' THEN %(now)s ELSE updated_at END "
-    "WHERE checkpoint_id = %(checkpoint_id)s AND status IN ('issued', 'claimed') "
-    "RETURNING status = 'claimed' AND updated_at >= %(since)s"
-)
-_PURGE = (
-    "DELETE FROM {schema}.continuations "
-    "WHERE expires_at < %(cutoff)s OR (status <> 'issued' AND updated_at < %(cutoff)s)"
-)
+_STATEMENTS = {
+    "insert": (
+        f"INSERT INTO {{schema}}.continuations (token_hash, {', '.join(RECORD_COLUMNS)}, updated_at) "
+        f"VALUES (%s, {', '.join(['%s'] * len(RECORD_COLUMNS))}, %s)"
+    ),
+    "get": f"SELECT {', '.join(RECORD_COLUMNS)} FROM {{schema}}.continuations WHERE token_hash = %s",
+    "claim": (
+        "UPDATE {schema}.continuations SET status = 'claimed', updated_at = %s, claimed_by = %s "
+        "WHERE token_hash = %s AND status = 'issued' AND expires_at > %s"
+    ),
+    # Claims of one event-loop tick, distinct hashes: each returned hash is exactly one winner (row locks
+    # and PostgreSQL's re-check of the WHERE clause keep it a compare-and-set across processes).
+    "claim_many": (
+        "UPDATE {schema}.continuations AS c SET status = 'claimed', updated_at = %(now)s, claimed_by = v.claimer "
+        "FROM unnest(%(hashes)s::text[], %(claimers)s::text[]) AS v(token_hash, claimer) "
+        "WHERE c.token_hash = v.token_hash AND c.status = 'issued' AND c.expires_at > %(now)s "
+        "RETURNING c.token_hash"
+    ),
+    "release": (
+        "UPDATE {schema}.continuations SET status = 'issued', updated_at = %s, claimed_by = NULL "
+        "WHERE token_hash = %s AND status = 'claimed' AND claimed_by = %s"
+    ),
+    "abandon": (
+        "UPDATE {schema}.continuations SET status = 'abandoned', updated_at = %s "
+        "WHERE token_hash = %s AND status = 'issued' AND (%s OR expires_at > %s)"
+    ),
+    # Locks every live record of the checkpoint: a concurrent claim committed first (this waits for its
+    # row lock, then sees 'claimed') or comes after (it sees 'abandoned').
+    "supersede": (
+        "UPDATE {schema}.continuations SET "
+        "status = CASE WHEN status = 'issued' THEN 'abandoned' ELSE status END, "
+        "updated_at = CASE WHEN status = 'issued' THEN %(now)s ELSE updated_at END "
+        "WHERE checkpoint_id = %(checkpoint_id)s AND status IN ('issued', 'claimed') "
+        "RETURNING status = 'claimed' AND updated_at >= %(since)s"
+    ),
+    "purge": (
+        "DELETE FROM {schema}.continuations "
+        "WHERE expires_at < %(cutoff)s OR (status <> 'issued' AND updated_at < %(cutoff)s)"
+    ),
+}
 
 DEFAULT_PURGE_INTERVAL_SECONDS = 600.0
-"""How often (at most) a :class:`PostgresContinuationStore` deletes records past retention on a write."""
+"""How often (at most) a store deletes records past retention, on a write."""
 
 
 class PostgresContinuationStore(TimedStore):
     """A :class:`ContinuationStore` on PostgreSQL, for workers on several machines.
 
-    Each operation keeps the protocol's contract (its docstrings give the arguments and results).
-
-    One row per pause in ``<schema>.continuations``. A claim, release, abandon and supersede are
-    each one ``UPDATE ... WHERE status = ...`` in its own transaction, checked by its row count:
-    PostgreSQL's row locks make it a compare-and-set, so exactly one caller wins however many
-    processes race (claims made together share one such statement, one row per token).
-    A write is acknowledged after PostgreSQL committed it (with the server's
-    default ``synchronous_commit = on`` that means flushed to its write-ahead log), so a claim
-    survives a server crash; do not run the database with ``fsync = off``. With asynchronous
-    replication a failover can still lose the last commits; use synchronous replication when a
-    standby may take over. Expiry is judged by this process's clock (:meth:`now`); keep worker
-    clocks in sync (NTP) when TTLs are short.
-
-    **Schema.** Created on first use (``<schema>.continuations`` and ``<schema>.schema_version``),
-    and upgraded in place by later versions of this package; README "Durable continuations" says
-    how to run the migrations yourself when workers may not run DDL.
-
-    **Bounded storage.** As for :class:`SQLiteContinuationStore`: the first write of a store object,
-    and then the first write after each ``purge_interval``, deletes the records past retention; a
-    pending record is never deleted.
-
-    **Outages.** While PostgreSQL is unreachable every operation fails after at most
-    ``pool_timeout`` with ``psycopg.OperationalError``, nothing runs, and the pool reconnects by
-    itself once the server is back. Use a store from one event loop.
-
-    Needs psycopg 3 (``pip install "agent-framework-functional[postgres]"``).
+    One row per pause in ``<schema>.continuations`` (created by :meth:`setup` or :func:`migrate_postgres`).
+    A claim, release, abandon and supersede are each one conditional ``UPDATE`` checked by its row count:
+    PostgreSQL's row locks make it a compare-and-set, so exactly one caller wins however many processes race
+    (claims made in one event-loop tick share one statement). A write is acknowledged after PostgreSQL
+    committed it, so a claim survives a server crash (keep ``fsync`` on; use synchronous replication when a
+    standby may take over). Expiry is judged by this process's clock: keep worker clocks in sync. A write
+    purges the records past retention at most once per ``purge_interval``; a pending record is never
+    purged. Use a store from one event loop. Needs ``pip install "agent-framework-functional[postgres]"``.
 
     Args:
-        conninfo: A libpq connection string or URL (``"postgresql://app@db:5432/app"``; the store
-            owns its pool and closes it in :meth:`aclose`), or a ``psycopg_pool.AsyncConnectionPool``
-            (the caller opens and closes it).
+        conninfo: A libpq connection string or URL (the store owns its pool; :meth:`aclose` closes it), or
+            your ``psycopg_pool.AsyncConnectionPool`` (you open and close it).
 
     Keyword Args:
-        pool: Your ``psycopg_pool.AsyncConnectionPool`` instead of ``conninfo`` (you open and close it;
-            :meth:`aclose` leaves it open).
+        pool: Your ``AsyncConnectionPool`` instead of ``conninfo``.
         ttl: How long a token is accepted after its pause (seconds or ``timedelta``); default 24 hours.
-        retention: How long a record is kept after it expires, or after it is claimed or abandoned,
-            before it is purged (seconds or ``timedelta``); default 24 hours.
-        schema: The PostgreSQL schema of the tables (a plain lower-case identifier), so several
-            applications can share one database.
-        purge_interval: Least time between two automatic purges (seconds or ``timedelta``), default
-            10 minutes; ``None`` turns the automatic purge off (call :meth:`purge_expired` yourself).
+        retention: How long a record is kept after it expires, is claimed or abandoned; default 24 hours.
+        schema: The PostgreSQL schema of the table (a plain lower-case identifier).
+        purge_interval: Least time between two automatic purges (default 10 minutes); ``None``: none.
         clock: Seconds since the epoch; defaults to ``time.time``.
         max_size: With a connection string: connections at most in the pool (default 10).
-        pool_timeout: How long an operation waits for a connection (default 10 s), also while the
-            server is down.
+        pool_timeout: How long an operation waits for a connection (default 10 s), also while the server
+            is down; then it fails with ``PostgresUnavailableError`` (a ``psycopg.OperationalError``).
 
     Raises:
         ImportError: psycopg 3 is not installed.
@@ -154,8 +131,7 @@ class PostgresContinuationStore(TimedStore):
         .. code-block:: python
 
             store = PostgresContinuationStore("postgresql://app@db/app", ttl=timedelta(hours=4))
-            wf = review.build(checkpoint_storage=PostgresCheckpointStorage("postgresql://app@db/app"),
-                              continuation_store=store)
+            await store.setup()
     """
 
     def __init__(
@@ -173,42 +149,27 @@ class PostgresContinuationStore(TimedStore):
     ) -> None:
         super().__init__(ttl, retention, clock)
         self._purges = PurgeSchedule(purge_interval)
-        self._claims: list[tuple[str, str | None, asyncio.Future[bool]]] = []
+        self._claims: list[_Claim] = []
         self._batches: set[asyncio.Task[None]] = set()
         self._db = PostgresPool(
             conninfo,
             pool=pool,
             owner="PostgresContinuationStore",
             schema=schema,
-            component="continuations",
-            migrations=MIGRATIONS,
+            tables=TABLES,
             max_size=max_size,
             pool_timeout=pool_timeout,
         )
-        self._sql = self._db.statements(
-            {
-                "insert": _INSERT,
-                "get": _GET,
-                "claim": _CLAIM,
-                "claim_many": _CLAIM_MANY,
-                "release": _RELEASE,
-                "abandon": _ABANDON,
-                "supersede": _SUPERSEDE,
-                "purge": _PURGE,
-            }
-        )
+        self._sql = self._db.statements(_STATEMENTS)
 
     async def setup(self) -> None:
-        """Create this component's tables in its schema, or check that they are at this package's version.
-
-        A deploy step runs it (or :func:`migrate_postgres`) with a role that may create tables; a worker
-        whose tables exist needs only ``SELECT, INSERT, UPDATE, DELETE`` (its first operation checks them).
+        """Create the schema and the ``continuations`` table if missing (idempotent; safe from several workers).
 
         Raises:
-            RuntimeError: The tables are newer than this package, or missing and this role may not create them.
             PostgresUnavailableError: PostgreSQL could not be reached.
+            psycopg.errors.InsufficientPrivilege: This role may not create them (see :func:`migrate_postgres`).
         """
-        await self._db.prepare()
+        await self._db.setup()
 
     @property
     def schema(self) -> str:
@@ -217,40 +178,20 @@ class PostgresContinuationStore(TimedStore):
 
     @property
     def database(self) -> PostgresPool:
-        """The store's pool and schema (a storage on the same database reads and writes pauses with it)."""
+        """The store's pool (``postgres_joint``)."""
         return self._db
 
     def joint(self, storage: CheckpointStorage) -> PostgresJoint | None:
         """This store with ``storage`` as one database's pair (``_store.JointStore``; see ``postgres_joint``)."""
         return joint(self, storage) if type(self) is PostgresContinuationStore else None
 
-    async def write(
-        self, what: str, operation: Callable[[AsyncConnection[Any]], Any], *, on: PostgresPool | None = None
-    ) -> Any:
-        """Run one write of ``operation``, after the purge when one is due (same connection).
-
-        ``on``: the pool of a storage on the same database, whose connection runs a statement that writes
-        a record with the storage's rows (``postgres_joint``); the store's own tables are checked first.
-
-        Raises:
-            psycopg.OperationalError: PostgreSQL is unreachable or the connection broke.
-        """
-        if on is not None and not self._db.ready:
-            await self._db.prepare()
-        return await self._write(what, operation, on=on)
-
     async def save(self, record: ContinuationRecord) -> None:
-        """Insert a freshly issued record (committed before this returns).
-
-        Raises:
-            ValueError: A record with this hash exists already.
-            psycopg.OperationalError: PostgreSQL is unreachable; no token should be handed out.
-        """
+        """Insert a freshly issued record (committed before this returns); a duplicate hash: ``ValueError``."""
         from psycopg.errors import UniqueViolation
 
         row = record.row()
         try:
-            await self._write("save", lambda conn: conn.execute(self._sql["insert"], row))
+            await self.write("save", lambda conn: conn.execute(self._sql["insert"], row))
         except UniqueViolation as exc:
             raise ValueError("A continuation with this token hash is already recorded; issue a new token.") from exc
 
@@ -261,20 +202,10 @@ class PostgresContinuationStore(TimedStore):
             return await (await conn.execute(self._sql["get"], (token_hash,))).fetchone()
 
         row = await self._db.run("read", read)
-        if row is None:
-            return None
-        return ContinuationRecord.from_row(token_hash, row)
+        return None if row is None else ContinuationRecord.from_row(token_hash, row)
 
     async def claim(self, token_hash: str, *, claimer: str | None = None) -> bool:
-        """Atomically move an ``issued``, unexpired record to ``claimed`` (one conditional ``UPDATE``).
-
-        Claims made in the same event-loop tick (a host answering many requests at once) share one
-        statement and one commit; each still has exactly one winner.
-
-        Raises:
-            psycopg.OperationalError: PostgreSQL is unreachable or the connection broke (then the claim
-                may have been committed: the token counts as spent; see the message).
-        """
+        """Atomically move an ``issued``, unexpired record to ``claimed``; claims of one loop tick share a statement."""
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._claims.append((token_hash, claimer, future))
         if len(self._claims) == 1:  # the first claim of this tick sends the batch on the next one
@@ -282,17 +213,15 @@ class PostgresContinuationStore(TimedStore):
         return await future
 
     def _send_claims(self) -> None:
-        """Send the claims made since the last tick: batches of distinct hashes, one statement each.
+        """Send this tick's claims: batches of distinct hashes, each in a task from an empty context.
 
-        Two claims of one hash go out in separate statements, which PostgreSQL's row lock serializes.
-        Each batch runs in a task started from an empty context (core's engine cancels the tasks a
-        workflow run started when the run ends; a claim must not be cut off by another run's end).
+        Core's engine cancels the tasks a run started when it ends; a claim must not be cut off by another run's end.
         """
         pending, self._claims = [claim for claim in self._claims if not claim[2].done()], []
         loop = asyncio.get_running_loop()
         while pending:
-            batch: dict[str, tuple[str, str | None, asyncio.Future[bool]]] = {}
-            later: list[tuple[str, str | None, asyncio.Future[bool]]] = []
+            batch: dict[str, _Claim] = {}
+            later: list[_Claim] = []
             for claim in pending:
                 if claim[0] in batch or len(batch) >= _CLAIM_BATCH_MAX:
                     later.append(claim)
@@ -303,7 +232,7 @@ class PostgresContinuationStore(TimedStore):
             self._batches.add(task)
             task.add_done_callback(self._batches.discard)
 
-    async def _claim_batch(self, claims: list[tuple[str, str | None, asyncio.Future[bool]]]) -> None:
+    async def _claim_batch(self, claims: list[_Claim]) -> None:
         """Claim ``claims`` (distinct hashes) in one statement and answer each future."""
         now = self.now()
         try:
@@ -321,7 +250,7 @@ class PostgresContinuationStore(TimedStore):
             if not future.done():
                 future.set_result(token_hash in won)
 
-    async def _claimed(self, claims: list[tuple[str, str | None, asyncio.Future[bool]]], now: float) -> set[str]:
+    async def _claimed(self, claims: list[_Claim], now: float) -> set[str]:
         """The hashes among ``claims`` this statement claimed (one row: the plain claim)."""
         if len(claims) == 1:
             token_hash, claimer, _ = claims[0]
@@ -332,7 +261,7 @@ class PostgresContinuationStore(TimedStore):
             rows = await (await conn.execute(self._sql["claim_many"], params)).fetchall()
             return {str(row[0]) for row in rows}
 
-        return await self._write("claim", claim_many)
+        return await self.write("claim", claim_many)
 
     async def release(self, token_hash: str, claimer: str) -> bool:
         """Atomically hand a claim back (``claimed`` -> ``issued``) for the run that claimed it."""
@@ -346,7 +275,7 @@ class PostgresContinuationStore(TimedStore):
             rows = await (await conn.execute(self._sql["supersede"], params)).fetchall()
             return not any(bool(row[0]) for row in rows)
 
-        return await self._write("supersede", supersede)
+        return await self.write("supersede", supersede)
 
     async def abandon(self, token_hash: str, *, force: bool = False) -> bool:
         """Atomically move an ``issued`` record to ``abandoned``."""
@@ -354,15 +283,11 @@ class PostgresContinuationStore(TimedStore):
         return await self._update("abandon", (now, token_hash, force, now))
 
     async def purge_expired(self) -> int:
-        """Delete the records past retention now (writes also do it, at most once per ``purge_interval``).
-
-        Returns:
-            How many records were deleted.
-        """
+        """Delete the records past retention now; returns how many (writes purge once per ``purge_interval``)."""
         return await self._db.run("purge", self._purge)
 
     async def aclose(self) -> None:
-        """Close the connection pool if the store created it; a pool passed in is left open."""
+        """Close the pool if the store created it; a pool passed in is left open."""
         await self._db.aclose()
 
     async def _purge(self, conn: AsyncConnection[Any]) -> int:
@@ -375,12 +300,12 @@ class PostgresContinuationStore(TimedStore):
         async def update(conn: AsyncConnection[Any]) -> bool:
             return (await conn.execute(self._sql[name], params)).rowcount == 1
 
-        return await self._write(name, update)
+        return await self.write(name, update)
 
-    async def _write(
+    async def write(
         self, what: str, operation: Callable[[AsyncConnection[Any]], Any], *, on: PostgresPool | None = None
     ) -> Any:
-        """Run one write; first, when due, the purge of records past retention (same connection)."""
+        """Run one write, after the purge when one is due (same connection); ``on``: a storage's pool (joint)."""
 
         async def write(conn: AsyncConnection[Any]) -> Any:
             if self._purges.interval is not None and self._purges.due(self.now()):

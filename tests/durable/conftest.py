@@ -18,6 +18,7 @@ import pytest
 import redis.asyncio as aioredis
 from agent_framework import FileCheckpointStorage, WorkflowCheckpoint
 from durable_support import FakeClock, RedisServer, StoreSpec, close_store, reap_workers
+from postgres_server import new_schema
 
 from agent_framework_functional import ContinuationStore
 
@@ -91,7 +92,7 @@ def store_spec(request: pytest.FixtureRequest, tmp_path: Path) -> StoreSpec:
     if request.param == "sqlite":
         return StoreSpec("sqlite", str(tmp_path / "continuations.db"))
     if request.param == "postgres":
-        return StoreSpec("postgres", request.getfixturevalue("postgres_server"), namespace=f"t_{uuid.uuid4().hex}")
+        return StoreSpec("postgres", url := request.getfixturevalue("postgres_server"), namespace=new_schema(url))
     url = request.getfixturevalue("redis_server")
     return StoreSpec("redis", url, namespace=f"aff-test:{uuid.uuid4().hex}")
 

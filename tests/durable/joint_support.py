@@ -7,7 +7,6 @@ answers every earlier request of its chain again, so :func:`answer` takes the ea
 from __future__ import annotations
 
 import asyncio
-import uuid
 from typing import Any
 
 import psycopg
@@ -34,10 +33,6 @@ async def twice(topic: str, ctx: RunContext) -> str:
     return f"{text}: {first}, {second}"
 
 
-def new_schema(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex}"
-
-
 class JointWorker:
     """A worker's storage and store (the joint applies when they reach one database)."""
 
@@ -55,9 +50,9 @@ class JointWorker:
         return twice.build(checkpoint_storage=self.storage, continuation_store=self.store)
 
     async def ready(self) -> None:
-        """Both schema checks done: the joint is used from the first pause on."""
-        await self.storage.list_checkpoints(workflow_name="joint_pause")
-        await self.store.purge_expired()
+        """Both components set up (their tables exist already: ``new_schema``)."""
+        await self.storage.setup()
+        await self.store.setup()
 
     async def aclose(self) -> None:
         await self.store.aclose()

@@ -19,6 +19,7 @@ import psycopg
 import pytest
 import redis.asyncio as aioredis
 from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
+from postgres_server import new_schema
 from test_checkpoint_seal import _from_dict_hijack_pickle, _pickled
 from test_checkpoint_seal_segments import DOCS, batch
 
@@ -67,7 +68,7 @@ async def _redis(server: str) -> AsyncIterator[tuple[Storage, Poison]]:
 
 @asynccontextmanager
 async def _postgres(server: str) -> AsyncIterator[tuple[Storage, Poison]]:
-    schema = f"t_{uuid.uuid4().hex}"
+    schema = new_schema(server)
     storage = PostgresCheckpointStorage(server, schema=schema)
 
     async def poison(value: dict[str, str]) -> str:

@@ -30,7 +30,7 @@ from durable_support import (
     write_json,
 )
 from durable_workflows import approval
-from postgres_server import PostgresServer
+from postgres_server import PostgresServer, new_schema
 
 from agent_framework_functional import (
     DurableStoreError,
@@ -39,17 +39,11 @@ from agent_framework_functional import (
     PostgresSessionStore,
     continuation_token_hash,
 )
-from agent_framework_functional._durable.postgres_checkpoint import MIGRATIONS as CHECKPOINT_MIGRATIONS
-from agent_framework_functional._durable.postgres_store import MIGRATIONS as STORE_MIGRATIONS
 
 pytestmark = pytest.mark.slow
 
 HERE = Path(__file__).resolve().parent
 MANY_WORKER = HERE / "durable_many_worker.py"
-
-
-def _schema() -> str:
-    return f"t_{uuid.uuid4().hex}"
 
 
 async def _pause_many(spec: StoreSpec, checkpoints: str, count: int) -> list[dict[str, Any]]:
@@ -75,7 +69,7 @@ def _effect_counts(effects_file: Path) -> collections.Counter[int]:
 async def test_eight_processes_that_share_only_postgres_resume_once(
     postgres_server: str, tmp_path: Path, effects_file: Path
 ) -> None:
-    schema = _schema()
+    schema = new_schema(postgres_server)
     spec = StoreSpec("postgres", postgres_server, namespace=schema)
     checkpoints = f"{postgres_server}#{schema}"
     state = tmp_path / "state.json"
@@ -99,7 +93,7 @@ async def test_sigkill_of_postgres_during_200_racing_resumes_runs_nothing_twice_
     postgres_servers: Callable[[], PostgresServer], tmp_path: Path, effects_file: Path
 ) -> None:
     server = postgres_servers()
-    schema = _schema()
+    schema = new_schema(server.url)
     spec = StoreSpec("postgres", server.url, namespace=schema)
     checkpoints = f"{server.url}#{schema}"
     pauses = await _pause_many(spec, checkpoints, 200)
@@ -155,10 +149,12 @@ async def test_a_clear_error_while_postgres_is_down_and_the_same_store_works_aft
     postgres_servers: Callable[[], PostgresServer],
 ) -> None:
     server = postgres_servers()
-    store = PostgresContinuationStore(server.url, schema=_schema(), pool_timeout=1.0)
+    store = PostgresContinuationStore(server.url, schema=new_schema(server.url), pool_timeout=1.0)
     # The checkpoint below holds no pending request: only a storage that waits for the disk on every save
     # keeps it through the SIGKILL (the default waits for pauses only: tests/durable/test_postgres_commit.py).
-    storage = PostgresCheckpointStorage(server.url, schema=_schema(), pool_timeout=1.0, synchronous_steps=True)
+    storage = PostgresCheckpointStorage(
+        server.url, schema=new_schema(server.url), pool_timeout=1.0, synchronous_steps=True
+    )
     try:
         record = new_record(store)
         await store.save(record)
@@ -201,61 +197,49 @@ async def _until_reachable(store: PostgresContinuationStore, timeout: float = 60
             await asyncio.sleep(0.2)
 
 
-def _version_rows(url: str, schema: str) -> dict[str, int]:
-    with psycopg.connect(url) as conn:
-        rows = conn.execute(f'SELECT component, version FROM "{schema}".schema_version').fetchall()
-    return {str(component): int(version) for component, version in rows}
-
-
-async def test_the_schema_is_created_once_on_first_use_by_racing_workers(postgres_server: str) -> None:
-    schema = _schema()
+async def test_setup_from_racing_workers_creates_the_tables_once(postgres_server: str) -> None:
+    schema = f"t_{uuid.uuid4().hex}"
     stores = [PostgresContinuationStore(postgres_server, schema=schema) for _ in range(8)]
     storages = [PostgresCheckpointStorage(postgres_server, schema=schema) for _ in range(4)]
+    sessions = PostgresSessionStore(postgres_server, schema=schema)
     try:
+        await asyncio.gather(*(component.setup() for component in (*stores, *storages, sessions)))
+        await stores[0].setup()  # again: nothing to do
         records = [new_record(store) for store in stores]
         await asyncio.gather(
             *(store.save(record) for store, record in zip(stores, records, strict=True)),
             *(storage.list_checkpoint_ids(workflow_name="approval") for storage in storages),
         )
-        assert _version_rows(postgres_server, schema) == {
-            "continuations": len(STORE_MIGRATIONS),
-            "checkpoints": len(CHECKPOINT_MIGRATIONS),
-        }
         assert [await stores[0].get(record.token_hash) for record in records] == records
     finally:
-        for closable in (*stores, *storages):
+        for closable in (*stores, *storages, sessions):
             await closable.aclose()
 
 
-async def test_a_newer_schema_is_refused_and_an_older_one_is_upgraded(postgres_server: str) -> None:
-    schema = _schema()
-    with psycopg.connect(postgres_server, autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{schema}"')
-        conn.execute(
-            f'CREATE TABLE "{schema}".schema_version '
-            "(component TEXT PRIMARY KEY, version INTEGER NOT NULL, applied_at TIMESTAMPTZ)"
-        )
-        conn.execute(
-            f"INSERT INTO \"{schema}\".schema_version VALUES ('continuations', 99, now()), ('checkpoints', 0, now())"
-        )
+async def test_a_component_whose_tables_were_not_set_up_says_to_call_setup(postgres_server: str) -> None:
+    schema = f"t_{uuid.uuid4().hex}"
     store = PostgresContinuationStore(postgres_server, schema=schema)
     storage = PostgresCheckpointStorage(postgres_server, schema=schema)
+    sessions = PostgresSessionStore(postgres_server, schema=schema)
     try:
-        with pytest.raises(RuntimeError, match="version 99, newer than this package knows"):
-            await store.get("0" * 64)
-        assert await storage.list_checkpoint_ids(workflow_name="approval") == []  # version 0 -> latest
-        assert _version_rows(postgres_server, schema) == {
-            "continuations": 99,
-            "checkpoints": len(CHECKPOINT_MIGRATIONS),
-        }
+        for attempt in (store.get("0" * 64), storage.load(str(uuid.uuid4())), sessions.get("conversation:c1")):
+            with pytest.raises(DurableStoreError, match=r"do not exist .*\.setup\(\)` or `await migrate_postgres"):
+                await attempt
+        with psycopg.connect(postgres_server) as conn:  # nothing was created on first use
+            assert conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone() is None
+        await store.setup()
+        await storage.setup()
+        await sessions.setup()
+        assert await store.get("0" * 64) is None  # the same objects, now that the tables exist
+        assert await storage.list_checkpoint_ids(workflow_name="approval") == []
     finally:
-        await store.aclose()
-        await storage.aclose()
+        for closable in (store, storage, sessions):
+            await closable.aclose()
 
 
 async def test_purge_deletes_only_records_past_retention(postgres_server: str, clock: FakeClock) -> None:
     store = PostgresContinuationStore(
-        postgres_server, schema=_schema(), ttl=10.0, retention=100.0, clock=clock, purge_interval=None
+        postgres_server, schema=new_schema(postgres_server), ttl=10.0, retention=100.0, clock=clock, purge_interval=None
     )
     try:
         old = new_record(store)
@@ -277,7 +261,7 @@ async def test_purge_deletes_only_records_past_retention(postgres_server: str, c
 
 async def test_a_write_purges_once_per_interval(postgres_server: str, clock: FakeClock) -> None:
     store = PostgresContinuationStore(
-        postgres_server, schema=_schema(), ttl=10.0, retention=10.0, clock=clock, purge_interval=600.0
+        postgres_server, schema=new_schema(postgres_server), ttl=10.0, retention=10.0, clock=clock, purge_interval=600.0
     )
     try:
         old = new_record(store)
@@ -293,7 +277,7 @@ async def test_a_write_purges_once_per_interval(postgres_server: str, clock: Fak
 
 
 async def test_checkpoints_expire_after_ttl_and_a_later_save_deletes_them(postgres_server: str) -> None:
-    schema = _schema()
+    schema = new_schema(postgres_server)
     storage = PostgresCheckpointStorage(postgres_server, schema=schema, ttl=1.0)
     store = PostgresContinuationStore(postgres_server, schema=schema)
     try:

@@ -21,6 +21,7 @@ import psycopg
 import pytest
 from agent_framework import RunContext, WorkflowCheckpoint, WorkflowCheckpointException, step
 from agent_framework._workflows._checkpoint_encoding import encode_checkpoint_value
+from postgres_server import new_schema
 
 from agent_framework_functional import CheckpointSealer, PostgresCheckpointStorage, workflow
 from agent_framework_functional._durable.postgres_rows import row_key
@@ -74,10 +75,6 @@ def _canonical(checkpoint: WorkflowCheckpoint) -> str:
     return json.dumps(encode_checkpoint_value(checkpoint.to_dict()), sort_keys=True, default=str)
 
 
-def _schema() -> str:
-    return f"t_{uuid.uuid4().hex}"
-
-
 def _stored(url: str, schema: str) -> tuple[int, int]:
     """(step-cache entries in all chunks, number of segments) in ``schema`` (unsealed delta rows)."""
     with psycopg.connect(url, autocommit=True) as conn:
@@ -88,7 +85,7 @@ def _stored(url: str, schema: str) -> tuple[int, int]:
 
 
 async def test_a_thousand_step_run_stores_each_result_once_and_reads_back_what_core_wrote(postgres_server: str) -> None:
-    schema = _schema()
+    schema = new_schema(postgres_server)
     storage = PostgresCheckpointStorage(postgres_server, schema=schema)
     tee = Tee(storage, keep=lambda index: index % 97 == 0 or index >= STEPS - 2)
     try:
@@ -120,7 +117,7 @@ async def test_a_thousand_step_run_stores_each_result_once_and_reads_back_what_c
 
 
 async def test_core_used_directly_on_the_same_storage_stores_whole_checkpoints(postgres_server: str) -> None:
-    schema = _schema()
+    schema = new_schema(postgres_server)
     storage = PostgresCheckpointStorage(postgres_server, schema=schema)
     try:
         core = agent_framework.workflow(batch).build(checkpoint_storage=storage)
@@ -137,7 +134,7 @@ async def test_core_used_directly_on_the_same_storage_stores_whole_checkpoints(p
 
 
 async def test_deleting_checkpoints_frees_a_segment_once_nothing_references_it(postgres_server: str) -> None:
-    schema = _schema()
+    schema = new_schema(postgres_server)
     storage = PostgresCheckpointStorage(postgres_server, schema=schema)
     try:
         await (
@@ -159,7 +156,7 @@ async def test_deleting_checkpoints_frees_a_segment_once_nothing_references_it(p
 
 
 async def test_a_segment_lost_meanwhile_is_written_again_whole(postgres_server: str) -> None:
-    schema = _schema()
+    schema = new_schema(postgres_server)
     storage = PostgresCheckpointStorage(postgres_server, schema=schema)
     try:
         wf = workflow(checkpoint_retention=None)(batch).build(checkpoint_storage=storage)
@@ -179,7 +176,7 @@ async def test_a_segment_lost_meanwhile_is_written_again_whole(postgres_server: 
 
 
 async def test_a_sealed_chunk_moved_to_another_position_is_refused(postgres_server: str) -> None:
-    schema = _schema()
+    schema = new_schema(postgres_server)
     storage = PostgresCheckpointStorage(postgres_server, schema=schema, sealer=CheckpointSealer({"k1": b"k" * 32}))
     try:
         await workflow(checkpoint_retention=None)(batch).build(checkpoint_storage=storage).run(["a1", "a2", "a3"])
@@ -198,7 +195,7 @@ async def test_a_sealed_chunk_moved_to_another_position_is_refused(postgres_serv
 
 
 async def test_corrupted_segment_references_are_refused_naming_postgresql(postgres_server: str) -> None:
-    schema = _schema()
+    schema = new_schema(postgres_server)
     storage = PostgresCheckpointStorage(postgres_server, schema=schema)
     try:
         await workflow(checkpoint_retention=None)(batch).build(checkpoint_storage=storage).run(["a1", "a2"])
@@ -233,7 +230,7 @@ class _Renaming(Tee):
 async def test_ids_that_are_not_uuids_and_other_timestamps_read_back_as_saved(
     postgres_server: str, sealed: bool
 ) -> None:
-    schema = _schema()
+    schema = new_schema(postgres_server)
     sealer = CheckpointSealer({"k1": b"k" * 32}) if sealed else None
     storage = PostgresCheckpointStorage(postgres_server, schema=schema, sealer=sealer)
     tee = _Renaming(storage, keep=lambda index: True)
@@ -269,11 +266,3 @@ def test_only_the_canonical_text_of_a_random_uuid_is_its_own_row_key() -> None:
         assert row_key(form) != form and uuid.UUID(row_key(form)).version == 5
     not_rfc_4122 = str(uuid.UUID(int=uuid.UUID(made).int & ~(0xC << 60)))  # variant bits 00: not a random uuid
     assert row_key(not_rfc_4122) != not_rfc_4122
-
-
-def test_the_kept_connection_check_reads_libpq_idle_status() -> None:
-    from psycopg.pq import TransactionStatus
-
-    from agent_framework_functional._durable import postgres_schema
-
-    assert postgres_schema._IDLE == TransactionStatus.IDLE  # pyright: ignore[reportPrivateUsage]

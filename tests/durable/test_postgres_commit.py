@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import psycopg
 import pytest
 from agent_framework import WorkflowCheckpoint, WorkflowEvent
 from durable_support import wait_for
-from postgres_server import PostgresServer
+from postgres_server import PostgresServer, new_schema
 
 from agent_framework_functional import (
     CheckpointSealer,
@@ -56,7 +55,7 @@ def _wal_syncs(url: str) -> int:
 
 async def _syncs_for_step_saves(url: str, *, synchronous_steps: bool, count: int) -> int:
     """WAL flushes while ``count`` checkpoints without pending requests are saved (statistics reported first)."""
-    storage = PostgresCheckpointStorage(url, schema=f"t_{uuid.uuid4().hex}", synchronous_steps=synchronous_steps)
+    storage = PostgresCheckpointStorage(url, schema=new_schema(url), synchronous_steps=synchronous_steps)
     try:
         await storage.save(WorkflowCheckpoint(workflow_name="warm", graph_signature_hash="h" * 64))  # the schema
     finally:
@@ -97,7 +96,7 @@ async def test_a_pause_survives_a_server_sigkill_right_after_its_token_and_its_s
     # The store is not on this server (SQLite): nothing but the pause's own synchronous commit makes its
     # checkpoint, and the step checkpoints before it that hold the step results, durable.
     server = postgres_servers()
-    schema = f"t_{uuid.uuid4().hex}"
+    schema = new_schema(server.url)
     store = SQLiteContinuationStore(tmp_path / "store.db")
     storage = PostgresCheckpointStorage(server.url, schema=schema, pool_timeout=1.0)
     try:
@@ -172,7 +171,7 @@ async def test_a_second_round_pause_of_a_sealed_storage_survives_a_sigkill_and_r
     # pause's checkpoint (sealed, its step results in the first run's segment and its own) loads by id
     # on a restarted server, and its token resumes it without running a step again.
     server = postgres_servers()
-    schema = f"t_{uuid.uuid4().hex}"
+    schema = new_schema(server.url)
     sealer = CheckpointSealer({"k1": b"k" * 32})
     store = SQLiteContinuationStore(tmp_path / "store.db")
     first = PostgresCheckpointStorage(server.url, schema=schema, sealer=sealer)
@@ -220,7 +219,7 @@ async def test_a_whole_checkpoint_with_a_pending_request_survives_a_sigkill_righ
     # whole: with a pending request its commit waits too; the step checkpoint saved just before it is
     # on disk with it (the pause's flush writes the log up to its own commit).
     server = postgres_servers()
-    schema = f"t_{uuid.uuid4().hex}"
+    schema = new_schema(server.url)
     pending = WorkflowEvent.request_info("r1", "reviewer", {"doc": "a"}, str)
     step_saved = WorkflowCheckpoint(workflow_name="graph", graph_signature_hash="h" * 64, state={"i": 1})
     pause = WorkflowCheckpoint(

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,6 +21,7 @@ import psycopg
 import pytest
 from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 from durable_support import checkpoints_elsewhere, held_storage, until
+from postgres_server import new_schema
 
 from agent_framework_functional import PostgresCheckpointStorage, RunContext, step, workflow
 from agent_framework_functional._step_cache import StepCacheOffer
@@ -112,7 +112,7 @@ async def _run_to_first_gate(
 
 
 async def test_a_pause_whose_save_is_refused_keeps_the_step_checkpoints_it_superseded(postgres_server: str) -> None:
-    schema = f"t_{uuid.uuid4().hex}"
+    schema = new_schema(postgres_server)
     storage = held_storage(postgres_server, schema)
     CALLS.clear()
     try:
@@ -136,7 +136,7 @@ async def test_a_pause_whose_save_is_refused_keeps_the_step_checkpoints_it_super
 async def test_a_failed_run_s_step_checkpoint_is_on_the_server_when_the_failure_reaches_the_caller(
     postgres_server: str,
 ) -> None:
-    schema = f"t_{uuid.uuid4().hex}"
+    schema = new_schema(postgres_server)
     storage = held_storage(postgres_server, schema)
     try:
         assert await storage.list_checkpoint_ids(workflow_name="held_gated") == []  # the schema exists
@@ -156,7 +156,7 @@ async def test_a_failed_run_s_step_checkpoint_is_on_the_server_when_the_failure_
 
 
 async def test_a_cancelled_reader_does_not_cancel_another_run_s_held_write(postgres_server: str) -> None:
-    schema = f"t_{uuid.uuid4().hex}"
+    schema = new_schema(postgres_server)
     storage = held_storage(postgres_server, schema)
     try:
         assert await storage.list_checkpoint_ids(workflow_name="held_gated") == []
@@ -181,7 +181,7 @@ async def test_a_cancelled_reader_does_not_cancel_another_run_s_held_write(postg
 async def test_after_a_failed_held_write_the_run_s_later_step_checkpoints_are_still_written(
     postgres_server: str,
 ) -> None:
-    schema = f"t_{uuid.uuid4().hex}"
+    schema = new_schema(postgres_server)
     storage = held_storage(postgres_server, schema)
     try:
         assert await storage.list_checkpoint_ids(workflow_name="held_gated") == []
@@ -205,7 +205,7 @@ async def test_after_a_failed_held_write_the_run_s_later_step_checkpoints_are_st
 
 
 async def test_a_run_s_held_writes_commit_in_order(postgres_server: str) -> None:
-    schema = f"t_{uuid.uuid4().hex}"
+    schema = new_schema(postgres_server)
     storage = held_storage(postgres_server, schema)
     saved: list[str] = []
     try:
@@ -236,7 +236,7 @@ async def test_a_run_s_held_writes_commit_in_order(postgres_server: str) -> None
 async def test_a_run_cancelled_before_its_pause_is_sent_keeps_the_step_checkpoints_it_superseded(
     postgres_server: str,
 ) -> None:
-    schema = f"t_{uuid.uuid4().hex}"
+    schema = new_schema(postgres_server)
     storage = held_storage(postgres_server, schema)
     saved: list[str] = []
     try:
@@ -262,7 +262,7 @@ async def test_a_run_cancelled_before_its_pause_is_sent_keeps_the_step_checkpoin
 
 
 async def test_deleting_a_running_run_s_held_checkpoint_keeps_its_next_one_writable(postgres_server: str) -> None:
-    schema = f"t_{uuid.uuid4().hex}"
+    schema = new_schema(postgres_server)
     storage = held_storage(postgres_server, schema)
     saved: list[str] = []
     try:
@@ -281,7 +281,7 @@ async def test_deleting_a_running_run_s_held_checkpoint_keeps_its_next_one_writa
 def test_a_script_whose_run_fails_leaves_its_restore_point_without_closing_the_storage(
     postgres_server: str,
 ) -> None:
-    schema = f"t_{uuid.uuid4().hex}"
+    schema = new_schema(postgres_server)
 
     async def script() -> None:  # asyncio.run(main()) of a script that forgets aclose(): the failure ends it
         storage = held_storage(postgres_server, schema)

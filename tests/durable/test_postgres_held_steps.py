@@ -11,7 +11,6 @@ cluster (``postgres_server``); statements are counted on psycopg's own connectio
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,6 +18,7 @@ import psycopg
 import pytest
 from agent_framework import WorkflowCheckpoint
 from durable_support import checkpoints_elsewhere, held_storage, until
+from postgres_server import new_schema
 
 from agent_framework_functional import (
     PostgresCheckpointStorage,
@@ -85,7 +85,7 @@ async def _ids_seen_by_another_worker(url: str, schema: str, name: str) -> list[
 async def test_a_cycle_writes_no_step_checkpoint_only_the_pause_s_row_holding_their_results(
     postgres_server: str, saves: list[str]
 ) -> None:
-    schema = f"t_{uuid.uuid4().hex}"
+    schema = new_schema(postgres_server)
     storage = held_storage(postgres_server, schema, delay=3600.0)
     store = PostgresContinuationStore(postgres_server, schema=schema)
     try:
@@ -108,7 +108,7 @@ async def test_a_cycle_writes_no_step_checkpoint_only_the_pause_s_row_holding_th
 
 
 async def test_another_worker_restores_the_pause_and_its_step_results(postgres_server: str) -> None:
-    schema = f"t_{uuid.uuid4().hex}"
+    schema = new_schema(postgres_server)
     storage, other = (
         held_storage(postgres_server, schema, delay=3600.0),
         held_storage(postgres_server, schema, delay=None),
@@ -146,7 +146,7 @@ async def _rounds(topic: str, ctx: RunContext) -> str:
 
 @pytest.mark.parametrize("workers", ["same", "other", "alternating"])
 async def test_two_pauses_resumed_on_any_worker_run_each_step_once(postgres_server: str, workers: str) -> None:
-    schema = f"t_{uuid.uuid4().hex}"
+    schema = new_schema(postgres_server)
     storages = [held_storage(postgres_server, schema, delay=3600.0) for _ in range(2)]
     stores = [PostgresContinuationStore(postgres_server, schema=schema) for _ in range(2)]
     order = {"same": [0, 0, 0], "other": [0, 1, 1], "alternating": [0, 1, 0]}[workers]
@@ -193,7 +193,7 @@ async def _run_to_gate(
 
 
 async def test_a_running_run_s_step_checkpoint_is_written_after_the_delay(postgres_server: str) -> None:
-    schema = f"t_{uuid.uuid4().hex}"
+    schema = new_schema(postgres_server)
     storage = held_storage(postgres_server, schema, delay=0.05)
     try:
         task = await _run_to_gate(storage, "slow")
@@ -209,7 +209,7 @@ async def test_a_running_run_s_step_checkpoint_is_written_after_the_delay(postgr
 
 
 async def test_a_failed_run_s_step_checkpoint_is_written_when_it_ends(postgres_server: str) -> None:
-    schema = f"t_{uuid.uuid4().hex}"
+    schema = new_schema(postgres_server)
     storage = held_storage(postgres_server, schema, delay=3600.0)  # only the run's end can write it
     try:
         task = await _run_to_gate(storage, "fail early")
@@ -229,7 +229,7 @@ async def test_a_failed_run_s_step_checkpoint_is_written_when_it_ends(postgres_s
 
 
 async def test_reads_and_close_write_what_the_storage_holds(postgres_server: str) -> None:
-    schema = f"t_{uuid.uuid4().hex}"
+    schema = new_schema(postgres_server)
     storage = held_storage(postgres_server, schema, delay=3600.0)
     closed = held_storage(postgres_server, schema, delay=3600.0)
     try:
@@ -250,7 +250,7 @@ async def test_reads_and_close_write_what_the_storage_holds(postgres_server: str
 
 
 async def test_a_held_checkpoint_loads_by_id(postgres_server: str) -> None:
-    schema = f"t_{uuid.uuid4().hex}"
+    schema = new_schema(postgres_server)
     storage = held_storage(postgres_server, schema, delay=3600.0)
     try:
         saved: list[str] = []

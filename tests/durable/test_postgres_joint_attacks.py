@@ -21,7 +21,8 @@ import psycopg
 import pytest
 from agent_framework import AgentSession, Message, WorkflowCheckpointException
 from durable_workflows import CHECKPOINT_TYPES, EFFECTS, approve_bool
-from joint_support import JointWorker, answer, draft, new_schema, request, twice
+from joint_support import JointWorker, answer, draft, request, twice
+from postgres_server import new_schema
 from psycopg_pool import AsyncConnectionPool
 
 from agent_framework_functional import (
@@ -53,7 +54,7 @@ async def _execute(url: str, *statements: str) -> list[Any]:
 async def test_two_caller_pools_on_different_databases_are_not_one(postgres_server: str) -> None:
     database = f"d_{uuid.uuid4().hex}"
     await _execute(postgres_server, f'CREATE DATABASE "{database}"')
-    schema = new_schema("a")
+    schema = new_schema(postgres_server, "a")
     elsewhere = AsyncConnectionPool(postgres_server, kwargs={"autocommit": True, "dbname": database}, open=False)
     here = AsyncConnectionPool(postgres_server, kwargs={"autocommit": True}, open=False)
     await elsewhere.open()
@@ -74,7 +75,7 @@ async def test_two_caller_pools_on_different_databases_are_not_one(postgres_serv
 
 
 async def test_store_and_storage_on_two_schemas_of_one_database(postgres_server: str) -> None:
-    schema, store_schema = new_schema("a"), new_schema("a")
+    schema, store_schema = new_schema(postgres_server, "a"), new_schema(postgres_server, "a")
     one = JointWorker.on(postgres_server, schema, store_schema)
     two = JointWorker.on(postgres_server, schema, store_schema)
     try:
@@ -95,7 +96,7 @@ async def test_store_and_storage_on_two_schemas_of_one_database(postgres_server:
 async def test_a_sealed_storage_refuses_a_tampered_row_read_with_the_record(
     postgres_server: str, decodes: list[object]
 ) -> None:
-    schema = new_schema("a")
+    schema = new_schema(postgres_server, "a")
     one = JointWorker.on(postgres_server, schema, sealer=CheckpointSealer({"k1": KEY}))
     two = JointWorker.on(postgres_server, schema, sealer=CheckpointSealer({"k1": KEY}))
     try:
@@ -121,7 +122,7 @@ async def test_a_sealed_storage_refuses_a_tampered_row_read_with_the_record(
 
 @pytest.mark.parametrize("closed", [True, False], ids=["closed", "left"])
 async def test_a_stream_abandoned_at_its_request_leaves_a_restore_point(postgres_server: str, closed: bool) -> None:
-    schema = new_schema("a")
+    schema = new_schema(postgres_server, "a")
     worker = JointWorker.on(postgres_server, schema)
     try:
         await worker.ready()
@@ -141,7 +142,7 @@ async def test_a_stream_abandoned_at_its_request_leaves_a_restore_point(postgres
 
 
 async def test_instances_pausing_at_once_resume_alternately_on_two_workers(postgres_server: str) -> None:
-    schema = new_schema("a")
+    schema = new_schema(postgres_server, "a")
     one, two = JointWorker.on(postgres_server, schema), JointWorker.on(postgres_server, schema)
     try:
         await one.ready()
@@ -164,7 +165,7 @@ async def test_instances_pausing_at_once_resume_alternately_on_two_workers(postg
 
 
 async def test_a_restore_then_pauses_again(postgres_server: str) -> None:
-    schema = new_schema("a")
+    schema = new_schema(postgres_server, "a")
     one, two = JointWorker.on(postgres_server, schema), JointWorker.on(postgres_server, schema)
     try:
         await one.ready()
@@ -200,7 +201,7 @@ async def test_a_pause_saved_alone_before_its_record_came_is_recorded_after_it(
         await save(self, *args)
 
     monkeypatch.setattr(StoreRecords, "save", slow)
-    schema = new_schema("a")
+    schema = new_schema(postgres_server, "a")
     one, two = JointWorker.on(postgres_server, schema), JointWorker.on(postgres_server, schema)
     try:
         await one.ready()
@@ -228,7 +229,7 @@ async def test_a_pause_saved_alone_before_its_record_came_is_recorded_after_it(
 
 
 async def test_a_run_cancelled_in_its_joint_statement_keeps_its_restore_point(postgres_server: str) -> None:
-    schema = new_schema("a")
+    schema = new_schema(postgres_server, "a")
     one, two = JointWorker.on(postgres_server, schema), JointWorker.on(postgres_server, schema)
     try:
         await one.ready()
@@ -259,7 +260,7 @@ async def test_a_run_cancelled_in_its_joint_statement_keeps_its_restore_point(po
 
 @pytest.mark.parametrize("stream", [False, True], ids=["collected", "streamed"])
 async def test_the_agent_resumes_a_joint_pause_on_another_worker(postgres_server: str, stream: bool) -> None:
-    schema = new_schema("a")
+    schema = new_schema(postgres_server, "a")
     pool = AsyncConnectionPool(postgres_server, kwargs={"autocommit": True}, open=False)
     await pool.open()
     owner_storage = PostgresCheckpointStorage(pool, schema=schema, allowed_checkpoint_types=CHECKPOINT_TYPES)
@@ -298,7 +299,7 @@ async def _kept(topic: str, ctx: RunContext) -> str:
 
 @pytest.mark.parametrize("kind", ["kept", "synchronous"])
 async def test_kept_checkpoints_and_synchronous_steps_resume_across_workers(postgres_server: str, kind: str) -> None:
-    schema = new_schema("a")
+    schema = new_schema(postgres_server, "a")
     options = {"synchronous_steps": True} if kind == "synchronous" else {}
     one, two = JointWorker.on(postgres_server, schema, **options), JointWorker.on(postgres_server, schema, **options)
     definition = _kept if kind == "kept" else twice

@@ -9,11 +9,11 @@ finished resumes elsewhere.
 from __future__ import annotations
 
 import asyncio
-import uuid
 from typing import Any
 
 import psycopg
 import pytest
+from postgres_server import new_schema
 
 from agent_framework_functional import (
     PostgresCheckpointStorage,
@@ -56,7 +56,7 @@ async def _review(topic: str, ctx: RunContext) -> str:
 async def test_a_joint_pause_cancelled_anywhere_leaves_only_records_whose_checkpoint_loads(
     postgres_server: str,
 ) -> None:
-    schema = f"s_{uuid.uuid4().hex}"
+    schema = new_schema(postgres_server, "s")
     storage = PostgresCheckpointStorage(postgres_server, schema=schema)
     store = PostgresContinuationStore(postgres_server, schema=schema)
     other = PostgresCheckpointStorage(postgres_server, schema=schema)

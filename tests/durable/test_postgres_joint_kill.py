@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import Callable
 
 import psycopg
 import pytest
 from durable_support import wait_for
-from postgres_server import PostgresServer
+from postgres_server import PostgresServer, new_schema
 
 from agent_framework_functional import (
     PostgresCheckpointStorage,
@@ -61,7 +60,7 @@ async def test_a_joint_pause_survives_a_sigkill_right_after_its_token(
 ) -> None:
     DRAFTS.clear()
     server = postgres_servers()
-    schema = f"k_{uuid.uuid4().hex}"
+    schema = new_schema(server.url, "k")
     storage = PostgresCheckpointStorage(server.url, schema=schema, pool_timeout=1.0)
     store = PostgresContinuationStore(server.url, schema=schema, pool_timeout=1.0)
     try:

@@ -14,7 +14,8 @@ from typing import Any
 
 import psycopg
 import pytest
-from joint_support import JointWorker, answer, count_rows, new_schema, request
+from joint_support import JointWorker, answer, count_rows, request
+from postgres_server import new_schema
 
 from agent_framework_functional import PostgresCheckpointStorage, PostgresContinuationStore
 from agent_framework_functional._checkpoint_chain import RecordingCheckpointStorage
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.slow
 async def test_a_pause_is_one_statement_and_resumes_on_either_worker(
     postgres_server: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    schema = new_schema("p")
+    schema = new_schema(postgres_server, "p")
     one, two = JointWorker.on(postgres_server, schema), JointWorker.on(postgres_server, schema)
     sent: list[str] = []
     execute = psycopg.AsyncConnection.execute
@@ -55,7 +56,7 @@ async def test_a_pause_is_one_statement_and_resumes_on_either_worker(
 
 
 async def test_a_failed_statement_leaves_the_pause_checkpoint_alone_and_no_record(postgres_server: str) -> None:
-    schema = new_schema("p")
+    schema = new_schema(postgres_server, "p")
     pair = JointWorker.on(postgres_server, schema)
     try:
         await pair.ready()
@@ -80,7 +81,7 @@ async def test_a_failed_statement_leaves_the_pause_checkpoint_alone_and_no_recor
 async def test_a_save_the_storage_refuses_is_saved_whole_under_the_record(
     postgres_server: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    schema = new_schema("p")
+    schema = new_schema(postgres_server, "p")
     one, two = JointWorker.on(postgres_server, schema), JointWorker.on(postgres_server, schema)
     init = PostgresJoint.__init__
 
@@ -107,7 +108,7 @@ async def test_a_save_the_storage_refuses_is_saved_whole_under_the_record(
 async def test_a_joint_pause_no_record_took_is_saved_when_its_run_ends(
     postgres_server: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    schema = new_schema("p")
+    schema = new_schema(postgres_server, "p")
     one, two = JointWorker.on(postgres_server, schema), JointWorker.on(postgres_server, schema)
     take = RecordingCheckpointStorage.take_joint_pause
     calls: list[bool] = []
@@ -130,7 +131,7 @@ async def test_a_joint_pause_no_record_took_is_saved_when_its_run_ends(
 
 
 async def test_no_joint_for_another_database_or_a_subclass(postgres_server: str) -> None:
-    schema = new_schema("p")
+    schema = new_schema(postgres_server, "p")
     separator = "&" if "?" in postgres_server else "?"
     store = PostgresContinuationStore(postgres_server, schema=schema)
     elsewhere = PostgresCheckpointStorage(f"{postgres_server}{separator}application_name=other", schema=schema)
@@ -157,7 +158,7 @@ async def test_no_joint_for_another_database_or_a_subclass(postgres_server: str)
 async def test_a_pause_saved_with_its_record_purges_expired_checkpoints_when_due(postgres_server: str) -> None:
     # Regression: the joint statement skipped the storage's purge, so a worker whose every save was a
     # pause (a HITL cycle: pause, answer, finish) never deleted expired checkpoints.
-    schema = new_schema("p")
+    schema = new_schema(postgres_server, "p")
     short, late = JointWorker.on(postgres_server, schema, ttl=1), JointWorker.on(postgres_server, schema)
     expired = "delta_segments WHERE expires_at <= extract(epoch FROM clock_timestamp())"
     try:

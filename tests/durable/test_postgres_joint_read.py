@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 from durable_support import new_record
+from postgres_server import new_schema
 
 from agent_framework_functional import (
     ContinuationAuthorityError,
@@ -64,17 +65,13 @@ class _Worker:
         await self.storage.aclose()
 
 
-def _schema() -> str:
-    return f"j_{uuid.uuid4().hex}"
-
-
 async def _pause(worker: _Worker, topic: str, definition: Any = _review) -> tuple[str, str]:
     paused = await worker.build(definition).run(topic)
     return paused.get_request_info_events()[0].request_id, paused.continuation_token
 
 
 async def test_the_resuming_worker_reads_record_and_checkpoint_together(postgres_server: str) -> None:
-    schema = _schema()
+    schema = new_schema(postgres_server)
     pausing, resuming = _Worker(postgres_server, schema), _Worker(postgres_server, schema)
     try:
         await resuming.storage.list_checkpoints(workflow_name="joint_review")  # their schema checks done: ready
@@ -91,7 +88,7 @@ async def test_the_resuming_worker_reads_record_and_checkpoint_together(postgres
 
 
 async def test_a_fresh_worker_reads_together_another_conninfo_loads_alone(postgres_server: str) -> None:
-    schema = _schema()
+    schema = new_schema(postgres_server)
     separator = "&" if "?" in postgres_server else "?"
     other_url = f"{postgres_server}{separator}application_name=joint-test"
     pausing = _Worker(postgres_server, schema)
@@ -114,7 +111,7 @@ async def test_a_fresh_worker_reads_together_another_conninfo_loads_alone(postgr
 
 
 async def test_the_record_checks_still_refuse(postgres_server: str) -> None:
-    schema = _schema()
+    schema = new_schema(postgres_server)
     now = [1_000.0]
     pausing = _Worker(postgres_server, schema, ttl=60, clock=lambda: now[0])
     resuming = _Worker(postgres_server, schema, ttl=60, clock=lambda: now[0])
@@ -140,7 +137,7 @@ async def test_the_record_checks_still_refuse(postgres_server: str) -> None:
 
 
 async def test_a_checkpoint_the_joint_read_cannot_serve_is_loaded_the_usual_way(postgres_server: str) -> None:
-    schema = _schema()
+    schema = new_schema(postgres_server)
     worker = _Worker(postgres_server, schema)
     try:
         reader = worker.store.joint(worker.storage)

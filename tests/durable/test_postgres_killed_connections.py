@@ -19,14 +19,13 @@ import asyncio
 import contextlib
 import random
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import psycopg
 import pytest
 from agent_framework import AgentResponse, Message
-from postgres_server import PostgresServer
+from postgres_server import PostgresServer, new_schema
 
 from agent_framework_functional import (
     ContinuationAuthorityError,
@@ -158,7 +157,7 @@ async def test_no_call_hangs_while_connections_are_terminated(
 ) -> None:
     EFFECTS.clear()
     server = postgres_servers()
-    schema = f"kill_{uuid.uuid4().hex}"
+    schema = new_schema(server.url, "kill")
     storage = PostgresCheckpointStorage(server.url, schema=schema)
     store = PostgresContinuationStore(server.url, schema=schema)
     calls, stop, kills = _Calls(), asyncio.Event(), []
@@ -204,7 +203,7 @@ async def test_a_call_fails_within_twice_pool_timeout_while_the_server_is_down(
     postgres_servers: Callable[[], PostgresServer],
 ) -> None:
     server = postgres_servers()
-    schema = f"down_{uuid.uuid4().hex}"
+    schema = new_schema(server.url, "down")
     storage = PostgresCheckpointStorage(server.url, schema=schema, pool_timeout=1.0)
     store = PostgresContinuationStore(server.url, schema=schema, pool_timeout=1.0)
     try:
@@ -234,7 +233,7 @@ async def test_a_run_whose_steps_keep_saving_fails_soon_while_the_server_is_down
     postgres_servers: Callable[[], PostgresServer],
 ) -> None:
     server = postgres_servers()
-    schema = f"down_{uuid.uuid4().hex}"
+    schema = new_schema(server.url, "down")
     storage = PostgresCheckpointStorage(server.url, schema=schema, pool_timeout=1.0)
     store = PostgresContinuationStore(server.url, schema=schema, pool_timeout=1.0)
     try:
@@ -253,7 +252,7 @@ async def test_a_run_whose_steps_keep_saving_fails_soon_while_the_server_is_down
 
 async def test_the_first_call_after_an_outage_connects_at_once(postgres_servers: Callable[[], PostgresServer]) -> None:
     server = postgres_servers()
-    schema = f"back_{uuid.uuid4().hex}"
+    schema = new_schema(server.url, "back")
     storage = PostgresCheckpointStorage(server.url, schema=schema, pool_timeout=1.0)
     store = PostgresContinuationStore(server.url, schema=schema, pool_timeout=1.0)
     try:

@@ -19,7 +19,8 @@ from typing import Any
 import psycopg
 import pytest
 from agent_framework import AgentSession
-from joint_support import JointWorker, count_rows, new_schema, until_a_backend_waits
+from joint_support import JointWorker, count_rows, until_a_backend_waits
+from postgres_server import new_schema
 
 from agent_framework_functional import PostgresCheckpointStorage, PostgresSessionStore, RunContext, step, workflow
 from agent_framework_functional._durable.postgres_rows import PREPARED_PARAMS_MAX
@@ -41,7 +42,7 @@ def _locked(url: str, statement: str) -> psycopg.Connection[Any]:
 async def test_a_checkpoint_purge_that_cannot_lock_a_row_does_not_fail_the_pause(
     postgres_server: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    schema = new_schema("pu")
+    schema = new_schema(postgres_server, "pu")
     warm = JointWorker.on(postgres_server, schema)
     await warm.ready()
     await warm.aclose()
@@ -70,7 +71,7 @@ async def test_a_checkpoint_purge_that_cannot_lock_a_row_does_not_fail_the_pause
 async def test_a_record_purge_that_cannot_lock_a_row_does_not_fail_the_claim(
     postgres_server: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    schema = new_schema("pu")
+    schema = new_schema(postgres_server, "pu")
     one = JointWorker.on(postgres_server, schema)
     try:
         await one.ready()
@@ -98,7 +99,7 @@ async def test_a_record_purge_that_cannot_lock_a_row_does_not_fail_the_claim(
 
 
 async def test_a_purge_keeps_a_segment_a_save_extended_while_it_waited(postgres_server: str) -> None:
-    schema = new_schema("pu")
+    schema = new_schema(postgres_server, "pu")
     worker = JointWorker.on(postgres_server, schema)
     try:
         await worker.ready()
@@ -131,7 +132,7 @@ async def test_a_purge_keeps_a_segment_a_save_extended_while_it_waited(postgres_
 async def test_an_automatic_session_purge_that_cannot_lock_a_row_does_not_fail_the_write(
     postgres_server: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    schema = new_schema("pu")
+    schema = new_schema(postgres_server, "pu")
     first = PostgresSessionStore(postgres_server, schema=schema)
     await first.set("conversation:a", AgentSession(session_id="conversation:a"))  # its table
     await first.aclose()
@@ -167,7 +168,7 @@ async def _batches(count: int, ctx: RunContext) -> int:
 async def test_a_statement_of_many_held_saves_is_not_prepared(
     postgres_server: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    storage = PostgresCheckpointStorage(postgres_server, schema=new_schema("pu"))
+    storage = PostgresCheckpointStorage(postgres_server, schema=new_schema(postgres_server, "pu"))
     saves = PREPARED_PARAMS_MAX // 13 + 2
     try:
         sent: list[str] = []
@@ -187,7 +188,7 @@ async def test_a_statement_of_many_held_saves_is_not_prepared(
             rows = await (await conn.execute("SELECT statement FROM pg_prepared_statements", prepare=False)).fetchall()
             return [str(row[0]) for row in rows]
 
-        statements = await storage.database.run("probe", prepared)  # the kept connection that wrote them
+        statements = await storage.database.run("probe", prepared)  # the pool's one connection, which wrote them
         assert any("save_delta_checkpoint" in text for text in statements)  # a single save's is prepared
         assert max(text.count("save_delta_checkpoint(") for text in statements) <= PREPARED_PARAMS_MAX // 13
     finally:

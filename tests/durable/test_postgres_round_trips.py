@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-import uuid
 from typing import Any
 
 import psycopg
@@ -17,6 +16,7 @@ import pytest
 from agent_framework import FunctionalWorkflow as CoreFunctionalWorkflow
 from agent_framework import WorkflowCheckpoint
 from durable_support import new_record
+from postgres_server import new_schema
 
 from agent_framework_functional import (
     ContinuationAuthorityError,
@@ -32,12 +32,8 @@ from agent_framework_functional._core_compat import build_core
 pytestmark = pytest.mark.slow
 
 
-def _schema() -> str:
-    return f"t_{uuid.uuid4().hex}"
-
-
 async def test_claims_made_together_have_one_winner_each_and_record_the_winner(postgres_server: str) -> None:
-    schema = _schema()
+    schema = new_schema(postgres_server)
     store = PostgresContinuationStore(postgres_server, schema=schema)
     try:
         records = [new_record(store) for _ in range(40)]
@@ -68,7 +64,7 @@ async def test_claims_made_together_have_one_winner_each_and_record_the_winner(p
 
 
 async def test_a_cancelled_claim_before_its_batch_is_sent_claims_nothing(postgres_server: str) -> None:
-    store = PostgresContinuationStore(postgres_server, schema=_schema())
+    store = PostgresContinuationStore(postgres_server, schema=new_schema(postgres_server))
     try:
         record = new_record(store)
         await store.save(record)
@@ -89,7 +85,7 @@ def _checkpoint(name: str) -> WorkflowCheckpoint:
 
 
 async def test_delete_many_deletes_in_one_statement(postgres_server: str) -> None:
-    schema = _schema()
+    schema = new_schema(postgres_server)
     storage = PostgresCheckpointStorage(postgres_server, schema=schema)
     try:
         saved = [await storage.save(_checkpoint("wf")) for _ in range(4)]
@@ -128,7 +124,7 @@ async def _review(topic: str, ctx: RunContext) -> str:
 
 
 async def test_a_finished_chain_deletes_its_checkpoints_in_one_call(postgres_server: str) -> None:
-    schema = _schema()
+    schema = new_schema(postgres_server)
     storage = _CountingStorage(postgres_server, schema=schema)
     storage.calls = []
     store = PostgresContinuationStore(postgres_server, schema=schema)
@@ -183,7 +179,7 @@ class _LoadCountingStorage(PostgresCheckpointStorage):
 
 
 async def test_a_resume_on_another_worker_loads_the_pause_checkpoint_once(postgres_server: str) -> None:
-    schema = _schema()
+    schema = new_schema(postgres_server)
     pausing_storage = PostgresCheckpointStorage(postgres_server, schema=schema)
     resuming_storage = _LoadCountingStorage(postgres_server, schema=schema)
     resuming_storage.loads = []

@@ -8,11 +8,11 @@ changed row from a saved one, but must never fail with anything but ``WorkflowCh
 from __future__ import annotations
 
 import secrets
-import uuid
 
 import psycopg
 import pytest
 from agent_framework import RunContext, WorkflowCheckpoint, WorkflowCheckpointException, step
+from postgres_server import new_schema
 
 from agent_framework_functional import CheckpointSealer, PostgresCheckpointStorage, get_run_context, workflow
 
@@ -32,7 +32,7 @@ async def batch(docs: list[str], ctx: RunContext) -> int:
 async def test_an_unsealed_row_with_a_timestamp_out_of_range_is_refused_and_skipped(
     postgres_server: str, micros: int
 ) -> None:
-    schema = f"t_{uuid.uuid4().hex}"
+    schema = new_schema(postgres_server)
     storage = PostgresCheckpointStorage(postgres_server, schema=schema)
     try:
         await workflow(checkpoint_retention=None)(batch).build(checkpoint_storage=storage).run(["a", "b"])
@@ -48,7 +48,7 @@ async def test_an_unsealed_row_with_a_timestamp_out_of_range_is_refused_and_skip
 
 @pytest.mark.parametrize("odd", ["a\x00b", "\ud800x"])
 async def test_ids_and_names_postgresql_text_cannot_hold_are_core_refusals(postgres_server: str, odd: str) -> None:
-    storage = PostgresCheckpointStorage(postgres_server, schema=f"t_{uuid.uuid4().hex}")
+    storage = PostgresCheckpointStorage(postgres_server, schema=new_schema(postgres_server))
     checkpoint = WorkflowCheckpoint(workflow_name="batch", graph_signature_hash="h", checkpoint_id=odd)
     named = WorkflowCheckpoint(workflow_name=odd, graph_signature_hash="h")
     try:
@@ -65,7 +65,7 @@ async def test_ids_and_names_postgresql_text_cannot_hold_are_core_refusals(postg
 
 
 async def test_an_id_or_workflow_name_too_long_for_an_index_is_core_refusal_not_an_outage(postgres_server: str) -> None:
-    storage = PostgresCheckpointStorage(postgres_server, schema=f"t_{uuid.uuid4().hex}")
+    storage = PostgresCheckpointStorage(postgres_server, schema=new_schema(postgres_server))
     long_name = secrets.token_hex(5000)  # incompressible: larger than a PostgreSQL index entry may be
     try:
         for refused in (
@@ -97,7 +97,7 @@ async def test_a_null_parent_segment_id_is_refused_by_load_and_skipped_by_the_li
     postgres_server: str, sealed: bool
 ) -> None:
     # The listing reads its rows' segments in Python: a NULL inside ``parent_ids`` was a TypeError there.
-    schema = f"t_{uuid.uuid4().hex}"
+    schema = new_schema(postgres_server)
     sealer = CheckpointSealer({"k1": secrets.token_bytes(32)}) if sealed else None
     storage = PostgresCheckpointStorage(postgres_server, schema=schema, sealer=sealer)
     try:

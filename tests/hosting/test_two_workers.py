@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 import pytest
 from agui_support import Thread, errors, text_of
+from postgres_server import setup_schema
 from responses_support import Responses, approval_items
 
 APP = Path(__file__).resolve().parent / "two_workers_app.py"
@@ -73,6 +74,8 @@ class Pair:
         self.effects = directory / "effects.txt"
         self.effects.touch()
         tag = f"w_{uuid.uuid4().hex[:12]}"
+        if backend == "postgres":
+            setup_schema(url, tag)
         self.workers = [Worker(backend, url, tag, str(self.effects)) for _ in range(2)]
 
     def published(self, text: str) -> int:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_framework import CheckpointStorage, FileCheckpointStorage, InMemoryCheckpointStorage
+from postgres_server import new_schema
 
 from agent_framework_functional import (
     CheckpointSealer,
@@ -66,7 +67,7 @@ def open_store_backend(kind: str, workdir: Path, server: str | None) -> StoreOpe
     if kind == "redis":
         namespace = f"conformance:{uuid.uuid4().hex}"
         return lambda **options: RedisContinuationStore(server, namespace=namespace, **options)
-    schema = f"c_{uuid.uuid4().hex}"
+    schema = new_schema(server, "c")
     return lambda **options: PostgresContinuationStore(server, schema=schema, **options)
 
 
@@ -118,7 +119,7 @@ def open_storage_backend(kind: str, workdir: Path, server: str | None) -> Storag
             plant=plant_redis,
             sealed=lambda sealer: RedisCheckpointStorage(server, namespace=namespace, sealer=sealer),
         )
-    schema = f"c_{uuid.uuid4().hex}"
+    schema = new_schema(server, "c")
 
     def plant_postgres(checkpoint_id: str, workflow_name: str, body: bytes) -> None:
         import psycopg

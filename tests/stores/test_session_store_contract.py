@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from agent_framework import AgentSession, InMemoryCheckpointStorage, Message, RunContext, SessionStore
 from agent_framework_ag_ui import AGUIThreadSnapshot
+from postgres_server import setup_schema
 
 from agent_framework_functional import (
     SESSION_STATE_KEY,
@@ -60,7 +61,7 @@ async def make(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[
             store = RedisSessionStore(url, namespace=f"s:{tag}", purge_interval=None, **options)
         else:
             url = request.getfixturevalue("postgres_server")
-            store = PostgresSessionStore(url, schema=f"s_{tag}", purge_interval=None, **options)
+            store = PostgresSessionStore(url, schema=setup_schema(url, f"s_{tag}"), purge_interval=None, **options)
         opened.append(store)
         return store
 
