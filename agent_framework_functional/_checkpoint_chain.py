@@ -8,23 +8,14 @@ definition's ``checkpoint_retention`` (AGENTS.md invariant 30).
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, TypeVar
+from typing import Any
 
 from agent_framework import CheckpointStorage, WorkflowCheckpoint
 
 from ._expiry import checkpoint_deletions, delete_checkpoints, retain_checkpoints, sweep_retained
 from ._step_cache import StepCacheOffer, implements, owns, takes_offers
 from ._store import Joint, JointPause, StepSaveBuffer
-
-_T = TypeVar("_T")
-
-
-def in_own_task(operation: Coroutine[Any, Any, _T]) -> asyncio.Task[_T]:
-    """Run ``operation`` in a task started from an empty context (core's run end cancels the run's tasks)."""
-    return contextvars.Context().run(asyncio.get_running_loop().create_task, operation)
 
 
 class RecordingCheckpointStorage:

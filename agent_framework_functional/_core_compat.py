@@ -104,34 +104,26 @@ def trace_agent_invocation(agent: Any, **arguments: Any) -> Any:
     return agent._trace_agent_invocation(**arguments)
 
 
-LINEAR_FROM = 4  # cached step entries from which a run checks its cache over an index (below, core's scan is cheaper)
-
-
 class LinearRunContext(RunContext):
     """Core's ``RunContext`` with its cache check over an index (``(kind, step, occurrence)`` -> wrappers)."""
 
     af_index: dict[tuple[str, str, int | None], set[str]]
     af_indexed: int  # how many of the cache's entries (its first ones) the index holds
     af_live: bool = False  # the save under way hands its storage core's live dicts
-    af_last: tuple[str, Any] | None = None  # the last key checked, decoded (a miss is cached next)
 
     def _has_incompatible_versioned_cache_entry(self, key: str) -> bool:
         """Core's check (an entry for this call made by an unknown step definition), over the index."""
         current = _decode_versioned_step_cache_key(key)
         if current is None:
             return False
-        cache, index, indexed, last = self._step_cache, self.af_index, self.af_indexed, self.af_last
+        cache, index, indexed = self._step_cache, self.af_index, self.af_indexed
         if len(cache) > indexed:
             # Core only adds entries during a run: the unindexed ones are the newest, at the dict's end.
             for cached_key in itertools.islice(reversed(cache), len(cache) - indexed) if indexed else cache:
-                if last is not None and last[0] == cached_key:
-                    decoded = last[1]
-                else:
-                    decoded = _decode_versioned_step_cache_key(cached_key)
+                decoded = _decode_versioned_step_cache_key(cached_key)
                 if decoded is not None:
                     index.setdefault((decoded[0], decoded[1], decoded[4]), set()).add(decoded[2])
             self.af_indexed = len(cache)
-        self.af_last = (key, current)
         kind, step_name, wrapper, _identity, occurrence = current
         cached = index.get((kind, step_name, occurrence))
         if not cached:
@@ -229,9 +221,7 @@ class LinearFunctionalWorkflow(_CoreFunctionalWorkflow):
     def _execute(self, ctx: RunContext, message: Any) -> CoroutineType[Any, Any, Any]:
         # A plain method returning core's coroutine: no coroutine frame of its own around the run.
         pending, self._af_next = self._af_next, None
-        grown = len(ctx._step_cache) >= LINEAR_FROM  # pyright: ignore[reportPrivateUsage]  # a restore or replay
-        if grown:
-            make_linear(ctx)
+        make_linear(ctx)
         hook = ctx._on_step_completed  # pyright: ignore[reportPrivateUsage]
         recorder = self._af_recorder
         self._af_log = None
@@ -239,8 +229,6 @@ class LinearFunctionalWorkflow(_CoreFunctionalWorkflow):
             parent = pending[1] if pending is not None and pending[0] is ctx else None
             log = self._af_log = StepCacheLog(ctx._step_cache, ctx._step_cache_auto_request_info_counts, parent)  # pyright: ignore[reportPrivateUsage]
             ctx._on_step_completed = _offered_step_save(ctx, log, recorder, hook)  # pyright: ignore[reportPrivateUsage]
-        elif hook is None and not grown:
-            ctx._on_step_completed = _linear_when_grown(ctx)  # pyright: ignore[reportPrivateUsage]
         return _CoreFunctionalWorkflow._execute(self, ctx, message)  # pyright: ignore[reportPrivateUsage]
 
     async def _save_checkpoint(
@@ -263,15 +251,13 @@ async def offering(ctx: RunContext, log: StepCacheLog, recorder: SaveRecorder, s
     The recorder's ``save`` takes the offer when core calls it, before its first ``await``.
     """
     offer = recorder.offer = StepCacheOffer(log)
-    linear = ctx if isinstance(ctx, LinearRunContext) else make_linear(ctx) if len(log.cache) >= LINEAR_FROM else None
-    if linear is not None:
-        linear.af_live = log.live  # a storage that took an earlier offer gets core's live dicts
+    linear = ctx if isinstance(ctx, LinearRunContext) else make_linear(ctx)
+    linear.af_live = log.live  # a storage that took an earlier offer gets core's live dicts
     try:
         return await save
     finally:
         recorder.offer = None  # not taken (core did not save): no later save may take it
-        if linear is not None:
-            linear.af_live = False
+        linear.af_live = False
         if offer.taken:
             log.live = True
 
@@ -286,17 +272,6 @@ def _offered_step_save(
             await hook()
         else:
             await offering(ctx, log, recorder, hook())
-
-    return after_step
-
-
-def _linear_when_grown(ctx: RunContext) -> Callable[[], Awaitable[None]]:
-    """Core's per-step hook for a run without checkpoint storage: switch to the index once the cache grew."""
-
-    async def after_step() -> None:
-        if len(ctx._step_cache) >= LINEAR_FROM:  # pyright: ignore[reportPrivateUsage]
-            make_linear(ctx)
-            ctx._on_step_completed = None  # pyright: ignore[reportPrivateUsage]
 
     return after_step
 

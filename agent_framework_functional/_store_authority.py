@@ -16,7 +16,7 @@ from agent_framework import CheckpointStorage
 from ._answers import check_answers
 from ._authority import InMemoryAuthority, VerifiedContinuation, check_restore, raw_token
 from ._authority_protocol import Authority, Requests, ResumeTicket
-from ._checkpoint_chain import RecordingCheckpointStorage, in_own_task
+from ._checkpoint_chain import RecordingCheckpointStorage
 from ._continuation import Continuation, hash_secret, issue_continuation, known_spent, matches, presented_secret
 from ._errors import (
     CheckpointRestoreConflictError,
@@ -251,15 +251,11 @@ class StoreAuthority:
             raise PauseNotSavedError()
         continuation = issue_continuation(requests, chain)
         pause = recorder.take_joint_pause()  # its checkpoint's save, kept for the record's statement
-        if pause is not None:  # the earlier checkpoints go after it: they share the segment it continues
-            await self.records.save(continuation, checkpoint_id, pause)
+        if pause is None:  # the run's earlier checkpoints go whatever the record's save does
             await recorder.delete_superseded(keep=checkpoint_id)
-        else:  # the run's earlier checkpoints go while the record is saved (one round trip less to wait for)
-            cleanup = in_own_task(recorder.delete_superseded(keep=checkpoint_id))
-            try:
-                await self.records.save(continuation, checkpoint_id)
-            finally:
-                await cleanup
+        await self.records.save(continuation, checkpoint_id, pause)
+        if pause is not None:  # after the joint statement: the earlier checkpoints share the segment it continues
+            await recorder.delete_superseded(keep=checkpoint_id)
         self.memory.hold(continuation, (self.checkpoint_storage, checkpoint_id))
         await recorder.delete_chain(keep=checkpoint_id)  # the resumed pause's checkpoint, if any
         return continuation

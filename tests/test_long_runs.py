@@ -69,7 +69,7 @@ def test_core_names_the_linear_step_cache_relies_on_exist() -> None:
 
 
 async def test_ours_runs_on_the_linear_context_and_core_keeps_its_own_in_the_same_process() -> None:
-    steps = _core_compat.LINEAR_FROM + 3
+    steps = 7
     SEEN_CONTEXTS.clear()
     core_result = await agent_framework.workflow(batch).build().run(_docs(steps))
     core_types = set(SEEN_CONTEXTS)
@@ -77,8 +77,7 @@ async def test_ours_runs_on_the_linear_context_and_core_keeps_its_own_in_the_sam
     ours = our_workflow(batch).build()
     our_result = await ours.run(_docs(steps))
     assert core_types == {RunContext}
-    # A short run keeps core's context; once LINEAR_FROM results are cached, the run checks over an index.
-    assert [RunContext] * _core_compat.LINEAR_FROM + [LinearRunContext] * 3 == SEEN_CONTEXTS
+    assert [LinearRunContext] * steps == SEEN_CONTEXTS  # ours checks its cache over an index from the start
     assert core_result.get_outputs() == our_result.get_outputs() == [0]
     assert type(ours._core) is LinearFunctionalWorkflow  # pyright: ignore[reportPrivateUsage]
     # Core's class still has core's method: the fix is a subclass, never a patch.
@@ -86,8 +85,8 @@ async def test_ours_runs_on_the_linear_context_and_core_keeps_its_own_in_the_sam
 
 
 @pytest.mark.parametrize("storage", [None, "memory"])
-async def test_a_run_that_pauses_after_the_switch_resumes_on_the_index(storage: str | None) -> None:
-    steps = _core_compat.LINEAR_FROM + 2
+async def test_a_run_that_pauses_resumes_on_the_index(storage: str | None) -> None:
+    steps = 6
 
     async def gated(docs: list[str], ctx: RunContext) -> int:
         flagged = await batch(docs)
@@ -101,7 +100,7 @@ async def test_a_run_that_pauses_after_the_switch_resumes_on_the_index(storage: 
     SEEN_CONTEXTS.clear()
     done = await wf.run(responses={request_id: True}, continuation_token=paused.continuation_token)
     assert done.get_outputs() == [0]
-    assert [LinearRunContext] == SEEN_CONTEXTS  # the replayed cache is past LINEAR_FROM: the index from the start
+    assert [LinearRunContext] == SEEN_CONTEXTS  # the resume replays its cache over the index too
 
 
 async def test_key_decodes_grow_linearly_in_ours_and_quadratically_in_core(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -155,7 +154,7 @@ async def test_every_step_save_of_a_run_we_drive_carries_the_step_cache_offer() 
     await our_workflow(checkpoint_retention=None)(batch).build(checkpoint_storage=storage).run(_docs(steps))
     assert storage.step_saves >= steps
     assert storage.bypassed == 0, f"{storage.bypassed} of {storage.step_saves} step saves bypassed"
-    assert SEEN_CONTEXTS[-1] is LinearRunContext  # the switch happens in a run with storage too
+    assert SEEN_CONTEXTS[-1] is LinearRunContext  # a run with storage checks over the index too
 
 
 async def test_the_pause_save_of_a_run_we_drive_carries_the_step_cache_offer() -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import itertools
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
@@ -103,46 +102,7 @@ def pooled_client(
     if on_connect is not None:
         options["redis_connect_func"] = on_connect
     pool = BlockingConnectionPool.from_url(url, max_connections=max_connections, timeout=wait, **options)  # pyright: ignore[reportUnknownMemberType]
-    pool.connection_class = timed_send_class(pool.connection_class)  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
     return Redis.from_pool(pool)  # pyright: ignore[reportUnknownMemberType]
-
-
-_TIMED_SEND: dict[type, type] = {}
-
-
-def timed_send_class(connection_class: type) -> type:
-    """``connection_class`` writing under ``asyncio.timeout``, not redis-py's ``wait_for`` (a task per write).
-
-    About 12% less CPU per step with ``RedisCheckpointStorage`` (``benchmarks/README.md``); Python 3.11+.
-    """
-    if sys.version_info < (3, 11):
-        return connection_class
-    found = _TIMED_SEND.get(connection_class)
-    if found is None:
-        found = _TIMED_SEND[connection_class] = type(
-            f"TimedSend{connection_class.__name__}", (_TimedSendMixin, connection_class), {}
-        )
-    return found
-
-
-class _TimedSendMixin:
-    socket_timeout: float | None
-
-    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
-        timeout = self.socket_timeout
-        if not timeout:
-            return await super().send_packed_command(command, check_health)  # type: ignore[misc]  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType]
-        from redis.exceptions import TimeoutError as RedisTimeoutError
-
-        try:
-            async with asyncio.timeout(timeout):  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType]
-                self.socket_timeout = None  # redis-py then writes directly (it disconnects on any error)
-                try:
-                    await super().send_packed_command(command, check_health)  # type: ignore[misc]  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType]
-                finally:
-                    self.socket_timeout = timeout
-        except TimeoutError:
-            raise RedisTimeoutError("Timeout writing to socket") from None
 
 
 def text(value: Any) -> str:
