@@ -19,11 +19,12 @@ import time
 import weakref
 from collections.abc import Callable, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from agent_framework import CheckpointStorage, InMemoryCheckpointStorage
 
-from ._store import DEFAULT_TTL_SECONDS, MAX_DURATION_SECONDS, duration_seconds
+from ._step_cache import implements
+from ._store import DEFAULT_TTL_SECONDS, MAX_DURATION_SECONDS, BatchDelete, duration_seconds
 
 if TYPE_CHECKING:
     from ._store import ContinuationStore
@@ -142,11 +143,10 @@ def _deleted(entry: _Retained, task: asyncio.Task[Any]) -> None:
 
 
 async def delete_checkpoints(storage: CheckpointStorage, checkpoint_ids: Sequence[str]) -> None:
-    """Delete checkpoints (one ``delete_many`` call when the storage has it); failures are ignored."""
-    delete_many = getattr(storage, "delete_many", None)
-    if delete_many is not None:  # one round trip for the whole chain (PostgresCheckpointStorage, Redis)
+    """Delete checkpoints (one call when the storage is a :class:`BatchDelete`); failures are ignored."""
+    if implements(storage, BatchDelete):  # one round trip for the whole chain (PostgreSQL, Redis, SQLite)
         with contextlib.suppress(Exception):
-            await delete_many(list(checkpoint_ids))
+            await cast("BatchDelete", storage).delete_many(list(checkpoint_ids))
         return
     for checkpoint_id in checkpoint_ids:
         await delete_checkpoint(storage, checkpoint_id)

@@ -279,6 +279,15 @@ class StepSaveBuffer(Protocol):
         ...
 
 
+@runtime_checkable
+class BatchDelete(Protocol):
+    """An optional capability of a checkpoint storage: delete several checkpoints in one round trip."""
+
+    async def delete_many(self, checkpoint_ids: list[str]) -> int:
+        """Delete every checkpoint of ``checkpoint_ids`` (one missing is not an error); return how many were."""
+        ...
+
+
 class JointPause(Protocol):
     """A pause's checkpoint save a :class:`Joint` planned: written with its record, or alone (exactly one)."""
 
