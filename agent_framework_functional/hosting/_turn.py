@@ -8,9 +8,10 @@ whose framework finds the session (DevUI, AG-UI) take the turn with it (:meth:`T
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
-from agent_framework import AgentSession, SessionStore
+from agent_framework import AgentSession, ResponseStream, SessionStore
 
 from .._agent import FunctionalWorkflowAgent
 from .._durable.session_store import InMemorySessionStore
@@ -90,3 +91,36 @@ class Turn:
             self.turns.busy.discard(self.lock)
         else:
             self.write.add_done_callback(lambda _: self.turns.busy.discard(self.lock))
+
+    def stream(
+        self, stream: ResponseStream[Any, Any], *, save: bool, failed: Callable[[], object] | None = None
+    ) -> ResponseStream[Any, Any]:
+        """``stream`` as this turn: the turn ends however the stream ends (finished, failed, cancelled, dropped).
+
+        Args:
+            stream: The agent's response stream.
+            save: Write the session back before the turn ends (False: the host's framework writes it).
+            failed: Called when the stream did not finish (the host saves nothing then).
+
+        Returns:
+            A stream of the same updates and the same final response. Why a generator: a stream's cleanup hooks
+            stop at a second cancellation (a client's hang-up), and a consumer may drop the stream at an
+            update; a dropped generator is closed by the event loop, so its ``finally`` still runs.
+        """
+        final: list[Any] = []
+
+        async def updates() -> AsyncIterator[Any]:
+            try:
+                async for update in stream:
+                    yield update
+                final.append(await stream.get_final_response())
+            finally:
+                try:
+                    if not final and failed is not None:
+                        failed()
+                    if save:
+                        await self.save()
+                finally:
+                    self.end()
+
+        return ResponseStream(updates(), finalizer=lambda _: final[0])

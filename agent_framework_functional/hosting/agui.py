@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import functools
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from inspect import isawaitable
 from typing import Any
 
@@ -15,7 +14,6 @@ from agent_framework import (
     AgentSession,
     Content,
     ContextProvider,
-    ResponseStream,
     SessionStore,
     WorkflowEvent,
 )
@@ -40,7 +38,6 @@ from ._agui_resume import ResumeAnswer, payload_answer, read_answers, read_reque
 from ._body_limit import BodyLimit
 from ._snapshots import snapshot_store_for
 from ._sweep import DEFAULT_RELEASE_MEMORY_EVERY, DEFAULT_SWEEP_EVERY, add_upkeep
-from ._turn import Turn
 
 DEFAULT_MAX_BODY_BYTES = 1_000_000
 """Largest request body :func:`agui_endpoint` reads (bytes); a larger one is refused with 413."""
@@ -54,18 +51,6 @@ class ReservedSessionState(ContextProvider):
 
     def __init__(self) -> None:
         super().__init__(SESSION_STATE_KEY)
-
-
-async def _turn_of(stream: Any, turn: Turn, failed: Callable[[], object]) -> AsyncIterator[Any]:
-    """``stream``'s updates; the turn ends with the stream, ``failed`` runs if it fails (AG-UI saves no snapshot)."""
-    try:
-        async for update in stream:
-            yield update
-    except (Exception, asyncio.CancelledError):
-        failed()
-        raise
-    finally:
-        turn.end()
 
 
 def _with_answer_slot(content: Content) -> Content:
@@ -114,7 +99,7 @@ class AGUIAgent(HostedAgent):
         turn = unsaved.begin(session)
         failed = functools.partial(unsaved.end, session.session_id)
         try:
-            return ResponseStream(_turn_of(super().run(messages, stream=True, session=session, **kwargs), turn, failed))
+            return turn.stream(super().run(messages, stream=True, session=session, **kwargs), save=False, failed=failed)
         except BaseException:
             turn.end()
             failed()

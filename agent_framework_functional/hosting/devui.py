@@ -90,14 +90,16 @@ class DevUIAgent(HostedAgent):
             turn.end()
             raise
         if stream:
-            return result.with_cleanup_hook(turn.save).with_cleanup_hook(turn.end)
+            return turn.stream(result, save=True)
 
         async def finish() -> Any:
             try:
                 return await result
             finally:
-                await turn.save()
-                turn.end()
+                try:
+                    await turn.save()
+                finally:
+                    turn.end()
 
         return finish()
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from agent_framework import AgentSession, SessionStore
+from agent_framework import AgentResponse, AgentSession, SessionStore
 from agent_framework_ag_ui import AGUIThreadSnapshot, InMemoryAGUIThreadSnapshotStore
 from agui_support import (
     Thread,
@@ -338,3 +338,22 @@ async def test_a_thread_runs_one_turn_at_a_time_and_stays_unsaved_until_its_snap
     with pytest.raises(ValueError, match="Nothing to run"):  # a run that fails ends its turn: no snapshot comes
         view.run(None, stream=True, session=AgentSession(session_id=session_id))
     assert not snapshots.unsaved("s", "t")
+
+
+async def test_a_run_closed_mid_stream_is_neither_running_nor_unsaved() -> None:
+    """AG-UI closing our stream at an update (``GeneratorExit``, no snapshot comes) ends the turn and its unsaved
+    mark; a finished stream keeps the agent's final response."""
+    agent = make_agent()
+    snapshots = UnsavedThreads(InMemoryAGUIThreadSnapshotStore(), agent)
+    view = AGUIAgent(agent, snapshots)
+    session_id = agui_session_id_for_thread(scope="s", thread_id="closed")
+    stream = view.run("deploy closed", stream=True, session=AgentSession(session_id=session_id))
+    async for _ in stream:
+        break
+    await stream.close()
+    assert not snapshots.unsaved("s", "closed")
+    assert not snapshots.turns.busy
+    other = agui_session_id_for_thread(scope="s", thread_id="finished")
+    final = await view.run("deploy finished", stream=True, session=AgentSession(session_id=other)).get_final_response()
+    assert isinstance(final, AgentResponse)
+    assert final.continuation_token is not None

@@ -7,16 +7,22 @@ The touches of DevUI's private API (``hosting/_devui_store.py``) are pinned here
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import inspect
+from collections.abc import AsyncIterator
 from typing import Any
 
+import anyio
 import httpx
 import pytest
+from agent_framework import AgentResponse
 from agent_framework_devui import DevServer
 from agent_framework_devui._conversations import InMemoryConversationStore
 from agent_framework_devui._executor import AgentFrameworkExecutor
 from hosting_support import make_agent
 
+from agent_framework_functional import RunContext, workflow
 from agent_framework_functional.hosting import devui_app
 from agent_framework_functional.hosting._devui_store import BoundedConversationStore
 from agent_framework_functional.hosting._turn import ConversationBusy
@@ -136,3 +142,50 @@ async def test_a_conversation_runs_one_turn_at_a_time_and_its_end_is_a_use() -> 
     clock.now += 30
     store.create_conversation()
     assert store.get_conversation(conversation) is not None
+
+
+@workflow(name="sleeper", description="sleeps, then answers")
+async def sleeper(text: str, ctx: RunContext) -> str:
+    await asyncio.sleep(5)
+    return "late"
+
+
+async def test_a_hung_up_turn_ends_and_frees_its_conversation() -> None:
+    """A client's hang-up cancels the response with an anyio cancel scope, again at every await: the turn must end
+    anyway (a cleanup hook stopped at the second cancellation and left the conversation refused for good)."""
+    store = BoundedConversationStore(ttl=600, max_conversations=100)
+    agent = DevUIAgent(make_agent(sleeper), store)
+    conversation = store.create_conversation().id
+    stream = agent.run("slow", stream=True, session=store.get_session(conversation))
+    with anyio.move_on_after(0.3):
+        async for _ in stream:
+            pass
+    await asyncio.sleep(0.1)
+    assert not store.running
+
+
+async def test_a_stream_dropped_at_an_update_ends_its_turn() -> None:
+    """DevUI drops its generator at a ``yield`` when its own code fails after our update (no ``aclose``): the event
+    loop closes the abandoned generator, and the turn ends with it."""
+    store = BoundedConversationStore(ttl=600, max_conversations=100)
+    agent = DevUIAgent(make_agent(), store)
+    conversation = store.create_conversation().id
+    session = store.get_session(conversation)
+
+    async def execute_agent() -> AsyncIterator[Any]:
+        stream = agent.run("deploy dropped", stream=True, session=session)
+        async for update in stream:
+            yield update
+        await stream.get_final_response()
+
+    with pytest.raises(RuntimeError):
+        async for _ in execute_agent():
+            raise RuntimeError("the host's error after our first update")
+    for _ in range(3):
+        gc.collect()
+        await asyncio.sleep(0.05)
+    assert not store.running
+    other = store.get_session(store.create_conversation().id)
+    final = await agent.run("deploy other", stream=True, session=other).get_final_response()
+    assert isinstance(final, AgentResponse)  # the turn's stream keeps the agent's final response
+    assert final.continuation_token is not None
