@@ -2,7 +2,7 @@
 
 Whole bodies go through ``checkpoint_storage``'s :func:`encode_body` / :func:`decode_body` into
 ``<schema>.checkpoints``; checkpoints of runs this package drives are rows of ``delta_checkpoints``
-(``postgres_rows_sql.py``, ``postgres_rows.py``), a run's step saves held back by ``postgres_held.py``.
+(``postgres_rows_sql.py``, ``postgres_rows.py``), a run's step saves buffered by ``postgres_buffer.py``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from .checkpoint_storage import (
     decode_body,
     encode_body,
 )
-from .postgres_held import HeldSave, HeldSteps, holdable
+from .postgres_buffer import BufferedSave, StepBuffer, bufferable
 from .postgres_rows import (
     check_storable,
     chunk_map,
@@ -60,7 +60,7 @@ PURGE_INTERVAL_SECONDS = 600.0
 """How often (at most) a storage object deletes expired checkpoints, on a save."""
 
 UNWRITTEN_KEPT = 4096
-"""How many ids of held step saves a pause superseded (never written) are remembered, so their delete sends nothing."""
+"""How many ids of buffered step saves a pause superseded (never written) are kept, so their delete sends nothing."""
 
 
 class PostgresCheckpointStorage(DurableCheckpointStorage):
@@ -94,7 +94,7 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
         synchronous_steps: True: every save waits for PostgreSQL's disk. False (default): only a pause's
             checkpoint waits, flushing the server's log up to it before its token exists (as LangGraph's
             ``durability="async"``); a server crash can lose the last ~600 ms of step checkpoints, and a
-            restore then runs those steps again. A run's step checkpoints are also held in the worker until
+            restore then runs those steps again. A run's step checkpoints are also buffered in the worker until
             its next save, its end or 0.2 s (:meth:`flush`), so a finished run never writes them.
 
     Raises:
@@ -147,10 +147,10 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
         )
         self._sql = self._db.statements(STATEMENTS)
         self._deduper = StepCacheDeduper(self._allowed_types)
-        self._held = HeldSteps(self._write_held)
-        self._unwritten: OrderedDict[str, None] = OrderedDict()  # held step saves a pause superseded
+        self._buffer = StepBuffer(self._write_buffered)
+        self._unwritten: OrderedDict[str, None] = OrderedDict()  # buffered step saves a pause superseded
         self._many: dict[tuple[int, bool], bytes] = {}
-        self._unsent: set[str] = set()  # pauses that superseded held rows, their statement not sent yet
+        self._unsent: set[str] = set()  # pauses that superseded buffered rows, their statement not sent yet
 
     async def setup(self) -> None:
         """Create the schema and the checkpoint tables and functions if missing (idempotent; safe from several workers).
@@ -176,14 +176,14 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
         return await self._save(checkpoint, offer, buffered=False)
 
     async def save_buffered(self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None) -> str:
-        """:meth:`save_with_offer`, a step's checkpoint held until its run's next save or end (``StepSaveBuffer``)."""
+        """:meth:`save_with_offer`; a step's checkpoint waits for its run's next save or end (``StepSaveBuffer``)."""
         return await self._save(checkpoint, offer, buffered=True)
 
     async def _save(self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None, *, buffered: bool) -> str:
         check_storable(checkpoint)
         with self._superseding(checkpoint, offer):  # before any await: core's dicts may change later
             plan = self._deduper.prepare(checkpoint, offer)
-            if plan is not None and buffered and self._hold(checkpoint, plan):
+            if plan is not None and buffered and self._buffer_step(checkpoint, plan):
                 return checkpoint.checkpoint_id
             if plan is not None:
                 await self._store_delta(checkpoint, plan)
@@ -220,14 +220,14 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
     async def _write_delta(
         self, checkpoint: WorkflowCheckpoint, plan: DeltaSave, head: bytes, chunk: bytes | None
     ) -> bool:
-        """Call ``save_delta_checkpoint`` after the run's held saves, in one statement; False: a segment lost chunks."""
+        """``save_delta_checkpoint`` after the run's buffered saves, in one statement; False: a segment lost chunks."""
         times = self._times()
         params = delta_params(checkpoint, plan, self.sealer, times)
-        held = self._held.take(plan.log)
-        await self._held.written_by(plan.log)  # a write of this run's earlier rows in flight goes first
+        buffered = self._buffer.take(plan.log)
+        await self._buffer.written_by(plan.log)  # a write of this run's earlier rows in flight goes first
         self._unsent.discard(checkpoint.checkpoint_id)
-        statement = self._statement(len(held) + 1, self._waits_for_disk(checkpoint))
-        params = (*(param for row in held for param in row.params), *params)
+        statement = self._statement(len(buffered) + 1, self._waits_for_disk(checkpoint))
+        params = (*(param for row in buffered for param in row.params), *params)
         return await self._db.run("checkpoint save", functools.partial(self._save_delta, times[0], statement, params))
 
     def _waits_for_disk(self, checkpoint: WorkflowCheckpoint) -> bool:
@@ -248,7 +248,7 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
 
     @contextlib.contextmanager
     def _superseding(self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None) -> Generator[None, None, None]:
-        """A pause: forget its run's held step saves unwritten (its row holds their step results).
+        """A pause: forget its run's buffered step saves unwritten (its row holds their step results).
 
         Enter before the save's first ``await`` (core's dicts may change later) and save the pause inside. A
         pause that fails before its statement is sent ends its run: they are written after all (its restore
@@ -256,7 +256,7 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
         """
         pause = offer is not None and bool(checkpoint.pending_request_info_events) and offer.take(checkpoint.state)
         log = offer.log if offer is not None and pause else None
-        discarded = None if log is None else self._held.discard(log)
+        discarded = None if log is None else self._buffer.withdraw(log)
         if log is None or discarded is None:
             yield
             return
@@ -268,7 +268,7 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
         except BaseException:
             if checkpoint.checkpoint_id in self._unsent:  # refused or cancelled before its statement was sent
                 self._deduper.rewind(log, None)  # its next save (if any) starts a segment of its own
-                self._held.write_soon(log, rows)
+                self._buffer.write_soon(log, rows)
             raise
         finally:
             self._unsent.discard(checkpoint.checkpoint_id)
@@ -277,19 +277,19 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
         while len(self._unwritten) > UNWRITTEN_KEPT:
             self._unwritten.popitem(last=False)
 
-    def _hold(self, checkpoint: WorkflowCheckpoint, plan: DeltaSave) -> bool:
-        """Hold a step's save (``save_buffered``); False: write it now."""
-        if not holdable(checkpoint) or self._waits_for_disk(checkpoint):
+    def _buffer_step(self, checkpoint: WorkflowCheckpoint, plan: DeltaSave) -> bool:
+        """Buffer a step's save (``save_buffered``); False: write it now."""
+        if not bufferable(checkpoint) or self._waits_for_disk(checkpoint):
             return False
         params = delta_params(checkpoint, plan, self.sealer, self._times())
         before = self._deduper.snapshot(plan.log)
         self._deduper.saved(plan, checkpoint.checkpoint_id)  # its run's next save appends after it
-        self._held.hold(plan.log, HeldSave(checkpoint.checkpoint_id, params), before)
+        self._buffer.add(plan.log, BufferedSave(checkpoint.checkpoint_id, params), before)
         return True
 
     def buffers(self, checkpoint_id: str) -> bool:
-        """Whether this object holds ``checkpoint_id`` unwritten (a read elsewhere would not find it)."""
-        return self._held.holds([checkpoint_id])
+        """Whether this object buffers ``checkpoint_id`` unwritten (a read elsewhere would not find it)."""
+        return self._buffer.has([checkpoint_id])
 
     def pause_written(self, plan: DeltaSave, checkpoint_id: str) -> None:
         """A pause :meth:`plan_pause` planned was written (by the store's statement): its run's saves continue it."""
@@ -304,27 +304,27 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
     ) -> tuple[DeltaSave, tuple[Any, ...]] | None:
         """Plan a pause's save for a statement that writes its record too (``postgres_joint``); None: save it.
 
-        As a written pause, it forgets the run's held step saves and waits for its writes in flight. The caller
+        As a written pause, it forgets the run's buffered step saves and waits for its writes in flight. The caller
         then calls :meth:`pause_written` or :meth:`pause_refused`. An unstorable checkpoint raises as ``save``.
         """
         check_storable(checkpoint)
-        if not holdable(checkpoint):
+        if not bufferable(checkpoint):
             return None
         with self._superseding(checkpoint, offer):
             plan = self._deduper.prepare(checkpoint, offer)
             if plan is None:
                 return None  # stored whole by the caller's save
-            await self._held.written_by(plan.log)
+            await self._buffer.written_by(plan.log)
             self._unsent.discard(checkpoint.checkpoint_id)
             return plan, delta_params(checkpoint, plan, self.sealer, self._times())
 
-    async def _unheld(self, checkpoint_ids: list[str]) -> tuple[list[str], int]:
-        """Before a delete: the ids still to delete on the server, and how many were held or never written.
+    async def _unbuffered(self, checkpoint_ids: list[str]) -> tuple[list[str], int]:
+        """Before a delete: the ids still to delete on the server, and how many were buffered or never written.
 
         Held rows of a run the delete names only in part are written first, so the delete finds them.
         """
         ids = list(dict.fromkeys(checkpoint_ids))
-        dropped, runs = self._held.drop(set(ids))  # a finished run's held step saves: never written
+        dropped, runs = self._buffer.drop(set(ids))  # a finished run's buffered step saves: never written
         for run, before in runs:  # a running run's next save appends to what is stored, not to them
             self._deduper.rewind(cast("StepCacheLog", run), before)
         for checkpoint_id in [checkpoint_id for checkpoint_id in ids if checkpoint_id in self._unwritten]:
@@ -332,7 +332,7 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
             dropped.add(checkpoint_id)
         ids = [checkpoint_id for checkpoint_id in ids if checkpoint_id not in dropped]
         if ids:
-            await self._held.flush_now(ids)
+            await self._buffer.flush_now(ids)
         return ids, len(dropped)
 
     def _times(self) -> tuple[float, float | None]:
@@ -346,8 +346,8 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
             statement = self._many[saves, waits] = self._db.statements({"many": save_many(saves, waits)})["many"]
         return statement
 
-    async def _write_held(self, run: Any, rows: list[HeldSave]) -> None:
-        """Write a run's held step saves in one statement; failed or refused, its next save starts a segment."""
+    async def _write_buffered(self, run: Any, rows: list[BufferedSave]) -> None:
+        """Write a run's buffered step saves in one statement; failed or refused, its next save starts a segment."""
         params = tuple(param for row in rows for param in row.params)
         save = functools.partial(self._save_delta, time.time(), self._statement(len(rows), False), params)
         written = False
@@ -360,12 +360,12 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
             raise RuntimeError("a step checkpoint they continue was never written")
 
     async def flush(self) -> None:
-        """Write every step checkpoint this object holds back now (reads, deletes and ``aclose`` do it first)."""
-        await self._held.flush_now()
+        """Write every step checkpoint this object buffers now (reads, deletes and ``aclose`` do it first)."""
+        await self._buffer.flush_now()
 
     async def write_buffered(self, checkpoint_ids: list[str]) -> None:
-        """Write the runs whose held step saves include one of ``checkpoint_ids`` (a run ended); failures are logged."""
-        await self._held.flush_now(checkpoint_ids)
+        """Write the runs whose buffered step saves include one of ``checkpoint_ids`` (a run ended); failures logged."""
+        await self._buffer.flush_now(checkpoint_ids)
 
     async def load(self, checkpoint_id: str) -> WorkflowCheckpoint:
         """Load a checkpoint by id.
@@ -375,7 +375,7 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
         """
         if not storable(checkpoint_id):  # PostgreSQL text cannot hold it, so no checkpoint has it
             raise WorkflowCheckpointException(f"No checkpoint found with ID {checkpoint_id!r}")
-        await self._held.flush_now([checkpoint_id])
+        await self._buffer.flush_now([checkpoint_id])
         key = row_key(checkpoint_id)
 
         async def load(conn: AsyncConnection[Any]) -> tuple[bool, tuple[Any, ...] | None, list[tuple[Any, ...]]]:
@@ -398,7 +398,7 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
         """Return the workflow's live checkpoints that decode, oldest save first (others skipped with a warning)."""
         if not storable(workflow_name):  # PostgreSQL text cannot hold it, so no checkpoint has it
             return []
-        await self._held.flush_now()
+        await self._buffer.flush_now()
 
         async def rows(conn: AsyncConnection[Any]) -> tuple[list[tuple[Any, ...]], ...]:
             names = {"name": workflow_name, "now": time.time()}
@@ -456,7 +456,7 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
 
     async def delete_many(self, checkpoint_ids: list[str]) -> int:
         """Delete several checkpoints in one statement (a run's spent chain); returns how many this call deleted."""
-        ids, dropped = await self._unheld([name for name in checkpoint_ids if storable(name)])
+        ids, dropped = await self._unbuffered([name for name in checkpoint_ids if storable(name)])
         if not ids:
             return dropped
 
@@ -467,7 +467,7 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
         return dropped + await self._db.run("checkpoint delete", delete)
 
     async def aclose(self) -> None:
-        """Write the held step checkpoints, then close the pool if the storage created it (not a pool passed in)."""
-        await self._held.flush_now()
+        """Write the buffered step checkpoints, then close the pool if the storage created it (not a pool passed in)."""
+        await self._buffer.flush_now()
         forget_retained(self)
         await self._db.aclose()

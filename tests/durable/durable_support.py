@@ -248,13 +248,13 @@ class FakeClock:
         self.now += seconds
 
 
-def held_storage(url: str, schema: str, *, delay: float | None = 3600.0, **options: Any) -> Any:
+def buffered_storage(url: str, schema: str, *, delay: float | None = 3600.0, **options: Any) -> Any:
     """A ``PostgresCheckpointStorage`` whose held step checkpoints wait ``delay`` s for their run (None: default)."""
     from agent_framework_functional import PostgresCheckpointStorage
 
     storage = PostgresCheckpointStorage(url, schema=schema, **options)
     if delay is not None:
-        storage._held._delay = delay  # pyright: ignore[reportPrivateUsage]
+        storage._buffer._delay = delay  # pyright: ignore[reportPrivateUsage]
     return storage
 
 

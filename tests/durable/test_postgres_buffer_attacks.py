@@ -20,7 +20,7 @@ from typing import Any
 import psycopg
 import pytest
 from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
-from durable_support import checkpoints_elsewhere, held_storage, until
+from durable_support import buffered_storage, checkpoints_elsewhere, until
 from postgres_server import new_schema
 
 from agent_framework_functional import PostgresCheckpointStorage, RunContext, step, workflow
@@ -113,7 +113,7 @@ async def _run_to_first_gate(
 
 async def test_a_pause_whose_save_is_refused_keeps_the_step_checkpoints_it_superseded(postgres_server: str) -> None:
     schema = new_schema(postgres_server)
-    storage = held_storage(postgres_server, schema)
+    storage = buffered_storage(postgres_server, schema)
     CALLS.clear()
     try:
         with pytest.raises(WorkflowCheckpointException, match="allowed_checkpoint_types"):
@@ -137,7 +137,7 @@ async def test_a_failed_run_s_step_checkpoint_is_on_the_server_when_the_failure_
     postgres_server: str,
 ) -> None:
     schema = new_schema(postgres_server)
-    storage = held_storage(postgres_server, schema)
+    storage = buffered_storage(postgres_server, schema)
     try:
         assert await storage.list_checkpoint_ids(workflow_name="held_gated") == []  # the schema exists
         task = await _run_to_first_gate(storage, "late")
@@ -157,7 +157,7 @@ async def test_a_failed_run_s_step_checkpoint_is_on_the_server_when_the_failure_
 
 async def test_a_cancelled_reader_does_not_cancel_another_run_s_held_write(postgres_server: str) -> None:
     schema = new_schema(postgres_server)
-    storage = held_storage(postgres_server, schema)
+    storage = buffered_storage(postgres_server, schema)
     try:
         assert await storage.list_checkpoint_ids(workflow_name="held_gated") == []
         task = await _run_to_first_gate(storage, "cut")
@@ -182,7 +182,7 @@ async def test_after_a_failed_held_write_the_run_s_later_step_checkpoints_are_st
     postgres_server: str,
 ) -> None:
     schema = new_schema(postgres_server)
-    storage = held_storage(postgres_server, schema)
+    storage = buffered_storage(postgres_server, schema)
     try:
         assert await storage.list_checkpoint_ids(workflow_name="held_gated") == []
         task = await _run_to_first_gate(storage, "cut off")
@@ -206,7 +206,7 @@ async def test_after_a_failed_held_write_the_run_s_later_step_checkpoints_are_st
 
 async def test_a_run_s_held_writes_commit_in_order(postgres_server: str) -> None:
     schema = new_schema(postgres_server)
-    storage = held_storage(postgres_server, schema)
+    storage = buffered_storage(postgres_server, schema)
     saved: list[str] = []
     try:
         assert await storage.list_checkpoint_ids(workflow_name="held_gated") == []
@@ -237,7 +237,7 @@ async def test_a_run_cancelled_before_its_pause_is_sent_keeps_the_step_checkpoin
     postgres_server: str,
 ) -> None:
     schema = new_schema(postgres_server)
-    storage = held_storage(postgres_server, schema)
+    storage = buffered_storage(postgres_server, schema)
     saved: list[str] = []
     try:
         assert await storage.list_checkpoint_ids(workflow_name="held_gated_pause") == []
@@ -263,7 +263,7 @@ async def test_a_run_cancelled_before_its_pause_is_sent_keeps_the_step_checkpoin
 
 async def test_deleting_a_running_run_s_held_checkpoint_keeps_its_next_one_writable(postgres_server: str) -> None:
     schema = new_schema(postgres_server)
-    storage = held_storage(postgres_server, schema)
+    storage = buffered_storage(postgres_server, schema)
     saved: list[str] = []
     try:
         task = await _run_to_first_gate(storage, "prune", saved)
@@ -284,7 +284,7 @@ def test_a_script_whose_run_fails_leaves_its_restore_point_without_closing_the_s
     schema = new_schema(postgres_server)
 
     async def script() -> None:  # asyncio.run(main()) of a script that forgets aclose(): the failure ends it
-        storage = held_storage(postgres_server, schema)
+        storage = buffered_storage(postgres_server, schema)
         task = await _run_to_first_gate(storage, "script")
         GATES["script"][0].set()
         GATES["script"][1].set()

@@ -1,7 +1,7 @@
 """The step saves ``PostgresCheckpointStorage.save_buffered`` holds back for a moment, per run (internal).
 
 A step checkpoint commits without waiting for the disk anyway (a server crash can lose the last ~600 ms of
-them; a restore then runs those steps again). Holding it in the worker for at most
+them; a restore then runs those steps again). Buffering it in the worker for at most
 :data:`STEP_WRITE_DELAY_SECONDS` risks the same kind of loss and saves most writes: a pause's row holds their
 step results (they are never written), a finished run deletes them unwritten, and a run's next save sends
 them first, in its own statement. Held rows of one run are written in order, by a timer, the run's end, or
@@ -23,21 +23,21 @@ from agent_framework import WorkflowCheckpoint
 logger = logging.getLogger(__name__)
 
 STEP_WRITE_DELAY_SECONDS = 0.2
-"""How long a held step checkpoint waits for its run's next save before it is written on its own."""
+"""How long a buffered step checkpoint waits for its run's next save before it is written on its own."""
 
-HOLDABLE_NAME_BYTES = 1000
+BUFFERABLE_NAME_BYTES = 1000
 """Longer ids or workflow names are written at once: a refusal as too long for an index belongs to their save."""
 
 
-def holdable(checkpoint: WorkflowCheckpoint) -> bool:
-    """Whether a save of ``checkpoint`` may be held (its id and workflow name are short enough)."""
+def bufferable(checkpoint: WorkflowCheckpoint) -> bool:
+    """Whether a save of ``checkpoint`` may be buffered (its id and workflow name are short enough)."""
     names = (checkpoint.checkpoint_id, checkpoint.previous_checkpoint_id or "", checkpoint.workflow_name)
-    return all(len(name) * 4 <= HOLDABLE_NAME_BYTES or len(name.encode()) <= HOLDABLE_NAME_BYTES for name in names)
+    return all(len(name) * 4 <= BUFFERABLE_NAME_BYTES or len(name.encode()) <= BUFFERABLE_NAME_BYTES for name in names)
 
 
 @dataclass(slots=True)
-class HeldSave:
-    """One held ``save_delta_checkpoint`` call: the checkpoint's id and the statement's parameters."""
+class BufferedSave:
+    """One buffered ``save_delta_checkpoint`` call: the checkpoint's id and the statement's parameters."""
 
     checkpoint_id: str
     params: tuple[Any, ...]
@@ -45,44 +45,44 @@ class HeldSave:
 
 @dataclass(slots=True)
 class _Chain:
-    before: Any  # what the run had stored before its first held row (the deduper's snapshot)
+    before: Any  # what the run had stored before its first buffered row (the deduper's snapshot)
     timer: asyncio.TimerHandle
-    rows: list[HeldSave]
+    rows: list[BufferedSave]
 
 
-class HeldSteps:
-    """The held step saves of one storage object, per run (its step-cache log), and their writes in flight.
+class StepBuffer:
+    """The buffered step saves of one storage object, per run (its step-cache log), and their writes in flight.
 
     Args:
-        write: Writes a run's held rows (the run, the rows) in one statement, in order.
+        write: Writes a run's buffered rows (the run, the rows) in one statement, in order.
     """
 
     __slots__ = ("_chains", "_delay", "_flushes", "_last", "_write")
 
-    def __init__(self, write: Callable[[Any, list[HeldSave]], Awaitable[Any]]) -> None:
+    def __init__(self, write: Callable[[Any, list[BufferedSave]], Awaitable[Any]]) -> None:
         self._write = write
         self._delay = STEP_WRITE_DELAY_SECONDS
         self._chains: dict[object, _Chain] = {}
         self._flushes: dict[asyncio.Task[bool], frozenset[str]] = {}  # writes in flight, and their rows' ids
         self._last: dict[object, asyncio.Task[bool]] = {}  # each run's latest write: the next one waits for it
 
-    def hold(self, run: object, row: HeldSave, before: Any) -> None:
-        """Hold ``row`` for ``run`` (``before``: what it had stored, kept from its first held row)."""
+    def add(self, run: object, row: BufferedSave, before: Any) -> None:
+        """Buffer ``row`` for ``run`` (``before``: what it had stored, kept from its first buffered row)."""
         if (chain := self._chains.get(run)) is None:
             timer = asyncio.get_running_loop().call_later(self._delay, self._flush, run)
             chain = self._chains[run] = _Chain(before, timer, [])
         chain.rows.append(row)
 
-    def take(self, run: object) -> list[HeldSave]:
-        """The rows held for ``run``, no longer held (its next save writes them first, in its statement)."""
+    def take(self, run: object) -> list[BufferedSave]:
+        """The rows buffered for ``run``, no longer buffered (its next save writes them first, in its statement)."""
         chain = self._chains.pop(run, None)
         if chain is None:
             return []
         chain.timer.cancel()
         return chain.rows
 
-    def discard(self, run: object) -> tuple[list[HeldSave], Any] | None:
-        """Forget ``run``'s held rows unwritten (a pause holds their results): them and ``before``, or None."""
+    def withdraw(self, run: object) -> tuple[list[BufferedSave], Any] | None:
+        """Forget ``run``'s buffered rows unwritten (a pause holds their results): them and ``before``, or None."""
         chain = self._chains.get(run)
         return None if chain is None else (self.take(run), chain.before)
 
@@ -100,13 +100,13 @@ class HeldSteps:
         if (last := self._last.get(run)) is not None:
             await asyncio.wait([last])
 
-    def holds(self, checkpoint_ids: Iterable[str]) -> bool:
-        """Whether any of ``checkpoint_ids`` is held."""
+    def has(self, checkpoint_ids: Iterable[str]) -> bool:
+        """Whether any of ``checkpoint_ids`` is buffered."""
         wanted = set(checkpoint_ids)
         return any(row.checkpoint_id in wanted for chain in self._chains.values() for row in chain.rows)
 
     def drop(self, checkpoint_ids: set[str]) -> tuple[set[str], list[tuple[object, Any]]]:
-        """Forget every run whose held rows are all in ``checkpoint_ids``: their ids, and (run, before) each.
+        """Forget every run whose buffered rows are all in ``checkpoint_ids``: their ids, and (run, before) each.
 
         A run only some of whose rows are named keeps them (a later row references an earlier one's results).
         """
@@ -120,7 +120,7 @@ class HeldSteps:
         return dropped, runs
 
     async def flush_now(self, checkpoint_ids: Iterable[str] | None = None) -> None:
-        """Write the runs that hold any of ``checkpoint_ids`` (None: every run), and wait for those writes."""
+        """Write the runs that buffer any of ``checkpoint_ids`` (None: every run), and wait for those writes."""
         wanted = None if checkpoint_ids is None else set(checkpoint_ids)
         for run, chain in list(self._chains.items()):
             if wanted is None or any(row.checkpoint_id in wanted for row in chain.rows):
@@ -130,7 +130,7 @@ class HeldSteps:
     def _flush(self, run: object) -> None:
         self.write_soon(run, self.take(run))
 
-    def write_soon(self, run: object, rows: list[HeldSave]) -> None:
+    def write_soon(self, run: object, rows: list[BufferedSave]) -> None:
         """Start writing ``rows`` of ``run`` in a task of its own (core cancels a run's), after its earlier write."""
         if rows:
             write = self._write_rows(run, rows, self._last.get(run))
@@ -143,7 +143,7 @@ class HeldSteps:
         if self._last.get(run) is task:
             del self._last[run]
 
-    async def _write_rows(self, run: object, rows: list[HeldSave], after: asyncio.Task[bool] | None) -> bool:
+    async def _write_rows(self, run: object, rows: list[BufferedSave], after: asyncio.Task[bool] | None) -> bool:
         if after is not None:  # on another connection it could commit later, and these rows then find none
             await asyncio.wait([after])
         try:  # after a failed write of the run these continue unwritten rows: dropped, no wait for a connection
@@ -151,6 +151,6 @@ class HeldSteps:
                 raise RuntimeError("the run's earlier step checkpoints were not written")
             await self._write(run, rows)
         except Exception as exc:  # a step checkpoint lost: a restore starts earlier (as after a server crash)
-            logger.warning("%d held step checkpoint(s) could not be written: %s", len(rows), exc)
+            logger.warning("%d buffered step checkpoint(s) could not be written: %s", len(rows), exc)
             return False
         return True

@@ -17,7 +17,7 @@ from typing import Any
 import psycopg
 import pytest
 from agent_framework import WorkflowCheckpoint
-from durable_support import checkpoints_elsewhere, held_storage, until
+from durable_support import buffered_storage, checkpoints_elsewhere, until
 from postgres_server import new_schema
 
 from agent_framework_functional import (
@@ -86,7 +86,7 @@ async def test_a_cycle_writes_no_step_checkpoint_only_the_pause_s_row_holding_th
     postgres_server: str, saves: list[str]
 ) -> None:
     schema = new_schema(postgres_server)
-    storage = held_storage(postgres_server, schema, delay=3600.0)
+    storage = buffered_storage(postgres_server, schema, delay=3600.0)
     store = PostgresContinuationStore(postgres_server, schema=schema)
     try:
         wf = _review.build(checkpoint_storage=storage, continuation_store=store)
@@ -110,8 +110,8 @@ async def test_a_cycle_writes_no_step_checkpoint_only_the_pause_s_row_holding_th
 async def test_another_worker_restores_the_pause_and_its_step_results(postgres_server: str) -> None:
     schema = new_schema(postgres_server)
     storage, other = (
-        held_storage(postgres_server, schema, delay=3600.0),
-        held_storage(postgres_server, schema, delay=None),
+        buffered_storage(postgres_server, schema, delay=3600.0),
+        buffered_storage(postgres_server, schema, delay=None),
     )
     store, other_store = (PostgresContinuationStore(postgres_server, schema=schema) for _ in range(2))
     try:
@@ -147,7 +147,7 @@ async def _rounds(topic: str, ctx: RunContext) -> str:
 @pytest.mark.parametrize("workers", ["same", "other", "alternating"])
 async def test_two_pauses_resumed_on_any_worker_run_each_step_once(postgres_server: str, workers: str) -> None:
     schema = new_schema(postgres_server)
-    storages = [held_storage(postgres_server, schema, delay=3600.0) for _ in range(2)]
+    storages = [buffered_storage(postgres_server, schema, delay=3600.0) for _ in range(2)]
     stores = [PostgresContinuationStore(postgres_server, schema=schema) for _ in range(2)]
     order = {"same": [0, 0, 0], "other": [0, 1, 1], "alternating": [0, 1, 0]}[workers]
     CALLS.clear()
@@ -194,7 +194,7 @@ async def _run_to_gate(
 
 async def test_a_running_run_s_step_checkpoint_is_written_after_the_delay(postgres_server: str) -> None:
     schema = new_schema(postgres_server)
-    storage = held_storage(postgres_server, schema, delay=0.05)
+    storage = buffered_storage(postgres_server, schema, delay=0.05)
     try:
         task = await _run_to_gate(storage, "slow")
 
@@ -210,7 +210,7 @@ async def test_a_running_run_s_step_checkpoint_is_written_after_the_delay(postgr
 
 async def test_a_failed_run_s_step_checkpoint_is_written_when_it_ends(postgres_server: str) -> None:
     schema = new_schema(postgres_server)
-    storage = held_storage(postgres_server, schema, delay=3600.0)  # only the run's end can write it
+    storage = buffered_storage(postgres_server, schema, delay=3600.0)  # only the run's end can write it
     try:
         task = await _run_to_gate(storage, "fail early")
         assert await _ids_seen_by_another_worker(postgres_server, schema, "held_waits") == []  # held
@@ -230,8 +230,8 @@ async def test_a_failed_run_s_step_checkpoint_is_written_when_it_ends(postgres_s
 
 async def test_reads_and_close_write_what_the_storage_holds(postgres_server: str) -> None:
     schema = new_schema(postgres_server)
-    storage = held_storage(postgres_server, schema, delay=3600.0)
-    closed = held_storage(postgres_server, schema, delay=3600.0)
+    storage = buffered_storage(postgres_server, schema, delay=3600.0)
+    closed = buffered_storage(postgres_server, schema, delay=3600.0)
     try:
         task = await _run_to_gate(storage, "read")
         assert await _ids_seen_by_another_worker(postgres_server, schema, "held_waits") == []
@@ -251,7 +251,7 @@ async def test_reads_and_close_write_what_the_storage_holds(postgres_server: str
 
 async def test_a_held_checkpoint_loads_by_id(postgres_server: str) -> None:
     schema = new_schema(postgres_server)
-    storage = held_storage(postgres_server, schema, delay=3600.0)
+    storage = buffered_storage(postgres_server, schema, delay=3600.0)
     try:
         saved: list[str] = []
         task = await _run_to_gate(storage, "load", saved)
