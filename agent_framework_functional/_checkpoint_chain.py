@@ -102,7 +102,7 @@ class RecordingCheckpointStorage:
         pause, self.joint_pause = self.joint_pause, None
         return pause
 
-    async def settle(self) -> None:
+    async def flush(self) -> None:
         """The run ended: a joint pause no record took is saved alone, and a buffer writes the run's step saves.
 
         After a failure those are what a restore starts from, written before the caller sees the failure.
@@ -127,7 +127,7 @@ class RecordingCheckpointStorage:
     async def finish_chain(self) -> None:
         """The run finished: keep its chain's checkpoints for the retention (0: delete them now).
 
-        The ids stay noted for :meth:`settle`. A finish sweeps, as a run's start does.
+        The ids stay noted for :meth:`flush`. A finish sweeps, as a run's start does.
         """
         sweep_retained()
         if self.retention == 0:

@@ -34,6 +34,8 @@ and stale errors have one fixed message each; the others say what happened and w
 
 from __future__ import annotations
 
+from typing import Any
+
 AUTHORITY_ERROR_MESSAGE = (
     "The continuation token was not accepted. Resume with the continuation_token returned by the "
     "run that paused, restore the pause from its checkpoint (checkpoint_id=...), or start a new run."
@@ -54,13 +56,17 @@ AGENT_PENDING_CONTINUATION_MESSAGE = (
 
 
 class FunctionalWorkflowError(Exception):
-    """Base class of every error this package raises on purpose; ``message`` defaults to the class's own."""
+    """Base class of every error this package raises on purpose; ``message`` defaults to the class's own.
+
+    Any further arguments go on to ``Exception`` (or a library error a backend's error mixes in), as before.
+    """
 
     default_message: str | None = None
 
-    def __init__(self, message: str | None = None) -> None:
-        message = self.default_message if message is None else message
-        super().__init__(*(() if message is None else (message,)))
+    def __init__(self, message: object = None, *args: object, **kwargs: Any) -> None:
+        if message is None and not args:
+            message = self.default_message
+        super().__init__(*(() if message is None else (message,)), *args, **kwargs)
 
 
 class CallRefusedError(FunctionalWorkflowError):

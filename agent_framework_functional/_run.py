@@ -237,7 +237,7 @@ class WorkflowRun:
         try:
             recorder = self.ticket.recorder
             if recorder is not None:
-                await recorder.settle()
+                await recorder.flush()
         finally:
             self.free_guard(self, False)
 

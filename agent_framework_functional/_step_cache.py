@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 from typing import Any, Protocol, cast, runtime_checkable
 from weakref import WeakKeyDictionary
@@ -95,19 +96,28 @@ class DeltaCheckpointStorage(Protocol):
 _IMPLEMENTS: WeakKeyDictionary[type, dict[type, bool]] = WeakKeyDictionary()
 
 
+@functools.cache
+def _members(protocol: type) -> tuple[str, ...]:
+    """A protocol's public members."""
+    return tuple(name for name in vars(protocol) if not name.startswith("_"))
+
+
 def implements(obj: object, protocol: type) -> bool:
     """``isinstance(obj, protocol)``, remembered per class where the class decides (a check costs about 10 µs).
 
     A yes is remembered when the class itself defines every member, a no when no class of it defines
-    ``__getattr__``; a proxy is checked each time.
+    ``__getattr__``; a proxy is checked each time, and so is an object with a member of its own
+    (an instance attribute) where its class's answer is no.
     """
     kind = type(obj)
     known = _IMPLEMENTS.get(kind)
+    members = _members(protocol)
     if known is not None and protocol in known:
-        return known[protocol]
+        own = getattr(obj, "__dict__", None)
+        if known[protocol] or not own or not any(name in own for name in members):
+            return known[protocol]
     found = isinstance(obj, protocol)
     if found:
-        members = [name for name in vars(protocol) if not name.startswith("_")]
         remember = all(any(name in vars(base) for base in kind.__mro__) for name in members)
     else:
         remember = not any("__getattr__" in vars(base) for base in kind.__mro__)

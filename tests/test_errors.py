@@ -168,3 +168,22 @@ def test_stale_error_is_an_authority_error_with_its_own_fixed_message() -> None:
     assert "latest session" in str(stale) and "new input" in str(stale)
     clone = pickle.loads(pickle.dumps(stale))
     assert type(clone) is StaleContinuationError and str(clone) == str(stale)
+
+
+@pytest.mark.parametrize("base", [FunctionalWorkflowError, CallRefusedError, DurableStoreError])
+def test_the_base_errors_take_exceptions_arguments(base: type[FunctionalWorkflowError]) -> None:
+    """A store of one's own may raise a base with several arguments, as any ``Exception``."""
+    assert base("what failed", "may have happened").args == ("what failed", "may have happened")
+
+
+def test_a_backend_error_may_mix_in_a_library_error_with_keywords() -> None:
+    class LibraryError(Exception):
+        def __init__(self, *args: object, code: int | None = None) -> None:
+            super().__init__(*args)
+            self.code = code
+
+    class BackendDown(DurableStoreError, LibraryError):
+        pass
+
+    error = BackendDown("down", code=7)
+    assert (error.code, error.args) == (7, ("down",))

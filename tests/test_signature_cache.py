@@ -286,3 +286,15 @@ def test_a_generic_annotation_is_reused_and_the_cache_keeps_no_function_alive() 
     del flow, wrapper
     gc.collect()
     assert gone() is None
+
+
+def test_a_store_made_of_instance_attributes_is_one_after_a_no_for_its_class() -> None:
+    """A class's remembered no does not hide members an instance has of its own (a store bound in ``__init__``)."""
+    real = SQLiteContinuationStore(":memory:")
+    try:
+        members = {name: getattr(real, name) for name in dir(real) if not name.startswith("_")}
+        assert not is_continuation_store(types.SimpleNamespace(x=1))
+        assert is_continuation_store(types.SimpleNamespace(**members))
+        assert not is_continuation_store(types.SimpleNamespace(x=2))
+    finally:
+        real.close()

@@ -3,7 +3,7 @@
 Against a real PostgreSQL cluster (``postgres_server``). Asserted: one statement carries both, the
 pause resumes on the same worker (its run's later saves continue the pause's segment) and on another;
 a failed statement leaves the pause's checkpoint saved alone and no record; a save the storage refuses
-is saved whole under the inserted record; a held pause no record took is saved when its run settles; the
+is saved whole under the inserted record; a joint pause no record took is saved by the recorder's flush; the
 statement purges expired checkpoints first when a purge is due, as the storage's own saves do.
 """
 
@@ -115,7 +115,7 @@ async def test_a_joint_pause_no_record_took_is_saved_when_its_run_ends(
 
     def first_refused(self: RecordingCheckpointStorage) -> Any:
         calls.append(self.joint_pause is not None)
-        return None if len(calls) == 1 else take(self)  # record_pause gets nothing; settle gets the pause
+        return None if len(calls) == 1 else take(self)  # record_pause gets nothing; flush gets the pause
 
     monkeypatch.setattr(RecordingCheckpointStorage, "take_joint_pause", first_refused)
     try:
