@@ -51,8 +51,10 @@ def check_schema_name(schema: str) -> str:
     """Return ``schema`` if it is a plain lower-case SQL identifier; raise ``ValueError`` otherwise."""
     if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", schema):
         raise ValueError(f"schema must be a plain lower-case SQL identifier (letters, digits, '_'), got {schema!r}.")
-    if schema.startswith("pg_"):
-        raise ValueError(f"schema must not start with 'pg_' (PostgreSQL keeps that prefix for itself), got {schema!r}.")
+    if schema.startswith("pg_") or schema == "information_schema":
+        raise ValueError(
+            f"schema must not be a PostgreSQL system schema ('pg_*', 'information_schema'), got {schema!r}."
+        )
     return schema
 
 
@@ -104,17 +106,28 @@ class PostgresPool:
         pool_timeout: float | timedelta,
     ) -> None:
         import_psycopg(owner)
+        from psycopg.rows import tuple_row
         from psycopg_pool import AsyncConnectionPool
 
         if (target is None) == (pool is None):
             raise TypeError(f"{owner} takes a connection string or pool=, exactly one of them.")
+        target = pool if pool is not None else target
+        if not isinstance(target, (str, AsyncConnectionPool)) or isinstance(pool, str):
+            raise TypeError(
+                f"{owner} takes a connection string (str) or a psycopg_pool.AsyncConnectionPool, got {type(target)!r}."
+            )
+        if not isinstance(target, str) and target.kwargs.get("row_factory") not in (None, tuple_row):
+            raise TypeError(
+                f"{owner} reads rows as tuples: pass a pool without a row_factory in its kwargs "
+                "(set row factories per cursor in your own code)."
+            )
         if isinstance(max_size, bool) or not isinstance(max_size, int) or max_size < 1:  # pyright: ignore[reportUnnecessaryIsInstance]
             raise ValueError(f"max_size must be a positive integer, got {max_size!r}.")
         self.owner = owner
         self.schema = check_schema_name(schema)
         self._tables = tables
         self._timeout = duration_seconds(pool_timeout, "pool_timeout")
-        target = pool if pool is not None else target
+        self._closed = False
         self._owns_pool = isinstance(target, str)
         self._opened = not self._owns_pool
         self._opening: asyncio.Task[None] | None = None
@@ -157,6 +170,10 @@ class PostgresPool:
             psycopg.OperationalError: PostgreSQL could not be reached, or the connection was lost; the
                 message says whether the operation may have happened.
         """
+        if self._closed:
+            raise DurableStoreError(
+                f"{self.owner} is closed (aclose() was called); the {what} did not happen. Make a new one."
+            )
         if not self._opened:
             await self._open()
         try:
@@ -184,8 +201,8 @@ class PostgresPool:
 
         if isinstance(exc, (UndefinedTable, UndefinedFunction, InvalidSchemaName)):
             return DurableStoreError(
-                f"{self.owner}: its tables in schema {self.schema!r} do not exist ({str(exc).splitlines()[0]}); the "
-                f"{what} did not happen. Create them once with `await {self.owner}(...).setup()` or "
+                f"{self.owner}: a table it uses does not exist ({str(exc).splitlines()[0]}); the {what} did not "
+                "happen. Create the tables once with each component's `await component.setup()` or "
                 "`await migrate_postgres(url, schema=...)`."
             )
         if isinstance(exc, PoolTimeout):
@@ -267,6 +284,7 @@ class PostgresPool:
             return await conn.execute(statement, params)
 
     async def aclose(self) -> None:
-        """Close the pool if this object created it; a pool passed in is left open."""
+        """Close the pool if this object created it (a pool passed in is left open); later calls are refused."""
+        self._closed = True
         if self._owns_pool:
             await self._pool.close()

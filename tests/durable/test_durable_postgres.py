@@ -31,6 +31,8 @@ from durable_support import (
 )
 from durable_workflows import approval
 from postgres_server import PostgresServer, new_schema
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
 
 from agent_framework_functional import (
     DurableStoreError,
@@ -223,7 +225,7 @@ async def test_a_component_whose_tables_were_not_set_up_says_to_call_setup(postg
     sessions = PostgresSessionStore(postgres_server, schema=schema)
     try:
         for attempt in (store.get("0" * 64), storage.load(str(uuid.uuid4())), sessions.get("conversation:c1")):
-            with pytest.raises(DurableStoreError, match=r"do not exist .*\.setup\(\)` or `await migrate_postgres"):
+            with pytest.raises(DurableStoreError, match=r"does not exist .*\.setup\(\)` or `await migrate_postgres"):
                 await attempt
         with psycopg.connect(postgres_server) as conn:  # nothing was created on first use
             assert conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone() is None
@@ -312,11 +314,34 @@ def test_arguments_are_checked() -> None:
         PostgresContinuationStore("postgresql://127.0.0.1:1/x", schema="Bad-Name")
     with pytest.raises(ValueError, match="schema"):
         PostgresCheckpointStorage("postgresql://127.0.0.1:1/x", schema="x; DROP TABLE y")
-    with pytest.raises(ValueError, match="must not start with 'pg_'"):  # PostgreSQL refused it at first use
+    with pytest.raises(ValueError, match="a PostgreSQL system schema"):  # PostgreSQL refused it at first use
         PostgresSessionStore("postgresql://127.0.0.1:1/x", schema="pg_sessions")
+    with pytest.raises(ValueError, match="a PostgreSQL system schema"):  # the superuser could write there
+        PostgresContinuationStore("postgresql://127.0.0.1:1/x", schema="information_schema")
+    with pytest.raises(TypeError, match=r"connection string \(str\) or a psycopg_pool"):
+        PostgresContinuationStore(b"postgresql://127.0.0.1:1/x")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"connection string \(str\) or a psycopg_pool"):
+        PostgresSessionStore(pool="postgresql://127.0.0.1:1/x")  # type: ignore[arg-type]
+    dict_rows = AsyncConnectionPool("postgresql://127.0.0.1:1/x", open=False, kwargs={"row_factory": dict_row})
+    with pytest.raises(TypeError, match="reads rows as tuples"):  # it failed after the pause's commit
+        PostgresCheckpointStorage(pool=dict_rows)
     with pytest.raises(ValueError, match="max_size"):
         PostgresContinuationStore("postgresql://127.0.0.1:1/x", max_size=0)
     with pytest.raises(ValueError, match="ttl"):
         PostgresCheckpointStorage("postgresql://127.0.0.1:1/x", ttl=0)
     with pytest.raises(TypeError, match="allowed_checkpoint_types"):
         PostgresCheckpointStorage("postgresql://127.0.0.1:1/x", allowed_checkpoint_types=[1])  # type: ignore[list-item]
+
+
+async def test_a_closed_component_refuses_every_call(postgres_server: str) -> None:
+    """After ``aclose()`` a call is refused: it used to open a new pool nobody closed (or report an outage)."""
+    schema = new_schema(postgres_server)
+    store = PostgresContinuationStore(postgres_server, schema=schema)
+    await store.aclose()
+    with pytest.raises(DurableStoreError, match=r"is closed \(aclose\(\) was called\)"):
+        await store.get("anything")
+    storage = PostgresCheckpointStorage(postgres_server, schema=schema)
+    await storage.list_checkpoint_ids(workflow_name="w")
+    await storage.aclose()
+    with pytest.raises(DurableStoreError, match="is closed"):
+        await storage.list_checkpoint_ids(workflow_name="w")

@@ -103,7 +103,7 @@ async def test_a_worker_on_missing_tables_is_told_to_run_setup_or_migrate_postgr
     url = _worker_role(postgres_server, schema)  # no schema yet: the role may not create it
     worker = _Worker(url, schema)
     try:
-        with pytest.raises(DurableStoreError, match=r"do not exist .*setup\(\)` or `await migrate_postgres\(url"):
+        with pytest.raises(DurableStoreError, match=r"does not exist .*setup\(\)` or `await migrate_postgres\(url"):
             await worker.build().run("x")
         with psycopg.connect(postgres_server) as conn:
             assert conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone() is None
