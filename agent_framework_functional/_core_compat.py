@@ -77,10 +77,7 @@ def collected_events(ctx: RunContext) -> list[WorkflowEvent[Any]] | None:
 def core_event_stream(
     core: _CoreFunctionalWorkflow, *, include_status_events: bool, **run_kwargs: Any
 ) -> ResponseStream[WorkflowEvent[Any], WorkflowRunResult]:
-    """Core's ``run(stream=False)`` as the event stream it wraps (``_run_core`` and its hooks).
-
-    Pulled event by event, yet user code still sees ``ctx.is_streaming()`` False, as in core.
-    """
+    """Core's ``run(stream=False)`` as its event stream (``_run_core``); ``ctx.is_streaming()`` stays False."""
     core._ensure_not_running()  # pyright: ignore[reportPrivateUsage]
     return ResponseStream(
         core._run_core(streaming=False, **run_kwargs),  # pyright: ignore[reportPrivateUsage]
@@ -155,10 +152,7 @@ def make_linear(ctx: RunContext) -> LinearRunContext:
 
 
 def over_cached_reads(*functions: Callable[..., Any]) -> list[Callable[..., Any]]:
-    """Copies of core's ``functions`` (of one module) whose ``dis`` and ``_get_step_wrapper_identity`` cache.
-
-    The copies share one copy of the module's names; core's globals stay.
-    """
+    """Copies of core's ``functions`` with ``dis`` and ``_get_step_wrapper_identity`` cached (core's globals stay)."""
     names = dict(functions[0].__globals__)
     names["dis"] = CachedDis(dis)
     names["_get_step_wrapper_identity"] = CachedIdentity(names["_get_step_wrapper_identity"])
@@ -246,10 +240,7 @@ class LinearFunctionalWorkflow(_CoreFunctionalWorkflow):
 
 
 async def offering(ctx: RunContext, log: StepCacheLog, recorder: SaveRecorder, save: Awaitable[_T]) -> _T:
-    """Await core's ``save`` with the run's new step-cache entries offered to the checkpoint it saves.
-
-    The recorder's ``save`` takes the offer when core calls it, before its first ``await``.
-    """
+    """Await core's ``save`` with the new step-cache entries offered (taken before its first ``await``)."""
     offer = recorder.offer = StepCacheOffer(log)
     linear = ctx if isinstance(ctx, LinearRunContext) else make_linear(ctx)
     linear.af_live = log.live  # a storage that took an earlier offer gets core's live dicts
