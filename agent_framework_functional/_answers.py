@@ -127,8 +127,7 @@ def convert_answer(value: Any, response_type: Any, request_id: str) -> Any:
         )
     if value is None or (isinstance(response_type, type) and type(value) is response_type):
         return value
-    # An approval is never inferred: pydantic would take "yes", "off", 1 or 0.0 for a bool (only true / false do),
-    # and so would core for a bool field of a model or list; nor a number: core takes true for an int, pydantic "3".
+    # Never infer a bool or a number: pydantic takes "yes" or 1 for a bool and "3" for an int, core true for an int.
     adapter = None if response_type is bool else _cached(_adapter, response_type)
     details = ": only true or false answers a bool request" if response_type is bool else ""
     inferred = _lax_scalars(adapter, value) if adapter is not None else []

@@ -1,9 +1,8 @@
 """Every touch of core's (and the host packages') private API, kept together so it is easy to audit.
 
-Each function's docstring names the private name it touches, and a test fails when an upgrade moves it
-or core stops calling it on our path (``tests/test_core_compat.py`` for the overrides of
-:class:`LinearFunctionalWorkflow`, the runs we drive, whose step cache costs linear time). Core's own
-classes and module globals stay untouched.
+Each function's docstring names the private name it touches; a test fails when an upgrade moves it or core
+stops calling it on our path (``tests/test_core_compat.py`` for :class:`LinearFunctionalWorkflow`'s overrides).
+Core's own classes and module globals stay untouched.
 """
 
 from __future__ import annotations
@@ -175,9 +174,9 @@ _DISCOVER, _SIGNATURE_HASH = over_cached_reads(
 class LinearFunctionalWorkflow(_CoreFunctionalWorkflow):
     """Core's ``FunctionalWorkflow`` whose runs cost linear time in their ``@step`` calls (internal).
 
-    Each checkpoint save is offered the step-cache entries added since the last one (:func:`offering`);
-    core's save at a clean finish is skipped when the recorder deletes the chain at once. Overrides call
-    core's methods by class, not ``super()`` (no object per call).
+    Each save is offered the step-cache entries added since the last (:func:`offering`); core's save at a clean
+    finish is skipped when the recorder deletes the chain at once. Overrides call core by class: no ``super()``
+    object per call.
     """
 
     _af_log: StepCacheLog | None = None
