@@ -42,11 +42,9 @@ _RESUME_ARGS = ("responses", "continuation_token", "checkpoint_id", "checkpoint_
 
 @functional_workflows_experimental
 class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAgent):
-    """A functional workflow as a core agent that carries the continuation token (README "Use it as an agent").
+    """A functional workflow as a core agent that carries the continuation token.
 
-    Each pending request surfaces as a ``function_call`` plus a ``function_approval_request``; a resume is
-    ``responses=`` with a token (argument, ``options``, then the session) or chat-native answers. One agent
-    serves every conversation (an instance per session); middleware, span and providers run as core's ``Agent``.
+    One agent serves every conversation (a workflow instance per session). See README, "Use it as an agent".
 
     Args:
         workflow: The session-less conversation's instance (the template of the others).
@@ -57,6 +55,9 @@ class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAge
         text_answers: On a session, a plain text reply answers the one pending ``str`` request.
         continuation_token_on_response: False keeps the token in the session only (a session is then required).
         max_conversations: Most paused conversations attached here (None: bounded by the pause TTL only).
+
+    Raises:
+        TypeError: ``input_mapper`` is not callable.
     """
 
     #: The ``function_call`` name of a surfaced ``request_info`` (as core's ``FunctionalWorkflowAgent``).
@@ -121,10 +122,7 @@ class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAge
         return published_requests(self._workflow.pending_requests, self._workflow.pending_tag())
 
     def pending_requests_for(self, session: AgentSession) -> Mapping[str, WorkflowEvent[Any]]:
-        """One conversation's pending requests (published id -> event), read-only; empty when none is held here.
-
-        Also empty when the instance here holds an older pause than ``session``'s token names (paused elsewhere).
-        """
+        """One conversation's pending requests (published id -> event); empty if none, or paused elsewhere since."""
         workflow = self._conversations.workflow_for(session, create=False)
         tag = workflow.pending_tag() if workflow is not None else None
         stored = session_token(session, self.id)
@@ -200,8 +198,7 @@ class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAge
         """Run the workflow and answer as an agent; every check that needs no I/O raises here.
 
         Args:
-            messages: Chat input (mapped as the class docstring says) or any value (passed as given);
-                while paused, messages that carry only answers resume.
+            messages: Chat input or any value (passed as given); while paused, answer-only messages resume.
 
         Keyword Args:
             stream: True for a ``ResponseStream`` whose last update carries the token.
@@ -223,8 +220,7 @@ class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAge
             ContinuationAuthorityError: A resume without valid authority.
             PendingContinuationError: New input or a checkpoint restore while a continuation is pending.
             WorkflowRunningError: The workflow is already running.
-
-        A resume only the continuation store can judge raises these on the first ``await`` or iteration.
+            (A resume only the continuation store can judge raises on the first ``await`` or iteration.)
         """
         args = CallArgs(
             messages,
@@ -259,10 +255,9 @@ RawCall = Callable[[CallArgs], Callable[[], Any]]
 
 
 def run_layered(agent: Any, raw: RawCall, args: CallArgs, middleware: Sequence[Any] | None) -> AgentResult:
-    """Run one agent call through core's agent middleware, then the ``invoke_agent`` span (as core's ``Agent.run``).
+    """Run one call through core's agent middleware, then the ``invoke_agent`` span (as core's ``Agent.run``).
 
-    Core's layers' own ``run`` would drop the resume arguments: middleware gets them in ``AgentContext.kwargs``.
-    With middleware a rejected call raises on the first ``await`` or iteration (core's behaviour).
+    Core's layers' own ``run`` would drop the resume arguments, so middleware gets them in ``AgentContext.kwargs``.
     """
     chain = agent_middleware_of(agent.middleware, middleware)
     if not chain:
@@ -328,9 +323,9 @@ def run_layered(agent: Any, raw: RawCall, args: CallArgs, middleware: Sequence[A
 def _traced(
     agent: Any, start: Callable[[], Any], args: CallArgs, client_kwargs: Mapping[str, Any] | None
 ) -> AgentResult:
-    """Start the call inside core's ``invoke_agent`` span, skipped without a tracer provider.
+    """Start the call inside core's ``invoke_agent`` span; skipped without a tracer provider.
 
-    (The layer's hooks would tie a dropped response stream in a cycle only the garbage collector frees.)
+    Not the layer's hooks: they tie a dropped response stream in a cycle only the garbage collector frees.
     """
     if not OBSERVABILITY_SETTINGS.ENABLED or isinstance(trace.get_tracer_provider(), _UNSET_PROVIDERS):
         return cast("AgentResult", start())

@@ -1,8 +1,8 @@
 """Deciding one agent call of FunctionalWorkflowAgent: a fresh run, a resume or a restore, by one set of rules.
 
-:meth:`CallPlanner.open` runs the rules without I/O at the call (rejections raise, nothing changes); where a
-rule needs the continuation store or a write it stops, and the run decides by the same rules
-(:meth:`CallPlanner.decide_in_run`). :meth:`CallPlanner.start` is the one place the agent starts a workflow run.
+:meth:`CallPlanner.open` runs the rules without I/O at the call (rejections raise, nothing changes); a rule
+that needs the store or a write is left to the run (:meth:`CallPlanner.decide_in_run`, same rules).
+:meth:`CallPlanner.start` is the one place the agent starts a workflow run.
 """
 
 from __future__ import annotations

@@ -114,9 +114,9 @@ class AgentRunner:
         return response
 
     async def updates(self, call: AgentCall, response_id: str) -> AsyncIterable[AgentResponseUpdate]:
-        """Providers before, the events as updates, the session written, providers after, requests and token.
+        """Providers before, events as updates, session written, providers after, requests and token.
 
-        No local holds the workflow stream across a ``yield``, so dropping the agent stream frees the run.
+        No local holds the workflow stream across a ``yield``: dropping the agent stream frees the run.
         """
         if call.closed:
             return  # closed before it was iterated: its run was freed, so start nothing

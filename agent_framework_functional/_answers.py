@@ -1,7 +1,6 @@
 """Typed answers: a request's ``response_type`` as JSON Schema, and an answer converted to that type.
 
-Every answer goes through :func:`convert_answer` before a resume is accepted, so a mismatch is refused
-before the token is spent.
+Every answer is converted before a resume is accepted, so a mismatch is refused before the token is spent.
 """
 
 from __future__ import annotations
@@ -65,9 +64,7 @@ def _schema(response_type: Any) -> dict[str, Any] | None:
 
 
 def response_schema(response_type: Any) -> dict[str, Any] | None:
-    """Return the JSON Schema of an answer of type ``response_type``, or None when it has none.
-
-    The agent puts it on every request it surfaces, so a host can render a form or validate a reply.
+    """Return the JSON Schema of an answer of type ``response_type`` (on every surfaced request), or None.
 
     Args:
         response_type: A request's ``response_type``.
@@ -87,8 +84,8 @@ def response_schema(response_type: Any) -> dict[str, Any] | None:
 def parse_json_text(value: Any, response_type: Any) -> Any:
     """``value`` parsed as JSON when it is text the type does not take as it is, else ``value``.
 
-    Empty text is None; bracketed non-JSON text is read with ``ast.literal_eval`` (core's
-    ``Content.from_function_result`` stores a list as its Python ``repr``); other text stays text.
+    Bracketed non-JSON text goes through ``ast.literal_eval``: core's ``Content.from_function_result``
+    stores a list as its Python ``repr``.
     """
     if not isinstance(value, str) or _accepts(value, response_type):
         return value
@@ -115,12 +112,10 @@ def convert_answer(value: Any, response_type: Any, request_id: str) -> Any:
         request_id: The request's id (named in the error).
 
     Returns:
-        ``value`` when core's rule accepts it, else pydantic's validated value. A JSON value follows the
-        type's JSON Schema strictly (a ``bool`` takes only ``True`` / ``False``, a number no text).
+        ``value`` if core's rule accepts it, else pydantic's validated value (strict on a bool or number).
 
     Raises:
-        ResponseMismatchError: The value fits neither; names each failing field path and the request id,
-            never the value.
+        ResponseMismatchError: The value fits neither (the message names field paths, never the value).
     """
     if _non_finite(value):
         name = type_name(response_type)
@@ -132,8 +127,7 @@ def convert_answer(value: Any, response_type: Any, request_id: str) -> Any:
         )
     if value is None or (isinstance(response_type, type) and type(value) is response_type):
         return value
-    # An approval is never inferred: pydantic would take "yes", "off", 1 or 0.0 for a bool (only true / false do),
-    # and so would core for a bool field of a model or list; nor a number: core takes true for an int, pydantic "3".
+    # Never infer a bool or a number: pydantic takes "yes" or 1 for a bool and "3" for an int, core true for an int.
     adapter = None if response_type is bool else _cached(_adapter, response_type)
     details = ": only true or false answers a bool request" if response_type is bool else ""
     inferred = _lax_scalars(adapter, value) if adapter is not None else []
@@ -243,12 +237,10 @@ def check_answers(
 ) -> dict[str, Any]:
     """Correlate answers with the pause, then convert each known answer to its ``response_type``.
 
-    ``requests`` holds earlier rounds too (a replay passes their answers again); ``unchanged`` ends the
-    message of an uncorrelated answer.
+    ``requests`` holds earlier rounds too (a replay passes their answers again).
 
     Raises:
-        ResponseMismatchError: No answer names a pending request, or an answer does not fit its
-            request's ``response_type`` (core would reject it only after the token was spent).
+        ResponseMismatchError: No answer names a pending request, or an answer does not fit its type.
     """
     if not any(request_id in pending_ids for request_id in responses):
         raise ResponseMismatchError(

@@ -140,8 +140,7 @@ def answers_to_responses(answers: Sequence[Content], requests: Mapping[str, Work
     """Chat-native answers as ``responses`` for the pause's requests, each converted to its ``response_type``.
 
     Raises:
-        ResponseMismatchError: An answer names no pending request, answers one twice, or does not
-            convert. Nothing has changed.
+        ResponseMismatchError: An answer names no pending request, answers one twice, or does not convert.
     """
     responses: dict[str, Any] = {}
     for answer in answers:
@@ -168,9 +167,7 @@ def answers_to_responses(answers: Sequence[Content], requests: Mapping[str, Work
 def pause_answers(
     answers: Sequence[Content], requests: Mapping[str, WorkflowEvent[Any]], token: Any, *, core_ids: bool
 ) -> dict[str, Any]:
-    """Chat-native answers to the pause of ``token`` as ``responses`` in core's ids.
-
-    An answer names a request by the id published for this pause; with ``core_ids`` also by core's id.
+    """Chat-native answers (by published id; with ``core_ids`` also core's) as ``responses`` in core's ids.
 
     Raises:
         ResponseMismatchError: As :func:`answers_to_responses`; nothing has changed.

@@ -1,9 +1,8 @@
 """Every touch of core's (and the host packages') private API, kept together so it is easy to audit.
 
-Each function's docstring names the private name it touches, and a test fails when an upgrade moves it
-or core stops calling it on our path (``tests/test_core_compat.py`` for the overrides of
-:class:`LinearFunctionalWorkflow`, the runs we drive, whose step cache costs linear time). Core's own
-classes and module globals stay untouched.
+Each function's docstring names the private name it touches; a test fails when an upgrade moves it or core
+stops calling it on our path (``tests/test_core_compat.py`` for :class:`LinearFunctionalWorkflow`'s overrides).
+Core's own classes and module globals stay untouched.
 """
 
 from __future__ import annotations
@@ -77,10 +76,7 @@ def collected_events(ctx: RunContext) -> list[WorkflowEvent[Any]] | None:
 def core_event_stream(
     core: _CoreFunctionalWorkflow, *, include_status_events: bool, **run_kwargs: Any
 ) -> ResponseStream[WorkflowEvent[Any], WorkflowRunResult]:
-    """Core's ``run(stream=False)`` as the event stream it wraps (``_run_core`` and its hooks).
-
-    Pulled event by event, yet user code still sees ``ctx.is_streaming()`` False, as in core.
-    """
+    """Core's ``run(stream=False)`` as its event stream (``_run_core``); ``ctx.is_streaming()`` stays False."""
     core._ensure_not_running()  # pyright: ignore[reportPrivateUsage]
     return ResponseStream(
         core._run_core(streaming=False, **run_kwargs),  # pyright: ignore[reportPrivateUsage]
@@ -155,10 +151,7 @@ def make_linear(ctx: RunContext) -> LinearRunContext:
 
 
 def over_cached_reads(*functions: Callable[..., Any]) -> list[Callable[..., Any]]:
-    """Copies of core's ``functions`` (of one module) whose ``dis`` and ``_get_step_wrapper_identity`` cache.
-
-    The copies share one copy of the module's names; core's globals stay.
-    """
+    """Copies of core's ``functions`` with ``dis`` and ``_get_step_wrapper_identity`` cached (core's globals stay)."""
     names = dict(functions[0].__globals__)
     names["dis"] = CachedDis(dis)
     names["_get_step_wrapper_identity"] = CachedIdentity(names["_get_step_wrapper_identity"])
@@ -181,9 +174,9 @@ _DISCOVER, _SIGNATURE_HASH = over_cached_reads(
 class LinearFunctionalWorkflow(_CoreFunctionalWorkflow):
     """Core's ``FunctionalWorkflow`` whose runs cost linear time in their ``@step`` calls (internal).
 
-    Each checkpoint save is offered the step-cache entries added since the last one (:func:`offering`);
-    core's save at a clean finish is skipped when the recorder deletes the chain at once. Overrides call
-    core's methods by class, not ``super()`` (no object per call).
+    Each save is offered the step-cache entries added since the last (:func:`offering`); core's save at a clean
+    finish is skipped when the recorder deletes the chain at once. Overrides call core by class: no ``super()``
+    object per call.
     """
 
     _af_log: StepCacheLog | None = None
@@ -246,10 +239,7 @@ class LinearFunctionalWorkflow(_CoreFunctionalWorkflow):
 
 
 async def offering(ctx: RunContext, log: StepCacheLog, recorder: SaveRecorder, save: Awaitable[_T]) -> _T:
-    """Await core's ``save`` with the run's new step-cache entries offered to the checkpoint it saves.
-
-    The recorder's ``save`` takes the offer when core calls it, before its first ``await``.
-    """
+    """Await core's ``save`` with the new step-cache entries offered (taken before its first ``await``)."""
     offer = recorder.offer = StepCacheOffer(log)
     linear = ctx if isinstance(ctx, LinearRunContext) else make_linear(ctx)
     linear.af_live = log.live  # a storage that took an earlier offer gets core's live dicts

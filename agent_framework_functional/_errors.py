@@ -58,7 +58,7 @@ AGENT_PENDING_CONTINUATION_MESSAGE = (
 class FunctionalWorkflowError(Exception):
     """Base class of every error this package raises on purpose; ``message`` defaults to the class's own.
 
-    Any further arguments go on to ``Exception`` (or a library error a backend's error mixes in), as before.
+    Further arguments go on to ``Exception`` (or the library error a backend's error mixes in).
     """
 
     default_message: str | None = None
@@ -92,7 +92,7 @@ class ContinuationAuthorityError(CallRefusedError, ValueError):
 class StaleContinuationError(ContinuationAuthorityError):
     """Answers arrived on a session whose own stored token is spent, abandoned or expired (the agent knows it).
 
-    Lets a host tell "this conversation moved on" from a bad token; new input starts a fresh run.
+    A host can tell "this conversation moved on" from a bad token; new input starts a fresh run.
     """
 
     default_message = STALE_CONTINUATION_MESSAGE

@@ -1,11 +1,10 @@
 """Live updates: ``emit_update`` and ``stream_agent``, and the channel that carries them to the caller in order.
 
-Core yields a functional workflow's events only after the function returns, so a channel (bound through the
-``live_channel`` ``ContextVar``) carries them. Streaming pulls core's stream in a pump task on a bounded
-channel (a full channel makes ``emit_update`` wait; nothing is dropped); non-streaming binds an unbounded
-channel around each pull. When a live update enters, the events core collected since the last one go first
-(``_core_compat.collected_events``) and are skipped when core yields them again (one merge for both modes). Under
-core's own ``FunctionalWorkflow`` the updates fall back to core's ``ctx.add_event``.
+Core yields a functional workflow's events only after the function returns, so a channel (the ``live_channel``
+``ContextVar``) carries them: bounded in a pump task when streaming (a full one makes ``emit_update`` wait),
+unbounded around each pull otherwise. A live update sends core's events collected since the last one first
+(``_core_compat.collected_events``); core's later yield of them is skipped. Under core's own
+``FunctionalWorkflow`` updates fall back to ``ctx.add_event``.
 """
 
 from __future__ import annotations
@@ -211,8 +210,8 @@ async def stream_live(
 ) -> AsyncGenerator[WorkflowEvent[Any], None]:
     """Yield core's events merged, in order, with the live updates the workflow emits (streaming runs).
 
-    ``started`` and the first ``status`` are pulled directly; the pump (running user code, where the token
-    is spent) starts at the next request. Closing this cancels the pump and the workflow task, then waits.
+    ``started`` and the first ``status`` are pulled directly; the pump (user code, where the token is spent)
+    starts at the next request. Closing this cancels the pump and the workflow task, then waits.
     """
     while (event := await _next_core_event(core_stream)) is not None:
         yield event
@@ -308,13 +307,11 @@ def _json_key(key: Any) -> str:
 async def emit_update(update: str | Content | AgentResponseUpdate | Any) -> None:
     """Send an update to the caller now, from workflow or step code (or a task they start).
 
-    It reaches the workflow stream at once as an ``intermediate`` event, and the agent's stream as an
-    ``AgentResponseUpdate``, in production order (README "Live streaming"). A streaming run holds at
-    most 64 updates: a slow consumer makes this call wait, nothing is dropped. JSON data is copied;
-    ``Content`` and ``AgentResponseUpdate`` are sent as they are, so do not change them afterwards.
+    An ``intermediate`` event, in order; a slow consumer makes this wait, nothing is dropped. JSON data is
+    copied; ``Content`` and ``AgentResponseUpdate`` are sent as they are (do not change them afterwards).
+    See README, "Live streaming".
 
-    Replay hazard: on resume, updates emitted outside a ``@step`` are sent again; those inside a
-    completed step are not.
+    Replay hazard: on resume, updates emitted outside a ``@step`` are sent again.
 
     Args:
         update: Text, a ``Content``, an ``AgentResponseUpdate``, or JSON-safe data.
@@ -357,8 +354,7 @@ async def stream_agent(
     """Run an agent streaming, forward each update through :func:`emit_update`, return its response.
 
     Replay hazard: call it inside a ``@step``, so a resume returns the cached response instead of
-    running and streaming the agent again. Text the run already streamed is not repeated in the
-    workflow agent's answer.
+    running the agent again. Text already streamed is not repeated in the workflow agent's answer.
 
     Args:
         agent: The inner agent.

@@ -84,11 +84,8 @@ def _agent_entry(session: AgentSession | None, agent_id: str) -> Mapping[str, An
     return typing.cast(Mapping[str, Any], agent_entry) if isinstance(agent_entry, Mapping) else None
 
 
-# ---------------------------------------------------------------------------------------------- attached instances
-
-
 class AttachedInstances:
-    """One template's attached instances by session id, in the order they last paused (expired or over count: dropped).
+    """One template's attached instances by session id, in pause order; a sweep drops expired or surplus pauses.
 
     A running or not yet paused instance is never touched; a sweep stops at the first unexpired pause.
     """
@@ -161,9 +158,6 @@ def attached_instances(template: FunctionalWorkflow) -> int:
     """How many conversations on ``template`` have an attached instance (for tests and benchmarks)."""
     registry = _ATTACHED.get(template)
     return len(registry.entries) if registry is not None else 0
-
-
-# ---------------------------------------------------------------------------------------------- one agent's
 
 
 class Conversations:

@@ -77,9 +77,8 @@ class CachedIdentity(_PerFunction):
 class CachedClassification(_PerFunction):
     """Core's ``_classify_signature`` (the non-``ctx`` parameter names), cached per function (a host builds often).
 
-    Reused only for a plain function (or a ``__wrapped__`` chain of them) while every link keeps its code,
-    annotations, ``__signature__``, defaults and type parameters and each string annotation evaluates to the
-    same object; anything else goes to core every time, and a refusal is never cached.
+    Reused only for a plain function (or ``__wrapped__`` chain) whose every link keeps its code, annotations,
+    ``__signature__``, defaults, type parameters and string annotations' values; a refusal is never cached.
     """
 
     def __call__(self, func: Callable[..., Any]) -> list[str]:

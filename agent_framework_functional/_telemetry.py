@@ -92,10 +92,7 @@ def note_refusal(workflow: str, exc: BaseException, authority: Authority, token:
 
 
 async def counted_refusal(checking: Awaitable[_T], workflow: str) -> _T:
-    """Await the authority's checks of an accepted run; count a refusal by its error type.
-
-    The store does not say why it refused a token, so an authority refusal here counts as ``bad_token``.
-    """
+    """Await the authority's checks of an accepted run; count a refusal (an authority one as ``bad_token``)."""
     try:
         return await checking
     except Exception as exc:
