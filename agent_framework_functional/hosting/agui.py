@@ -88,11 +88,7 @@ class AGUIAgent(HostedAgent):
     def run(
         self, messages: Any = None, *, stream: bool = False, session: AgentSession | None = None, **kwargs: Any
     ) -> Any:
-        """The wrapped agent's run as a turn of the thread, ended when its snapshot is saved or the run fails.
-
-        Raises:
-            ConversationBusy: Another run of the thread has not saved its snapshot yet.
-        """
+        """The agent's run as a turn of the thread until its snapshot is saved or it fails (else ConversationBusy)."""
         unsaved = self.unsaved
         if unsaved is None or session is None or not stream:
             return super().run(messages, stream=stream, session=session, **kwargs)

@@ -74,11 +74,9 @@ class DevUIAgent(HostedAgent):
     def run(
         self, messages: Any = None, *, stream: bool = False, session: AgentSession | None = None, **kwargs: Any
     ) -> Any:
-        """Run a turn of DevUI's conversation (its session id); a use when it ends.
+        """Run a turn of DevUI's conversation (its session id); a use when it ends; ConversationBusy while one runs.
 
-        Raises:
-            ValueError: No known conversation (else every such turn would share one session-less conversation).
-            ConversationBusy: Another turn of the conversation runs.
+        ValueError without a known conversation: every such turn would share the one session-less conversation.
         """
         if session is None:
             raise ValueError(NO_CONVERSATION_MESSAGE)
