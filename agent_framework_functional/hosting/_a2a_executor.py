@@ -1,7 +1,6 @@
 """The executor of ``a2a_app``: each message of an A2A task a :class:`Turn` of its context's session.
 
-Request -> run is :func:`message_answers` (A2A parts to the agent's answers), run -> protocol ``_a2a_from_run``
-(a pause as ``input-required`` with a data part per request).
+In: :func:`message_answers` (parts to answers); out: ``_a2a_from_run`` (a pause as ``input-required``).
 """
 
 from __future__ import annotations
@@ -97,10 +96,7 @@ class FunctionalA2AExecutor(AgentExecutor):
         self.task_store: TaskStore | VersionedTaskStore | None = None
 
     async def waits_on(self, session: AgentSession | None, context: ServerCallContext) -> str | None:
-        """The task whose pause ``session``'s context waits on; None when none, or when that task ended.
-
-        An ended task cannot be answered: its pause must not hold the context (the write clearing it may be lost).
-        """
+        """The task whose pause ``session``'s context waits on; None when none or ended (its clearing may be lost)."""
         paused_on = _note(session).get("task_id")
         if not paused_on or self.task_store is None:
             return paused_on
@@ -175,11 +171,7 @@ class FunctionalA2AExecutor(AgentExecutor):
         return False
 
     def _a2a_to_run(self, attempt: _Attempt) -> Any:
-        """The agent's input: the message's text, or its answers to the pause the task waits on.
-
-        Raises:
-            ContinuationAuthorityError: The pause is past the agent's ``continuation_ttl``.
-        """
+        """The message's text, or its answers to the task's pause (ContinuationAuthorityError past the TTL)."""
         if not attempt.answering:
             return get_message_text(attempt.message)
         if self.outlived(attempt.turn.session):  # expired: its answer gets "start over" whatever its shape
@@ -253,11 +245,7 @@ class FunctionalA2AExecutor(AgentExecutor):
         return True
 
     async def before_cancel(self, task: Task) -> None:
-        """Abandon the pause ``task`` holds before a2a-sdk cancels it.
-
-        Raises:
-            TaskNotCancelableError: An answer to the task's pause runs (on any worker): the task ends with its outcome.
-        """
+        """Abandon ``task``'s pause before a2a-sdk cancels it; TaskNotCancelableError while an answer to it runs."""
         key = self.session_key(task.context_id)
         session = await self.session_store.get(key)
         if session is None or _note(session).get("task_id") != task.id:
@@ -313,12 +301,11 @@ def message_answers(
 ) -> list[Content]:
     """The agent's answer contents for an A2A message sent on a task in ``input-required``.
 
-    A data part ``{"request_id": <id>, "answer": <JSON value>}`` answers that request (``request_id`` may be left
-    out while one request is pending); with ``text_answers``, a text part answers the one pending request.
+    A data part ``{"request_id": <id>, "answer": <JSON>}`` (id optional with one pending); with ``text_answers``,
+    a text part answers the one pending request.
 
     Raises:
-        ResponseMismatchError: A part of another kind or shape, text when not allowed, or a value the request's
-            type refuses (the message says what to send).
+        ResponseMismatchError: A part of another kind or shape, or a value the request's type refuses.
     """
     if not pending:  # kept by the continuation store (another worker): the agent's run checks the answers
         return _blind_answers(message)

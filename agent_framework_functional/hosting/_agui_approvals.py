@@ -1,8 +1,8 @@
 """AG-UI's approval state for a paused thread this process never saw, or whose snapshot is gone.
 
-AG-UI refuses a resume that finds no open approval in its process-local store: :func:`restore_open_approvals`
-registers a thread's open interrupts from its shared snapshot (the agent still checks the token). AG-UI's private
-approval API comes through ``_core_compat``, pinned by ``tests/hosting/test_host_private_names.py``.
+AG-UI refuses a resume with no open approval in its process-local store: :func:`restore_open_approvals` registers
+them from the shared snapshot (the agent still checks the token). Private names pinned by
+``tests/hosting/test_host_private_names.py``.
 """
 
 from __future__ import annotations
@@ -76,9 +76,8 @@ def restore_open_approvals(
 class UnsavedThreads:
     """An ``AGUIThreadSnapshotStore`` that knows which threads have a run whose snapshot is not saved yet.
 
-    A run is a ``Turn`` of its thread while its agent stream runs (one at a time per thread); it stays unsaved
-    until AG-UI saves its snapshot or it fails: until then a missing snapshot or token is not an orphaned pause
-    (whose approvals ``check_request`` expires). A count, so a save AG-UI never makes blocks nothing.
+    Until then a missing snapshot or token is not an orphaned pause (whose approvals ``check_request`` expires).
+    A count, so a save AG-UI never makes blocks nothing.
     """
 
     def __init__(self, store: AGUIThreadSnapshotStore, agent: FunctionalWorkflowAgent) -> None:
@@ -87,11 +86,7 @@ class UnsavedThreads:
         self.running: dict[str, int] = {}  # session id -> runs not saved yet; bounded by the runs in flight
 
     def begin(self, session: AgentSession) -> Turn:
-        """A run of ``session``'s thread reached the agent: its turn, to end when its stream ends.
-
-        Raises:
-            ConversationBusy: Another run of the thread is still streaming.
-        """
+        """A run of ``session``'s thread reached the agent: its turn (ConversationBusy while another streams)."""
         turn = self.turns.take(session.session_id, session)
         self.running[session.session_id] = self.running.get(session.session_id, 0) + 1
         return turn

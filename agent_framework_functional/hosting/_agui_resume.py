@@ -1,8 +1,8 @@
 """The answers an AG-UI request carries, read the way AG-UI will act on them, for ``agui_endpoint``'s guard.
 
-AG-UI takes the resume from the first place that has one (``resume``, ``forwardedProps.command.resume``,
-``forwardedProps.resume``), else from trailing ``tool`` messages with ``accepted``; what AG-UI would read two ways
-is refused (400). Pinned against AG-UI's own reading by ``tests/hosting/test_agui_resume_forms.py``.
+AG-UI takes the resume from the first of ``resume``, ``forwardedProps.command.resume``, ``forwardedProps.resume``,
+else trailing ``tool`` messages with ``accepted``; what it would read two ways is refused (400). Pinned by
+``tests/hosting/test_agui_resume_forms.py``.
 """
 
 from __future__ import annotations
@@ -50,11 +50,7 @@ def read_request(body: Any) -> dict[str, Any] | None:
 
 
 def read_answers(request: Mapping[str, Any]) -> list[ResumeAnswer]:
-    """Every resume entry AG-UI will act on in ``request`` (from :func:`read_request`), in any place or shape.
-
-    Raises:
-        HTTPException: 400 when resumes sit in two places, or a forwarded resume is one AG-UI reads two ways.
-    """
+    """Every resume entry AG-UI will act on in ``request``; 400 for resumes in two places or read two ways."""
     places = _resume_places(request)
     if len(places) > 1:
         raise refuse(
@@ -138,11 +134,7 @@ def _json_object(value: Any) -> dict[str, Any] | None:
 
 
 def payload_answer(request_id: str, payload: Any) -> Content:
-    """The answer content for an AG-UI resume ``payload``, as AG-UI reads ``approved`` and ``editedArgs``.
-
-    Raises:
-        HTTPException: 400 when the payload is not an object with a boolean ``approved`` (or ``accepted``).
-    """
+    """The answer content for a resume ``payload`` as AG-UI reads it; 400 without a boolean ``approved``."""
     fields = _json_object(payload)
     approved = None if fields is None else fields.get("approved", fields.get("accepted"))
     if fields is None or not isinstance(approved, bool):

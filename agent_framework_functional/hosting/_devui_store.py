@@ -1,7 +1,7 @@
 """DevUI's conversation store, bounded: conversations idle past the pause TTL, or past a count, are dropped.
 
-DevUI's own store keeps every conversation for good, and its checkpoint manager requires that class: this is that
-class with two bounds. DevUI's private names come through ``_core_compat``, pinned by ``test_devui_store.py``.
+DevUI's store keeps conversations for good and its checkpoint manager requires that class: this is it, bounded.
+Private names pinned by ``test_devui_store.py``.
 """
 
 from __future__ import annotations
@@ -28,16 +28,8 @@ DEFAULT_MAX_CONVERSATIONS = 10_000
 class BoundedConversationStore(devui_conversation_store_class()):  # pyright: ignore[reportUntypedBaseClass]
     """DevUI's in-memory conversation store, dropping conversations idle past ``ttl`` or past a count.
 
-    Checked on every create, list or use and by the host's sweep; a conversation with a turn running is never
-    dropped for idleness; the approvals DevUI tracks for a dropped one go too.
-
-    Args:
-        ttl: Seconds a conversation is kept after its last use.
-        max_conversations: How many conversations are kept at most (least recently used dropped first).
-        clock: Seconds, for the idle time (``time.monotonic`` by default; tests pass their own).
-
-    Raises:
-        ValueError: ``ttl`` or ``max_conversations`` is not positive.
+    Checked on create, list, use and sweep; one with a turn running is never dropped for idleness; a dropped
+    one's tracked approvals go too. ValueError: ``ttl`` or ``max_conversations`` not positive.
     """
 
     def __init__(

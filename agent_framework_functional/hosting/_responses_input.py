@@ -93,15 +93,7 @@ def _answer_messages(answers: Sequence[Content]) -> list[Message]:
 
 
 def responses_approval_messages(body: Mapping[str, Any]) -> list[Message]:
-    """The ``mcp_approval_response`` items of a Responses request body, as agent input.
-
-    Returns:
-        ``[Message("user", [<function_approval_response>...])]``, or ``[]`` when there are no such items.
-
-    Raises:
-        ValueError: An ``mcp_approval_response`` item has no string ``approval_request_id`` or no boolean
-            ``approve``.
-    """
+    """The ``mcp_approval_response`` items of a request body as one user message, or ``[]``; ValueError if malformed."""
     contents = [
         _approval_content(cast("Mapping[str, Any]", item))
         for item in _input_items(body)
@@ -113,15 +105,14 @@ def responses_approval_messages(body: Mapping[str, Any]) -> list[Message]:
 def responses_to_run_with_approvals(body: Mapping[str, Any]) -> AgentRunArgs:
     """``responses_to_run(body)`` that also accepts ``mcp_approval_response`` and ``function_call_output`` items.
 
-    A drop-in for ``agent_framework_hosting_responses.responses_to_run`` in a route you write yourself: the
-    answers become trailing messages (approvals, then a tool message of ``function_result`` contents).
+    A drop-in for a route you write yourself; the answers become trailing messages (approvals, then tool results).
 
     Returns:
         The ``AgentRunArgs`` mapping of ``responses_to_run``: ``messages``, ``options``, ``stream``.
 
     Raises:
         ImportError: ``agent-framework-hosting-responses`` is not installed (the ``hosting`` extra).
-        ValueError: Invalid input, continuation fields or answer items (as ``responses_to_run``).
+        ValueError: Invalid input, continuation fields or answer items.
     """
     try:
         from agent_framework_hosting_responses import responses_to_run
@@ -186,11 +177,8 @@ def _session_fields(body: Mapping[str, Any]) -> tuple[str | None, str | None]:
 def parse_request(body: Mapping[str, Any]) -> ResponsesRequest:
     """Check one Responses request body and turn it into agent input.
 
-    Honoured: ``input``, ``stream``, ``previous_response_id``, ``conversation`` (or ``conversation_id``);
-    ``continuation_token`` and ``background: true`` are refused; the rest is ignored.
-
-    Raises:
-        InvalidRequestError: What is wrong, with ``param`` naming the field.
+    Honoured: ``input``, ``stream``, ``previous_response_id``, ``conversation`` (``conversation_id``); refused:
+    ``continuation_token``, ``background: true``; the rest ignored. Raises InvalidRequestError (``param``: the field).
     """
     from agent_framework_hosting_responses import messages_from_responses_input
 

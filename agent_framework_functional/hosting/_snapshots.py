@@ -31,8 +31,8 @@ def _group(scope: Any) -> str:
 class ThreadSnapshotStore:
     """An ``AGUIThreadSnapshotStore`` kept in a bounded session store: several AG-UI workers share threads.
 
-    Each snapshot is one JSON record (never pickle: it holds a paused thread's token) per scope, with the
-    session store's TTL and ``max_entries`` bound (README "Run it in production").
+    One JSON record per snapshot (never pickle: it holds a paused thread's token), bounded like the session store
+    (README "Run it in production").
 
     Args:
         sessions: One of the package's bounded session stores; the caller closes it.
@@ -69,11 +69,7 @@ class ThreadSnapshotStore:
         return await self.sessions.records.remove(_group(scope), _check(thread_id, "thread_id"))
 
     async def clear(self, *, scope: str | None = None) -> None:
-        """Delete every snapshot of ``scope``.
-
-        Raises:
-            ValueError: ``scope`` is None: a shared store is not cleared wholesale; clear scope by scope.
-        """
+        """Delete every snapshot of ``scope`` (ValueError for None: a shared store is not cleared wholesale)."""
         if scope is None:
             raise ValueError(
                 "ThreadSnapshotStore.clear needs a scope: a shared store is not cleared wholesale. Clear each "

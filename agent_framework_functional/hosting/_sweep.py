@@ -1,8 +1,8 @@
 """What every host adds to its app: free heap pages handed back, and a sweep task that releases expired pauses.
 
-glibc keeps the pages that requests freed, so a host's RSS grows in steps that never come back although its live
-data stays flat: :class:`ReleaseFreeMemory` calls ``malloc_trim(0)`` after requests. Expiry is checked on access
-(AGENTS.md invariant 42), so :class:`ExpirySweep` does on a timer what access does for a host that gets none.
+glibc keeps freed pages, so RSS grows while live data stays flat: :class:`ReleaseFreeMemory` calls
+``malloc_trim(0)`` after requests. Expiry is checked on access (AGENTS.md invariant 42); :class:`ExpirySweep`
+does it on a timer for a host that gets none.
 """
 
 from __future__ import annotations
@@ -33,9 +33,7 @@ Purge = Callable[[], Awaitable[int]]
 
 
 class ReleaseFreeMemory:
-    """ASGI middleware: when an HTTP request ends, hand free heap pages back if ``every`` seconds passed.
-
-    The interval is shared by every instance in the process (the heap is the process's).
+    """ASGI middleware: after an HTTP request, hand free heap pages back if ``every`` seconds passed (per process).
 
     Args:
         app: The ASGI app to wrap.
@@ -152,15 +150,9 @@ def add_upkeep(
 ) -> ExpirySweep | None:
     """Add to a Starlette or FastAPI ``app`` (not started yet) what keeps a host's memory to its live data.
 
-    :class:`ReleaseFreeMemory` (once per app: the first host's setting) and an :class:`ExpirySweep` inside the
-    app's lifespan (in ``app.state.expiry_sweeps``), purging each of ``stores`` that has a ``purge_expired``,
-    then ``purges``; ``closing`` is awaited when the lifespan ends. A mounted app's lifespan does not run.
-
-    Returns:
-        The sweep, or None when ``sweep_every`` is None.
-
-    Raises:
-        ValueError: A bad ``release_memory_every`` or ``sweep_every`` (checked before ``app`` changes).
+    :class:`ReleaseFreeMemory` (once per app) and an :class:`ExpirySweep` in the lifespan purging ``stores`` and
+    ``purges``; ``closing`` runs at its end. A mounted app's lifespan does not run. Returns the sweep or None;
+    ValueError for a bad interval, checked before ``app`` changes.
     """
     check_release_every(release_memory_every)
     seconds = check_release_every(sweep_every, "sweep_every")

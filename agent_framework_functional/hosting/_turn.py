@@ -1,8 +1,7 @@
 """One turn of a host's conversation: the conversation taken, its session found or made, written back once.
 
-Every host runs each request as a :class:`Turn`: one at a time per conversation in this process, the session
-written back once, shielded from the caller's cancellation, before the host reports the terminal event. Hosts
-whose framework finds the session (DevUI, AG-UI) take the turn with it (:meth:`Turns.take`).
+One turn at a time per conversation in this process; the session written back once, shielded from the caller's
+cancellation, before the host reports the terminal event.
 """
 
 from __future__ import annotations
@@ -35,13 +34,7 @@ class Turns:
         self.busy: set[str] = set()  # conversations with a turn running; bounded by those turns
 
     async def begin(self, key: str, *, lock: str | None = None, session: AgentSession | None = None) -> Turn:
-        """Take the conversation ``lock`` (default ``key``), then its session.
-
-        The session is ``session``, the one stored at ``key``, or a new one whose id is ``key``.
-
-        Raises:
-            ConversationBusy: A turn of the conversation runs.
-        """
+        """Take the conversation ``lock`` (default ``key``; ConversationBusy if taken), then its session."""
         lock = key if lock is None else lock
         self.hold(lock)
         try:
@@ -53,11 +46,7 @@ class Turns:
         return Turn(self, key, lock, session)
 
     def take(self, key: str, session: AgentSession) -> Turn:
-        """Take the conversation ``key`` for a turn of ``session``, found by the host's framework (DevUI, AG-UI).
-
-        Raises:
-            ConversationBusy: A turn of the conversation runs.
-        """
+        """Take the conversation ``key`` for ``session``, found by the host's framework (ConversationBusy if taken)."""
         self.hold(key)
         return Turn(self, key, key, session)
 
@@ -97,15 +86,9 @@ class Turn:
     ) -> ResponseStream[Any, Any]:
         """``stream`` as this turn: the turn ends however the stream ends (finished, failed, cancelled, dropped).
 
-        Args:
-            stream: The agent's response stream.
-            save: Write the session back before the turn ends (False: the host's framework writes it).
-            failed: Called when the stream did not finish (the host saves nothing then).
-
-        Returns:
-            A stream of the same updates and the same final response. Why a generator: a stream's cleanup hooks
-            stop at a second cancellation (a client's hang-up), and a consumer may drop the stream at an
-            update; a dropped generator is closed by the event loop, so its ``finally`` still runs.
+        ``save``: write the session back first; ``failed``: called when the stream did not finish. A generator
+        because a stream's cleanup hooks stop at a second cancellation and a consumer may drop it mid-way; the
+        event loop closes a dropped generator, so its ``finally`` still runs.
         """
         final: list[Any] = []
 

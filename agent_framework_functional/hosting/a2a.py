@@ -1,7 +1,6 @@
 """A2A in one call: :func:`a2a_app` serves a FunctionalWorkflowAgent to other agents over the A2A protocol.
 
-Built on ``a2a-sdk``. A pause is a task in ``input-required`` whose status message carries each request as a data
-part; an answer on that task resumes the workflow. Needs the ``a2a`` extra.
+Built on ``a2a-sdk``: a pause is an ``input-required`` task with a data part per request; an answer on it resumes.
 """
 
 from __future__ import annotations
@@ -54,8 +53,7 @@ _OWNER = "a2a_task_owner"  # ServerCallContext.state entry: the owner a bounded 
 class FinalTaskStore(TaskStore):
     """``a2a-sdk``'s ``TaskStore`` that never writes over a finished task, on any worker sharing ``store``.
 
-    A save over a finished task raises ``ConcurrentTaskModificationError`` (``a2a-sdk`` then reports the final
-    state). The check reads before it writes: it closes the race a run loses by seconds, not microseconds.
+    Such a save raises ``ConcurrentTaskModificationError``. Read-then-write: closes a race lost by seconds, not µs.
     """
 
     def __init__(self, store: TaskStore) -> None:
@@ -91,8 +89,8 @@ def _owner(context: ServerCallContext) -> str:
 class BoundedTaskStore(FinalTaskStore):
     """``a2a-sdk``'s ``InMemoryTaskStore``, bounded: ``a2a_app``'s default task store.
 
-    A finished task is dropped ``ttl`` seconds after its last write, an unfinished one ``2 * ttl`` after it (its
-    pause expired by then). Past ``max_tasks`` the least recently written go, finished ones first.
+    A task goes ``ttl`` seconds after its last write (``2 * ttl`` if unfinished); past ``max_tasks``, the oldest
+    written go, finished ones first.
 
     Raises:
         ValueError: ``ttl`` is not positive, or ``max_tasks`` not a positive integer.
@@ -175,12 +173,7 @@ class FunctionalA2ARequestHandler(DefaultRequestHandler):
         executor.task_store = self.task_store
 
     async def check(self, message: A2AMessage, context: ServerCallContext) -> None:
-        """Refuse ``message`` when it cannot answer the pause it names, or ignores the pause of its context.
-
-        Raises:
-            InvalidParamsError: The answer does not fit the pending requests, or new input was sent on a context
-                whose pause is open (the message says which task to answer).
-        """
+        """Refuse (``InvalidParamsError``) an answer that does not fit its pause, or new input on a paused context."""
         found = await self.task_store.get(message.task_id, context) if message.task_id else None
         task: Task | None = found.task if isinstance(found, StoredTask) else found
         context_id = task.context_id if task is not None else message.context_id
@@ -262,8 +255,7 @@ def a2a_app(
     Keyword Args:
         url: The public URL of the JSON-RPC endpoint, advertised in the agent card.
         session_store: Where sessions live (bounded, in memory, by default; a shared one for several workers).
-        task_store: Where ``a2a-sdk`` keeps tasks (a shared one for several workers), used through
-            :class:`FinalTaskStore`; by default a :class:`BoundedTaskStore`.
+        task_store: Where ``a2a-sdk`` keeps tasks (shared for several workers); default :class:`BoundedTaskStore`.
         text_answers: Accept a text part as the answer to the one pending request.
         version: The agent card's version.
         rpc_path: The path of the JSON-RPC endpoint.
@@ -276,12 +268,6 @@ def a2a_app(
 
     Raises:
         ValueError: ``max_body_bytes`` is not a positive integer, or a bad interval.
-
-    Examples:
-        .. code-block:: python
-
-            app = a2a_app(review.build().as_agent(name="review"), url="http://127.0.0.1:8000/")
-            uvicorn.run(app, host="127.0.0.1", port=8000)  # A2AAgent(url="http://127.0.0.1:8000/")
     """
     if isinstance(max_body_bytes, bool) or not isinstance(max_body_bytes, int) or max_body_bytes < 1:
         raise ValueError(f"max_body_bytes must be a positive integer, not {max_body_bytes!r}.")

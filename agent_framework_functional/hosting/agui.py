@@ -88,11 +88,7 @@ class AGUIAgent(HostedAgent):
     def run(
         self, messages: Any = None, *, stream: bool = False, session: AgentSession | None = None, **kwargs: Any
     ) -> Any:
-        """The wrapped agent's run as a turn of the thread, ended when its snapshot is saved or the run fails.
-
-        Raises:
-            ConversationBusy: Another run of the thread has not saved its snapshot yet.
-        """
+        """The agent's run as a turn of the thread until its snapshot is saved or it fails (else ConversationBusy)."""
         unsaved = self.unsaved
         if unsaved is None or session is None or not stream:
             return super().run(messages, stream=stream, session=session, **kwargs)
@@ -134,10 +130,9 @@ async def check_request(
 ) -> None:
     """Refuse (``HTTPException`` 400) what AG-UI would let through and leave a paused thread stuck.
 
-    Refused: client ``state`` naming the package's session key; an entry not ``resolved``, for an interrupt not
-    pending, or with an answer that does not convert (also against a pause another worker holds, through the
-    thread's token, whose open interrupts are then registered in ``runner``). A pause held here whose thread lost
-    its snapshot is not pending; on new input its approvals are expired (the only change made here).
+    Refused: client ``state`` naming our session key; an entry not ``resolved``, not pending, or whose answer does
+    not convert (also for another worker's pause, whose interrupts are then registered in ``runner``). A pause
+    whose thread lost its snapshot is not pending; new input expires its approvals (the only change made here).
     """
     request = read_request(body)
     if request is None:
@@ -268,12 +263,10 @@ def agui_endpoint(
         path: The route.
 
     Keyword Args:
-        snapshot_store: Where AG-UI keeps each thread's snapshot and session state: one of the package's
-            session stores (shared by workers), any ``AGUIThreadSnapshotStore``, or None (bounded, in memory).
-        single_user: Every caller is one user (AG-UI's ``single_user``): one scope, the same on every worker
-            serving this path and agent name. Give exactly one of this and ``authorization_scope_resolver``.
-        authorization_scope_resolver: A FastAPI dependency returning the caller's authorization scope; threads,
-            snapshots and pauses are kept apart per scope.
+        snapshot_store: Where thread snapshots live: a package session store (shared by workers), any
+            ``AGUIThreadSnapshotStore``, or None (bounded, in memory).
+        single_user: Every caller is one user (one scope). Give exactly one of this and the resolver.
+        authorization_scope_resolver: A FastAPI dependency returning the caller's scope; scopes are kept apart.
         dependencies: More FastAPI dependencies for the route (authentication), run first.
         max_body_bytes: The largest request body read.
         max_runs: Runs kept going at once (AG-UI's ``max_detached_runs``); more get 503.
@@ -281,8 +274,7 @@ def agui_endpoint(
         sweep_every: Seconds between two sweeps of expired pauses (at most a quarter TTL); None: on access only.
 
     Raises:
-        ValueError: Not exactly one of ``single_user`` and ``authorization_scope_resolver`` is given, or
-            ``release_memory_every`` or ``sweep_every`` is not a positive, finite number or None.
+        ValueError: Not exactly one of ``single_user`` and the resolver, or a bad interval.
         TypeError: ``snapshot_store`` is a core ``SessionStore`` that is not one of the package's.
     """
     if single_user == (authorization_scope_resolver is not None):

@@ -74,12 +74,9 @@ class DevUIAgent(HostedAgent):
     def run(
         self, messages: Any = None, *, stream: bool = False, session: AgentSession | None = None, **kwargs: Any
     ) -> Any:
-        """Run a turn of DevUI's conversation (its session id); a use when it ends.
+        """Run a turn of DevUI's conversation (its session id); a use when it ends; ConversationBusy while one runs.
 
-        Raises:
-            ValueError: A turn without a conversation (unknown or dropped): the agent's one session-less
-                conversation would be shared by every such turn.
-            ConversationBusy: Another turn of the conversation runs.
+        ValueError without a known conversation: every such turn would share the one session-less conversation.
         """
         if session is None:
             raise ValueError(NO_CONVERSATION_MESSAGE)
@@ -126,9 +123,7 @@ def devui_app(
     release_memory_every: float | None = DEFAULT_RELEASE_MEMORY_EVERY,
     sweep_every: float | None = DEFAULT_SWEEP_EVERY,
 ) -> FastAPI:
-    """DevUI's FastAPI app serving ``agent`` (page and API) with bearer-token auth, without serving it.
-
-    Conversations idle past the agent's ``continuation_ttl``, or least recently used past ``max_conversations``, go.
+    """DevUI's FastAPI app for ``agent`` (page and API) with bearer-token auth; idle conversations expire.
 
     Args:
         agent: The agent (one object serves every conversation).
@@ -177,15 +172,13 @@ async def serve_devui(
 ) -> None:
     """Serve ``agent`` in DevUI until interrupted, printing the page's URL and its bearer token.
 
-    The token is ``auth_token``, else ``DEVUI_AUTH_TOKEN``, else a fresh random one (DevUI's API runs the agent).
-
     Args:
         agent: The agent.
 
     Keyword Args:
         host: The interface to listen on (loopback by default; DevUI is a development tool).
         port: The port; 0 picks a free one (the printed URL shows which).
-        auth_token: The bearer token.
+        auth_token: The bearer token (else ``DEVUI_AUTH_TOKEN``, else a random one).
         max_conversations: As :func:`devui_app`.
         sweep_every: As :func:`devui_app`.
 

@@ -1,8 +1,7 @@
 """MCP in one call: :func:`mcp_app` serves a FunctionalWorkflowAgent as one MCP tool whose pauses elicit the answer.
 
-A pause is an ``input_required`` result (MCP 2026-07-28) with one form elicitation per request; the paused
-session rides in ``requestState``, sealed by ``mcp``'s ``RequestStateBoundary`` with the host's key, so a client
-carries it back but cannot read, forge or swap it. Older clients are asked inside the call. Needs the ``mcp`` extra.
+A pause is an ``input_required`` result (MCP 2026-07-28), one form elicitation per request; the paused session
+rides in ``requestState`` sealed with the host's key (a client carries it back, cannot read, forge or swap it).
 """
 
 from __future__ import annotations
@@ -48,8 +47,7 @@ def _is_primitive(schema: Any) -> bool:
 def answer_form(response_type: Any) -> tuple[dict[str, Any], bool]:
     """The form schema for a request of ``response_type``, and whether its fields ARE the answer.
 
-    A primitive is one ``answer`` field of its own schema; a model of primitive fields is its own form; anything
-    else is an ``answer`` string field taking the value's JSON (its description carries the JSON Schema).
+    A primitive is one ``answer`` field; a model of primitives its own form; else an ``answer`` JSON string field.
     """
     schema = response_schema(response_type) or {}
     properties = schema.get("properties")
@@ -120,9 +118,8 @@ class MCPWorkflowTool:
         """``tools/call``: run ``task``, or resume with ``inputResponses`` from the (unsealed) ``requestState``.
 
         Raises:
-            MCPError: ``INVALID_PARAMS`` for another tool name, a missing ``task``, a state without answers,
-                answers the pending requests refuse (the call stays paused: retry with the same state), and a
-                second call of a session while one runs.
+            MCPError: ``INVALID_PARAMS``: another tool, no ``task``, no answers, refused answers (the call stays
+                paused: retry with the same state), or a second call of a running session.
         """
         if params.name != self.name:
             raise MCPError(types.INVALID_PARAMS, f"Unknown tool {params.name!r}; this server has {self.name!r}.")
@@ -172,8 +169,7 @@ class MCPWorkflowTool:
     async def _elicit_in_call(self, ctx: Any, turn: Turn, result: Any) -> Any:
         """Older clients: ``elicitation/create`` in the call until the workflow ends.
 
-        They hold no ``requestState`` to retry with: a refused answer is asked again, saying why, up to
-        :data:`LEGACY_ATTEMPTS` times; then the pause is abandoned and the call fails.
+        No ``requestState`` to retry with: a refused answer is asked again up to :data:`LEGACY_ATTEMPTS` times.
         """
         refused, refusals = "", 0
         while isinstance(result, types.InputRequiredResult):
@@ -248,12 +244,11 @@ def mcp_app(
         agent: The agent; one object serves every call.
 
     Keyword Args:
-        key: The host key sealing ``requestState`` (32+ random bytes; a list rotates keys: the first seals,
-            all unseal). Keep it secret and the same on every worker.
+        key: The secret sealing ``requestState``, the same on every worker (32+ random bytes; a list rotates).
         name: The tool's name (and the server's; default: the agent's name made tool-safe).
         state_ttl_seconds: How long a pause can be answered through its ``requestState`` (default an hour).
         path: The Streamable HTTP endpoint.
-        host: Where the app is served (``127.0.0.1`` turns on ``mcp``'s DNS-rebinding protection).
+        host: Where the app is served (``127.0.0.1`` turns on DNS-rebinding protection).
         release_memory_every: Seconds between two ``malloc_trim`` after requests (glibc only); None: never.
         sweep_every: Seconds between two sweeps of expired pauses (at most a quarter TTL); None: on access only.
 
@@ -262,12 +257,6 @@ def mcp_app(
 
     Raises:
         ValueError: A bad ``release_memory_every`` or ``sweep_every``.
-
-    Examples:
-        .. code-block:: python
-
-            app = mcp_app(review.build().as_agent(name="review"), key=os.environ["MCP_STATE_KEY"])
-            uvicorn.run(app, host="127.0.0.1", port=8000)  # mcp.Client("http://127.0.0.1:8000/mcp")
     """
     name = name or re.sub(r"[^a-zA-Z0-9_.-]+", "_", agent.name or "").strip("_") or "workflow"
     tool = MCPWorkflowTool(agent, name=name)

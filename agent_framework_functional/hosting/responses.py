@@ -1,8 +1,7 @@
 """The Responses host in one call: ``responses_app(agent)`` serves a FunctionalWorkflowAgent as ``POST /v1/responses``.
 
-Built on ``agent-framework-hosting-responses`` (its renderers); this module owns the route, each request a
-:class:`Turn` of its conversation, runs that outlive a client that hangs up, and errors where nothing a client
-sends is a 500 (:func:`refusal_for`). Needs the ``hosting`` extra.
+Built on ``agent-framework-hosting-responses``'s renderers; each request is a :class:`Turn`, a run outlives a
+client's hang-up, and nothing a client sends is a 500 (:func:`refusal_for`).
 """
 
 from __future__ import annotations
@@ -330,8 +329,8 @@ def responses_app(
 ) -> FastAPI:
     """A FastAPI app that serves ``agent`` over the OpenAI Responses API, correct by default.
 
-    A pause is a ``completed`` response with a ``function_call`` and an ``mcp_approval_request`` item; an
-    ``mcp_approval_response`` or ``function_call_output`` item answers it (README "Host it", Responses).
+    A pause is a ``function_call`` and an ``mcp_approval_request`` item; either's answer item resumes (README
+    "Host it", Responses).
 
     Args:
         agent: The agent; one object serves every conversation.
@@ -342,8 +341,8 @@ def responses_app(
         max_body_bytes: The largest request body read (default 1 MiB).
         retry_after: Seconds in ``Retry-After`` of a 409 that a retry can fix.
         forward_options: Request fields passed to the agent as run options (none by default).
-        scope: Who is calling, from the request: one scope's conversations are invisible to another. Without
-            it, anyone who knows a conversation id can continue it. It may raise ``HTTPException`` (401).
+        scope: The caller's scope from the request (may raise ``HTTPException`` 401); without it, anyone knowing
+            a conversation id can continue it.
         release_memory_every: Seconds between two ``malloc_trim`` after requests (glibc only); None: never.
         sweep_every: Seconds between two sweeps of expired pauses (at most a quarter TTL); None: on access only.
 
@@ -351,14 +350,7 @@ def responses_app(
         The app (mount it or serve it with uvicorn); ``app.state.responses_host`` is the route's state.
 
     Raises:
-        ValueError: ``max_body_bytes`` is not a positive integer, ``retry_after`` a non-negative one, or a bad
-            interval.
-
-    Examples:
-        .. code-block:: python
-
-            app = responses_app(review.build().as_agent(name="review"))
-            uvicorn.run(app, host="127.0.0.1", port=8000)  # OpenAI(base_url="http://127.0.0.1:8000/v1")
+        ValueError: Bad ``max_body_bytes`` (positive int), ``retry_after`` (non-negative int) or interval.
     """
     for name, value, least in (("max_body_bytes", max_body_bytes, 1), ("retry_after", retry_after, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:  # pyright: ignore[reportUnnecessaryIsInstance]
