@@ -1,8 +1,7 @@
 """The authority protocol, the values its points share, and the acceptance of one ``run()`` call.
 
-:class:`ResumeTicket` is what ``run()`` accepted (:func:`accept_run`), an immutable value every hook
-receives; each hook returns its outcome instead of leaving it on the ticket. A token check's outcome is
-a :class:`VerifiedContinuation`, which ``run()`` accepts in place of the token.
+:class:`ResumeTicket` (immutable) is what ``run()`` accepted; each hook returns its outcome instead of
+leaving it on the ticket. A token check yields a :class:`VerifiedContinuation`.
 """
 
 from __future__ import annotations
@@ -57,8 +56,8 @@ NEW_INPUT = ResumeTicket()
 class VerifiedContinuation(Mapping[str, WorkflowEvent[Any]]):
     """A successful token check: a read-only mapping request id -> ``request_info`` event of the pause.
 
-    Passed to ``run(continuation_token=...)`` of the same instance it stands for the token (no second
-    store read); it does not pickle.
+    The same instance's ``run(continuation_token=...)`` takes it as the token (no second store read).
+    It does not pickle.
 
     Attributes:
         token: The continuation token that was checked (a plain dict).
@@ -188,8 +187,7 @@ def accept_run(
 ) -> ResumeTicket:
     """The synchronous checks of one ``run()`` call, in contract order, that make its ticket and change nothing.
 
-    The argument shape as core checks it, then the authority's verdict (a response-only resume needs its
-    token first: AGENTS.md invariant 2), then the run guard. ``default_storage``: the instance's storage.
+    Argument shape, then the authority's verdict (token first: AGENTS.md invariant 2), then the run guard.
     """
     check_run_arguments(message, responses, checkpoint_id)
     if checkpoint_storage is not None:
