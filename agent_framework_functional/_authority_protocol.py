@@ -120,10 +120,9 @@ def raw_token(token: object) -> object:
 class Authority(Protocol):
     """The authority strategy a workflow instance holds: in memory, or with a continuation store (internal).
 
-    In a run's order: ``accept_*`` and ``reserve`` (synchronous, in ``run()``), then the coroutines
-    ``before_core``, ``claim``, ``record_pause`` or ``finish``, and ``hand_back`` as the run ends (AGENTS.md
-    glossary: reserve, claim, hand back, finish).
-    Refusals, each at its point: ``verify*``, ``accept_resume``, ``check_abandon`` and ``abandon_async``
+    In a run's order: ``accept_*``, ``reserve`` (in ``run()``), then ``before_core``, ``claim``,
+    ``record_pause`` or ``finish``, and ``hand_back`` as the run ends (AGENTS.md glossary).
+    Refusals: ``verify*``, ``accept_resume``, ``check_abandon`` and ``abandon_async``
     raise ``ContinuationAuthorityError`` (``accept_resume`` then ``ResponseMismatchError``);
     ``accept_new_input`` and ``check_conflict`` ``PendingContinuationError``. With a store:
     ``before_core`` a remote resume's refusals in that order (AGENTS.md invariant 21) or

@@ -101,9 +101,8 @@ def _members(protocol: type) -> tuple[str, ...]:
 def implements(obj: object, protocol: type) -> bool:
     """``isinstance(obj, protocol)``, remembered per class where the class decides (a check costs about 10 µs).
 
-    A yes is remembered when the class itself defines every member, a no when no class of it defines
-    ``__getattr__``; a proxy is checked each time, and so is an object with a member of its own
-    (an instance attribute) where its class's answer is no.
+    Remembered: a yes when the class defines every member, a no when none of its classes defines
+    ``__getattr__``. A proxy, or an instance with its own member where the class said no, is checked each time.
     """
     kind = type(obj)
     known = _IMPLEMENTS.get(kind)
