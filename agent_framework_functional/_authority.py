@@ -1,8 +1,7 @@
 """Continuation authority in memory (who may resume a pause this process holds), and a restore's checks.
 
-:class:`InMemoryAuthority` is the in-memory strategy of ``_authority_protocol.Authority``;
-``_store_authority.StoreAuthority`` wraps one and adds a store. A check is done once and its verdict
-passed on (``VerifiedContinuation``, AGENTS.md invariant 22).
+``StoreAuthority`` wraps an :class:`InMemoryAuthority` and adds a store. A check is done once and its
+verdict passed on (``VerifiedContinuation``, AGENTS.md invariant 22).
 """
 
 from __future__ import annotations
@@ -28,9 +27,8 @@ if TYPE_CHECKING:
 class InMemoryAuthority:
     """The ``Authority`` held in this process only: the token is valid on this instance.
 
-    ``on_reset`` resets the workflow's replay state when the pending continuation is discarded;
-    ``retention``: seconds a finished chain's checkpoints are kept (None: every checkpoint kept for good);
-    ``identity``: the workflow's ``(name, signature hash)``, which a restored checkpoint must match.
+    ``on_reset`` resets replay state on discard; ``retention`` None keeps every checkpoint;
+    ``identity`` is the ``(name, signature hash)`` a restored checkpoint must match.
     """
 
     __slots__ = (
@@ -157,10 +155,7 @@ class InMemoryAuthority:
             ticket.continuation.reserved = True
 
     async def before_core(self, ticket: ResumeTicket, core_kwargs: dict[str, Any]) -> ResumeTicket:
-        """Route the run's checkpoints through a recorder; check a restore.
-
-        With ``keep_checkpoints`` only a restore's, or one on a storage that takes step-cache offers.
-        """
+        """Route the run's checkpoints through a recorder (with ``keep_checkpoints``: if needed); check a restore."""
         storage = core_kwargs.get("checkpoint_storage")
         if storage is None:
             storage = self.checkpoint_storage
@@ -263,16 +258,11 @@ class InMemoryAuthority:
 async def check_restore(
     recorder: RecordingCheckpointStorage, identity: tuple[str, str], core_kwargs: dict[str, Any]
 ) -> bool:
-    """A restore's checks before anything changes, through the run's recorder (core's restore reuses the load).
+    """A restore's checks before anything changes, through the run's recorder (core reuses the load).
 
-    The checkpoint must be this workflow's (``identity``: name and signature hash; core checks the signature
-    only inside its run) and the answers must fit its pending requests (README "The rules", rule 4); only
-    then may a store supersede the pause's token (AGENTS.md invariant 29). Returns False when the load
-    failed: core's restore raises that error with core's failure surface.
-
-    Raises:
-        ValueError: The checkpoint belongs to another workflow or another version of this one.
-        ResponseMismatchError: No answer names a pending request, or one does not fit its ``response_type``.
+    Checkpoint identity, then answers (README "The rules", rule 4); only then may a store supersede the
+    pause's token (AGENTS.md invariant 29). False when the load failed: core's restore raises that error.
+    Raises ``ValueError`` (another workflow or version) or ``ResponseMismatchError``.
     """
     checkpoint_id: str = core_kwargs["checkpoint_id"]
     try:

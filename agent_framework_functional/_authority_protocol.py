@@ -1,8 +1,7 @@
 """The authority protocol, the values its points share, and the acceptance of one ``run()`` call.
 
-:class:`ResumeTicket` is what ``run()`` accepted (:func:`accept_run`), an immutable value every hook
-receives; each hook returns its outcome instead of leaving it on the ticket. A token check's outcome is
-a :class:`VerifiedContinuation`, which ``run()`` accepts in place of the token.
+:class:`ResumeTicket` (immutable) is what ``run()`` accepted; each hook returns its outcome instead of
+leaving it on the ticket. A token check yields a :class:`VerifiedContinuation`.
 """
 
 from __future__ import annotations
@@ -57,8 +56,8 @@ NEW_INPUT = ResumeTicket()
 class VerifiedContinuation(Mapping[str, WorkflowEvent[Any]]):
     """A successful token check: a read-only mapping request id -> ``request_info`` event of the pause.
 
-    Passed to ``run(continuation_token=...)`` of the same instance it stands for the token (no second
-    store read); it does not pickle.
+    The same instance's ``run(continuation_token=...)`` takes it as the token (no second store read).
+    It does not pickle.
 
     Attributes:
         token: The continuation token that was checked (a plain dict).
@@ -121,10 +120,9 @@ def raw_token(token: object) -> object:
 class Authority(Protocol):
     """The authority strategy a workflow instance holds: in memory, or with a continuation store (internal).
 
-    In a run's order: ``accept_*`` and ``reserve`` (synchronous, in ``run()``), then the coroutines
-    ``before_core``, ``claim``, ``record_pause`` or ``finish``, and ``hand_back`` as the run ends (AGENTS.md
-    glossary: reserve, claim, hand back, finish).
-    Refusals, each at its point: ``verify*``, ``accept_resume``, ``check_abandon`` and ``abandon_async``
+    In a run's order: ``accept_*``, ``reserve`` (in ``run()``), then ``before_core``, ``claim``,
+    ``record_pause`` or ``finish``, and ``hand_back`` as the run ends (AGENTS.md glossary).
+    Refusals: ``verify*``, ``accept_resume``, ``check_abandon`` and ``abandon_async``
     raise ``ContinuationAuthorityError`` (``accept_resume`` then ``ResponseMismatchError``);
     ``accept_new_input`` and ``check_conflict`` ``PendingContinuationError``. With a store:
     ``before_core`` a remote resume's refusals in that order (AGENTS.md invariant 21) or
@@ -188,8 +186,7 @@ def accept_run(
 ) -> ResumeTicket:
     """The synchronous checks of one ``run()`` call, in contract order, that make its ticket and change nothing.
 
-    The argument shape as core checks it, then the authority's verdict (a response-only resume needs its
-    token first: AGENTS.md invariant 2), then the run guard. ``default_storage``: the instance's storage.
+    Argument shape, then the authority's verdict (token first: AGENTS.md invariant 2), then the run guard.
     """
     check_run_arguments(message, responses, checkpoint_id)
     if checkpoint_storage is not None:

@@ -1,9 +1,8 @@
 """The checkpoint recorder: what one run saved, so a run chain deletes its spent checkpoints when it ends.
 
-Core saves several checkpoints per run and never deletes any. Every run with checkpoint storage hands
-core a :class:`RecordingCheckpointStorage` in front of the real one: when the run pauses again, its
-chain's checkpoints that back no issued token are deleted; when it finishes, they are kept for the
-definition's ``checkpoint_retention`` (AGENTS.md invariant 30).
+Core never deletes checkpoints. A :class:`RecordingCheckpointStorage` in front of the real one deletes
+a chain's checkpoints that back no token when it pauses again, and keeps them for ``checkpoint_retention``
+when it finishes (AGENTS.md invariant 30).
 """
 
 from __future__ import annotations
@@ -19,10 +18,9 @@ from ._store import Joint, JointPause, StepSaveBuffer
 
 
 class RecordingCheckpointStorage:
-    """Checkpoint storage proxy that remembers what one run saved through ``inner`` (internal).
+    """Checkpoint storage proxy that remembers what one run saved through ``inner``.
 
-    ``retention``: seconds a finished run's checkpoints are kept (0: deleted at the finish; None: every
-    checkpoint kept, :meth:`delete_chain` deletes nothing).
+    ``retention`` 0: deleted at the finish; None: every checkpoint kept (:meth:`delete_chain` deletes nothing).
     """
 
     __slots__ = (
@@ -114,10 +112,7 @@ class RecordingCheckpointStorage:
             await self.buffer.write_buffered(list(self.saved_ids))
 
     async def delete_chain(self, *, keep: str | None) -> None:
-        """Delete the checkpoints this run saved (but ``keep``, the new pause's) and the resumed pause's.
-
-        None of them backs an issued token any more; a failed delete is ignored.
-        """
+        """Delete the checkpoints this run saved (but ``keep``) and the resumed pause's; failures are ignored."""
         doomed = self._take_saved(keep)
         if self.resumed_checkpoint_id is not None and self.resumed_checkpoint_id != keep and not self.keep:
             doomed.append(self.resumed_checkpoint_id)
@@ -125,10 +120,7 @@ class RecordingCheckpointStorage:
         await self._delete(doomed)
 
     async def finish_chain(self) -> None:
-        """The run finished: keep its chain's checkpoints for the retention (0: delete them now).
-
-        The ids stay noted for :meth:`flush`. A finish sweeps, as a run's start does.
-        """
+        """The run finished: keep its chain's checkpoints for the retention (0: now); ids stay for :meth:`flush`."""
         sweep_retained()
         if self.retention == 0:
             await self.delete_chain(keep=None)

@@ -33,8 +33,7 @@ _NO_REQUESTS: Mapping[str, WorkflowEvent[Any]] = MappingProxyType({})
 class FunctionalWorkflowContinuationToken(ContinuationToken):
     """Continuation token of a paused functional workflow run (extends core's ``ContinuationToken``).
 
-    Opaque, JSON-safe and single use: spent right before the resumed code runs; every pause issues a
-    new one. Extra keys are ignored, so later versions may add fields.
+    Opaque, JSON-safe, single use (spent right before resumed code runs); extra keys are ignored.
 
     Attributes:
         kind: Always ``"functional_workflow"``.
@@ -48,11 +47,7 @@ class FunctionalWorkflowContinuationToken(ContinuationToken):
 
 
 class Continuation:
-    """The pending continuation of one workflow instance (internal; slotted, requests owned, not copied).
-
-    ``earlier_requests``: earlier pauses' requests, whose answers a resume passes again; ``reserved``: an
-    accepted run resumes it (until spent or handed back).
-    """
+    """The pending continuation of one instance; ``reserved``: an accepted run resumes it (not yet spent)."""
 
     __slots__ = ("earlier_requests", "issued_at", "pending_requests", "reserved", "secret")
 

@@ -1,9 +1,8 @@
 """Checkpoint expiry: the one TTL of a pause, a finished run's checkpoint retention, and their deletion.
 
-One TTL governs a pause's token, instance and checkpoint (AGENTS.md invariant 42): the store's
-``ttl_seconds``, else ``build(continuation_ttl=...)``. A finished run's checkpoints are kept for
-``@workflow(checkpoint_retention=...)`` (invariant 30): :func:`retain_checkpoints` notes them and
-:func:`sweep_retained`, called as runs start and finish, deletes the ones past retention.
+One TTL governs a pause's token, instance and checkpoint (AGENTS.md invariant 42). A finished run's
+checkpoints are kept for ``checkpoint_retention`` (invariant 30): :func:`retain_checkpoints` notes them,
+:func:`sweep_retained` (as runs start and finish) deletes those past it.
 """
 
 from __future__ import annotations
@@ -41,8 +40,7 @@ _warned: list[bool] = []  # the cap below was reached once (warned once a proces
 logger = logging.getLogger(__name__)
 
 RETAINED_MAX = 10_000
-"""At most this many finished chains are noted for deletion (about 0.5 KB each); past it, the one nearest its
-deadline is left to its storage's own ``ttl``."""
+"""At most this many finished chains are noted for deletion (about 0.5 KB each); then the nearest is left."""
 
 
 def resolve_retention(retention: float | timedelta | None) -> float | None:

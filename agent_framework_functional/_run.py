@@ -1,9 +1,8 @@
 """One run of a workflow instance: one driver over core's stream, in both run modes, and its result.
 
-:class:`WorkflowRun` drives core through the same steps whether the caller streams or not, each
-calling one authority hook: ``_start`` (``before_core``), ``_claim`` (after core's first status,
-before user code: AGENTS.md invariant 5), ``_issue`` (a saved pause, before its status reaches the
-caller: invariant 6) and ``_ended`` (``finish``).
+:class:`WorkflowRun` runs the same steps in both modes, each one authority hook: ``_start``, ``_claim``
+(before user code: AGENTS.md invariant 5), ``_issue`` (before the pause's status reaches the caller:
+invariant 6) and ``_ended``.
 """
 
 from __future__ import annotations
@@ -86,10 +85,7 @@ class RunLease:
 
 
 class WorkflowRun:
-    """The one run that holds an instance's run guard (``holds_guard`` / ``free_guard``), driving core (internal).
-
-    State fields default on the class: one run is made per call and sets only what it uses.
-    """
+    """The one run that holds an instance's run guard, driving core; state fields default on the class."""
 
     core_started = False
     token: FunctionalWorkflowContinuationToken | None = None

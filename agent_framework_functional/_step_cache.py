@@ -1,7 +1,6 @@
 """The step-cache offer a checkpoint save of a run we drive hands its storage (no core private API).
 
-``_core_compat`` keeps each run's :class:`StepCacheLog` and, around each save, gives the run's recorder
-(a :class:`SaveRecorder`) a :class:`StepCacheOffer`, which it passes to a :class:`DeltaCheckpointStorage`.
+``_core_compat`` gives each save's recorder a :class:`StepCacheOffer` for a :class:`DeltaCheckpointStorage`.
 """
 
 from __future__ import annotations
@@ -30,10 +29,7 @@ def append_new_keys(keys: list[str], entries: dict[str, Any]) -> None:
 
 
 class StepCacheLog:
-    """One run's step cache and request counts (core's dicts), with their keys in insertion order (internal).
-
-    ``parent``: the replayed pause's ``(log, cache_len, counts_len)``.
-    """
+    """One run's step cache and request counts (core's dicts) with keys in order; ``parent``: the replayed one's."""
 
     __slots__ = ("__weakref__", "base", "cache", "cache_keys", "count_keys", "counts", "live", "parent")
 
@@ -55,7 +51,7 @@ class StepCacheLog:
 
 
 class StepCacheOffer:
-    """What one checkpoint save offers a storage: the log and its length at this save (internal).
+    """What one checkpoint save offers a storage: the log and its length at this save.
 
     A storage that takes it (:meth:`take`, before its first ``await``) gets core's live dicts, not copies,
     and reads entries by key up to ``cache_len`` / ``counts_len``, so later steps cannot leak in.
@@ -105,9 +101,8 @@ def _members(protocol: type) -> tuple[str, ...]:
 def implements(obj: object, protocol: type) -> bool:
     """``isinstance(obj, protocol)``, remembered per class where the class decides (a check costs about 10 µs).
 
-    A yes is remembered when the class itself defines every member, a no when no class of it defines
-    ``__getattr__``; a proxy is checked each time, and so is an object with a member of its own
-    (an instance attribute) where its class's answer is no.
+    Remembered: a yes when the class defines every member, a no when none of its classes defines
+    ``__getattr__``. A proxy, or an instance with its own member where the class said no, is checked each time.
     """
     kind = type(obj)
     known = _IMPLEMENTS.get(kind)

@@ -1,8 +1,7 @@
 """The continuation store protocol, its record, and the optional capabilities a backend may add.
 
-Every saved pause is recorded by the sha256 of its token's secret (never the secret), so any process
-with the same definition, checkpoint storage and store can resume it, exactly once. A process that dies
-after its claim leaves the record ``claimed`` (spent); the owner restores ``record.checkpoint_id``.
+A pause is recorded by the sha256 of its token's secret (never the secret); any process sharing the store
+can resume it once. A process that dies after its claim leaves it ``claimed``; restore ``checkpoint_id``.
 """
 
 from __future__ import annotations
@@ -29,12 +28,7 @@ MAX_DURATION_SECONDS = 10 * 365 * 24 * 3600.0
 
 
 def duration_seconds(value: float | timedelta, name: str) -> float:
-    """``value`` (seconds or a ``timedelta``) in seconds, checked; ``name`` is for the message.
-
-    Raises:
-        ValueError: The duration is not a finite positive number up to :data:`MAX_DURATION_SECONDS`.
-        TypeError: ``value`` is neither a number nor a ``timedelta``.
-    """
+    """``value`` (seconds or a ``timedelta``) in seconds, checked (positive, at most ten years)."""
     if isinstance(value, timedelta):
         seconds = value.total_seconds()
     elif isinstance(value, (int, float)) and not isinstance(value, bool):  # pyright: ignore[reportUnnecessaryIsInstance]
@@ -51,19 +45,16 @@ class ContinuationRecord:
     """What a :class:`ContinuationStore` keeps about one issued continuation token.
 
     Attributes:
-        token_hash: Hex sha256 of the token's secret (:func:`continuation_token_hash`); the secret
-            is never stored, so a leaked store leaks no usable token.
+        token_hash: Hex sha256 of the token's secret (:func:`continuation_token_hash`), never the secret.
         workflow_name: Name of the workflow that paused.
-        signature_hash: Core's ``graph_signature_hash`` of it: another version cannot resume the pause.
+        signature_hash: Core's ``graph_signature_hash``: another version cannot resume the pause.
         checkpoint_id: The checkpoint saved at the pause.
         pending_request_ids: Request ids the pause waits for.
         created_at: When the token was issued (the store's clock, seconds since the epoch).
         expires_at: When the token stops being accepted.
         status: ``issued``, ``claimed`` (spent) or ``abandoned``.
-        response_types: Request id -> response type as text for every request of the run chain, so a
-            worker that never saw earlier rounds checks every answer before its claim.
-        conversation: Digest of the agent conversation the pause belongs to (None: none); no other
-            conversation's instance may resume or abandon it.
+        response_types: Request id -> response type text for the whole run chain (checked before a claim).
+        conversation: Digest of the agent conversation it belongs to; no other may resume or abandon it.
     """
 
     token_hash: str
@@ -120,7 +111,7 @@ class ContinuationRecord:
 
         Raises:
             KeyError: A field is missing.
-            ValueError: A field cannot be read (for example a corrupt JSON list).
+            ValueError: A field cannot be read.
         """
         data = {key: value.decode("utf-8") if isinstance(value, bytes) else value for key, value in fields.items()}
         response_types = data.get("response_types")
@@ -203,9 +194,9 @@ class TimedStore(AsyncClosing):
 
 @runtime_checkable
 class ContinuationStore(Protocol):
-    """Durable home of continuation tokens shared by several processes (a small async protocol).
+    """Durable home of continuation tokens shared by several processes; give one to ``build()``.
 
-    Give one to ``build(checkpoint_storage=..., continuation_store=...)``. Every implementation keeps:
+    Every implementation keeps:
 
     * ``claim``, ``abandon`` and ``supersede`` are atomic compare-and-set on ``status == "issued"``:
       among concurrent callers in any process at most one gets True.
@@ -238,10 +229,7 @@ class ContinuationStore(Protocol):
         ...
 
     async def release(self, token_hash: str, claimer: str) -> bool:
-        """Atomically undo a claim: ``claimed`` by ``claimer`` -> ``issued``; True when this call did.
-
-        Called only by a run that won :meth:`claim` and was cancelled before its user code ran.
-        """
+        """Atomically undo ``claimer``'s claim (-> ``issued``) of a run cancelled before user code; True if done."""
         ...
 
     async def supersede(self, checkpoint_id: str, *, since: float) -> bool:
@@ -266,8 +254,7 @@ class ContinuationStore(Protocol):
 class StepSaveBuffer(Protocol):
     """An optional capability of a checkpoint storage: buffer a run's step saves until its next save or end.
 
-    A run's recorder checks for it once, for runs that delete their chain when they end; it saves through
-    :meth:`save_buffered` and, when the run ends (however), calls :meth:`write_buffered`.
+    Used only for runs that delete their chain when they end; :meth:`write_buffered` runs however it ends.
     """
 
     async def save_buffered(self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None) -> str:
@@ -319,11 +306,7 @@ class Joint(Protocol):
 
 @runtime_checkable
 class JointStore(Protocol):
-    """An optional capability of a continuation store: a pause's record and its checkpoint in one round trip.
-
-    ``StoreRecords`` asks for it once per instance; the run's recorder then holds a pause's checkpoint save
-    for its record (:meth:`Joint.plan_pause`), and a remote resume reads both (:meth:`Joint.read`).
-    """
+    """An optional capability of a continuation store: a pause's record and its checkpoint in one round trip."""
 
     def joint(self, storage: CheckpointStorage) -> Joint | None:
         """This store paired with ``storage``, or None when the two cannot share a statement."""

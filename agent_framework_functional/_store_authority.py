@@ -1,8 +1,7 @@
 """Continuation authority with a ContinuationStore: resume a pause from any worker, exactly once.
 
-Every saved pause is recorded in the store before its token is handed out. A token this process does
-not hold is checked in the run, before user code (record, conflict, answers: AGENTS.md invariant 21);
-right before user code the store claims the record, one winner, also for a pause held here.
+A pause is recorded before its token is handed out. A token held elsewhere is checked in the run before
+user code (AGENTS.md invariant 21); right before user code the store claims the record, one winner.
 """
 
 from __future__ import annotations
@@ -31,14 +30,9 @@ from ._store_records import StoreRecords, earlier_requests
 
 
 class StoreAuthority:
-    """The ``Authority`` shared through a :class:`ContinuationStore` (internal).
+    """The ``Authority`` shared through a store: wraps an :class:`InMemoryAuthority` (pauses held here).
 
-    Holds an :class:`InMemoryAuthority` (``memory``: the fast path for pauses held here) and adds the
-    store at each point of the protocol, the way an interceptor holds the next one.
-
-    Raises:
-        TypeError: ``store`` does not implement :class:`ContinuationStore`.
-        ValueError: No checkpoint storage: a durable resume restores the pause's checkpoint.
+    Raises ``TypeError`` for a non-store, ``ValueError`` without checkpoint storage.
     """
 
     __slots__ = ("checkpoint_storage", "memory", "records", "store")
@@ -265,8 +259,7 @@ class StoreAuthority:
     ) -> None:
         """Refuse while the pause held here is still claimable in the store (a verdict for it passes).
 
-        Unless the pause resumed (the verdict's, or ``resumed``) is a later one of this conversation: the one
-        held here was orphaned and is abandoned (AGENTS.md invariant 45).
+        A later pause of this conversation resumed instead orphans it: abandoned (AGENTS.md invariant 45).
         """
         memory = self.memory
         local = memory.pending if memory.has_pending else None
@@ -333,9 +326,7 @@ def make_authority(
 ) -> Authority:
     """The authority strategy for a workflow instance: in memory, or with ``store`` when one is given.
 
-    Raises:
-        TypeError: ``store`` is not a :class:`ContinuationStore`; ``ttl`` is not a duration.
-        ValueError: ``store`` without ``checkpoint_storage``; ``ttl`` differs from the store's.
+    Raises ``TypeError`` (not a store; ``ttl`` not a duration) or ``ValueError`` (no storage; ``ttl`` mismatch).
     """
     if store is None:
         return InMemoryAuthority(

@@ -1,8 +1,7 @@
 """A continuation store's records as one workflow instance may act on them.
 
-The one record check, a pause's requests from its checkpoint, saving, abandoning a pause held elsewhere,
-and the shielded claim. ``StoreAuthority`` calls the store itself only to abandon a pause held here and
-to supersede one on a restore.
+The record check, a pause's requests, saving, abandoning a pause held elsewhere, and the shielded claim;
+``StoreAuthority`` calls the store itself only to abandon a pause held here and to supersede one.
 """
 
 from __future__ import annotations
@@ -54,12 +53,7 @@ class StoreRecords:
         return await self.get(hash_secret(secret))
 
     async def get(self, token_hash: str, *, allow_expired: bool = False) -> ContinuationRecord:
-        """The record of ``token_hash`` if this workflow may act on it (the one record check).
-
-        Raises:
-            ContinuationAuthorityError: No record, another workflow, version or conversation, not
-                ``issued``, or expired (unless ``allow_expired``).
-        """
+        """The record of ``token_hash`` if this workflow may act on it, else ``ContinuationAuthorityError``."""
         return self._checked(await self.store.get(token_hash), allow_expired=allow_expired)
 
     def _checked(self, record: ContinuationRecord | None, *, allow_expired: bool) -> ContinuationRecord:
@@ -75,10 +69,7 @@ class StoreRecords:
         return record
 
     async def get_paused(self, token_hash: str) -> tuple[ContinuationRecord, Callable[[], WorkflowCheckpoint] | None]:
-        """:meth:`get`, and what decodes the pause's checkpoint when a ``Joint`` read both at once (else None).
-
-        The checkpoint is decoded only after the record passed.
-        """
+        """:meth:`get`, and what decodes the checkpoint (after the record passed) when a ``Joint`` read both."""
         if self.joint is None:
             return await self.get(token_hash), None
         record, read = await self.joint.read(token_hash)
@@ -90,11 +81,7 @@ class StoreRecords:
         recorder: RecordingCheckpointStorage | None = None,
         read: Callable[[], WorkflowCheckpoint] | None = None,
     ) -> dict[str, WorkflowEvent[Any]]:
-        """The ``request_info`` events of a recorded pause, from its checkpoint (``read``: from :meth:`get_paused`).
-
-        Raises:
-            ContinuationAuthorityError: The checkpoint is gone: the pause was resumed or abandoned meanwhile.
-        """
+        """The ``request_info`` events of a recorded pause, from its checkpoint (authority error once it is gone)."""
         try:
             checkpoint = read() if read is not None else await self.checkpoint_storage.load(record.checkpoint_id)
         except Exception:
@@ -128,11 +115,7 @@ class StoreRecords:
         return record if record is not None and record.is_claimable(self.store.now()) else None
 
     async def claim(self, claim_hash: str) -> bool:
-        """The store's claim, shielded so cancellation cannot split it from its outcome (AGENTS.md invariant 28).
-
-        Raises:
-            asyncio.CancelledError: The caller was cancelled; a won claim was released first.
-        """
+        """The store's claim, shielded (AGENTS.md invariant 28); on cancellation a won claim is released first."""
         claimer = secrets.token_hex(16)
         claim = asyncio.ensure_future(self.store.claim(claim_hash, claimer=claimer))
         try:
@@ -174,10 +157,9 @@ async def _outcome(operation: Awaitable[bool]) -> bool | None:
 def earlier_requests(
     record: ContinuationRecord, pending: Mapping[str, WorkflowEvent[Any]]
 ) -> dict[str, WorkflowEvent[Any]]:
-    """The earlier rounds' requests a record names, as ``request_info`` events carrying only their type.
+    """The earlier rounds' requests a record names, as type-only ``request_info`` events.
 
-    So their answers are checked before the claim (core checks them only after the token was spent); a type
-    that does not resolve here is left to core.
+    So their answers are checked before the claim (core checks them after the token was spent).
     """
     events: dict[str, WorkflowEvent[Any]] = {}
     for request_id, text in (record.response_types or {}).items():

@@ -1,7 +1,6 @@
 """The workflow: ``@workflow`` makes a definition, ``build()`` an instance (``FunctionalWorkflow``).
 
-An instance wraps one core ``FunctionalWorkflow`` (core keeps replay, step caching and checkpointing),
-accepts each call with ``_authority_protocol.accept_run`` and hands each accepted run to ``_run.WorkflowRun``.
+An instance wraps one core ``FunctionalWorkflow``, accepts each call (``accept_run``), runs it in a ``WorkflowRun``.
 """
 
 from __future__ import annotations
@@ -36,10 +35,8 @@ if TYPE_CHECKING:
 class FunctionalWorkflow:
     """A functional workflow instance whose pauses can only be resumed with their continuation token.
 
-    Build it with :meth:`FunctionalWorkflowDefinition.build`. A paused run returns a single-use
-    ``continuation_token`` that a response-only resume must present; one pending continuation and one
-    run at a time (README "The rules"). With a continuation store any process sharing it and the
-    checkpoint storage can resume the pause, exactly once.
+    Made by :meth:`FunctionalWorkflowDefinition.build`; one pending continuation and one run at a time
+    (README "The rules"). With a continuation store any process sharing it can resume a pause, once.
     """
 
     # __dict__: functools.update_wrapper gives the instance the function's name and docstring, as core's.
@@ -121,8 +118,6 @@ class FunctionalWorkflow:
     def verify_continuation_token(self, token: object) -> VerifiedContinuation:
         """Check, read-only, that ``token`` authorises a resume of the pause held in this process.
 
-        With a continuation store use :meth:`verify_continuation_token_async` for pauses held elsewhere.
-
         Returns:
             A :class:`VerifiedContinuation`, which :meth:`run` also accepts as ``continuation_token``.
 
@@ -135,11 +130,10 @@ class FunctionalWorkflow:
     async def verify_continuation_token_async(self, token: object) -> VerifiedContinuation:
         """Check ``token`` like :meth:`verify_continuation_token`, also for pauses held by other processes.
 
-        Read-only: the store's record must be this workflow's (name, signature hash, conversation), ``issued``
-        and unexpired. The store's claim in :meth:`run` still decides which resume runs.
+        Read-only; the store's claim in :meth:`run` still decides which resume runs.
 
         Returns:
-            A :class:`VerifiedContinuation` with the store's record; :meth:`run` reuses the check.
+            A :class:`VerifiedContinuation` with the store's record.
 
         Raises:
             ContinuationAuthorityError: The token does not authorise a resume (one fixed message).
@@ -190,34 +184,30 @@ class FunctionalWorkflow:
     ) -> ResponseStream[WorkflowEvent[Any], FunctionalWorkflowRunResult] | Awaitable[FunctionalWorkflowRunResult]:
         """Start, resume, or restore a run, as core's ``run`` does, with continuation authority.
 
-        Every check happens here, synchronously, in the order of README "The rules", so a rejected call
-        raises at the call site (also with ``stream=True``) and changes nothing. A token only a continuation
-        store holds is checked inside the run, still before any user code, in that order.
+        A rejected call raises at the call site (also with ``stream=True``) and changes nothing; a token
+        only a store holds is checked inside the run, before any user code (README "The rules").
 
         Args:
-            message: Input for a fresh run. At least one of ``message``, ``responses`` or ``checkpoint_id``.
+            message: Input for a fresh run.
 
         Keyword Args:
-            stream: True for a ``ResponseStream`` of ``WorkflowEvent``; False for an awaitable result.
-            responses: Answers keyed by request id; without ``checkpoint_id`` a response-only resume,
-                which needs ``continuation_token``. Pass all answers so far on multi-round pauses.
-            continuation_token: The paused run's token, or this instance's :class:`VerifiedContinuation` for it.
-            checkpoint_id: Restore this checkpoint (with ``responses``: answering its requests); no token.
+            stream: True for a ``ResponseStream`` of events; False for an awaitable result.
+            responses: Answers keyed by request id (all so far); without ``checkpoint_id`` needs a token.
+            continuation_token: The paused run's token, or a :class:`VerifiedContinuation` for it.
+            checkpoint_id: Restore this checkpoint; no token.
             checkpoint_storage: Checkpoint storage for this run, overriding the instance default.
             include_status_events: Non-streaming only: keep status events in the result list.
-            **kwargs: Forwarded unchanged to core's ``run`` (available to steps as run kwargs).
+            **kwargs: Forwarded unchanged to core's ``run``.
 
         Returns:
-            An awaitable ``FunctionalWorkflowRunResult`` or a ``ResponseStream`` of events; the result's
+            An awaitable ``FunctionalWorkflowRunResult`` or a ``ResponseStream``; its
             ``continuation_token`` is set only when the run ended paused.
 
         Raises:
-            ValueError: Wrong argument shape (as core), or with a continuation store a per-run
-                ``checkpoint_storage`` other than the instance's.
+            ValueError: Wrong argument shape (as core); with a store, another ``checkpoint_storage``.
             TypeError: ``responses``, ``checkpoint_id`` or ``checkpoint_storage`` of the wrong type.
             ContinuationAuthorityError: A response-only resume without valid authority (one fixed message).
-            ResponseMismatchError: No answer names a pending request, or one does not fit its
-                ``response_type``; the continuation stays pending.
+            ResponseMismatchError: An answer names no pending request or misfits its ``response_type``.
             PendingContinuationError: New input or a checkpoint restore while a continuation is pending.
             WorkflowRunningError: The instance is already running.
         """
@@ -248,7 +238,7 @@ class FunctionalWorkflow:
         return result
 
     def abandon_continuation(self, token: Mapping[str, Any] | None = None, *, force: bool = False) -> None:
-        """Discard the pending continuation, its replay state and checkpoint, so fresh runs are allowed again.
+        """Discard the pending continuation, its replay state and checkpoint; fresh runs are allowed again.
 
         Args:
             token: The current continuation token. Required unless ``force`` is True.
@@ -267,15 +257,13 @@ class FunctionalWorkflow:
         continuation_abandoned(self.name, token, forced=force, request_ids=request_ids or (), counted=bool(request_ids))
 
     async def abandon_continuation_async(self, token: Mapping[str, Any] | None = None, *, force: bool = False) -> None:
-        """Abandon a pending continuation, here and in the continuation store (from any process sharing it).
-
-        Atomic in the store: a concurrent resume and this call cannot both succeed.
+        """Abandon a pending continuation here and in the store; a concurrent resume and this cannot both succeed.
 
         Args:
             token: The continuation token. Required unless ``force`` is True.
 
         Keyword Args:
-            force: Owner-only recovery without authority (a lost or expired token); problems are ignored.
+            force: Owner-only recovery without a token (lost or expired); problems are ignored.
 
         Raises:
             ContinuationAuthorityError: Without ``force``: the token does not authorise the abandonment.
@@ -313,10 +301,7 @@ class FunctionalWorkflow:
         context_providers: Sequence[Any] | None = None,
         **kwargs: Any,
     ) -> FunctionalWorkflowAgent:
-        """Wrap this instance as a :class:`FunctionalWorkflowAgent` (a core ``BaseAgent``).
-
-        ``name``, ``description`` (default: the workflow's), ``context_providers`` and ``**kwargs`` go to the agent.
-        """
+        """Wrap this instance as a :class:`FunctionalWorkflowAgent`; the arguments go to the agent."""
         from ._agent import FunctionalWorkflowAgent
 
         return FunctionalWorkflowAgent(
@@ -408,11 +393,10 @@ WorkflowFunc = Callable[..., Awaitable[Any]]
 
 @functional_workflows_experimental
 class FunctionalWorkflowDefinition:
-    """Stateless workflow definition made by :func:`workflow` (its arguments); :meth:`build` one instance per caller.
+    """Stateless workflow definition made by :func:`workflow`; :meth:`build` makes one instance per caller.
 
     Raises:
-        ValueError: More than one non-``RunContext`` parameter (core's rule); a negative
-            ``checkpoint_retention`` or one over ten years.
+        ValueError: More than one non-``RunContext`` parameter; ``checkpoint_retention`` negative or over ten years.
         TypeError: ``func`` is not an async function; ``checkpoint_retention`` is not a duration.
     """
 
@@ -445,14 +429,11 @@ class FunctionalWorkflowDefinition:
 
         Keyword Args:
             checkpoint_storage: Default core ``CheckpointStorage``; a run may override it (not with a store).
-            continuation_store: Makes tokens durable and usable from any process sharing it and
-                ``checkpoint_storage`` (required with it).
-            continuation_ttl: How long a pause stays resumable (default 24 hours); its token, instance and
-                checkpoint expire together. With a store, the store's ``ttl`` (omit this or pass the same).
+            continuation_store: Makes tokens durable across processes (needs ``checkpoint_storage``).
+            continuation_ttl: How long a pause stays resumable (default 24 hours); with a store, its ``ttl``.
 
         Raises:
-            ValueError: A store without ``checkpoint_storage``; a bad ``continuation_ttl`` or one that
-                differs from the store's.
+            ValueError: A store without ``checkpoint_storage``; a bad ``continuation_ttl`` or not the store's.
             TypeError: A store or ``checkpoint_storage`` that does not implement its protocol.
         """
         return FunctionalWorkflow(
@@ -487,17 +468,17 @@ def workflow(
 ) -> FunctionalWorkflowDefinition | Callable[[WorkflowFunc], FunctionalWorkflowDefinition]:
     """Turn an async function (core's functional workflow) into a :class:`FunctionalWorkflowDefinition`.
 
-    Replay hazard: on resume the function runs again from the top; a ``@step``'s body does not (its
-    cached result is returned), code outside steps does. Keep side effects in steps.
+    Replay hazard: on resume the function runs again from the top; a ``@step``'s body does not, code
+    outside steps does. Keep side effects in steps.
 
     Args:
         func: The async function (bare ``@workflow``); its non-``RunContext`` parameter receives ``message``.
 
     Keyword Args:
         name: Workflow name; defaults to the function's name.
-        description: Optional description (shown by the agent).
-        checkpoint_retention: How long a finished run's checkpoints are kept (default 24 hours; 0: deleted
-            at the finish; None: kept for good; README "Checkpoints are kept, then deleted").
+        description: Optional description.
+        checkpoint_retention: How long a finished run's checkpoints are kept (default 24 hours; 0: deleted at
+            the finish; None: kept; README "Checkpoints are kept, then deleted").
 
     Returns:
         A definition (bare ``@workflow``) or a decorator that makes one.
