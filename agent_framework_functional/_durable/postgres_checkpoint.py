@@ -84,7 +84,8 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
         pool_timeout: How long an operation waits for a connection (default 10 s).
         sealer: Seals every body saved and opens every body loaded; None stores core's encoding as it is.
         synchronous_steps: True: every save waits for the server's disk. False (default): only a pause's does;
-            a server crash can lose the last step checkpoints, which a restore then runs again.
+            a server crash can lose the last step checkpoints, which a restore then runs again. Step
+            checkpoints are also buffered in the worker for up to 0.2 s (:meth:`flush`).
 
     Raises:
         ImportError: psycopg 3 is not installed.

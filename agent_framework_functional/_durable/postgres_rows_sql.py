@@ -216,7 +216,6 @@ STATEMENTS = {
     "save_whole_nowait": f"SELECT {_NO_WAIT}{_SAVE_WHOLE}",
     "delete": "SELECT {schema}.delete_checkpoints(%s::TEXT[], %s::UUID[])",
     "purge": "SELECT {schema}.purge_checkpoints(%s)",
-    # One row: the head's columns, then its segments' chunks as three arrays (segment, chunk count, body).
     # The head's row (first column TRUE), then a row per chunk of its segments (FALSE): one round trip, and
     # no value larger than one chunk (PostgreSQL caps a value at 1 GB).
     "delta_load": (
