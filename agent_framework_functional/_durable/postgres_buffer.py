@@ -1,11 +1,9 @@
 """The step saves ``PostgresCheckpointStorage.save_buffered`` holds back for a moment, per run (internal).
 
-A step checkpoint commits without waiting for the disk anyway (a server crash can lose the last ~600 ms of
-them; a restore then runs those steps again). Buffering it in the worker for at most
-:data:`STEP_WRITE_DELAY_SECONDS` risks the same kind of loss and saves most writes: a pause's row holds their
-step results (they are never written), a finished run deletes them unwritten, and a run's next save sends
-them first, in its own statement. Held rows of one run are written in order, by a timer, the run's end, or
-the storage's reads, deletes and ``aclose``.
+A step checkpoint commits without waiting for the disk anyway (a crash can lose the last of them; a restore
+runs those steps again), so buffering it for at most :data:`STEP_WRITE_DELAY_SECONDS` risks the same loss and
+saves most writes: a pause's row holds their step results and a finished run deletes them unwritten. A run's
+rows are written in order, by a timer, its next save or end, or the storage's reads, deletes and ``aclose``.
 """
 
 from __future__ import annotations

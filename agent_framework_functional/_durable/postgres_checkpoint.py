@@ -1,8 +1,6 @@
 """PostgresCheckpointStorage: core's ``CheckpointStorage`` on PostgreSQL, for workers without a shared file system.
 
-Whole bodies go through ``checkpoint_storage``'s :func:`encode_body` / :func:`decode_body` into
-``<schema>.checkpoints``; checkpoints of runs this package drives are rows of ``delta_checkpoints``
-(``postgres_rows_sql.py``, ``postgres_rows.py``), a run's step saves buffered by ``postgres_buffer.py``.
+Runs this package drives are rows of ``delta_checkpoints`` (``postgres_rows.py``); others are whole bodies.
 """
 
 from __future__ import annotations
@@ -66,50 +64,35 @@ UNWRITTEN_KEPT = 4096
 class PostgresCheckpointStorage(DurableCheckpointStorage):
     """Core's ``CheckpointStorage`` protocol on PostgreSQL, so workers on several machines share checkpoints.
 
-    Pair it with a :class:`PostgresContinuationStore` on the same database and any worker can resume a pause
-    another one saved. One row per checkpoint: in ``<schema>.delta_checkpoints`` (its head and the step
-    results added since the run's previous checkpoint) for runs this package drives, whole in
-    ``<schema>.checkpoints`` otherwise; the tables are created by :meth:`setup` (or :func:`migrate_postgres`).
-    Bodies are core's checkpoint encoding, decoded under core's allow-list plus ``allowed_checkpoint_types``:
-    a checkpoint that would not decode is refused at :meth:`save`, a stored one that does not decode makes
-    :meth:`load` raise ``WorkflowCheckpointException`` and :meth:`list_checkpoints` skip it. A checkpoint
-    expires ``ttl`` after its save (keep it at least the store's ``ttl + retention``).
+    Pair it with a :class:`PostgresContinuationStore` on the same database; tables come from :meth:`setup` or
+    :func:`migrate_postgres`. A checkpoint that would not decode is refused at :meth:`save`; a stored one that
+    does not decode makes :meth:`load` raise and :meth:`list_checkpoints` skip it. See README, Several machines
+    on PostgreSQL.
 
-    Security: core decodes with ``pickle`` under an allow-list (a mitigation, not a boundary), so without a
-    ``sealer`` whoever can write this table can run code in your workers (a warning is logged once); with a
-    :class:`CheckpointSealer` a body that fails its check is refused before anything decodes it (SECURITY.md).
+    Security: core decodes with ``pickle`` under an allow-list, so without a ``sealer`` whoever can write
+    these tables can run code in your workers (a warning is logged once); see SECURITY.md.
 
     Args:
-        conninfo: A libpq connection string or URL (the storage owns its pool; :meth:`aclose` closes it), or
-            your ``psycopg_pool.AsyncConnectionPool`` (you open and close it).
+        conninfo: A libpq connection string or URL (the storage owns its pool), or your ``AsyncConnectionPool``.
 
     Keyword Args:
-        pool: Your ``AsyncConnectionPool`` instead of ``conninfo``.
+        pool: Your ``AsyncConnectionPool`` instead of ``conninfo`` (you open and close it).
         schema: The PostgreSQL schema of the tables (a plain lower-case identifier).
         allowed_checkpoint_types: Extra ``"module:QualName"`` types checkpoints may contain.
-        ttl: How long a checkpoint is kept after it is saved (default 7 days); ``None`` keeps it until deleted.
+        ttl: How long a checkpoint is kept after its save (default 7 days; at least the store's ``ttl + retention``).
         max_size: With a connection string: connections at most in the pool (default 10).
         pool_timeout: How long an operation waits for a connection (default 10 s).
-        sealer: Seals every body it saves and opens every body it loads; None stores core's encoding as it is.
-        synchronous_steps: True: every save waits for PostgreSQL's disk. False (default): only a pause's
-            checkpoint waits, flushing the server's log up to it before its token exists (as LangGraph's
-            ``durability="async"``); a server crash can lose the last ~600 ms of step checkpoints, and a
-            restore then runs those steps again. A run's step checkpoints are also buffered in the worker until
-            its next save, its end or 0.2 s (:meth:`flush`), so a finished run never writes them.
+        sealer: Seals every body saved and opens every body loaded; None stores core's encoding as it is.
+        synchronous_steps: True: every save waits for the server's disk. False (default): only a pause's does;
+            a server crash can lose the last step checkpoints, which a restore then runs again. Step
+            checkpoints are also buffered in the worker for up to 0.2 s (:meth:`flush`).
 
     Raises:
         ImportError: psycopg 3 is not installed.
-        ValueError: ``schema`` is not a plain identifier, a duration is not positive, or ``max_size``
-            is not a positive integer.
-        TypeError: ``allowed_checkpoint_types`` is not a list of strings, a duration is neither a
-            number nor a ``timedelta``, ``sealer`` is not a :class:`CheckpointSealer`, or
-            ``synchronous_steps`` is not a bool.
-
-    Examples:
-        .. code-block:: python
-
-            storage = PostgresCheckpointStorage("postgresql://app@db/app", allowed_checkpoint_types=["app:Verdict"])
-            await storage.setup()
+        ValueError: ``schema`` is not a plain identifier, a duration is not positive, or ``max_size`` is not
+            a positive integer.
+        TypeError: ``allowed_checkpoint_types`` is not a list of strings, a duration is not a number or
+            ``timedelta``, ``sealer`` is not a :class:`CheckpointSealer`, or ``synchronous_steps`` is not a bool.
     """
 
     logger = logger
@@ -250,9 +233,8 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
     def _superseding(self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None) -> Generator[None, None, None]:
         """A pause: forget its run's buffered step saves unwritten (its row holds their step results).
 
-        Enter before the save's first ``await`` (core's dicts may change later) and save the pause inside. A
-        pause that fails before its statement is sent ends its run: they are written after all (its restore
-        point). Once sent, a failure may hide a pause that landed, which they must not follow: they are lost.
+        Enter before the save's first ``await``. Failed before its statement is sent: they are written after all;
+        once sent, a failure may hide a pause that landed, which they must not follow: they are lost.
         """
         pause = offer is not None and bool(checkpoint.pending_request_info_events) and offer.take(checkpoint.state)
         log = offer.log if offer is not None and pause else None
@@ -304,8 +286,7 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
     ) -> tuple[DeltaSave, tuple[Any, ...]] | None:
         """Plan a pause's save for a statement that writes its record too (``postgres_joint``); None: save it.
 
-        As a written pause, it forgets the run's buffered step saves and waits for its writes in flight. The caller
-        then calls :meth:`pause_written` or :meth:`pause_refused`. An unstorable checkpoint raises as ``save``.
+        The caller then calls :meth:`pause_written` or :meth:`pause_refused`.
         """
         check_storable(checkpoint)
         if not bufferable(checkpoint):
@@ -321,7 +302,7 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
     async def _unbuffered(self, checkpoint_ids: list[str]) -> tuple[list[str], int]:
         """Before a delete: the ids still to delete on the server, and how many were buffered or never written.
 
-        Held rows of a run the delete names only in part are written first, so the delete finds them.
+        A run the delete names only in part is written first, so the delete finds its rows.
         """
         ids = list(dict.fromkeys(checkpoint_ids))
         dropped, runs = self._buffer.drop(set(ids))  # a finished run's buffered step saves: never written

@@ -1,19 +1,11 @@
 """A pause's record and its checkpoint in one round trip, when both live in one PostgreSQL database (internal).
 
-When :class:`PostgresContinuationStore` and :class:`PostgresCheckpointStorage` share a database (the same
-pool, or connection strings that parse the same), on the storage's connection:
-
-* **Saving a pause.** The run's recorder keeps the pause's checkpoint save until the record is saved; then
-  one statement inserts the record and saves the checkpoint, one commit (waiting for the disk): both or
-  neither, and the token is issued only after it. A save the storage refuses (a segment lost chunks)
-  leaves the record and saves the checkpoint whole under the same id; a failed statement saves the
-  checkpoint alone (the run's restore point) before the failure is raised.
-* **Answering it on another worker.** One statement reads the record and the rows of the storage's
-  ``delta_load`` keyed by a subquery on the record; a checkpoint id that is not a random uuid (or a row
-  that does not match) is loaded the usual way afterwards.
-
-``PostgresContinuationStore.joint`` builds the pair (``_store.JointStore``); this module does not import
-the store's module, which imports it.
+When the store and the storage share a database (one pool, or connection strings that parse the same), a
+pause's record and checkpoint are saved in one statement and one commit, both or neither, before the token
+is issued (refused by the storage: the checkpoint is saved whole under the same id; failed: saved alone, the
+run's restore point, before the failure is raised). Another worker reads the record and, for a checkpoint
+id that is a random uuid, its rows in one statement.
+``PostgresContinuationStore.joint`` builds the pair; this module does not import the store's, which imports it.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """Rows of ``PostgresCheckpointStorage``: a checkpoint's head and chunk in one row, and back.
 
-The head is kept in native columns: ids as ``uuid`` (an id that is not a canonical random uuid is stored
-under a name-based uuid of it, :func:`row_key`, and its row keeps the head as JSON), core's timestamp as
-microseconds when it renders back to the same text. ``body`` is the chunk (or empty), preceded by the head
-line ``[id, previous id, timestamp]`` when a column cannot hold it. Segment ids are signed ``bigint``.
-Sealed, the body is the head line and chunk sealed together under :func:`row_context` (the row's
-references and kind), so a chunk cannot be swapped, reordered or moved, and the head binds the id.
+The head is kept in native columns (core's timestamp as microseconds when it renders back to the same text);
+an id that is not a canonical random uuid is stored under a name-based uuid of it (:func:`row_key`), its head
+then a JSON line before the chunk in ``body``. Sealed, the head line and chunk are sealed together under
+:func:`row_context`, so a chunk cannot be swapped, reordered or moved, and the head binds the id.
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
 """The ``checkpoints`` component's tables, functions and statements (schema version 1).
 
-``checkpoints`` holds whole bodies (runs this package does not drive). A delta checkpoint is one row of
-``delta_checkpoints``: its segment (the run's 64-bit id), the chunk count of that segment it references
-(``chunks``), whether it holds chunk ``chunks - 1`` (``holds_chunk``), the head in native columns and
-``body`` (``postgres_rows``). ``delta_segments`` has one row per segment: its live checkpoints (``refs``),
-the segments continuing it (``children``), chunk count, expiry, and the segments it continues. A deleted
-checkpoint that holds a chunk stays as a tombstone (``checkpoint_id`` NULL) until nothing needs its segment.
-``save_delta_checkpoint`` creates a segment on its first save (checking its parents' chunk counts) or
-counts one more reference and chunk when the segment holds exactly what the save expects (else it writes
-nothing and returns false), then inserts the row; ``release_delta_checkpoints`` turns rows into tombstones
-and frees the segments nothing needs.
+``checkpoints`` holds whole bodies. A delta checkpoint is one row of ``delta_checkpoints``: its segment (the
+run's 64-bit id), the segment's chunk count it references, whether it holds the last one, its head and
+``body`` (``postgres_rows``); ``delta_segments`` counts each segment's live references, children and chunks.
+``save_delta_checkpoint`` writes nothing and returns false unless the segment holds exactly what the save
+expects; ``release_delta_checkpoints`` leaves a deleted chunk holder as a tombstone (``checkpoint_id`` NULL)
+until nothing needs its segment.
 """
 
 from __future__ import annotations
@@ -220,7 +216,6 @@ STATEMENTS = {
     "save_whole_nowait": f"SELECT {_NO_WAIT}{_SAVE_WHOLE}",
     "delete": "SELECT {schema}.delete_checkpoints(%s::TEXT[], %s::UUID[])",
     "purge": "SELECT {schema}.purge_checkpoints(%s)",
-    # One row: the head's columns, then its segments' chunks as three arrays (segment, chunk count, body).
     # The head's row (first column TRUE), then a row per chunk of its segments (FALSE): one round trip, and
     # no value larger than one chunk (PostgreSQL caps a value at 1 GB).
     "delta_load": (

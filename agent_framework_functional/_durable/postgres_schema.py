@@ -1,7 +1,6 @@
 """The Postgres backends' shared plumbing: the connection pool, ``setup()``'s tables, and clear errors.
 
-Each component's tables are created only by its ``setup()`` (or ``migrate_postgres``, which runs them
-all); an operation on tables that do not exist raises a :class:`DurableStoreError` that says so.
+Tables are created only by ``setup()`` or ``migrate_postgres``; missing ones raise a :class:`DurableStoreError`.
 """
 
 from __future__ import annotations
@@ -88,10 +87,8 @@ def _same_conninfo(one: str, other: str) -> bool:
 class PostgresPool:
     """One component's ``psycopg_pool.AsyncConnectionPool``, schema and tables, and its errors.
 
-    Built from a connection string, it owns the pool (opened on first use; autocommit connections that
-    prepare each statement on first use, plan it once and are checked before use without a round trip);
-    a pool passed in is borrowed as it is. Outages raise ``PostgresUnavailableError``, missing tables a
-    ``DurableStoreError`` that says to call ``setup()``.
+    Built from a connection string, it owns the pool (opened on first use, autocommit); a pool passed in is
+    borrowed as it is. Outages raise ``PostgresUnavailableError``, missing tables a ``DurableStoreError``.
     """
 
     def __init__(
@@ -221,8 +218,7 @@ class PostgresPool:
     async def _live_connection(self) -> AsyncConnection[Any]:
         """A pooled connection that passes :func:`_check_open`, within ``pool_timeout`` in all.
 
-        A dead one goes back and the next is taken at once, not after psycopg's 1 s, 2 s, 4 s check backoff
-        (under which no connection survives a storm of terminated backends).
+        A dead one goes back and the next is taken at once, not after psycopg's check backoff.
         """
         from psycopg_pool import PoolTimeout
 

@@ -104,19 +104,15 @@ class PostgresRecords(LimitedRecords):
 class PostgresSessionStore(DurableSessionStore[PostgresRecords]):
     """Core's ``SessionStore`` on PostgreSQL: sessions shared by workers on several machines, kept across restarts.
 
-    Each session is one row of JSON (core's ``AgentSession.to_dict``; never pickle: it holds a paused
-    conversation's token) in ``<schema>.session_records`` (created by :meth:`setup` or :func:`migrate_postgres`),
-    keyed by a sha256 digest of its id; last writer wins (the hosts allow one request per conversation at a
-    time). A session expires ``ttl`` after its last write; a write purges the expired rows and, past
-    ``max_entries``, those that expire first, at most once per ``purge_interval``. The host's AG-UI snapshots
-    may share it (``hosting.ThreadSnapshotStore``). Needs psycopg 3 (extra ``postgres``).
+    Each session is one row of JSON (never pickle: it holds a paused conversation's token); last writer wins.
+    A session expires ``ttl`` after its last write; past ``max_entries`` those that expire first are purged.
+    AG-UI snapshots may share it (``hosting.ThreadSnapshotStore``). Needs psycopg 3 (extra ``postgres``).
 
     Args:
-        conninfo: A libpq connection string or URL (the store owns its pool; :meth:`aclose` closes it), or
-            your ``psycopg_pool.AsyncConnectionPool`` (you open and close it).
+        conninfo: A libpq connection string or URL (the store owns its pool), or your ``AsyncConnectionPool``.
 
     Keyword Args:
-        pool: Your ``AsyncConnectionPool`` instead of ``conninfo``.
+        pool: Your ``AsyncConnectionPool`` instead of ``conninfo`` (you open and close it).
         ttl: How long a session is kept after its last write (default 24 hours: keep it at least the token's).
         max_entries: Sessions (and snapshots) kept at most (default 1,000,000).
         schema: The PostgreSQL schema of the table (a plain lower-case identifier).
@@ -129,13 +125,6 @@ class PostgresSessionStore(DurableSessionStore[PostgresRecords]):
         ImportError: psycopg 3 is not installed.
         ValueError: A duration is not positive (at most ten years), ``max_entries`` or ``max_size`` is not
             a positive integer, or ``schema`` is not a plain identifier.
-
-    Examples:
-        .. code-block:: python
-
-            sessions = PostgresSessionStore("postgresql://app@db/app")
-            await sessions.setup()
-            app = responses_app(agent, session_store=sessions)
     """
 
     def __init__(

@@ -97,41 +97,29 @@ DEFAULT_PURGE_INTERVAL_SECONDS = 600.0
 class PostgresContinuationStore(TimedStore):
     """A :class:`ContinuationStore` on PostgreSQL, for workers on several machines.
 
-    One row per pause in ``<schema>.continuations`` (created by :meth:`setup` or :func:`migrate_postgres`).
-    A claim, release, abandon and supersede are each one conditional ``UPDATE`` checked by its row count:
-    PostgreSQL's row locks make it a compare-and-set, so exactly one caller wins however many processes race
-    (claims made in one event-loop tick share one statement). A write is acknowledged after PostgreSQL
-    committed it, so a claim survives a server crash (keep ``fsync`` on; use synchronous replication when a
-    standby may take over). Expiry is judged by this process's clock: keep worker clocks in sync. A write
-    purges the records past retention at most once per ``purge_interval``; a pending record is never
-    purged. Use a store from one event loop. Needs ``pip install "agent-framework-functional[postgres]"``.
+    One row per pause (table from :meth:`setup` or :func:`migrate_postgres`). Claim, release and abandon are
+    each one conditional ``UPDATE``, so exactly one racing caller wins. A write returns once committed (keep
+    ``fsync`` on). Expiry uses this process's clock: keep worker clocks in sync. Use it from one event loop.
+    See README, Several machines on PostgreSQL.
 
     Args:
-        conninfo: A libpq connection string or URL (the store owns its pool; :meth:`aclose` closes it), or
-            your ``psycopg_pool.AsyncConnectionPool`` (you open and close it).
+        conninfo: A libpq connection string or URL (the store owns its pool), or your ``AsyncConnectionPool``.
 
     Keyword Args:
-        pool: Your ``AsyncConnectionPool`` instead of ``conninfo``.
+        pool: Your ``AsyncConnectionPool`` instead of ``conninfo`` (you open and close it).
         ttl: How long a token is accepted after its pause (seconds or ``timedelta``); default 24 hours.
         retention: How long a record is kept after it expires, is claimed or abandoned; default 24 hours.
         schema: The PostgreSQL schema of the table (a plain lower-case identifier).
         purge_interval: Least time between two automatic purges (default 10 minutes); ``None``: none.
         clock: Seconds since the epoch; defaults to ``time.time``.
         max_size: With a connection string: connections at most in the pool (default 10).
-        pool_timeout: How long an operation waits for a connection (default 10 s), also while the server
-            is down; then it fails with ``PostgresUnavailableError`` (a ``psycopg.OperationalError``).
+        pool_timeout: How long an operation waits for a connection (default 10 s), then ``PostgresUnavailableError``.
 
     Raises:
         ImportError: psycopg 3 is not installed.
         ValueError: A duration is not positive or longer than ten years, ``schema`` is not a plain
             identifier, or ``max_size`` is not a positive integer.
         TypeError: A duration is neither a number nor a ``timedelta``.
-
-    Examples:
-        .. code-block:: python
-
-            store = PostgresContinuationStore("postgresql://app@db/app", ttl=timedelta(hours=4))
-            await store.setup()
     """
 
     def __init__(
@@ -213,9 +201,9 @@ class PostgresContinuationStore(TimedStore):
         return await future
 
     def _send_claims(self) -> None:
-        """Send this tick's claims: batches of distinct hashes, each in a task from an empty context.
+        """Send this tick's claims in batches, each in a task from an empty context.
 
-        Core's engine cancels the tasks a run started when it ends; a claim must not be cut off by another run's end.
+        Core cancels a run's tasks when it ends; a claim must not be cut off by another run's end.
         """
         pending, self._claims = [claim for claim in self._claims if not claim[2].done()], []
         loop = asyncio.get_running_loop()
