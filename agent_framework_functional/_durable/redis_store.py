@@ -81,7 +81,7 @@ def pooled_client(
     owner: str,
     on_connect: Callable[[Any], Awaitable[None]] | None = None,
 ) -> Any:
-    """A pooled client for ``url``; a command failing with a connection error is retried once (each must be safe to rerun)."""
+    """A pooled client for ``url``; a command failing on a connection error is retried once (so must be idempotent)."""
     if isinstance(max_connections, bool) or not isinstance(max_connections, int) or max_connections < 1:  # pyright: ignore[reportUnnecessaryIsInstance]
         raise ValueError(f"max_connections must be a positive integer, got {max_connections!r}.")
     wait = duration_seconds(pool_timeout, "pool_timeout")
