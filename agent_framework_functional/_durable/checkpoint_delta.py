@@ -1,17 +1,13 @@
 """Step-cache de-duplication for checkpoint storages: each step result stored once, each checkpoint a small head.
 
-Core saves a checkpoint after every ``@step`` call, each holding the whole step cache (N(N+1)/2 entries for N
-steps). A save that comes with a ``StepCacheOffer`` is stored as a **chunk** appended to its run's **segment**
-(the cache entries added since the previous save, keys front-coded; the input and other fields when they
-changed; core's encoding) plus a **head** (id, previous id, timestamp) and its **references**
-``[[segment id, chunk count], ...]`` (the segments of the pauses and restores it continues).
-
-The backend's part, for a :class:`DeltaSave`: atomically, and only when ``plan.segment`` holds exactly
-``plan.chunk_index`` chunks and every other referenced segment at least its count, append ``plan.chunk``,
-store the head and count a reference per referenced segment; then :meth:`StepCacheDeduper.saved`, or on a
-failed check ``prepare(..., fresh=True)`` again. With ``inline_heads`` (SQLite, Redis) each chunk carries its
-head: ``"i"`` the id; ``"p"`` the previous id when it is not the segment's previous chunk's; ``"t"`` the
-timestamp as microseconds after the previous chunk's when that gives back core's exact text, else the text.
+Core's every checkpoint holds the whole step cache (N(N+1)/2 entries for N steps). A save with a ``StepCacheOffer``
+is a **chunk** appended to its run's **segment** (new cache entries, keys front-coded; input and other fields
+when changed), a **head** (id, previous id, timestamp) and **references** ``[[segment id, chunk count], ...]``.
+The backend, for a :class:`DeltaSave`, atomically and only if ``plan.segment`` holds exactly ``plan.chunk_index``
+chunks and each other referenced segment at least its count: appends ``plan.chunk``, stores the head, counts a
+reference per segment; then :meth:`StepCacheDeduper.saved`, or on a failed check ``prepare(..., fresh=True)``.
+With ``inline_heads`` a chunk carries its head: ``"i"`` id, ``"p"`` previous id (if not the prior chunk's),
+``"t"`` microseconds after the prior chunk's time when that gives core's exact text back, else the text.
 """
 
 from __future__ import annotations
@@ -89,8 +85,8 @@ class StepCacheDeduper:
     ) -> DeltaSave | None:
         """Plan the save of ``checkpoint``; None when it must be stored whole (no offer, or not its offer).
 
-        Call before the first ``await`` of a save (later steps may change core's dicts). ``fresh`` starts a new
-        segment holding every entry (after the backend refused a plan).
+        Call before a save's first ``await`` (core's dicts may change later). ``fresh``: a new segment with
+        every entry (after the backend refused a plan).
 
         Raises:
             WorkflowCheckpointException: A part cannot be encoded, or would not decode under the allowed types.
