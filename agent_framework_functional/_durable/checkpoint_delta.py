@@ -204,11 +204,9 @@ class StepCacheDeduper:
             self._known.popitem(last=False)
 
     def assemble(self, checkpoint_id: str, body: str, references: str, chunks: list[list[str]]) -> WorkflowCheckpoint:
-        """Rebuild a checkpoint from its head, its references and, for each reference, its first chunks in order.
+        """A checkpoint from its head, references and each reference's first chunks.
 
-        Raises:
-            WorkflowCheckpointException: The parts do not form a checkpoint, or a value decodes to a type
-                outside the allow-list.
+        Raises WorkflowCheckpointException when they form no checkpoint or hold a type outside the allow-list.
         """
         try:
             refs = json.loads(references)
@@ -222,11 +220,9 @@ class StepCacheDeduper:
     def assemble_inline(
         self, checkpoint_id: str, refs: list[tuple[str, int]], chunks: list[list[str]]
     ) -> WorkflowCheckpoint:
-        """Rebuild a checkpoint saved with ``inline_heads`` from the opened chunks of ``refs`` (its own segment's last).
+        """A checkpoint saved with ``inline_heads`` from the opened chunks of ``refs`` (its own segment's last).
 
-        Raises:
-            WorkflowCheckpointException: The chunks do not form this checkpoint, or a value decodes to a type
-                outside the allow-list.
+        Raises WorkflowCheckpointException when they form no such checkpoint or hold a type outside the allow-list.
         """
         try:
             parsed = [[json.loads(text) for text in texts] for texts in chunks]
@@ -318,11 +314,7 @@ def head_fields(
 
 
 def read_heads(chunks: list[dict[str, Any]]) -> list[list[Any]]:
-    """The heads ``[id, previous id, timestamp]`` of a segment's chunks, from its first chunk on.
-
-    Raises:
-        ValueError: A chunk holds no well-formed head.
-    """
+    """The heads ``[id, previous id, timestamp]`` of a segment's chunks; ValueError if one has no well-formed head."""
     heads: list[list[Any]] = []
     last_id: str | None = None
     last_time: datetime | None = None
