@@ -2,9 +2,10 @@
 
 Keys under ``p`` = ``<namespace>:``: ``p checkpoint:<id>`` a whole checkpoint (hash, indexed in
 ``p workflow:<name>``); ``p segment:<id>`` a run's step-cache chunks, each with its checkpoint's head
-(``checkpoint_delta.py``); ``p seginfo:<id>`` its reference count ``n``, workflow ``w``, references ``r``;
-``p loc:<bucket>`` checkpoint id -> ``<segment>:<index>:<expiry>`` (expired = absent; a save prunes a bucket
-once it has doubled, field ``""`` keeping the count); ``p wsegs:<workflow>`` segments by last save.
+(``checkpoint_delta.py``); ``p seginfo:<id>`` its reference count ``n``, workflow ``w`` and references ``r``
+(for the scripts: a load trusts the sealed copy in the first chunk); ``p loc:<bucket>`` id (``location_of``) ->
+``<segment>:<index>:<expiry>`` (expired = absent; a save prunes a bucket once it has doubled, field ``""``
+keeping the count); ``p wsegs:<workflow>`` segments by last save.
 A delete removes the location (the chunk stays for the checkpoints after it).
 """
 
