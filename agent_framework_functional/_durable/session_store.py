@@ -53,13 +53,7 @@ class SessionLimits:
         purge_interval: float | timedelta | None,
         clock: Callable[[], float],
     ) -> SessionLimits:
-        """The store options, checked in this order.
-
-        Raises:
-            ValueError: A duration is not positive (at most ten years), or ``max_entries`` is not a
-                positive integer.
-            TypeError: A duration is neither a number nor a ``timedelta``.
-        """
+        """The store options, checked in this order; the stores' ``ValueError`` and ``TypeError`` as they document."""
         seconds = duration_seconds(ttl, "ttl")
         # at most a signed 64-bit integer: what SQLite and PostgreSQL take as a row count
         if isinstance(max_entries, bool) or not isinstance(max_entries, int) or not 1 <= max_entries <= 2**63 - 1:  # pyright: ignore[reportUnnecessaryIsInstance]
