@@ -115,6 +115,7 @@ class RedisSessionStore(DurableSessionStore[RedisRecords]):
         ImportError: The ``redis`` package is not installed.
         ValueError: A duration is not positive (at most ten years), or ``max_entries`` /
             ``max_connections`` is not a positive integer.
+        TypeError: A duration is neither a number nor a ``timedelta``.
     """
 
     def __init__(

@@ -233,6 +233,7 @@ class InMemorySessionStore(BoundedSessionStore):
     Raises:
         ValueError: ``ttl`` is not a positive duration of at most ten years, or ``max_entries`` is not a
             positive integer.
+        TypeError: A duration is neither a number nor a ``timedelta``.
     """
 
     def __init__(

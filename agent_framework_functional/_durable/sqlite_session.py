@@ -119,6 +119,7 @@ class SQLiteSessionStore(DurableSessionStore[SQLiteRecords]):
 
     Raises:
         ValueError: A duration is not positive (at most ten years) or ``max_entries`` not a positive integer.
+        TypeError: A duration is neither a number nor a ``timedelta``.
         sqlite3.Error: The file cannot be opened or initialised.
     """
 
