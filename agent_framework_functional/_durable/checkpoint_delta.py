@@ -1,17 +1,13 @@
 """Step-cache de-duplication for checkpoint storages: each step result stored once, each checkpoint a small head.
 
-Core saves a checkpoint after every ``@step`` call, each holding the whole step cache (N(N+1)/2 entries for N
-steps). A save that comes with a ``StepCacheOffer`` is stored as a **chunk** appended to its run's **segment**
-(the cache entries added since the previous save, keys front-coded; the input and other fields when they
-changed; core's encoding) plus a **head** (id, previous id, timestamp) and its **references**
-``[[segment id, chunk count], ...]`` (the segments of the pauses and restores it continues).
-
-The backend's part, for a :class:`DeltaSave`: atomically, and only when ``plan.segment`` holds exactly
-``plan.chunk_index`` chunks and every other referenced segment at least its count, append ``plan.chunk``,
-store the head and count a reference per referenced segment; then :meth:`StepCacheDeduper.saved`, or on a
-failed check ``prepare(..., fresh=True)`` again. With ``inline_heads`` (SQLite, Redis) each chunk carries its
-head: ``"i"`` the id; ``"p"`` the previous id when it is not the segment's previous chunk's; ``"t"`` the
-timestamp as microseconds after the previous chunk's when that gives back core's exact text, else the text.
+Core's every checkpoint holds the whole step cache (N(N+1)/2 entries for N steps). A save with a ``StepCacheOffer``
+is a **chunk** appended to its run's **segment** (new cache entries, keys front-coded; input and other fields
+when changed), a **head** (id, previous id, timestamp) and **references** ``[[segment id, chunk count], ...]``.
+The backend, for a :class:`DeltaSave`, atomically and only if ``plan.segment`` holds exactly ``plan.chunk_index``
+chunks and each other referenced segment at least its count: appends ``plan.chunk``, stores the head, counts a
+reference per segment; then :meth:`StepCacheDeduper.saved`, or on a failed check ``prepare(..., fresh=True)``.
+With ``inline_heads`` a chunk carries its head: ``"i"`` id, ``"p"`` previous id (if not the prior chunk's),
+``"t"`` microseconds after the prior chunk's time when that gives core's exact text back, else the text.
 """
 
 from __future__ import annotations
@@ -89,8 +85,8 @@ class StepCacheDeduper:
     ) -> DeltaSave | None:
         """Plan the save of ``checkpoint``; None when it must be stored whole (no offer, or not its offer).
 
-        Call before the first ``await`` of a save (later steps may change core's dicts). ``fresh`` starts a new
-        segment holding every entry (after the backend refused a plan).
+        Call before a save's first ``await`` (core's dicts may change later). ``fresh``: a new segment with
+        every entry (after the backend refused a plan).
 
         Raises:
             WorkflowCheckpointException: A part cannot be encoded, or would not decode under the allowed types.
@@ -208,11 +204,9 @@ class StepCacheDeduper:
             self._known.popitem(last=False)
 
     def assemble(self, checkpoint_id: str, body: str, references: str, chunks: list[list[str]]) -> WorkflowCheckpoint:
-        """Rebuild a checkpoint from its head, its references and, for each reference, its first chunks in order.
+        """A checkpoint from its head, references and each reference's first chunks.
 
-        Raises:
-            WorkflowCheckpointException: The parts do not form a checkpoint, or a value decodes to a type
-                outside the allow-list.
+        Raises WorkflowCheckpointException when they form no checkpoint or hold a type outside the allow-list.
         """
         try:
             refs = json.loads(references)
@@ -226,11 +220,9 @@ class StepCacheDeduper:
     def assemble_inline(
         self, checkpoint_id: str, refs: list[tuple[str, int]], chunks: list[list[str]]
     ) -> WorkflowCheckpoint:
-        """Rebuild a checkpoint saved with ``inline_heads`` from the opened chunks of ``refs`` (its own segment's last).
+        """A checkpoint saved with ``inline_heads`` from the opened chunks of ``refs`` (its own segment's last).
 
-        Raises:
-            WorkflowCheckpointException: The chunks do not form this checkpoint, or a value decodes to a type
-                outside the allow-list.
+        Raises WorkflowCheckpointException when they form no such checkpoint or hold a type outside the allow-list.
         """
         try:
             parsed = [[json.loads(text) for text in texts] for texts in chunks]
@@ -322,11 +314,7 @@ def head_fields(
 
 
 def read_heads(chunks: list[dict[str, Any]]) -> list[list[Any]]:
-    """The heads ``[id, previous id, timestamp]`` of a segment's chunks, from its first chunk on.
-
-    Raises:
-        ValueError: A chunk holds no well-formed head.
-    """
+    """The heads ``[id, previous id, timestamp]`` of a segment's chunks; ValueError if one has no well-formed head."""
     heads: list[list[Any]] = []
     last_id: str | None = None
     last_time: datetime | None = None

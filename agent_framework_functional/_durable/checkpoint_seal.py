@@ -81,7 +81,7 @@ class CheckpointSealer:
 
     One key signs (``signing_key_id``); every key in ``keys`` verifies. To rotate, add the new key, make
     it the signing key, and drop the old one once no checkpoint sealed with it is needed. It stops bodies
-    being planted, altered or moved to another id, not deleted or replayed (see SECURITY.md).
+    being planted, altered or moved to another id, not deleted or replayed (SECURITY.md "Checkpoint keys").
 
     Args:
         keys: Key id (1-64 of ``A-Z a-z 0-9 . _ -``) -> secret key (``bytes``, at least 32 bytes:
@@ -96,12 +96,6 @@ class CheckpointSealer:
             missing (several keys) or not in ``keys``.
         TypeError: ``keys`` is not a mapping (a list of pairs, say), or a key is not ``bytes``.
         ImportError: ``encrypt=True`` without the ``cryptography`` package.
-
-    Examples:
-        .. code-block:: python
-
-            sealer = CheckpointSealer({"2026-01": key}, encrypt=True)
-            storage = RedisCheckpointStorage(url, sealer=sealer)
     """
 
     __slots__ = ("_aead", "_encrypt", "_keys", "_signing_id")

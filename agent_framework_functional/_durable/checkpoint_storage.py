@@ -26,11 +26,7 @@ if TYPE_CHECKING:
 
 
 def encode_body(checkpoint: WorkflowCheckpoint, allowed_types: frozenset[str]) -> bytes:
-    """Return ``checkpoint`` as stored: core's checkpoint encoding as UTF-8 JSON.
-
-    Raises:
-        WorkflowCheckpointException: It cannot be encoded, or would not decode under ``allowed_types``.
-    """
+    """Core's encoding of ``checkpoint`` as UTF-8 JSON; WorkflowCheckpointException if a load would refuse it."""
     try:
         encoded = core_encode_checkpoint_value(checkpoint.to_dict())
         decode_value(encoded, allowed_types)  # refuse now what a load would refuse
@@ -40,11 +36,9 @@ def encode_body(checkpoint: WorkflowCheckpoint, allowed_types: frozenset[str]) -
 
 
 def decode_body(checkpoint_id: str, body: bytes, allowed_types: frozenset[str]) -> WorkflowCheckpoint:
-    """Return the checkpoint stored as ``body`` (``checkpoint_id`` for messages).
+    """The checkpoint stored as ``body``; WorkflowCheckpointException when it is not one or not allowed.
 
-    Raises:
-        WorkflowCheckpointException: The body is not UTF-8 JSON, is nested too deeply, holds a type
-            outside the allow-list, or is not a checkpoint.
+    (Not UTF-8 JSON, nested too deeply, a type outside the allow-list, or not a checkpoint.)
     """
     try:
         return WorkflowCheckpoint.from_dict(decode_value(json.loads(body.decode("utf-8")), allowed_types))

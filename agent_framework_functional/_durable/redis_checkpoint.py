@@ -1,19 +1,11 @@
 """RedisCheckpointStorage: core's ``CheckpointStorage`` on Redis, for workers without a shared file system.
 
-Keys, under the storage's namespace (``p`` = ``<namespace>:``):
-
-* ``p checkpoint:<id>``: a checkpoint stored whole (core's encoding, ``checkpoint_storage.encode_body``), a hash
-  indexed by save time in ``p workflow:<name>``.
-* ``p segment:<id>``: a run's step-cache chunks (a list), each carrying its checkpoint's head
-  (``_durable/checkpoint_delta.py``), the first one the segment's parents.
-* ``p seginfo:<id>``: ``n`` the checkpoints that reference the segment, ``w`` its workflow, ``r`` its
-  references (for the scripts; a load trusts the sealed copy in the first chunk).
-* ``p loc:<bucket>``: checkpoint id -> ``<segment id>:<index>:<expiry>`` (a canonical UUID as its 16 bytes in
-  bucket = its first byte, another id as ``:<id>`` in bucket ``s<crc32 % 256>``). A lookup treats a passed
-  expiry as no checkpoint; a save drops the bucket's expired entries once it has doubled since it last did
-  (field ``""`` keeps that count), so storage stays bounded without a key per checkpoint.
-* ``p wsegs:<workflow>``: the workflow's segments by last save (what the listing reads).
-
+Keys under ``p`` = ``<namespace>:``: ``p checkpoint:<id>`` a whole checkpoint (hash, indexed in
+``p workflow:<name>``); ``p segment:<id>`` a run's step-cache chunks, each with its checkpoint's head
+(``checkpoint_delta.py``); ``p seginfo:<id>`` its reference count ``n``, workflow ``w`` and references ``r``
+(for the scripts: a load trusts the sealed copy in the first chunk); ``p loc:<bucket>`` id (``location_of``) ->
+``<segment>:<index>:<expiry>`` (expired = absent; a save prunes a bucket once it has doubled, field ``""``
+keeping the count); ``p wsegs:<workflow>`` segments by last save.
 A delete removes the location (the chunk stays for the checkpoints after it).
 """
 
@@ -274,50 +266,35 @@ def _head_id(chunk: Opened) -> str | None:
 class RedisCheckpointStorage(DurableCheckpointStorage):
     """Core's ``CheckpointStorage`` protocol on Redis, so workers on several machines share checkpoints.
 
-    A drop-in for ``FileCheckpointStorage``: give every worker the same Redis and namespace (with a
-    :class:`RedisContinuationStore`) and any of them can resume a pause another saved. Bodies are
-    decoded under core's allow-list plus ``allowed_checkpoint_types``; a checkpoint that would not
-    decode is refused at :meth:`save`, a stored one that does not makes :meth:`load` raise and
-    :meth:`list_checkpoints` skip it. Every key expires ``ttl`` after the last save that wrote it:
-    keep ``ttl`` at least the continuation store's ``ttl + retention``.
+    A drop-in for ``FileCheckpointStorage``; share Redis and namespace with a :class:`RedisContinuationStore`.
+    Bodies decode under core's allow-list plus ``allowed_checkpoint_types``: :meth:`save` refuses one that
+    would not, :meth:`load` raises and :meth:`list_checkpoints` skips a stored one that does not. Keys expire
+    ``ttl`` after the last save that wrote them: keep it at least the continuation store's ``ttl + retention``.
+    See README, "Several machines, no shared file system".
 
-    Security: core decodes with ``pickle``, so without a ``sealer`` whoever can write these keys can
-    run code in your workers (a warning is logged once); with a :class:`CheckpointSealer` every
-    stored piece is authenticated (optionally encrypted) and refused before decoding when it fails.
-    Protect the Redis like the continuation store (ACLs, TLS, the same persistence).
+    Security: core decodes with ``pickle``; without a ``sealer`` whoever can write these keys can run code
+    in your workers (logged once). Protect the Redis like the continuation store (ACLs, TLS, persistence).
 
     Args:
-        client: A ``redis.asyncio.Redis`` client (the caller owns and closes it), or a URL such as
-            ``"redis://localhost:6379/0"`` (the storage owns a pooled client; close it with :meth:`aclose`).
+        client: A ``redis.asyncio.Redis`` (the caller closes it), or a URL (the storage owns a pooled client;
+            close it with :meth:`aclose`).
 
     Keyword Args:
         namespace: Key prefix, so several applications can share one Redis database.
-        allowed_checkpoint_types: Extra ``"module:QualName"`` types that checkpoints may contain, as
-            for ``FileCheckpointStorage``.
-        ttl: How long a checkpoint is kept after it is saved (seconds or ``timedelta``), default 7
-            days; ``None`` keeps checkpoints until :meth:`delete`. Give every storage on a namespace the
-            same ``ttl``: a run's keys are shared by its checkpoints.
-        max_connections: With a URL: connections in the pool (default 50); more operations wait.
-        pool_timeout: With a URL: how long an operation waits for a free connection (default 20 s).
-        sealer: Seals every body it saves and opens every body it loads (README "Durable
-            continuations", SECURITY.md "Checkpoint keys"); None stores bodies unauthenticated.
+        allowed_checkpoint_types: Extra ``"module:QualName"`` types checkpoints may contain.
+        ttl: How long a checkpoint is kept after its save, default 7 days; ``None`` until :meth:`delete`.
+            Give every storage on a namespace the same ``ttl`` (a run's keys are shared).
+        max_connections: With a URL: connections in the pool (default 50).
+        pool_timeout: With a URL: how long an operation waits for a connection (default 20 s).
+        sealer: Seals every body saved and opens every body loaded (SECURITY.md "Checkpoint keys").
 
     Raises:
         ImportError: The ``redis`` package is not installed.
-        ValueError: A client with ``decode_responses=True``, ``namespace`` is empty, ``ttl`` or
-            ``pool_timeout`` is not a positive duration of at most ten years, or
-            ``max_connections`` is not a positive integer.
+        ValueError: A client with ``decode_responses=True``, an empty ``namespace``, ``ttl`` or
+            ``pool_timeout`` not a positive duration of at most ten years, or ``max_connections`` not
+            a positive integer.
         TypeError: A duration is neither a number nor a ``timedelta``, or ``allowed_checkpoint_types``
             is not a list of strings.
-
-    Examples:
-        .. code-block:: python
-
-            url = "redis://cache:6379/0"
-            wf = review.build(
-                checkpoint_storage=RedisCheckpointStorage(url, allowed_checkpoint_types=["my_app.models:Verdict"]),
-                continuation_store=RedisContinuationStore(url),
-            )
     """
 
     logger = logging.getLogger(__name__)

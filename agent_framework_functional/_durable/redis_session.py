@@ -95,18 +95,18 @@ class RedisSessionStore(DurableSessionStore[RedisRecords]):
     Each session is a Redis string of JSON expiring ``ttl`` after its last write (last writer wins); a
     sorted set ``<namespace>:index`` bounds their number. A write lost in a Redis crash loses that turn,
     never grants a second resume, so Redis's default persistence is enough. Needs the ``durable`` extra.
+    See README, "Host it".
 
     Args:
-        client: A ``redis.asyncio.Redis`` client (the caller owns and closes it), or a URL such as
-            ``"redis://localhost:6379/0"`` (the store owns a pooled client; close it with :meth:`aclose`).
+        client: A ``redis.asyncio.Redis`` (the caller closes it), or a URL (the store owns a pooled client;
+            close it with :meth:`aclose`).
 
     Keyword Args:
-        ttl: How long a session is kept after its last write (seconds or ``timedelta``); default 24
-            hours, the continuation token's default TTL: keep it at least the token's.
+        ttl: How long a session is kept after its last write; default 24 hours. Keep it at least the token's.
         max_entries: Sessions (and snapshots) kept at most (default 1,000,000).
         namespace: Key prefix, so several applications can share one Redis database.
-        purge_interval: Least time between two trims to ``max_entries`` (default 60 s); ``None`` turns them
-            off (call :meth:`purge_expired` yourself; Redis still expires each key).
+        purge_interval: Least time between two trims to ``max_entries`` (default 60 s); ``None``: none
+            (call :meth:`purge_expired`; Redis still expires each key).
         clock: Seconds since the epoch; defaults to ``time.time``.
         max_connections: With a URL: connections in the store's pool (default 50).
         pool_timeout: With a URL: how long an operation waits for a free connection (default 20 s).
@@ -115,11 +115,7 @@ class RedisSessionStore(DurableSessionStore[RedisRecords]):
         ImportError: The ``redis`` package is not installed.
         ValueError: A duration is not positive (at most ten years), or ``max_entries`` /
             ``max_connections`` is not a positive integer.
-
-    Examples:
-        .. code-block:: python
-
-            app = responses_app(agent, session_store=RedisSessionStore("redis://cache:6379/0"))
+        TypeError: A duration is neither a number nor a ``timedelta``.
     """
 
     def __init__(

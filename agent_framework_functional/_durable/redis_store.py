@@ -81,11 +81,7 @@ def pooled_client(
     owner: str,
     on_connect: Callable[[Any], Awaitable[None]] | None = None,
 ) -> Any:
-    """A client for ``url`` on a ``BlockingConnectionPool``; a command failing with a connection error is retried once.
-
-    Every command sent must be safe to run again; ``on_connect`` is redis-py's ``redis_connect_func``. Raises
-    what the stores list for ``max_connections``, ``pool_timeout`` and a missing ``redis`` package.
-    """
+    """A pooled client for ``url``; a command failing on a connection error is retried once (so must be idempotent)."""
     if isinstance(max_connections, bool) or not isinstance(max_connections, int) or max_connections < 1:  # pyright: ignore[reportUnnecessaryIsInstance]
         raise ValueError(f"max_connections must be a positive integer, got {max_connections!r}.")
     wait = duration_seconds(pool_timeout, "pool_timeout")
@@ -153,43 +149,34 @@ async def probe_durability(execute: Callable[..., Awaitable[Any]], waitaof_timeo
 class RedisContinuationStore(TimedStore):
     """A :class:`ContinuationStore` on Redis, for workers on several machines.
 
-    Each record is one hash ``<namespace>:<token hash>`` expiring ``ttl + retention`` after its pause;
-    each write is one Lua script on one key, so exactly one claimer wins. Expiry is judged by this
-    process's clock. Use a store from one event loop. Needs the ``durable`` extra.
+    A record is one hash ``<namespace>:<token hash>`` expiring ``ttl + retention`` after its pause; each
+    write is one Lua script on one key, so exactly one claimer wins. Expiry uses this process's clock; use
+    one event loop. Needs the ``durable`` extra. See README, "Durable continuations (several workers)".
 
-    **Durability** (README "Durable continuations"): a claim Redis forgets in a crash makes a spent
-    token resumable again, so with ``durability="fsync"`` every new connection and the first write
-    check that Redis fsyncs what it acknowledges (``appendfsync always``, else ``WAITAOF`` after
-    each write on Redis 7.2+), and every write is refused otherwise.
+    Durability: a claim Redis forgets in a crash makes a spent token resumable again, so with
+    ``durability="fsync"`` each new connection and the first write check that Redis fsyncs what it
+    acknowledges (``appendfsync always``, else ``WAITAOF`` per write on 7.2+); otherwise writes are refused.
 
     Args:
-        client: A ``redis.asyncio.Redis`` client (the caller owns and closes it), or a URL such as
-            ``"redis://localhost:6379/0"`` (the store owns a pooled client; close it with :meth:`aclose`).
+        client: A ``redis.asyncio.Redis`` (the caller closes it), or a URL (the store owns a pooled client;
+            close it with :meth:`aclose`).
 
     Keyword Args:
-        ttl: How long a token is accepted after its pause (seconds or ``timedelta``); default 24 hours.
+        ttl: How long a token is accepted after its pause; default 24 hours.
         retention: How long Redis keeps a record after it expires; default 24 hours.
         namespace: Key prefix, so several applications can share one Redis database.
         clock: Seconds since the epoch; defaults to ``time.time``.
-        durability: ``"fsync"`` (default): refuse to write unless Redis keeps every acknowledged
-            write through a crash. ``"best_effort"``: accept the server's persistence as it is.
-        max_connections: With a URL: connections in the store's pool (default 50); more operations wait.
-        pool_timeout: With a URL: how long an operation waits for a free connection (default 20 s).
-        waitaof_timeout: How long a write waits for ``WAITAOF`` in ``waitaof`` mode (default 5 s).
+        durability: ``"fsync"`` (default) or ``"best_effort"`` (accept the server's persistence as is).
+        max_connections: With a URL: connections in the pool (default 50).
+        pool_timeout: With a URL: how long an operation waits for a connection (default 20 s).
+        waitaof_timeout: How long a write waits for ``WAITAOF`` (default 5 s).
 
     Raises:
         ImportError: The ``redis`` package is not installed.
         ValueError: ``ttl``, ``retention``, ``pool_timeout`` or ``waitaof_timeout`` is not a positive
-            duration of at most ten years, ``namespace`` is empty, ``durability`` is not one of the
-            names above, or ``max_connections`` is not a positive integer.
+            duration of at most ten years, ``namespace`` is empty, ``durability`` is unknown, or
+            ``max_connections`` is not a positive integer.
         TypeError: A duration is neither a number nor a ``timedelta``.
-
-    Examples:
-        .. code-block:: python
-
-            store = RedisContinuationStore("redis://cache:6379/0", ttl=timedelta(hours=4))
-            await store.check_durability()  # at start-up: fail now, not at the first pause
-            wf = review.build(checkpoint_storage=shared_storage, continuation_store=store)
     """
 
     def __init__(
@@ -242,8 +229,7 @@ class RedisContinuationStore(TimedStore):
     async def check_durability(self) -> RedisDurabilityMode:
         """Check once that Redis keeps every acknowledged write through a crash; return how.
 
-        Every write calls it first (a success is remembered until a new connection's check fails);
-        call it at start-up to fail early.
+        Every write calls it first (remembered until a new connection's check fails); call it at start-up.
 
         Returns:
             ``"appendfsync_always"``, ``"waitaof"`` (each write confirmed with ``WAITAOF``), or

@@ -1,8 +1,7 @@
 """Bounded session stores: core's ``SessionStore`` with a TTL and a maximum size, sessions kept as JSON (never pickle).
 
-Every store keeps text records in groups (sessions; AG-UI thread snapshots per scope). Eviction rule (every
-backend): a record expires ``ttl`` after its last write (reads do not extend it) and is never returned after
-that; past ``max_entries`` the records that expire first (the least recently written) are deleted.
+Text records in groups (sessions; AG-UI thread snapshots per scope). Every backend: a record expires ``ttl``
+after its last write (reads do not extend it); past ``max_entries`` the least recently written go first.
 """
 
 from __future__ import annotations
@@ -54,13 +53,7 @@ class SessionLimits:
         purge_interval: float | timedelta | None,
         clock: Callable[[], float],
     ) -> SessionLimits:
-        """The store options, checked in this order.
-
-        Raises:
-            ValueError: A duration is not positive (at most ten years), or ``max_entries`` is not a
-                positive integer.
-            TypeError: A duration is neither a number nor a ``timedelta``.
-        """
+        """The store options, checked in this order; the stores' ``ValueError`` and ``TypeError`` as they document."""
         seconds = duration_seconds(ttl, "ttl")
         # at most a signed 64-bit integer: what SQLite and PostgreSQL take as a row count
         if isinstance(max_entries, bool) or not isinstance(max_entries, int) or not 1 <= max_entries <= 2**63 - 1:  # pyright: ignore[reportUnnecessaryIsInstance]
@@ -127,8 +120,7 @@ class BoundedSessionStore(AsyncClosing, SessionStore):
 
         Raises:
             ValueError: ``session_id`` is empty.
-            TypeError: The session's state is not JSON-safe (keep it so, or register the type with
-                core's state registry).
+            TypeError: The session's state is not JSON-safe (or its type not in core's state registry).
         """
         SessionStore.validate_session_id(session_id)
         text = json.dumps(session.to_dict(), ensure_ascii=True, separators=(",", ":"))
@@ -229,24 +221,19 @@ class MemoryRecords(LimitedRecords):
 class InMemorySessionStore(BoundedSessionStore):
     """A bounded, process-local session store: the hosts' default when they are given no shared store.
 
-    Unlike core's ``SessionStore`` (no eviction), each write drops the sessions ``ttl`` past their last
-    write and, past ``max_entries``, the least recently written (a dropped session's paused conversation
-    can no longer be answered through the host). For several workers or restarts use a durable store.
+    Unlike core's ``SessionStore``, each write drops sessions ``ttl`` past their last write and, past
+    ``max_entries``, the least recently written (a dropped session's paused conversation can no longer be
+    answered through the host). For several workers or restarts use a durable store (README, "Host it").
 
     Keyword Args:
-        ttl: How long a session is kept after its last write (seconds or ``timedelta``); default 24 hours,
-            the continuation stores' token TTL.
+        ttl: How long a session is kept after its last write; default 24 hours (the token TTL).
         max_entries: Sessions kept at most (default 10,000).
-        clock: Seconds since the epoch; defaults to ``time.time`` (tests inject a fake clock).
+        clock: Seconds since the epoch; defaults to ``time.time``.
 
     Raises:
         ValueError: ``ttl`` is not a positive duration of at most ten years, or ``max_entries`` is not a
             positive integer.
-
-    Examples:
-        .. code-block:: python
-
-            app = responses_app(agent, session_store=InMemorySessionStore(ttl=3600, max_entries=50_000))
+        TypeError: A duration is neither a number nor a ``timedelta``.
     """
 
     def __init__(

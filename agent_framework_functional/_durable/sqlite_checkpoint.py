@@ -1,9 +1,8 @@
 """SQLiteCheckpointStorage: core's ``CheckpointStorage`` in one SQLite file, each step result stored once.
 
-A checkpoint of a run we drive is one row of ``checkpoint_chunks`` (its new step results and its head,
-``_durable/checkpoint_delta.py``) in its run's segment; ``checkpoint_segments`` counts the checkpoints that
-reference each segment, so a delete frees a segment once nothing needs it. Core's ids (uuids) are stored as
-16 bytes and segment ids as 64-bit integers, which keeps a long run's file at about LangGraph's size.
+A checkpoint of a run we drive is one ``checkpoint_chunks`` row (new step results and its head,
+``checkpoint_delta.py``) in its run's segment; ``checkpoint_segments`` counts each segment's referencing
+checkpoints, so a delete frees it once nothing needs it. Uuids are stored as 16 bytes, segment ids as int64.
 """
 
 from __future__ import annotations
@@ -71,15 +70,15 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
     checkpoint encoding under core's allow-list plus ``allowed_checkpoint_types``: one that would not
     decode is refused at :meth:`save`; a stored one that does not fails :meth:`load` and is skipped by
     :meth:`list_checkpoints`. Core decodes with ``pickle``: without a ``sealer`` whoever can write the
-    file can run code in your workers (a warning is logged once).
+    file can run code in your workers (logged once). See README, "One machine: `SQLiteCheckpointStorage`".
 
     Args:
         path: The database file; created (with its folders and tables) if missing.
 
     Keyword Args:
         allowed_checkpoint_types: Extra ``"module:QualName"`` types checkpoints may contain.
-        ttl: How long a checkpoint is kept after its run's last save (seconds or ``timedelta``), default 7
-            days; ``None`` keeps them until :meth:`delete`. Expired ones are never returned.
+        ttl: How long a checkpoint is kept after its run's last save, default 7 days; ``None``: until
+            :meth:`delete`. Expired ones are never returned.
         busy_timeout: Seconds to wait for another process's write lock before failing.
         sealer: Seals every piece it saves and opens every piece it loads; None stores core's encoding as it is.
 
@@ -88,15 +87,6 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
         TypeError: A duration is neither a number nor a ``timedelta``, ``allowed_checkpoint_types`` is
             not a list of strings, or ``sealer`` is not a :class:`CheckpointSealer`.
         sqlite3.Error: The file cannot be opened or its tables created.
-
-    Examples:
-        .. code-block:: python
-
-            async with (
-                SQLiteCheckpointStorage("app.db", sealer=sealer) as storage,
-                SQLiteContinuationStore("app.db") as store,
-            ):
-                wf = review.build(checkpoint_storage=storage, continuation_store=store)
     """
 
     logger = logger
@@ -284,9 +274,9 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
     async def _write(self, operation: Callable[[sqlite3.Connection, float], _T], *, at_once: bool = True) -> _T:
         """Run ``operation`` in one immediate transaction; rolled back on an error or a False result.
 
-        A save runs at once on the event loop's thread when nothing holds the storage or the file's write lock
-        (a WAL commit with ``synchronous = NORMAL`` waits for no disk; every ``WAL_CHECKPOINT_EVERY`` such saves
-        the WAL is checkpointed in the worker thread); else, for a due purge and for deletes, in that thread.
+        A save runs on the event loop's thread when neither the storage nor the file's write lock is held
+        (a ``synchronous = NORMAL`` WAL commit waits for no disk; the WAL is checkpointed in the worker
+        thread every ``WAL_CHECKPOINT_EVERY``); a due purge and deletes run in that thread.
         """
         due = self._purges.interval is not None and self._purges.due(time.time())
         if at_once and not due and self._lock.acquire(blocking=False):

@@ -104,29 +104,23 @@ class SQLiteSessionStore(DurableSessionStore[SQLiteRecords]):
 
     One row of JSON per session; writes are last-writer-wins. Expired rows and those past ``max_entries``
     are deleted at most once per ``purge_interval``. Put the file on a local disk; close the store with
-    :meth:`aclose` (or ``async with``).
+    :meth:`aclose` (or ``async with``). See README, "Host it".
 
     Args:
         path: The database file; created (with its folders and table) if missing. It may be the
             :class:`SQLiteContinuationStore`'s file (separate tables).
 
     Keyword Args:
-        ttl: How long a session is kept after its last write (seconds or ``timedelta``); default 24
-            hours, the continuation token's default TTL: keep it at least the token's.
+        ttl: How long a session is kept after its last write; default 24 hours. Keep it at least the token's.
         max_entries: Sessions (and snapshots) kept at most (default 1,000,000).
-        purge_interval: Least time between two automatic purges (default 60 s); ``None`` turns them off
-            (call :meth:`purge_expired` yourself).
+        purge_interval: Least time between two automatic purges (default 60 s); ``None``: none.
         busy_timeout: Seconds to wait for another process's write lock before failing.
         clock: Seconds since the epoch; defaults to ``time.time``.
 
     Raises:
         ValueError: A duration is not positive (at most ten years) or ``max_entries`` not a positive integer.
+        TypeError: A duration is neither a number nor a ``timedelta``.
         sqlite3.Error: The file cannot be opened or initialised.
-
-    Examples:
-        .. code-block:: python
-
-            app = responses_app(agent, session_store=SQLiteSessionStore("sessions.db"))
     """
 
     def __init__(

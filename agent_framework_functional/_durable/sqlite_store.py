@@ -99,22 +99,20 @@ class SQLiteContinuationStore(TimedStore):
     """A :class:`ContinuationStore` in one SQLite file (WAL mode), safe for several processes on one machine.
 
     A claim is one conditional ``UPDATE`` in an immediate transaction, checked by its row count, so
-    exactly one process wins. Put the file on a local disk and build the store in each process (not
-    across ``fork()``). Close it (``aclose``, ``close`` or ``async with``); a store collected while open
-    closes its connection and emits a ``ResourceWarning``. A record that expired more than ``retention``
-    ago, or was claimed or abandoned that long ago, is deleted by a later write (at most once per
-    ``purge_interval``); a pending one never is.
+    exactly one process wins. Put the file on a local disk; build the store in each process (not across
+    ``fork()``) and close it (a store collected open warns with ``ResourceWarning``). A write purges records
+    expired, claimed or abandoned more than ``retention`` ago; a pending one never is. See README,
+    "Durable continuations (several workers)".
 
     Args:
         path: The database file; created (with its folders and table) if missing.
 
     Keyword Args:
-        ttl: How long a token is accepted after its pause (seconds or ``timedelta``); default 24 hours.
-        retention: How long a record is kept after it expires or is claimed or abandoned, for inspection,
-            before it is purged (seconds or ``timedelta``); default 24 hours.
+        ttl: How long a token is accepted after its pause; default 24 hours.
+        retention: How long a record is kept for inspection once expired, claimed or abandoned; default 24 hours.
         busy_timeout: Seconds to wait for another process's write lock before failing.
-        purge_interval: Least time between two automatic purges (default 10 minutes); ``None`` turns them
-            off (then call :meth:`purge_expired` yourself, or the file grows without bound).
+        purge_interval: Least time between two automatic purges (default 10 minutes); ``None``: none
+            (call :meth:`purge_expired`, or the file grows without bound).
         clock: Seconds since the epoch; defaults to ``time.time``.
 
     Raises:
@@ -122,12 +120,6 @@ class SQLiteContinuationStore(TimedStore):
             duration of at most ten years.
         TypeError: One of them is neither a number nor a ``timedelta``.
         sqlite3.Error: The file cannot be opened or initialised.
-
-    Examples:
-        .. code-block:: python
-
-            store = SQLiteContinuationStore("continuations.db", ttl=timedelta(hours=4))
-            wf = review.build(checkpoint_storage=FileCheckpointStorage("ckpt"), continuation_store=store)
     """
 
     def __init__(
