@@ -188,7 +188,7 @@ class FunctionalWorkflow:
         only a store holds is checked inside the run, before any user code (README "The rules").
 
         Args:
-            message: Input for a fresh run.
+            message: Input for a fresh run. At least one of ``message``, ``responses`` or ``checkpoint_id``.
 
         Keyword Args:
             stream: True for a ``ResponseStream`` of events; False for an awaitable result.
