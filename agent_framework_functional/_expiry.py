@@ -1,8 +1,9 @@
-"""Checkpoint expiry: the one TTL of a pause, a finished run's checkpoint retention, and their deletion.
+"""Expiry: the one TTL of a pause, a finished run's checkpoint retention, and the one bounded in-memory map.
 
 One TTL governs a pause's token, instance and checkpoint (AGENTS.md invariant 42). A finished run's
 checkpoints are kept for ``checkpoint_retention`` (invariant 30): :func:`retain_checkpoints` notes them,
-:func:`sweep_retained` (as runs start and finish) deletes those past it.
+:func:`sweep_retained` (as runs start and finish) deletes those past it. :class:`BoundedMap` bounds every
+in-memory map by deadline and count (sessions, attached instances, A2A tasks, DevUI conversations).
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ import itertools
 import logging
 import time
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from agent_framework import CheckpointStorage, InMemoryCheckpointStorage
 
@@ -41,6 +43,69 @@ logger = logging.getLogger(__name__)
 
 RETAINED_MAX = 10_000
 """At most this many finished chains are noted for deletion (about 0.5 KB each); then the nearest is left."""
+
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+class BoundedMap(Generic[_K, _V]):
+    """Entries least recently put first, each with a deadline: a sweep drops the expired, a trim the surplus.
+
+    ``deadline(key, value)`` is when an entry expires, None while it must not expire (a turn running, say); a
+    sweep stops at the first entry not yet expired. What a sweep or trim drops is returned for its owner to release.
+    """
+
+    __slots__ = ("deadline", "entries", "max_entries")
+
+    def __init__(self, deadline: Callable[[_K, _V], float | None], max_entries: int | None = None) -> None:
+        self.deadline, self.max_entries = deadline, max_entries
+        self.entries: OrderedDict[_K, _V] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def get(self, key: _K) -> _V | None:
+        """The value of ``key``, expired or not; None when absent."""
+        return self.entries.get(key)
+
+    def put(self, key: _K, value: _V) -> None:
+        """Store ``value`` under ``key`` as the most recent entry."""
+        self.entries.pop(key, None)
+        self.entries[key] = value
+
+    def pop(self, key: _K) -> _V | None:
+        """Remove ``key``; its value, or None when absent."""
+        value = self.entries.pop(key, None)
+        if not self.entries:
+            self.entries.clear()  # a dict keeps its peak size: memory back to the baseline
+        return value
+
+    def expired(self, now: float) -> list[tuple[_K, _V]]:
+        """Drop the entries past their deadline, least recent first, up to the first one not expired."""
+        doomed: list[_K] = []
+        for key, value in self.entries.items():
+            deadline = self.deadline(key, value)
+            if deadline is not None and deadline > now:
+                break
+            if deadline is not None:
+                doomed.append(key)
+        return self._drop(doomed)
+
+    def trim(self, limit: int | None = None, spared: Callable[[_K, _V], bool] | None = None) -> list[tuple[_K, _V]]:
+        """Drop the least recent entries not ``spared`` until at most ``limit`` (default ``max_entries``) are left."""
+        limit = self.max_entries if limit is None else limit
+        excess = 0 if limit is None else len(self.entries) - limit
+        doomed: list[_K] = []
+        for key, value in self.entries.items():
+            if len(doomed) >= excess:
+                break
+            if spared is None or not spared(key, value):
+                doomed.append(key)
+        return self._drop(doomed)
+
+    def _drop(self, doomed: list[_K]) -> list[tuple[_K, _V]]:
+        return [(key, value) for key in doomed if (value := self.pop(key)) is not None]
 
 
 def resolve_retention(retention: float | timedelta | None) -> float | None:

@@ -11,7 +11,6 @@ import hashlib
 import time
 import typing
 import weakref
-from collections import OrderedDict
 from collections.abc import Generator, Mapping
 from typing import Any
 
@@ -19,6 +18,7 @@ from agent_framework import AgentSession
 from pydantic_core import to_jsonable_python
 
 from ._continuation import presented_secret
+from ._expiry import BoundedMap
 from ._workflow import FunctionalWorkflow
 
 SESSION_STATE_KEY = "agent_framework_functional"
@@ -84,71 +84,31 @@ def _agent_entry(session: AgentSession | None, agent_id: str) -> Mapping[str, An
     return typing.cast(Mapping[str, Any], agent_entry) if isinstance(agent_entry, Mapping) else None
 
 
-class AttachedInstances:
-    """One template's attached instances by session id, in pause order; a sweep drops expired or surplus pauses.
-
-    A running or not yet paused instance is never touched; a sweep stops at the first unexpired pause.
-    """
-
-    __slots__ = ("entries", "max_count")
-
-    def __init__(self, max_count: int | None = None) -> None:
-        self.max_count = max_count
-        self.entries: OrderedDict[str, FunctionalWorkflow] = OrderedDict()
-
-    def add(self, session_id: str, workflow: FunctionalWorkflow) -> None:
-        self.sweep()
-        self.entries[session_id] = workflow
-
-    def remove(self, session_id: str) -> None:
-        self.entries.pop(session_id, None)
-        if not self.entries:
-            self.entries = OrderedDict()  # a dict keeps its peak size: memory back to the baseline
-
-    def touch(self, session_id: str) -> None:
-        """Mark the conversation as just paused; over the count, evict the oldest pauses."""
-        if session_id in self.entries:
-            self.entries.move_to_end(session_id)
-            if self.max_count is not None and len(self.entries) > self.max_count:
-                self._evict_over_count(keep=session_id)
-
-    def sweep(self, now: float | None = None) -> int:
-        now = time.time() if now is None else now
-        lapsed: list[str] = []
-        for session_id, workflow in self.entries.items():
-            expires_at = workflow.pause_expires_at()
-            if expires_at is None or workflow.is_running:
-                continue  # running or not paused yet: never lapsed here
-            if expires_at > now:
-                break  # the rest paused later
-            lapsed.append(session_id)
-        for session_id in lapsed:
-            self.entries.pop(session_id).lapse_pause(now)
-        return len(lapsed)
-
-    def _evict_over_count(self, keep: str) -> None:
-        assert self.max_count is not None
-        doomed: list[str] = []
-        excess = len(self.entries) - self.max_count
-        for session_id, workflow in self.entries.items():
-            if len(doomed) >= excess:
-                break
-            if session_id != keep and workflow.pause_expires_at() is not None and not workflow.is_running:
-                doomed.append(session_id)
-        for session_id in doomed:
-            self.entries.pop(session_id).evict_pause()
+def _pause_deadline(session_id: str, workflow: FunctionalWorkflow) -> float | None:
+    """When an attached instance's pause expires; None while it runs or has none (a sweep leaves it)."""
+    return None if workflow.is_running else workflow.pause_expires_at()
 
 
-# Each template's attached instances, by session id (hosts rebuild session objects; a resume still needs the token).
-_ATTACHED: weakref.WeakKeyDictionary[FunctionalWorkflow, AttachedInstances] = weakref.WeakKeyDictionary()
+def _lapse_expired(attached: BoundedMap[str, FunctionalWorkflow], now: float | None = None) -> int:
+    """Lapse the expired pauses of ``attached`` (in pause order: a sweep stops at the first unexpired one)."""
+    now = time.time() if now is None else now
+    lapsed = attached.expired(now)
+    for _, workflow in lapsed:
+        workflow.lapse_pause(now)
+    return len(lapsed)
+
+
+# Each template's attached instances by session id, in pause order (hosts rebuild session objects; a resume still
+# needs the token).
+_ATTACHED: weakref.WeakKeyDictionary[FunctionalWorkflow, BoundedMap[str, FunctionalWorkflow]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def sweep_expired(template: FunctionalWorkflow, now: float | None = None) -> int:
     """Lapse the expired pauses of ``template``'s conversations now (a host's sweep task); returns how many."""
-    registry = _ATTACHED.get(template)
-    lapsed = registry.sweep(now) if registry is not None else 0
-    if lapsed and registry is not None and not registry.entries:
-        registry.entries = OrderedDict()  # a dict keeps its peak size: memory back to the baseline
+    attached = _ATTACHED.get(template)
+    lapsed = _lapse_expired(attached, now) if attached is not None else 0
     if not template.is_running and template.lapse_pause(now):
         lapsed += 1  # the session-less conversation's pause
     return lapsed
@@ -156,8 +116,8 @@ def sweep_expired(template: FunctionalWorkflow, now: float | None = None) -> int
 
 def attached_instances(template: FunctionalWorkflow) -> int:
     """How many conversations on ``template`` have an attached instance (for tests and benchmarks)."""
-    registry = _ATTACHED.get(template)
-    return len(registry.entries) if registry is not None else 0
+    attached = _ATTACHED.get(template)
+    return len(attached) if attached is not None else 0
 
 
 class Conversations:
@@ -169,7 +129,7 @@ class Conversations:
         ):
             raise ValueError("'max_conversations' must be a positive int (or None for no limit but the pause TTL).")
         # The first agent made on ``template`` sets the bound of its conversations.
-        self.attached = _ATTACHED.setdefault(template, AttachedInstances(max_conversations))
+        self.attached = _ATTACHED.setdefault(template, BoundedMap(_pause_deadline, max_conversations))
         self.template = template
         self.agent_id = agent_id
         # The session-less conversation's answers so far, valid only with the token they paused with.
@@ -180,7 +140,7 @@ class Conversations:
         """The conversation's instance: ``template`` without a session, else the session's (made when asked)."""
         if session is None:
             return self.template
-        workflow = self.attached.entries.get(session.session_id)
+        workflow = self.attached.get(session.session_id)
         if workflow is None and create:
             template = self.template
             workflow = template.definition.build(
@@ -189,29 +149,31 @@ class Conversations:
                 continuation_ttl=template.continuation_ttl,
             )
             workflow.bind_conversation(hashlib.sha256(session.session_id.encode("utf-8", "surrogatepass")).hexdigest())
-            self.attached.add(session.session_id, workflow)
+            _lapse_expired(self.attached)
+            self.attached.put(session.session_id, workflow)
         return workflow
 
     def existing_instance(self, session: AgentSession) -> FunctionalWorkflow | None:
         """The session's attached instance (None once its pause expired)."""
-        workflow = self.attached.entries.get(session.session_id)
+        workflow = self.attached.get(session.session_id)
         if workflow is not None and not workflow.is_running and workflow.lapse_pause():
-            self.attached.remove(session.session_id)
+            self.attached.pop(session.session_id)
             return None
         return workflow
 
     def detach_idle(self, session: AgentSession | None, workflow: FunctionalWorkflow) -> None:
         """Detach a conversation's instance once it has nothing paused or running."""
-        if (
-            session is None
-            or workflow is self.template
-            or self.attached.entries.get(session.session_id) is not workflow
-        ):
+        if session is None or workflow is self.template or self.attached.get(session.session_id) is not workflow:
             return
         if not workflow.has_pending_continuation and not workflow.is_running:
-            self.attached.remove(session.session_id)
-        else:
-            self.attached.touch(session.session_id)  # paused (or still running): last in the sweep order
+            self.attached.pop(session.session_id)
+            return
+        self.attached.put(session.session_id, workflow)  # paused (or still running): last in the sweep order
+        kept = session.session_id  # past the count, the oldest other pauses are evicted (never a running one)
+        for _, evicted in self.attached.trim(
+            spared=lambda key, other: key == kept or _pause_deadline(key, other) is None
+        ):
+            evicted.evict_pause()
 
     def remember_answers(self, answers: dict[str, Any], token: Mapping[str, Any] | None) -> None:
         """Keep the session-less conversation's answers for its new pause (``token``); None forgets them."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -17,6 +16,7 @@ from typing import Any, Generic, Protocol, TypeVar, cast
 
 from agent_framework import AgentSession, SessionStore
 
+from .._expiry import BoundedMap
 from .._store import DEFAULT_TTL_SECONDS, AsyncClosing, PurgeSchedule, duration_seconds
 
 SESSION_GROUP = "session"  # the group of core sessions (AG-UI snapshots use ``agui:<scope>``)
@@ -171,51 +171,41 @@ class DurableSessionStore(Generic[_Records], BoundedSessionStore):
 
 
 class MemoryRecords(LimitedRecords):
-    """:class:`SessionRecords` in a dict ordered by expiry: expired ones dropped on each write, then the oldest."""
+    """:class:`SessionRecords` in a :class:`BoundedMap`: each write drops the expired records, then the oldest."""
 
     def __init__(self, *, ttl: float | timedelta, max_entries: int, clock: Callable[[], float]) -> None:
         super().__init__(SessionLimits.checked(ttl, max_entries, None, clock))
-        self._items: OrderedDict[str, tuple[float, str, str]] = OrderedDict()  # key -> (expires_at, group, text)
+        # stored key -> (expires_at, group, text), the newest last: the order is the expiry order
+        self.items: BoundedMap[str, tuple[float, str, str]] = BoundedMap(lambda _, item: item[0], self.max_entries)
 
     def __len__(self) -> int:
-        return len(self._items)
+        return len(self.items)
 
     async def read(self, group: str, key: str) -> str | None:
         stored = record_key(group, key)
-        item = self._items.get(stored)
-        if item is None:
+        item = self.items.get(stored)
+        if item is not None and item[0] <= self._clock():
+            self.items.pop(stored)
             return None
-        if item[0] <= self._clock():
-            del self._items[stored]
-            return None
-        return item[2]
+        return None if item is None else item[2]
 
     async def write(self, group: str, key: str, text: str) -> None:
         now = self._clock()
-        stored = record_key(group, key)
-        self._items.pop(stored, None)
-        self._items[stored] = (now + self.ttl, group, text)  # the newest last: the order is the expiry order
+        self.items.put(record_key(group, key), (now + self.ttl, group, text))
         self.evict(now)
 
     async def remove(self, group: str, key: str) -> bool:
-        return self._items.pop(record_key(group, key), None) is not None
+        return self.items.pop(record_key(group, key)) is not None
 
     async def remove_group(self, group: str) -> int:
-        doomed = [key for key, item in self._items.items() if item[1] == group]
+        doomed = [key for key, item in self.items.entries.items() if item[1] == group]
         for key in doomed:
-            del self._items[key]
+            self.items.pop(key)
         return len(doomed)
 
     def evict(self, now: float) -> int:
         """Drop the expired records, then the oldest past ``max_entries``; return how many."""
-        dropped = 0
-        while self._items:
-            key, item = next(iter(self._items.items()))
-            if item[0] > now and len(self._items) <= self.max_entries:
-                break
-            del self._items[key]
-            dropped += 1
-        return dropped
+        return len(self.items.expired(now)) + len(self.items.trim())
 
 
 class InMemorySessionStore(BoundedSessionStore):

@@ -7,7 +7,6 @@ Private names pinned by ``test_devui_store.py``.
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Collection
 from typing import Any, cast
 
@@ -20,6 +19,7 @@ from .._core_compat import (
     devui_install_store,
     devui_server_class,
 )
+from .._expiry import BoundedMap
 
 DEFAULT_MAX_CONVERSATIONS = 10_000
 """How many conversations ``devui_app`` keeps at most by default (the hosts' session stores keep as many)."""
@@ -47,8 +47,9 @@ class BoundedConversationStore(devui_conversation_store_class()):  # pyright: ig
         self.ttl = float(ttl)
         self.max_conversations = max_conversations
         self._clock = clock
-        self._used: OrderedDict[str, float] = OrderedDict()  # conversation id -> last use, least recent first
         self.running: Collection[str] = ()  # conversations with a turn running (never dropped for idleness)
+        # conversation id -> last use, least recent first
+        self.used: BoundedMap[str, float] = BoundedMap(self._idle_until, max_conversations)
         # DevUI's executor's tracked approvals (``_pending_approvals``), pruned with their conversations.
         self.approvals: dict[Any, Any] | None = None
 
@@ -60,8 +61,7 @@ class BoundedConversationStore(devui_conversation_store_class()):  # pyright: ig
         now = self._clock()
         self._sweep(now)
         if conversation_id in self._conversations:
-            self._used[conversation_id] = now
-            self._used.move_to_end(conversation_id)
+            self.used.put(conversation_id, now)
 
     async def set(self, conversation_id: str, session: AgentSession) -> None:
         """A turn's write back of its session (DevUI's own object, already in place): a use."""
@@ -71,18 +71,13 @@ class BoundedConversationStore(devui_conversation_store_class()):  # pyright: ig
         """Drop the conversations past their bounds now (a host's sweep task; every use also does it)."""
         return self._sweep(self._clock())
 
+    def _idle_until(self, conversation_id: str, used: float) -> float | None:
+        return None if conversation_id in self.running else used + self.ttl
+
     def _sweep(self, now: float) -> int:
-        dropped: set[str] = set()
-        used = self._used
-        while used and (next(iter(used.values())) <= now - self.ttl or len(used) > self.max_conversations):
-            front = next(iter(used))
-            if len(used) <= self.max_conversations and front in self.running:
-                used[front] = now  # a running turn keeps its conversation: it counts as used now
-                used.move_to_end(front)
-                continue
-            conversation_id, _ = used.popitem(last=False)
+        dropped = {conversation_id for conversation_id, _ in self.used.expired(now) + self.used.trim()}
+        for conversation_id in dropped:
             devui_forget_conversation(self, conversation_id)
-            dropped.add(conversation_id)
         if dropped:
             self._forget_approvals(dropped)
         return len(dropped)
@@ -112,7 +107,7 @@ class BoundedConversationStore(devui_conversation_store_class()):  # pyright: ig
     def delete_conversation(self, conversation_id: str) -> Any:
         """DevUI's ``delete_conversation``."""
         deleted = super().delete_conversation(conversation_id)
-        self._used.pop(conversation_id, None)
+        self.used.pop(conversation_id)
         self._forget_approvals({conversation_id})
         return deleted
 

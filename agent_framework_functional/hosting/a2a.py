@@ -6,7 +6,6 @@ Built on ``a2a-sdk``: a pause is an ``input-required`` task with a data part per
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any, cast
 
@@ -38,6 +37,7 @@ from starlette.middleware import Middleware
 
 from .._agent import FunctionalWorkflowAgent
 from .._errors import ResponseMismatchError
+from .._expiry import BoundedMap
 from ._a2a_executor import BOOL_WORDS as BOOL_WORDS
 from ._a2a_executor import TERMINAL, handled, message_answers, replayed
 from ._a2a_executor import FunctionalA2AExecutor as FunctionalA2AExecutor
@@ -106,8 +106,8 @@ class BoundedTaskStore(FinalTaskStore):
         super().__init__(InMemoryTaskStore(owner_resolver=_owner))
         self.ttl, self.max_tasks, self.clock = ttl, max_tasks, clock
         # (owner, task id) -> time of the last write, oldest first: one order per lifetime, so a sweep stops early
-        self.finished: OrderedDict[tuple[str, str], float] = OrderedDict()
-        self.open: OrderedDict[tuple[str, str], float] = OrderedDict()
+        self.finished: BoundedMap[tuple[str, str], float] = BoundedMap(lambda _, written: written + self.ttl)
+        self.open: BoundedMap[tuple[str, str], float] = BoundedMap(lambda _, written: written + 2 * self.ttl)
 
     def __len__(self) -> int:
         return len(self.finished) + len(self.open)
@@ -116,12 +116,13 @@ class BoundedTaskStore(FinalTaskStore):
         """Save ``task`` (unless it has ended), then drop what expired or exceeds ``max_tasks``."""
         await super().save(task, context)
         key = (_owner(context), task.id)
-        self._forget(key)
+        self.open.pop(key)
+        self.finished.pop(key)
         now = self.clock()
-        (self.finished if task.status.state in TERMINAL else self.open)[key] = now
+        (self.finished if task.status.state in TERMINAL else self.open).put(key, now)
         await self._sweep(now)
-        while len(self) > self.max_tasks:
-            await self._drop((self.finished or self.open).popitem(last=False)[0])
+        await self._drop(self.finished.trim(max(self.max_tasks - len(self.open), 0)))
+        await self._drop(self.open.trim(self.max_tasks - len(self.finished)))
 
     async def get(self, task_id: str, context: ServerCallContext) -> Task | None:
         """The stored task, or None (also once it expired)."""
@@ -135,7 +136,8 @@ class BoundedTaskStore(FinalTaskStore):
 
     async def delete(self, task_id: str, context: ServerCallContext) -> None:
         """Delete the task."""
-        self._forget((_owner(context), task_id))
+        self.open.pop((_owner(context), task_id))
+        self.finished.pop((_owner(context), task_id))
         await super().delete(task_id, context)
 
     async def purge_expired(self) -> int:
@@ -144,18 +146,12 @@ class BoundedTaskStore(FinalTaskStore):
         await self._sweep(self.clock())
         return kept - len(self)
 
-    def _forget(self, key: tuple[str, str]) -> None:
-        self.finished.pop(key, None)
-        self.open.pop(key, None)
-
     async def _sweep(self, now: float) -> None:
-        for kept, lifetime in ((self.finished, self.ttl), (self.open, 2 * self.ttl)):
-            while kept and next(iter(kept.values())) + lifetime <= now:
-                await self._drop(kept.popitem(last=False)[0])
+        await self._drop(self.finished.expired(now) + self.open.expired(now))
 
-    async def _drop(self, key: tuple[str, str]) -> None:
-        owner, task_id = key
-        await self.store.delete(task_id, ServerCallContext(state={_OWNER: owner}))
+    async def _drop(self, dropped: list[tuple[tuple[str, str], float]]) -> None:
+        for (owner, task_id), _ in dropped:
+            await self.store.delete(task_id, ServerCallContext(state={_OWNER: owner}))
 
 
 _NO_INPUT = (
