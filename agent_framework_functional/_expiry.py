@@ -65,10 +65,6 @@ class BoundedMap(Generic[_K, _V]):
     def __len__(self) -> int:
         return len(self.entries)
 
-    def get(self, key: _K) -> _V | None:
-        """The value of ``key``, expired or not; None when absent."""
-        return self.entries.get(key)
-
     def put(self, key: _K, value: _V) -> None:
         """Store ``value`` under ``key`` as the most recent entry."""
         self.entries.pop(key, None)

@@ -140,7 +140,7 @@ class Conversations:
         """The conversation's instance: ``template`` without a session, else the session's (made when asked)."""
         if session is None:
             return self.template
-        workflow = self.attached.get(session.session_id)
+        workflow = self.attached.entries.get(session.session_id)
         if workflow is None and create:
             template = self.template
             workflow = template.definition.build(
@@ -155,7 +155,7 @@ class Conversations:
 
     def existing_instance(self, session: AgentSession) -> FunctionalWorkflow | None:
         """The session's attached instance (None once its pause expired)."""
-        workflow = self.attached.get(session.session_id)
+        workflow = self.attached.entries.get(session.session_id)
         if workflow is not None and not workflow.is_running and workflow.lapse_pause():
             self.attached.pop(session.session_id)
             return None
@@ -163,7 +163,11 @@ class Conversations:
 
     def detach_idle(self, session: AgentSession | None, workflow: FunctionalWorkflow) -> None:
         """Detach a conversation's instance once it has nothing paused or running."""
-        if session is None or workflow is self.template or self.attached.get(session.session_id) is not workflow:
+        if (
+            session is None
+            or workflow is self.template
+            or self.attached.entries.get(session.session_id) is not workflow
+        ):
             return
         if not workflow.has_pending_continuation and not workflow.is_running:
             self.attached.pop(session.session_id)

@@ -90,20 +90,22 @@ class SessionRecords(Protocol):
         """Delete every record of ``group``; return how many."""
 
 
-class BoundedSessionStore(AsyncClosing, SessionStore):
-    """Core's ``SessionStore`` on :class:`SessionRecords` (``hosting.ThreadSnapshotStore`` keeps snapshots there)."""
+_Kept = TypeVar("_Kept", bound=SessionRecords)
 
-    def __init__(self, records: SessionRecords) -> None:
+
+class BoundedSessionStore(Generic[_Kept], AsyncClosing, SessionStore):
+    """Core's ``SessionStore`` on :class:`SessionRecords` (``hosting.ThreadSnapshotStore`` keeps snapshots there).
+
+    Attributes:
+        records: The backend's records: sessions, and the AG-UI snapshots a ``ThreadSnapshotStore`` keeps here.
+    """
+
+    def __init__(self, records: _Kept) -> None:
         super().__init__()
-        self._records = records
+        self.records = records
 
     async def aclose(self) -> None:
         """Nothing to release in memory; the durable stores release their connections."""
-
-    @property
-    def records(self) -> SessionRecords:
-        """The backend's records: sessions, and the AG-UI snapshots a ``ThreadSnapshotStore`` keeps here."""
-        return self._records
 
     async def get(self, session_id: str) -> AgentSession | None:
         """Return the stored session (a fresh object), or None when absent or expired.
@@ -149,17 +151,8 @@ class DurableRecords(SessionRecords, Protocol):
 _Records = TypeVar("_Records", bound=DurableRecords)
 
 
-class DurableSessionStore(Generic[_Records], BoundedSessionStore):
+class DurableSessionStore(BoundedSessionStore[_Records]):
     """The shared part of the durable session stores (SQLite, Redis, PostgreSQL): typed records, count, purge."""
-
-    def __init__(self, records: _Records) -> None:
-        super().__init__(records)
-        self._durable = records
-
-    @property
-    def records(self) -> _Records:
-        """The backend's records (sessions, and AG-UI snapshots kept here)."""
-        return self._durable
 
     async def count(self) -> int:
         """Records stored now (sessions and snapshots; expired ones not yet purged included)."""
@@ -178,12 +171,9 @@ class MemoryRecords(LimitedRecords):
         # stored key -> (expires_at, group, text), the newest last: the order is the expiry order
         self.items: BoundedMap[str, tuple[float, str, str]] = BoundedMap(lambda _, item: item[0], self.max_entries)
 
-    def __len__(self) -> int:
-        return len(self.items)
-
     async def read(self, group: str, key: str) -> str | None:
         stored = record_key(group, key)
-        item = self.items.get(stored)
+        item = self.items.entries.get(stored)
         if item is not None and item[0] <= self._clock():
             self.items.pop(stored)
             return None
@@ -208,7 +198,7 @@ class MemoryRecords(LimitedRecords):
         return len(self.items.expired(now)) + len(self.items.trim())
 
 
-class InMemorySessionStore(BoundedSessionStore):
+class InMemorySessionStore(BoundedSessionStore[MemoryRecords]):
     """A bounded, process-local session store: the hosts' default when they are given no shared store.
 
     Unlike core's ``SessionStore``, each write drops sessions ``ttl`` past their last write and, past
@@ -233,17 +223,11 @@ class InMemorySessionStore(BoundedSessionStore):
         max_entries: int = DEFAULT_MAX_SESSIONS,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._memory = MemoryRecords(ttl=ttl, max_entries=max_entries, clock=clock)
-        super().__init__(self._memory)
-
-    @property
-    def records(self) -> MemoryRecords:
-        """The records in this process (``ttl`` and ``max_entries`` are theirs)."""
-        return self._memory
+        super().__init__(MemoryRecords(ttl=ttl, max_entries=max_entries, clock=clock))
 
     def __len__(self) -> int:
         """Records stored now (sessions, and AG-UI snapshots kept here), expired ones not yet dropped included."""
-        return len(self.records)
+        return len(self.records.items)
 
     async def purge_expired(self) -> int:
         """Drop the expired records now (writes also do it); return how many."""
