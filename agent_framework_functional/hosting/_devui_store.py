@@ -88,8 +88,7 @@ class BoundedConversationStore(devui_conversation_store_class()):  # pyright: ig
             del approvals[key]
 
     def create_conversation(self, metadata: dict[str, str] | None = None, conversation_id: str | None = None) -> Any:
-        """DevUI's ``create_conversation``, after dropping what is past its bounds."""
-        self._sweep(self._clock())
+        """DevUI's ``create_conversation``, then a use (which drops what is past its bounds)."""
         created = super().create_conversation(metadata=metadata, conversation_id=conversation_id)
         self._use(created.id)
         return created
