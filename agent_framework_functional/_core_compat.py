@@ -40,7 +40,7 @@ from agent_framework._workflows._functional import (
 from agent_framework._workflows._typing_utils import is_instance_of
 from agent_framework._workflows._workflow import _coerce_request_info_response  # pyright: ignore[reportPrivateUsage]
 
-from ._signature_cache import CachedClassification, CachedDis, CachedIdentity
+from ._signature_cache import CachedDis, CachedIdentity
 from ._step_cache import SaveRecorder, StepCacheLog, StepCacheOffer, implements
 
 # Core's marker for its functional workflow API; ours is the same feature (same warning, shown once).
@@ -184,7 +184,6 @@ class LinearFunctionalWorkflow(_CoreFunctionalWorkflow):
     _af_replay: tuple[StepCacheLog, int, int] | None = None
     _af_next: tuple[RunContext, tuple[StepCacheLog, int, int] | None] | None = None
 
-    _classify_signature = staticmethod(CachedClassification(_CoreFunctionalWorkflow._classify_signature))  # pyright: ignore[reportPrivateUsage]
     _discover_workflow_dependencies = classmethod(_DISCOVER)  # pyright: ignore[reportAssignmentType]
     _compute_signature_hash = _SIGNATURE_HASH  # pyright: ignore[reportAssignmentType]
 
