@@ -139,11 +139,8 @@ class _LiveChannel:
     def close(self) -> None:
         """Refuse new entries and release waiting producers (they raise ``NotInWorkflowRunError``)."""
         self.closed = True
-        while self._putters:
-            waiter = self._putters.popleft()
-            if not waiter.done():
-                self._promised += 1
-                waiter.set_result(None)
+        self._maxsize = sys.maxsize  # a slot for every waiting producer
+        self._wake_putter()
 
 
 live_channel: ContextVar[_LiveChannel | None] = ContextVar("agent_framework_functional_live_channel", default=None)
@@ -279,29 +276,25 @@ _MAX_JSON_DEPTH = 64
 
 def _json_copy(value: Any, depth: int = 0) -> Any:
     """Return a copy of a JSON-safe value, or raise TypeError naming what is not JSON-safe."""
-    if value is None or isinstance(value, (bool, int, str)):
-        return value
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise TypeError("emit_update() got a non-finite float (nan or infinity), which JSON cannot carry.")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise TypeError("emit_update() got a non-finite float (nan or infinity), which JSON cannot carry.")
+    if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if depth >= _MAX_JSON_DEPTH:
         raise TypeError(f"emit_update() data nests deeper than {_MAX_JSON_DEPTH} levels; flatten it.")
-    if isinstance(value, dict):
-        return {_json_key(key): _json_copy(item, depth + 1) for key, item in cast("dict[Any, Any]", value).items()}
     if isinstance(value, (list, tuple)):
         return [_json_copy(item, depth + 1) for item in cast("list[Any]", value)]
-    raise TypeError(
-        f"emit_update() cannot send a {type(value).__name__}. Send text (str), a Content, an "
-        "AgentResponseUpdate, or JSON-safe data (dict with str keys, list, str, int, float, bool, None); "
-        "convert other objects first, e.g. model.model_dump(mode='json')."
-    )
-
-
-def _json_key(key: Any) -> str:
-    if not isinstance(key, str):
-        raise TypeError(f"emit_update() data has a {type(key).__name__} dict key; JSON keys must be str.")
-    return key
+    if not isinstance(value, dict):
+        raise TypeError(
+            f"emit_update() cannot send a {type(value).__name__}. Send text (str), a Content, an "
+            "AgentResponseUpdate, or JSON-safe data (dict with str keys, list, str, int, float, bool, None); "
+            "convert other objects first, e.g. model.model_dump(mode='json')."
+        )
+    items = cast("dict[Any, Any]", value).items()
+    for key, _ in items:
+        if not isinstance(key, str):
+            raise TypeError(f"emit_update() data has a {type(key).__name__} dict key; JSON keys must be str.")
+    return {key: _json_copy(item, depth + 1) for key, item in items}
 
 
 async def emit_update(update: str | Content | AgentResponseUpdate | Any) -> None:
