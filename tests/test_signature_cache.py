@@ -1,9 +1,10 @@
-"""Our builds read core's signature inputs from caches (``_signature_cache``) and still get core's signature.
+"""Our builds read core's signature inputs from caches and still get core's signature.
 
 Core recomputes a workflow's signature on every build and every run; ours caches each code object's
-instructions and each durable function identity. Whatever a definition's functions become (a
-reassigned default or code object, a mutated mutable default), our signature stays the one core
-computes for the same function at that moment, and core's own instances never use the caches.
+instructions and each durable function identity (``_core_compat.CachedDis``, ``CachedIdentity``).
+Whatever a definition's functions become (a reassigned default or code object, a mutated mutable
+default), our signature stays the one core computes for the same function at that moment, and core's
+own instances never use the caches.
 """
 
 from __future__ import annotations
@@ -20,8 +21,7 @@ from agent_framework import InMemoryCheckpointStorage
 from agent_framework._workflows import _functional as core_functional
 
 from agent_framework_functional import ContinuationStore, SQLiteContinuationStore, step, workflow
-from agent_framework_functional._core_compat import LinearFunctionalWorkflow, build_core
-from agent_framework_functional._signature_cache import CachedDis, CachedIdentity
+from agent_framework_functional._core_compat import CachedDis, CachedIdentity, LinearFunctionalWorkflow, build_core
 from agent_framework_functional._step_cache import _IMPLEMENTS  # pyright: ignore[reportPrivateUsage]
 from agent_framework_functional._store import is_continuation_store
 
