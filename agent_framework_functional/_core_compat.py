@@ -11,9 +11,8 @@ import dis
 import functools
 import itertools
 import operator
-import types
 from collections.abc import Awaitable, Callable, Iterator
-from types import CodeType, CoroutineType, ModuleType
+from types import CodeType, CoroutineType, FunctionType, ModuleType
 from typing import Any, TypeVar
 from weakref import WeakKeyDictionary
 
@@ -202,9 +201,7 @@ def over_cached_reads(*functions: Callable[..., Any]) -> list[Callable[..., Any]
     names["_get_step_wrapper_identity"] = CachedIdentity(names["_get_step_wrapper_identity"])
     copies: list[Callable[..., Any]] = []
     for function in functions:
-        copy = types.FunctionType(
-            function.__code__, names, function.__name__, function.__defaults__, function.__closure__
-        )
+        copy = FunctionType(function.__code__, names, function.__name__, function.__defaults__, function.__closure__)
         copy.__kwdefaults__, copy.__qualname__ = function.__kwdefaults__, function.__qualname__
         copies.append(copy)
     return copies
