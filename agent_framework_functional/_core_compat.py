@@ -10,10 +10,11 @@ from __future__ import annotations
 import dis
 import functools
 import itertools
-import types
-from collections.abc import Awaitable, Callable
-from types import CoroutineType
+import operator
+from collections.abc import Awaitable, Callable, Iterator
+from types import CodeType, CoroutineType, FunctionType, ModuleType
 from typing import Any, TypeVar
+from weakref import WeakKeyDictionary
 
 from agent_framework import (
     AgentResponse,
@@ -40,7 +41,6 @@ from agent_framework._workflows._functional import (
 from agent_framework._workflows._typing_utils import is_instance_of
 from agent_framework._workflows._workflow import _coerce_request_info_response  # pyright: ignore[reportPrivateUsage]
 
-from ._signature_cache import CachedClassification, CachedDis, CachedIdentity
 from ._step_cache import SaveRecorder, StepCacheLog, StepCacheOffer, implements
 
 # Core's marker for its functional workflow API; ours is the same feature (same warning, shown once).
@@ -150,6 +150,50 @@ def make_linear(ctx: RunContext) -> LinearRunContext:
     return linear
 
 
+class CachedDis:
+    """``dis`` as core's ``_functional`` module sees it: instructions cached per code object (immutable)."""
+
+    def __init__(self, real: ModuleType) -> None:
+        self._real = real
+        self._cache: WeakKeyDictionary[CodeType, tuple[dis.Instruction, ...]] = WeakKeyDictionary()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    def get_instructions(self, x: Any, *args: Any, **kwargs: Any) -> Iterator[dis.Instruction]:
+        """``dis.get_instructions``; from the cache for a code object."""
+        if args or kwargs or not isinstance(x, CodeType):
+            return self._real.get_instructions(x, *args, **kwargs)
+        found = self._cache.get(x)
+        if found is None:
+            found = self._cache[x] = tuple(self._real.get_instructions(x))
+        return iter(found)
+
+
+class CachedIdentity:
+    """Core's ``_get_step_wrapper_identity``, its durable results reused while code, name and defaults stay."""
+
+    def __init__(self, real: Callable[[Any], tuple[str, bool]]) -> None:
+        self._real = real
+        self._cache: WeakKeyDictionary[Any, tuple[tuple[Any, ...], tuple[str, bool]]] = WeakKeyDictionary()
+
+    def __call__(self, func: Any) -> tuple[str, bool]:
+        kwdefaults: dict[str, Any] = getattr(func, "__kwdefaults__", None) or {}
+        code, defaults = getattr(func, "__code__", None), getattr(func, "__defaults__", None)
+        names = (getattr(func, "__module__", None), getattr(func, "__qualname__", None))
+        inputs = (code, *names, defaults, len(kwdefaults), *kwdefaults, *kwdefaults.values())
+        try:
+            found = self._cache.get(func)
+        except TypeError:  # not weakly referable: nothing cached
+            return self._real(func)
+        if found is not None and len(found[0]) == len(inputs) and all(map(operator.is_, found[0], inputs)):
+            return found[1]
+        result = self._real(func)
+        if result[1]:  # durable: no closure or default whose contents may change
+            self._cache[func] = (inputs, result)
+        return result
+
+
 def over_cached_reads(*functions: Callable[..., Any]) -> list[Callable[..., Any]]:
     """Copies of core's ``functions`` with ``dis`` and ``_get_step_wrapper_identity`` cached (core's globals stay)."""
     names = dict(functions[0].__globals__)
@@ -157,9 +201,7 @@ def over_cached_reads(*functions: Callable[..., Any]) -> list[Callable[..., Any]
     names["_get_step_wrapper_identity"] = CachedIdentity(names["_get_step_wrapper_identity"])
     copies: list[Callable[..., Any]] = []
     for function in functions:
-        copy = types.FunctionType(
-            function.__code__, names, function.__name__, function.__defaults__, function.__closure__
-        )
+        copy = FunctionType(function.__code__, names, function.__name__, function.__defaults__, function.__closure__)
         copy.__kwdefaults__, copy.__qualname__ = function.__kwdefaults__, function.__qualname__
         copies.append(copy)
     return copies
@@ -184,7 +226,6 @@ class LinearFunctionalWorkflow(_CoreFunctionalWorkflow):
     _af_replay: tuple[StepCacheLog, int, int] | None = None
     _af_next: tuple[RunContext, tuple[StepCacheLog, int, int] | None] | None = None
 
-    _classify_signature = staticmethod(CachedClassification(_CoreFunctionalWorkflow._classify_signature))  # pyright: ignore[reportPrivateUsage]
     _discover_workflow_dependencies = classmethod(_DISCOVER)  # pyright: ignore[reportAssignmentType]
     _compute_signature_hash = _SIGNATURE_HASH  # pyright: ignore[reportAssignmentType]
 

@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import math
 import sys
-from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterable, Awaitable
 from contextvars import ContextVar
 from typing import Any, Literal, cast
@@ -40,24 +39,22 @@ _LIVE: Literal[0] = 0
 _CORE: Literal[1] = 1
 _END: Literal[2] = 2
 
-_Item = tuple[Any, ...]
+_Item = list[Any]
 
 
 class _LiveChannel:
-    """A FIFO from one run's workflow tasks to its one consumer; a freed slot goes to the first waiting producer."""
+    """A FIFO from one run's workflow tasks to its one consumer (``queue``); producers enter in arrival order."""
 
-    __slots__ = ("_getter", "_maxsize", "_promised", "_putters", "closed", "core_seen", "ctx", "items", "source")
+    __slots__ = ("closed", "core_seen", "ctx", "entry", "left", "queue", "source")
 
     def __init__(self, maxsize: int, source: str | None) -> None:
         self.closed = False
+        self.left = False  # the consumer left: nobody reads the end
         self.ctx: RunContext | None = None
         self.core_seen = 0
         self.source = source
-        self.items: deque[_Item] = deque()
-        self._maxsize = maxsize
-        self._promised = 0
-        self._putters: deque[asyncio.Future[None]] = deque()
-        self._getter: asyncio.Future[None] | None = None
+        self.queue: asyncio.Queue[_Item] = asyncio.Queue(maxsize)
+        self.entry = asyncio.Lock()  # one producer waits for a slot, the others (fairly) for it
 
     def _check_open(self) -> None:
         if self.closed:
@@ -80,70 +77,23 @@ class _LiveChannel:
         self.core_seen = len(events)
         return taken
 
-    async def _wait_for_slot(self) -> None:
-        if len(self.items) + self._promised < self._maxsize and not self._putters:
-            return
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._putters.append(waiter)
-        try:
-            await waiter
-        except BaseException:
-            if waiter.done() and not waiter.cancelled():
-                self._promised -= 1  # a slot was promised to us: pass it on
-                self._wake_putter()
-            elif waiter in self._putters:
-                self._putters.remove(waiter)
-            raise
-        self._promised -= 1
-
-    def _wake_putter(self) -> None:
-        while self._putters and len(self.items) + self._promised < self._maxsize:
-            waiter = self._putters.popleft()
-            if not waiter.done():
-                self._promised += 1
-                waiter.set_result(None)
-
-    def _append(self, item: _Item) -> None:
-        self.items.append(item)
-        getter = self._getter
-        if getter is not None and not getter.done():
-            getter.set_result(None)
-
     async def put_live(self, event: WorkflowEvent[Any], ctx: RunContext | None) -> None:
-        self._check_open()
-        await self._wait_for_slot()
-        self._check_open()
-        # Synchronous from here: the snapshot of core's events and the append are one step.
-        self._append((_LIVE, self._take_collected(ctx), event))
+        async with self.entry:
+            self._check_open()
+            item: _Item = [_LIVE, (), event]
+            await self.queue.put(item)
+            self._check_open()
+            item[1] = self._take_collected(ctx)  # nothing ran since the put: the snapshot goes in with it
 
     async def put_core(self, event: WorkflowEvent[Any]) -> None:
-        await self._wait_for_slot()
-        self._append((_CORE, event))
-
-    def finish(self, error: BaseException | None) -> None:
-        self._append((_END, error))
-
-    async def get(self) -> _Item:
-        while not self.items:
-            getter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._getter = getter
-            try:
-                await getter
-            finally:
-                self._getter = None
-        item = self.items.popleft()
-        if self._putters:
-            self._wake_putter()
-        return item
+        async with self.entry:
+            await self.queue.put([_CORE, event])
 
     def close(self) -> None:
-        """Refuse new entries and release waiting producers (they raise ``NotInWorkflowRunError``)."""
+        """Refuse new entries; the producer waiting for a slot gets one, then raises ``NotInWorkflowRunError``."""
         self.closed = True
-        while self._putters:
-            waiter = self._putters.popleft()
-            if not waiter.done():
-                self._promised += 1
-                waiter.set_result(None)
+        while not self.queue.empty():
+            self.queue.get_nowait()
 
 
 live_channel: ContextVar[_LiveChannel | None] = ContextVar("agent_framework_functional_live_channel", default=None)
@@ -178,8 +128,8 @@ async def collect_live(
                 event = await _next_core_event(core_stream)
             finally:
                 live_channel.reset(bound)
-            while channel.items:
-                _merge_live(channel.items.popleft(), forwarded, out)
+            while not channel.queue.empty():
+                _merge_live(channel.queue.get_nowait(), forwarded, out)
             if event is not None and _is_new(event, forwarded):
                 out.append(event)
             for merged in out:
@@ -198,11 +148,12 @@ async def _pump(core_stream: ResponseStream[WorkflowEvent[Any], Any], channel: _
         while (event := await _next_core_event(core_stream)) is not None:
             await channel.put_core(event)
     except BaseException as exc:
-        channel.finish(exc)
+        if not channel.left:
+            await channel.queue.put([_END, exc])
         if not isinstance(exc, Exception):
             raise
         return
-    channel.finish(None)
+    await channel.queue.put([_END, None])
 
 
 async def stream_live(
@@ -224,7 +175,7 @@ async def stream_live(
     pump = asyncio.get_running_loop().create_task(_pump(core_stream, channel))
     out: list[WorkflowEvent[Any]] = []
     try:
-        while _released(await channel.get(), forwarded, out):
+        while _released(await channel.queue.get(), forwarded, out):
             for merged in out:
                 yield merged
             out.clear()
@@ -259,6 +210,7 @@ def _released(item: _Item, forwarded: set[WorkflowEvent[Any]], out: list[Workflo
 async def _stop_pump(pump: asyncio.Task[None], channel: _LiveChannel) -> bool:
     """Wind the pump down and close the channel; True when this wait was cancelled again (re-raise it)."""
     cancelled_again = False
+    channel.left = True
     if not pump.done():
         pump.cancel()  # first: the workflow task sees a cancellation, not a closed channel
         # Wait even if cancelled again (anyio cancels at every await): leaving while the pump is inside
@@ -279,29 +231,25 @@ _MAX_JSON_DEPTH = 64
 
 def _json_copy(value: Any, depth: int = 0) -> Any:
     """Return a copy of a JSON-safe value, or raise TypeError naming what is not JSON-safe."""
-    if value is None or isinstance(value, (bool, int, str)):
-        return value
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise TypeError("emit_update() got a non-finite float (nan or infinity), which JSON cannot carry.")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise TypeError("emit_update() got a non-finite float (nan or infinity), which JSON cannot carry.")
+    if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if depth >= _MAX_JSON_DEPTH:
         raise TypeError(f"emit_update() data nests deeper than {_MAX_JSON_DEPTH} levels; flatten it.")
-    if isinstance(value, dict):
-        return {_json_key(key): _json_copy(item, depth + 1) for key, item in cast("dict[Any, Any]", value).items()}
     if isinstance(value, (list, tuple)):
         return [_json_copy(item, depth + 1) for item in cast("list[Any]", value)]
-    raise TypeError(
-        f"emit_update() cannot send a {type(value).__name__}. Send text (str), a Content, an "
-        "AgentResponseUpdate, or JSON-safe data (dict with str keys, list, str, int, float, bool, None); "
-        "convert other objects first, e.g. model.model_dump(mode='json')."
-    )
-
-
-def _json_key(key: Any) -> str:
-    if not isinstance(key, str):
-        raise TypeError(f"emit_update() data has a {type(key).__name__} dict key; JSON keys must be str.")
-    return key
+    if not isinstance(value, dict):
+        raise TypeError(
+            f"emit_update() cannot send a {type(value).__name__}. Send text (str), a Content, an "
+            "AgentResponseUpdate, or JSON-safe data (dict with str keys, list, str, int, float, bool, None); "
+            "convert other objects first, e.g. model.model_dump(mode='json')."
+        )
+    items = cast("dict[Any, Any]", value).items()
+    for key, _ in items:
+        if not isinstance(key, str):
+            raise TypeError(f"emit_update() data has a {type(key).__name__} dict key; JSON keys must be str.")
+    return {key: _json_copy(item, depth + 1) for key, item in items}
 
 
 async def emit_update(update: str | Content | AgentResponseUpdate | Any) -> None:

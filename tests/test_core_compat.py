@@ -18,7 +18,6 @@ from agent_framework_functional import workflow
 from agent_framework_functional._core_compat import LinearFunctionalWorkflow, LinearRunContext
 
 WORKFLOW_OVERRIDES = (
-    "_classify_signature",
     "_discover_workflow_dependencies",
     "_compute_signature_hash",
     "_capture_replay_state",

@@ -1,31 +1,27 @@
-"""Our builds read core's signature inputs from caches (``_signature_cache``) and still get core's signature.
+"""Our builds read core's signature inputs from caches and still get core's signature.
 
 Core recomputes a workflow's signature on every build and every run; ours caches each code object's
-instructions and each durable function identity. Whatever a definition's functions become (a
-reassigned default or code object, a mutated mutable default), our signature stays the one core
-computes for the same function at that moment, and core's own instances never use the caches.
+instructions and each durable function identity (``_core_compat.CachedDis``, ``CachedIdentity``).
+Whatever a definition's functions become (a reassigned default or code object, a mutated mutable
+default), our signature stays the one core computes for the same function at that moment, and core's
+own instances never use the caches.
 """
 
 from __future__ import annotations
 
 import dis
-import functools
-import gc
-import inspect
 import sys
 import types
-import weakref
 from pathlib import Path
 from typing import Any
 
 import pytest
 from agent_framework import FunctionalWorkflow as CoreFunctionalWorkflow
-from agent_framework import InMemoryCheckpointStorage, RunContext
+from agent_framework import InMemoryCheckpointStorage
 from agent_framework._workflows import _functional as core_functional
 
 from agent_framework_functional import ContinuationStore, SQLiteContinuationStore, step, workflow
-from agent_framework_functional._core_compat import LinearFunctionalWorkflow, build_core
-from agent_framework_functional._signature_cache import CachedClassification, CachedDis, CachedIdentity
+from agent_framework_functional._core_compat import CachedDis, CachedIdentity, LinearFunctionalWorkflow, build_core
 from agent_framework_functional._step_cache import _IMPLEMENTS  # pyright: ignore[reportPrivateUsage]
 from agent_framework_functional._store import is_continuation_store
 
@@ -119,35 +115,6 @@ def test_our_signature_reads_through_the_caches_and_core_reads_its_own() -> None
     assert CoreFunctionalWorkflow._discover_workflow_dependencies.__func__.__globals__ is vars(core_functional)  # pyright: ignore[reportPrivateUsage, reportFunctionMemberAccess]
 
 
-async def _two_inputs(first: str, second: str) -> str:
-    return first + second
-
-
-def _classified(func: Any) -> tuple[list[str], list[str]]:
-    ours = build_core(func, name="flow", description=None, checkpoint_storage=None)._non_ctx_param_names  # pyright: ignore[reportAttributeAccessIssue]
-    return ours, CoreFunctionalWorkflow(func, name="flow")._non_ctx_param_names  # pyright: ignore[reportPrivateUsage]
-
-
-def test_a_cached_parameter_check_follows_what_core_sees_and_refuses_again() -> None:
-    async def flow(topic: str, ctx: Any) -> str:
-        return topic
-
-    first = _classified(flow)
-    assert first == (["topic"], ["topic"]) and _classified(flow) == first  # the second from the cache
-    first[0].append("mutated")  # a caller's copy: the cache keeps its own
-    assert _classified(flow)[0] == ["topic"]
-    flow.__code__ = _two_inputs.__code__  # now two non-ctx parameters: core refuses it, and so do we
-    for build in (
-        lambda: build_core(flow, name="flow", description=None, checkpoint_storage=None),
-        lambda: CoreFunctionalWorkflow(flow, name="flow"),
-    ):
-        with pytest.raises(ValueError, match="multiple non-RunContext"):
-            build()
-    flow.__code__ = _flow.__code__
-    flow.__annotations__ = {"topic": str, "ctx": RunContext}  # the context named by its type only
-    assert _classified(flow) == (["topic"], ["topic"])
-
-
 def test_a_store_class_is_checked_once_and_a_non_store_is_refused_every_time(tmp_path: Path) -> None:
     store = SQLiteContinuationStore(tmp_path / "store.db")
     try:
@@ -183,109 +150,6 @@ def test_a_proxy_class_is_checked_each_time_so_a_proxy_of_nothing_is_refused(tmp
     assert not is_continuation_store(_StoreProxy(object()))
     with pytest.raises(TypeError, match="continuation_store must implement ContinuationStore"):
         _step_free.build(checkpoint_storage=InMemoryCheckpointStorage(), continuation_store=_StoreProxy(object()))  # pyright: ignore[reportArgumentType]
-
-
-def test_the_parameter_check_runs_once_per_function_until_its_inputs_change() -> None:
-    calls: list[Any] = []
-
-    def real(func: Any) -> list[str]:
-        calls.append(func)
-        return ["topic"]
-
-    async def flow(topic: str, ctx: Any) -> str:
-        return topic
-
-    cached = CachedClassification(real)
-    assert cached(flow) == cached(flow) == ["topic"] and len(calls) == 1
-    flow.__annotations__ = {"topic": int, "ctx": Any}  # a new annotations dict: checked again
-    assert cached(flow) == ["topic"] and len(calls) == 2
-    flow.__annotations__["topic"] = str  # the same dict, an item replaced: checked again
-    assert cached(flow) == ["topic"] and len(calls) == 3
-
-
-def _verdicts(func: Any) -> tuple[object, object]:
-    """Our build's parameter check and core's for ``func`` now: the names, or the refusal's type."""
-    verdicts: list[object] = []
-    for check in (LinearFunctionalWorkflow._classify_signature, CoreFunctionalWorkflow._classify_signature):  # pyright: ignore[reportPrivateUsage]
-        try:
-            verdicts.append(check(func))
-        except Exception as exc:  # a refusal: compared by its type
-            verdicts.append(type(exc))
-    return verdicts[0], verdicts[1]
-
-
-async def _message_and_context(message: str, ctx: RunContext) -> str:
-    return message
-
-
-async def _two_messages(first: str, second: str, ctx: RunContext) -> str:
-    return first + second
-
-
-def _wrapper_of(inner: Any) -> Any:
-    @functools.wraps(inner)
-    async def outer(*args: Any, **kwargs: Any) -> Any:
-        return await inner(*args, **kwargs)
-
-    return outer
-
-
-def _copy_of(func: Any) -> Any:
-    return types.FunctionType(func.__code__, func.__globals__, func.__name__, func.__defaults__, func.__closure__)
-
-
-def test_a_wrapped_functions_new_code_or_signature_is_seen_as_core_sees_it() -> None:
-    for change in ("__code__", "__signature__"):
-        inner = _copy_of(_message_and_context)
-        outer = _wrapper_of(inner)
-        assert _verdicts(outer) == (["message"], ["message"]) and _verdicts(outer)[0] == ["message"]
-        if change == "__code__":  # core's signature follows ``__wrapped__`` to the inner function's code
-            inner.__code__ = _two_messages.__code__
-        else:
-            inner.__signature__ = inspect.signature(_two_messages)  # pyright: ignore[reportFunctionMemberAccess]
-        assert _verdicts(outer) == (ValueError, ValueError), change
-
-
-def test_a_partial_is_checked_by_core_every_time() -> None:
-    partial = functools.partial(_two_messages, "fixed")
-    assert _verdicts(partial) == (["second"], ["second"])
-    partial.__setstate__((_two_messages, (), {}, None))  # the same object, now two message parameters
-    ours, core = _verdicts(partial)
-    assert ours == core and isinstance(core, type)  # core refuses it (and so do we)
-
-
-def test_a_string_annotation_is_resolved_again_when_the_module_globals_change() -> None:
-    # Built before ``Report`` exists, core's type hints fail and ``context`` counts as the message's
-    # parameter; once it exists, core sees a RunContext and no message parameter.
-    namespace: dict[str, Any] = {"RunContext": RunContext}
-    source = "from __future__ import annotations\nasync def review(context: RunContext) -> Report:\n    return ''\n"
-    exec(compile(source, "<review>", "exec"), namespace)  # a module whose globals the test changes
-    review = namespace["review"]
-    assert _verdicts(review) == (["context"], ["context"])
-    namespace["Report"] = str
-    assert _verdicts(review) == ([], [])
-    namespace["RunContext"] = str  # the same text now names another type
-    assert _verdicts(review) == (["context"], ["context"])
-
-
-def test_a_generic_annotation_is_reused_and_the_cache_keeps_no_function_alive() -> None:
-    calls: list[Any] = []
-
-    def real(func: Any) -> list[str]:
-        calls.append(func.__name__)
-        return ["topics"]
-
-    async def flow(topics: list[str], ctx: RunContext) -> dict[str, Any]:
-        return {}
-
-    cached = CachedClassification(real)
-    assert cached(flow) == cached(flow) == ["topics"] and calls == ["flow"]  # list[str]: equal, not the same
-    wrapper = _wrapper_of(flow)
-    assert cached(wrapper) == cached(wrapper) and calls == ["flow", "flow"]
-    gone = weakref.ref(flow)
-    del flow, wrapper
-    gc.collect()
-    assert gone() is None
 
 
 def test_a_store_made_of_instance_attributes_is_one_after_a_no_for_its_class() -> None:
