@@ -145,56 +145,15 @@ class _InRun(Exception):
     """Only the run can answer this rule's question (a store read, or a write)."""
 
 
-class _Judge:
-    """Answers the rules' token questions without I/O, at the call (:class:`_StoreJudge` answers in the run)."""
-
-    def __init__(self, workflow: FunctionalWorkflow) -> None:
-        self.workflow = workflow
-
-    async def verify(self, token: Any) -> VerifiedContinuation:
-        verdict = self.workflow.verify_token_now(token)
-        if verdict is None:
-            raise _InRun
-        return verdict
-
-    async def is_stale(self, token: Any) -> bool:
-        stale = self.workflow.token_known_stale(token)
-        if stale is None:
-            raise _InRun
-        return stale
-
-    async def check_conflict(self, verdict: VerifiedContinuation) -> None:  # a verdict without I/O: the pause here
-        return
-
-    async def abandon_orphan(self) -> None:
-        raise _InRun
-
-
-class _StoreJudge(_Judge):
-    """The same questions, asked of the continuation store."""
-
-    async def verify(self, token: Any) -> VerifiedContinuation:
-        return await self.workflow.verify_continuation_token_async(token)
-
-    async def is_stale(self, token: Any) -> bool:
-        return await self.workflow.token_is_stale(token)
-
-    async def check_conflict(self, verdict: VerifiedContinuation) -> None:
-        await self.workflow.check_pause_conflict(verdict)
-
-    async def abandon_orphan(self) -> None:
-        await self.workflow.abandon_continuation_async(force=True)
-
-
 def _at_call(rules: Coroutine[Any, Any, Decision]) -> Decision | None:
-    """Run the rules without I/O: the decision, or None where only the run can decide."""
+    """Run the rules without I/O (``in_run`` False): the decision, or None where only the run can decide."""
     try:
         rules.send(None)
     except StopIteration as done:
         return done.value
     except _InRun:
         return None
-    rules.close()  # pragma: no cover - a judge at the call never suspends
+    rules.close()  # pragma: no cover - the rules at the call never suspend
     raise RuntimeError("an agent call's rules awaited I/O at the call")  # pragma: no cover
 
 
@@ -229,7 +188,7 @@ class CallPlanner:
         assert workflow is not None
         call = AgentCall(args, workflow, had_instance)
         try:
-            call.decision = _at_call(self._decide(call, _Judge(workflow)))
+            call.decision = _at_call(self._decide(call, in_run=False))
             self._start_known(call)
         except BaseException:
             self.refused(call)
@@ -239,7 +198,7 @@ class CallPlanner:
     async def decide_in_run(self, call: AgentCall) -> None:
         """Decide a call the pass at the call left open, asking the store."""
         try:
-            call.decision = await self._decide(call, _StoreJudge(call.workflow))
+            call.decision = await self._decide(call, in_run=True)
             self._start_known(call)
         except BaseException:
             self.refused(call)
@@ -285,7 +244,7 @@ class CallPlanner:
 
     # ------------------------------------------------------------------ the rules (in the workflow's contract order)
 
-    async def _decide(self, call: AgentCall, judge: _Judge) -> Decision:
+    async def _decide(self, call: AgentCall, *, in_run: bool) -> Decision:
         args = call.args
         # A caller that resends history (AG-UI) adds this turn's part after the last assistant message.
         turn = read_turn(call.input_messages, with_answers=args.responses is None and args.checkpoint_id is None)
@@ -293,23 +252,23 @@ class CallPlanner:
         # A pause whose session lost its token takes answers only alone (then refused); with text, new input.
         paused = call.workflow.has_pending_continuation and not lost_its_token(call.session, call.options)
         if turn.answers and (turn.only_answers or paused or stored is not None):
-            return await self._chat_resume(call, turn, judge)
+            return await self._chat_resume(call, turn, in_run)
         if args.responses is not None or args.checkpoint_id is not None:
             return self._explicit(call)
-        return await self._new_input(call, turn, stored, judge)
+        return await self._new_input(call, turn, stored, in_run)
 
-    async def _chat_resume(self, call: AgentCall, turn: Turn, judge: _Judge) -> Resume:
+    async def _chat_resume(self, call: AgentCall, turn: Turn, in_run: bool) -> Resume:
         """Authority, then a conflict with a pause held here, then the answers."""
         token = resolve_token(call.args.continuation_token, call.options, call.session, self.agent.id)
         from_session = _token_from_session(call)
         try:
-            verified = await judge.verify(token)
+            verified = await _verify(call.workflow, token, in_run)
         except ContinuationAuthorityError:
-            if from_session and token is not None and await judge.is_stale(token):  # none at all is not stale
+            if from_session and token is not None and await _is_stale(call.workflow, token, in_run):  # none: not stale
                 raise StaleContinuationError() from None
             raise
-        try:
-            await judge.check_conflict(verified)
+        try:  # at the call only a pause held here verifies: nothing to read
+            await call.workflow.check_pause_conflict(verified)
         except PendingContinuationError:
             raise PendingContinuationError(AGENT_PENDING_CONTINUATION_MESSAGE) from None
         if not turn.only_answers:
@@ -338,7 +297,7 @@ class CallPlanner:
         from_session = _token_from_session(call) and call.session is not None
         return Resume(token, answers if mapping else args.responses, answers, args.messages, from_session)
 
-    async def _new_input(self, call: AgentCall, turn: Turn, stored: Any, judge: _Judge) -> Decision:
+    async def _new_input(self, call: AgentCall, turn: Turn, stored: Any, in_run: bool) -> Decision:
         if call.args.messages is None:
             raise ValueError(
                 "Nothing to run: pass messages (a new turn), messages that answer the pending requests, "
@@ -352,7 +311,9 @@ class CallPlanner:
         workflow = call.workflow
         if workflow.has_pending_continuation:
             if lost_its_token(call.session, call.options):  # orphaned: nobody can answer it; abandoned, then fresh
-                await judge.abandon_orphan()
+                if not in_run:  # a write: left to the run
+                    raise _InRun
+                await workflow.abandon_continuation_async(force=True)
                 return self._fresh(call)
             return self._text_reply(call, turn)
         if workflow.is_running:
@@ -361,16 +322,16 @@ class CallPlanner:
             raise TypeError(
                 "This agent has an input_mapper, which maps chat input: pass str, Message, Content or a list of them."
             )
-        return self._fresh(call) if stored is None else await self._over_stored(call, turn, stored, judge)
+        return self._fresh(call) if stored is None else await self._over_stored(call, turn, stored, in_run)
 
-    async def _over_stored(self, call: AgentCall, turn: Turn, stored: Any, judge: _Judge) -> Decision:
+    async def _over_stored(self, call: AgentCall, turn: Turn, stored: Any, in_run: bool) -> Decision:
         """New input over a stored token no pause here has: fresh when stale, else a conflict or a text reply."""
-        if call.had_instance or await judge.is_stale(stored):
+        if call.had_instance or await _is_stale(call.workflow, stored, in_run):
             return self._fresh(call)  # the token goes when the run ends (AgentRunner._write_session)
         if call.workflow.continuation_store is None:
             raise PendingContinuationError(AGENT_PENDING_CONTINUATION_MESSAGE)
         try:
-            verified = await judge.verify(stored)
+            verified = await _verify(call.workflow, stored, in_run)
         except ContinuationAuthorityError:
             raise PendingContinuationError(AGENT_PENDING_CONTINUATION_MESSAGE) from None
         text = text_answer(turn.messages, verified) if self.text_answers else None
@@ -400,6 +361,24 @@ class CallPlanner:
         secret = presented_secret(token.token if type(token) is VerifiedContinuation else token)
         # Never raises, whatever the caller passed: the resume fails authority later.
         return {} if secret is None else self.conversations.answers_for(session, secret)
+
+
+async def _verify(workflow: FunctionalWorkflow, token: Any, in_run: bool) -> VerifiedContinuation:
+    """The token's verdict: in the run from the store too, at the call only without I/O."""
+    if in_run:
+        return await workflow.verify_continuation_token_async(token)
+    verdict = workflow.verify_token_now(token)
+    if verdict is None:
+        raise _InRun
+    return verdict
+
+
+async def _is_stale(workflow: FunctionalWorkflow, token: Any, in_run: bool) -> bool:
+    """Whether ``token`` is known to resume nothing: in the run from the store too, at the call only without I/O."""
+    stale = await workflow.token_is_stale(token) if in_run else workflow.token_known_stale(token)
+    if stale is None:
+        raise _InRun
+    return stale
 
 
 def _token_from_session(call: AgentCall) -> bool:
