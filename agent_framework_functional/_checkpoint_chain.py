@@ -78,14 +78,12 @@ class RecordingCheckpointStorage:
         return self._save(checkpoint, offer)
 
     async def _save(self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None) -> str:
-        joint = self.joint
-        if joint is not None and checkpoint.pending_request_info_events and not self.keep:
-            pause = self.joint_pause = await joint.plan_pause(checkpoint, offer)
-            if pause is not None:
-                self.last_saved_id = pause.checkpoint_id
-                self.saved_ids.append(pause.checkpoint_id)
-                return pause.checkpoint_id
-        if self.buffer is not None:
+        pause = None
+        if self.joint is not None and checkpoint.pending_request_info_events and not self.keep:
+            pause = self.joint_pause = await self.joint.plan_pause(checkpoint, offer)
+        if pause is not None:
+            checkpoint_id = pause.checkpoint_id
+        elif self.buffer is not None:
             checkpoint_id = await self.buffer.save_buffered(checkpoint, offer)
         elif self.offered is not None:
             checkpoint_id = await self.offered.save_with_offer(checkpoint, offer)
@@ -113,11 +111,8 @@ class RecordingCheckpointStorage:
 
     async def delete_chain(self, *, keep: str | None) -> None:
         """Delete the checkpoints this run saved (but ``keep``) and the resumed pause's; failures are ignored."""
-        doomed = self._take_saved(keep)
-        if self.resumed_checkpoint_id is not None and self.resumed_checkpoint_id != keep and not self.keep:
-            doomed.append(self.resumed_checkpoint_id)
-        self.resumed_checkpoint_id = None
-        await self._delete(doomed)
+        resumed, self.resumed_checkpoint_id = self.resumed_checkpoint_id, None
+        await self.delete_superseded(keep=keep, resumed=resumed)
 
     async def finish_chain(self) -> None:
         """The run finished: keep its chain's checkpoints for the retention (0: now); ids stay for :meth:`flush`."""
@@ -127,19 +122,14 @@ class RecordingCheckpointStorage:
             return
         resumed, self.resumed_checkpoint_id = self.resumed_checkpoint_id, None
         if self.retention is not None:
-            kept = [*([resumed] if resumed is not None else []), *self.saved_ids]
+            kept = [checkpoint_id for checkpoint_id in (resumed, *self.saved_ids) if checkpoint_id is not None]
             retain_checkpoints(self.inner, kept, self.retention)
 
-    async def delete_superseded(self, *, keep: str) -> None:
+    async def delete_superseded(self, *, keep: str | None, resumed: str | None = None) -> None:
         """Delete the checkpoints this run saved before its pause ``keep`` (nothing references them any more)."""
-        await self._delete(self._take_saved(keep))
-
-    def _take_saved(self, keep: str | None) -> list[str]:
         saved, self.saved_ids = self.saved_ids, []
-        return [] if self.keep else [checkpoint_id for checkpoint_id in saved if checkpoint_id != keep]
-
-    async def _delete(self, doomed: list[str]) -> None:
-        if doomed:  # failures ignored: cleanup must never fail the run
+        doomed = [checkpoint_id for checkpoint_id in (*saved, resumed) if checkpoint_id not in (None, keep)]
+        if doomed and not self.keep:  # failures ignored: cleanup must never fail the run
             await delete_checkpoints(self.inner, doomed)
 
     async def load(self, checkpoint_id: str) -> WorkflowCheckpoint:

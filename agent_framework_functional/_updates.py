@@ -90,12 +90,10 @@ class UpdateConverter:
     def live_update(self, data: Any) -> AgentResponseUpdate | None:
         """The update for an ``intermediate`` payload (None: cannot carry it); a copy drops the token only."""
         if isinstance(data, AgentResponseUpdate):
-            return AgentResponseUpdate(
-                contents=list(data.contents),
+            return self._update(
+                list(data.contents),
                 role=data.role or "assistant",
                 author_name=data.author_name or self.author_name,
-                agent_id=self.agent_id,
-                response_id=self.response_id,
                 message_id=data.message_id,
                 merge_mode=data.merge_mode,
                 created_at=data.created_at,
@@ -111,14 +109,8 @@ class UpdateConverter:
         return None
 
     def _update(self, contents: list[Content], **fields: Any) -> AgentResponseUpdate:
-        return AgentResponseUpdate(
-            contents=contents,
-            role="assistant",
-            author_name=self.author_name,
-            agent_id=self.agent_id,
-            response_id=self.response_id,
-            **fields,
-        )
+        fields = {"role": "assistant", "author_name": self.author_name, **fields}
+        return AgentResponseUpdate(contents=contents, agent_id=self.agent_id, response_id=self.response_id, **fields)
 
 
 def approval_request(event: WorkflowEvent[Any], tag: str | None = None) -> list[Content]:
