@@ -1,7 +1,4 @@
-"""Typed answers: a request's ``response_type`` as JSON Schema, and an answer converted to that type.
-
-Every answer is converted before a resume is accepted, so a mismatch is refused before the token is spent.
-"""
+"""Typed answers: a ``response_type`` as JSON Schema, and an answer converted to it before the token is spent."""
 
 from __future__ import annotations
 
@@ -82,11 +79,7 @@ def response_schema(response_type: Any) -> dict[str, Any] | None:
 
 
 def parse_json_text(value: Any, response_type: Any) -> Any:
-    """``value`` parsed as JSON when it is text the type does not take as it is, else ``value``.
-
-    Bracketed non-JSON text goes through ``ast.literal_eval``: core's ``Content.from_function_result``
-    stores a list as its Python ``repr``.
-    """
+    """``value`` parsed as JSON (or a Python literal: core stores a list as its ``repr``) when the type needs it."""
     if not isinstance(value, str) or _accepts(value, response_type):
         return value
     if not value.strip():
@@ -232,9 +225,7 @@ def check_answers(
     *,
     unchanged: str = "The continuation is still pending.",
 ) -> dict[str, Any]:
-    """Correlate answers with the pause, then convert each known answer to its ``response_type``.
-
-    ``requests`` holds earlier rounds too (a replay passes their answers again).
+    """Correlate answers with the pause, then convert each answer to its ``response_type`` (earlier rounds' too).
 
     Raises:
         ResponseMismatchError: No answer names a pending request, or an answer does not fit its type.

@@ -1,7 +1,4 @@
-"""Chat input of the agent: what the workflow receives, this turn's answers, and those answers as responses.
-
-Answers are converted only after the planner checked authority, so a bad answer never touches the pause.
-"""
+"""Chat input of the agent: what the workflow receives, this turn's answers, and those answers as responses."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
-"""The checkpoint recorder: what one run saved, so a run chain deletes its spent checkpoints when it ends.
+"""The checkpoint recorder: core never deletes checkpoints, so a run chain deletes its spent ones itself.
 
-Core never deletes checkpoints. A :class:`RecordingCheckpointStorage` in front of the real one deletes
-a chain's checkpoints that back no token when it pauses again, and keeps them for ``checkpoint_retention``
-when it finishes (AGENTS.md invariant 30).
+Those that back no token go when it pauses again; at the finish they stay ``checkpoint_retention`` (AGENTS.md
+invariant 30).
 """
 
 from __future__ import annotations
@@ -99,10 +98,7 @@ class RecordingCheckpointStorage:
         return pause
 
     async def flush(self) -> None:
-        """The run ended: a joint pause no record took is saved alone, and a buffer writes the run's step saves.
-
-        After a failure those are what a restore starts from, written before the caller sees the failure.
-        """
+        """The run ended: save a joint pause no record took alone, write a buffer's step saves (before a failure)."""
         pause = self.take_joint_pause()
         if pause is not None:
             await pause.write_alone()

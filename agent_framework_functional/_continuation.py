@@ -140,10 +140,7 @@ _REQUEST_TAG_DOMAIN = b"agent_framework_functional request id\x00"
 
 
 def request_tag(secret: str | bytes | None) -> str | None:
-    """The tag of a pause's published request ids (None for no secret): 16 URL-safe characters.
-
-    A domain-separated sha256 of the secret, so it reveals nothing of it (nor the store's hash).
-    """
+    """The tag of a pause's published request ids: a domain-separated hash of the secret (None for no secret)."""
     if secret is None:
         return None
     raw = secret.encode("ascii") if isinstance(secret, str) else secret

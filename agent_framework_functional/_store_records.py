@@ -1,8 +1,4 @@
-"""A continuation store's records as one workflow instance may act on them.
-
-The record check, a pause's requests, saving, abandoning a pause held elsewhere, and the shielded claim;
-``StoreAuthority`` calls the store itself only to abandon a pause held here and to supersede one.
-"""
+"""A continuation store's records as one workflow instance may act on them (check, save, claim, abandon)."""
 
 from __future__ import annotations
 
@@ -155,10 +151,7 @@ async def _outcome(operation: Awaitable[bool]) -> bool | None:
 def earlier_requests(
     record: ContinuationRecord, pending: Mapping[str, WorkflowEvent[Any]]
 ) -> dict[str, WorkflowEvent[Any]]:
-    """The earlier rounds' requests a record names, as type-only ``request_info`` events.
-
-    So their answers are checked before the claim (core checks them after the token was spent).
-    """
+    """The earlier rounds' requests a record names, as type-only events: their answers are checked before the claim."""
     events: dict[str, WorkflowEvent[Any]] = {}
     for request_id, text in (record.response_types or {}).items():
         response_type = None if request_id in pending else resolve_type(text)

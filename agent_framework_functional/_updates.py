@@ -100,10 +100,8 @@ class UpdateConverter:
                 additional_properties=dict(data.additional_properties) if data.additional_properties else None,
                 raw_representation=data,
             )
-        if isinstance(data, str):
-            return self._update([Content.from_text(text=data)])
-        if isinstance(data, Content):
-            return self._update([data])
+        if isinstance(data, (str, Content)):
+            return self._update(output_contents(data))
         if data is None or isinstance(data, (bool, int, float, dict, list)):
             return self._update([], additional_properties={LIVE_DATA_PROPERTY: data})
         return None
@@ -116,25 +114,15 @@ class UpdateConverter:
 def approval_request(event: WorkflowEvent[Any], tag: str | None = None) -> list[Content]:
     """A ``request_info`` event's ``function_call`` (hosted), then its approval request (as core's ``Agent``)."""
     request_id = published_id(event.request_id, tag)
-    expects = type_name(event.response_type)
-    schema = response_schema(event.response_type)
-    function_call = Content.from_function_call(
-        call_id=request_id,
-        name=REQUEST_INFO_FUNCTION_NAME,
-        arguments={
-            "request_id": request_id,
-            "data": request_data_to_json(event.data),
-            "response_type": expects,
-            "response_schema": schema,
-        },
-        hosted=True,
+    expects = {"response_type": type_name(event.response_type), "response_schema": response_schema(event.response_type)}
+    arguments = {"request_id": request_id, "data": request_data_to_json(event.data), **expects}
+    call = Content.from_function_call(
+        call_id=request_id, name=REQUEST_INFO_FUNCTION_NAME, arguments=arguments, hosted=True
     )
     approval = Content.from_function_approval_request(
-        id=request_id,
-        function_call=function_call,
-        additional_properties={"request_id": request_id, "response_type": expects, "response_schema": schema},
+        id=request_id, function_call=call, additional_properties={"request_id": request_id, **expects}
     )
-    return [function_call, approval]
+    return [call, approval]
 
 
 def output_contents(data: Any) -> list[Content]:
