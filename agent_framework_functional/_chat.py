@@ -133,31 +133,37 @@ def has_other_contents(messages: Sequence[Message]) -> bool:
     )
 
 
-def answers_to_responses(answers: Sequence[Content], requests: Mapping[str, WorkflowEvent[Any]]) -> dict[str, Any]:
+def answers_to_responses(
+    answers: Sequence[Content], requests: Mapping[str, WorkflowEvent[Any]], aliases: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """Chat-native answers as ``responses`` for the pause's requests, each converted to its ``response_type``.
+
+    ``aliases``: the ids an answer may name, each to its request's id (default: the ids of ``requests``).
 
     Raises:
         ResponseMismatchError: An answer names no pending request, answers one twice, or does not convert.
     """
+    names = aliases if aliases is not None else {request_id: request_id for request_id in requests}
     responses: dict[str, Any] = {}
     for answer in answers:
         request_id = answer.id if answer.type == "function_approval_response" else answer.call_id
         key = "id" if answer.type == "function_approval_response" else "call_id"
-        if not request_id or request_id not in requests:
+        if not request_id or request_id not in names:
             raise ResponseMismatchError(
                 f"A {answer.type} content in the input does not answer a pending request (its {key} must be "
-                f"one of {sorted(requests)!r}). The continuation is still pending: resend the answers with "
+                f"one of {sorted(names)!r}). The continuation is still pending: resend the answers with "
                 "those ids.",
                 request_id=request_id or None,
                 unknown_id=True,
             )
-        if request_id in responses:
+        target = names[request_id]
+        if target in responses:
             raise ResponseMismatchError(
                 f"The input answers request {request_id!r} more than once; send one answer per request. "
                 "The continuation is still pending.",
                 request_id=request_id,
             )
-        responses[request_id] = _answer_value(answer, request_id, requests[request_id].response_type)
+        responses[target] = _answer_value(answer, request_id, requests[target].response_type)
     return responses
 
 
@@ -173,14 +179,7 @@ def pause_answers(
     aliases = {published_id(request_id, tag): request_id for request_id in requests}
     if core_ids:
         aliases.update((request_id, request_id) for request_id in requests)
-    named = answers_to_responses(answers, {alias: requests[request_id] for alias, request_id in aliases.items()})
-    responses = {aliases[alias]: value for alias, value in named.items()}
-    if len(responses) < len(named):
-        raise ResponseMismatchError(
-            "The input answers a request more than once (by two of its ids); send one answer per request. "
-            "The continuation is still pending."
-        )
-    return responses
+    return answers_to_responses(answers, requests, aliases)
 
 
 def _answer_value(answer: Content, request_id: str, response_type: Any) -> Any:
