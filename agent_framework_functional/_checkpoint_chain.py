@@ -57,13 +57,11 @@ class RecordingCheckpointStorage:
         self.resumed_checkpoint_id: str | None = None
         # Set for a remote resume: raises the authority error when the pause was resumed meanwhile.
         self.gone: Callable[[], Awaitable[None]] | None = None
-        # The pause's checkpoint a remote resume loaded before core's run (its requests' answer types):
-        # core's restore of the same id in this run takes it instead of loading it again (once).
+        # The pause's checkpoint a remote resume loaded before core's run: core's restore of that id takes it (once).
         self.preloaded: WorkflowCheckpoint | None = None
         # A restore's load that failed before core's run (id, error): core's load raises it (core's failure surface).
         self.failed_load: tuple[str, Exception] | None = None
-        # A store and this storage on one database (``_store.JointStore``, set by ``StoreAuthority``): a pause's
-        # save waits in ``joint_pause`` for its record, both written in one statement (``record_pause``).
+        # Set by ``StoreAuthority`` (``_store.JointStore``): a pause's save waits in ``joint_pause`` for its record.
         self.joint: Joint | None = None
         self.joint_pause: JointPause | None = None
 

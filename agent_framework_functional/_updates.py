@@ -156,7 +156,12 @@ class LiveText:
         self._role: Any = None
 
     def add(self, update: AgentResponseUpdate) -> None:
-        if not self._runs or self._starts_new_message(update):
+        opens = (  # core's rule in ``_process_update`` for when an update opens a new message
+            (update.message_id and self._message_id and update.message_id != self._message_id)
+            or (update.author_name and self._author and update.author_name != self._author)
+            or (update.role and update.role != self._role)
+        )
+        if not self._runs or opens:
             self._message_start = len(self._runs)
             self._open = False
         if update.merge_mode == "replace":
@@ -183,14 +188,6 @@ class LiveText:
             self._runs[-1] = [text]
         else:
             self._runs[-1].append(text)
-
-    def _starts_new_message(self, update: AgentResponseUpdate) -> bool:
-        """Core's rule in ``_process_update`` for when an update opens a new message."""
-        return bool(
-            (update.message_id and self._message_id and update.message_id != self._message_id)
-            or (update.author_name and self._author and update.author_name != self._author)
-            or (update.role and update.role != self._role)
-        )
 
     def repeats(self, contents: Sequence[Content]) -> bool:
         """True when ``contents`` carry text and the live text so far ends with exactly that text."""
