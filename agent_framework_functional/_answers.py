@@ -30,9 +30,8 @@ STRING_ANSWER = "functional_string_answer"
 
 def value_result(call_id: str, value: Any) -> Content:
     """A ``function_result`` answering ``call_id`` with the JSON ``value`` (a string marked :data:`STRING_ANSWER`)."""
-    if isinstance(value, str):
-        return Content.from_function_result(call_id=call_id, result=value, additional_properties={STRING_ANSWER: True})
-    return Content.from_function_result(call_id=call_id, result=value)
+    marked = {STRING_ANSWER: True} if isinstance(value, str) else None
+    return Content.from_function_result(call_id=call_id, result=value, additional_properties=marked)
 
 
 def _cached(function: Callable[[Any], Any], response_type: Any) -> Any:
