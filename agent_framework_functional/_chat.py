@@ -28,12 +28,8 @@ REJECTED_RESULT = "Error: Tool call invocation was rejected by user."
 
 def is_chat_input(value: Any) -> bool:
     """True when ``value`` is agent chat input: ``str``, ``Message``, ``Content`` or a list/tuple of them."""
-    if isinstance(value, (str, Message, Content)):
-        return True
-    if isinstance(value, (list, tuple)):
-        items = typing.cast(Sequence[Any], value)
-        return all(isinstance(item, (str, Message, Content)) for item in items)
-    return False
+    items = typing.cast(Sequence[Any], value) if isinstance(value, (list, tuple)) else (value,)
+    return all(isinstance(item, (str, Message, Content)) for item in items)
 
 
 def input_mode_for(func: Callable[..., Any]) -> InputMode:

@@ -122,7 +122,9 @@ class RecordingCheckpointStorage:
     async def delete_superseded(self, *, keep: str | None, resumed: str | None = None) -> None:
         """Delete the checkpoints this run saved before its pause ``keep`` (nothing references them any more)."""
         saved, self.saved_ids = self.saved_ids, []
-        doomed = [checkpoint_id for checkpoint_id in (*saved, resumed) if checkpoint_id not in (None, keep)]
+        doomed = [
+            checkpoint_id for checkpoint_id in (*saved, resumed) if checkpoint_id is not None and checkpoint_id != keep
+        ]
         if doomed and not self.keep:  # failures ignored: cleanup must never fail the run
             await delete_checkpoints(self.inner, doomed)
 
