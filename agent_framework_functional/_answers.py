@@ -1,7 +1,4 @@
-"""Typed answers: a request's ``response_type`` as JSON Schema, and an answer converted to that type.
-
-Every answer is converted before a resume is accepted, so a mismatch is refused before the token is spent.
-"""
+"""Typed answers: a ``response_type`` as JSON Schema, and an answer converted to it before the token is spent."""
 
 from __future__ import annotations
 
@@ -33,9 +30,8 @@ STRING_ANSWER = "functional_string_answer"
 
 def value_result(call_id: str, value: Any) -> Content:
     """A ``function_result`` answering ``call_id`` with the JSON ``value`` (a string marked :data:`STRING_ANSWER`)."""
-    if isinstance(value, str):
-        return Content.from_function_result(call_id=call_id, result=value, additional_properties={STRING_ANSWER: True})
-    return Content.from_function_result(call_id=call_id, result=value)
+    marked = {STRING_ANSWER: True} if isinstance(value, str) else None
+    return Content.from_function_result(call_id=call_id, result=value, additional_properties=marked)
 
 
 def _cached(function: Callable[[Any], Any], response_type: Any) -> Any:
@@ -82,11 +78,7 @@ def response_schema(response_type: Any) -> dict[str, Any] | None:
 
 
 def parse_json_text(value: Any, response_type: Any) -> Any:
-    """``value`` parsed as JSON when it is text the type does not take as it is, else ``value``.
-
-    Bracketed non-JSON text goes through ``ast.literal_eval``: core's ``Content.from_function_result``
-    stores a list as its Python ``repr``.
-    """
+    """``value`` parsed as JSON (or a Python literal: core stores a list as its ``repr``) when the type needs it."""
     if not isinstance(value, str) or _accepts(value, response_type):
         return value
     if not value.strip():
@@ -118,28 +110,13 @@ def convert_answer(value: Any, response_type: Any, request_id: str) -> Any:
         ResponseMismatchError: The value fits neither (the message names field paths, never the value).
     """
     if _non_finite(value):
-        name = type_name(response_type)
-        raise ResponseMismatchError(
-            f"The answer to request {request_id!r} is not a {name}: NaN and Infinity are not JSON numbers. Resume "
-            "again with a finite number (its JSON Schema is the request's response_schema); the continuation is "
-            "still pending.",
-            request_id=request_id,
-        )
-    if value is None or (isinstance(response_type, type) and type(value) is response_type):
+        details = ": NaN and Infinity are not JSON numbers"
+    elif value is None or (isinstance(response_type, type) and type(value) is response_type):
         return value
-    # Never infer a bool or a number: pydantic takes "yes" or 1 for a bool and "3" for an int, core true for an int.
-    adapter = None if response_type is bool else _cached(_adapter, response_type)
-    details = ": only true or false answers a bool request" if response_type is bool else ""
-    inferred = _lax_scalars(adapter, value) if adapter is not None else []
-    if inferred:
-        adapter, details = None, ": " + _describe_errors(inferred)
-    elif response_fits(value, response_type, request_id):
-        return value
-    if adapter is not None:
-        converted, refused = _validated(adapter, value, response_type, request_id)
-        if refused is None:
+    else:
+        converted, details = _converted(value, response_type, request_id)
+        if details is None:
             return converted
-        details = refused
     name = type_name(response_type)
     raise ResponseMismatchError(
         f"The answer to request {request_id!r} is not a {name} and cannot be converted to {name}{details}. "
@@ -162,8 +139,20 @@ def _non_finite(value: Any, depth: int = 0) -> bool:
     return False
 
 
-def _validated(adapter: TypeAdapter[Any], value: Any, response_type: Any, request_id: str) -> tuple[Any, str | None]:
-    """Pydantic's validated value and None when core's rule accepts it; else None and why not (or "")."""
+def _converted(value: Any, response_type: Any, request_id: str) -> tuple[Any, str | None]:
+    """``value`` (or pydantic's validated value) and None when core's rule accepts it; else None and why not."""
+    # Never infer a bool or a number: pydantic takes "yes" or 1 for a bool and "3" for an int, core true for an int.
+    if response_type is bool:
+        fits = response_fits(value, bool, request_id)
+        return (value, None) if fits else (None, ": only true or false answers a bool request")
+    adapter = _cached(_adapter, response_type)
+    inferred = _lax_scalars(adapter, value) if adapter is not None else []
+    if inferred:
+        return None, ": " + _describe_errors(inferred)
+    if response_fits(value, response_type, request_id):
+        return value, None
+    if adapter is None:
+        return None, ""
     try:
         converted = adapter.validate_python(value)
     except ValidationError as exc:
@@ -235,9 +224,7 @@ def check_answers(
     *,
     unchanged: str = "The continuation is still pending.",
 ) -> dict[str, Any]:
-    """Correlate answers with the pause, then convert each known answer to its ``response_type``.
-
-    ``requests`` holds earlier rounds too (a replay passes their answers again).
+    """Correlate answers with the pause, then convert each answer to its ``response_type`` (earlier rounds' too).
 
     Raises:
         ResponseMismatchError: No answer names a pending request, or an answer does not fit its type.

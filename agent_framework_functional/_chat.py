@@ -1,7 +1,4 @@
-"""Chat input of the agent: what the workflow receives, this turn's answers, and those answers as responses.
-
-Answers are converted only after the planner checked authority, so a bad answer never touches the pause.
-"""
+"""Chat input of the agent: what the workflow receives, this turn's answers, and those answers as responses."""
 
 from __future__ import annotations
 
@@ -31,12 +28,8 @@ REJECTED_RESULT = "Error: Tool call invocation was rejected by user."
 
 def is_chat_input(value: Any) -> bool:
     """True when ``value`` is agent chat input: ``str``, ``Message``, ``Content`` or a list/tuple of them."""
-    if isinstance(value, (str, Message, Content)):
-        return True
-    if isinstance(value, (list, tuple)):
-        items = typing.cast(Sequence[Any], value)
-        return all(isinstance(item, (str, Message, Content)) for item in items)
-    return False
+    items = typing.cast(Sequence[Any], value) if isinstance(value, (list, tuple)) else (value,)
+    return all(isinstance(item, (str, Message, Content)) for item in items)
 
 
 def input_mode_for(func: Callable[..., Any]) -> InputMode:
@@ -136,31 +129,37 @@ def has_other_contents(messages: Sequence[Message]) -> bool:
     )
 
 
-def answers_to_responses(answers: Sequence[Content], requests: Mapping[str, WorkflowEvent[Any]]) -> dict[str, Any]:
+def answers_to_responses(
+    answers: Sequence[Content], requests: Mapping[str, WorkflowEvent[Any]], aliases: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """Chat-native answers as ``responses`` for the pause's requests, each converted to its ``response_type``.
+
+    ``aliases``: the ids an answer may name, each to its request's id (default: the ids of ``requests``).
 
     Raises:
         ResponseMismatchError: An answer names no pending request, answers one twice, or does not convert.
     """
+    names = aliases if aliases is not None else {request_id: request_id for request_id in requests}
     responses: dict[str, Any] = {}
     for answer in answers:
         request_id = answer.id if answer.type == "function_approval_response" else answer.call_id
         key = "id" if answer.type == "function_approval_response" else "call_id"
-        if not request_id or request_id not in requests:
+        if not request_id or request_id not in names:
             raise ResponseMismatchError(
                 f"A {answer.type} content in the input does not answer a pending request (its {key} must be "
-                f"one of {sorted(requests)!r}). The continuation is still pending: resend the answers with "
+                f"one of {sorted(names)!r}). The continuation is still pending: resend the answers with "
                 "those ids.",
                 request_id=request_id or None,
                 unknown_id=True,
             )
-        if request_id in responses:
+        target = names[request_id]
+        if target in responses:
             raise ResponseMismatchError(
                 f"The input answers request {request_id!r} more than once; send one answer per request. "
                 "The continuation is still pending.",
                 request_id=request_id,
             )
-        responses[request_id] = _answer_value(answer, request_id, requests[request_id].response_type)
+        responses[target] = _answer_value(answer, request_id, requests[target].response_type)
     return responses
 
 
@@ -176,14 +175,7 @@ def pause_answers(
     aliases = {published_id(request_id, tag): request_id for request_id in requests}
     if core_ids:
         aliases.update((request_id, request_id) for request_id in requests)
-    named = answers_to_responses(answers, {alias: requests[request_id] for alias, request_id in aliases.items()})
-    responses = {aliases[alias]: value for alias, value in named.items()}
-    if len(responses) < len(named):
-        raise ResponseMismatchError(
-            "The input answers a request more than once (by two of its ids); send one answer per request. "
-            "The continuation is still pending."
-        )
-    return responses
+    return answers_to_responses(answers, requests, aliases)
 
 
 def _answer_value(answer: Content, request_id: str, response_type: Any) -> Any:

@@ -1,8 +1,7 @@
-"""The checkpoint recorder: what one run saved, so a run chain deletes its spent checkpoints when it ends.
+"""The checkpoint recorder: core never deletes checkpoints, so a run chain deletes its spent ones itself.
 
-Core never deletes checkpoints. A :class:`RecordingCheckpointStorage` in front of the real one deletes
-a chain's checkpoints that back no token when it pauses again, and keeps them for ``checkpoint_retention``
-when it finishes (AGENTS.md invariant 30).
+Those that back no token go when it pauses again; at the finish they stay ``checkpoint_retention`` (AGENTS.md
+invariant 30).
 """
 
 from __future__ import annotations
@@ -58,13 +57,11 @@ class RecordingCheckpointStorage:
         self.resumed_checkpoint_id: str | None = None
         # Set for a remote resume: raises the authority error when the pause was resumed meanwhile.
         self.gone: Callable[[], Awaitable[None]] | None = None
-        # The pause's checkpoint a remote resume loaded before core's run (its requests' answer types):
-        # core's restore of the same id in this run takes it instead of loading it again (once).
+        # The pause's checkpoint a remote resume loaded before core's run: core's restore of that id takes it (once).
         self.preloaded: WorkflowCheckpoint | None = None
         # A restore's load that failed before core's run (id, error): core's load raises it (core's failure surface).
         self.failed_load: tuple[str, Exception] | None = None
-        # A store and this storage on one database (``_store.JointStore``, set by ``StoreAuthority``): a pause's
-        # save waits in ``joint_pause`` for its record, both written in one statement (``record_pause``).
+        # Set by ``StoreAuthority`` (``_store.JointStore``): a pause's save waits in ``joint_pause`` for its record.
         self.joint: Joint | None = None
         self.joint_pause: JointPause | None = None
 
@@ -78,14 +75,12 @@ class RecordingCheckpointStorage:
         return self._save(checkpoint, offer)
 
     async def _save(self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None) -> str:
-        joint = self.joint
-        if joint is not None and checkpoint.pending_request_info_events and not self.keep:
-            pause = self.joint_pause = await joint.plan_pause(checkpoint, offer)
-            if pause is not None:
-                self.last_saved_id = pause.checkpoint_id
-                self.saved_ids.append(pause.checkpoint_id)
-                return pause.checkpoint_id
-        if self.buffer is not None:
+        pause = None
+        if self.joint is not None and checkpoint.pending_request_info_events and not self.keep:
+            pause = self.joint_pause = await self.joint.plan_pause(checkpoint, offer)
+        if pause is not None:
+            checkpoint_id = pause.checkpoint_id
+        elif self.buffer is not None:
             checkpoint_id = await self.buffer.save_buffered(checkpoint, offer)
         elif self.offered is not None:
             checkpoint_id = await self.offered.save_with_offer(checkpoint, offer)
@@ -101,10 +96,7 @@ class RecordingCheckpointStorage:
         return pause
 
     async def flush(self) -> None:
-        """The run ended: a joint pause no record took is saved alone, and a buffer writes the run's step saves.
-
-        After a failure those are what a restore starts from, written before the caller sees the failure.
-        """
+        """The run ended: save a joint pause no record took alone, write a buffer's step saves (before a failure)."""
         pause = self.take_joint_pause()
         if pause is not None:
             await pause.write_alone()
@@ -113,11 +105,8 @@ class RecordingCheckpointStorage:
 
     async def delete_chain(self, *, keep: str | None) -> None:
         """Delete the checkpoints this run saved (but ``keep``) and the resumed pause's; failures are ignored."""
-        doomed = self._take_saved(keep)
-        if self.resumed_checkpoint_id is not None and self.resumed_checkpoint_id != keep and not self.keep:
-            doomed.append(self.resumed_checkpoint_id)
-        self.resumed_checkpoint_id = None
-        await self._delete(doomed)
+        resumed, self.resumed_checkpoint_id = self.resumed_checkpoint_id, None
+        await self.delete_superseded(keep=keep, resumed=resumed)
 
     async def finish_chain(self) -> None:
         """The run finished: keep its chain's checkpoints for the retention (0: now); ids stay for :meth:`flush`."""
@@ -127,19 +116,16 @@ class RecordingCheckpointStorage:
             return
         resumed, self.resumed_checkpoint_id = self.resumed_checkpoint_id, None
         if self.retention is not None:
-            kept = [*([resumed] if resumed is not None else []), *self.saved_ids]
+            kept = [checkpoint_id for checkpoint_id in (resumed, *self.saved_ids) if checkpoint_id is not None]
             retain_checkpoints(self.inner, kept, self.retention)
 
-    async def delete_superseded(self, *, keep: str) -> None:
+    async def delete_superseded(self, *, keep: str | None, resumed: str | None = None) -> None:
         """Delete the checkpoints this run saved before its pause ``keep`` (nothing references them any more)."""
-        await self._delete(self._take_saved(keep))
-
-    def _take_saved(self, keep: str | None) -> list[str]:
         saved, self.saved_ids = self.saved_ids, []
-        return [] if self.keep else [checkpoint_id for checkpoint_id in saved if checkpoint_id != keep]
-
-    async def _delete(self, doomed: list[str]) -> None:
-        if doomed:  # failures ignored: cleanup must never fail the run
+        doomed = [
+            checkpoint_id for checkpoint_id in (*saved, resumed) if checkpoint_id is not None and checkpoint_id != keep
+        ]
+        if doomed and not self.keep:  # failures ignored: cleanup must never fail the run
             await delete_checkpoints(self.inner, doomed)
 
     async def load(self, checkpoint_id: str) -> WorkflowCheckpoint:

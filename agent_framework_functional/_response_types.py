@@ -52,15 +52,9 @@ def _describe(value: Any) -> str | None:
         return _NONE
     if value is typing.Any:
         return _ANY
-    origin = typing.get_origin(value)
-    if origin is not None:
-        return _describe_generic(origin, typing.get_args(value))
-    if isinstance(value, type):
-        return f"{value.__module__}:{value.__qualname__}"
-    return None
-
-
-def _describe_generic(origin: Any, args: tuple[Any, ...]) -> str | None:
+    origin, args = typing.get_origin(value), typing.get_args(value)
+    if origin is None:
+        return f"{value.__module__}:{value.__qualname__}" if isinstance(value, type) else None
     if not args:
         return None
     if origin is typing.Literal:

@@ -11,9 +11,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import timedelta
 from types import TracebackType
-from typing import Any, Literal, Protocol, TypeVar, cast, runtime_checkable
+from typing import Any, Literal, Protocol, cast, runtime_checkable
 
 from agent_framework import CheckpointStorage, WorkflowCheckpoint
+from typing_extensions import Self
 
 from ._step_cache import StepCacheOffer, implements
 
@@ -140,13 +141,10 @@ def _text_mapping(value: Any) -> dict[str, str]:
     return {str(key): str(item) for key, item in cast("dict[Any, Any]", value).items()}
 
 
-_Closing = TypeVar("_Closing", bound="AsyncClosing")
-
-
 class AsyncClosing:
     """``async with`` for a store or storage that holds connections: the block's end awaits ``aclose()``."""
 
-    async def __aenter__(self: _Closing) -> _Closing:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(

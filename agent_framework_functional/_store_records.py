@@ -1,8 +1,4 @@
-"""A continuation store's records as one workflow instance may act on them.
-
-The record check, a pause's requests, saving, abandoning a pause held elsewhere, and the shielded claim;
-``StoreAuthority`` calls the store itself only to abandon a pause held here and to supersede one.
-"""
+"""A continuation store's records as one workflow instance may act on them (check, save, claim, abandon)."""
 
 from __future__ import annotations
 
@@ -45,12 +41,12 @@ class StoreRecords:
         joins = isinstance(store, JointStore) and hasattr(type(store), "joint")
         self.joint = store.joint(checkpoint_storage) if joins else None
 
-    async def claimable(self, token: object) -> ContinuationRecord:
+    async def claimable(self, token: object, *, allow_expired: bool = False) -> ContinuationRecord:
         """:meth:`get` for a presented token."""
         secret = presented_secret(token)
         if secret is None:
             raise ContinuationAuthorityError()
-        return await self.get(hash_secret(secret))
+        return await self.get(hash_secret(secret), allow_expired=allow_expired)
 
     async def get(self, token_hash: str, *, allow_expired: bool = False) -> ContinuationRecord:
         """The record of ``token_hash`` if this workflow may act on it, else ``ContinuationAuthorityError``."""
@@ -58,10 +54,11 @@ class StoreRecords:
 
     def _checked(self, record: ContinuationRecord | None, *, allow_expired: bool) -> ContinuationRecord:
         name, signature_hash = self.identity()
+        here = self.memory.conversation  # a bound instance acts only on its own conversation's (or unbound) pauses
         if (
             record is None
             or not record.belongs_to(name, signature_hash)
-            or not _same_conversation(record.conversation, self.memory.conversation)
+            or (record.conversation is not None and here is not None and record.conversation != here)
             or record.status != "issued"
             or not (allow_expired or record.is_claimable(self.store.now()))
         ):
@@ -127,11 +124,8 @@ class StoreRecords:
 
     async def abandon(self, token: object, *, force: bool, keep_checkpoint: bool) -> None:
         """Abandon the record of a pause held elsewhere and delete its checkpoint (``force``: errors ignored)."""
-        secret = presented_secret(token)
         try:
-            if secret is None:
-                raise ContinuationAuthorityError()
-            record = await self.get(hash_secret(secret), allow_expired=force)
+            record = await self.claimable(token, allow_expired=force)
             if not await self.store.abandon(record.token_hash, force=force):
                 raise ContinuationAuthorityError()
             if not keep_checkpoint:  # the abandoned pause's checkpoint backs nothing any more
@@ -157,18 +151,10 @@ async def _outcome(operation: Awaitable[bool]) -> bool | None:
 def earlier_requests(
     record: ContinuationRecord, pending: Mapping[str, WorkflowEvent[Any]]
 ) -> dict[str, WorkflowEvent[Any]]:
-    """The earlier rounds' requests a record names, as type-only ``request_info`` events.
-
-    So their answers are checked before the claim (core checks them after the token was spent).
-    """
+    """The earlier rounds' requests a record names, as type-only events: their answers are checked before the claim."""
     events: dict[str, WorkflowEvent[Any]] = {}
     for request_id, text in (record.response_types or {}).items():
         response_type = None if request_id in pending else resolve_type(text)
         if response_type is not None:
             events[request_id] = WorkflowEvent.request_info(request_id, "", None, response_type)
     return events
-
-
-def _same_conversation(recorded: str | None, here: str | None) -> bool:
-    """A bound instance acts only on its own conversation's pauses (or unbound ones); an unbound one on any."""
-    return recorded is None or here is None or recorded == here

@@ -90,59 +90,39 @@ class UpdateConverter:
     def live_update(self, data: Any) -> AgentResponseUpdate | None:
         """The update for an ``intermediate`` payload (None: cannot carry it); a copy drops the token only."""
         if isinstance(data, AgentResponseUpdate):
-            return AgentResponseUpdate(
-                contents=list(data.contents),
+            return self._update(
+                list(data.contents),
                 role=data.role or "assistant",
                 author_name=data.author_name or self.author_name,
-                agent_id=self.agent_id,
-                response_id=self.response_id,
                 message_id=data.message_id,
                 merge_mode=data.merge_mode,
                 created_at=data.created_at,
                 additional_properties=dict(data.additional_properties) if data.additional_properties else None,
                 raw_representation=data,
             )
-        if isinstance(data, str):
-            return self._update([Content.from_text(text=data)])
-        if isinstance(data, Content):
-            return self._update([data])
+        if isinstance(data, (str, Content)):
+            return self._update(output_contents(data))
         if data is None or isinstance(data, (bool, int, float, dict, list)):
             return self._update([], additional_properties={LIVE_DATA_PROPERTY: data})
         return None
 
     def _update(self, contents: list[Content], **fields: Any) -> AgentResponseUpdate:
-        return AgentResponseUpdate(
-            contents=contents,
-            role="assistant",
-            author_name=self.author_name,
-            agent_id=self.agent_id,
-            response_id=self.response_id,
-            **fields,
-        )
+        fields = {"role": "assistant", "author_name": self.author_name, **fields}
+        return AgentResponseUpdate(contents=contents, agent_id=self.agent_id, response_id=self.response_id, **fields)
 
 
 def approval_request(event: WorkflowEvent[Any], tag: str | None = None) -> list[Content]:
     """A ``request_info`` event's ``function_call`` (hosted), then its approval request (as core's ``Agent``)."""
     request_id = published_id(event.request_id, tag)
-    expects = type_name(event.response_type)
-    schema = response_schema(event.response_type)
-    function_call = Content.from_function_call(
-        call_id=request_id,
-        name=REQUEST_INFO_FUNCTION_NAME,
-        arguments={
-            "request_id": request_id,
-            "data": request_data_to_json(event.data),
-            "response_type": expects,
-            "response_schema": schema,
-        },
-        hosted=True,
+    expects = {"response_type": type_name(event.response_type), "response_schema": response_schema(event.response_type)}
+    arguments = {"request_id": request_id, "data": request_data_to_json(event.data), **expects}
+    call = Content.from_function_call(
+        call_id=request_id, name=REQUEST_INFO_FUNCTION_NAME, arguments=arguments, hosted=True
     )
     approval = Content.from_function_approval_request(
-        id=request_id,
-        function_call=function_call,
-        additional_properties={"request_id": request_id, "response_type": expects, "response_schema": schema},
+        id=request_id, function_call=call, additional_properties={"request_id": request_id, **expects}
     )
-    return [function_call, approval]
+    return [call, approval]
 
 
 def output_contents(data: Any) -> list[Content]:
@@ -176,7 +156,12 @@ class LiveText:
         self._role: Any = None
 
     def add(self, update: AgentResponseUpdate) -> None:
-        if not self._runs or self._starts_new_message(update):
+        opens = (  # core's rule in ``_process_update`` for when an update opens a new message
+            (update.message_id and self._message_id and update.message_id != self._message_id)
+            or (update.author_name and self._author and update.author_name != self._author)
+            or (update.role and update.role != self._role)
+        )
+        if not self._runs or opens:
             self._message_start = len(self._runs)
             self._open = False
         if update.merge_mode == "replace":
@@ -203,14 +188,6 @@ class LiveText:
             self._runs[-1] = [text]
         else:
             self._runs[-1].append(text)
-
-    def _starts_new_message(self, update: AgentResponseUpdate) -> bool:
-        """Core's rule in ``_process_update`` for when an update opens a new message."""
-        return bool(
-            (update.message_id and self._message_id and update.message_id != self._message_id)
-            or (update.author_name and self._author and update.author_name != self._author)
-            or (update.role and update.role != self._role)
-        )
 
     def repeats(self, contents: Sequence[Content]) -> bool:
         """True when ``contents`` carry text and the live text so far ends with exactly that text."""

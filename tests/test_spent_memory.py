@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import OrderedDict
 
 import pytest
 from agent_framework import AgentResponse, AgentSession, Message, RunContext
@@ -33,7 +34,7 @@ class Clock:
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     fake = Clock()
     monkeypatch.setattr(_continuation, "time", fake)
-    monkeypatch.setattr(_continuation, "_spent", {})
+    monkeypatch.setattr(_continuation, "_spent", OrderedDict())
     return fake
 
 
