@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING, Any, cast
 from agent_framework import Content, Message
 
 from .._answers import value_result
+from ._adapter import approval_answer
 
 if TYPE_CHECKING:
     from agent_framework_hosting import AgentRunArgs
 
 MCP_APPROVAL_RESPONSE = "mcp_approval_response"  # answers an mcp_approval_request (approve: true or false)
 FUNCTION_CALL_OUTPUT = "function_call_output"  # answers a function_call with a value (output: its JSON text)
-REQUEST_FUNCTION_NAME = "request_info"  # the function name of each pending request's function call
 MAX_ID_LENGTH = 256  # the longest previous_response_id or conversation id the route accepts
 _ANSWER_TYPES = frozenset({MCP_APPROVAL_RESPONSE, FUNCTION_CALL_OUTPUT})
 _STAND_IN_INPUT = "answer"  # what responses_to_run parses (then dropped): the input is converted here
@@ -57,8 +57,7 @@ def _approval_content(item: Mapping[str, Any]) -> Content:
         raise ValueError("`mcp_approval_response` needs a non-empty string `approval_request_id`.")
     if not isinstance(approve, bool):
         raise ValueError("`mcp_approval_response` needs a boolean `approve`.")
-    call = Content.from_function_call(call_id=request_id, name=REQUEST_FUNCTION_NAME)
-    return Content.from_function_approval_response(approve, id=request_id, function_call=call)
+    return approval_answer(request_id, approve)
 
 
 def _result_content(item: Mapping[str, Any]) -> Content:

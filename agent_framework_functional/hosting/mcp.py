@@ -23,8 +23,8 @@ from .._agent import FunctionalWorkflowAgent
 from .._answers import response_schema, value_result
 from .._chat import answers_to_responses
 from .._errors import FunctionalWorkflowError
-from .._updates import REQUEST_INFO_FUNCTION_NAME, request_data_to_json
-from ._adapter import ANSWER_FIELD, parse_typed_text
+from .._updates import request_data_to_json
+from ._adapter import ANSWER_FIELD, approval_answer, parse_typed_text
 from ._sweep import DEFAULT_RELEASE_MEMORY_EVERY, DEFAULT_SWEEP_EVERY, add_upkeep
 from ._turn import ConversationBusy, Turn, Turns
 
@@ -89,8 +89,7 @@ def _answer(request_id: str, event: WorkflowEvent[Any] | None, response: Any) ->
 def _unheld_answer(request_id: str, action: str, content: dict[str, Any]) -> Content:
     """An answer to a pause another worker holds: the form is unknown, so a string stays text to read as JSON."""
     if action != "accept":
-        call = Content.from_function_call(call_id=request_id, name=REQUEST_INFO_FUNCTION_NAME, arguments={})
-        return Content.from_function_approval_response(False, request_id, call)
+        return approval_answer(request_id, False)
     value = content[ANSWER_FIELD] if set(content) == {ANSWER_FIELD} else content
     return Content.from_function_result(call_id=request_id, result=value)
 
@@ -130,21 +129,18 @@ class MCPWorkflowTool:
         except ConversationBusy:
             raise MCPError(types.INVALID_PARAMS, "Another call answers this pause now; retry when it ends.") from None
         try:
-            result = await self._run(self._mcp_to_run(params, session), session)
+            if state is not None:
+                messages: Any = self._answers(session, params.input_responses or {})
+            else:
+                messages = (params.arguments or {}).get(TASK_ARGUMENT)
+                if not isinstance(messages, str) or not messages.strip():
+                    raise MCPError(types.INVALID_PARAMS, f"Argument {TASK_ARGUMENT!r} must be a non-empty string.")
+            result = await self._run(messages, session)
             if state is None and not is_version_at_least(ctx.protocol_version, MODERN_PROTOCOL):
                 result = await self._elicit_in_call(ctx, turn, result)
             return result
         finally:
             turn.end()
-
-    def _mcp_to_run(self, params: types.CallToolRequestParams, session: AgentSession) -> Any:
-        """The agent's input: the ``task`` text, or the answers in ``inputResponses``."""
-        if params.request_state is not None:
-            return self._answers(session, params.input_responses or {})
-        task = (params.arguments or {}).get(TASK_ARGUMENT)
-        if not isinstance(task, str) or not task.strip():
-            raise MCPError(types.INVALID_PARAMS, f"Argument {TASK_ARGUMENT!r} must be a non-empty string.")
-        return task
 
     def _answers(self, session: AgentSession, responses: Mapping[str, Any]) -> list[Message]:
         if not responses:
@@ -167,10 +163,7 @@ class MCPWorkflowTool:
         return [Message(role="user", contents=answers)]
 
     async def _elicit_in_call(self, ctx: Any, turn: Turn, result: Any) -> Any:
-        """Older clients: ``elicitation/create`` in the call until the workflow ends.
-
-        No ``requestState`` to retry with: a refused answer is asked again up to :data:`LEGACY_ATTEMPTS` times.
-        """
+        """Older clients: ``elicitation/create`` in the call until the workflow ends (:data:`LEGACY_ATTEMPTS` tries)."""
         refused, refusals = "", 0
         while isinstance(result, types.InputRequiredResult):
             responses: dict[str, Any] = {}
