@@ -129,18 +129,21 @@ class MCPWorkflowTool:
         except ConversationBusy:
             raise MCPError(types.INVALID_PARAMS, "Another call answers this pause now; retry when it ends.") from None
         try:
-            if state is not None:
-                messages: Any = self._answers(session, params.input_responses or {})
-            else:
-                messages = (params.arguments or {}).get(TASK_ARGUMENT)
-                if not isinstance(messages, str) or not messages.strip():
-                    raise MCPError(types.INVALID_PARAMS, f"Argument {TASK_ARGUMENT!r} must be a non-empty string.")
-            result = await self._run(messages, session)
+            result = await self._run(self._mcp_to_run(params, session), session)
             if state is None and not is_version_at_least(ctx.protocol_version, MODERN_PROTOCOL):
                 result = await self._elicit_in_call(ctx, turn, result)
             return result
         finally:
             turn.end()
+
+    def _mcp_to_run(self, params: types.CallToolRequestParams, session: AgentSession) -> Any:
+        """The agent's input: the ``task`` text, or the answers in ``inputResponses``."""
+        if params.request_state is not None:
+            return self._answers(session, params.input_responses or {})
+        task = (params.arguments or {}).get(TASK_ARGUMENT)
+        if not isinstance(task, str) or not task.strip():
+            raise MCPError(types.INVALID_PARAMS, f"Argument {TASK_ARGUMENT!r} must be a non-empty string.")
+        return task
 
     def _answers(self, session: AgentSession, responses: Mapping[str, Any]) -> list[Message]:
         if not responses:
