@@ -55,8 +55,8 @@ class ReleaseFreeMemory:
         try:
             await self.app(scope, receive, send)
         finally:
-            if scope.get("type") == "http" and time.monotonic() - ReleaseFreeMemory._last >= self.every:
-                ReleaseFreeMemory.release_now()
+            if scope.get("type") == "http":
+                self.release()
 
     def release(self) -> bool:
         """Hand free heap pages back now if ``every`` seconds passed since the last release; True if it did."""
