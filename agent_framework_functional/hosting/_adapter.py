@@ -1,7 +1,4 @@
-"""A host's view of one FunctionalWorkflowAgent: the same agent, with the host's answer shapes converted on the way in.
-
-The view holds nothing per conversation; every attribute but ``run`` comes from the wrapped agent.
-"""
+"""A host's view of one FunctionalWorkflowAgent: the same agent (nothing per conversation), answers converted in."""
 
 from __future__ import annotations
 
@@ -9,9 +6,10 @@ import json
 from collections.abc import Sequence
 from typing import Any, cast
 
-from agent_framework import AgentSession, Message
+from agent_framework import AgentSession, Content, Message
 
 from .._agent import FunctionalWorkflowAgent
+from .._updates import REQUEST_INFO_FUNCTION_NAME
 
 ANSWER_FIELD = "answer"  # the field of a host answer that carries a typed value (any JSON)
 
@@ -23,6 +21,12 @@ def as_messages(messages: Any) -> list[Message] | None:
     if isinstance(messages, list) and all(isinstance(m, Message) for m in cast(list[Any], messages)):
         return list(cast(list[Message], messages))
     return None
+
+
+def approval_answer(request_id: str, approved: bool) -> Content:
+    """A host's approval (or rejection) of the request ``request_id``."""
+    call = Content.from_function_call(call_id=request_id, name=REQUEST_INFO_FUNCTION_NAME, arguments={})
+    return Content.from_function_approval_response(approved, request_id, call)
 
 
 def parse_typed_text(text: str) -> Any:

@@ -1,25 +1,18 @@
 """AG-UI's approval state for a paused thread this process never saw, or whose snapshot is gone.
 
 AG-UI refuses a resume with no open approval in its process-local store: :func:`restore_open_approvals` registers
-them from the shared snapshot (the agent still checks the token). Private names pinned by
-``tests/hosting/test_host_private_names.py``.
+them from the shared snapshot (the agent still checks the token).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 from agent_framework import AgentSession, Content
 from agent_framework_ag_ui import AgentFrameworkAgent, AGUIThreadSnapshot, AGUIThreadSnapshotStore
 
 from .._agent import FunctionalWorkflowAgent
-from .._core_compat import (
-    agui_approval_state,
-    agui_session_id_for_thread,
-    register_agui_hosted_approval,
-    set_agui_approval_state,
-)
+from .._core_compat import agui_session_id_for_thread, register_agui_hosted_approval, set_agui_approval_state
 from .._updates import REQUEST_INFO_FUNCTION_NAME
 from ._turn import Turn, Turns
 
@@ -35,16 +28,6 @@ def bound_approval_state(runner: AgentFrameworkAgent, agent: FunctionalWorkflowA
         pending_retention_seconds=ttl,
         terminal_retention_seconds=min(ANSWERED_APPROVAL_RETENTION_SECONDS, ttl),
     )
-
-
-def approval_purge(runner: AgentFrameworkAgent) -> Callable[[], Awaitable[int]]:
-    """The purge a host's sweep runs: AG-UI expires and drops approvals past their retention on any read."""
-
-    async def purge() -> int:
-        agui_approval_state(runner).lifecycle.pending_interrupt_ids(thread_id="")
-        return 0  # AG-UI does not say how many; the agent's lapse of the same pauses counts them
-
-    return purge
 
 
 def _request_call(interrupt: dict[str, Any]) -> Content | None:
@@ -74,10 +57,9 @@ def restore_open_approvals(
 
 
 class UnsavedThreads:
-    """An ``AGUIThreadSnapshotStore`` that knows which threads have a run whose snapshot is not saved yet.
+    """An ``AGUIThreadSnapshotStore`` counting each thread's runs whose snapshot is not saved yet.
 
     Until then a missing snapshot or token is not an orphaned pause (whose approvals ``check_request`` expires).
-    A count, so a save AG-UI never makes blocks nothing.
     """
 
     def __init__(self, store: AGUIThreadSnapshotStore, agent: FunctionalWorkflowAgent) -> None:

@@ -18,8 +18,7 @@ from fastapi import HTTPException
 from pydantic import ValidationError
 
 from .._answers import value_result
-from .._updates import REQUEST_INFO_FUNCTION_NAME
-from ._adapter import ANSWER_FIELD
+from ._adapter import ANSWER_FIELD, approval_answer
 
 ID_FIELDS = ("interruptId", "interrupt_id", "id", "toolCallId")  # where AG-UI reads an entry's interrupt id
 
@@ -146,5 +145,4 @@ def payload_answer(request_id: str, payload: Any) -> Content:
     answer = cast(dict[str, Any], edited).get(ANSWER_FIELD) if isinstance(edited, dict) else fields.get(ANSWER_FIELD)
     if approved and answer is not None:
         return value_result(request_id, answer)
-    call = Content.from_function_call(call_id=request_id, name=REQUEST_INFO_FUNCTION_NAME, arguments={})
-    return Content.from_function_approval_response(approved, request_id, call)
+    return approval_answer(request_id, approved)

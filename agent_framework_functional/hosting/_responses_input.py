@@ -3,23 +3,23 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from agent_framework import Content, Message
 
 from .._answers import value_result
+from ._adapter import approval_answer
 
 if TYPE_CHECKING:
     from agent_framework_hosting import AgentRunArgs
 
 MCP_APPROVAL_RESPONSE = "mcp_approval_response"  # answers an mcp_approval_request (approve: true or false)
 FUNCTION_CALL_OUTPUT = "function_call_output"  # answers a function_call with a value (output: its JSON text)
-REQUEST_FUNCTION_NAME = "request_info"  # the function name of each pending request's function call
 MAX_ID_LENGTH = 256  # the longest previous_response_id or conversation id the route accepts
 _ANSWER_TYPES = frozenset({MCP_APPROVAL_RESPONSE, FUNCTION_CALL_OUTPUT})
-_STAND_IN_INPUT = "answer"  # parsed (then dropped) when a request has only answers: responses_to_run needs input
+_STAND_IN_INPUT = "answer"  # what responses_to_run parses (then dropped): the input is converted here
 
 
 class InvalidRequestError(ValueError):
@@ -43,11 +43,6 @@ class ResponsesRequest:
     answer_id_params: Mapping[str, str]  # request id -> the input field that names it (input[2].call_id)
 
 
-def _input_items(body: Mapping[str, Any]) -> Sequence[Any]:
-    value = body.get("input")
-    return cast("list[Any]", value) if isinstance(value, list) else []
-
-
 def _answer_type(item: Any) -> str | None:
     if isinstance(item, Mapping):
         kind = cast("Mapping[str, Any]", item).get("type")
@@ -62,8 +57,7 @@ def _approval_content(item: Mapping[str, Any]) -> Content:
         raise ValueError("`mcp_approval_response` needs a non-empty string `approval_request_id`.")
     if not isinstance(approve, bool):
         raise ValueError("`mcp_approval_response` needs a boolean `approve`.")
-    call = Content.from_function_call(call_id=request_id, name=REQUEST_FUNCTION_NAME)
-    return Content.from_function_approval_response(approve, id=request_id, function_call=call)
+    return approval_answer(request_id, approve)
 
 
 def _result_content(item: Mapping[str, Any]) -> Content:
@@ -82,8 +76,20 @@ def _result_content(item: Mapping[str, Any]) -> Content:
     return value_result(call_id, value)  # a JSON string stays a string: '"3"' does not answer an int
 
 
-def _answer_content(item: Mapping[str, Any]) -> Content:
-    return _approval_content(item) if item.get("type") == MCP_APPROVAL_RESPONSE else _result_content(item)
+def _answers(body: Mapping[str, Any], kinds: Collection[str] = _ANSWER_TYPES) -> list[tuple[int, Content]]:
+    """The answer items of ``body["input"]`` (of ``kinds``) as contents, each with its index in ``input``."""
+    items = body.get("input")
+    found: list[tuple[int, Content]] = []
+    for index, item in enumerate(cast("list[Any]", items) if isinstance(items, list) else []):
+        kind = _answer_type(item)
+        if kind not in kinds:
+            continue
+        try:
+            convert = _approval_content if kind == MCP_APPROVAL_RESPONSE else _result_content
+            found.append((index, convert(cast("Mapping[str, Any]", item))))
+        except ValueError as exc:
+            raise InvalidRequestError(str(exc), param=f"input[{index}]") from None
+    return found
 
 
 def _answer_messages(answers: Sequence[Content]) -> list[Message]:
@@ -92,14 +98,24 @@ def _answer_messages(answers: Sequence[Content]) -> list[Message]:
     return [Message(role, contents) for role, contents in (("user", approvals), ("tool", results)) if contents]
 
 
+def _convert_input(body: Mapping[str, Any]) -> tuple[list[Message], list[tuple[int, Content]]]:
+    """The agent's messages for ``body["input"]`` (answers last: approvals, then results), and its answer items."""
+    from agent_framework_hosting_responses import messages_from_responses_input
+
+    answers = _answers(body)
+    raw = body.get("input")
+    rest: Any = [item for item in cast("list[Any]", raw) if not _answer_type(item)] if isinstance(raw, list) else raw
+    try:
+        messages = messages_from_responses_input(rest) if rest or not answers else []
+    except (ValueError, RecursionError) as exc:
+        message = str(exc) if isinstance(exc, ValueError) else "`input` nests too deeply to read."
+        raise InvalidRequestError(message, param="input") from None
+    return [*messages, *_answer_messages([content for _, content in answers])], answers
+
+
 def responses_approval_messages(body: Mapping[str, Any]) -> list[Message]:
     """The ``mcp_approval_response`` items of a request body as one user message, or ``[]``; ValueError if malformed."""
-    contents = [
-        _approval_content(cast("Mapping[str, Any]", item))
-        for item in _input_items(body)
-        if _answer_type(item) == MCP_APPROVAL_RESPONSE
-    ]
-    return [Message("user", contents)] if contents else []
+    return _answer_messages([content for _, content in _answers(body, {MCP_APPROVAL_RESPONSE})])
 
 
 def responses_to_run_with_approvals(body: Mapping[str, Any]) -> AgentRunArgs:
@@ -122,14 +138,9 @@ def responses_to_run_with_approvals(body: Mapping[str, Any]) -> AgentRunArgs:
             'pip install "agent-framework-functional[hosting]"'
         ) from exc
 
-    items = _input_items(body)
-    answers = [_answer_content(cast("Mapping[str, Any]", item)) for item in items if _answer_type(item)]
-    if not answers:
-        return responses_to_run(body)
-    rest = [item for item in items if not _answer_type(item)]
-    run = responses_to_run({**body, "input": rest or _STAND_IN_INPUT})
-    parsed = cast("list[Message]", run["messages"]) if rest else []
-    run["messages"] = [*parsed, *_answer_messages(answers)]
+    messages, _ = _convert_input(body)
+    run = responses_to_run({**body, "input": _STAND_IN_INPUT})  # its options, stream and continuation checks
+    run["messages"] = messages
     return run
 
 
@@ -180,8 +191,6 @@ def parse_request(body: Mapping[str, Any]) -> ResponsesRequest:
     Honoured: ``input``, ``stream``, ``previous_response_id``, ``conversation`` (``conversation_id``); refused:
     ``continuation_token``, ``background: true``; the rest ignored. Raises InvalidRequestError (``param``: the field).
     """
-    from agent_framework_hosting_responses import messages_from_responses_input
-
     if body.get("continuation_token") is not None:
         raise InvalidRequestError(
             "The continuation token stays on the server, in the conversation's session: answer a pending "
@@ -194,31 +203,16 @@ def parse_request(body: Mapping[str, Any]) -> ResponsesRequest:
     if stream is not None and not isinstance(stream, bool):
         raise InvalidRequestError("`stream` must be true or false.", param="stream")
     previous_response_id, conversation_id = _session_fields(body)
-    raw_input = body.get("input")
-    items: list[Any] = cast("list[Any]", raw_input) if isinstance(raw_input, list) else []
-    answers: list[Content] = []
     answer_params: dict[str, str] = {}
     answer_id_params: dict[str, str] = {}
-    for index, item in enumerate(items):
-        if not _answer_type(item):
-            continue
-        try:
-            content = _answer_content(cast("Mapping[str, Any]", item))
-        except ValueError as exc:
-            raise InvalidRequestError(str(exc), param=f"input[{index}]") from None
+    messages, answers = _convert_input(body)
+    for index, content in answers:
         approval = content.type == "function_approval_response"
         request_id = str(content.id if approval else content.call_id)
         answer_params.setdefault(request_id, f"input[{index}]" if approval else f"input[{index}].output")
         answer_id_params.setdefault(request_id, f"input[{index}].{'approval_request_id' if approval else 'call_id'}")
-        answers.append(content)
-    rest: Any = [item for item in items if not _answer_type(item)] if isinstance(raw_input, list) else raw_input
-    try:
-        messages = messages_from_responses_input(rest) if rest or not answers else []
-    except (ValueError, RecursionError) as exc:
-        message = str(exc) if isinstance(exc, ValueError) else "`input` nests too deeply to read."
-        raise InvalidRequestError(message, param="input") from None
     return ResponsesRequest(
-        messages=[*messages, *_answer_messages(answers)],
+        messages=messages,
         stream=bool(stream),
         previous_response_id=previous_response_id,
         conversation_id=conversation_id,

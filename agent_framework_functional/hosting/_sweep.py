@@ -1,8 +1,6 @@
-"""What every host adds to its app: free heap pages handed back, and a sweep task that releases expired pauses.
+"""What every host adds to its app: free heap pages handed back (glibc keeps them), and a sweep of expired pauses.
 
-glibc keeps freed pages, so RSS grows while live data stays flat: :class:`ReleaseFreeMemory` calls
-``malloc_trim(0)`` after requests. Expiry is checked on access (AGENTS.md invariant 42); :class:`ExpirySweep`
-does it on a timer for a host that gets none.
+Expiry is checked on access (AGENTS.md invariant 42); :class:`ExpirySweep` does it on a timer for an idle host.
 """
 
 from __future__ import annotations
@@ -57,8 +55,8 @@ class ReleaseFreeMemory:
         try:
             await self.app(scope, receive, send)
         finally:
-            if scope.get("type") == "http" and time.monotonic() - ReleaseFreeMemory._last >= self.every:
-                ReleaseFreeMemory.release_now()
+            if scope.get("type") == "http":
+                self.release()
 
     def release(self) -> bool:
         """Hand free heap pages back now if ``every`` seconds passed since the last release; True if it did."""
@@ -148,11 +146,9 @@ def add_upkeep(
     purges: Sequence[Purge] = (),
     closing: Sequence[Callable[[], Awaitable[object]]] = (),
 ) -> ExpirySweep | None:
-    """Add to a Starlette or FastAPI ``app`` (not started yet) what keeps a host's memory to its live data.
+    """Add :class:`ReleaseFreeMemory` and an :class:`ExpirySweep` (purging ``stores``, ``purges``) to ``app``.
 
-    :class:`ReleaseFreeMemory` (once per app) and an :class:`ExpirySweep` in the lifespan purging ``stores`` and
-    ``purges``; ``closing`` runs at its end. A mounted app's lifespan does not run. Returns the sweep or None;
-    ValueError for a bad interval, checked before ``app`` changes.
+    ``closing`` runs at the lifespan's end; ValueError for a bad interval, before ``app`` changes.
     """
     check_release_every(release_memory_every)
     seconds = check_release_every(sweep_every, "sweep_every")

@@ -1,8 +1,4 @@
-"""One turn of a host's conversation: the conversation taken, its session found or made, written back once.
-
-One turn at a time per conversation in this process; the session written back once, shielded from the caller's
-cancellation, before the host reports the terminal event.
-"""
+"""One turn of a host's conversation: taken (one at a time per conversation), its session found, written back once."""
 
 from __future__ import annotations
 
@@ -84,11 +80,9 @@ class Turn:
     def stream(
         self, stream: ResponseStream[Any, Any], *, save: bool, failed: Callable[[], object] | None = None
     ) -> ResponseStream[Any, Any]:
-        """``stream`` as this turn: the turn ends however the stream ends (finished, failed, cancelled, dropped).
+        """``stream`` as this turn, which ends however the stream ends (``save``: write first; ``failed``: unfinished).
 
-        ``save``: write the session back first; ``failed``: called when the stream did not finish. A generator
-        because a stream's cleanup hooks stop at a second cancellation and a consumer may drop it mid-way; the
-        event loop closes a dropped generator, so its ``finally`` still runs.
+        A generator: a stream's cleanup hooks stop at a second cancellation, a dropped generator's ``finally`` runs.
         """
         final: list[Any] = []
 

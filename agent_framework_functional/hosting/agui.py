@@ -28,12 +28,12 @@ from fastapi import Depends, FastAPI, Request
 from .._agent import FunctionalWorkflowAgent
 from .._answers import value_result
 from .._chat import answers_to_responses
-from .._core_compat import agui_session_id_for_thread, expire_agui_open_approvals
+from .._core_compat import agui_approval_state, agui_session_id_for_thread, expire_agui_open_approvals
 from .._errors import ContinuationAuthorityError, ResponseMismatchError
 from .._session import SESSION_STATE_KEY, session_token
 from .._updates import REQUEST_INFO_FUNCTION_NAME, published_requests, token_tag
 from ._adapter import ANSWER_FIELD, HostedAgent, as_messages, replace_contents
-from ._agui_approvals import UnsavedThreads, approval_purge, bound_approval_state, restore_open_approvals
+from ._agui_approvals import UnsavedThreads, bound_approval_state, restore_open_approvals
 from ._agui_resume import ResumeAnswer, payload_answer, read_answers, read_request, refuse
 from ._body_limit import BodyLimit
 from ._snapshots import snapshot_store_for
@@ -304,8 +304,11 @@ def agui_endpoint(
             return  # FastAPI has refused it already
         await check_request(body, agent, scope, snapshots, runner)
 
-    purges = [approval_purge(runner)]
-    add_upkeep(app, agent, release_memory_every, sweep_every, stores=[snapshots.store], purges=purges)
+    async def purge_approvals() -> int:  # AG-UI expires and drops approvals past their retention on any read
+        agui_approval_state(runner).lifecycle.pending_interrupt_ids(thread_id="")
+        return 0  # AG-UI does not say how many; the agent's lapse of the same pauses counts them
+
+    add_upkeep(app, agent, release_memory_every, sweep_every, stores=[snapshots.store], purges=[purge_approvals])
     add_agent_framework_fastapi_endpoint(
         app,
         runner,

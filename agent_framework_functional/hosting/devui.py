@@ -17,7 +17,7 @@ from .._agent import FunctionalWorkflowAgent
 from .._answers import value_result
 from ._adapter import HostedAgent, as_messages, parse_typed_text
 from ._devui_store import DEFAULT_MAX_CONVERSATIONS, BoundedConversationStore, BoundedDevServer
-from ._sweep import DEFAULT_RELEASE_MEMORY_EVERY, DEFAULT_SWEEP_EVERY, add_upkeep, check_release_every
+from ._sweep import DEFAULT_RELEASE_MEMORY_EVERY, DEFAULT_SWEEP_EVERY, add_upkeep
 from ._turn import Turns
 
 DEFAULT_PORT = 8080
@@ -141,7 +141,6 @@ def devui_app(
     Raises:
         ValueError: ``auth_token`` is empty or not ASCII, ``max_conversations`` is below 1, or a bad interval.
     """
-    check_release_every(release_memory_every)
     if not auth_token or not auth_token.isascii():
         raise ValueError("auth_token must be non-empty ASCII text (a bearer token; secrets.token_urlsafe() makes one).")
     store = BoundedConversationStore(ttl=agent.continuation_ttl, max_conversations=max_conversations)

@@ -23,8 +23,8 @@ from .._agent import FunctionalWorkflowAgent
 from .._answers import response_schema, value_result
 from .._chat import answers_to_responses
 from .._errors import FunctionalWorkflowError
-from .._updates import REQUEST_INFO_FUNCTION_NAME, request_data_to_json
-from ._adapter import ANSWER_FIELD, parse_typed_text
+from .._updates import request_data_to_json
+from ._adapter import ANSWER_FIELD, approval_answer, parse_typed_text
 from ._sweep import DEFAULT_RELEASE_MEMORY_EVERY, DEFAULT_SWEEP_EVERY, add_upkeep
 from ._turn import ConversationBusy, Turn, Turns
 
@@ -89,8 +89,7 @@ def _answer(request_id: str, event: WorkflowEvent[Any] | None, response: Any) ->
 def _unheld_answer(request_id: str, action: str, content: dict[str, Any]) -> Content:
     """An answer to a pause another worker holds: the form is unknown, so a string stays text to read as JSON."""
     if action != "accept":
-        call = Content.from_function_call(call_id=request_id, name=REQUEST_INFO_FUNCTION_NAME, arguments={})
-        return Content.from_function_approval_response(False, request_id, call)
+        return approval_answer(request_id, False)
     value = content[ANSWER_FIELD] if set(content) == {ANSWER_FIELD} else content
     return Content.from_function_result(call_id=request_id, result=value)
 
@@ -167,10 +166,7 @@ class MCPWorkflowTool:
         return [Message(role="user", contents=answers)]
 
     async def _elicit_in_call(self, ctx: Any, turn: Turn, result: Any) -> Any:
-        """Older clients: ``elicitation/create`` in the call until the workflow ends.
-
-        No ``requestState`` to retry with: a refused answer is asked again up to :data:`LEGACY_ATTEMPTS` times.
-        """
+        """Older clients: ``elicitation/create`` in the call until the workflow ends (:data:`LEGACY_ATTEMPTS` tries)."""
         refused, refusals = "", 0
         while isinstance(result, types.InputRequiredResult):
             responses: dict[str, Any] = {}

@@ -30,7 +30,7 @@ from .._errors import (
     WorkflowRunningError,
 )
 from ._responses_input import InvalidRequestError, ResponsesRequest, decode_body, parse_request
-from ._sweep import DEFAULT_RELEASE_MEMORY_EVERY, DEFAULT_SWEEP_EVERY, add_upkeep, check_release_every
+from ._sweep import DEFAULT_RELEASE_MEMORY_EVERY, DEFAULT_SWEEP_EVERY, add_upkeep
 from ._turn import ConversationBusy, Turn, Turns
 
 logger = logging.getLogger(__name__)
@@ -355,7 +355,6 @@ def responses_app(
     for name, value, least in (("max_body_bytes", max_body_bytes, 1), ("retry_after", retry_after, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:  # pyright: ignore[reportUnnecessaryIsInstance]
             raise ValueError(f"{name} must be an integer of at least {least}, not {value!r}.")
-    check_release_every(release_memory_every)
     host = _ResponsesHost(
         agent,
         session_store,
