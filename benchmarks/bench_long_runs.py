@@ -266,9 +266,8 @@ def sqlite_payload(path: Path) -> int:
 
 def ours_sqlite_payload(path: Path) -> int:
     with contextlib.closing(sqlite3.connect(path)) as con:
-        whole = con.execute("select coalesce(sum(length(body)), 0) from workflow_checkpoints").fetchone()
         chunks = con.execute("select coalesce(sum(length(body)), 0) from checkpoint_chunks").fetchone()
-        return int(whole[0]) + int(chunks[0])
+        return int(chunks[0])
 
 
 # ---------------------------------------------------------------- one run per side and row
