@@ -52,23 +52,6 @@ def decode_body(checkpoint_id: str, body: bytes, allowed_types: frozenset[str]) 
         ) from exc
 
 
-def check_sealer(owner: str, sealer: CheckpointSealer | None) -> CheckpointSealer | None:
-    """Return ``sealer`` once checked; without one, warn once per storage class and process."""
-    if sealer is not None and not isinstance(sealer, CheckpointSealer):  # pyright: ignore[reportUnnecessaryIsInstance]
-        raise TypeError("sealer must be a CheckpointSealer (or None).")
-    if sealer is None:
-        warn_unsealed(owner)
-    return sealer
-
-
-def check_allowed_types(allowed_checkpoint_types: list[str] | None) -> frozenset[str]:
-    """The allow-list as a frozen set; ``TypeError`` unless every entry is a ``"module:QualName"`` string."""
-    types = list(allowed_checkpoint_types or [])
-    if not all(isinstance(name, str) for name in types):  # pyright: ignore[reportUnnecessaryIsInstance]
-        raise TypeError("allowed_checkpoint_types must be a list of 'module:QualName' strings.")
-    return frozenset(types)
-
-
 class DurableCheckpointStorage(AsyncClosing):
     """The shared part of the SQLite, Redis and PostgreSQL checkpoint storages (internal)."""
 
@@ -80,6 +63,19 @@ class DurableCheckpointStorage(AsyncClosing):
     sealer: CheckpointSealer | None
     _allowed_types: frozenset[str]
     _deduper: StepCacheDeduper
+
+    def _configure(
+        self, owner: str, sealer: CheckpointSealer | None, allowed: list[str] | None, *, inline_heads: bool = True
+    ) -> None:
+        """Keep the checked sealer (none: warn once per class) and allow-list; ``TypeError`` on either."""
+        if sealer is not None and not isinstance(sealer, CheckpointSealer):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError("sealer must be a CheckpointSealer (or None).")
+        if not all(isinstance(name, str) for name in allowed or []):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError("allowed_checkpoint_types must be a list of 'module:QualName' strings.")
+        if sealer is None:
+            warn_unsealed(owner)
+        self.sealer, self._allowed_types = sealer, frozenset(allowed or [])
+        self._deduper = StepCacheDeduper(self._allowed_types, inline_heads=inline_heads)
 
     async def save(self, checkpoint: WorkflowCheckpoint) -> str:
         """Store a copy of ``checkpoint`` (replacing one with the same id) and return its id.

@@ -18,9 +18,9 @@ from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 
 from .._expiry import forget_retained
 from .._store import PurgeSchedule, duration_seconds
-from .checkpoint_delta import DeltaSave, StepCacheDeduper
+from .checkpoint_delta import DeltaSave
 from .checkpoint_seal import CheckpointSealer
-from .checkpoint_storage import DurableCheckpointStorage, check_allowed_types, check_sealer
+from .checkpoint_storage import DurableCheckpointStorage
 from .postgres_buffer import BufferedSave, StepBuffer, bufferable
 from .postgres_rows import (
     check_storable,
@@ -106,11 +106,10 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
         sealer: CheckpointSealer | None = None,
         synchronous_steps: bool = False,
     ) -> None:
-        self.sealer = check_sealer("PostgresCheckpointStorage", sealer)
+        self._configure("PostgresCheckpointStorage", sealer, allowed_checkpoint_types, inline_heads=False)
         if not isinstance(synchronous_steps, bool):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(f"synchronous_steps must be True or False, not {synchronous_steps!r}.")
         self._synchronous_steps = synchronous_steps
-        self._allowed_types = check_allowed_types(allowed_checkpoint_types)
         self._ttl = None if ttl is None else duration_seconds(ttl, "ttl")
         self._purges = PurgeSchedule(None if self._ttl is None else PURGE_INTERVAL_SECONDS)
         self._db = PostgresPool(
@@ -123,7 +122,6 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
             pool_timeout=pool_timeout,
         )
         self._sql = self._db.statements(STATEMENTS)
-        self._deduper = StepCacheDeduper(self._allowed_types)
         self._buffer = StepBuffer(self._write_buffered)
         self._unwritten: OrderedDict[str, None] = OrderedDict()  # buffered step saves a pause superseded
         self._many: dict[tuple[int, bool], bytes] = {}

@@ -23,9 +23,9 @@ from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 
 from .._expiry import forget_retained
 from .._store import duration_seconds
-from .checkpoint_delta import DeltaSave, StepCacheDeduper
+from .checkpoint_delta import DeltaSave
 from .checkpoint_seal import CheckpointSealer, is_sealed, open_chunk
-from .checkpoint_storage import DurableCheckpointStorage, check_allowed_types, check_sealer
+from .checkpoint_storage import DurableCheckpointStorage
 from .redis_store import DEFAULT_MAX_CONNECTIONS, DEFAULT_POOL_TIMEOUT_SECONDS, pooled_client
 
 if TYPE_CHECKING:
@@ -297,8 +297,7 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
     ) -> None:
         if not namespace:
             raise ValueError("namespace must be a non-empty key prefix, for example 'myapp'.")
-        self._allowed_types = check_allowed_types(allowed_checkpoint_types)
-        self.sealer = check_sealer("RedisCheckpointStorage", sealer)
+        self._configure("RedisCheckpointStorage", sealer, allowed_checkpoint_types)
         self.namespace = namespace
         self._prefix = f"{namespace}:"
         self._ttl_ms = None if ttl is None else max(1, int(duration_seconds(ttl, "ttl") * 1000))
@@ -315,7 +314,6 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
         self._load: Any = client.register_script(_COMMON + _READ + _LOAD)
         self._list: Any = client.register_script(_COMMON + _READ + _LIST)
         self._locate: Any = client.register_script(_COMMON + _LOCATE)
-        self._deduper = StepCacheDeduper(self._allowed_types, inline_heads=True)
 
     async def load(self, checkpoint_id: str) -> WorkflowCheckpoint:
         """Load a checkpoint by id.
@@ -333,7 +331,15 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
 
     async def list_checkpoints(self, *, workflow_name: str) -> list[WorkflowCheckpoint]:
         """Return the workflow's checkpoints that exist and decode (others skipped), segments by their last save."""
-        return self._listed(workflow_name, await self._segment_loads(workflow_name))
+        from redis.exceptions import ResponseError
+
+        try:
+            segments = cast("list[bytes]", await self._client.zrange(f"{self._prefix}wsegs:{workflow_name}", 0, -1))
+        except ResponseError as exc:
+            if not str(exc).startswith("WRONGTYPE"):
+                raise
+            return []  # the workflow's index holds another type: no segment to list
+        return self._listed(workflow_name, await self._segment_loads(segments))
 
     async def delete(self, checkpoint_id: str) -> bool:
         """Delete a checkpoint by id; True if this call deleted it, False if no checkpoint had this id."""
@@ -353,24 +359,12 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
         if self._owns_client:
             await self._client.aclose()
 
-    async def _members(self, key: str) -> list[bytes]:
-        """Every member of the sorted set ``key``, oldest first; none when the key holds another type."""
-        from redis.exceptions import ResponseError
-
-        try:
-            return cast("list[bytes]", await self._client.zrange(key, 0, -1))
-        except ResponseError as exc:
-            if str(exc).startswith("WRONGTYPE"):
-                return []
-            raise
-
     def _args(self, checkpoint_id: str) -> list[Any]:
         """The scripts' arguments for one checkpoint: prefix, ttl, id, its location field and bucket."""
         return [self._prefix, self._ttl_ms or 0, checkpoint_id, *location_of(checkpoint_id)]
 
-    async def _segment_loads(self, workflow_name: str) -> list[tuple[str, Any]]:
-        """A loader for each live checkpoint in the workflow's segments (an id that maps to its chunk), in order."""
-        segments = await self._members(f"{self._prefix}wsegs:{workflow_name}")
+    async def _segment_loads(self, segments: list[bytes]) -> list[tuple[str, Any]]:
+        """A loader for each live checkpoint in ``segments`` (an id that maps to its chunk), in order."""
         async with self._client.pipeline(transaction=False) as pipe:
             for segment_id in segments:
                 await self._list(args=[self._prefix, self._ttl_ms or 0, segment_id], client=pipe)  # queued

@@ -27,9 +27,9 @@ from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 
 from .._expiry import forget_retained
 from .._store import PurgeSchedule, duration_seconds
-from .checkpoint_delta import DeltaSave, StepCacheDeduper
+from .checkpoint_delta import DeltaSave
 from .checkpoint_seal import CheckpointSealer, chunk_context, open_chunk
-from .checkpoint_storage import DurableCheckpointStorage, check_allowed_types, check_sealer
+from .checkpoint_storage import DurableCheckpointStorage
 from .sqlite_store import connect_sqlite, finish, setup
 
 _T = TypeVar("_T")
@@ -98,12 +98,10 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
         busy_timeout: float = 30.0,
         sealer: CheckpointSealer | None = None,
     ) -> None:
-        self.sealer = check_sealer("SQLiteCheckpointStorage", sealer)
-        self._allowed_types = check_allowed_types(allowed_checkpoint_types)
+        self._configure("SQLiteCheckpointStorage", sealer, allowed_checkpoint_types)
         self._ttl = None if ttl is None else duration_seconds(ttl, "ttl")
         timeout = duration_seconds(busy_timeout, "busy_timeout")
         self._purges = PurgeSchedule(None if self._ttl is None else PURGE_INTERVAL_SECONDS)
-        self._deduper = StepCacheDeduper(self._allowed_types, inline_heads=True)
         self.path = Path(path)
         self._lock = threading.Lock()
         conn = setup(self.path, timeout, SCHEMA)
