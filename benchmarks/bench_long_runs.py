@@ -227,11 +227,8 @@ def postgres_bytes(url: str, schema: str, ours: bool) -> tuple[int, int]:
     """The schema's tables with indexes and TOAST, and the bytes of the stored bodies."""
     import psycopg
 
-    if ours:  # whole bodies, then version-3 rows (head and chunk in one row)
-        payload = (
-            f'SELECT (SELECT coalesce(sum(length(body)), 0) FROM "{schema}".checkpoints)'
-            f' + (SELECT coalesce(sum(length(body)), 0) FROM "{schema}".delta_checkpoints)'
-        )
+    if ours:  # one row per checkpoint (head and chunk in one row)
+        payload = f'SELECT coalesce(sum(length(body)), 0) FROM "{schema}".delta_checkpoints'
     else:
         payload = (
             "SELECT (SELECT coalesce(sum(pg_column_size(checkpoint) + pg_column_size(metadata)), 0) "

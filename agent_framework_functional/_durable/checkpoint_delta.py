@@ -2,10 +2,11 @@
 
 Core's every checkpoint holds the whole step cache (N(N+1)/2 entries for N steps). A save with a ``StepCacheOffer``
 is a **chunk** appended to its run's **segment** (new cache entries, keys front-coded; input and other fields
-when changed), a **head** (id, previous id, timestamp) and **references** ``[[segment id, chunk count], ...]``.
-The backend, for a :class:`DeltaSave`, atomically and only if ``plan.segment`` holds exactly ``plan.chunk_index``
-chunks and each other referenced segment at least its count: appends ``plan.chunk``, stores the head, counts a
-reference per segment; then :meth:`StepCacheDeduper.saved`, or on a failed check ``prepare(..., fresh=True)``.
+when changed), a **head** (id, previous id, timestamp) and **references** ``[[segment id, chunk count], ...]``;
+any other save is core's whole encoding (head inside), the one chunk of a new segment. The backend, for a
+:class:`DeltaSave`, atomically and only if ``plan.segment`` holds exactly ``plan.chunk_index`` chunks and each
+other referenced segment at least its count: appends ``plan.chunk``, stores the head, counts a reference per
+segment; then :meth:`StepCacheDeduper.saved`, or on a failed check ``prepare(..., fresh=True)``.
 With ``inline_heads`` a chunk carries its head: ``"i"`` id, ``"p"`` previous id (if not the prior chunk's),
 ``"t"`` microseconds after the prior chunk's time when that gives core's exact text back, else the text.
 """
@@ -60,11 +61,6 @@ class DeltaSave:
     log: StepCacheLog | None  # None: a whole checkpoint, alone in its segment
     state: _Segment
     after: tuple[int, int, int, str, Any, str, str | None, datetime | None]  # the _PROGRESS fields, in order
-
-    @property
-    def references(self) -> str:
-        """``refs`` as JSON."""
-        return json.dumps(self.refs)
 
 
 class StepCacheDeduper:

@@ -133,12 +133,6 @@ class DurableCheckpointStorage(AsyncClosing):
                 )
         return checkpoints
 
-    def _assembled_inline(
-        self, checkpoint_id: str, refs: list[tuple[str, int]], texts: list[list[str]]
-    ) -> WorkflowCheckpoint:
-        """The checkpoint whose head is the last of its own segment's opened chunks; every failure: core's exception."""
-        return self._decoded(checkpoint_id, lambda: self._deduper.assemble_inline(checkpoint_id, refs, texts))
-
     def _decoded(self, checkpoint_id: str, assemble: Callable[[], WorkflowCheckpoint]) -> WorkflowCheckpoint:
         """``assemble()`` with its id checked; any failure but core's own exception as :attr:`unreadable`."""
         try:

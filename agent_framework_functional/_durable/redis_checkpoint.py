@@ -398,10 +398,11 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
             for opened in texts:
                 if isinstance(opened, WorkflowCheckpointException):
                     raise opened
-        return self._assembled_inline(checkpoint_id, refs, cast("list[list[str]]", picked))
+        texts = cast("list[list[str]]", picked)
+        return self._decoded(checkpoint_id, lambda: self._deduper.assemble_inline(checkpoint_id, refs, texts))
 
     async def _write_delta(self, checkpoint: WorkflowCheckpoint, plan: DeltaSave) -> bool:
         """Run the save script once; False (nothing written) when a referenced segment lost chunks."""
         args = [*self._args(checkpoint.checkpoint_id), checkpoint.workflow_name, plan.segment, self._sealed_chunk(plan)]
-        args += [plan.chunk_index, plan.references]
+        args += [plan.chunk_index, json.dumps(plan.refs)]
         return bool(int(await self._save_delta(args=args)))

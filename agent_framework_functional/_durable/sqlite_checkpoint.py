@@ -235,7 +235,7 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
             ]
             for found, (segment, count) in zip(chunks, refs, strict=True)
         ]
-        return self._assembled_inline(checkpoint_id, refs, texts)
+        return self._decoded(checkpoint_id, lambda: self._deduper.assemble_inline(checkpoint_id, refs, texts))
 
     async def _write(self, operation: Callable[[sqlite3.Connection, float], _T], *, at_once: bool = True) -> _T:
         """Run ``operation`` in one immediate transaction; rolled back on an error or a False result.
