@@ -53,9 +53,11 @@ async def _redis(server: str) -> AsyncIterator[tuple[Storage, Poison]]:
     raw = aioredis.Redis.from_url(server)
 
     async def poison(value: dict[str, str]) -> str:
-        segment = (await raw.zrange(f"{namespace}:wsegs:batch", 0, -1))[0]  # the run's: saved before the other
-        key = f"{namespace}:segment:{segment.decode()}"
-        chunk = await raw.lindex(key, 0)  # type: ignore[misc]
+        for segment in await raw.zrange(f"{namespace}:wsegs:batch", 0, -1):  # the run's (the other is whole)
+            key = f"{namespace}:segment:{segment.decode()}"
+            chunk = await raw.lindex(key, 0)  # type: ignore[misc]
+            if "c" in json.loads(chunk):
+                break
         await raw.lset(key, 0, _poisoned(chunk, value))  # type: ignore[misc]
         return json.loads(chunk)["i"]
 
