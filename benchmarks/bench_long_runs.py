@@ -227,11 +227,8 @@ def postgres_bytes(url: str, schema: str, ours: bool) -> tuple[int, int]:
     """The schema's tables with indexes and TOAST, and the bytes of the stored bodies."""
     import psycopg
 
-    if ours:  # whole bodies, then version-3 rows (head and chunk in one row)
-        payload = (
-            f'SELECT (SELECT coalesce(sum(length(body)), 0) FROM "{schema}".checkpoints)'
-            f' + (SELECT coalesce(sum(length(body)), 0) FROM "{schema}".delta_checkpoints)'
-        )
+    if ours:  # one row per checkpoint (head and chunk in one row)
+        payload = f'SELECT coalesce(sum(length(body)), 0) FROM "{schema}".delta_checkpoints'
     else:
         payload = (
             "SELECT (SELECT coalesce(sum(pg_column_size(checkpoint) + pg_column_size(metadata)), 0) "
@@ -266,9 +263,8 @@ def sqlite_payload(path: Path) -> int:
 
 def ours_sqlite_payload(path: Path) -> int:
     with contextlib.closing(sqlite3.connect(path)) as con:
-        whole = con.execute("select coalesce(sum(length(body)), 0) from workflow_checkpoints").fetchone()
         chunks = con.execute("select coalesce(sum(length(body)), 0) from checkpoint_chunks").fetchone()
-        return int(whole[0]) + int(chunks[0])
+        return int(chunks[0])
 
 
 # ---------------------------------------------------------------- one run per side and row

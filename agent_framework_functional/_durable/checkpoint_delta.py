@@ -2,10 +2,11 @@
 
 Core's every checkpoint holds the whole step cache (N(N+1)/2 entries for N steps). A save with a ``StepCacheOffer``
 is a **chunk** appended to its run's **segment** (new cache entries, keys front-coded; input and other fields
-when changed), a **head** (id, previous id, timestamp) and **references** ``[[segment id, chunk count], ...]``.
-The backend, for a :class:`DeltaSave`, atomically and only if ``plan.segment`` holds exactly ``plan.chunk_index``
-chunks and each other referenced segment at least its count: appends ``plan.chunk``, stores the head, counts a
-reference per segment; then :meth:`StepCacheDeduper.saved`, or on a failed check ``prepare(..., fresh=True)``.
+when changed), a **head** (id, previous id, timestamp) and **references** ``[[segment id, chunk count], ...]``;
+any other save is core's whole encoding (head inside), the one chunk of a new segment. The backend, for a
+:class:`DeltaSave`, atomically and only if ``plan.segment`` holds exactly ``plan.chunk_index`` chunks and each
+other referenced segment at least its count: appends ``plan.chunk``, stores the head, counts a reference per
+segment; then :meth:`StepCacheDeduper.saved`, or on a failed check ``prepare(..., fresh=True)``.
 With ``inline_heads`` a chunk carries its head: ``"i"`` id, ``"p"`` previous id (if not the prior chunk's),
 ``"t"`` microseconds after the prior chunk's time when that gives core's exact text back, else the text.
 """
@@ -56,15 +57,10 @@ class DeltaSave:
     chunk_index: int
     refs: list[list[Any]]
     sizes: tuple[int, int]
-    offer: StepCacheOffer
-    log: StepCacheLog
+    offer: StepCacheOffer | None
+    log: StepCacheLog | None  # None: a whole checkpoint, alone in its segment
     state: _Segment
     after: tuple[int, int, int, str, Any, str, str | None, datetime | None]  # the _PROGRESS fields, in order
-
-    @property
-    def references(self) -> str:
-        """``refs`` as JSON."""
-        return json.dumps(self.refs)
 
 
 class StepCacheDeduper:
@@ -82,8 +78,8 @@ class StepCacheDeduper:
 
     def prepare(
         self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None, *, fresh: bool = False
-    ) -> DeltaSave | None:
-        """Plan the save of ``checkpoint``; None when it must be stored whole (no offer, or not its offer).
+    ) -> DeltaSave:
+        """Plan the save of ``checkpoint``: a chunk of its run's segment, or (no offer, or not its offer) alone.
 
         Call before a save's first ``await`` (core's dicts may change later). ``fresh``: a new segment with
         every entry (after the backend refused a plan).
@@ -91,14 +87,22 @@ class StepCacheDeduper:
         Raises:
             WorkflowCheckpointException: A part cannot be encoded, or would not decode under the allowed types.
         """
-        if offer is None or not offer.take(checkpoint.state):
-            return None
+        ours = offer if offer is not None and offer.take(checkpoint.state) else None
         try:
-            return self._plan(checkpoint, offer, fresh)
+            return (self._plan(checkpoint, ours, fresh) if ours is not None else None) or self._whole(checkpoint)
         except WorkflowCheckpointException:
             raise
         except Exception as exc:
             raise unsavable(checkpoint.checkpoint_id) from exc
+
+    def _whole(self, checkpoint: WorkflowCheckpoint) -> DeltaSave:
+        """A one-chunk segment holding core's whole encoding of ``checkpoint`` (its head inside)."""
+        encoded = core_encode_checkpoint_value(checkpoint.to_dict())
+        decode_value(encoded, self._allowed_types)  # refused now when a load would refuse it later
+        seg = _Segment([], (0, 0))
+        text = json.dumps(encoded, ensure_ascii=False)
+        after = (1, 0, 0, "", None, "", None, None)
+        return DeltaSave(seg.id, text, 0, [[seg.id, 1]], (0, 0), None, None, seg, after)
 
     def _plan(self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer, fresh: bool) -> DeltaSave | None:
         log = offer.log
@@ -111,7 +115,7 @@ class StepCacheDeduper:
         encoded_rest = core_encode_checkpoint_value(rest)
         encoded_state = encoded_rest.get("state")
         if not isinstance(encoded_state, dict) or STEP_CACHE not in encoded_state:
-            return None  # core pickled the whole state (a reserved key in it): store the checkpoint whole
+            return None  # core pickled the whole state (a reserved key in it): the checkpoint is saved whole
         rest_json = json.dumps(encoded_rest, ensure_ascii=False)
         chunk: dict[str, Any] = {}
         cache_keys = log.cache_keys[seg.cache_done : offer.cache_len]
@@ -170,6 +174,8 @@ class StepCacheDeduper:
 
     def saved(self, plan: DeltaSave, checkpoint_id: str) -> None:
         """Record that the backend stored ``plan`` under ``checkpoint_id`` (the run's next save appends after it)."""
+        if plan.log is None:
+            return
         seg = plan.state
         for name, value in zip(_PROGRESS, plan.after, strict=True):
             setattr(seg, name, value)
@@ -195,7 +201,8 @@ class StepCacheDeduper:
 
     def forget(self, plan: DeltaSave) -> None:
         """The backend refused ``plan`` (a segment is gone): the run's next save starts a new segment."""
-        self._segments.pop(plan.log, None)
+        if plan.log is not None:
+            self._segments.pop(plan.log, None)
 
     def _remember(self, checkpoint_id: str, refs: list[list[Any]], sizes: tuple[int, int]) -> None:
         self._known[checkpoint_id] = (refs, sizes)
@@ -203,14 +210,15 @@ class StepCacheDeduper:
         while len(self._known) > _KNOWN_HEADS:
             self._known.popitem(last=False)
 
-    def assemble(self, checkpoint_id: str, body: str, references: str, chunks: list[list[str]]) -> WorkflowCheckpoint:
-        """A checkpoint from its head, references and each reference's first chunks.
+    def assemble(
+        self, checkpoint_id: str, head: bytes, refs: list[list[Any]], chunks: list[list[str]]
+    ) -> WorkflowCheckpoint:
+        """A checkpoint from its head line, references and each reference's first chunks.
 
         Raises WorkflowCheckpointException when they form no checkpoint or hold a type outside the allow-list.
         """
         try:
-            refs = json.loads(references)
-            encoded, sizes = _joined([[json.loads(text) for text in texts] for texts in chunks], json.loads(body))
+            encoded, sizes = _joined([[json.loads(text) for text in texts] for texts in chunks], json.loads(head))
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise _incomplete(checkpoint_id) from exc
         checkpoint = WorkflowCheckpoint.from_dict(decode_value(encoded, self._allowed_types))
@@ -227,11 +235,13 @@ class StepCacheDeduper:
         try:
             parsed = [[json.loads(text) for text in texts] for texts in chunks]
             own = parsed[-1]
-            if own[0]["r"] != [list(ref) for ref in refs[:-1]] or len(own) != refs[-1][1]:
-                raise ValueError("the chunks are not those of this checkpoint's segments")
-            head = read_heads(own)[-1]
-            if head[0] != checkpoint_id:
-                raise ValueError("the chunk holds another checkpoint's head")
+            head = None
+            if not _whole(parsed):
+                if own[0]["r"] != [list(ref) for ref in refs[:-1]] or len(own) != refs[-1][1]:
+                    raise ValueError("the chunks are not those of this checkpoint's segments")
+                head = read_heads(own)[-1]
+                if head[0] != checkpoint_id:
+                    raise ValueError("the chunk holds another checkpoint's head")
             encoded, sizes = _joined(parsed, head)
         except (ValueError, TypeError, KeyError, AttributeError, IndexError, OverflowError) as exc:
             raise _incomplete(checkpoint_id) from exc
@@ -246,8 +256,17 @@ def _incomplete(checkpoint_id: str) -> WorkflowCheckpointException:
     )
 
 
-def _joined(chunks: list[list[Any]], head: list[Any]) -> tuple[dict[str, Any], tuple[int, int]]:
+def _whole(chunks: list[list[Any]]) -> bool:
+    """Whether parsed chunks are one segment of one chunk holding core's whole encoding of a checkpoint."""
+    return (
+        len(chunks) == 1 and len(chunks[0]) == 1 and isinstance(chunks[0][0], dict) and "checkpoint_id" in chunks[0][0]
+    )
+
+
+def _joined(chunks: list[list[Any]], head: list[Any] | None) -> tuple[dict[str, Any], tuple[int, int]]:
     """The encoded checkpoint that parsed chunks (per segment, in order) and a head make; and its cache sizes."""
+    if _whole(chunks):
+        return chunks[0][0], (0, 0)
     cache: dict[str, Any] = {}
     counts: dict[str, Any] = {}
     message: Any = None
@@ -267,7 +286,7 @@ def _joined(chunks: list[list[Any]], head: list[Any]) -> tuple[dict[str, Any], t
                 counts.update(cast("dict[str, Any]", numbers))
             message = chunk.get("m", message)
             rest = chunk.get("h", rest)
-    if rest is None:
+    if rest is None or head is None:
         raise ValueError("no checkpoint fields in its chunks")
     encoded = {**rest, **dict(zip(_HEAD, head, strict=True))}
     encoded["state"] = {**rest["state"], STEP_CACHE: cache, STEP_COUNTS: counts, ORIGINAL_MESSAGE: message}

@@ -6,10 +6,9 @@ body names another workflow. Bodies are core's checkpoint encoding, each pickle 
 
 from __future__ import annotations
 
-import inspect
 import json
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, ClassVar
 
@@ -53,32 +52,6 @@ def decode_body(checkpoint_id: str, body: bytes, allowed_types: frozenset[str]) 
         ) from exc
 
 
-def check_sealer(owner: str, sealer: CheckpointSealer | None) -> CheckpointSealer | None:
-    """Return ``sealer`` once checked; without one, warn once per storage class and process."""
-    if sealer is not None and not isinstance(sealer, CheckpointSealer):  # pyright: ignore[reportUnnecessaryIsInstance]
-        raise TypeError("sealer must be a CheckpointSealer (or None).")
-    if sealer is None:
-        warn_unsealed(owner)
-    return sealer
-
-
-def check_allowed_types(allowed_checkpoint_types: list[str] | None) -> frozenset[str]:
-    """The allow-list as a frozen set; ``TypeError`` unless every entry is a ``"module:QualName"`` string."""
-    types = list(allowed_checkpoint_types or [])
-    if not all(isinstance(name, str) for name in types):  # pyright: ignore[reportUnnecessaryIsInstance]
-        raise TypeError("allowed_checkpoint_types must be a list of 'module:QualName' strings.")
-    return frozenset(types)
-
-
-def same_id(checkpoint_id: str, checkpoint: WorkflowCheckpoint) -> WorkflowCheckpoint:
-    """Return ``checkpoint`` when it is the one stored under ``checkpoint_id``; refuse another's body."""
-    if checkpoint.checkpoint_id != checkpoint_id:
-        raise WorkflowCheckpointException(
-            f"The body stored for checkpoint {checkpoint_id} is another checkpoint's; it was not loaded."
-        )
-    return checkpoint
-
-
 class DurableCheckpointStorage(AsyncClosing):
     """The shared part of the SQLite, Redis and PostgreSQL checkpoint storages (internal)."""
 
@@ -91,6 +64,19 @@ class DurableCheckpointStorage(AsyncClosing):
     _allowed_types: frozenset[str]
     _deduper: StepCacheDeduper
 
+    def _configure(
+        self, owner: str, sealer: CheckpointSealer | None, allowed: list[str] | None, *, inline_heads: bool = True
+    ) -> None:
+        """Keep the checked sealer (none: warn once per class) and allow-list; ``TypeError`` on either."""
+        if sealer is not None and not isinstance(sealer, CheckpointSealer):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError("sealer must be a CheckpointSealer (or None).")
+        if not all(isinstance(name, str) for name in allowed or []):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError("allowed_checkpoint_types must be a list of 'module:QualName' strings.")
+        if sealer is None:
+            warn_unsealed(owner)
+        self.sealer, self._allowed_types = sealer, frozenset(allowed or [])
+        self._deduper = StepCacheDeduper(self._allowed_types, inline_heads=inline_heads)
+
     async def save(self, checkpoint: WorkflowCheckpoint) -> str:
         """Store a copy of ``checkpoint`` (replacing one with the same id) and return its id.
 
@@ -102,7 +88,9 @@ class DurableCheckpointStorage(AsyncClosing):
 
     async def save_with_offer(self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None) -> str:
         """:meth:`save`, each new step result stored once when ``offer`` (a run's recorder hands it) fits it."""
-        raise NotImplementedError
+        plan = self._deduper.prepare(checkpoint, offer)  # before any await: core's dicts may change later
+        await self._store_delta(checkpoint, plan)
+        return checkpoint.checkpoint_id
 
     async def list_checkpoints(self, *, workflow_name: str) -> list[WorkflowCheckpoint]:
         """Return the workflow's checkpoints that still exist and load, oldest save first."""
@@ -124,17 +112,14 @@ class DurableCheckpointStorage(AsyncClosing):
         """Return the ids of the checkpoints :meth:`list_checkpoints` returns (those that load), in its order."""
         return [checkpoint.checkpoint_id for checkpoint in await self.list_checkpoints(workflow_name=workflow_name)]
 
-    async def _listed(
-        self,
-        workflow_name: str,
-        loads: Iterable[tuple[str, Callable[[], WorkflowCheckpoint | Awaitable[WorkflowCheckpoint]]]],
+    def _listed(
+        self, workflow_name: str, loads: Iterable[tuple[str, Callable[[], WorkflowCheckpoint]]]
     ) -> list[WorkflowCheckpoint]:
         """The checkpoints that load and whose body names ``workflow_name``, in order; others skipped with a warning."""
         checkpoints: list[WorkflowCheckpoint] = []
         for checkpoint_id, load in loads:
             try:
-                loaded = load()
-                checkpoint = await loaded if inspect.isawaitable(loaded) else loaded
+                checkpoint = load()
             except WorkflowCheckpointException as exc:
                 self.logger.warning("Skipping checkpoint %s of workflow %s: %s", checkpoint_id, workflow_name, exc)
                 continue
@@ -148,30 +133,6 @@ class DurableCheckpointStorage(AsyncClosing):
                 )
         return checkpoints
 
-    def _whole(self, checkpoint_id: str, body: bytes) -> WorkflowCheckpoint:
-        """Open (with a sealer, before any decoding) and decode one whole body; every failure: core's exception."""
-        opened = self._unseal(checkpoint_id, body, checkpoint_id.encode("utf-8"))
-        return same_id(checkpoint_id, decode_body(checkpoint_id, opened, self._allowed_types))
-
-    def _assembled_inline(
-        self, checkpoint_id: str, refs: list[tuple[str, int]], texts: list[list[str]]
-    ) -> WorkflowCheckpoint:
-        """The checkpoint whose head is the last of its own segment's opened chunks; every failure: core's exception."""
-        return self._decoded(checkpoint_id, lambda: self._deduper.assemble_inline(checkpoint_id, refs, texts))
-
-    def _assembled(
-        self, checkpoint_id: str, head: bytes, references: bytes, chunks: list[list[str]] | None
-    ) -> WorkflowCheckpoint:
-        """The checkpoint a head and its opened chunks make (None: a chunk is gone); failures: core's exception."""
-        if chunks is None:
-            raise WorkflowCheckpointException(
-                f"Checkpoint {checkpoint_id} lost part of its step cache in {self.backend} (expired or deleted)."
-            )
-        return self._decoded(
-            checkpoint_id,
-            lambda: self._deduper.assemble(checkpoint_id, head.decode("utf-8"), references.decode("utf-8"), chunks),
-        )
-
     def _decoded(self, checkpoint_id: str, assemble: Callable[[], WorkflowCheckpoint]) -> WorkflowCheckpoint:
         """``assemble()`` with its id checked; any failure but core's own exception as :attr:`unreadable`."""
         try:
@@ -182,7 +143,11 @@ class DurableCheckpointStorage(AsyncClosing):
             raise WorkflowCheckpointException(
                 self.unreadable.format(checkpoint_id=checkpoint_id, error=type(exc).__name__)
             ) from exc
-        return same_id(checkpoint_id, checkpoint)
+        if checkpoint.checkpoint_id != checkpoint_id:
+            raise WorkflowCheckpointException(
+                f"The body stored for checkpoint {checkpoint_id} is another checkpoint's; it was not loaded."
+            )
+        return checkpoint
 
     def _unseal(self, checkpoint_id: str, body: bytes, context: bytes) -> bytes:
         """Open a sealed piece (a sealer configured), or refuse a sealed one (none configured)."""
@@ -194,13 +159,10 @@ class DurableCheckpointStorage(AsyncClosing):
             )
         return body
 
-    async def _store_delta(self, checkpoint: WorkflowCheckpoint, plan: DeltaSave | None) -> None:
+    async def _store_delta(self, checkpoint: WorkflowCheckpoint, plan: DeltaSave) -> None:
         """Store a planned save (:meth:`_write_delta`); once more as one segment if one went missing meanwhile."""
         for _ in range(2):
-            if plan is None:
-                break
-            head, chunk = self._sealed_parts(checkpoint.checkpoint_id, plan)
-            if await self._write_delta(checkpoint, plan, head, chunk):
+            if await self._write_delta(checkpoint, plan):
                 self._deduper.saved(plan, checkpoint.checkpoint_id)
                 return
             self._deduper.forget(plan)
@@ -210,15 +172,13 @@ class DurableCheckpointStorage(AsyncClosing):
             "meanwhile."
         )
 
-    async def _write_delta(
-        self, checkpoint: WorkflowCheckpoint, plan: DeltaSave, head: bytes, chunk: bytes | None
-    ) -> bool:
-        """Write a head and its chunk in one round trip; False (nothing written): a referenced segment lost chunks."""
+    async def _write_delta(self, checkpoint: WorkflowCheckpoint, plan: DeltaSave) -> bool:
+        """Write a planned save in one round trip; False (nothing written): a referenced segment lost chunks."""
         raise NotImplementedError
 
-    def _sealed_parts(self, checkpoint_id: str, plan: DeltaSave) -> tuple[bytes, bytes | None]:
-        """The head (empty: inline heads ride in the chunk) and the chunk as stored, sealed to its segment and index."""
-        chunk = None if plan.chunk is None else plan.chunk.encode("utf-8")
-        if self.sealer is not None and chunk is not None:
+    def _sealed_chunk(self, plan: DeltaSave) -> bytes:
+        """The chunk (inline heads: never None) as stored, sealed to its segment and index."""
+        chunk = (plan.chunk or "").encode("utf-8")
+        if self.sealer is not None:
             chunk = self.sealer.seal(chunk, context=chunk_context(plan.segment, plan.chunk_index))
-        return b"", chunk
+        return chunk

@@ -1,6 +1,6 @@
 """PostgresCheckpointStorage: core's ``CheckpointStorage`` on PostgreSQL, for workers without a shared file system.
 
-Runs this package drives are rows of ``delta_checkpoints`` (``postgres_rows.py``); others are whole bodies.
+Each checkpoint is a row of ``delta_checkpoints`` (``postgres_rows.py``).
 """
 
 from __future__ import annotations
@@ -18,15 +18,9 @@ from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 
 from .._expiry import forget_retained
 from .._store import PurgeSchedule, duration_seconds
-from .checkpoint_delta import DeltaSave, StepCacheDeduper
+from .checkpoint_delta import DeltaSave
 from .checkpoint_seal import CheckpointSealer
-from .checkpoint_storage import (
-    DurableCheckpointStorage,
-    check_allowed_types,
-    check_sealer,
-    decode_body,
-    encode_body,
-)
+from .checkpoint_storage import DurableCheckpointStorage
 from .postgres_buffer import BufferedSave, StepBuffer, bufferable
 from .postgres_rows import (
     check_storable,
@@ -34,10 +28,10 @@ from .postgres_rows import (
     delta_params,
     execute_save,
     gather_row_chunks,
-    references_text,
     row_head,
     row_key,
     row_references,
+    segment_name,
     storable,
 )
 from .postgres_rows_sql import HEAD_COLUMNS, STATEMENTS, TABLES, save_many
@@ -112,11 +106,10 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
         sealer: CheckpointSealer | None = None,
         synchronous_steps: bool = False,
     ) -> None:
-        self.sealer = check_sealer("PostgresCheckpointStorage", sealer)
+        self._configure("PostgresCheckpointStorage", sealer, allowed_checkpoint_types, inline_heads=False)
         if not isinstance(synchronous_steps, bool):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(f"synchronous_steps must be True or False, not {synchronous_steps!r}.")
         self._synchronous_steps = synchronous_steps
-        self._allowed_types = check_allowed_types(allowed_checkpoint_types)
         self._ttl = None if ttl is None else duration_seconds(ttl, "ttl")
         self._purges = PurgeSchedule(None if self._ttl is None else PURGE_INTERVAL_SECONDS)
         self._db = PostgresPool(
@@ -129,7 +122,6 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
             pool_timeout=pool_timeout,
         )
         self._sql = self._db.statements(STATEMENTS)
-        self._deduper = StepCacheDeduper(self._allowed_types)
         self._buffer = StepBuffer(self._write_buffered)
         self._unwritten: OrderedDict[str, None] = OrderedDict()  # buffered step saves a pause superseded
         self._many: dict[tuple[int, bool], bytes] = {}
@@ -166,33 +158,9 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
         check_storable(checkpoint)
         with self._superseding(checkpoint, offer):  # before any await: core's dicts may change later
             plan = self._deduper.prepare(checkpoint, offer)
-            if plan is not None and buffered and self._buffer_step(checkpoint, plan):
-                return checkpoint.checkpoint_id
-            if plan is not None:
+            if not (buffered and plan.log is not None and self._buffer_step(checkpoint, plan)):
                 await self._store_delta(checkpoint, plan)
-                return checkpoint.checkpoint_id
-        body = encode_body(checkpoint, self._allowed_types)
-        if self.sealer is not None:
-            body = self.sealer.seal(body, context=checkpoint.checkpoint_id.encode("utf-8"))
-        now = time.time()
-        expires_at = None if self._ttl is None else now + self._ttl
-        key = row_key(checkpoint.checkpoint_id)
-        row = (checkpoint.checkpoint_id, key, checkpoint.workflow_name, now, expires_at, body)
-
-        statement = self._sql["save_whole" if self._waits_for_disk(checkpoint) else "save_whole_nowait"]
-
-        async def save(conn: AsyncConnection[Any]) -> None:
-            await self.purge_when_due(conn, now)
-            await execute_save(conn, checkpoint.checkpoint_id, statement, row)
-
-        await self._db.run("checkpoint save", save)
         return checkpoint.checkpoint_id
-
-    def decode_row(
-        self, checkpoint_id: str, head: tuple[Any, ...], chunks: dict[tuple[int, int], bytes]
-    ) -> WorkflowCheckpoint:
-        """Decode a delta row's head columns over its segments' chunks, as ``load`` does (``postgres_joint``)."""
-        return self._delta(checkpoint_id, head, chunks)
 
     async def purge_when_due(self, conn: AsyncConnection[Any], now: float) -> None:
         """Delete expired checkpoints on ``conn`` when due (first on every write)."""
@@ -200,9 +168,7 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
             self._purges.ran(now)
             await self._db.purge_quietly(self._db.execute_custom_plan(conn, self._sql["purge"], (now,)))
 
-    async def _write_delta(
-        self, checkpoint: WorkflowCheckpoint, plan: DeltaSave, head: bytes, chunk: bytes | None
-    ) -> bool:
+    async def _write_delta(self, checkpoint: WorkflowCheckpoint, plan: DeltaSave) -> bool:
         """``save_delta_checkpoint`` after the run's buffered saves, in one statement; False: a segment lost chunks."""
         times = self._times()
         params = delta_params(checkpoint, plan, self.sealer, times)
@@ -217,15 +183,10 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
         """Whether this save's commit waits for the server's disk: always, or for a pause (pending requests)."""
         return self._synchronous_steps or bool(checkpoint.pending_request_info_events)
 
-    def _sealed_parts(self, checkpoint_id: str, plan: DeltaSave) -> tuple[bytes, bytes | None]:
-        """Nothing: a row seals its head and chunk together (``postgres_rows.py``)."""
-        return b"", None
-
     async def _save_delta(
         self, now: float, statement: bytes, params: tuple[Any, ...], conn: AsyncConnection[Any]
     ) -> bool:
-        if self._purges.due(now):
-            await self.purge_when_due(conn, now)
+        await self.purge_when_due(conn, now)
         row = await (await execute_save(conn, str(params[1]), statement, params)).fetchone()
         return bool(row is not None and row[-1])
 
@@ -293,8 +254,8 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
             return None
         with self._superseding(checkpoint, offer):
             plan = self._deduper.prepare(checkpoint, offer)
-            if plan is None:
-                return None  # stored whole by the caller's save
+            if plan.log is None:
+                return None  # saved whole by the caller's save
             await self._buffer.written_by(plan.log)
             self._unsent.discard(checkpoint.checkpoint_id)
             return plan, delta_params(checkpoint, plan, self.sealer, self._times())
@@ -359,21 +320,15 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
         await self._buffer.flush_now([checkpoint_id])
         key = row_key(checkpoint_id)
 
-        async def load(conn: AsyncConnection[Any]) -> tuple[bool, tuple[Any, ...] | None, list[tuple[Any, ...]]]:
-            now = time.time()
-            rows = await (await conn.execute(self._sql["delta_load"], {"key": key, "now": now})).fetchall()
-            head = next((found for found in rows if found[0]), None)
-            if head is not None:  # the head and its chunks in one round trip
-                return True, head[1 : 1 + HEAD_COLUMNS], [found[1 + HEAD_COLUMNS :] for found in rows if not found[0]]
-            row = await (await conn.execute(self._sql["load"], {"id": checkpoint_id, "now": now})).fetchone()
-            return False, row, []
+        async def load(conn: AsyncConnection[Any]) -> list[tuple[Any, ...]]:
+            return await (await conn.execute(self._sql["delta_load"], {"key": key, "now": time.time()})).fetchall()
 
-        delta, row, chunks = await self._db.run("checkpoint load", load)
-        if row is None:
+        rows = await self._db.run("checkpoint load", load)  # the head and its chunks in one round trip
+        head = next((found for found in rows if found[0]), None)
+        if head is None:
             raise WorkflowCheckpointException(f"No checkpoint found with ID {checkpoint_id}")
-        if delta:
-            return self._delta(checkpoint_id, row, chunk_map(chunks))
-        return self._open(checkpoint_id, bytes(row[0]))
+        chunks = chunk_map([found[1 + HEAD_COLUMNS :] for found in rows if not found[0]])
+        return self.decode_row(checkpoint_id, head[1 : 1 + HEAD_COLUMNS], chunks)
 
     async def list_checkpoints(self, *, workflow_name: str) -> list[WorkflowCheckpoint]:
         """Return the workflow's live checkpoints that decode, oldest save first (others skipped with a warning)."""
@@ -381,25 +336,16 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
             return []
         await self._buffer.flush_now()
 
-        async def rows(conn: AsyncConnection[Any]) -> tuple[list[tuple[Any, ...]], ...]:
+        async def rows(conn: AsyncConnection[Any]) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
             names = {"name": workflow_name, "now": time.time()}
-            found = await (await self._db.execute_custom_plan(conn, self._sql["list"], names)).fetchall()
             deltas = await (await self._db.execute_custom_plan(conn, self._sql["delta_list"], names)).fetchall()
-            return found, deltas, await self._delta_chunks(conn, deltas)
+            return deltas, await self._delta_chunks(conn, deltas)
 
-        found, deltas, delta_rows = await self._db.run("checkpoint list", rows)
-        delta_chunks = chunk_map(delta_rows)
-
-        async def load(checkpoint_id: str, body: Any) -> WorkflowCheckpoint:
-            return self._open(checkpoint_id, bytes(body))
-
-        async def load_delta(row: tuple[Any, ...]) -> WorkflowCheckpoint:
-            return self._delta(None, row, delta_chunks)
-
-        loads = [(float(at), str(cid), functools.partial(load, str(cid), body)) for cid, body, at in found]
-        loads += [(float(row[1]), str(row[3]), functools.partial(load_delta, row)) for row in deltas]
-        loads.sort(key=lambda item: item[:2])
-        return await self._listed(workflow_name, ((cid, loader) for _, cid, loader in loads))
+        deltas, chunk_rows = await self._db.run("checkpoint list", rows)
+        chunks = chunk_map(chunk_rows)
+        deltas.sort(key=lambda row: (float(row[1]), str(row[3])))
+        loads = [(str(row[3]), functools.partial(self.decode_row, None, row, chunks)) for row in deltas]
+        return self._listed(workflow_name, loads)
 
     async def _delta_chunks(self, conn: AsyncConnection[Any], rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
         """The chunk rows of every segment the delta ``rows`` reference (a NULL id: that row refuses to load)."""
@@ -409,10 +355,13 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
             return []
         return await (await conn.execute(self._sql["delta_chunks"], (segments,))).fetchall()
 
-    def _delta(
+    def decode_row(
         self, checkpoint_id: str | None, row: tuple[Any, ...], chunks: dict[tuple[int, int], bytes]
     ) -> WorkflowCheckpoint:
-        """Decode a delta row over its segments' chunks (each opened first); every failure: core's exception."""
+        """Decode a row's head columns over its segments' chunks, each opened first (``load``, ``postgres_joint``).
+
+        ``checkpoint_id``: the id asked for (None: the row's). Every failure raises core's exception.
+        """
         sealed = self.sealer is not None
         try:
             found_id, head = row_head(row, self._unseal, sealed)
@@ -424,12 +373,13 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
             raise WorkflowCheckpointException(
                 self.unreadable.format(checkpoint_id=checkpoint_id or str(row[3]), error=type(exc).__name__)
             ) from exc
-        return self._assembled(checkpoint_id or found_id, head, references_text(references).encode(), texts)
-
-    def _open(self, checkpoint_id: str, body: bytes) -> WorkflowCheckpoint:
-        """Open (with a sealer, before any decoding) and decode one whole body; every failure: core's exception."""
-        body = self._unseal(checkpoint_id, body, checkpoint_id.encode("utf-8"))
-        return decode_body(checkpoint_id, body, self._allowed_types)
+        checkpoint_id = checkpoint_id or found_id
+        if texts is None:
+            raise WorkflowCheckpointException(
+                f"Checkpoint {checkpoint_id} lost part of its step cache in PostgreSQL (expired or deleted)."
+            )
+        refs = [[segment_name(segment), count] for segment, count in references]
+        return self._decoded(checkpoint_id, lambda: self._deduper.assemble(checkpoint_id, head, refs, texts))
 
     async def delete(self, checkpoint_id: str) -> bool:
         """Delete a checkpoint by id; True if this call deleted it (without waiting for the disk: see ``ttl``)."""
@@ -442,7 +392,7 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
             return dropped
 
         async def delete(conn: AsyncConnection[Any]) -> int:
-            row = await (await conn.execute(self._sql["delete"], (ids, [row_key(i) for i in ids]))).fetchone()
+            row = await (await conn.execute(self._sql["delete"], ([row_key(i) for i in ids],))).fetchone()
             return 0 if row is None else int(row[0] or 0)
 
         return dropped + await self._db.run("checkpoint delete", delete)

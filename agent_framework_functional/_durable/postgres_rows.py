@@ -114,14 +114,10 @@ def segment_name(number: int) -> str:
     return f"{number % _WORD:016x}"
 
 
-def references_text(references: Sequence[tuple[int, int]]) -> str:
-    """References ``[[segment, count], ...]`` as the de-duplicator reads them (and the sealer binds them)."""
-    return json.dumps([[segment_name(segment), count] for segment, count in references], separators=(",", ":"))
-
-
 def row_context(references: Sequence[tuple[int, int]], holds_chunk: bool) -> bytes:
     """The sealing context of a row: its references (own segment last, with its count) and its kind."""
-    return b"afs-pg3\x00" + references_text(references).encode("ascii") + (b"\x00chunk" if holds_chunk else b"\x00head")
+    refs = json.dumps([[segment_name(segment), count] for segment, count in references], separators=(",", ":"))
+    return b"afs-pg3\x00" + refs.encode("ascii") + (b"\x00chunk" if holds_chunk else b"\x00head")
 
 
 def head_line(checkpoint_id: str, previous_id: str | None, timestamp: str) -> bytes:

@@ -1,11 +1,11 @@
 """The ``checkpoints`` component's tables, functions and statements (schema version 1).
 
-``checkpoints`` holds whole bodies. A delta checkpoint is one row of ``delta_checkpoints``: its segment (the
-run's 64-bit id), the segment's chunk count it references, whether it holds the last one, its head and
-``body`` (``postgres_rows``); ``delta_segments`` counts each segment's live references, children and chunks.
-``save_delta_checkpoint`` writes nothing and returns false unless the segment holds exactly what the save
-expects; ``release_delta_checkpoints`` leaves a deleted chunk holder as a tombstone (``checkpoint_id`` NULL)
-until nothing needs its segment.
+A checkpoint is one row of ``delta_checkpoints`` (one saved without a run's offer: whole, alone in its
+segment): its segment (the run's 64-bit id), the segment's chunk count it references, whether it holds the
+last one, its head and ``body`` (``postgres_rows``); ``delta_segments`` counts each segment's live references,
+children and chunks. ``save_delta_checkpoint`` writes nothing and returns false unless the segment holds
+exactly what the save expects; ``release_delta_checkpoints`` leaves a deleted chunk holder as a tombstone
+(``checkpoint_id`` NULL) until nothing needs its segment.
 """
 
 from __future__ import annotations
@@ -17,15 +17,6 @@ _ROW_VALUES = "p_segment, p_saved_at, p_expires_at, p_ts, p_key, p_previous, p_c
 
 TABLES = (
     """
-CREATE TABLE IF NOT EXISTS {schema}.checkpoints (
-    checkpoint_id TEXT PRIMARY KEY,
-    workflow_name TEXT NOT NULL,
-    saved_at DOUBLE PRECISION NOT NULL,
-    expires_at DOUBLE PRECISION,
-    body BYTEA NOT NULL
-);
-CREATE INDEX IF NOT EXISTS checkpoints_workflow ON {schema}.checkpoints (workflow_name, saved_at);
-CREATE INDEX IF NOT EXISTS checkpoints_expires_at ON {schema}.checkpoints (expires_at);
 CREATE TABLE IF NOT EXISTS {schema}.delta_segments (
     segment_id BIGINT PRIMARY KEY,
     workflow_name TEXT NOT NULL,
@@ -144,33 +135,17 @@ BEGIN
     + _ROW_VALUES
     + """);
     END IF;
-    DELETE FROM {schema}.checkpoints WHERE checkpoint_id = p_id;
     RETURN TRUE;
 END $$;
-CREATE OR REPLACE FUNCTION {schema}.save_whole_checkpoint(
-    p_id TEXT, p_key UUID, p_name TEXT, p_saved_at DOUBLE PRECISION, p_expires_at DOUBLE PRECISION, p_body BYTEA
-) RETURNS VOID LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM {schema}.release_delta_checkpoints(ARRAY[p_key]);
-    INSERT INTO {schema}.checkpoints (checkpoint_id, workflow_name, saved_at, expires_at, body)
-        VALUES (p_id, p_name, p_saved_at, p_expires_at, p_body)
-        ON CONFLICT (checkpoint_id) DO UPDATE SET workflow_name = EXCLUDED.workflow_name,
-            saved_at = EXCLUDED.saved_at, expires_at = EXCLUDED.expires_at, body = EXCLUDED.body;
-END $$;
-CREATE OR REPLACE FUNCTION {schema}.delete_checkpoints(p_ids TEXT[], p_keys UUID[]) RETURNS INTEGER
+CREATE OR REPLACE FUNCTION {schema}.delete_checkpoints(p_keys UUID[]) RETURNS INTEGER
 LANGUAGE plpgsql AS $$
-DECLARE
-    deleted INTEGER;
 BEGIN
     PERFORM set_config('synchronous_commit', 'off', true);
-    DELETE FROM {schema}.checkpoints WHERE checkpoint_id = ANY(p_ids);
-    GET DIAGNOSTICS deleted = ROW_COUNT;
-    RETURN deleted + {schema}.release_delta_checkpoints(p_keys);
+    RETURN {schema}.release_delta_checkpoints(p_keys);
 END $$;
 CREATE OR REPLACE FUNCTION {schema}.purge_checkpoints(p_now DOUBLE PRECISION) RETURNS VOID
 LANGUAGE plpgsql AS $$
 BEGIN
-    DELETE FROM {schema}.checkpoints WHERE expires_at <= p_now;
     PERFORM {schema}.free_delta_segments(NULL, p_now);
 END $$;
 """
@@ -188,7 +163,6 @@ HEAD_COLUMNS = 10
 
 _NO_WAIT = "set_config('synchronous_commit', 'off', true), "
 _SAVE_DELTA = "{schema}.save_delta_checkpoint(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
-_SAVE_WHOLE = "{schema}.save_whole_checkpoint(%s, %s, %s, %s, %s, %s)"
 
 
 def save_many(saves: int, waits: bool) -> str:
@@ -200,21 +174,11 @@ def save_many(saves: int, waits: bool) -> str:
 
 
 STATEMENTS = {
-    "load": (
-        "SELECT body FROM {schema}.checkpoints "
-        "WHERE checkpoint_id = %(id)s AND (expires_at IS NULL OR expires_at > %(now)s)"
-    ),
-    "list": (
-        "SELECT checkpoint_id, body, saved_at FROM {schema}.checkpoints "
-        "WHERE workflow_name = %(name)s AND (expires_at IS NULL OR expires_at > %(now)s)"
-    ),
     # A save's result is its row's last column. The ``nowait`` forms commit without waiting for the disk
     # (``PostgresCheckpointStorage``: checkpoints that hold no pending request).
     "save_delta": f"SELECT {_SAVE_DELTA}",
     "save_delta_nowait": f"SELECT {_NO_WAIT}{_SAVE_DELTA}",
-    "save_whole": f"SELECT {_SAVE_WHOLE}",
-    "save_whole_nowait": f"SELECT {_NO_WAIT}{_SAVE_WHOLE}",
-    "delete": "SELECT {schema}.delete_checkpoints(%s::TEXT[], %s::UUID[])",
+    "delete": "SELECT {schema}.delete_checkpoints(%s::UUID[])",
     "purge": "SELECT {schema}.purge_checkpoints(%s)",
     # The head's row (first column TRUE), then a row per chunk of its segments (FALSE): one round trip, and
     # no value larger than one chunk (PostgreSQL caps a value at 1 GB).

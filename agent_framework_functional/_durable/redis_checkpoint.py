@@ -1,9 +1,9 @@
 """RedisCheckpointStorage: core's ``CheckpointStorage`` on Redis, for workers without a shared file system.
 
-Keys under ``p`` = ``<namespace>:``: ``p checkpoint:<id>`` a whole checkpoint (hash, indexed in
-``p workflow:<name>``); ``p segment:<id>`` a run's step-cache chunks, each with its checkpoint's head
-(``checkpoint_delta.py``); ``p seginfo:<id>`` its reference count ``n``, workflow ``w`` and references ``r``
-(for the scripts: a load trusts the sealed copy in the first chunk); ``p loc:<bucket>`` id (``location_of``) ->
+Keys under ``p`` = ``<namespace>:``: ``p segment:<id>`` a run's step-cache chunks, each with its checkpoint's
+head (``checkpoint_delta.py``; a checkpoint saved without a run's offer: whole, alone in its segment);
+``p seginfo:<id>`` its reference count ``n``, workflow ``w`` and references ``r`` (for the scripts: a load
+trusts the sealed copy in the first chunk); ``p loc:<bucket>`` id (``location_of``) ->
 ``<segment>:<index>:<expiry>`` (expired = absent; a save prunes a bucket once it has doubled, field ``""``
 keeping the count); ``p wsegs:<workflow>`` segments by last save.
 A delete removes the location (the chunk stays for the checkpoints after it).
@@ -11,12 +11,10 @@ A delete removes the location (the chunk stays for the checkpoints after it).
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import logging
 import re
-import time
 import zlib
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
@@ -25,15 +23,14 @@ from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 
 from .._expiry import forget_retained
 from .._store import duration_seconds
-from .checkpoint_delta import DeltaSave, StepCacheDeduper
+from .checkpoint_delta import DeltaSave
 from .checkpoint_seal import CheckpointSealer, is_sealed, open_chunk
-from .checkpoint_storage import DurableCheckpointStorage, check_allowed_types, check_sealer, encode_body
+from .checkpoint_storage import DurableCheckpointStorage
 from .redis_store import DEFAULT_MAX_CONNECTIONS, DEFAULT_POOL_TIMEOUT_SECONDS, pooled_client
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
-    from .._step_cache import StepCacheOffer
 
 _CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
@@ -102,13 +99,6 @@ local function prune(key, now, keep)
   end
   redis.call('HSET', key, '', redis.call('HLEN', key))
 end
-local function drop_hash(id)
-  local key = p .. 'checkpoint:' .. id
-  local name = redis.call('HGET', key, 'workflow_name')
-  local deleted = redis.call('DEL', key)
-  if name then redis.call('ZREM', p .. 'workflow:' .. name, id) end
-  return deleted
-end
 """
 
 # ARGV: 3 checkpoint id, 4 location field, 5 bucket (``location_of``), 6 workflow name, 7 segment id, 8 chunk,
@@ -126,7 +116,6 @@ for _, ref in ipairs(refs) do
 end
 local now = now_ms()
 drop_location(now, ARGV[5], ARGV[4], keep)
-drop_hash(ARGV[3])
 redis.call('RPUSH', p .. 'segment:' .. sid, ARGV[8])
 if index == 0 then redis.call('HSET', p .. 'seginfo:' .. sid, 'w', ARGV[6], 'r', ARGV[10]) end
 for _, ref in ipairs(refs) do
@@ -155,9 +144,7 @@ return 1
 
 # ARGV: 3 checkpoint id, 4 location field, 5 bucket. Returns 1 when something was deleted.
 _DELETE = """
-local found = drop_location(now_ms(), ARGV[5], ARGV[4], {}) + drop_hash(ARGV[3])
-if found > 0 then return 1 end
-return 0
+return drop_location(now_ms(), ARGV[5], ARGV[4], {})
 """
 
 # A segment's chunks and those of its parents: {own chunks, parent id, count, its chunks, ...}
@@ -179,16 +166,11 @@ local function read(sid, last)
 end
 """
 
-# ARGV: 3 checkpoint id, 4 location field, 5 bucket.
-# Returns {0, body} (a whole checkpoint, or nothing) or {1, segment id, index, read(segment id, index)}.
+# ARGV: 3 checkpoint id, 4 location field, 5 bucket. Returns {segment id, index, read(segment id, index)}, or {}.
 _LOAD = """
 local sid, index = locate(now_ms(), ARGV[5], ARGV[4])
-if not sid then
-  local body = redis.pcall('HGET', p .. 'checkpoint:' .. ARGV[3], 'body')
-  if type(body) ~= 'string' then return {0, false} end
-  return {0, body}
-end
-return {1, sid, index, read(sid, index)}
+if not sid then return {} end
+return {sid, index, read(sid, index)}
 """
 
 # ARGV: 3 segment id. Returns read(segment id, -1) (one call per segment: none blocks Redis for a workflow).
@@ -257,7 +239,8 @@ def _head_id(chunk: Opened) -> str | None:
     if not isinstance(chunk, str):
         return None
     try:
-        checkpoint_id = json.loads(chunk).get("i")
+        head = json.loads(chunk)
+        checkpoint_id = head.get("i", head.get("checkpoint_id"))  # a whole checkpoint: core's field
     except Exception:  # JSONDecodeError, RecursionError, not an object
         return None
     return checkpoint_id if isinstance(checkpoint_id, str) else None
@@ -314,8 +297,7 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
     ) -> None:
         if not namespace:
             raise ValueError("namespace must be a non-empty key prefix, for example 'myapp'.")
-        self._allowed_types = check_allowed_types(allowed_checkpoint_types)
-        self.sealer = check_sealer("RedisCheckpointStorage", sealer)
+        self._configure("RedisCheckpointStorage", sealer, allowed_checkpoint_types)
         self.namespace = namespace
         self._prefix = f"{namespace}:"
         self._ttl_ms = None if ttl is None else max(1, int(duration_seconds(ttl, "ttl") * 1000))
@@ -332,30 +314,6 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
         self._load: Any = client.register_script(_COMMON + _READ + _LOAD)
         self._list: Any = client.register_script(_COMMON + _READ + _LIST)
         self._locate: Any = client.register_script(_COMMON + _LOCATE)
-        self._deduper = StepCacheDeduper(self._allowed_types, inline_heads=True)
-
-    async def save_with_offer(self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None) -> str:
-        """:meth:`save` (its errors), each new step result stored once when ``offer`` fits ``checkpoint``."""
-        plan = self._deduper.prepare(checkpoint, offer)  # before any await: core's dicts may change later
-        if plan is not None:
-            await self._store_delta(checkpoint, plan)
-            return checkpoint.checkpoint_id
-        body = encode_body(checkpoint, self._allowed_types)
-        if self.sealer is not None:
-            body = self.sealer.seal(body, context=checkpoint.checkpoint_id.encode("utf-8"))
-        key = f"{self._prefix}checkpoint:{checkpoint.checkpoint_id}"
-        index = f"{self._prefix}workflow:{checkpoint.workflow_name}"
-        now_ms = time.time() * 1000
-        async with self._client.pipeline(transaction=True) as pipe:
-            await self._delete(args=self._args(checkpoint.checkpoint_id), client=pipe)  # queued: the id's old parts
-            pipe.hset(key, mapping={"workflow_name": checkpoint.workflow_name, "body": body})
-            pipe.zadd(index, {checkpoint.checkpoint_id: now_ms})
-            if self._ttl_ms is not None:
-                pipe.pexpire(key, self._ttl_ms)
-                pipe.zremrangebyscore(index, "-inf", f"({now_ms - self._ttl_ms}")
-                pipe.pexpire(index, self._ttl_ms)
-            await pipe.execute()
-        return checkpoint.checkpoint_id
 
     async def load(self, checkpoint_id: str) -> WorkflowCheckpoint:
         """Load a checkpoint by id.
@@ -366,29 +324,22 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
                 allow-list, or another id's).
         """
         found = cast("list[Any]", await self._load(args=self._args(checkpoint_id)))
-        if int(found[0]) == 1:
-            refs, chunks = _opened_segments(_text(found[1]), int(found[2]) + 1, found[3], self.sealer)
-            return self._inline(checkpoint_id, refs, chunks)
-        if found[1] is None:
+        if not found:
             raise WorkflowCheckpointException(f"No checkpoint found with ID {checkpoint_id}")
-        return self._whole(checkpoint_id, found[1])
+        refs, chunks = _opened_segments(_text(found[0]), int(found[1]) + 1, found[2], self.sealer)
+        return self._inline(checkpoint_id, refs, chunks)
 
     async def list_checkpoints(self, *, workflow_name: str) -> list[WorkflowCheckpoint]:
-        """Return the workflow's checkpoints that exist and decode (others skipped): whole ones, then segments'."""
-        ids: list[str] = []
-        for member in await self._members(f"{self._prefix}workflow:{workflow_name}"):
-            with contextlib.suppress(UnicodeDecodeError):  # another member was never an id saved here
-                ids.append(member.decode("utf-8"))
-        async with self._client.pipeline(transaction=False) as pipe:
-            for checkpoint_id in ids:
-                pipe.hget(f"{self._prefix}checkpoint:{checkpoint_id}", "body")
-            bodies = cast("list[Any]", await pipe.execute(raise_on_error=False))
-        loads = [
-            (cid, functools.partial(self._whole, cid, body))
-            for cid, body in zip(ids, bodies, strict=True)
-            if isinstance(body, bytes)  # else gone, or a key of another type
-        ]
-        return await self._listed(workflow_name, [*loads, *await self._segment_loads(workflow_name)])
+        """Return the workflow's checkpoints that exist and decode (others skipped), segments by their last save."""
+        from redis.exceptions import ResponseError
+
+        try:
+            segments = cast("list[bytes]", await self._client.zrange(f"{self._prefix}wsegs:{workflow_name}", 0, -1))
+        except ResponseError as exc:
+            if not str(exc).startswith("WRONGTYPE"):
+                raise
+            return []  # the workflow's index holds another type: no segment to list
+        return self._listed(workflow_name, await self._segment_loads(segments))
 
     async def delete(self, checkpoint_id: str) -> bool:
         """Delete a checkpoint by id; True if this call deleted it, False if no checkpoint had this id."""
@@ -408,24 +359,12 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
         if self._owns_client:
             await self._client.aclose()
 
-    async def _members(self, key: str) -> list[bytes]:
-        """Every member of the sorted set ``key``, oldest first; none when the key holds another type."""
-        from redis.exceptions import ResponseError
-
-        try:
-            return cast("list[bytes]", await self._client.zrange(key, 0, -1))
-        except ResponseError as exc:
-            if str(exc).startswith("WRONGTYPE"):
-                return []
-            raise
-
     def _args(self, checkpoint_id: str) -> list[Any]:
         """The scripts' arguments for one checkpoint: prefix, ttl, id, its location field and bucket."""
         return [self._prefix, self._ttl_ms or 0, checkpoint_id, *location_of(checkpoint_id)]
 
-    async def _segment_loads(self, workflow_name: str) -> list[tuple[str, Any]]:
-        """A loader for each live checkpoint in the workflow's segments (an id that maps to its chunk), in order."""
-        segments = await self._members(f"{self._prefix}wsegs:{workflow_name}")
+    async def _segment_loads(self, segments: list[bytes]) -> list[tuple[str, Any]]:
+        """A loader for each live checkpoint in ``segments`` (an id that maps to its chunk), in order."""
         async with self._client.pipeline(transaction=False) as pipe:
             for segment_id in segments:
                 await self._list(args=[self._prefix, self._ttl_ms or 0, segment_id], client=pipe)  # queued
@@ -459,12 +398,11 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
             for opened in texts:
                 if isinstance(opened, WorkflowCheckpointException):
                     raise opened
-        return self._assembled_inline(checkpoint_id, refs, cast("list[list[str]]", picked))
+        texts = cast("list[list[str]]", picked)
+        return self._decoded(checkpoint_id, lambda: self._deduper.assemble_inline(checkpoint_id, refs, texts))
 
-    async def _write_delta(
-        self, checkpoint: WorkflowCheckpoint, plan: DeltaSave, head: bytes, chunk: bytes | None
-    ) -> bool:
+    async def _write_delta(self, checkpoint: WorkflowCheckpoint, plan: DeltaSave) -> bool:
         """Run the save script once; False (nothing written) when a referenced segment lost chunks."""
-        args = [*self._args(checkpoint.checkpoint_id), checkpoint.workflow_name, plan.segment, chunk or b""]
-        args += [plan.chunk_index, plan.references]
+        args = [*self._args(checkpoint.checkpoint_id), checkpoint.workflow_name, plan.segment, self._sealed_chunk(plan)]
+        args += [plan.chunk_index, json.dumps(plan.refs)]
         return bool(int(await self._save_delta(args=args)))

@@ -1,8 +1,9 @@
 """SQLiteCheckpointStorage: core's ``CheckpointStorage`` in one SQLite file, each step result stored once.
 
-A checkpoint of a run we drive is one ``checkpoint_chunks`` row (new step results and its head,
-``checkpoint_delta.py``) in its run's segment; ``checkpoint_segments`` counts each segment's referencing
-checkpoints, so a delete frees it once nothing needs it. Uuids are stored as 16 bytes, segment ids as int64.
+A checkpoint is one ``checkpoint_chunks`` row (a run's new step results and its head, ``checkpoint_delta.py``,
+or a checkpoint saved without a run's offer whole, alone in its segment); ``checkpoint_segments`` counts each
+segment's referencing checkpoints, so a delete frees it once nothing needs it. Uuids are stored as 16 bytes,
+segment ids as int64.
 """
 
 from __future__ import annotations
@@ -20,19 +21,16 @@ import weakref
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 
 from .._expiry import forget_retained
 from .._store import PurgeSchedule, duration_seconds
-from .checkpoint_delta import DeltaSave, StepCacheDeduper
+from .checkpoint_delta import DeltaSave
 from .checkpoint_seal import CheckpointSealer, chunk_context, open_chunk
-from .checkpoint_storage import DurableCheckpointStorage, check_allowed_types, check_sealer, encode_body
+from .checkpoint_storage import DurableCheckpointStorage
 from .sqlite_store import connect_sqlite, finish, setup
-
-if TYPE_CHECKING:
-    from .._step_cache import StepCacheOffer
 
 _T = TypeVar("_T")
 logger = logging.getLogger(__name__)
@@ -41,16 +39,14 @@ DEFAULT_CHECKPOINT_TTL = timedelta(days=7)
 PURGE_INTERVAL_SECONDS = 600.0  # how often (at most) a storage object deletes expired checkpoints, on a save
 WAL_CHECKPOINT_EVERY = 256  # saves committed on the event loop's thread between two WAL checkpoints
 
-# The tables (version 1), created if missing on open. No index by workflow name: a listing reads every whole
-# row and segment (one per run), never the chunks, and an index would cost a page in every file.
+# The tables (version 1), created if missing on open. No index by workflow name: a listing reads every
+# segment (one per run, or per checkpoint saved without a run's offer), never the chunks.
 SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS workflow_checkpoints (checkpoint_id TEXT PRIMARY KEY, workflow_name TEXT NOT NULL, "
-    "saved_at REAL NOT NULL, expires_at REAL, body BLOB NOT NULL) WITHOUT ROWID",
     # refs: the checkpoints that reference the segment (its own and its children's)
     "CREATE TABLE IF NOT EXISTS checkpoint_segments (segment PRIMARY KEY, workflow_name TEXT NOT NULL, "
     "parents TEXT NOT NULL, chunks INTEGER NOT NULL, refs INTEGER NOT NULL, saved_at REAL NOT NULL, "
     "expires_at REAL) WITHOUT ROWID",
-    # one chunk per checkpoint of a run we drive; a NULL checkpoint_id: deleted, kept for the later ones
+    # one chunk per checkpoint; a NULL checkpoint_id: deleted, kept for the later ones
     "CREATE TABLE IF NOT EXISTS checkpoint_chunks (segment NOT NULL, idx INTEGER NOT NULL, "
     "checkpoint_id, body BLOB NOT NULL, PRIMARY KEY (segment, idx)) WITHOUT ROWID",
     "CREATE UNIQUE INDEX IF NOT EXISTS checkpoint_chunks_id ON checkpoint_chunks (checkpoint_id) "
@@ -102,12 +98,10 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
         busy_timeout: float = 30.0,
         sealer: CheckpointSealer | None = None,
     ) -> None:
-        self.sealer = check_sealer("SQLiteCheckpointStorage", sealer)
-        self._allowed_types = check_allowed_types(allowed_checkpoint_types)
+        self._configure("SQLiteCheckpointStorage", sealer, allowed_checkpoint_types)
         self._ttl = None if ttl is None else duration_seconds(ttl, "ttl")
         timeout = duration_seconds(busy_timeout, "busy_timeout")
         self._purges = PurgeSchedule(None if self._ttl is None else PURGE_INTERVAL_SECONDS)
-        self._deduper = StepCacheDeduper(self._allowed_types, inline_heads=True)
         self.path = Path(path)
         self._lock = threading.Lock()
         conn = setup(self.path, timeout, SCHEMA)
@@ -123,31 +117,9 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
         self._commits = 0
         self._finalizer = weakref.finalize(self, _close_all, self._conn, self._now)
 
-    async def save_with_offer(self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None) -> str:
-        """:meth:`save` (its errors), each new step result stored once when ``offer`` fits ``checkpoint``."""
-        plan = self._deduper.prepare(checkpoint, offer)  # before any await: core's dicts may change later
-        if plan is not None:
-            await self._store_delta(checkpoint, plan)
-            return checkpoint.checkpoint_id
-        body = encode_body(checkpoint, self._allowed_types)
-        if self.sealer is not None:
-            body = self.sealer.seal(body, context=checkpoint.checkpoint_id.encode("utf-8"))
-        row = (checkpoint.checkpoint_id, checkpoint.workflow_name, body)
-
-        def write(conn: sqlite3.Connection, now: float) -> bool:
-            _drop(conn, checkpoint.checkpoint_id)
-            sql = "INSERT INTO workflow_checkpoints VALUES (?, ?, ?, ?, ?)"
-            conn.execute(sql, (*row[:2], now, self._expiry(now), row[2]))
-            return True
-
-        await self._write(write)
-        return checkpoint.checkpoint_id
-
-    async def _write_delta(
-        self, checkpoint: WorkflowCheckpoint, plan: DeltaSave, head: bytes, chunk: bytes | None
-    ) -> bool:
+    async def _write_delta(self, checkpoint: WorkflowCheckpoint, plan: DeltaSave) -> bool:
         """Append the checkpoint's chunk (its head inside) in one transaction; False: a segment lost chunks."""
-        assert chunk is not None  # inline heads: every save appends one
+        chunk = self._sealed_chunk(plan)
         own = _segment_key(plan.segment)
 
         def write(conn: sqlite3.Connection, now: float) -> bool:
@@ -181,36 +153,30 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
         """
 
         def read(conn: sqlite3.Connection) -> tuple[Any, ...] | None:
-            now = time.time()
-            sql = f"SELECT body FROM workflow_checkpoints WHERE checkpoint_id = ? AND {LIVE}"
-            whole = conn.execute(sql, (checkpoint_id, now)).fetchone()
-            if whole is not None:
-                return (_blob(whole[0]),)
             sql = (
                 "SELECT c.segment, c.idx, s.parents FROM checkpoint_chunks c JOIN checkpoint_segments s "
                 f"ON s.segment = c.segment WHERE c.checkpoint_id = ? AND {LIVE.replace('expires_at', 's.expires_at')}"
             )
-            found = conn.execute(sql, (_id_key(checkpoint_id), now)).fetchone()
+            found = conn.execute(sql, (_id_key(checkpoint_id), time.time())).fetchone()
             return None if found is None else _gathered(conn, _segment_text(found[0]), found[1], found[2])
 
         found = await self._run(read)
         if found is None:
             raise WorkflowCheckpointException(f"No checkpoint found with ID {checkpoint_id}")
-        return self._whole(checkpoint_id, found[0]) if len(found) == 1 else self._inline(checkpoint_id, *found)
+        return self._inline(checkpoint_id, *found)
 
     async def list_checkpoints(self, *, workflow_name: str) -> list[WorkflowCheckpoint]:
         """Return the workflow's live checkpoints that decode (others skipped with a warning).
 
-        Whole ones first by save time, then each segment's in save order, the segments by their last save.
+        Each segment's in save order, the segments by their last save.
         """
 
         def read(conn: sqlite3.Connection) -> list[tuple[str, Callable[[], Any]]]:
-            now = time.time()
-            sql = f"SELECT checkpoint_id, body FROM workflow_checkpoints WHERE workflow_name = ? AND {LIVE}"
-            rows = conn.execute(sql + " ORDER BY saved_at", (workflow_name, now)).fetchall()
-            loads = [(str(cid), functools.partial(self._whole, str(cid), _blob(body))) for cid, body in rows]
-            sql = f"SELECT segment, parents FROM checkpoint_segments WHERE workflow_name = ? AND {LIVE}"
-            for segment, parents in conn.execute(sql + " ORDER BY saved_at", (workflow_name, now)).fetchall():
+            loads: list[tuple[str, Callable[[], Any]]] = []
+            sql = (
+                f"SELECT segment, parents FROM checkpoint_segments WHERE workflow_name = ? AND {LIVE} ORDER BY saved_at"
+            )
+            for segment, parents in conn.execute(sql, (workflow_name, time.time())).fetchall():
                 ids = conn.execute(
                     "SELECT checkpoint_id, idx FROM checkpoint_chunks WHERE segment = ? AND checkpoint_id IS NOT NULL "
                     "AND typeof(idx) = 'integer' AND idx >= 0 ORDER BY idx",
@@ -225,7 +191,7 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
                         loads.append((str(key), functools.partial(self._inline, str(key), [*refs[:-1], own], chunks)))
             return loads
 
-        return await self._listed(workflow_name, await self._run(read))
+        return self._listed(workflow_name, await self._run(read))
 
     async def delete(self, checkpoint_id: str) -> bool:
         """Delete a checkpoint by id (and step results nothing references any more); True if this call did."""
@@ -269,7 +235,7 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
             ]
             for found, (segment, count) in zip(chunks, refs, strict=True)
         ]
-        return self._assembled_inline(checkpoint_id, refs, texts)
+        return self._decoded(checkpoint_id, lambda: self._deduper.assemble_inline(checkpoint_id, refs, texts))
 
     async def _write(self, operation: Callable[[sqlite3.Connection, float], _T], *, at_once: bool = True) -> _T:
         """Run ``operation`` in one immediate transaction; rolled back on an error or a False result.
@@ -300,7 +266,6 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
             conn.execute("BEGIN IMMEDIATE")
             if at_once and self._purges.interval is not None and self._purges.due(now):
                 self._purges.ran(now)
-                conn.execute("DELETE FROM workflow_checkpoints WHERE expires_at <= ?", (now,))
                 expired = conn.execute("SELECT segment FROM checkpoint_segments WHERE expires_at <= ?", (now,))
                 _free_segments(conn, [segment for (segment,) in expired.fetchall()])
             return finish(conn, operation)
@@ -317,8 +282,6 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
 
 def _drop(conn: sqlite3.Connection, checkpoint_id: str) -> bool:
     """Delete one checkpoint; a chunk stays for the checkpoints after it, a segment nothing references goes."""
-    if conn.execute("DELETE FROM workflow_checkpoints WHERE checkpoint_id = ?", (checkpoint_id,)).rowcount:
-        return True
     found = conn.execute(
         "SELECT c.segment, s.parents FROM checkpoint_chunks c LEFT JOIN checkpoint_segments s "
         "ON s.segment = c.segment WHERE c.checkpoint_id = ?",

@@ -53,9 +53,11 @@ async def _redis(server: str) -> AsyncIterator[tuple[Storage, Poison]]:
     raw = aioredis.Redis.from_url(server)
 
     async def poison(value: dict[str, str]) -> str:
-        (segment,) = await raw.zrange(f"{namespace}:wsegs:batch", 0, -1)
-        key = f"{namespace}:segment:{segment.decode()}"
-        chunk = await raw.lindex(key, 0)  # type: ignore[misc]
+        for segment in await raw.zrange(f"{namespace}:wsegs:batch", 0, -1):  # the run's (the other is whole)
+            key = f"{namespace}:segment:{segment.decode()}"
+            chunk = await raw.lindex(key, 0)  # type: ignore[misc]
+            if "c" in json.loads(chunk):
+                break
         await raw.lset(key, 0, _poisoned(chunk, value))  # type: ignore[misc]
         return json.loads(chunk)["i"]
 
@@ -99,9 +101,9 @@ async def _refusal(server: str, backend: str, plant: str) -> tuple[WorkflowCheck
     """Plant one value in a fresh storage's first chunk; the load's refusal (the rest checked undisturbed)."""
     from_dict = WorkflowCheckpoint.__dict__["from_dict"]
     async with BACKENDS[backend][1](server) as (storage, poison):
-        untouched = WorkflowCheckpoint(workflow_name="batch", graph_signature_hash="h", state={"count": 3})
-        await storage.save(untouched)
         await workflow(checkpoint_retention=None)(batch).build(checkpoint_storage=storage).run(DOCS)
+        untouched = WorkflowCheckpoint(workflow_name="batch", graph_signature_hash="h", state={"count": 3})
+        await storage.save(untouched)  # after the run's chunks: its row and segment are not the first
         checkpoint_id = await poison(PLANTS[plant])
         with pytest.raises(WorkflowCheckpointException) as refused:
             await storage.load(checkpoint_id)

@@ -31,6 +31,7 @@ from agent_framework_functional import (
     RedisContinuationStore,
 )
 from agent_framework_functional._durable import checkpoint_seal as _checkpoint_seal
+from agent_framework_functional._durable.redis_checkpoint import location_of
 
 KEY_A = secrets.token_bytes(32)
 KEY_B = secrets.token_bytes(32)
@@ -83,8 +84,20 @@ def namespace() -> str:
 
 
 async def _plant(client: aioredis.Redis, namespace: str, checkpoint_id: str, body: bytes) -> None:
-    await client.hset(f"{namespace}:checkpoint:{checkpoint_id}", mapping={"workflow_name": "wf", "body": body})
-    await client.zadd(f"{namespace}:workflow:wf", {checkpoint_id: 1.0})
+    """``body`` alone in a segment of its own under ``checkpoint_id`` (as a save without a run's offer stores it)."""
+    field, bucket = location_of(checkpoint_id)
+    segment = f"planted-{checkpoint_id}"
+    await client.rpush(f"{namespace}:segment:{segment}", body)  # type: ignore[misc]
+    await client.hset(f"{namespace}:seginfo:{segment}", mapping={"n": 1, "w": "wf", "r": "[]"})  # type: ignore[misc]
+    await client.hset(f"{namespace}:loc:{bucket}", field, f"{segment}:0:")  # type: ignore[misc]
+    await client.zadd(f"{namespace}:wsegs:wf", {segment: 1.0})
+
+
+async def _body(client: aioredis.Redis, namespace: str, checkpoint_id: str) -> bytes:
+    """The stored body of a checkpoint saved without a run's offer (its segment's one chunk)."""
+    field, bucket = location_of(checkpoint_id)
+    where = await client.hget(f"{namespace}:loc:{bucket}", field)  # type: ignore[misc]
+    return await client.lindex(f"{namespace}:segment:{where.split(b':')[0].decode()}", 0)  # type: ignore[misc]
 
 
 ATTACKS = {
@@ -207,7 +220,7 @@ async def test_with_a_sealer_a_genuine_body_moved_to_another_id_is_refused(
     storage = RedisCheckpointStorage(redis_server, namespace=namespace, sealer=CheckpointSealer({"k1": KEY_A}))
     try:
         first = await storage.save(_checkpoint(approved=False))
-        body = await raw.hget(f"{namespace}:checkpoint:{first}", "body")
+        body = await _body(raw, namespace, first)
         assert body is not None
         await _plant(raw, namespace, "other", body)
         with pytest.raises(WorkflowCheckpointException, match="another id"):
@@ -230,7 +243,7 @@ async def test_without_a_sealer_unreadable_bodies_give_clean_errors_and_are_skip
     try:
         good = await storage.save(_checkpoint())
         await _plant(raw, namespace, "planted", ATTACKS[attack]("planted"))
-        with pytest.raises(WorkflowCheckpointException, match=r"cannot be loaded|too deeply"):
+        with pytest.raises(WorkflowCheckpointException, match=r"cannot be loaded|too deeply|not loaded"):
             await storage.load("planted")
         assert await storage.list_checkpoint_ids(workflow_name="wf") == [good]
         latest = await storage.get_latest(workflow_name="wf")
@@ -245,7 +258,7 @@ async def test_without_a_sealer_a_body_of_another_id_is_refused(
     storage = RedisCheckpointStorage(redis_server, namespace=namespace)
     try:
         first = await storage.save(_checkpoint())
-        body = await raw.hget(f"{namespace}:checkpoint:{first}", "body")
+        body = await _body(raw, namespace, first)
         assert body is not None
         await _plant(raw, namespace, "other", body)
         with pytest.raises(WorkflowCheckpointException, match="another checkpoint"):

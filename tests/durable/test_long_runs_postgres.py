@@ -76,12 +76,12 @@ def _canonical(checkpoint: WorkflowCheckpoint) -> str:
 
 
 def _stored(url: str, schema: str) -> tuple[int, int]:
-    """(step-cache entries in all chunks, number of segments) in ``schema`` (unsealed delta rows)."""
+    """(step-cache entries in all chunks, number of segments of runs) in ``schema`` (unsealed rows)."""
     with psycopg.connect(url, autocommit=True) as conn:
-        chunks = conn.execute(f'SELECT body FROM "{schema}".delta_checkpoints WHERE holds_chunk').fetchall()
-        segments = conn.execute(f'SELECT count(*) FROM "{schema}".delta_segments').fetchone()
-    entries = sum(len(json.loads(bytes(chunk).rpartition(b"\n")[2]).get("c", [])) for (chunk,) in chunks)
-    return entries, int(segments[0]) if segments else 0
+        rows = conn.execute(f'SELECT segment_id, body FROM "{schema}".delta_checkpoints WHERE holds_chunk').fetchall()
+    chunks = [(segment, json.loads(bytes(body).rpartition(b"\n")[2])) for segment, body in rows]
+    entries = sum(len(chunk.get("c", [])) for _, chunk in chunks)
+    return entries, len({segment for segment, chunk in chunks if "checkpoint_id" not in chunk})  # whole: not a run's
 
 
 async def test_a_thousand_step_run_stores_each_result_once_and_reads_back_what_core_wrote(postgres_server: str) -> None:
@@ -125,8 +125,8 @@ async def test_core_used_directly_on_the_same_storage_stores_whole_checkpoints(p
         ids = await storage.list_checkpoint_ids(workflow_name="batch")
         assert len(ids) == 6
         with psycopg.connect(postgres_server, autocommit=True) as conn:
-            rows = conn.execute(f'SELECT body FROM "{schema}".checkpoints').fetchall()
-        assert len(rows) == 6  # whole rows
+            rows = conn.execute(f'SELECT body FROM "{schema}".delta_checkpoints').fetchall()
+        assert len(rows) == 6  # whole, each alone in its segment
         assert max(len(json.loads(bytes(body))["state"]["_step_cache"]) for (body,) in rows) == 5
         assert _stored(postgres_server, schema) == (0, 0)
     finally:

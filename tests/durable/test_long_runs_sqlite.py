@@ -78,14 +78,15 @@ def _canonical(checkpoint: WorkflowCheckpoint) -> str:
 
 
 def _stored(path: Path) -> tuple[int, int, int]:
-    """(step-cache entries in all chunks, segments, bytes of every stored body) in the file."""
+    """(step-cache entries in all chunks, segments of runs, bytes of every stored body) in the file."""
     with contextlib.closing(sqlite3.connect(path)) as conn:
-        chunks = [bytes(body) for (body,) in conn.execute("SELECT body FROM checkpoint_chunks")]
-        whole = [bytes(body) for (body,) in conn.execute("SELECT body FROM workflow_checkpoints")]
-        segments = conn.execute("SELECT count(*) FROM checkpoint_segments").fetchone()[0]
-    entries = sum(len(json.loads(chunk).get("c", [])) for chunk in chunks)
-    entries += sum(len(json.loads(body)["state"]["_step_cache"]) for body in whole)
-    return entries, int(segments), sum(map(len, chunks + whole))
+        rows = [(segment, bytes(body)) for segment, body in conn.execute("SELECT segment, body FROM checkpoint_chunks")]
+    parsed = [(segment, json.loads(body)) for segment, body in rows]
+    whole = [chunk for _, chunk in parsed if "checkpoint_id" in chunk]  # saved without a run's offer: alone
+    entries = sum(len(chunk.get("c", [])) for _, chunk in parsed)
+    entries += sum(len(chunk["state"]["_step_cache"]) for chunk in whole)
+    segments = {segment for segment, chunk in parsed if "checkpoint_id" not in chunk}
+    return entries, len(segments), sum(len(body) for _, body in rows)
 
 
 async def _run_plain(path: Path, steps: int) -> tuple[int, int, int]:

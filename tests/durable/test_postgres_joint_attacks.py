@@ -215,7 +215,7 @@ async def test_a_pause_saved_alone_before_its_record_came_is_recorded_after_it(
             postgres_server,
             f'CREATE FUNCTION "{schema}".refuse() RETURNS trigger LANGUAGE plpgsql AS '
             "$$ BEGIN RAISE EXCEPTION 'no checkpoints today'; END $$",
-            f'CREATE TRIGGER refuse BEFORE INSERT ON "{schema}".checkpoints '
+            f'CREATE TRIGGER refuse BEFORE INSERT ON "{schema}".delta_checkpoints '
             f'FOR EACH ROW EXECUTE FUNCTION "{schema}".refuse()',
         )
         before = (await _execute(postgres_server, f'SELECT count(*) FROM "{schema}".continuations'))[0][0]

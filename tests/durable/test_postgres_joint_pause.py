@@ -95,8 +95,8 @@ async def test_a_save_the_storage_refuses_is_saved_whole_under_the_record(
         await two.ready()
         paused = await one.build().run("z")
         assert await count_rows(postgres_server, schema, "continuations") == 1
-        assert await count_rows(postgres_server, schema, "checkpoints") == 1  # whole, under the same id
-        assert await count_rows(postgres_server, schema, "delta_checkpoints") == 0
+        assert await count_rows(postgres_server, schema, "delta_checkpoints") == 1  # whole, under the same id
+        assert await count_rows(postgres_server, schema, "delta_segments WHERE parent_ids IS NULL") == 1  # alone
         again = await answer(two, paused, "c")
         done = await answer(one, again, "d", {request(paused): "c"})
         assert done.get_outputs() == ["draft about z: c, d"]

@@ -163,8 +163,8 @@ async def test_a_checkpoint_the_joint_read_cannot_serve_is_loaded_the_usual_way(
         assert found[1] is None  # not its row key: loaded on its own
         found = await reader.read(gone.token_hash)
         assert found is not None and found[0] is not None and found[1] is None  # no row: the usual load reports it
-        found = await reader.read(stored.token_hash)  # a whole row (a direct save): loaded on its own
-        assert found is not None and found[1] is None
+        found = await reader.read(stored.token_hash)  # a direct save's row: read with its record too
+        assert found is not None and found[1] is not None and found[1]().checkpoint_id == random_id
         assert (await worker.storage.load(random_id)).checkpoint_id == random_id
         with pytest.raises(WorkflowCheckpointException):
             await worker.storage.load(gone.checkpoint_id)

@@ -35,7 +35,7 @@ from agent_framework_functional import (
 pytestmark = pytest.mark.slow
 
 ROWS = 40_000
-TABLES = ("continuations", "checkpoints", "delta_segments", "delta_checkpoints", "session_records")
+TABLES = ("continuations", "delta_segments", "delta_checkpoints", "session_records")
 MARK = "plans: the tables are full"
 
 
@@ -71,8 +71,6 @@ def _fill(url: str, schema: str) -> None:
             f"INSERT INTO {schema}.delta_checkpoints SELECT -i, 0, {far} + i, 0, gen_random_uuid(), NULL, 1, true, "
             f"'main', '\\x00' FROM generate_series(1, {ROWS}) AS i",
             f"INSERT INTO {schema}.session_records SELECT md5(i::text), 'g' || (i % 2), '{{}}', {far} + i "
-            f"FROM generate_series(1, {ROWS}) AS i",
-            f"INSERT INTO {schema}.checkpoints SELECT 'x' || i, 'main', 0, {far} + i, '\\x00' "
             f"FROM generate_series(1, {ROWS}) AS i",
         ):
             conn.execute(statement)  # pyright: ignore[reportArgumentType]
@@ -209,7 +207,6 @@ async def test_components_take_the_caller_s_pool_by_keyword_and_set_up_explicitl
                 await conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = %s ORDER BY 1", (schema,))
             ).fetchall()
         assert [row[0] for row in rows] == [
-            "checkpoints",
             "continuations",
             "delta_checkpoints",
             "delta_segments",

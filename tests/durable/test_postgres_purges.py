@@ -48,11 +48,10 @@ async def test_a_checkpoint_purge_that_cannot_lock_a_row_does_not_fail_the_pause
     await warm.aclose()
     with psycopg.connect(postgres_server, autocommit=True) as conn:  # an expired checkpoint, locked elsewhere
         conn.execute(
-            f'INSERT INTO "{schema}".checkpoints (checkpoint_id, workflow_name, saved_at, expires_at, body) '  # pyright: ignore[reportArgumentType]
-            "VALUES ('old', 'w', 0, %s, '')",
-            (time.time() - 60,),
+            f'INSERT INTO "{schema}".delta_segments VALUES (-1, %s, 0, 0, 1, %s, NULL, NULL)',  # pyright: ignore[reportArgumentType]
+            ("w", time.time() - 60),
         )
-    holder = _locked(postgres_server, f"SELECT 1 FROM \"{schema}\".checkpoints WHERE checkpoint_id = 'old' FOR UPDATE")
+    holder = _locked(postgres_server, f'SELECT 1 FROM "{schema}".delta_segments WHERE segment_id = -1 FOR UPDATE')
     worker = JointWorker.on(_with_lock_timeout(postgres_server), schema)
     try:
         await worker.ready()
@@ -61,7 +60,7 @@ async def test_a_checkpoint_purge_that_cannot_lock_a_row_does_not_fail_the_pause
         assert paused.continuation_token is not None
         assert await count_rows(postgres_server, schema, "continuations") == 1
         assert "the purge of expired rows failed and was skipped" in caplog.text and "lock" in caplog.text
-        assert await count_rows(postgres_server, schema, "checkpoints WHERE checkpoint_id = 'old'") == 1
+        assert await count_rows(postgres_server, schema, "delta_segments WHERE segment_id = -1") == 1
     finally:
         holder.rollback()
         holder.close()

@@ -30,7 +30,7 @@ from agent_framework_functional import (
 pytestmark = pytest.mark.slow
 
 LATEST = {"continuations": 1, "checkpoints": 1, "sessions": 1}
-TABLES = ["checkpoints", "continuations", "delta_checkpoints", "delta_segments", "session_records"]
+TABLES = ["continuations", "delta_checkpoints", "delta_segments", "session_records"]
 
 
 @workflow(name="roles_review")

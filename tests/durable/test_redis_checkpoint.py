@@ -25,6 +25,7 @@ from durable_support import StoreSpec, close_store, effect_lines, finish, record
 from durable_workflows import CHECKPOINT_TYPES, Verdict, approval
 
 from agent_framework_functional import FunctionalWorkflow, RedisCheckpointStorage, RedisContinuationStore
+from agent_framework_functional._durable.redis_checkpoint import location_of
 from agent_framework_functional._errors import AUTHORITY_ERROR_MESSAGE
 
 
@@ -42,6 +43,13 @@ def _checkpoint(workflow_name: str = "wf", *, when: datetime | None = None, **st
 
 def _json_files(folder: Path) -> set[str]:
     return {path.name for path in folder.rglob("*.json")}
+
+
+async def _segment_key(client: aioredis.Redis, namespace: str, checkpoint_id: str) -> str:
+    """The key of the segment a checkpoint saved whole (without a run's offer) is alone in."""
+    field, bucket = location_of(checkpoint_id)
+    where = await client.hget(f"{namespace}:loc:{bucket}", field)  # type: ignore[misc]
+    return f"{namespace}:segment:{(where.encode() if isinstance(where, str) else where).split(b':')[0].decode()}"
 
 
 @pytest.fixture
@@ -123,7 +131,7 @@ async def test_the_stored_body_is_cores_own_encoding(
     file_body = json.loads((tmp_path / f"{checkpoint.checkpoint_id}.json").read_text(encoding="utf-8"))
     client = aioredis.Redis.from_url(redis_server, decode_responses=True)
     try:
-        body = json.loads(await client.hget(f"{namespace}:checkpoint:{checkpoint.checkpoint_id}", "body"))
+        body = json.loads(await client.lindex(await _segment_key(client, namespace, checkpoint.checkpoint_id), 0))  # type: ignore[misc]
     finally:
         await client.aclose()
     assert body == file_body == encode_checkpoint_value(checkpoint.to_dict())
@@ -170,8 +178,8 @@ async def test_checkpoints_and_their_index_expire_after_ttl(redis_server: str, n
     try:
         first = _checkpoint()
         await storage.save(first)
-        assert 0 < await client.pttl(f"{namespace}:checkpoint:{first.checkpoint_id}") <= 500
-        assert 0 < await client.pttl(f"{namespace}:workflow:wf") <= 500
+        assert 0 < await client.pttl(await _segment_key(client, namespace, first.checkpoint_id)) <= 500
+        assert 0 < await client.pttl(f"{namespace}:wsegs:wf") <= 500
         await asyncio.sleep(0.7)
         with pytest.raises(WorkflowCheckpointException, match="No checkpoint found"):
             await storage.load(first.checkpoint_id)
@@ -184,7 +192,8 @@ async def test_checkpoints_and_their_index_expire_after_ttl(redis_server: str, n
         await asyncio.sleep(0.7)
         fresh = _checkpoint()
         await storage_long.save(fresh)
-        assert [m.decode() for m in await client.zrange(f"{namespace}:workflow:wf", 0, -1)] == [fresh.checkpoint_id]
+        segments = [f"{namespace}:segment:{m.decode()}" for m in await client.zrange(f"{namespace}:wsegs:wf", 0, -1)]
+        assert segments == [await _segment_key(client, namespace, fresh.checkpoint_id)]
         await storage_long.aclose()  # a client passed in stays open
         assert await client.ping()
     finally:
@@ -198,7 +207,7 @@ async def test_ttl_none_keeps_checkpoints_until_deleted(redis_server: str, names
     try:
         checkpoint = _checkpoint()
         await storage.save(checkpoint)
-        assert await client.pttl(f"{namespace}:checkpoint:{checkpoint.checkpoint_id}") == -1
+        assert await client.pttl(await _segment_key(client, namespace, checkpoint.checkpoint_id)) == -1
         assert await storage.delete(checkpoint.checkpoint_id)
     finally:
         await client.aclose()

@@ -104,12 +104,16 @@ def open_storage_backend(kind: str, workdir: Path, server: str | None) -> Storag
         def plant_redis(checkpoint_id: str, workflow_name: str, body: bytes) -> None:
             import redis
 
+            from agent_framework_functional._durable.redis_checkpoint import location_of
+
             client = redis.Redis.from_url(server)
-            try:
-                client.hset(
-                    f"{namespace}:checkpoint:{checkpoint_id}", mapping={"workflow_name": workflow_name, "body": body}
-                )
-                client.zadd(f"{namespace}:workflow:{workflow_name}", {checkpoint_id: 0})
+            segment, (field, bucket) = f"planted-{checkpoint_id}", location_of(checkpoint_id)
+            try:  # a whole body: alone in its segment
+                client.delete(f"{namespace}:segment:{segment}")
+                client.rpush(f"{namespace}:segment:{segment}", body)
+                client.hset(f"{namespace}:seginfo:{segment}", mapping={"n": 1, "w": workflow_name, "r": "[]"})
+                client.hset(f"{namespace}:loc:{bucket}", field, f"{segment}:0:")
+                client.zadd(f"{namespace}:wsegs:{workflow_name}", {segment: 0})
             finally:
                 client.close()
 
@@ -124,11 +128,19 @@ def open_storage_backend(kind: str, workdir: Path, server: str | None) -> Storag
     def plant_postgres(checkpoint_id: str, workflow_name: str, body: bytes) -> None:
         import psycopg
 
-        with psycopg.connect(server) as conn:
+        from agent_framework_functional._durable.postgres_rows import row_key, segment_number
+
+        key, segment = row_key(checkpoint_id), segment_number(f"planted:{checkpoint_id}")
+        with psycopg.connect(server) as conn:  # a whole body: alone in its segment
+            conn.execute(f'DELETE FROM "{schema}".delta_checkpoints WHERE checkpoint_id = %s', (key,))  # pyright: ignore[reportArgumentType]
             conn.execute(
-                f'INSERT INTO "{schema}".checkpoints VALUES (%s, %s, 0, NULL, %s) '
-                "ON CONFLICT (checkpoint_id) DO UPDATE SET body = EXCLUDED.body",
-                (checkpoint_id, workflow_name, body),
+                f'INSERT INTO "{schema}".delta_segments VALUES (%s, %s, 1, 0, 1, NULL, NULL, NULL) '  # pyright: ignore[reportArgumentType]
+                "ON CONFLICT DO NOTHING",
+                (segment, workflow_name),
+            )
+            conn.execute(
+                f'INSERT INTO "{schema}".delta_checkpoints VALUES (%s, 0, NULL, 0, %s, NULL, 1, TRUE, %s, %s)',  # pyright: ignore[reportArgumentType]
+                (segment, key, workflow_name, body),
             )
 
     return StorageBackend(
@@ -143,10 +155,16 @@ def sqlite_storage_backend(path: Path) -> StorageBackend:
     """``SQLiteCheckpointStorage`` on the file ``path`` (which a continuation store may share)."""
 
     def plant_sqlite(checkpoint_id: str, workflow_name: str, body: bytes) -> None:
-        with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+        from agent_framework_functional._durable.sqlite_checkpoint import _id_key  # pyright: ignore[reportPrivateUsage]
+
+        segment = f"planted:{checkpoint_id}"
+        with contextlib.closing(sqlite3.connect(path)) as conn, conn:  # a whole body: alone in its segment
             conn.execute(
-                "INSERT OR REPLACE INTO workflow_checkpoints VALUES (?, ?, 0, NULL, ?)",
-                (checkpoint_id, workflow_name, body),
+                "INSERT OR REPLACE INTO checkpoint_segments VALUES (?, ?, '[]', 1, 1, 0, NULL)",
+                (segment, workflow_name),
+            )
+            conn.execute(
+                "INSERT OR REPLACE INTO checkpoint_chunks VALUES (?, 0, ?, ?)", (segment, _id_key(checkpoint_id), body)
             )
 
     return StorageBackend(
