@@ -1,9 +1,7 @@
 """PostgresContinuationStore, and its joint pause with a PostgresCheckpointStorage on the same database.
 
-When store and storage share a database (one pool, or connection strings that parse the same), a pause's
-record and checkpoint are saved in one statement and one commit, both or neither, before the token is issued
-(refused: the checkpoint is saved whole under the same id; failed: saved alone, the run's restore point,
-before the failure is raised). Another worker reads the record and its checkpoint in one statement.
+Joint: a pause's record and checkpoint in one statement and commit before the token is issued (refused: the
+checkpoint saved whole; failed: saved alone, then the failure raised); another worker reads both in one statement.
 """
 
 from __future__ import annotations
@@ -254,10 +252,7 @@ class PostgresContinuationStore(TimedStore):
         return await future
 
     def _send_claims(self) -> None:
-        """Send this tick's claims in batches, each in a task from an empty context.
-
-        Core cancels a run's tasks when it ends; a claim must not be cut off by another run's end.
-        """
+        """Send this tick's claims in batches, each in a task from an empty context (not cancelled with a run)."""
         pending, self._claims = [claim for claim in self._claims if not claim[2].done()], []
         loop = asyncio.get_running_loop()
         while pending:
@@ -357,12 +352,7 @@ class PostgresContinuationStore(TimedStore):
 
 
 class PostgresJointPause:
-    """A pause's checkpoint save, kept until its record is saved with it (``_store.JointPause``).
-
-    Exactly one of :meth:`write` and :meth:`write_alone` is called. A record that does not come within
-    :data:`PAUSE_HOLD_SECONDS` (a streaming caller stopped reading) no longer waits: the checkpoint is saved
-    alone then, and :meth:`write` inserts the record after that save.
-    """
+    """A pause's checkpoint save kept for its record (``_store.JointPause``); saved alone past PAUSE_HOLD_SECONDS."""
 
     __slots__ = ("_alone", "_checkpoint", "_joint", "_params", "_plan", "_timer")
 
@@ -407,12 +397,7 @@ class PostgresJointPause:
         return self._checkpoint.checkpoint_id
 
     async def write(self, record: ContinuationRecord) -> None:
-        """Insert ``record`` and save the checkpoint in one statement; on failure the checkpoint is saved alone.
-
-        Raises:
-            ValueError: A record with this hash exists already (as the store's ``save``).
-            psycopg.OperationalError: PostgreSQL is unreachable.
-        """
+        """Insert ``record`` and save the checkpoint in one statement; on failure the checkpoint is saved alone."""
         from psycopg.errors import UniqueViolation
 
         store, storage = self._joint.store, self._joint.storage
@@ -476,22 +461,12 @@ class PostgresJoint:
     async def plan_pause(
         self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None
     ) -> PostgresJointPause | None:
-        """Plan a pause's checkpoint save for :meth:`PostgresJointPause.write`; None: save it the usual way.
-
-        Raises:
-            WorkflowCheckpointException: The checkpoint cannot be encoded or stored (as ``save``).
-        """
+        """Plan a pause's checkpoint save for :meth:`PostgresJointPause.write` (None: save it the usual way)."""
         planned = await self.storage.plan_pause(checkpoint, offer)
         return None if planned is None else PostgresJointPause(self, checkpoint, *planned)
 
     async def read(self, token_hash: str) -> tuple[ContinuationRecord | None, Callable[[], WorkflowCheckpoint] | None]:
-        """The record of ``token_hash`` (None: none), and what decodes its checkpoint (None: load it the usual way).
-
-        Decoding, only when asked (after the caller checked the record), raises as the storage's ``load``.
-
-        Raises:
-            psycopg.OperationalError: PostgreSQL is unreachable (as the store's ``get``).
-        """
+        """The record of ``token_hash`` (None: none), and what decodes its checkpoint (None: load it as usual)."""
         storage = self.storage
         params = {"hash": token_hash, "now": time.time()}
 
