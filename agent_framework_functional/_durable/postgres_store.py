@@ -428,8 +428,7 @@ class PostgresJointPause:
         if row is not None and row[0]:
             storage.pause_written(self._plan, self.checkpoint_id)
             return
-        storage.pause_refused(self._plan)
-        await storage.save(self._checkpoint)  # whole (no offer here): the record names it
+        await self._save_alone()  # whole (no offer here): the record names it
 
     async def write_alone(self) -> None:
         """Save the checkpoint on its own, whole; a failure is logged (the pause's restore point, best effort)."""
@@ -481,8 +480,7 @@ class PostgresJoint:
             return None, None
         record = ContinuationRecord.from_row(token_hash, row)
         head = next((found for found in rows if found[0]), None)
-        key = row_key(record.checkpoint_id)
-        if head is None or str(head[4]) != key or storage.buffers(record.checkpoint_id):
+        if head is None or str(head[4]) != row_key(record.checkpoint_id) or storage.buffers(record.checkpoint_id):
             return record, None
         chunks = chunk_map([found[1 + HEAD_COLUMNS :] for found in rows if not found[0]])
         return record, functools.partial(storage.decode_row, record.checkpoint_id, head[1 : 1 + HEAD_COLUMNS], chunks)
