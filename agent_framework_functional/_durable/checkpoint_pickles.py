@@ -1,14 +1,13 @@
 """Decoding a checkpoint value: each pickle checked opcode by opcode before core's ``decode_checkpoint_value`` runs.
 
-Core's allow-list judges which globals a pickle names, not what it does with them: a ``BUILD`` on a class named
-as a global sets that class's attributes for the whole process. :func:`decode_value` walks every pickle with
-``pickletools.genops`` first, resolves each global through core's ``find_class``, and refuses state (``BUILD``,
-``SETITEM(S)``, ``APPEND(S)``, ``ADDITEMS``) applied to anything the pickle did not create.
+Core's allow-list judges which globals a pickle names, not what it does with them (a ``BUILD`` on a named class
+sets its attributes process-wide), so state applied to anything the pickle did not create is refused first.
 """
 
 from __future__ import annotations
 
 import base64
+import functools
 import pickle  # nosec: only pickletools reads the bytes here; core's restricted unpickler decodes them
 import pickletools
 from collections.abc import Callable, Iterator
@@ -209,13 +208,7 @@ def check_pickles(encoded: Any, allowed_types: frozenset[str]) -> None:
         WorkflowCheckpointException: A pickle is malformed, names a global core's allow-list refuses, or applies
             state to an object it did not create; the message as core's for a type outside the allow-list.
     """
-    resolvers: dict[int, Callable[[str, str], Any]] = {}
-
-    def resolver(protocol: int) -> Callable[[str, str], Any]:
-        if protocol not in resolvers:
-            resolvers[protocol] = checkpoint_global_resolver(allowed_types, protocol)
-        return resolvers[protocol]
-
+    resolver = functools.cache(functools.partial(checkpoint_global_resolver, allowed_types))
     for text in _pickles(encoded):
         try:
             _Scan(base64.b64decode(text.encode("ascii"), validate=True), resolver).run()

@@ -1,9 +1,8 @@
 """CheckpointSealer: authenticate (HMAC-SHA256) and optionally encrypt (AES-GCM) checkpoint bodies.
 
-A sealed body is ASCII ``afs1:<alg>:<key id>:<tag>:<payload>``: ``alg`` ``hs256`` (payload: the body) or
-``a256gcm`` (payload: ``base64url(nonce + ciphertext)``); ``tag`` an HMAC over version, alg, key id, the
-caller's ``context`` (so a body cannot move to another id) and payload, checked in constant time before
-anything is decrypted or decoded. Both keys derive from the host's key, each with its own label.
+A sealed body is ``afs1:<alg>:<key id>:<tag>:<payload>``, alg ``hs256`` (payload: the body) or ``a256gcm``
+(``base64url(nonce + ciphertext)``); the tag, an HMAC over all but the tag plus the caller's ``context``, is
+checked in constant time before anything is decrypted or decoded.
 """
 
 from __future__ import annotations
@@ -57,19 +56,15 @@ def _refuse(why: str) -> WorkflowCheckpointException:
     return WorkflowCheckpointException(f"Checkpoint body refused: {why}. It was not decoded.")
 
 
-def _checked_key_id(key_id: object) -> bytes:
+def _derived_keys(key_id: object, key: object) -> tuple[bytes, tuple[bytes, bytes]]:
+    """One host key, checked: its id as bytes, and the MAC and AES-256-GCM keys derived from it."""
     if not isinstance(key_id, str) or _KEY_ID.fullmatch(key_id) is None:
         raise ValueError("Key ids are 1-64 characters of A-Z, a-z, 0-9, '.', '_' and '-'.")
-    return key_id.encode("ascii")
-
-
-def _derived_keys(key_id: str, key: object) -> tuple[bytes, bytes]:
-    """The MAC key and the AES-256-GCM key derived from one host key (checked first)."""
     if not isinstance(key, bytes):
         raise TypeError(f"Key {key_id!r} must be bytes (for example base64-decoded from your secret store).")
     if len(key) < MIN_KEY_BYTES:
         raise ValueError(f"Key {key_id!r} is shorter than {MIN_KEY_BYTES} bytes; use secrets.token_bytes(32).")
-    return _derive(key, b"mac"), _derive(key, b"aes-256-gcm")
+    return key_id.encode("ascii"), (_derive(key, b"mac"), _derive(key, b"aes-256-gcm"))
 
 
 def _derive(key: bytes, label: bytes) -> bytes:
@@ -98,7 +93,7 @@ class CheckpointSealer:
         ImportError: ``encrypt=True`` without the ``cryptography`` package.
     """
 
-    __slots__ = ("_aead", "_encrypt", "_keys", "_signing_id")
+    __slots__ = ("_aead", "_keys", "_signing_id")
 
     def __init__(self, keys: Mapping[str, bytes], *, signing_key_id: str | None = None, encrypt: bool = False) -> None:
         if not isinstance(keys, Mapping):  # pyright: ignore[reportUnnecessaryIsInstance]
@@ -108,16 +103,14 @@ class CheckpointSealer:
             )
         if not keys:
             raise ValueError("CheckpointSealer needs at least one key: {'key-id': secrets.token_bytes(32)}.")
-        derived = {_checked_key_id(key_id): _derived_keys(key_id, key) for key_id, key in keys.items()}
+        self._keys = dict(_derived_keys(key_id, key) for key_id, key in keys.items())
         if signing_key_id is None:
             if len(keys) != 1:
                 raise ValueError("With several keys, name the one that seals new bodies: signing_key_id=...")
             signing_key_id = next(iter(keys))
         if signing_key_id not in keys:
             raise ValueError("signing_key_id must be one of the ids in keys.")
-        self._keys = derived
         self._signing_id = signing_key_id.encode("ascii")
-        self._encrypt = bool(encrypt)
         self._aead: Any = _aesgcm_class() if encrypt else None
 
     @property
@@ -133,12 +126,12 @@ class CheckpointSealer:
     @property
     def encrypts(self) -> bool:
         """True when new bodies are encrypted as well as authenticated."""
-        return self._encrypt
+        return self._aead is not None
 
     def seal(self, body: bytes, *, context: bytes = b"") -> bytes:
         """Return ``body`` sealed with the signing key (encrypted with ``encrypt``), to open with ``context`` only."""
         mac_key, enc_key = self._keys[self._signing_id]
-        if self._encrypt:
+        if self._aead is not None:
             nonce = os.urandom(_NONCE_BYTES)
             ciphertext = self._aead(enc_key).encrypt(nonce, body, self._signing_id + b"\x00" + context)
             alg, payload = _ENCRYPTED, _b64(nonce + ciphertext)

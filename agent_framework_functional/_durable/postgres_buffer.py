@@ -1,9 +1,7 @@
 """The step saves ``PostgresCheckpointStorage.save_buffered`` holds back for a moment, per run (internal).
 
-A step checkpoint commits without waiting for the disk anyway (a crash can lose the last of them; a restore
-runs those steps again), so buffering it for at most :data:`STEP_WRITE_DELAY_SECONDS` risks the same loss and
-saves most writes: a pause's row holds their step results and a finished run deletes them unwritten. A run's
-rows are written in order, by a timer, its next save or end, or the storage's reads, deletes and ``aclose``.
+A step save commits without waiting for the disk anyway, so holding it :data:`STEP_WRITE_DELAY_SECONDS` risks
+the same loss and saves most writes (a pause's row holds their results; a finished run deletes them unwritten).
 """
 
 from __future__ import annotations
@@ -49,11 +47,7 @@ class _Chain:
 
 
 class StepBuffer:
-    """The buffered step saves of one storage object, per run (its step-cache log), and their writes in flight.
-
-    Args:
-        write: Writes a run's buffered rows (the run, the rows) in one statement, in order.
-    """
+    """One storage's buffered step saves per run (its step-cache log); ``write(run, rows)`` writes them in order."""
 
     __slots__ = ("_chains", "_delay", "_flushes", "_last", "_write")
 
@@ -84,15 +78,6 @@ class StepBuffer:
         chain = self._chains.get(run)
         return None if chain is None else (self.take(run), chain.before)
 
-    async def written(self, checkpoint_ids: Iterable[str] | None = None) -> None:
-        """Wait for the writes in flight of any of ``checkpoint_ids`` (None: all).
-
-        ``asyncio.wait``, not ``gather``: a caller cancelled while it waits must not cancel other runs' writes.
-        """
-        wanted = None if checkpoint_ids is None else set(checkpoint_ids)
-        while tasks := [task for task, ids in self._flushes.items() if wanted is None or not wanted.isdisjoint(ids)]:
-            await asyncio.wait(tasks)
-
     async def written_by(self, run: object) -> None:
         """Wait for ``run``'s writes in flight (its last one waits for the earlier ones)."""
         if (last := self._last.get(run)) is not None:
@@ -104,10 +89,7 @@ class StepBuffer:
         return any(row.checkpoint_id in wanted for chain in self._chains.values() for row in chain.rows)
 
     def drop(self, checkpoint_ids: set[str]) -> tuple[set[str], list[tuple[object, Any]]]:
-        """Forget every run whose buffered rows are all in ``checkpoint_ids``: their ids, and (run, before) each.
-
-        A run only some of whose rows are named keeps them (a later row references an earlier one's results).
-        """
+        """Forget each run whose rows are all in ``checkpoint_ids``; return their ids and (run, before) pairs."""
         dropped: set[str] = set()
         runs: list[tuple[object, Any]] = []
         for run, chain in list(self._chains.items()):
@@ -123,7 +105,9 @@ class StepBuffer:
         for run, chain in list(self._chains.items()):
             if wanted is None or any(row.checkpoint_id in wanted for row in chain.rows):
                 self._flush(run)
-        await self.written(wanted)
+        # asyncio.wait, not gather: a caller cancelled while it waits must not cancel other runs' writes
+        while tasks := [task for task, ids in self._flushes.items() if wanted is None or not wanted.isdisjoint(ids)]:
+            await asyncio.wait(tasks)
 
     def _flush(self, run: object) -> None:
         self.write_soon(run, self.take(run))

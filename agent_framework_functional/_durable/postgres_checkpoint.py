@@ -143,7 +143,7 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
 
     @property
     def database(self) -> PostgresPool:
-        """The storage's pool (a store on the same database writes a pause with it: ``postgres_joint``)."""
+        """The storage's pool (a store on the same database writes a pause with it: ``postgres_store``)."""
         return self._db
 
     async def save_with_offer(self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None) -> str:
@@ -245,7 +245,7 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
     async def plan_pause(
         self, checkpoint: WorkflowCheckpoint, offer: StepCacheOffer | None
     ) -> tuple[DeltaSave, tuple[Any, ...]] | None:
-        """Plan a pause's save for a statement that writes its record too (``postgres_joint``); None: save it.
+        """Plan a pause's save for a statement that writes its record too (``postgres_store``); None: save it.
 
         The caller then calls :meth:`pause_written` or :meth:`pause_refused`.
         """
@@ -358,7 +358,7 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
     def decode_row(
         self, checkpoint_id: str | None, row: tuple[Any, ...], chunks: dict[tuple[int, int], bytes]
     ) -> WorkflowCheckpoint:
-        """Decode a row's head columns over its segments' chunks, each opened first (``load``, ``postgres_joint``).
+        """Decode a row's head columns over its segments' chunks, each opened first (``load``, ``postgres_store``).
 
         ``checkpoint_id``: the id asked for (None: the row's). Every failure raises core's exception.
         """

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import itertools
 import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
@@ -115,10 +114,8 @@ async def probe_durability(execute: Callable[..., Awaitable[Any]], waitaof_timeo
     except ResponseError:  # CONFIG renamed away (unknown command) or denied by an ACL (NOPERM)
         settings: dict[str, str] | None = None
     else:
-        flat: list[Any] = (
-            list(itertools.chain(*cast("dict[Any, Any]", config).items())) if isinstance(config, dict) else config
-        )
-        settings = {text(name): text(value) for name, value in zip(flat[::2], flat[1::2], strict=True)}
+        pairs = config.items() if isinstance(config, dict) else zip(config[::2], config[1::2], strict=True)
+        settings = {text(name): text(value) for name, value in pairs}
     if settings is not None:
         appendonly, appendfsync = settings.get("appendonly"), settings.get("appendfsync")
         if appendonly == "yes" and appendfsync == "always":

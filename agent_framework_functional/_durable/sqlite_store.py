@@ -57,14 +57,14 @@ def _close_dropped(conn: sqlite3.Connection, path: Path) -> None:
     )
 
 
-def connect_sqlite(path: Path, timeout: float) -> sqlite3.Connection:
-    """A WAL-mode connection to ``path``, its missing folders created first (as core's ``FileCheckpointStorage``)."""
+def connect_sqlite(path: Path, timeout: float, statements: tuple[str, ...] = ()) -> sqlite3.Connection:
+    """A WAL-mode connection to ``path`` (its missing folders created first), then ``statements`` run on it."""
     if str(path) != ":memory:":
         path.parent.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
     try:
-        conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
-        conn.execute("PRAGMA journal_mode = WAL")
+        for statement in (f"PRAGMA busy_timeout = {int(timeout * 1000)}", "PRAGMA journal_mode = WAL", *statements):
+            conn.execute(statement)
     except BaseException:
         conn.close()
         raise
@@ -73,15 +73,7 @@ def connect_sqlite(path: Path, timeout: float) -> sqlite3.Connection:
 
 def setup(path: Path, timeout: float, schema: tuple[str, ...]) -> sqlite3.Connection:
     """Open ``path`` and create a component's tables and indexes (its one layout, version 1) if missing."""
-    conn = connect_sqlite(path, timeout)
-    try:
-        conn.execute("PRAGMA synchronous = NORMAL")
-        for statement in schema:
-            conn.execute(statement)
-    except BaseException:
-        conn.close()
-        raise
-    return conn
+    return connect_sqlite(path, timeout, ("PRAGMA synchronous = NORMAL", *schema))
 
 
 def finish(conn: sqlite3.Connection, operation: Callable[[sqlite3.Connection, float], _T]) -> _T:
@@ -157,9 +149,7 @@ class SQLiteContinuationStore(TimedStore):
         """Return the record for ``token_hash`` (any status), or None; never mutates."""
         sql = f"SELECT {', '.join(RECORD_COLUMNS)} FROM continuations WHERE token_hash = ?"
         row = await self._run(lambda c: cast("tuple[Any, ...] | None", c.execute(sql, (token_hash,)).fetchone()))
-        if row is None:
-            return None
-        return ContinuationRecord.from_row(token_hash, row)
+        return None if row is None else ContinuationRecord.from_row(token_hash, row)
 
     async def claim(self, token_hash: str, *, claimer: str | None = None) -> bool:
         """Atomically move an ``issued``, unexpired record to ``claimed``."""

@@ -1,4 +1,4 @@
-"""Helpers shared by the joint-pause tests (``_durable/postgres_joint.py``): a two-pause workflow and a worker.
+"""Helpers shared by the joint-pause tests (``_durable/postgres_store.py``): a two-pause workflow and a worker.
 
 A worker is a ``PostgresCheckpointStorage`` and a ``PostgresContinuationStore`` on one server; a resume
 answers every earlier request of its chain again, so :func:`answer` takes the earlier answers too.

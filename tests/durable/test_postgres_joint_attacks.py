@@ -1,4 +1,4 @@
-"""Attacks on the joint pause of a Postgres store and storage on one database (``_durable/postgres_joint.py``).
+"""Attacks on the joint pause of a Postgres store and storage on one database (``_durable/postgres_store.py``).
 
 Against a real PostgreSQL cluster (``postgres_server``). Asserted: two caller pools on different databases
 are not taken for one; store and storage on different schemas of one database pause and resume across
@@ -33,8 +33,8 @@ from agent_framework_functional import (
     continuation_token_hash,
     workflow,
 )
-from agent_framework_functional._durable import postgres_joint
-from agent_framework_functional._durable.postgres_joint import PAUSE_HOLD_SECONDS
+from agent_framework_functional._durable import postgres_store
+from agent_framework_functional._durable.postgres_store import PAUSE_HOLD_SECONDS
 from agent_framework_functional._store_records import StoreRecords
 
 pytestmark = pytest.mark.slow
@@ -185,15 +185,15 @@ async def test_a_restore_then_pauses_again(postgres_server: str) -> None:
 async def test_a_pause_saved_alone_before_its_record_came_is_recorded_after_it(
     postgres_server: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(postgres_joint, "PAUSE_HOLD_SECONDS", 0.0)  # the record always comes too late
+    monkeypatch.setattr(postgres_store, "PAUSE_HOLD_SECONDS", 0.0)  # the record always comes too late
     released: list[str] = []
-    release = postgres_joint.PostgresJointPause._release
+    release = postgres_store.PostgresJointPause._release
 
-    def counted(self: postgres_joint.PostgresJointPause) -> None:
+    def counted(self: postgres_store.PostgresJointPause) -> None:
         released.append(self.checkpoint_id)
         release(self)
 
-    monkeypatch.setattr(postgres_joint.PostgresJointPause, "_release", counted)
+    monkeypatch.setattr(postgres_store.PostgresJointPause, "_release", counted)
     save = StoreRecords.save
 
     async def slow(self: StoreRecords, *args: Any) -> None:

@@ -22,7 +22,7 @@ from agent_framework_functional import (
     step,
     workflow,
 )
-from agent_framework_functional._durable import postgres_joint
+from agent_framework_functional._durable import postgres_store
 
 pytestmark = pytest.mark.slow
 
@@ -78,7 +78,7 @@ async def test_a_joint_pause_cancelled_anywhere_leaves_only_records_whose_checkp
                 finished = results[0]
                 break
             cancelled += 1
-            await asyncio.gather(*postgres_joint._ALONE, return_exceptions=True)  # the saves alone it started
+            await asyncio.gather(*postgres_store._ALONE, return_exceptions=True)  # the saves alone it started
             async with await psycopg.AsyncConnection.connect(postgres_server, autocommit=True) as conn:
                 rows = await (await conn.execute(f'SELECT checkpoint_id FROM "{schema}".continuations')).fetchall()
             for (checkpoint_id,) in rows:

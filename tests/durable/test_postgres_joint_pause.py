@@ -19,7 +19,7 @@ from postgres_server import new_schema
 
 from agent_framework_functional import PostgresCheckpointStorage, PostgresContinuationStore
 from agent_framework_functional._checkpoint_chain import RecordingCheckpointStorage
-from agent_framework_functional._durable.postgres_joint import PostgresJoint
+from agent_framework_functional._durable.postgres_store import PostgresJoint
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-"""A resume on another worker reads the pause's record and checkpoint in one round trip (``postgres_joint``).
+"""A resume on another worker reads the pause's record and checkpoint in one round trip (``postgres_store``).
 
 Against a real PostgreSQL cluster (``postgres_server``). Asserted: the resuming storage's own ``load``
 is not called when the store and the storage share a database (also on a fresh worker's first resume; it
@@ -25,7 +25,7 @@ from agent_framework_functional import (
     continuation_token_hash,
     workflow,
 )
-from agent_framework_functional._durable.postgres_joint import PostgresJoint
+from agent_framework_functional._durable.postgres_store import PostgresJoint
 
 pytestmark = pytest.mark.slow
 
