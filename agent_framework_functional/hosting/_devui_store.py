@@ -75,6 +75,9 @@ class BoundedConversationStore(devui_conversation_store_class()):  # pyright: ig
         return None if conversation_id in self.running else used + self.ttl
 
     def _sweep(self, now: float) -> int:
+        idle = self.used.entries
+        for conversation_id in [c for c in self.running if c in idle and idle[c] + self.ttl <= now]:
+            self.used.put(conversation_id, now)  # a running turn keeps its conversation: it counts as used now
         dropped = {conversation_id for conversation_id, _ in self.used.expired(now) + self.used.trim()}
         for conversation_id in dropped:
             devui_forget_conversation(self, conversation_id)
