@@ -91,7 +91,8 @@ class BoundedConversationStore(devui_conversation_store_class()):  # pyright: ig
             del approvals[key]
 
     def create_conversation(self, metadata: dict[str, str] | None = None, conversation_id: str | None = None) -> Any:
-        """DevUI's ``create_conversation``, then a use (which drops what is past its bounds)."""
+        """DevUI's ``create_conversation``, after dropping what is past its bounds (an expired one of this id too)."""
+        self._sweep(self._clock())
         created = super().create_conversation(metadata=metadata, conversation_id=conversation_id)
         self._use(created.id)
         return created

@@ -105,6 +105,15 @@ async def test_a_turn_running_past_the_ttl_counts_as_a_use_for_the_count_too() -
     assert store.get_conversation(idle) is None
 
 
+def test_creating_a_conversation_under_the_id_of_an_expired_one_keeps_the_new_one() -> None:
+    clock = Clock()
+    store = BoundedConversationStore(ttl=60, max_conversations=100, clock=clock)
+    store.create_conversation(conversation_id="named")
+    clock.now += 100  # expired, not yet dropped (nothing used the store since)
+    assert store.create_conversation(conversation_id="named").id == "named"
+    assert store.get_conversation("named") is not None and len(store) == 1
+
+
 async def test_past_the_count_the_least_recently_used_go() -> None:
     clock = Clock()
     store = BoundedConversationStore(ttl=60, max_conversations=3, clock=clock)
