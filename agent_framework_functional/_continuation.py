@@ -167,9 +167,9 @@ SPENT_MEMORY = 10_000
 """How many spent or abandoned tokens this process remembers at most (16-byte sha256 prefixes, ~0.2 KB each)."""
 
 _DIGEST_BYTES = 16
-# digest -> when it is forgotten (time.time()), the note made longest ago first. A remember drops expired notes
-# from the front only (O(1)); one behind a longer-lived note goes at the next sweep or is ignored when read.
-_spent: OrderedDict[bytes, float] = OrderedDict()
+# keep_for (seconds) -> digest -> when it is forgotten (time.time()). One ordered dict per duration, so
+# each is in expiry order and expired notes go from its front; a process has a handful of durations at most.
+_spent: dict[float, OrderedDict[bytes, float]] = {}
 
 
 def _digest(secret: bytes) -> bytes:
@@ -180,28 +180,49 @@ def remember_spent(secret: str, keep_for: float) -> None:
     """Note that the token with ``secret`` was spent or abandoned here, for ``keep_for`` (the pause TTL) seconds."""
     now = time.time()
     digest = _digest(secret.encode("ascii"))
-    _spent[digest] = now + keep_for
-    _spent.move_to_end(digest)
-    while _spent and (len(_spent) > SPENT_MEMORY or next(iter(_spent.values())) <= now):
-        _spent.popitem(last=False)
+    notes = _spent.get(keep_for)
+    if notes is None:
+        notes = _spent[keep_for] = OrderedDict()
+    notes[digest] = now + keep_for
+    notes.move_to_end(digest)
+    _forget(now)
+
+
+def _forget(now: float) -> None:
+    """Drop the notes whose time has passed, then the oldest ones past :data:`SPENT_MEMORY`."""
+    for keep_for, notes in list(_spent.items()):
+        while notes and next(iter(notes.values())) <= now:
+            notes.popitem(last=False)
+        if not notes:
+            del _spent[keep_for]
+    excess = sum(len(notes) for notes in _spent.values()) - SPENT_MEMORY
+    while excess > 0:
+        # The note made longest ago: the front note whose (forget time - duration) is smallest.
+        keep_for = min(_spent, key=lambda k: next(iter(_spent[k].values())) - k)
+        notes = _spent[keep_for]
+        notes.popitem(last=False)
+        if not notes:
+            del _spent[keep_for]
+        excess -= 1
 
 
 def forget_spent() -> int:
     """Drop the notes whose time has passed now (a host's sweep task); returns how many went."""
-    now = time.time()
-    expired = [digest for digest, until in _spent.items() if until <= now]
-    for digest in expired:
-        del _spent[digest]
-    return len(expired)
+    before = sum(len(notes) for notes in _spent.values())
+    return before - spent_notes()
 
 
 def spent_notes() -> int:
     """How many spent tokens this process remembers now (notes past their time not counted)."""
-    forget_spent()
-    return len(_spent)
+    _forget(time.time())
+    return sum(len(notes) for notes in _spent.values())
 
 
 def known_spent(presented: object) -> bool:
     """True when ``presented`` is a token this process spent or abandoned (and still remembers)."""
     secret = presented_secret(presented)
-    return secret is not None and bool(_spent) and _spent.get(_digest(secret), 0.0) > time.time()
+    if secret is None or not _spent:
+        return False
+    digest = _digest(secret)
+    now = time.time()
+    return any(notes.get(digest, now) > now for notes in _spent.values())

@@ -153,7 +153,8 @@ async def _pump(core_stream: ResponseStream[WorkflowEvent[Any], Any], channel: _
         if not isinstance(exc, Exception):
             raise
         return
-    await channel.queue.put([_END, None])
+    if not channel.left:  # a cancel core swallowed must not leave the pump waiting for a slot nobody frees
+        await channel.queue.put([_END, None])
 
 
 async def stream_live(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import gc
 import logging
 from collections.abc import AsyncIterable, Sequence
@@ -38,7 +39,7 @@ from agent_framework_functional import (
     workflow,
 )
 from agent_framework_functional._core_compat import collected_events
-from agent_framework_functional._live import LIVE_BUFFER_SIZE
+from agent_framework_functional._live import LIVE_BUFFER_SIZE, stream_live
 
 CALLS: collections.Counter[str] = collections.Counter()
 GATES: dict[str, asyncio.Event] = {}
@@ -757,6 +758,37 @@ async def test_abandoned_agent_stream_cancels_the_workflow(caplog: pytest.LogCap
     plain_agent = plain.build().as_agent()
     assert (await plain_agent.run("x")).text == "plain x"
     _assert_no_task_noise(caplog)
+
+
+class _QuietOnCancel:
+    """A core stream: started, status, ``count`` events, then one that ends quietly when cancelled."""
+
+    def __init__(self, count: int) -> None:
+        self.pulled, self.count = 0, count
+
+    def __aiter__(self) -> _QuietOnCancel:
+        return self
+
+    async def __anext__(self) -> WorkflowEvent[Any]:
+        self.pulled += 1
+        if self.pulled == 1:
+            return WorkflowEvent("started")
+        if self.pulled == 2:
+            return WorkflowEvent("status", data="IN_PROGRESS")
+        if self.pulled <= 2 + self.count:
+            return WorkflowEvent("intermediate", data=self.pulled)
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(3600)
+        raise StopAsyncIteration
+
+
+async def test_leaving_a_full_channel_whose_core_stream_ends_quietly_on_cancel_does_not_hang() -> None:
+    stream = stream_live(_QuietOnCancel(LIVE_BUFFER_SIZE + 1))  # type: ignore[arg-type]
+    async for event in stream:
+        if event.type == "intermediate":
+            break  # the buffer is left exactly full
+    await _settle()
+    await asyncio.wait_for(asyncio.shield(asyncio.ensure_future(stream.aclose())), 5)
 
 
 async def test_abandoned_stream_releases_the_instance_for_a_new_run(caplog: pytest.LogCaptureFixture) -> None:

@@ -8,9 +8,10 @@ copy of the conversation get ``StaleContinuationError``.
 
 from __future__ import annotations
 
+import gc
 import json
 import time
-from collections import OrderedDict
+import tracemalloc
 
 import pytest
 from agent_framework import AgentResponse, AgentSession, Message, RunContext
@@ -34,7 +35,7 @@ class Clock:
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     fake = Clock()
     monkeypatch.setattr(_continuation, "time", fake)
-    monkeypatch.setattr(_continuation, "_spent", OrderedDict())
+    monkeypatch.setattr(_continuation, "_spent", {})
     return fake
 
 
@@ -101,3 +102,32 @@ def test_notes_of_each_duration_expire_on_their_own_and_the_count_is_bounded(
     assert _continuation.spent_notes() == 3  # the oldest notes went first: the long-lived one, then 0
     assert [_continuation.known_spent(token(s)) for s in secrets] == [False, False, True, True, True]
     assert not _continuation.known_spent(token(long_lived))
+
+
+def test_past_the_count_expired_notes_behind_a_longer_lived_one_go_before_it(
+    clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_continuation, "SPENT_MEMORY", 3)
+    long_lived, newer = "L" * 43, "N" * 43
+    _continuation.remember_spent(long_lived, 1000.0)  # an agent with a long pause TTL
+    _continuation.remember_spent("a" * 43, 1.0)  # two notes of an agent with a short one
+    _continuation.remember_spent("b" * 43, 1.0)
+    clock.offset += 2
+    _continuation.remember_spent(newer, 1000.0)  # four notes, two of them expired: nothing remembered is dropped
+    assert _continuation.known_spent(token(long_lived)) and _continuation.known_spent(token(newer))
+    assert _continuation.spent_notes() == 2
+
+
+def test_memory_returns_to_the_baseline_once_every_note_expired(clock: Clock) -> None:
+    gc.collect()
+    tracemalloc.start()
+    try:
+        baseline = tracemalloc.get_traced_memory()[0]
+        for index in range(5000):
+            _continuation.remember_spent(f"{index:043d}", TTL)
+        clock.offset += TTL * 1.1
+        assert _continuation.forget_spent() == 5000
+        gc.collect()
+        assert tracemalloc.get_traced_memory()[0] - baseline < 10_000  # not the peak table of 5,000 notes
+    finally:
+        tracemalloc.stop()

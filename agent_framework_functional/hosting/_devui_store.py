@@ -75,6 +75,9 @@ class BoundedConversationStore(devui_conversation_store_class()):  # pyright: ig
         return None if conversation_id in self.running else used + self.ttl
 
     def _sweep(self, now: float) -> int:
+        idle = self.used.entries
+        for conversation_id in [c for c in self.running if c in idle and idle[c] + self.ttl <= now]:
+            self.used.put(conversation_id, now)  # a running turn keeps its conversation: it counts as used now
         dropped = {conversation_id for conversation_id, _ in self.used.expired(now) + self.used.trim()}
         for conversation_id in dropped:
             devui_forget_conversation(self, conversation_id)
@@ -88,7 +91,8 @@ class BoundedConversationStore(devui_conversation_store_class()):  # pyright: ig
             del approvals[key]
 
     def create_conversation(self, metadata: dict[str, str] | None = None, conversation_id: str | None = None) -> Any:
-        """DevUI's ``create_conversation``, then a use (which drops what is past its bounds)."""
+        """DevUI's ``create_conversation``, after dropping what is past its bounds (an expired one of this id too)."""
+        self._sweep(self._clock())
         created = super().create_conversation(metadata=metadata, conversation_id=conversation_id)
         self._use(created.id)
         return created

@@ -90,6 +90,30 @@ async def test_a_conversation_with_a_turn_running_is_not_dropped_for_idleness() 
     assert store.get_conversation(running) is None  # idle for the TTL after its turn ended
 
 
+async def test_a_turn_running_past_the_ttl_counts_as_a_use_for_the_count_too() -> None:
+    clock = Clock()
+    store = BoundedConversationStore(ttl=60, max_conversations=2, clock=clock)
+    running = store.create_conversation().id
+    store.running = {running}
+    clock.now += 30
+    idle = store.create_conversation().id
+    clock.now += 40  # the turn runs past the TTL, the other conversation is idle
+    fresh = store.create_conversation().id
+    clock.now += 1
+    assert store.get_session(fresh) is not None  # past the count: the least recently used goes
+    assert store.get_conversation(running) is not None  # a running turn counts as used now, not when it started
+    assert store.get_conversation(idle) is None
+
+
+def test_creating_a_conversation_under_the_id_of_an_expired_one_keeps_the_new_one() -> None:
+    clock = Clock()
+    store = BoundedConversationStore(ttl=60, max_conversations=100, clock=clock)
+    store.create_conversation(conversation_id="named")
+    clock.now += 100  # expired, not yet dropped (nothing used the store since)
+    assert store.create_conversation(conversation_id="named").id == "named"
+    assert store.get_conversation("named") is not None and len(store) == 1
+
+
 async def test_past_the_count_the_least_recently_used_go() -> None:
     clock = Clock()
     store = BoundedConversationStore(ttl=60, max_conversations=3, clock=clock)
