@@ -290,6 +290,14 @@ class _AGUIOrder:
             parts.add(part)
 
 
+def screenshot_dir(tmp_path: Path) -> Path:
+    """Where a browser test saves its screenshots: ``tmp_path``, or ``docs/`` under ``REFRESH_DOCS_IMAGES=1``.
+
+    A test run leaves the repository as it was; ``scripts/refresh_docs_images.sh`` refreshes README's images.
+    """
+    return ROOT / "docs" if os.environ.get("REFRESH_DOCS_IMAGES") == "1" else tmp_path
+
+
 def node_env() -> dict[str, str]:
     """The environment for the node scripts: no proxies, so loopback requests stay local."""
     env = {k: v for k, v in os.environ.items() if k.lower() not in ("http_proxy", "https_proxy", "all_proxy")}

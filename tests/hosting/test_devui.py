@@ -33,6 +33,7 @@ from hosting_support import (
     reviewer,
     run_node,
     run_sample_self_check,
+    screenshot_dir,
     sse_data,
 )
 from request_ids import core_id
@@ -339,9 +340,6 @@ def test_devui_app_refuses_a_token_it_could_not_compare(token: str) -> None:
         devui_app(make_agent(), auth_token=token)
 
 
-DOCS = ROOT / "docs"
-
-
 @pytest.mark.parametrize(
     ("agent_name", "mode", "typed", "expected"),
     [
@@ -355,21 +353,21 @@ DOCS = ROOT / "docs"
     ],
 )
 def test_devui_page_in_headless_chromium(
-    serve: Any, http: httpx.Client, agent_name: str, mode: str, typed: str | None, expected: str
+    serve: Any, http: httpx.Client, tmp_path: Path, agent_name: str, mode: str, typed: str | None, expected: str
 ) -> None:
     """The real web page (playwright-core): send a message, see the approval card with the request data, answer
-    (click Approve, or type the edited draft as JSON), see the final text. The screenshots go to ``docs/``
-    (README "Host it" shows them)."""
+    (click Approve, or type the edited draft as JSON), see the final text. The screenshots go to a temporary
+    folder (``scripts/refresh_docs_images.sh`` saves them to ``docs/``, where README "Host it" shows them)."""
     assert Path(CHROMIUM).exists(), "Chromium is missing: scripts/services/chromium.sh installs it"
     devui = start_devui(serve, http, make_agent(editor) if agent_name == "editor" else make_agent())
     message = "Browser draft" if agent_name == "editor" else "deploy from browser"
-    DOCS.mkdir(exist_ok=True)
-    args = [devui.base, TOKEN, message, str(DOCS), mode, *([typed] if typed else []), expected]
+    shots = screenshot_dir(tmp_path)
+    args = [devui.base, TOKEN, message, str(shots), mode, *([typed] if typed else []), expected]
     proc = run_node("devui_browser.mjs", *args, timeout=180)
     assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
     assert f"final text shown: {expected}" in proc.stdout
     for shot in (f"devui_{mode}_request.png", f"devui_{mode}_answered.png"):
-        assert (DOCS / shot).stat().st_size > 10_000
+        assert (shots / shot).stat().st_size > 10_000
 
 
 def test_structured_request_answered_by_a_typed_json_reply(serve: Any, http: httpx.Client) -> None:

@@ -5,8 +5,9 @@ DevUI runs in its own process (``devui_traces_server.py``) with its documented t
 the rest of the suite must not share. ``js/devui_traces.mjs`` drives the page in headless Chromium,
 approves, opens the Traces panel and the continuation spans it draws under each turn's agent span
 (``functional_workflow.continuation.issued`` in the pause's turn, ``.accepted`` and ``.spent`` in the
-resume's, each with the token hash among its attributes), saves ``docs/devui_traces.png`` and prints the
-page's text and the spans DevUI streamed.
+resume's, each with the token hash among its attributes), saves ``devui_traces.png`` (to a temporary folder;
+``scripts/refresh_docs_images.sh`` saves it to ``docs/``) and prints the page's text and the spans DevUI
+streamed.
 """
 
 from __future__ import annotations
@@ -20,10 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from hosting_support import CHROMIUM, ROOT, node_env, run_node
+from hosting_support import CHROMIUM, ROOT, node_env, run_node, screenshot_dir
 
 TOKEN = "traces-test-token"
-SCREENSHOT = ROOT / "docs" / "devui_traces.png"
 
 
 def _free_port() -> int:
@@ -50,7 +50,7 @@ def _agent_span(turn: list[dict[str, Any]]) -> dict[str, Any]:
     return span
 
 
-def test_devui_traces_panel_shows_the_pause_and_the_resume() -> None:
+def test_devui_traces_panel_shows_the_pause_and_the_resume(tmp_path: Path) -> None:
     assert Path(CHROMIUM).exists(), "Chromium is missing: scripts/services/chromium.sh installs it"
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
@@ -64,13 +64,13 @@ def test_devui_traces_panel_shows_the_pause_and_the_resume() -> None:
     )
     try:
         _wait_healthy(base, server)
-        SCREENSHOT.parent.mkdir(exist_ok=True)
-        proc = run_node("devui_traces.mjs", base, TOKEN, "build 42", str(SCREENSHOT), timeout=180)
+        screenshot = screenshot_dir(tmp_path) / "devui_traces.png"
+        proc = run_node("devui_traces.mjs", base, TOKEN, "build 42", str(screenshot), timeout=180)
     finally:
         server.terminate()
         server.wait(timeout=30)
     assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
-    assert SCREENSHOT.stat().st_size > 10_000
+    assert screenshot.stat().st_size > 10_000
     (line,) = [line for line in proc.stdout.splitlines() if line.startswith("TRACES ")]
     paused_turn, resumed_turn = json.loads(line.removeprefix("TRACES "))
     paused, resumed = _agent_span(paused_turn), _agent_span(resumed_turn)
