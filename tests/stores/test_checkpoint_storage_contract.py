@@ -19,7 +19,12 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from agent_framework import CheckpointStorage, WorkflowCheckpoint, WorkflowCheckpointException
+from agent_framework import (
+    CheckpointStorage,
+    InMemoryCheckpointStorage,
+    WorkflowCheckpoint,
+    WorkflowCheckpointException,
+)
 
 # Pinned on purpose: PostgresCheckpointStorage encodes with exactly these core helpers (its module docstring).
 from agent_framework._workflows._checkpoint_encoding import decode_checkpoint_value, encode_checkpoint_value
@@ -91,6 +96,32 @@ async def test_list_latest_ids_and_delete(checkpoint_storage: CheckpointStorage)
     assert await checkpoint_storage.delete(second.checkpoint_id) is False
     latest = await checkpoint_storage.get_latest(workflow_name="wf")
     assert latest is not None and latest.checkpoint_id == first.checkpoint_id
+
+
+@pytest.mark.parametrize("child_first", [False, True])
+async def test_get_latest_breaks_a_timestamp_tie_as_core_does(
+    checkpoint_storage: CheckpointStorage, child_first: bool
+) -> None:
+    """Equal timestamps (one superstep): the checkpoint no other names as previous, then the greatest id (core 1.26)."""
+    start = datetime.now(timezone.utc)
+    parent = _checkpoint(when=start)
+    child = _checkpoint(when=start)
+    child.previous_checkpoint_id = parent.checkpoint_id
+    siblings = sorted([_checkpoint(when=start + timedelta(seconds=1)) for _ in range(2)], key=lambda c: c.checkpoint_id)
+    reference = InMemoryCheckpointStorage()
+    for checkpoint in (parent, child):
+        await reference.save(checkpoint)
+    core_latest = await reference.get_latest(workflow_name="wf")
+    if core_latest is None or core_latest.checkpoint_id != child.checkpoint_id:
+        pytest.skip("this core's own storages pick among equal timestamps by save order")
+    for checkpoint in [child, parent] if child_first else [parent, child]:
+        await checkpoint_storage.save(checkpoint)
+    latest = await checkpoint_storage.get_latest(workflow_name="wf")
+    assert latest is not None and latest.checkpoint_id == child.checkpoint_id
+    for checkpoint in siblings[::-1] if child_first else siblings:
+        await checkpoint_storage.save(checkpoint)
+    latest = await checkpoint_storage.get_latest(workflow_name="wf")
+    assert latest is not None and latest.checkpoint_id == siblings[-1].checkpoint_id
 
 
 async def test_saving_an_id_again_replaces_the_checkpoint(checkpoint_storage: CheckpointStorage) -> None:
