@@ -72,6 +72,21 @@ async def test_another_storage_object_sees_the_same_checkpoints(make_storage: Ca
         await writer.load(checkpoint.checkpoint_id)
 
 
+async def test_two_storage_objects_saving_the_same_ids_at_once_both_succeed(
+    make_storage: Callable[[], CheckpointStorage],
+) -> None:
+    """Two workers re-saving the same checkpoints concurrently: each save succeeds, one copy of each is kept."""
+    first, second = make_storage(), make_storage()
+    checkpoints = [_checkpoint(count=index) for index in range(20)]
+    for checkpoint in checkpoints:
+        await first.save(checkpoint)
+    for _ in range(10):
+        await asyncio.gather(*(storage.save(c) for c in checkpoints for storage in (first, second)))
+    ids = await second.list_checkpoint_ids(workflow_name="wf")
+    assert sorted(ids) == sorted(c.checkpoint_id for c in checkpoints)
+    assert [await first.load(c.checkpoint_id) for c in checkpoints] == checkpoints
+
+
 async def test_load_of_an_unknown_id_raises_cores_exception(checkpoint_storage: CheckpointStorage) -> None:
     with pytest.raises(WorkflowCheckpointException):
         await checkpoint_storage.load("missing")
