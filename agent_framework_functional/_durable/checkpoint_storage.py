@@ -102,11 +102,18 @@ class DurableCheckpointStorage(AsyncClosing):
         return self._allowed_types
 
     async def get_latest(self, *, workflow_name: str) -> WorkflowCheckpoint | None:
-        """Return the workflow's checkpoint with the latest ``timestamp`` (as core orders them), or None."""
+        """Return the workflow's checkpoint with the latest ``timestamp`` (as core orders them), or None.
+
+        Among equal timestamps (one superstep), as core: one no other of them names as previous, the greatest id.
+        """
         checkpoints = await self.list_checkpoints(workflow_name=workflow_name)
         if not checkpoints:
             return None
-        return max(checkpoints, key=lambda checkpoint: datetime.fromisoformat(checkpoint.timestamp))
+        newest = max(datetime.fromisoformat(checkpoint.timestamp) for checkpoint in checkpoints)
+        tied = [checkpoint for checkpoint in checkpoints if datetime.fromisoformat(checkpoint.timestamp) == newest]
+        superseded = {checkpoint.previous_checkpoint_id for checkpoint in tied}
+        leaves = [checkpoint for checkpoint in tied if checkpoint.checkpoint_id not in superseded]
+        return max(leaves or tied, key=lambda checkpoint: checkpoint.checkpoint_id)
 
     async def list_checkpoint_ids(self, *, workflow_name: str) -> list[str]:
         """Return the ids of the checkpoints :meth:`list_checkpoints` returns (those that load), in its order."""

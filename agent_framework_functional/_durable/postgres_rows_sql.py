@@ -121,20 +121,16 @@ BEGIN
             RETURN FALSE;
         END IF;
     END IF;
-    INSERT INTO {schema}.delta_checkpoints ("""
-    + _ROW_COLUMNS
-    + """) VALUES ("""
-    + _ROW_VALUES
-    + """)
-        ON CONFLICT (checkpoint_id) DO NOTHING;
-    IF NOT FOUND THEN
-        PERFORM {schema}.release_delta_checkpoints(ARRAY[p_key]);
+    LOOP  -- the id saved before (a concurrent save's, committed meanwhile, on the next turn) is released
         INSERT INTO {schema}.delta_checkpoints ("""
     + _ROW_COLUMNS
     + """) VALUES ("""
     + _ROW_VALUES
-    + """);
-    END IF;
+    + """)
+            ON CONFLICT (checkpoint_id) DO NOTHING;
+        EXIT WHEN FOUND;
+        PERFORM {schema}.release_delta_checkpoints(ARRAY[p_key]);
+    END LOOP;
     RETURN TRUE;
 END $$;
 CREATE OR REPLACE FUNCTION {schema}.delete_checkpoints(p_keys UUID[]) RETURNS INTEGER

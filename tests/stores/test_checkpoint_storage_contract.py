@@ -19,7 +19,12 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from agent_framework import CheckpointStorage, WorkflowCheckpoint, WorkflowCheckpointException
+from agent_framework import (
+    CheckpointStorage,
+    InMemoryCheckpointStorage,
+    WorkflowCheckpoint,
+    WorkflowCheckpointException,
+)
 
 # Pinned on purpose: PostgresCheckpointStorage encodes with exactly these core helpers (its module docstring).
 from agent_framework._workflows._checkpoint_encoding import decode_checkpoint_value, encode_checkpoint_value
@@ -67,6 +72,21 @@ async def test_another_storage_object_sees_the_same_checkpoints(make_storage: Ca
         await writer.load(checkpoint.checkpoint_id)
 
 
+async def test_two_storage_objects_saving_the_same_ids_at_once_both_succeed(
+    make_storage: Callable[[], CheckpointStorage],
+) -> None:
+    """Two workers re-saving the same checkpoints concurrently: each save succeeds, one copy of each is kept."""
+    first, second = make_storage(), make_storage()
+    checkpoints = [_checkpoint(count=index) for index in range(20)]
+    for checkpoint in checkpoints:
+        await first.save(checkpoint)
+    for _ in range(10):
+        await asyncio.gather(*(storage.save(c) for c in checkpoints for storage in (first, second)))
+    ids = await second.list_checkpoint_ids(workflow_name="wf")
+    assert sorted(ids) == sorted(c.checkpoint_id for c in checkpoints)
+    assert [await first.load(c.checkpoint_id) for c in checkpoints] == checkpoints
+
+
 async def test_load_of_an_unknown_id_raises_cores_exception(checkpoint_storage: CheckpointStorage) -> None:
     with pytest.raises(WorkflowCheckpointException):
         await checkpoint_storage.load("missing")
@@ -91,6 +111,32 @@ async def test_list_latest_ids_and_delete(checkpoint_storage: CheckpointStorage)
     assert await checkpoint_storage.delete(second.checkpoint_id) is False
     latest = await checkpoint_storage.get_latest(workflow_name="wf")
     assert latest is not None and latest.checkpoint_id == first.checkpoint_id
+
+
+@pytest.mark.parametrize("child_first", [False, True])
+async def test_get_latest_breaks_a_timestamp_tie_as_core_does(
+    checkpoint_storage: CheckpointStorage, child_first: bool
+) -> None:
+    """Equal timestamps (one superstep): the checkpoint no other names as previous, then the greatest id (core 1.26)."""
+    start = datetime.now(timezone.utc)
+    parent = _checkpoint(when=start)
+    child = _checkpoint(when=start)
+    child.previous_checkpoint_id = parent.checkpoint_id
+    siblings = sorted([_checkpoint(when=start + timedelta(seconds=1)) for _ in range(2)], key=lambda c: c.checkpoint_id)
+    reference = InMemoryCheckpointStorage()
+    for checkpoint in (parent, child):
+        await reference.save(checkpoint)
+    core_latest = await reference.get_latest(workflow_name="wf")
+    if core_latest is None or core_latest.checkpoint_id != child.checkpoint_id:
+        pytest.skip("this core's own storages pick among equal timestamps by save order")
+    for checkpoint in [child, parent] if child_first else [parent, child]:
+        await checkpoint_storage.save(checkpoint)
+    latest = await checkpoint_storage.get_latest(workflow_name="wf")
+    assert latest is not None and latest.checkpoint_id == child.checkpoint_id
+    for checkpoint in siblings[::-1] if child_first else siblings:
+        await checkpoint_storage.save(checkpoint)
+    latest = await checkpoint_storage.get_latest(workflow_name="wf")
+    assert latest is not None and latest.checkpoint_id == siblings[-1].checkpoint_id
 
 
 async def test_saving_an_id_again_replaces_the_checkpoint(checkpoint_storage: CheckpointStorage) -> None:
