@@ -131,7 +131,9 @@ if ttl > 0 then expiry = math.floor((now + ttl) / 1000) + 1 end
 redis.call('HSET', key, ARGV[4], sid .. ':' .. index .. ':' .. expiry)
 if index % 8 == 0 then prune(key, now, keep) end
 local segments = p .. 'wsegs:' .. ARGV[6]
-redis.call('ZADD', segments, now, sid)
+local last, order = redis.call('ZRANGE', segments, -1, -1, 'WITHSCORES'), now
+if last[2] then order = math.max(now, tonumber(last[2]) + (last[1] == sid and 0 or 1)) end
+redis.call('ZADD', segments, order, sid)  -- after every other: two saves in one millisecond list in save order
 if ttl > 0 then
   if redis.call('PTTL', key) < ttl then redis.call('PEXPIRE', key, ttl) end
   redis.call('ZREMRANGEBYSCORE', segments, '-inf', '(' .. (now - ttl))

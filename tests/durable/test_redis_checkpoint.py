@@ -113,6 +113,18 @@ async def test_list_latest_ids_and_delete(storage: RedisCheckpointStorage) -> No
     assert await storage.list_checkpoints(workflow_name="nothing-saved") == []
 
 
+async def test_checkpoints_saved_in_one_millisecond_list_in_save_order(storage: RedisCheckpointStorage) -> None:
+    """Each direct save is a segment of its own, indexed by its save's time: ties keep the save order."""
+    saved = [_checkpoint() for _ in range(30)]
+    for checkpoint in saved:
+        await storage.save(checkpoint)
+    listed = await storage.list_checkpoint_ids(workflow_name="wf")
+    assert listed == [checkpoint.checkpoint_id for checkpoint in saved]
+    await storage.save(saved[0])  # saved again: now the last saved
+    listed = await storage.list_checkpoint_ids(workflow_name="wf")
+    assert listed == [checkpoint.checkpoint_id for checkpoint in saved[1:]] + [saved[0].checkpoint_id]
+
+
 async def test_saving_an_id_again_replaces_the_checkpoint(storage: RedisCheckpointStorage) -> None:
     checkpoint = _checkpoint()
     await storage.save(checkpoint)
