@@ -128,6 +128,7 @@ class PostgresPool:
         self._owns_pool = isinstance(target, str)
         self._opened = not self._owns_pool
         self._opening: asyncio.Task[None] | None = None
+        self._guard: asyncio.Task[None] | None = None
         if isinstance(target, str):
             target = AsyncConnectionPool(
                 target,
@@ -242,10 +243,23 @@ class PostgresPool:
     async def _open(self) -> None:
         """Open the owned pool once, in a task from an empty context: core cancels the tasks a run started."""
         if self._opening is None:
-            opening = self._pool.open(wait=False)
-            self._opening = contextvars.Context().run(asyncio.get_running_loop().create_task, opening)
+            loop = asyncio.get_running_loop()
+            self._opening = contextvars.Context().run(loop.create_task, self._pool.open(wait=False))
+            self._guard = contextvars.Context().run(loop.create_task, self._close_when_cancelled())
         await self._opening
         self._opened = True
+
+    async def _close_when_cancelled(self) -> None:
+        """Wait; cancelled (``asyncio.run`` cancels every task as it ends), close the pool a caller left open.
+
+        psycopg_pool's worker swallows a cancellation that lands while it runs a maintenance task and waits on
+        its queue again, so an open pool could hang ``asyncio.run``'s end; closing it stops the workers.
+        """
+        try:
+            await asyncio.get_running_loop().create_future()
+        finally:
+            if not self._closed:
+                await self._pool.close()
 
     async def setup(self) -> None:
         """Create the schema and this component's tables if missing, under an advisory lock (workers start together)."""
@@ -284,3 +298,5 @@ class PostgresPool:
         self._closed = True
         if self._owns_pool:
             await self._pool.close()
+        if self._guard is not None:
+            self._guard.cancel()

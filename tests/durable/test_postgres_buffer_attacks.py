@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -294,3 +296,36 @@ def test_a_script_whose_run_fails_leaves_its_restore_point_without_closing_the_s
         asyncio.run(script())  # cancels what is still running, then closes the loop
     checkpoint = asyncio.run(checkpoints_elsewhere(postgres_server, schema, "held_gated"))[-1]
     assert len(checkpoint.state["_step_cache"]) == 2
+
+
+_LEFT_OPEN = """
+import asyncio, sys
+from agent_framework import WorkflowCheckpoint
+from agent_framework_functional import PostgresCheckpointStorage
+
+
+class Stuck:  # a pool maintenance task still running when asyncio.run cancels everything
+    async def run(self):
+        await asyncio.Event().wait()
+
+
+async def main():
+    storage = PostgresCheckpointStorage(sys.argv[1], schema=sys.argv[2])
+    await storage.save(WorkflowCheckpoint(workflow_name="left_open", graph_signature_hash="h"))
+    pool = storage._db._pool
+    pool._tasks.put_nowait(Stuck())
+    await asyncio.sleep(0.2)  # a worker is inside Stuck.run
+    raise RuntimeError("the script fails, its storage not closed")
+
+
+asyncio.run(main())
+"""
+
+
+def test_asyncio_run_ends_when_a_failing_script_left_the_storage_s_pool_open(postgres_server: str) -> None:
+    """psycopg_pool's worker swallows a cancellation that lands in a maintenance task: the package closes the pool."""
+    schema = new_schema(postgres_server)
+    script = [sys.executable, "-c", _LEFT_OPEN, postgres_server, schema]
+    done = subprocess.run(script, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 1, done.stderr
+    assert "the script fails, its storage not closed" in done.stderr
