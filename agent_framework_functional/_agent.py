@@ -50,7 +50,12 @@ class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAge
         workflow: The session-less conversation's instance (the template of the others).
 
     Keyword Args:
-        id, name, description, context_providers, middleware, additional_properties: As core's agents.
+        id: As core's agents.
+        name: As core's agents.
+        description: As core's agents.
+        context_providers: As core's agents.
+        middleware: As core's agents.
+        additional_properties: As core's agents.
         input_mapper: Maps ``list[Message]`` to the workflow input instead of the annotation rule.
         text_answers: On a session, a plain text reply answers the one pending ``str`` request.
         continuation_token_on_response: False keeps the token in the session only (a session is then required).
@@ -219,8 +224,8 @@ class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAge
             TypeError: ``options`` is not a mapping; an ``input_mapper`` agent got non-chat input.
             ContinuationAuthorityError: A resume without valid authority.
             PendingContinuationError: New input or a checkpoint restore while a continuation is pending.
-            WorkflowRunningError: The workflow is already running.
-            (A resume only the continuation store can judge raises on the first ``await`` or iteration.)
+            WorkflowRunningError: The workflow is already running. A resume only the continuation store can
+                judge raises these on the first ``await`` or iteration.
         """
         args = CallArgs(
             messages,

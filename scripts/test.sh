@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The project's test command (README Quickstart, step 2; .ci/run calls it too).
-# Creates .venv if it is missing, installs the package with its test, bench, hosting, postgres, a2a and mcp extras (the
+# Creates .venv if it is missing, installs the package with its test, bench, hosting, postgres, a2a, mcp and release extras (the
 # smoke test of benchmarks/bench_peers.py needs LangGraph; tests/hosting needs the host packages), installs the
 # services the tests need when they are missing, and runs the whole test suite.
 # Extra arguments go to pytest, e.g. `bash scripts/test.sh tests/test_workflow.py -q`.
@@ -20,7 +20,7 @@ core=()
 if [ -n "${CORE:-}" ]; then
   core=("agent-framework-core==$CORE")
 fi
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[test,bench,hosting,postgres,a2a,mcp]" "${core[@]}"
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[test,bench,hosting,postgres,a2a,mcp,release]" "${core[@]}"
 "$venv/bin/python" -c 'import importlib.metadata as m; print("agent-framework-core", m.version("agent-framework-core"))'
 
 for hook in scripts/services/*.sh; do

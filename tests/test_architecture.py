@@ -263,7 +263,9 @@ def test_the_private_read_check_sees_both_forms() -> None:
 
 # What a reader of the repository cannot open: another repository's design notes, numbered items or issues.
 UNOPENABLE = re.compile(r"design(\.md| rule)|\bitems? [0-9]|\bissues? #?[0-9]", re.IGNORECASE)
-DOCUMENTED = ("agent_framework_functional", "tests", "samples", "benchmarks", "scripts", "README.md", "AGENTS.md")
+DOCUMENTED = (
+    "agent_framework_functional", "tests", "samples", "benchmarks", "scripts", "docs", "README.md", "AGENTS.md",
+)  # fmt: skip
 
 
 def test_no_reference_to_what_a_reader_cannot_open() -> None:
@@ -286,7 +288,7 @@ def test_no_reference_to_what_a_reader_cannot_open() -> None:
     assert len(files) > 100 and not found, found
 
 
-# A Python file the package, README or AGENTS.md names must be one of the repository's (a core function is
+# A Python file the package, README, docs/ or AGENTS.md names must be one of the repository's (a core function is
 # cited by name, never by the file it sits in); README and AGENTS.md also name the tests and samples.
 PY_FILE = re.compile(r"[\w./-]*\w\.py\b")
 
@@ -295,7 +297,8 @@ def test_named_python_files_are_in_the_repository() -> None:
     root = PACKAGE.parent
     skip = {".venv", "node_modules", ".git"}
     present = {path.name for path in root.rglob("*.py") if not skip & set(path.relative_to(root).parts)}
-    texts = [root / "README.md", root / "AGENTS.md", *sorted(PACKAGE.rglob("*.py"))]
+    docs = sorted((root / "docs").rglob("*.md"))
+    texts = [root / "README.md", root / "AGENTS.md", *docs, *sorted(PACKAGE.rglob("*.py"))]
     missing = sorted(
         f"{path.relative_to(root)}: {name}"
         for path in texts

@@ -39,3 +39,52 @@ def test_changelog_keeps_an_unreleased_section() -> None:
     changelog = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
     assert changelog.startswith("# Changelog")
     assert "## [Unreleased]" in changelog
+
+
+SITE_URL = "https://agent-framework-functional.github.io/agent-framework-functional/"
+REPOSITORY_URL = "https://github.com/agent-framework-functional/agent-framework-functional"
+# Pages that are not task pages: the home page includes README.md, the API reference is generated.
+NOT_TASK_PAGES = {"index.md", "api.md"}
+
+
+def test_readme_is_short_and_its_links_work_on_pypi() -> None:
+    # PyPI shows README.md as the long description: a relative link there leads nowhere.
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 200
+    links = re.findall(r"\]\(([^)]+)\)", readme)
+    assert links and all(link.startswith("https://") for link in links), links
+    assert all(link.startswith(SITE_URL) for link in links if "agent-framework-functional.github.io" in link)
+
+
+def test_the_project_urls_are_the_ones_the_docs_link_to() -> None:
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    mkdocs = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    assert f'Documentation = "{SITE_URL}"' in pyproject and f"site_url: {SITE_URL}" in mkdocs
+    assert f'Repository = "{REPOSITORY_URL}"' in pyproject and f"repo_url: {REPOSITORY_URL}" in mkdocs
+
+
+def test_every_docs_page_is_in_the_nav_and_task_pages_are_50_to_150_lines() -> None:
+    mkdocs = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    in_nav = set(re.findall(r":\s+([\w/-]+\.md)$", mkdocs, flags=re.MULTILINE))
+    pages = {path.relative_to(ROOT / "docs").as_posix(): path for path in (ROOT / "docs").rglob("*.md")}
+    assert set(pages) == in_nav
+    sizes = {
+        name: len(path.read_text(encoding="utf-8").splitlines())
+        for name, path in pages.items()
+        if name not in NOT_TASK_PAGES
+    }
+    assert len(sizes) >= 15 and all(50 <= size <= 150 for size in sizes.values()), sizes
+
+
+def test_the_release_has_a_short_changelog_section() -> None:
+    changelog = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    version = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(encoding="utf-8"), re.MULTILINE)
+    assert version is not None
+    section = changelog.split(f"## [{version[1]}]", 1)[1].split("\n## [", 1)[0]
+    entries = [line for line in section.splitlines() if line.startswith("- ")]
+    assert 0 < len(entries) <= 40 and all(len(line) <= 200 for line in entries), len(entries)
+    assert not re.search(r"benchmark|soak|tests/", section, re.IGNORECASE)
+
+
+def test_benchmarks_readme_keeps_the_latest_tables_only() -> None:
+    assert len((ROOT / "benchmarks" / "README.md").read_text(encoding="utf-8").splitlines()) <= 300

@@ -17,9 +17,7 @@ from pytest_examples import CodeExample, EvalExample, find_examples
 ROOT = Path(__file__).resolve().parent.parent
 HOST_PAGES = ROOT / "docs" / "hosts"
 EXAMPLES = [
-    example
-    for example in find_examples(ROOT / "README.md", ROOT / "docs")
-    if HOST_PAGES not in example.path.parents
+    example for example in find_examples(ROOT / "README.md", ROOT / "docs") if HOST_PAGES not in example.path.parents
 ]
 
 
