@@ -44,7 +44,7 @@ _RESUME_ARGS = ("responses", "continuation_token", "checkpoint_id", "checkpoint_
 class FunctionalWorkflowAgent(AgentMiddlewareLayer, AgentTelemetryLayer, BaseAgent):
     """A functional workflow as a core agent that carries the continuation token.
 
-    One agent serves every conversation (a workflow instance per session). See README, "Use it as an agent".
+    One agent serves every conversation (a workflow instance per session). See "Use it as an agent" in the docs.
 
     Args:
         workflow: The session-less conversation's instance (the template of the others).

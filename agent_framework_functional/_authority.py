@@ -260,7 +260,7 @@ async def check_restore(
 ) -> bool:
     """A restore's checks before anything changes, through the run's recorder (core reuses the load).
 
-    Checkpoint identity, then answers (README "The rules", rule 4); only then may a store supersede the
+    Checkpoint identity, then answers ("The rules of run" in the docs, rule 4); only then may a store supersede the
     pause's token (AGENTS.md invariant 29). False when the load failed: core's restore raises that error.
     Raises ``ValueError`` (another workflow or version) or ``ResponseMismatchError``.
     """

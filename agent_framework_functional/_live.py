@@ -258,7 +258,7 @@ async def emit_update(update: str | Content | AgentResponseUpdate | Any) -> None
 
     An ``intermediate`` event, in order; a slow consumer makes this wait, nothing is dropped. JSON data is
     copied; ``Content`` and ``AgentResponseUpdate`` are sent as they are (do not change them afterwards).
-    See README, "Live streaming".
+    See "Live streaming" in the docs.
 
     Replay hazard: on resume, updates emitted outside a ``@step`` are sent again.
 

@@ -1,4 +1,4 @@
-"""Continuation telemetry through the OpenTelemetry API (README "Observe it" lists the names).
+"""Continuation telemetry through the OpenTelemetry API ("Observability" in the docs lists the names).
 
 Each point of a continuation's life is an event on the current span and a child span of it (DevUI draws
 spans, not events), and updates three metrics; never a secret or an answer, only the token's hash.

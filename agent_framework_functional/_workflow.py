@@ -36,7 +36,7 @@ class FunctionalWorkflow:
     """A functional workflow instance whose pauses can only be resumed with their continuation token.
 
     Made by :meth:`FunctionalWorkflowDefinition.build`; one pending continuation and one run at a time
-    (README "The rules"). With a continuation store any process sharing it can resume a pause, once.
+    ("The rules of run" in the docs). With a continuation store any process sharing it can resume a pause, once.
     """
 
     # __dict__: functools.update_wrapper gives the instance the function's name and docstring, as core's.
@@ -185,7 +185,7 @@ class FunctionalWorkflow:
         """Start, resume, or restore a run, as core's ``run`` does, with continuation authority.
 
         A rejected call raises at the call site (also with ``stream=True``) and changes nothing; a token
-        only a store holds is checked inside the run, before any user code (README "The rules").
+        only a store holds is checked inside the run, before any user code ("The rules of run" in the docs).
 
         Args:
             message: Input for a fresh run. At least one of ``message``, ``responses`` or ``checkpoint_id``.
@@ -478,7 +478,7 @@ def workflow(
         name: Workflow name; defaults to the function's name.
         description: Optional description.
         checkpoint_retention: How long a finished run's checkpoints are kept (default 24 hours; 0: deleted at
-            the finish; None: kept; README "Checkpoints are kept, then deleted").
+            the finish; None: kept; "The rules of run" in the docs).
 
     Returns:
         A definition (bare ``@workflow``) or a decorator that makes one.

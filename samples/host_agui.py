@@ -1,7 +1,7 @@
 """Serve a FunctionalWorkflowAgent over AG-UI (CopilotKit and other AG-UI clients) with one call.
 
 What it shows: ``agui_endpoint`` serves the agent at ``POST /agent`` with the settings a pausing agent needs
-(a snapshot store, detached runs, the session key kept from client state; README "Host it"). A pause ends the run
+(a snapshot store, detached runs, the session key kept from client state; "AG-UI" in the docs). A pause ends the run
 with ``RUN_FINISHED`` whose outcome is an ``interrupt``; the client answers with a new run on the same thread that
 resends the transcript and ``resume: [{"interruptId": ..., "status": "resolved", "payload": {"approved": true}}]``
 (add ``"answer": <JSON>`` for a request that expects something other than a bool).

@@ -1,7 +1,7 @@
 """Serve a FunctionalWorkflowAgent in DevUI, the Agent Framework web UI, with one call.
 
 What it shows: ``serve_devui`` serves the agent's page and API, printing the URL and the bearer token the page
-asks for once (README "Host it"). The reviewer sees the draft in an "Approval Required" card and answers by
+asks for once ("DevUI" in the docs). The reviewer sees the draft in an "Approval Required" card and answers by
 typing the edited draft as JSON (``{"title": ..., "body": ..., "approved": true}``); the workflow gets a
 ``Draft``. A wrong shape is refused with a message naming the field, and the draft stays pending.
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Refreshes the DevUI screenshots in docs/ that README "Host it" shows. The tests save them to a temporary
+# Refreshes the DevUI screenshots in docs/ that the DevUI docs page shows. The tests save them to a temporary
 # folder, so a test run leaves the repository as it was; this runs the same browser tests with
 # REFRESH_DOCS_IMAGES=1, which points them at docs/. Needs the environment scripts/test.sh builds.
 # VENV= picks the virtual environment (default .venv).

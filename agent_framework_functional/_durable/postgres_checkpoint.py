@@ -60,8 +60,8 @@ class PostgresCheckpointStorage(DurableCheckpointStorage):
 
     Pair it with a :class:`PostgresContinuationStore` on the same database; tables come from :meth:`setup` or
     :func:`migrate_postgres`. A checkpoint that would not decode is refused at :meth:`save`; a stored one that
-    does not decode makes :meth:`load` raise and :meth:`list_checkpoints` skip it. See README, Several machines
-    on PostgreSQL.
+    does not decode makes :meth:`load` raise and :meth:`list_checkpoints` skip it. See "PostgreSQL" in the
+    docs.
 
     Security: core decodes with ``pickle`` under an allow-list, so without a ``sealer`` whoever can write
     these tables can run code in your workers (a warning is logged once); see SECURITY.md.

@@ -149,7 +149,7 @@ class PostgresContinuationStore(TimedStore):
     One row per pause (table from :meth:`setup` or :func:`migrate_postgres`). Claim, release and abandon are
     each one conditional ``UPDATE``, so exactly one racing caller wins. A write returns once committed (keep
     ``fsync`` on). Expiry uses this process's clock: keep worker clocks in sync. Use it from one event loop.
-    See README, Several machines on PostgreSQL.
+    See "PostgreSQL" in the docs.
 
     Args:
         conninfo: A libpq connection string or URL (the store owns its pool), or your ``AsyncConnectionPool``.

@@ -255,7 +255,7 @@ class RedisCheckpointStorage(DurableCheckpointStorage):
     Bodies decode under core's allow-list plus ``allowed_checkpoint_types``: :meth:`save` refuses one that
     would not, :meth:`load` raises and :meth:`list_checkpoints` skips a stored one that does not. Keys expire
     ``ttl`` after the last save that wrote them: keep it at least the continuation store's ``ttl + retention``.
-    See README, "Several machines, no shared file system".
+    See "Redis" in the docs.
 
     Security: core decodes with ``pickle``; without a ``sealer`` whoever can write these keys can run code
     in your workers (logged once). Protect the Redis like the continuation store (ACLs, TLS, persistence).

@@ -95,7 +95,7 @@ class RedisSessionStore(DurableSessionStore[RedisRecords]):
     Each session is a Redis string of JSON expiring ``ttl`` after its last write (last writer wins); a
     sorted set ``<namespace>:index`` bounds their number. A write lost in a Redis crash loses that turn,
     never grants a second resume, so Redis's default persistence is enough. Needs the ``durable`` extra.
-    See README, "Host it".
+    See "Run it in production" in the docs.
 
     Args:
         client: A ``redis.asyncio.Redis`` (the caller closes it), or a URL (the store owns a pooled client;

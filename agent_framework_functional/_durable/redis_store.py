@@ -148,7 +148,7 @@ class RedisContinuationStore(TimedStore):
 
     A record is one hash ``<namespace>:<token hash>`` expiring ``ttl + retention`` after its pause; each
     write is one Lua script on one key, so exactly one claimer wins. Expiry uses this process's clock; use
-    one event loop. Needs the ``durable`` extra. See README, "Durable continuations (several workers)".
+    one event loop. Needs the ``durable`` extra. See "Redis" in the docs.
 
     Durability: a claim Redis forgets in a crash makes a spent token resumable again, so with
     ``durability="fsync"`` each new connection and the first write check that Redis fsyncs what it

@@ -203,7 +203,8 @@ class InMemorySessionStore(BoundedSessionStore[MemoryRecords]):
 
     Unlike core's ``SessionStore``, each write drops sessions ``ttl`` past their last write and, past
     ``max_entries``, the least recently written (a dropped session's paused conversation can no longer be
-    answered through the host). For several workers or restarts use a durable store (README, "Host it").
+    answered through the host). For several workers or restarts use a durable store ("Run it in production" in
+    the docs).
 
     Keyword Args:
         ttl: How long a session is kept after its last write; default 24 hours (the token TTL).

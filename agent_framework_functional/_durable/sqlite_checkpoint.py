@@ -66,7 +66,7 @@ class SQLiteCheckpointStorage(DurableCheckpointStorage):
     checkpoint encoding under core's allow-list plus ``allowed_checkpoint_types``: one that would not
     decode is refused at :meth:`save`; a stored one that does not fails :meth:`load` and is skipped by
     :meth:`list_checkpoints`. Core decodes with ``pickle``: without a ``sealer`` whoever can write the
-    file can run code in your workers (logged once). See README, "One machine: `SQLiteCheckpointStorage`".
+    file can run code in your workers (logged once). See "SQLite" in the docs.
 
     Args:
         path: The database file; created (with its folders and tables) if missing.

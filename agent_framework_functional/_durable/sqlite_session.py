@@ -104,7 +104,7 @@ class SQLiteSessionStore(DurableSessionStore[SQLiteRecords]):
 
     One row of JSON per session; writes are last-writer-wins. Expired rows and those past ``max_entries``
     are deleted at most once per ``purge_interval``. Put the file on a local disk; close the store with
-    :meth:`aclose` (or ``async with``). See README, "Host it".
+    :meth:`aclose` (or ``async with``). See "Run it in production" in the docs.
 
     Args:
         path: The database file; created (with its folders and table) if missing. It may be the

@@ -93,8 +93,8 @@ class SQLiteContinuationStore(TimedStore):
     A claim is one conditional ``UPDATE`` in an immediate transaction, checked by its row count, so
     exactly one process wins. Put the file on a local disk; build the store in each process (not across
     ``fork()``) and close it (a store collected open warns with ``ResourceWarning``). A write purges records
-    expired, claimed or abandoned more than ``retention`` ago; a pending one never is. See README,
-    "Durable continuations (several workers)".
+    expired, claimed or abandoned more than ``retention`` ago; a pending one never is. See "SQLite" in
+    the docs.
 
     Args:
         path: The database file; created (with its folders and table) if missing.

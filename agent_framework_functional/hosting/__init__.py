@@ -1,4 +1,4 @@
-"""One call per host, correct by default: AG-UI, DevUI, the OpenAI Responses API, A2A and MCP (README "Host it").
+"""One call per host, correct by default: AG-UI, DevUI, the OpenAI Responses API, A2A and MCP ("Hosts" in the docs).
 
 Extras: ``hosting`` (``a2a_app`` needs ``a2a``, ``mcp_app`` ``mcp``); a host package is imported on first use.
 """

@@ -32,7 +32,7 @@ class ThreadSnapshotStore:
     """An ``AGUIThreadSnapshotStore`` kept in a bounded session store: several AG-UI workers share threads.
 
     One JSON record per snapshot (never pickle: it holds a paused thread's token), bounded like the session store
-    (README "Run it in production").
+    ("Run it in production" in the docs).
 
     Args:
         sessions: One of the package's bounded session stores; the caller closes it.

@@ -243,7 +243,7 @@ def a2a_app(
 ) -> Starlette:
     """A Starlette app that serves ``agent`` over A2A (JSON-RPC, streaming), correct by default.
 
-    A data part ``{"request_id": <id>, "answer": <value>}`` on the paused task answers it (README "Host it", A2A).
+    A data part ``{"request_id": <id>, "answer": <value>}`` on the paused task answers it ("A2A" in the docs).
 
     Args:
         agent: The agent; one object serves every context.

@@ -255,7 +255,7 @@ def agui_endpoint(
     release_memory_every: float | None = DEFAULT_RELEASE_MEMORY_EVERY,
     sweep_every: float | None = DEFAULT_SWEEP_EVERY,
 ) -> None:
-    """Serve ``agent`` at ``POST path`` over AG-UI, set up the way a pausing agent needs (README "Host it").
+    """Serve ``agent`` at ``POST path`` over AG-UI, set up the way a pausing agent needs ("AG-UI" in the docs).
 
     Args:
         app: The FastAPI app, not started yet.

@@ -234,7 +234,7 @@ def mcp_app(
     release_memory_every: float | None = DEFAULT_RELEASE_MEMORY_EVERY,
     sweep_every: float | None = DEFAULT_SWEEP_EVERY,
 ) -> Starlette:
-    """A Streamable HTTP MCP app whose one tool runs ``agent``, correct by default (README "Host it", MCP).
+    """A Streamable HTTP MCP app whose one tool runs ``agent``, correct by default ("MCP" in the docs).
 
     Args:
         agent: The agent; one object serves every call.

@@ -329,8 +329,8 @@ def responses_app(
 ) -> FastAPI:
     """A FastAPI app that serves ``agent`` over the OpenAI Responses API, correct by default.
 
-    A pause is a ``function_call`` and an ``mcp_approval_request`` item; either's answer item resumes (README
-    "Host it", Responses).
+    A pause is a ``function_call`` and an ``mcp_approval_request`` item; either's answer item resumes ("Responses"
+    in the docs).
 
     Args:
         agent: The agent; one object serves every conversation.
