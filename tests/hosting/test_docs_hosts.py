@@ -1,0 +1,81 @@
+"""The host pages (docs/hosts/) run as written, and what they build completes a round trip over real HTTP.
+
+Each page's Python blocks run with pytest-examples as module ``docs_example`` (``run_example`` of
+tests/test_examples.py: the ``if __name__ == "__main__":`` line that would start a server is skipped). The app
+the first block builds is then served on a free loopback port and driven once: input, the pause with its
+request, the answer, the finished result. A client block of the page (AG-UI's JavaScript under node, the
+Python clients of Responses, A2A and MCP) is what drives it, pointed at the served app through the environment
+variable it reads; DevUI is driven over HTTP the way its page does.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import socket
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from hosting_support import JS_DIR, ROOT, ServerThread, node_env
+from pytest_examples import CodeExample, EvalExample, find_examples
+from script_runner import run_command
+from test_examples import run_example
+
+pytestmark = pytest.mark.slow
+
+PAGES = ROOT / "docs" / "hosts"
+HOST_PAGES = ["agui.md", "devui.md", "responses.md", "a2a.md", "mcp.md"]
+
+
+def python_blocks(page: str) -> list[CodeExample]:
+    return list(find_examples(PAGES / page))
+
+
+def run_page(page: str, eval_example: EvalExample, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[Any]:
+    """Run every Python block of ``page`` in order (in ``tmp_path``); return each block's globals."""
+    monkeypatch.chdir(tmp_path)
+    blocks = python_blocks(page)
+    assert blocks, f"{page} has no Python block"
+    return [run_example(block, eval_example) for block in blocks]
+
+
+def fenced(page: str, language: str) -> list[str]:
+    """The bodies of the ``language`` fenced blocks of ``page``."""
+    text = (PAGES / page).read_text()
+    return re.findall(rf"^```{language}\n(.*?)^```$", text, flags=re.MULTILINE | re.DOTALL)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_every_host_page_is_driven_here() -> None:
+    """A page added to docs/hosts/ gets its test here (tests/test_examples.py leaves these pages out)."""
+    assert sorted(path.name for path in PAGES.glob("*.md")) == sorted(["index.md", *HOST_PAGES])
+    assert not python_blocks("index.md")
+
+
+def test_agui_page_round_trip_with_its_javascript_client(
+    eval_example: EvalExample, serve: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The page's app served, and the page's ``@ag-ui/client`` script run under node against it: pause, answer."""
+    (server_block,) = run_page("agui.md", eval_example, monkeypatch, tmp_path)
+    server: ServerThread = serve(server_block["app"])
+    (script,) = fenced("agui.md", "js")
+    folder = tmp_path / "node"
+    folder.mkdir()
+    (folder / "node_modules").symlink_to(JS_DIR / "node_modules")  # the tests' @ag-ui/client, nothing written
+    (folder / "client.mjs").write_text(script)
+    node = shutil.which("node")
+    assert node, "node is not on PATH"
+    env = {**node_env(), "AGUI_URL": f"{server.base}/agent"}
+    proc = run_command([node, "client.mjs"], stdin=None, timeout=120, cwd=folder, env=env)
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    lines = proc.stdout.splitlines()
+    assert re.fullmatch(r"asks: auto::0~\S+", lines[0]), proc.stdout
+    assert lines[-1] == "deployed v2", proc.stdout
