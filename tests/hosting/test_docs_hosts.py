@@ -79,3 +79,32 @@ def test_agui_page_round_trip_with_its_javascript_client(
     lines = proc.stdout.splitlines()
     assert re.fullmatch(r"asks: auto::0~\S+", lines[0]), proc.stdout
     assert lines[-1] == "deployed v2", proc.stdout
+
+
+async def test_responses_page_round_trip_with_its_openai_client(
+    eval_example: EvalExample, serve: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The page's app served, and the page's ``openai`` client block run against it: pause, approve, text."""
+    server_block, client_block = run_page("responses.md", eval_example, monkeypatch, tmp_path)
+    server: ServerThread = serve(server_block["app"])
+    monkeypatch.setenv("RESPONSES_URL", f"{server.base}/v1")
+    assert await client_block["main"]() == "deployed v2"
+
+
+async def test_a2a_page_round_trip_with_its_a2a_sdk_client(
+    eval_example: EvalExample, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The page's app served at the address its ``url=`` names, and the page's client block run against it."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/"
+    monkeypatch.setenv("PORT", str(port))
+    monkeypatch.setenv("A2A_URL", url)
+    server_block, client_block = run_page("a2a.md", eval_example, monkeypatch, tmp_path)
+    server = ServerThread(server_block["app"], port=port).start()
+    try:
+        async with httpx.AsyncClient(trust_env=False, timeout=30) as http:
+            card = (await http.get(f"{url}.well-known/agent-card.json")).json()
+        assert [interface["url"] for interface in card["supportedInterfaces"]] == [url]
+        assert await client_block["main"]() == "deployed v2"
+    finally:
+        server.stop()
