@@ -108,3 +108,30 @@ async def test_a2a_page_round_trip_with_its_a2a_sdk_client(
         assert await client_block["main"]() == "deployed v2"
     finally:
         server.stop()
+
+
+async def test_mcp_page_round_trip_with_its_mcp_client(
+    eval_example: EvalExample, serve: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The page's app served (its key from ``MCP_STATE_KEY``), and the page's ``mcp`` client block run against it."""
+    monkeypatch.setenv("MCP_STATE_KEY", "k" * 32)
+    server_block, client_block = run_page("mcp.md", eval_example, monkeypatch, tmp_path)
+    assert server_block["key"] == "k" * 32
+    server: ServerThread = serve(server_block["app"])
+    monkeypatch.setenv("MCP_URL", f"{server.base}/mcp")
+    assert await client_block["main"]() == "deployed v2"
+
+
+def test_mcp_page_says_how_a_text_key_is_read() -> None:
+    """The MCP page's claim: a ``str`` key is its UTF-8 bytes, not decoded (32 hex characters are enough, and
+    would not be if they were read as the 16 bytes they spell); fewer than 32 bytes is a ValueError."""
+    from hosting_support import deployer
+
+    from agent_framework_functional.hosting import mcp_app
+
+    mcp_app(deployer.build().as_agent(), key="ab" * 16)
+    mcp_app(deployer.build().as_agent(), key="é" * 16)  # 16 characters, 32 bytes of UTF-8
+    with pytest.raises(ValueError, match="at least 32 bytes"):
+        mcp_app(deployer.build().as_agent(), key="a" * 31)
+    page = (PAGES / "mcp.md").read_text()
+    assert "Text is not decoded: a `str` key is used as its UTF-8 bytes" in page
