@@ -24,8 +24,6 @@ from pytest_examples import CodeExample, EvalExample, find_examples
 from script_runner import run_command
 from test_examples import run_example
 
-pytestmark = pytest.mark.slow
-
 PAGES = ROOT / "docs" / "hosts"
 HOST_PAGES = ["agui.md", "devui.md", "responses.md", "a2a.md", "mcp.md"]
 
@@ -135,3 +133,28 @@ def test_mcp_page_says_how_a_text_key_is_read() -> None:
         mcp_app(deployer.build().as_agent(), key="a" * 31)
     page = (PAGES / "mcp.md").read_text()
     assert "Text is not decoded: a `str` key is used as its UTF-8 bytes" in page
+
+
+@pytest.mark.usefixtures("no_global_tracer_provider")
+def test_devui_page_round_trip_over_http(
+    eval_example: EvalExample, serve: Any, http: httpx.Client, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """What ``serve_devui`` serves for the page's agent (``devui_app``, without blocking), driven like DevUI's page:
+    a conversation, the turn that pauses with its approval request, Approve, the finished answer."""
+    from test_devui import TOKEN, DevUI, approval, approval_requests, completed_text
+
+    from agent_framework_functional.hosting import devui_app
+
+    (block,) = run_page("devui.md", eval_example, monkeypatch, tmp_path)
+    devui = DevUI(http, serve(devui_app(block["agent"], auth_token=TOKEN)).base)
+    conversation = devui.conversation()
+    (request,) = approval_requests(devui.stream(conversation, "v2"))
+    assert request["function_call"]["arguments"]["data"] == {"deploy": "v2"}
+    assert request["function_call"]["arguments"]["response_type"] == "bool"
+    assert completed_text(devui.stream(conversation, approval(request["request_id"]))) == "deployed v2"
+
+
+def test_devui_page_shows_the_screenshots_it_links() -> None:
+    """The page's images are the ones docs/ holds (scripts/refresh_docs_images.sh refreshes them)."""
+    images = re.findall(r"!\[[^\]]*\]\(\.\./([^)]+)\)", (PAGES / "devui.md").read_text())
+    assert images and all((ROOT / "docs" / image).is_file() for image in images), images
