@@ -10,7 +10,6 @@ variable it reads; DevUI is driven over HTTP the way its page does.
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import socket
