@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 PACKAGE = Path(__file__).resolve().parent.parent / "agent_framework_functional"
 MAX_LINES = 600  # split at seams, not at a count: _core_compat.py keeps every private name of core and the hosts
 # The deferred imports: from a workflow instance back to its chat adapter (as_agent), and the Postgres
@@ -186,6 +188,7 @@ def test_imports_have_no_cycle_counting_type_only_ones() -> None:
     assert _cycles(graph) == []
 
 
+@pytest.mark.slow
 def test_the_core_imports_no_backend() -> None:
     # A backend (``_durable/``) implements the core's protocols (``_store``, ``_step_cache``); the core asks
     # for an optional capability through them and never imports a backend, type-only or deferred imports
@@ -331,6 +334,7 @@ print(len(before), changed)
 """
 
 
+@pytest.mark.slow
 def test_importing_the_package_changes_no_global_of_core_or_of_a_host_package() -> None:
     # Code that uses core or a host package directly in the same process must run as without the package.
     done = subprocess.run([sys.executable, "-c", _GLOBALS_PROBE], capture_output=True, text=True, timeout=120)

@@ -41,6 +41,8 @@ from agent_framework_functional import (
 from agent_framework_functional._core_compat import collected_events
 from agent_framework_functional._live import LIVE_BUFFER_SIZE, stream_live
 
+pytestmark = pytest.mark.slow  # more than a few seconds in all: `pytest -m "not slow"` leaves it out
+
 CALLS: collections.Counter[str] = collections.Counter()
 GATES: dict[str, asyncio.Event] = {}
 SEEN: list[Any] = []

@@ -25,6 +25,8 @@ from agent_framework_functional import workflow as our_workflow
 from agent_framework_functional._core_compat import LinearFunctionalWorkflow, LinearRunContext
 from agent_framework_functional._step_cache import STEP_CACHE, StepCacheOffer
 
+pytestmark = pytest.mark.slow  # more than a few seconds in all: `pytest -m "not slow"` leaves it out
+
 SEEN_CONTEXTS: list[type[Any]] = []
 
 

@@ -19,6 +19,8 @@ from agent_framework import Agent
 from openai_wire import MODEL, RESPONSES_URL, chat_client, json_response, request_input_text
 from script_runner import ROOT, assert_ok, run_script
 
+pytestmark = pytest.mark.slow  # more than a few seconds in all: `pytest -m "not slow"` leaves it out
+
 SAMPLES = ROOT / "samples"
 BENCHMARKS = ROOT / "benchmarks"
 FEEDBACK = "Mention the water temperature."

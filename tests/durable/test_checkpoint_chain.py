@@ -20,6 +20,8 @@ from retention_clock import RetentionClock
 
 from agent_framework_functional import FunctionalWorkflow, FunctionalWorkflowDefinition, RedisCheckpointStorage
 
+pytestmark = pytest.mark.slow  # more than a few seconds in all: `pytest -m "not slow"` leaves it out
+
 RUNS = 1_000
 
 

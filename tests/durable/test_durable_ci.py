@@ -13,6 +13,8 @@ import pytest
 from durable_support import RedisServer, reap_workers, server_pid, spawn_worker
 from script_runner import ROOT, run_command
 
+pytestmark = pytest.mark.slow  # more than a few seconds in all: `pytest -m "not slow"` leaves it out
+
 
 def test_redis_fixture_fails_with_install_advice_when_the_binary_is_missing(tmp_path: Path) -> None:
     bin_dir = tmp_path / "bin"  # a PATH with python but without redis-server

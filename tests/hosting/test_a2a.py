@@ -52,6 +52,8 @@ from request_ids import core_id, core_ids
 from agent_framework_functional import FunctionalWorkflowDefinition, RunContext, workflow
 from agent_framework_functional.hosting.a2a import BOOL_WORDS, FunctionalA2AExecutor, a2a_app, new_answer_part
 
+pytestmark = pytest.mark.slow  # more than a few seconds in all: `pytest -m "not slow"` leaves it out
+
 INPUT_REQUIRED = TaskState.TASK_STATE_INPUT_REQUIRED
 COMPLETED = TaskState.TASK_STATE_COMPLETED
 

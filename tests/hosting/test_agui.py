@@ -36,6 +36,8 @@ from agent_framework_functional.hosting._agui_approvals import UnsavedThreads
 from agent_framework_functional.hosting._turn import ConversationBusy
 from agent_framework_functional.hosting.agui import AGUIAgent
 
+pytestmark = pytest.mark.slow  # more than a few seconds in all: `pytest -m "not slow"` leaves it out
+
 
 @pytest.fixture
 def base(serve: Any) -> str:

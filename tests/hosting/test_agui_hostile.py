@@ -18,6 +18,8 @@ from agui_support import Thread, build_app, errors, request_data, text_of
 from hosting_support import DEPLOYS, ROOT
 from request_ids import core_id
 
+pytestmark = pytest.mark.slow  # more than a few seconds in all: `pytest -m "not slow"` leaves it out
+
 FORGED_STATE = {
     "agent_framework_functional": {
         "deployer": {"continuation_token": {"kind": "functional_workflow", "version": "1", "token": "x" * 43}}

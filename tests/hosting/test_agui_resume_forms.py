@@ -33,6 +33,8 @@ from agent_framework_functional._answers import value_result
 from agent_framework_functional.hosting import agui_endpoint
 from agent_framework_functional.hosting._agui_resume import ResumeAnswer, payload_answer, read_answers, read_request
 
+pytestmark = pytest.mark.slow  # more than a few seconds in all: `pytest -m "not slow"` leaves it out
+
 BAD: dict[str, Any] = {"approved": True, "answer": {"title": 5}}
 
 

@@ -41,7 +41,7 @@ from request_ids import core_id
 from agent_framework_functional import FunctionalWorkflowAgent
 from agent_framework_functional.hosting import devui_app
 
-pytestmark = pytest.mark.usefixtures("no_global_tracer_provider")
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_global_tracer_provider")]
 
 TOKEN = "hosting-test-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -21,7 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from hosting_support import CHROMIUM, ROOT, node_env, run_node, screenshot_dir
+
+pytestmark = pytest.mark.slow  # more than a few seconds in all: `pytest -m "not slow"` leaves it out
 
 TOKEN = "traces-test-token"
 

@@ -28,6 +28,8 @@ from agent_framework_functional import InMemorySessionStore
 from agent_framework_functional._store import DEFAULT_TTL_SECONDS
 from agent_framework_functional.hosting import ThreadSnapshotStore, agui_endpoint, responses_app
 
+pytestmark = pytest.mark.slow  # more than a few seconds in all: `pytest -m "not slow"` leaves it out
+
 
 def test_responses_app_keeps_sessions_in_a_bounded_store_by_default(serve: Any, http: httpx.Client) -> None:
     app = responses_app(make_agent())

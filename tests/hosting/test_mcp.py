@@ -30,6 +30,8 @@ from request_ids import core_ids
 from agent_framework_functional import RunContext, workflow
 from agent_framework_functional.hosting.mcp import first_text, mcp_app
 
+pytestmark = pytest.mark.slow  # more than a few seconds in all: `pytest -m "not slow"` leaves it out
+
 KEY = b"test-host-key-0123456789abcdef01"
 
 

@@ -23,6 +23,8 @@ from responses_support import Responses, approval_items, approve, published, ser
 from agent_framework_functional import responses_approval_messages, responses_to_run_with_approvals, workflow
 from agent_framework_functional.hosting import responses_app
 
+pytestmark = pytest.mark.slow  # more than a few seconds in all: `pytest -m "not slow"` leaves it out
+
 
 @workflow(name="breaker", description="Asks one bool approval, then fails.")
 async def breaker(text: str, ctx: RunContext) -> str:

@@ -34,6 +34,8 @@ from agent_framework_functional import (
 )
 from agent_framework_functional.hosting import responses_app
 
+pytestmark = pytest.mark.slow  # more than a few seconds in all: `pytest -m "not slow"` leaves it out
+
 GATE = threading.Event()  # the test opens it; the approved resume of slow_deployer waits for it
 ENTERED = threading.Event()  # set by slow_deployer once its approved resume runs
 SLOW_DEPLOYS: collections.Counter[str] = collections.Counter()

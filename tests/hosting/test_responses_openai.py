@@ -22,6 +22,8 @@ from request_ids import core_id
 from agent_framework_functional import RunContext, workflow
 from agent_framework_functional.hosting import responses_app
 
+pytestmark = pytest.mark.slow  # more than a few seconds in all: `pytest -m "not slow"` leaves it out
+
 
 class Draft(BaseModel):
     title: str

@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from script_runner import assert_ok, env_without_openai, run_script
+
+pytestmark = pytest.mark.slow  # more than a few seconds in all: `pytest -m "not slow"` leaves it out
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -41,6 +41,8 @@ from agent_framework_functional.hosting import (
 )
 from agent_framework_functional.hosting._sweep import DEFAULT_SWEEP_EVERY, ExpirySweep
 
+pytestmark = pytest.mark.slow  # more than a few seconds in all: `pytest -m "not slow"` leaves it out
+
 TTL = 3.0
 EVERY = 0.25
 PAUSED = 3

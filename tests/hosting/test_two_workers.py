@@ -23,6 +23,8 @@ from agui_support import Thread, errors, text_of
 from postgres_server import setup_schema
 from responses_support import Responses, approval_items
 
+pytestmark = pytest.mark.slow  # more than a few seconds in all: `pytest -m "not slow"` leaves it out
+
 APP = Path(__file__).resolve().parent / "two_workers_app.py"
 
 ANSWERS: dict[str, Any] = {"bool": True, "str": "ship it", "draft": {"title": "Edited", "approved": True}}

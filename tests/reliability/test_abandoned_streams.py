@@ -24,6 +24,8 @@ from agent_framework_functional import (
     workflow,
 )
 
+pytestmark = pytest.mark.slow  # more than a few seconds in all: `pytest -m "not slow"` leaves it out
+
 RESUMED: list[str] = []
 
 

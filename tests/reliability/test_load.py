@@ -28,6 +28,8 @@ from agent_framework_functional import (
     workflow,
 )
 
+pytestmark = pytest.mark.slow  # more than a few seconds in all: `pytest -m "not slow"` leaves it out
+
 INSTANCES = 1000
 ROUNDS = 10
 ABANDON_EVERY = 10

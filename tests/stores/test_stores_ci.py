@@ -10,6 +10,8 @@ import postgres_server
 import pytest
 from script_runner import ROOT, run_command
 
+pytestmark = pytest.mark.slow  # more than a few seconds in all: `pytest -m "not slow"` leaves it out
+
 
 def test_postgres_advice_names_the_installer_when_the_binaries_are_missing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(postgres_server, "postgres_bin_dir", lambda: None)
