@@ -260,7 +260,7 @@ def redis_server(redis_binary: str, tmp_path_factory: pytest.TempPathFactory) ->
     """A real redis-server on 127.0.0.1 for this test session, AOF fsynced on every write; yields its URL.
 
     ``appendfsync always`` is what the store's default ``durability="fsync"`` asks for, so every
-    Redis test runs against the configuration the README tells hosts to use.
+    Redis test runs against the configuration "Redis" in the docs tells hosts to use.
     """
     server = RedisServer(redis_binary, tmp_path_factory.mktemp("redis-session"), *REDIS_DURABLE_OPTIONS)
     try:

@@ -1,4 +1,4 @@
-"""Reading back the request ids the agent publishes: core's id, ``~``, the pause's tag (README "Use it as an agent")."""
+"""Reading back the request ids the agent publishes: core's id, ``~``, the pause's tag (docs: "Use it as an agent")."""
 
 from __future__ import annotations
 

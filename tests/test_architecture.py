@@ -292,7 +292,7 @@ def test_no_reference_to_what_a_reader_cannot_open() -> None:
 
 
 # A Python file the package, README, docs/ or AGENTS.md names must be one of the repository's (a core function is
-# cited by name, never by the file it sits in); README and AGENTS.md also name the tests and samples.
+# cited by name, never by the file it sits in); README, docs/ and AGENTS.md also name tests and samples.
 PY_FILE = re.compile(r"[\w./-]*\w\.py\b")
 
 

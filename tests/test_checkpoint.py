@@ -120,7 +120,7 @@ async def test_restored_multi_round_run_pauses_again_and_resumes_in_memory(
 async def test_a_restore_after_abandon_finds_the_pause_checkpoint_deleted(
     review_definition: FunctionalWorkflowDefinition, storage: CheckpointStorage, pause_checkpoint_id: Any
 ) -> None:
-    """Abandonment deletes the pause's checkpoint (README "Pauses expire"), and a restore right after a synchronous
+    """Abandonment deletes the pause's checkpoint (docs: "The rules of run"), and a restore right after a synchronous
     abandon always sees it gone: the run waits for the deletion abandon started (it raced the restore's read, so the
     restore ran on some Pythons and failed on others). The instance stays usable."""
     wf = review_definition.build(checkpoint_storage=storage)

@@ -28,7 +28,7 @@ EXTRA_NAMES: dict[str, dict[str, str]] = {
         "checkpoint_retention": "how long a finished run's checkpoints are kept (core keeps them for good)",
     },
     "workflow": {
-        "abandon_continuation": "one pending continuation per instance: explicit abandonment (README)",
+        "abandon_continuation": "one pending continuation per instance: explicit abandonment (docs)",
         "abandon_continuation_async": "abandonment that also updates a continuation store",
         "checkpoint_storage": "the storage given to build(), read by the agent for per-session instances",
         "continuation_store": "the continuation store given to build()",

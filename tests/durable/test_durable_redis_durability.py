@@ -4,7 +4,7 @@ Every test starts its own redis-server (``redis_servers``) in a folder of ``tmp_
 workflow, lets a worker process claim the pause, SIGKILLs Redis right after the claim and restarts
 it on the same port and folder, so the restarted server has exactly what it had persisted.
 
-* AOF with ``appendfsync always`` (the configuration the README asks for): the claim survives and a
+* AOF with ``appendfsync always`` (the configuration "Redis" in the docs asks for): the claim survives and a
   second resume is refused.
 * Redis's default persistence (RDB snapshots only): the default ``durability="fsync"`` refuses to
   write at all; with ``durability="best_effort"`` the restarted server brings the pause back

@@ -6,7 +6,7 @@
 * Persistence set with ``CONFIG SET`` only (no ``CONFIG REWRITE``): the restarted server runs on its
   snapshot-only defaults, and the store, which checks persistence on every new connection, refuses
   it with ``ContinuationStoreDurabilityError`` instead of accepting a spent token again.
-* The same with ``CONFIG REWRITE`` (what README "Durable continuations" shows): the setting survives
+* The same with ``CONFIG REWRITE`` (what "Redis" in the docs shows): the setting survives
   the restart and the store keeps working.
 * A claim retried after its first attempt took effect wins again (same claimer), so the retry
   cannot lose a resume; another claimer still loses.

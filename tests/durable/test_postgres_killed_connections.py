@@ -3,12 +3,12 @@
 A private PostgreSQL cluster (``postgres_servers``) holds a ``PostgresContinuationStore`` and a
 ``PostgresCheckpointStorage`` (one database: the joint pause), at their default ``pool_timeout``. A
 background task terminates every other backend of the database at random 20-200 ms intervals while an
-agent runs 40 pause/answer cycles, each call retried as README "Several machines on PostgreSQL" advises
+agent runs 40 pause/answer cycles, each call retried as "PostgreSQL" in the docs advises
 (the same call again after a ``psycopg.OperationalError``; a restore by checkpoint id when a claim whose
 reply was lost spent the token). Asserted, for three seeds: every cycle's side effect ran exactly once,
 every cycle completed, and no call took 30 s (each is bounded by ``asyncio.wait_for``, and each seed's
 cycles by a deadline, so a hang fails the test instead of stalling it). With the server stopped, a
-pause and an answer each fail within the README's bound: twice ``pool_timeout``; a run whose steps keep
+pause and an answer each fail within the docs' bound: twice ``pool_timeout``; a run whose steps keep
 saving fails within its steps' time and three ``pool_timeout``s (its step checkpoints' writes do not
 each wait one after another); after a longer outage, the first call once the server is back succeeds.
 """
@@ -100,7 +100,7 @@ class _Calls:
             self.durations.append((time.monotonic() - started, what))
 
     async def retried(self, what: str, call: Callable[[], Awaitable[_T]]) -> _T:
-        """The same call again after each ``psycopg.OperationalError`` (README advice), at most ``TRIES`` times."""
+        """The same call again after each ``psycopg.OperationalError`` (the docs' advice), at most ``TRIES`` times."""
         for _ in range(TRIES):
             try:
                 return await self.once(what, call)

@@ -293,7 +293,7 @@ class _AGUIOrder:
 def screenshot_dir(tmp_path: Path) -> Path:
     """Where a browser test saves its screenshots: ``tmp_path``, or ``docs/`` under ``REFRESH_DOCS_IMAGES=1``.
 
-    A test run leaves the repository as it was; ``scripts/refresh_docs_images.sh`` refreshes README's images.
+    A test run leaves the repository as it was; ``scripts/refresh_docs_images.sh`` refreshes the docs' images.
     """
     return ROOT / "docs" if os.environ.get("REFRESH_DOCS_IMAGES") == "1" else tmp_path
 

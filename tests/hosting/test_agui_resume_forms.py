@@ -1,4 +1,4 @@
-"""``agui_endpoint``'s guard reads a resume in every place and shape AG-UI acts on (README "AG-UI").
+"""``agui_endpoint``'s guard reads a resume in every place and shape AG-UI acts on ("AG-UI" in the docs).
 
 AG-UI takes a resume from the top-level ``resume`` (a list, one entry object, ``{"interrupts": [...]}``,
 ``{"interrupt": [...]}``; ``payload``, ``value`` or ``response``), else ``forwardedProps.command.resume`` (what

@@ -357,7 +357,7 @@ def test_devui_page_in_headless_chromium(
 ) -> None:
     """The real web page (playwright-core): send a message, see the approval card with the request data, answer
     (click Approve, or type the edited draft as JSON), see the final text. The screenshots go to a temporary
-    folder (``scripts/refresh_docs_images.sh`` saves them to ``docs/``, where README "Host it" shows them)."""
+    folder (``scripts/refresh_docs_images.sh`` saves them to ``docs/``, where the DevUI docs page shows them)."""
     assert Path(CHROMIUM).exists(), "Chromium is missing: scripts/services/chromium.sh installs it"
     devui = start_devui(serve, http, make_agent(editor) if agent_name == "editor" else make_agent())
     message = "Browser draft" if agent_name == "editor" else "deploy from browser"

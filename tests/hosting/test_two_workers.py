@@ -1,6 +1,6 @@
 """Two workers, one client: each host runs as two server processes on loopback sharing Redis, then PostgreSQL.
 
-Both workers use the README's production set-up ("Run it in production"): the backend's continuation store,
+Both workers use the production set-up of "Run it in production" in the docs: the backend's continuation store,
 checkpoint storage and session store (AG-UI's thread snapshots kept in the same session store). The client
 alternates between them: a conversation pauses on worker 1 and is answered on worker 2 (bool, str,
 structured), a worker restarts between the pause and the answer, and a replay on the other worker is refused.

@@ -2,7 +2,7 @@
 
 Usage: ``python two_workers_app.py <redis|postgres> <url> <tag> <effects file>``. Serves on a free loopback
 port and prints it as the first stdout line. Every worker started with the same arguments shares the
-continuation store, checkpoint storage and session store of ``tag``: the README's production set-up
+continuation store, checkpoint storage and session store of ``tag``: the production set-up of the docs
 ("Run it in production"). The workflow's side effect (one line per approved publish, outside any step) goes
 to the effects file, so the test sees across processes how many times an approval ran.
 """

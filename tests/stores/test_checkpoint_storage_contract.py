@@ -253,7 +253,7 @@ def test_cores_encoding_helpers_are_where_the_postgres_storage_expects_them() ->
 # ---------------------------------------------------------------- sealed storages (CheckpointSealer)
 
 SEALABLE = ["sqlite", "redis", "postgres"]
-"""This package's storages, which take a ``sealer=`` (README "Durable continuations")."""
+"""This package's storages, which take a ``sealer=`` ("Several workers" in the docs)."""
 
 _CORE_MODULE = "agent_framework._workflows._checkpoint"
 

@@ -29,7 +29,7 @@ def test_install_postgres_script_is_a_no_op_when_postgresql_is_present() -> None
 
 
 def test_a_custom_store_factory_runs_the_conformance_suite(tmp_path: Path) -> None:
-    """The README's recipe: name your factory in AFF_STORE_FACTORY and run tests/stores with ``-k custom``."""
+    """The docs' recipe: name your factory in AFF_STORE_FACTORY and run tests/stores with ``-k custom``."""
     (tmp_path / "my_store_factory.py").write_text(
         "from agent_framework_functional import SQLiteContinuationStore\n"
         "def open_store(workdir):\n"
