@@ -39,7 +39,7 @@ def warn_unsealed(owner: str) -> None:
     logger.warning(
         "%s has no CheckpointSealer: checkpoint bodies are not authenticated, so whoever can write them can make "
         "workers decode (and with pickle, run) what they planted. Pass sealer=CheckpointSealer(...) with a "
-        "secret key (see SECURITY.md, 'Checkpoint keys').",
+        "secret key: https://agent-framework-functional.github.io/agent-framework-functional/durable/#seal-the-checkpoints",
         owner,
     )
 
