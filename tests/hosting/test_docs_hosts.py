@@ -4,8 +4,8 @@ Each page's Python blocks run with pytest-examples as module ``docs_example`` (`
 tests/test_examples.py: the ``if __name__ == "__main__":`` line that would start a server is skipped). The app
 the first block builds is then served on a free loopback port and driven once: input, the pause with its
 request, the answer, the finished result. A client block of the page (AG-UI's JavaScript under node, the
-Python clients of Responses, A2A and MCP) is what drives it, pointed at the served app through the environment
-variable it reads; DevUI is driven over HTTP the way its page does.
+Python clients of Responses, A2A, MCP and DevUI) is what drives it, pointed at the served app through the
+environment variable it reads.
 """
 
 from __future__ import annotations
@@ -135,22 +135,33 @@ def test_mcp_page_says_how_a_text_key_is_read() -> None:
 
 
 @pytest.mark.usefixtures("no_global_tracer_provider")
-def test_devui_page_round_trip_over_http(
-    eval_example: EvalExample, serve: Any, http: httpx.Client, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+async def test_devui_page_round_trip_with_its_httpx_client(
+    eval_example: EvalExample,
+    serve: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """What ``serve_devui`` serves for the page's agent (``devui_app``, without blocking), driven like DevUI's page:
-    a conversation, the turn that pauses with its approval request, Approve, the finished answer."""
-    from test_devui import TOKEN, DevUI, approval, approval_requests, completed_text
-
+    """What ``serve_devui`` serves for the page's agent (``devui_app`` with a known token, without blocking), and
+    the page's ``httpx`` client block run against it: the entity, a conversation, the pause, Approve, the answer."""
     from agent_framework_functional.hosting import devui_app
 
-    (block,) = run_page("devui.md", eval_example, monkeypatch, tmp_path)
-    devui = DevUI(http, serve(devui_app(block["agent"], auth_token=TOKEN)).base)
-    conversation = devui.conversation()
-    (request,) = approval_requests(devui.stream(conversation, "v2"))
-    assert request["function_call"]["arguments"]["data"] == {"deploy": "v2"}
-    assert request["function_call"]["arguments"]["response_type"] == "bool"
-    assert completed_text(devui.stream(conversation, approval(request["request_id"]))) == "deployed v2"
+    server_block, client_block = run_page("devui.md", eval_example, monkeypatch, tmp_path)
+    server: ServerThread = serve(devui_app(server_block["agent"], auth_token="docs-page-token"))
+    monkeypatch.setenv("DEVUI_URL", server.base)
+    monkeypatch.setenv("DEVUI_AUTH_TOKEN", "docs-page-token")
+    capsys.readouterr()
+    assert await client_block["main"]() == "deployed v2"
+    (asks,) = capsys.readouterr().out.splitlines()
+    assert re.fullmatch(
+        r"asks: \{'request_id': 'auto::0~\S+', 'data': \{'deploy': 'v2'\}, 'response_type': 'bool', "
+        r"'response_schema': \{'type': 'boolean'\}\}",
+        asks,
+    ), asks
+
+    monkeypatch.setenv("DEVUI_AUTH_TOKEN", "not-the-token")
+    with pytest.raises(httpx.HTTPStatusError, match="401"):
+        await client_block["main"]()
 
 
 def test_devui_page_shows_the_screenshots_it_links() -> None:
