@@ -47,13 +47,31 @@ REPOSITORY_URL = "https://github.com/agent-framework-functional/agent-framework-
 NOT_TASK_PAGES = {"index.md", "api.md"}
 
 
+def _slug(heading: str) -> str:
+    # Python-Markdown's toc slug (mkdocs' default): lower case, punctuation dropped, spaces to hyphens.
+    text = re.sub(r"[^\w\s-]", "", heading.replace("`", "")).strip().lower()
+    return re.sub(r"[-\s]+", "-", text)
+
+
 def test_readme_is_short_and_its_links_work_on_pypi() -> None:
-    # PyPI shows README.md as the long description: a relative link there leads nowhere.
+    # PyPI shows README.md as the long description: a relative link there leads nowhere, and a link into the
+    # docs site must name a page (and heading) that exists.
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert len(readme.splitlines()) <= 200
-    links = re.findall(r"\]\(([^)]+)\)", readme)
+    links = re.findall(r"\]\(([^)\s]+)\)|^\[[^]]+\]:\s*(\S+)|href=\"([^\"]+)\"", readme, flags=re.MULTILINE)
+    links = [next(part for part in found if part) for found in links]
     assert links and all(link.startswith("https://") for link in links), links
-    assert all(link.startswith(SITE_URL) for link in links if "agent-framework-functional.github.io" in link)
+    for link in links:
+        if not link.startswith(SITE_URL.split("/agent-framework-functional/")[0]):
+            continue
+        assert link.startswith(SITE_URL), link
+        page, _, anchor = link.removeprefix(SITE_URL).partition("#")
+        path = ROOT / "docs" / (f"{page.strip('/')}.md" if page.strip("/") else "index.md")
+        if not path.exists():
+            path = ROOT / "docs" / page.strip("/") / "index.md"
+        assert path.exists(), f"README links to {link}, but docs/ has no such page"
+        headings = re.findall(r"^#+ (.+)$", path.read_text(encoding="utf-8"), flags=re.MULTILINE)
+        assert not anchor or anchor in {_slug(heading) for heading in headings}, link
 
 
 def test_the_project_urls_are_the_ones_the_docs_link_to() -> None:
