@@ -10,9 +10,12 @@ calls that would serve or drive a client replaced by recorders, so a typo there 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import re
+import secrets
 import sys
+import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -78,6 +81,8 @@ def _run(
     # cannot always format (INTERNALERROR, ending the session): a failure is one line naming the block instead.
     main = sys.modules["__main__"]
     failure = ""
+    if name != "__main__":  # the block's classes name their module: pickle and core's decoder import it
+        sys.modules[name] = _ModuleOfTheBlock(name)
     try:
         with serving_calls(record):
             return eval_example.run(example, module_globals={"__name__": name})
@@ -88,7 +93,15 @@ def _run(
         failure = f"{example} (line {line} of the block): {type(error).__name__}: {error}"
     finally:
         sys.modules["__main__"] = main
+        sys.modules.pop("docs_example", None)
     pytest.fail(failure, pytrace=False)
+
+
+class _ModuleOfTheBlock(types.ModuleType):
+    """``docs_example`` while a block runs: its names are those of the module pytest-examples runs as ``__main__``."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(sys.modules["__main__"], name)
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=str)
@@ -104,6 +117,7 @@ def test_example_runs(
         monkeypatch.setenv("REDIS_URL", request.getfixturevalue("redis_server"))
     if "POSTGRES_URL" in example.source:
         monkeypatch.setenv("POSTGRES_URL", request.getfixturevalue("postgres_server"))
+    monkeypatch.setenv("CHECKPOINT_KEY", base64.b64encode(secrets.token_bytes(32)).decode())  # a host's secret
     module_globals = run_example(example, eval_example)
     assert module_globals, f"{example} defined nothing"
 
@@ -117,6 +131,7 @@ def test_the_lines_under_main_run(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:1/0")  # never connected to: the serving calls are recorded
+    monkeypatch.setenv("CHECKPOINT_KEY", base64.b64encode(secrets.token_bytes(32)).decode())
     assert guarded_lines_run(example, eval_example), f"{example}: nothing runs under `if __name__ == '__main__':`"
 
 

@@ -39,7 +39,7 @@ def warn_unsealed(owner: str) -> None:
     logger.warning(
         "%s has no CheckpointSealer: checkpoint bodies are not authenticated, so whoever can write them can make "
         "workers decode (and with pickle, run) what they planted. Pass sealer=CheckpointSealer(...) with a "
-        "secret key: https://agent-framework-functional.github.io/agent-framework-functional/durable/#seal-the-checkpoints",
+        "secret key: https://agent-framework-functional.github.io/agent-framework-functional/production/#seal-the-checkpoints",
         owner,
     )
 
@@ -163,7 +163,10 @@ class CheckpointSealer:
         except ValueError:
             presented = b""
         if not hmac.compare_digest(presented, _tag(mac_key, alg, key_id, context, payload)):
-            raise _refuse("its authentication tag does not match (altered, planted, or saved under another id)")
+            raise _refuse(
+                "its authentication tag does not match (altered, planted, saved under another id, or sealed with "
+                "another key under the same key id: give every worker the same keys)"
+            )
         if alg == _MAC_ONLY:
             return payload
         aead = self._aead or _aesgcm_class()
