@@ -106,3 +106,12 @@ def test_the_release_has_a_short_changelog_section() -> None:
 
 def test_benchmarks_readme_keeps_the_latest_tables_only() -> None:
     assert len((ROOT / "benchmarks" / "README.md").read_text(encoding="utf-8").splitlines()) <= 300
+
+
+def test_links_to_repository_files_name_files_that_exist() -> None:
+    # The docs site and PyPI reach the repository's files (samples, tests, AGENTS.md) through absolute links.
+    texts = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    pattern = re.compile(re.escape(REPOSITORY_URL) + r"/(?:blob|tree)/main/([^)#\s\"]+)")
+    linked = {(path.name, target) for path in texts for target in pattern.findall(path.read_text(encoding="utf-8"))}
+    missing = sorted((name, target) for name, target in linked if not (ROOT / target).exists())
+    assert linked and not missing, missing
